@@ -1,0 +1,53 @@
+# The two commands in README.md are the contract: `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export BELAY_CACHE ?= $(HOME)/.cache/belay
+
+.PHONY: setup demo test lint typecheck unit bench crds testenv-build testenv-up testenv-down clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,openai,anthropic]'
+	touch $@
+
+# The main job: a real session on the embedded default, then its briefing, then the drill.
+demo: setup
+	$(BIN)/belay run examples/parser-fix/session.yaml
+	$(BIN)/belay brief parser-fix
+	$(BIN)/belay drill examples/parser-fix/session.yaml
+
+lint: setup
+	$(BIN)/ruff check operator tests bench
+	$(BIN)/ruff format --check operator tests bench
+
+typecheck: setup
+	$(BIN)/mypy
+
+# Builds (or reuses from $(BELAY_CACHE)) the real components the tests start on loopback.
+testenv-build:
+	bash hack/build-all.sh
+
+testenv-up: setup testenv-build
+	$(BIN)/python -m tests.testenv up
+
+testenv-down: setup
+	$(BIN)/python -m tests.testenv down
+
+# pytest exits 5 when it collected nothing; that is a failure here, never a pass.
+test: setup testenv-build lint typecheck
+	$(BIN)/pytest; status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
+
+bench: setup testenv-build
+	$(BIN)/python -m bench
+
+crds: setup
+	$(BIN)/python -m belay.api.generate
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,494 @@
+"""The closed, versioned set of session events.
+
+Every event is an immutable envelope (`seq`, `session_id`, `type`, `created_at`, `payload`,
+`parent_seq`, `actor`, `idempotency_key`) whose payload is one typed model. The envelope is a
+pydantic discriminated union on `type`, so a stored event always parses back to the exact class
+that wrote it, and an unknown type is an error rather than a silently dropped dict.
+
+Writers build an `EventDraft` (payload, parent, actor); the store assigns `seq`, `session_id` and
+`created_at` at append time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+SCHEMA_VERSION = 1
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def canonical_json(value: Any) -> bytes:
+    """Stable bytes for hashing: sorted keys, no whitespace, UTF-8."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+
+
+def sha256_of(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared value types
+
+
+class Actor(Frozen):
+    """Who wrote an event. The harness stamps its attempt, its version and the model's id."""
+
+    kind: Literal["harness", "user", "operator", "system"] = "harness"
+    attempt: int = 0
+    harness_version: str = ""
+    model_id: str | None = None
+    subagent: str | None = None
+    name: str | None = None
+
+
+class EffectClass(StrEnum):
+    READ_ONLY = "read_only"
+    IDEMPOTENT = "idempotent"
+    KEYED = "keyed"
+    UNSAFE = "unsafe"
+
+
+class ArtifactRef(Frozen):
+    """A content-addressed blob: the hash is the identity, the uri says where it lives."""
+
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    size: int = Field(ge=0)
+    media_type: str = "application/octet-stream"
+    uri: str = ""
+
+
+class DerivedFrom(Frozen):
+    """The inputs a result was derived from, so a scope change can invalidate exactly what it touched."""
+
+    request_version: int | None = None
+    request_parts: tuple[str, ...] = ()
+    artifacts: tuple[str, ...] = ()  # sha256 of upstream artifacts
+    results: tuple[str, ...] = ()  # ids of upstream results
+
+
+# --------------------------------------------------------------------------------------------------
+# Payloads, one per event type. `EVENT_TYPE` ties a payload to its envelope.
+
+
+class Payload(Frozen):
+    EVENT_TYPE: ClassVar[str]
+    schema_version: int = SCHEMA_VERSION
+
+
+class UserInput(Payload):
+    """The original request. `parts` names pieces of the request that results can depend on."""
+
+    EVENT_TYPE: ClassVar[str] = "user_input"
+    goal: str
+    parts: dict[str, str] = Field(default_factory=dict)
+    request_version: int = 1
+
+
+class ScopeChange(Payload):
+    EVENT_TYPE: ClassVar[str] = "scope_change"
+    request_version: int
+    summary: str
+    goal: str | None = None
+    changed_parts: dict[str, str] = Field(default_factory=dict)
+    removed_parts: tuple[str, ...] = ()
+
+
+class ModelOutput(Payload):
+    EVENT_TYPE: ClassVar[str] = "model_output"
+    text: str = ""
+    tool_calls: tuple[str, ...] = ()  # operation ids requested in this turn
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class ToolRequest(Payload):
+    EVENT_TYPE: ClassVar[str] = "tool_request"
+    operation_id: str
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    effect: EffectClass
+    step: str | None = None
+    subagent: str | None = None
+    idempotency_key: str | None = None  # passed to `keyed` tools
+    payload_sha256: str = ""
+
+
+class ToolResult(Payload):
+    EVENT_TYPE: ClassVar[str] = "tool_result"
+    operation_id: str
+    ok: bool
+    output: Any = None
+    error: str | None = None
+    output_ref: ArtifactRef | None = None
+    result_id: str | None = None
+    derived_from: DerivedFrom | None = None
+
+
+class ApprovalRequest(Payload):
+    EVENT_TYPE: ClassVar[str] = "approval_request"
+    approval_id: str
+    operation_id: str
+    tool: str
+    payload_sha256: str
+    summary: str
+    expires_at: datetime | None = None
+
+
+class Approval(Payload):
+    """A decision on one operation, bound to one payload hash."""
+
+    EVENT_TYPE: ClassVar[str] = "approval"
+    approval_id: str
+    operation_id: str
+    payload_sha256: str
+    granted: bool
+    by: str = ""
+    reason: str = ""
+    expires_at: datetime | None = None
+
+
+class Artifact(Payload):
+    EVENT_TYPE: ClassVar[str] = "artifact"
+    name: str
+    ref: ArtifactRef
+    deliverable: bool = False
+    subagent: str | None = None
+    description: str = ""
+    result_id: str | None = None
+    derived_from: DerivedFrom | None = None
+
+
+class DeclaredArtifact(Frozen):
+    name: str  # path relative to the workspace
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    size: int = Field(ge=0)
+    uri: str = ""
+    mode: int = 0o644
+
+
+class Verification(Frozen):
+    command: str
+    status: Literal["passed", "failed", "not_run"] = "not_run"
+    output_sha256: str | None = None
+    exit_code: int | None = None
+
+
+class Checkpoint(Payload):
+    EVENT_TYPE: ClassVar[str] = "checkpoint"
+    checkpoint_id: str
+    covers_seq: int
+    repository_revision: str | None = None
+    patch: ArtifactRef | None = None
+    runtime_image: str | None = None
+    completed_steps: tuple[str, ...] = ()
+    next_step: str | None = None
+    declared_artifacts: tuple[DeclaredArtifact, ...] = ()
+    environment: dict[str, str] = Field(default_factory=dict)
+    dependencies: dict[str, str] = Field(default_factory=dict)
+    verification: Verification | None = None
+    subagent: str | None = None
+
+    @property
+    def verified(self) -> bool:
+        return self.verification is not None and self.verification.status == "passed"
+
+
+class NoteKind(StrEnum):
+    HYPOTHESIS = "hypothesis"
+    DECISION = "decision"
+    FINDING = "finding"
+
+
+class Note(Payload):
+    EVENT_TYPE: ClassVar[str] = "note"
+    note_id: str
+    kind: NoteKind
+    text: str
+    status: Literal["open", "supported", "rejected", "accepted", "superseded"] = "open"
+    evidence: tuple[str, ...] = ()
+    result_id: str | None = None
+    derived_from: DerivedFrom | None = None
+
+
+class TaskStatus(StrEnum):
+    PLANNED = "planned"
+    RUNNING = "running"
+    DONE = "done"
+    VERIFIED = "verified"
+    BLOCKED = "blocked"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Task(Payload):
+    """A plan or subtask transition. The first event for a task id declares it."""
+
+    EVENT_TYPE: ClassVar[str] = "task"
+    task_id: str
+    title: str = ""
+    status: TaskStatus
+    owner: str | None = None  # subagent name
+    deliverable: str | None = None
+    depends_on: tuple[str, ...] = ()
+    detail: str = ""
+
+
+class WaitKind(StrEnum):
+    ON_USER = "on_user"
+    ON_EXTERNAL = "on_external"
+    READY_FOR_REVIEW = "ready_for_review"
+
+
+class Wait(Payload):
+    EVENT_TYPE: ClassVar[str] = "wait"
+    wait_id: str
+    kind: WaitKind
+    reason: str
+    resolved: bool = False
+    condition: str | None = None
+    artifact: str | None = None  # deliverable name for ready_for_review
+
+
+class OperationOutcome(Payload):
+    EVENT_TYPE: ClassVar[str] = "operation_outcome"
+    operation_id: str
+    outcome: Literal["unknown", "reconciled"]
+    succeeded: bool | None = None
+    detail: str = ""
+    by: str = ""
+
+
+class LifecycleKind(StrEnum):
+    HARNESS_STARTED = "harness_started"
+    HARNESS_LOST = "harness_lost"
+    HARNESS_FINISHED = "harness_finished"
+    SANDBOX_STARTED = "sandbox_started"
+    SANDBOX_REPLACED = "sandbox_replaced"
+    RESTORED = "restored"
+    RECOVERY_FAILED = "recovery_failed"
+    SESSION_COMPLETED = "session_completed"
+    SESSION_FAILED = "session_failed"
+
+
+class Lifecycle(Payload):
+    EVENT_TYPE: ClassVar[str] = "lifecycle"
+    kind: LifecycleKind
+    attempt: int | None = None
+    lease: int | None = None
+    reason: str = ""
+    detail: str = ""
+    subagent: str | None = None
+    checkpoint_id: str | None = None
+
+
+class Summary(Payload):
+    """A compaction of earlier events; it never replaces them."""
+
+    EVENT_TYPE: ClassVar[str] = "summary"
+    covers_from_seq: int
+    covers_to_seq: int
+    text: str
+
+
+PAYLOAD_TYPES: tuple[type[Payload], ...] = (
+    UserInput,
+    ScopeChange,
+    ModelOutput,
+    ToolRequest,
+    ToolResult,
+    ApprovalRequest,
+    Approval,
+    Artifact,
+    Checkpoint,
+    Note,
+    Task,
+    Wait,
+    OperationOutcome,
+    Lifecycle,
+    Summary,
+)
+PAYLOAD_BY_TYPE: dict[str, type[Payload]] = {p.EVENT_TYPE: p for p in PAYLOAD_TYPES}
+EVENT_TYPES: tuple[str, ...] = tuple(PAYLOAD_BY_TYPE)
+
+# --------------------------------------------------------------------------------------------------
+# Envelopes
+
+
+class EventBase(Frozen):
+    seq: int = Field(ge=1)
+    session_id: str
+    created_at: datetime
+    parent_seq: int | None = None
+    actor: Actor = Actor()
+    idempotency_key: str | None = None
+
+
+class UserInputEvent(EventBase):
+    type: Literal["user_input"] = "user_input"
+    payload: UserInput
+
+
+class ScopeChangeEvent(EventBase):
+    type: Literal["scope_change"] = "scope_change"
+    payload: ScopeChange
+
+
+class ModelOutputEvent(EventBase):
+    type: Literal["model_output"] = "model_output"
+    payload: ModelOutput
+
+
+class ToolRequestEvent(EventBase):
+    type: Literal["tool_request"] = "tool_request"
+    payload: ToolRequest
+
+
+class ToolResultEvent(EventBase):
+    type: Literal["tool_result"] = "tool_result"
+    payload: ToolResult
+
+
+class ApprovalRequestEvent(EventBase):
+    type: Literal["approval_request"] = "approval_request"
+    payload: ApprovalRequest
+
+
+class ApprovalEvent(EventBase):
+    type: Literal["approval"] = "approval"
+    payload: Approval
+
+
+class ArtifactEvent(EventBase):
+    type: Literal["artifact"] = "artifact"
+    payload: Artifact
+
+
+class CheckpointEvent(EventBase):
+    type: Literal["checkpoint"] = "checkpoint"
+    payload: Checkpoint
+
+
+class NoteEvent(EventBase):
+    type: Literal["note"] = "note"
+    payload: Note
+
+
+class TaskEvent(EventBase):
+    type: Literal["task"] = "task"
+    payload: Task
+
+
+class WaitEvent(EventBase):
+    type: Literal["wait"] = "wait"
+    payload: Wait
+
+
+class OperationOutcomeEvent(EventBase):
+    type: Literal["operation_outcome"] = "operation_outcome"
+    payload: OperationOutcome
+
+
+class LifecycleEvent(EventBase):
+    type: Literal["lifecycle"] = "lifecycle"
+    payload: Lifecycle
+
+
+class SummaryEvent(EventBase):
+    type: Literal["summary"] = "summary"
+    payload: Summary
+
+
+Event = Annotated[
+    UserInputEvent
+    | ScopeChangeEvent
+    | ModelOutputEvent
+    | ToolRequestEvent
+    | ToolResultEvent
+    | ApprovalRequestEvent
+    | ApprovalEvent
+    | ArtifactEvent
+    | CheckpointEvent
+    | NoteEvent
+    | TaskEvent
+    | WaitEvent
+    | OperationOutcomeEvent
+    | LifecycleEvent
+    | SummaryEvent,
+    Field(discriminator="type"),
+]
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+class EventDraft(Frozen):
+    """An event before the store has given it a seq: what writers hand to `EventStore.append`."""
+
+    payload: Payload
+    parent_seq: int | None = None
+    actor: Actor = Actor()
+
+    @property
+    def type(self) -> str:
+        return self.payload.EVENT_TYPE
+
+    def payload_dict(self) -> dict[str, Any]:
+        return self.payload.model_dump(mode="json")
+
+    def content_digest(self) -> str:
+        """What idempotency compares: everything the writer chose, nothing the store assigns."""
+        return sha256_of(
+            {
+                "type": self.type,
+                "payload": self.payload_dict(),
+                "parent_seq": self.parent_seq,
+                "actor": self.actor.model_dump(mode="json"),
+            }
+        )
+
+
+def batch_digest(drafts: list[EventDraft] | tuple[EventDraft, ...]) -> str:
+    return sha256_of([d.content_digest() for d in drafts])
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+def build_event(
+    draft: EventDraft,
+    *,
+    seq: int,
+    session_id: str,
+    created_at: datetime,
+    idempotency_key: str | None,
+) -> Event:
+    """Turn a draft into its stored envelope; used by every EventStore backend."""
+    return EVENT_ADAPTER.validate_python(
+        {
+            "seq": seq,
+            "session_id": session_id,
+            "type": draft.type,
+            "created_at": created_at,
+            "parent_seq": draft.parent_seq,
+            "actor": draft.actor,
+            "idempotency_key": idempotency_key,
+            "payload": draft.payload,
+        }
+    )
+
+
+def event_to_json(event: Event) -> str:
+    return event.model_dump_json()
+
+
+def event_from_json(data: str | bytes) -> Event:
+    return EVENT_ADAPTER.validate_json(data)

@@ -1,0 +1,142 @@
+"""The two storage interfaces every backend implements, and the errors they raise.
+
+One protocol per store; the conformance suites in `tests/conformance/` run the same tests against
+every backend (SQLite and etcd for events; a local directory and S3 for artifacts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from typing import BinaryIO, Protocol, runtime_checkable
+
+from belay.journal.events import ArtifactRef, DeclaredArtifact, Event, EventDraft, Frozen
+
+# Payloads above this many bytes belong in the artifact store, referenced by hash.
+MAX_PAYLOAD_BYTES = 64 * 1024
+
+
+class StoreError(Exception):
+    """Base class for every store failure."""
+
+
+class StoreUnavailable(StoreError):
+    """The backend could not be reached or did not answer in time; nothing was written."""
+
+
+class IdempotencyConflict(StoreError):
+    """The idempotency key was used before for a different batch."""
+
+
+class StaleLease(StoreError):
+    """The writer's fencing lease is older than the session's current lease."""
+
+
+class PayloadTooLarge(StoreError):
+    """An event payload is above MAX_PAYLOAD_BYTES; store the bytes as an artifact instead."""
+
+
+class ArtifactNotFound(StoreError):
+    pass
+
+
+class ArtifactCorrupted(StoreError):
+    """The bytes read back do not hash to the address they were stored under."""
+
+
+class UnsafePath(StoreError):
+    """A name would escape its root: `..`, an absolute path, or a symlink on the way."""
+
+
+class Lease(Frozen):
+    session_id: str
+    number: int
+    holder: str
+
+
+@runtime_checkable
+class EventStore(Protocol):
+    """An ordered, append-only log per session with dense seqs assigned at append."""
+
+    async def append(
+        self,
+        session_id: str,
+        drafts: Sequence[EventDraft],
+        *,
+        idempotency_key: str | None = None,
+        lease: int | None = None,
+    ) -> list[Event]:
+        """Append a batch atomically and return the stored events.
+
+        - The same idempotency key with the same batch returns the originally stored events and
+          writes nothing; with a different batch it raises IdempotencyConflict.
+        - With `lease`, the append is refused (StaleLease) unless it equals the session's current
+          lease; the check happens in the same transaction as the write.
+        """
+        ...
+
+    async def read(
+        self, session_id: str, from_seq: int = 1, to_seq: int | None = None, limit: int | None = None
+    ) -> list[Event]:
+        """Events with from_seq <= seq <= to_seq, in order."""
+        ...
+
+    async def tail(self, session_id: str, count: int) -> list[Event]:
+        """The last `count` events, in order."""
+        ...
+
+    async def latest(self, session_id: str, event_type: str) -> Event | None:
+        """The newest event of one type, from an index (cost independent of history length)."""
+        ...
+
+    async def last_seq(self, session_id: str) -> int:
+        """0 for a session with no events."""
+        ...
+
+    def watch(self, session_id: str, from_seq: int = 1) -> AsyncIterator[Event]:
+        """Every event with seq >= from_seq, then new ones as they are appended, with no gap."""
+        ...
+
+    async def list_sessions(self) -> list[str]: ...
+
+    async def acquire_lease(self, session_id: str, holder: str) -> Lease:
+        """Advance the session's fencing lease by one and return it; older leases become stale."""
+        ...
+
+    async def current_lease(self, session_id: str) -> Lease | None: ...
+
+    async def close(self) -> None: ...
+
+
+class ArtifactStore(Protocol):
+    """Content-addressed bytes. Blocking by design: boto3 and file I/O are blocking, so callers in
+    async code use `asyncio.to_thread` rather than a backend pretending to be async."""
+
+    def put(self, source: bytes | BinaryIO, *, media_type: str = "application/octet-stream") -> ArtifactRef:
+        """Store bytes (or a stream read to its end); storing the same bytes twice stores them once."""
+        ...
+
+    def open(self, sha256: str) -> Iterator[bytes]:
+        """The bytes in chunks; raises ArtifactCorrupted at the end if they do not match the hash."""
+        ...
+
+    def get(self, sha256: str) -> bytes:
+        """All bytes, verified against the hash."""
+        ...
+
+    def exists(self, sha256: str) -> bool: ...
+
+    def location(self, sha256: str, *, expires_in: int = 3600) -> str:
+        """Where a person can fetch it: a local path, or a presigned URL."""
+        ...
+
+    def put_manifest(self, entries: Sequence[DeclaredArtifact]) -> ArtifactRef:
+        """Store a declared-artifact manifest (canonical JSON) and return its ref."""
+        ...
+
+    def get_manifest(self, sha256: str) -> list[DeclaredArtifact]: ...
+
+    def materialize(self, entries: Sequence[DeclaredArtifact], root: Path) -> list[Path]:
+        """Write each declared artifact under root at its name, verifying every hash. Names that
+        escape root (`..`, absolute, through a symlink) raise UnsafePath before anything is written."""
+        ...
