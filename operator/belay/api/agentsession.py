@@ -1,0 +1,189 @@
+"""The AgentSession custom resource (belay.dev/v1alpha1), as pydantic models.
+
+These models are the single source of truth for the manifest: `belay run` validates a YAML file
+against them, and the operator generates its CRD from them. Field names are snake_case in Python
+and camelCase on the wire, as Kubernetes expects.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+API_VERSION = "belay.dev/v1alpha1"
+KIND = "AgentSession"
+
+# RFC 1123 label: the session id becomes part of object names in a cluster.
+SESSION_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+
+class ApiModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=AliasGenerator(validation_alias=to_camel, serialization_alias=to_camel),
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+class ObjectMeta(BaseModel):
+    # Kubernetes metadata carries many fields we do not interpret; keep them, never reject them.
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = Field(pattern=SESSION_NAME_PATTERN)
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class SessionRequest(ApiModel):
+    goal: str = Field(min_length=1)
+    parts: dict[str, str] = Field(default_factory=dict)
+
+
+class ExecutorSpec(ApiModel):
+    type: Literal["scripted", "openai", "anthropic", "managed"]
+    plan: str | None = None  # path of the YAML plan for `scripted`, relative to the manifest
+    model: str | None = None
+    base_url: str | None = Field(default=None, alias="baseURL")
+    image: str | None = None
+
+    @model_validator(mode="after")
+    def _plan_for_scripted(self) -> ExecutorSpec:
+        if self.type == "scripted" and not self.plan:
+            raise ValueError("executor.plan is required when executor.type is 'scripted'")
+        if self.type in ("openai", "anthropic") and not self.model:
+            raise ValueError(f"executor.model is required when executor.type is '{self.type}'")
+        return self
+
+
+class SubagentInput(ApiModel):
+    """A directory (relative to the manifest) copied into the subagent's workspace at start."""
+
+    source: str
+    target: str
+
+
+class SubagentSpec(ApiModel):
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    role: str = ""
+    image: str | None = None
+    network_profile: Literal["none", "allowlist", "internet"] = "none"
+    allowlist: list[str] = Field(default_factory=list)
+    deliverable: str | None = None
+    inputs: list[SubagentInput] = Field(default_factory=list)
+    # Workspace paths (glob patterns) that make up the subagent's declared state: only these
+    # survive a sandbox replacement.
+    declared: list[str] = Field(default_factory=list)
+
+
+class ApprovalGrant(ApiModel):
+    """An approval given declaratively (so it can live in Git): one operation, one payload hash."""
+
+    operation_id: str | None = None
+    approval_id: str | None = None
+    payload_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    expires_at: datetime | None = None
+
+    @model_validator(mode="after")
+    def _names_one_operation(self) -> ApprovalGrant:
+        if not (self.operation_id or self.approval_id):
+            raise ValueError("an approval needs operationId or approvalId")
+        return self
+
+
+class Budgets(ApiModel):
+    max_steps: int | None = Field(default=None, ge=1)
+    max_model_calls: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_wall_clock_s: int | None = Field(default=None, ge=1)
+
+
+class RecoveryPolicy(ApiModel):
+    max_attempts: int = Field(default=5, ge=1)
+
+
+class StoresSpec(ApiModel):
+    events: str | None = None  # e.g. "sqlite:///path" or "etcd://..." ; default: the local home
+    artifacts: str | None = None
+    secret_ref: str | None = None  # credentials come from a Secret, never inline
+
+
+class AgentSessionSpec(ApiModel):
+    request: SessionRequest
+    executor: ExecutorSpec
+    subagents: list[SubagentSpec] = Field(min_length=1)
+    approvals: list[ApprovalGrant] = Field(default_factory=list)
+    budgets: Budgets = Budgets()
+    recovery: RecoveryPolicy = RecoveryPolicy()
+    stores: StoresSpec = StoresSpec()
+
+    @model_validator(mode="after")
+    def _unique_subagents(self) -> AgentSessionSpec:
+        names = [s.name for s in self.subagents]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"subagent names must be unique, repeated: {', '.join(duplicates)}")
+        return self
+
+
+class AgentSession(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
+
+    api_version: Literal["belay.dev/v1alpha1"] = Field(default=API_VERSION, alias="apiVersion")
+    kind: Literal["AgentSession"] = KIND
+    metadata: ObjectMeta
+    spec: AgentSessionSpec
+
+    @property
+    def session_id(self) -> str:
+        return self.metadata.name
+
+    def to_manifest(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be used, with every offending field named."""
+
+
+def _field_path(location: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in location:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "(root)"
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    lines = []
+    for issue in error.errors():
+        message = re.sub(r"^Value error, ", "", issue["msg"])
+        lines.append(f"{_field_path(tuple(issue['loc']))}: {message}")
+    return "\n".join(lines)
+
+
+def parse_manifest(data: Any, *, source: str = "manifest") -> AgentSession:
+    if not isinstance(data, dict):
+        raise ManifestError(f"{source}: expected a YAML mapping with apiVersion, kind, metadata, spec")
+    try:
+        return AgentSession.model_validate(data)
+    except ValidationError as error:
+        raise ManifestError(f"{source}:\n{describe_validation_error(error)}") from None
+
+
+def load_manifest(path: Path) -> AgentSession:
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ManifestError(f"{path}: cannot read: {error.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ManifestError(f"{path}: not valid YAML: {error}") from None
+    return parse_manifest(data, source=str(path))

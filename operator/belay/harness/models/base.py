@@ -1,0 +1,59 @@
+"""What the harness asks a model and what it gets back, independent of any provider.
+
+Every adapter (scripted, OpenAI Responses, Anthropic Messages) turns a `ModelRequest` into one
+`ModelTurn`. The request is built from the session record, never from a live conversation object,
+so a new harness attempt can rebuild it exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ModelMessage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["user", "assistant", "tool"]
+    content: str
+    tool_call_id: str | None = None
+
+
+class ToolSchema(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelRequest(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    system: str
+    messages: list[ModelMessage] = Field(default_factory=list)
+    tools: list[ToolSchema] = Field(default_factory=list)
+
+
+class ModelTurn(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    model_id: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@runtime_checkable
+class ModelAdapter(Protocol):
+    async def complete(self, request: ModelRequest) -> ModelTurn: ...
