@@ -1,0 +1,147 @@
+"""Async client for the sandbox server, over a Unix socket (`unix:///path.sock`) or TCP
+(`http://host:port`)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import yarl
+from pydantic import TypeAdapter, ValidationError
+
+from belay.journal.events import DeclaredArtifact
+from belay.sandbox.protocol import MODE_HEADER, SHA256_HEADER, Health, ToolResponse
+
+
+class SandboxError(Exception):
+    """The sandbox answered, but refused the request (bad path, bad hash, missing file, bad token)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class SandboxUnavailable(SandboxError):
+    """The sandbox could not be reached, or the connection broke before it answered."""
+
+
+# Headroom on top of a command's own timeout for the round trip.
+CALL_TIMEOUT_MARGIN_S = 30.0
+DEFAULT_TIMEOUT_S = 60.0
+
+_MANIFEST = TypeAdapter(list[DeclaredArtifact])
+
+
+class SandboxClient:
+    def __init__(self, endpoint: str, token: str) -> None:
+        self.endpoint = endpoint
+        self._token = token
+        self._session: aiohttp.ClientSession | None = None
+        if endpoint.startswith("unix://"):
+            self._socket_path: str | None = endpoint.removeprefix("unix://")
+            self._base_url = "http://sandbox"
+        elif endpoint.startswith(("http://", "https://")):
+            self._socket_path = None
+            self._base_url = endpoint.rstrip("/")
+        else:
+            raise ValueError(f"sandbox endpoint must be unix:///path or http://host:port, got {endpoint!r}")
+
+    def __repr__(self) -> str:
+        return f"SandboxClient({self.endpoint!r})"
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = (
+                aiohttp.UnixConnector(path=self._socket_path) if self._socket_path else aiohttp.TCPConnector()
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector, headers={"Authorization": f"Bearer {self._token}"}
+            )
+        return self._session
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        data: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> tuple[int, bytes]:
+        # `path` arrives percent-encoded; keep it so, or `..` segments would be collapsed on the way.
+        url = yarl.URL(f"{self._base_url}{path}", encoded=True)
+        try:
+            async with self._client().request(
+                method,
+                url,
+                json=json_body,
+                data=data,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
+            ) as response:
+                body = await response.read()
+                status = response.status
+        except (aiohttp.ClientConnectionError, TimeoutError, OSError) as error:
+            raise SandboxUnavailable(f"sandbox at {self.endpoint} unreachable: {error!r}") from error
+        if status >= 400:
+            raise SandboxError(f"sandbox {method} {path} -> {status}: {_error_text(body)}", status)
+        return status, body
+
+    async def health(self) -> Health:
+        _, body = await self._request("GET", "/healthz", timeout_s=10)
+        return Health.model_validate_json(body)
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Run one sandbox tool; returns {"ok", "output", "error"}. A tool that ran but failed (a
+        missing file, a refused path) is ok=False here, not an exception."""
+        timeout = float(arguments.get("timeout_s", 120)) if tool == "run_command" else DEFAULT_TIMEOUT_S
+        _, body = await self._request(
+            "POST",
+            f"/v1/tools/{quote(tool, safe='')}",
+            json_body=arguments,
+            timeout_s=timeout + CALL_TIMEOUT_MARGIN_S,
+        )
+        try:
+            return ToolResponse.model_validate_json(body).model_dump()
+        except ValidationError as error:
+            raise SandboxError(f"sandbox returned a malformed tool response: {error}") from error
+
+    async def put_file(
+        self, path: str, data: bytes, sha256: str, mode: int | None = None
+    ) -> DeclaredArtifact:
+        headers = {SHA256_HEADER: sha256, "Content-Type": "application/octet-stream"}
+        if mode is not None:
+            headers[MODE_HEADER] = format(mode, "o")
+        _, body = await self._request(
+            "PUT", f"/v1/files/{quote(path, safe='')}", data=data, headers=headers, timeout_s=300
+        )
+        return DeclaredArtifact.model_validate_json(body)
+
+    async def get_file(self, path: str) -> bytes:
+        _, body = await self._request("GET", f"/v1/files/{quote(path, safe='')}", timeout_s=300)
+        return body
+
+    async def manifest(self, paths: list[str]) -> list[DeclaredArtifact]:
+        _, body = await self._request("POST", "/v1/manifest", json_body={"paths": paths}, timeout_s=120)
+        return _MANIFEST.validate_json(body)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> SandboxClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+def _error_text(body: bytes) -> str:
+    try:
+        parsed = ToolResponse.model_validate_json(body)
+    except ValidationError:
+        return body.decode(errors="replace")[:500]
+    return parsed.error or body.decode(errors="replace")[:500]

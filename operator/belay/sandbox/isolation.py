@@ -1,0 +1,132 @@
+"""Network isolation for sandboxes with profile `none`, and an honest report of whether it holds.
+
+Locally the server listens on a Unix socket, which is reachable from any network namespace, so
+the whole server re-executes itself under `unshare --net`: it and every command it runs then see
+only a loopback interface of their own. When the server must listen on TCP (a sandbox pod), it
+cannot leave the pod's namespace, so each command runs under `unshare --net` instead.
+
+Whatever happens, the report says what was observed (namespace ids, interfaces), never what was
+merely attempted.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import socket
+import struct
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+# Overridable so a test (or a machine with unshare elsewhere) can choose the binary.
+UNSHARE_ENV = "BELAY_SANDBOX_UNSHARE"
+# Set before re-executing, so the new process knows which namespace it left.
+HOST_NETNS_ENV = "BELAY_SANDBOX_HOST_NETNS"
+
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+
+
+@dataclass(frozen=True)
+class IsolationReport:
+    network_isolated: bool
+    detail: str
+    # Prefix for every command: empty when the server itself is isolated or isolation is off.
+    command_prefix: tuple[str, ...] = ()
+
+
+def unshare_binary() -> str | None:
+    configured = os.environ.get(UNSHARE_ENV)
+    if configured is not None:
+        return configured if Path(configured).is_file() and os.access(configured, os.X_OK) else None
+    return shutil.which("unshare")
+
+
+def current_netns() -> str:
+    return os.readlink("/proc/self/ns/net")
+
+
+def interfaces() -> list[str]:
+    """Interface names visible in this process's network namespace."""
+    lines = Path("/proc/net/dev").read_text().splitlines()[2:]
+    return sorted(line.split(":", 1)[0].strip() for line in lines if ":" in line)
+
+
+def probe_unshare(binary: str) -> tuple[bool, str]:
+    """Run `unshare --net` once and read the namespace the child got; succeed only if it differs."""
+    try:
+        completed = subprocess.run(
+            [binary, "--net", "readlink", "/proc/self/ns/net"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except OSError as error:
+        return False, f"cannot run {binary}: {error}"
+    if completed.returncode != 0:
+        reason = completed.stderr.strip() or f"exit status {completed.returncode}"
+        return False, f"unshare --net is not permitted here ({reason})"
+    child_netns = completed.stdout.strip()
+    if child_netns == current_netns():
+        return False, "unshare --net ran but the child stayed in this network namespace"
+    return True, child_netns
+
+
+def bring_loopback_up() -> None:
+    """A fresh namespace has `lo` down; bring it up so tools inside can use their own localhost."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as handle:
+        request = struct.pack("16sH", b"lo", 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(handle, _SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(handle, _SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | _IFF_UP))
+
+
+def reexec_argv(binary: str, python: str, module_args: list[str]) -> list[str]:
+    # Without --fork, unshare execs the program itself, so the pid the launcher knows stays valid.
+    return [binary, "--net", python, "-m", "belay.sandbox.server", *module_args]
+
+
+def observe_own_isolation(host_netns: str) -> IsolationReport:
+    """Called in the re-executed server: is this process really outside the host's namespace?"""
+    own = current_netns()
+    visible = interfaces()
+    if own == host_netns:
+        return IsolationReport(False, f"still in the host network namespace {own}")
+    outside = [name for name in visible if name != "lo"]
+    if outside:
+        return IsolationReport(False, f"own namespace {own} but it has interfaces {outside}")
+    return IsolationReport(True, f"server and commands run in their own network namespace {own} (only lo)")
+
+
+def plan_isolation(profile: str, listens_on_tcp: bool) -> tuple[IsolationReport, list[str] | None]:
+    """Decide what to do before serving. Returns the report and, when the server should re-execute
+    itself inside a new namespace, the unshare binary to use (as a one-element list), else None."""
+    if profile != "none":
+        return (
+            IsolationReport(
+                False,
+                f"profile {profile}: outbound network is not restricted by the sandbox process itself "
+                "(in a cluster, the session's NetworkPolicy enforces the profile)",
+            ),
+            None,
+        )
+    binary = unshare_binary()
+    if binary is None:
+        return IsolationReport(False, "profile none requested but unshare is not available here"), None
+    permitted, observed = probe_unshare(binary)
+    if not permitted:
+        return IsolationReport(False, f"profile none requested but not enforced: {observed}"), None
+    if listens_on_tcp:
+        return (
+            IsolationReport(
+                True,
+                f"each command runs under unshare --net in its own network namespace (e.g. {observed}); "
+                "the server keeps the pod's namespace to accept TCP",
+                command_prefix=(binary, "--net"),
+            ),
+            None,
+        )
+    return IsolationReport(False, "re-executing in a new network namespace"), [binary]

@@ -1,0 +1,102 @@
+"""The sandbox server's wire shapes: one pydantic model per request and response body.
+
+Server and client both validate against these, so the HTTP API has a single definition.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NetworkProfile = Literal["none", "allowlist", "internet"]
+NETWORK_PROFILES: tuple[str, ...] = ("none", "allowlist", "internet")
+
+# Header names of the raw file endpoints.
+SHA256_HEADER = "X-Content-Sha256"
+MODE_HEADER = "X-File-Mode"
+
+# Captured output above this many bytes per stream is cut, and the result says so.
+MAX_OUTPUT_BYTES = 1024 * 1024
+
+
+class Arguments(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunCommandArgs(Arguments):
+    command: str | list[str]
+    timeout_s: int = Field(default=120, ge=1, le=24 * 3600)
+    cwd: str | None = None
+
+
+class RunCommandOutput(BaseModel):
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    truncated: bool = False
+
+
+class ReadFileArgs(Arguments):
+    path: str
+
+
+class ReadFileOutput(BaseModel):
+    content: str
+
+
+class WriteFileArgs(Arguments):
+    path: str
+    content: str
+    mode: int | None = Field(default=None, ge=0, le=0o7777)
+
+
+class WriteFileOutput(BaseModel):
+    sha256: str
+    size: int
+
+
+class ListFilesArgs(Arguments):
+    path: str = "."
+
+
+class ListFilesOutput(BaseModel):
+    files: list[str]
+
+
+class ToolResponse(BaseModel):
+    """Every tool answers with this envelope. `ok` is true when the tool ran, even if the command it
+    ran exited non-zero; it is false when the tool itself could not do its job."""
+
+    ok: bool
+    output: Any = None
+    error: str | None = None
+
+
+class Health(BaseModel):
+    ok: bool = True
+    profile: NetworkProfile
+    network_isolated: bool
+    detail: str
+    pid: int
+    workspace: str
+
+
+class ManifestRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    paths: list[str]
+
+
+class ErrorBody(BaseModel):
+    ok: Literal[False] = False
+    error: str
+
+
+class ReadyFile(BaseModel):
+    """What the server writes to --ready-file once it accepts requests."""
+
+    pid: int
+    endpoint: str
+    network_isolated: bool
+    detail: str

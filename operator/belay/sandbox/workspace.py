@@ -1,0 +1,112 @@
+"""File operations confined to one workspace directory.
+
+Every name is relative to the workspace. A name is refused before anything is touched when it is
+absolute, contains `..`, or resolves (through a symlink anywhere on the way) outside the workspace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import tempfile
+from pathlib import Path, PurePosixPath
+
+from belay.journal.events import DeclaredArtifact
+from belay.stores.base import UnsafePath
+
+DEFAULT_FILE_MODE = 0o644
+
+
+def check_relative_name(name: str) -> PurePosixPath:
+    """The lexical check, needing no filesystem: a non-empty relative path without `..`."""
+    if not name or "\x00" in name:
+        raise UnsafePath(f"invalid path {name!r}")
+    path = PurePosixPath(name)
+    if path.is_absolute() or name.startswith("\\"):
+        raise UnsafePath(f"absolute path {name!r} is not allowed; paths are relative to the workspace")
+    if ".." in path.parts:
+        raise UnsafePath(f"path {name!r} escapes the workspace ('..' is not allowed)")
+    return path
+
+
+def resolve_in_workspace(root: Path, name: str) -> Path:
+    """The real path of `name` under `root`, refusing anything that would land outside it."""
+    relative = check_relative_name(name)
+    real_root = root.resolve()
+    candidate = (real_root / relative).resolve()
+    if candidate != real_root and not candidate.is_relative_to(real_root):
+        raise UnsafePath(f"path {name!r} escapes the workspace through a symlink")
+    return candidate
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_bytes(root: Path, name: str) -> bytes:
+    path = resolve_in_workspace(root, name)
+    if not path.is_file():
+        raise FileNotFoundError(f"no file {name!r} in the workspace")
+    return path.read_bytes()
+
+
+def write_atomically(root: Path, name: str, data: bytes, mode: int | None = None) -> Path:
+    """Write through a temporary file in the same directory and rename, so a reader never sees a
+    half-written file and a crash leaves either the old or the new content."""
+    path = resolve_in_workspace(root, name)
+    if path == root.resolve():
+        raise UnsafePath("cannot write to the workspace root")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # The parent may have been created through a symlink planted by a command: check again.
+    resolve_in_workspace(root, name)
+    if path.is_dir():
+        raise IsADirectoryError(f"{name!r} is a directory")
+    if mode is None:
+        mode = stat.S_IMODE(path.stat().st_mode) if path.is_file() else DEFAULT_FILE_MODE
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def list_files(root: Path, name: str = ".") -> list[str]:
+    """Regular files under `name`, as sorted workspace-relative POSIX paths. Symlinks are listed but
+    never followed, so a link to `/` cannot make the listing walk the host."""
+    start = root.resolve() if name in ("", ".") else resolve_in_workspace(root, name)
+    real_root = root.resolve()
+    if start.is_file():
+        return [start.relative_to(real_root).as_posix()]
+    if not start.is_dir():
+        raise FileNotFoundError(f"no directory {name!r} in the workspace")
+    found: list[str] = []
+    for directory, subdirectories, files in os.walk(start, followlinks=False):
+        subdirectories.sort()
+        for file_name in files:
+            found.append((Path(directory) / file_name).relative_to(real_root).as_posix())
+        for link in subdirectories:
+            if (Path(directory) / link).is_symlink():
+                found.append((Path(directory) / link).relative_to(real_root).as_posix())
+    return sorted(found)
+
+
+def describe(root: Path, name: str) -> DeclaredArtifact:
+    """The declared-artifact entry for one workspace file: name, sha256, size and mode."""
+    path = resolve_in_workspace(root, name)
+    if not path.is_file():
+        raise FileNotFoundError(f"declared file {name!r} is missing from the workspace")
+    data = path.read_bytes()
+    return DeclaredArtifact(
+        name=check_relative_name(name).as_posix(),
+        sha256=sha256_bytes(data),
+        size=len(data),
+        mode=stat.S_IMODE(path.stat().st_mode),
+    )
