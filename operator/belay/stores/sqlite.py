@@ -1,0 +1,482 @@
+"""The embedded event store: one SQLite file in WAL mode.
+
+Why it is shaped this way:
+- Every append is one `BEGIN IMMEDIATE` transaction. The idempotency check, the fencing-lease check,
+  the seq assignment and the insert all happen under the database's single write lock, so they are
+  atomic against other writers in this process and in other processes alike. A writer killed in the
+  middle of a batch leaves an uncommitted WAL frame that SQLite discards on the next open.
+- All writes of one store instance go through one dedicated thread and connection: in-process
+  writers queue there instead of spinning on SQLite's busy handler. Other processes (or other
+  instances) contend through `busy_timeout`.
+- Reads run on a small pool of threads, each with its own connection; WAL lets them proceed while a
+  write is in progress.
+- `latest_of_type` keeps (session, type) -> seq, so `latest()` is two primary-key lookups however long
+  the history is.
+- `watch()` is woken by appends made through this instance and polls at a short interval for
+  appends made by other processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import TypeAdapter
+
+from belay.journal.events import (
+    Event,
+    EventDraft,
+    batch_digest,
+    build_event,
+    event_from_json,
+    now_utc,
+)
+from belay.stores.base import (
+    MAX_PAYLOAD_BYTES,
+    IdempotencyConflict,
+    Lease,
+    PayloadTooLarge,
+    StaleLease,
+    StoreError,
+    StoreUnavailable,
+)
+
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    session_id      TEXT    NOT NULL,
+    seq             INTEGER NOT NULL,
+    type            TEXT    NOT NULL,
+    created_at      TEXT    NOT NULL,
+    idempotency_key TEXT,
+    event_json      TEXT    NOT NULL,  -- the whole envelope, payload included
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT    NOT NULL PRIMARY KEY,
+    last_seq   INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS idempotency (
+    session_id TEXT    NOT NULL,
+    key        TEXT    NOT NULL,
+    digest     TEXT    NOT NULL,
+    first_seq  INTEGER NOT NULL,
+    last_seq   INTEGER NOT NULL,
+    PRIMARY KEY (session_id, key)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS leases (
+    session_id  TEXT    NOT NULL PRIMARY KEY,
+    number      INTEGER NOT NULL,
+    holder      TEXT    NOT NULL,
+    acquired_at TEXT    NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS latest_of_type (
+    session_id TEXT    NOT NULL,
+    type       TEXT    NOT NULL,
+    seq        INTEGER NOT NULL,
+    PRIMARY KEY (session_id, type)
+) WITHOUT ROWID;
+"""
+
+# How often a caught-up watch re-reads, to see appends made by other processes or instances.
+DEFAULT_POLL_INTERVAL = 0.05
+# How long a writer waits for another process's write lock before giving up (StoreUnavailable).
+DEFAULT_BUSY_TIMEOUT_MS = 30_000
+WATCH_PAGE = 500
+
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+T = TypeVar("T")
+
+EVENT_LIST_ADAPTER: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
+
+
+def _parse_events(rows: list[tuple[str]]) -> list[Event]:
+    if not rows:
+        return []
+    # One validate_json over a JSON array is markedly cheaper than one call per row.
+    return EVENT_LIST_ADAPTER.validate_json("[" + ",".join(row[0] for row in rows) + "]")
+
+
+class SqliteEventStore:
+    """`EventStore` on a local SQLite file. Safe for many writers in one process and across processes.
+
+    `synchronous="FULL"` (the default) fsyncs the WAL at every commit, so an acknowledged append
+    survives a power loss; "NORMAL" survives a process crash only, and is faster.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: Synchronous = "FULL",
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        read_threads: int = 2,
+    ) -> None:
+        self.path = Path(path)
+        self.synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
+        self.poll_interval = poll_interval
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._waiters_lock = threading.Lock()
+        self._closed = False
+        self._create_schema()
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="belay-sqlite-write")
+        self._readers = ThreadPoolExecutor(max_workers=read_threads, thread_name_prefix="belay-sqlite-read")
+
+    # ---------------------------------------------------------------------------------------------
+    # connections and threads
+
+    def _open_connection(self) -> sqlite3.Connection:
+        try:
+            # isolation_level=None: the module issues no implicit BEGIN; transactions are explicit.
+            # check_same_thread=False only so close() can close every thread's connection.
+            conn = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self.busy_timeout_ms / 1000,
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
+        return conn
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._open_connection()
+            self._local.conn = conn
+            with self._connections_lock:
+                self._connections.append(conn)
+        return conn
+
+    def _create_schema(self) -> None:
+        conn = self._open_connection()
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreUnavailable(f"{self.path}: cannot switch to WAL mode (got {mode})")
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot create the schema in {self.path}: {exc}") from exc
+        finally:
+            conn.close()
+
+    async def _run(self, executor: ThreadPoolExecutor, fn: Callable[[], T]) -> T:
+        if self._closed:
+            raise StoreError("the store is closed")
+
+        def guarded() -> T:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                raise StoreUnavailable(f"{self.path}: {exc}") from exc
+
+        return await asyncio.get_running_loop().run_in_executor(executor, guarded)
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._run(self._writer, lambda: fn(self._connection()))
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._run(self._readers, lambda: fn(self._connection()))
+
+    # ---------------------------------------------------------------------------------------------
+    # appends
+
+    async def append(
+        self,
+        session_id: str,
+        drafts: Sequence[EventDraft],
+        *,
+        idempotency_key: str | None = None,
+        lease: int | None = None,
+    ) -> list[Event]:
+        if not session_id:
+            raise ValueError("session_id must not be empty")
+        drafts = list(drafts)
+        if not drafts:
+            return []
+        for draft in drafts:
+            size = len(draft.payload.model_dump_json().encode())
+            if size > MAX_PAYLOAD_BYTES:
+                raise PayloadTooLarge(
+                    f"a {draft.type} payload is {size} bytes, above {MAX_PAYLOAD_BYTES}; "
+                    "store the bytes as an artifact and reference them by hash"
+                )
+        digest = batch_digest(drafts) if idempotency_key is not None else None
+        events = await self._write(
+            lambda conn: self._append_in_transaction(conn, session_id, drafts, idempotency_key, digest, lease)
+        )
+        self._wake_watchers(session_id)
+        return events
+
+    def _append_in_transaction(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        drafts: list[EventDraft],
+        idempotency_key: str | None,
+        digest: str | None,
+        lease: int | None,
+    ) -> list[Event]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if idempotency_key is not None:
+                row = conn.execute(
+                    "SELECT digest, first_seq, last_seq FROM idempotency WHERE session_id = ? AND key = ?",
+                    (session_id, idempotency_key),
+                ).fetchone()
+                if row is not None:
+                    stored_digest, first_seq, last_seq = row
+                    if stored_digest != digest:
+                        raise IdempotencyConflict(
+                            f"idempotency key {idempotency_key!r} of session {session_id!r} was used "
+                            f"for a different batch (seq {first_seq}..{last_seq})"
+                        )
+                    # A replay writes nothing, so it needs no fencing: the original append was fenced.
+                    original = _parse_events(
+                        conn.execute(
+                            "SELECT event_json FROM events WHERE session_id = ? AND seq BETWEEN ? AND ? "
+                            "ORDER BY seq",
+                            (session_id, first_seq, last_seq),
+                        ).fetchall()
+                    )
+                    conn.execute("COMMIT")
+                    return original
+            if lease is not None:
+                row = conn.execute("SELECT number FROM leases WHERE session_id = ?", (session_id,)).fetchone()
+                current = row[0] if row is not None else 0
+                if lease != current:
+                    raise StaleLease(
+                        f"append to session {session_id!r} under lease {lease}; "
+                        f"the current lease is {current}"
+                    )
+            row = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+            base = row[0] if row is not None else 0
+            created_at = now_utc()
+            events = [
+                build_event(
+                    draft,
+                    seq=base + offset,
+                    session_id=session_id,
+                    created_at=created_at,
+                    idempotency_key=idempotency_key,
+                )
+                for offset, draft in enumerate(drafts, start=1)
+            ]
+            created_text = created_at.isoformat()
+            conn.executemany(
+                "INSERT INTO events (session_id, seq, type, created_at, idempotency_key, event_json) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        session_id,
+                        event.seq,
+                        event.type,
+                        created_text,
+                        idempotency_key,
+                        event.model_dump_json(),
+                    )
+                    for event in events
+                ],
+            )
+            last = events[-1].seq
+            conn.execute(
+                "INSERT INTO sessions (session_id, last_seq) VALUES (?, ?) "
+                "ON CONFLICT (session_id) DO UPDATE SET last_seq = excluded.last_seq",
+                (session_id, last),
+            )
+            newest_by_type = {event.type: event.seq for event in events}
+            conn.executemany(
+                "INSERT INTO latest_of_type (session_id, type, seq) VALUES (?, ?, ?) "
+                "ON CONFLICT (session_id, type) DO UPDATE SET seq = excluded.seq",
+                [(session_id, event_type, seq) for event_type, seq in newest_by_type.items()],
+            )
+            if idempotency_key is not None:
+                conn.execute(
+                    "INSERT INTO idempotency (session_id, key, digest, first_seq, last_seq) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (session_id, idempotency_key, digest, base + 1, last),
+                )
+            conn.execute("COMMIT")
+            return events
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    # ---------------------------------------------------------------------------------------------
+    # reads
+
+    async def read(
+        self, session_id: str, from_seq: int = 1, to_seq: int | None = None, limit: int | None = None
+    ) -> list[Event]:
+        sql = "SELECT event_json FROM events WHERE session_id = ? AND seq >= ?"
+        params: tuple[object, ...] = (session_id, from_seq)
+        if to_seq is not None:
+            sql += " AND seq <= ?"
+            params += (to_seq,)
+        sql += " ORDER BY seq LIMIT ?"
+        params += (limit if limit is not None else -1,)  # SQLite: a negative LIMIT means no limit
+        return await self._read(lambda conn: _parse_events(conn.execute(sql, params).fetchall()))
+
+    async def tail(self, session_id: str, count: int) -> list[Event]:
+        if count <= 0:
+            return []
+
+        def query(conn: sqlite3.Connection) -> list[Event]:
+            rows = conn.execute(
+                "SELECT event_json FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT ?",
+                (session_id, count),
+            ).fetchall()
+            rows.reverse()
+            return _parse_events(rows)
+
+        return await self._read(query)
+
+    async def latest(self, session_id: str, event_type: str) -> Event | None:
+        def query(conn: sqlite3.Connection) -> Event | None:
+            row = conn.execute(
+                "SELECT e.event_json FROM latest_of_type AS l "
+                "JOIN events AS e ON e.session_id = l.session_id AND e.seq = l.seq "
+                "WHERE l.session_id = ? AND l.type = ?",
+                (session_id, event_type),
+            ).fetchone()
+            return event_from_json(row[0]) if row is not None else None
+
+        return await self._read(query)
+
+    async def last_seq(self, session_id: str) -> int:
+        def query(conn: sqlite3.Connection) -> int:
+            row = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+            return int(row[0]) if row is not None else 0
+
+        return await self._read(query)
+
+    async def list_sessions(self) -> list[str]:
+        return await self._read(
+            lambda conn: [
+                row[0] for row in conn.execute("SELECT session_id FROM sessions ORDER BY session_id")
+            ]
+        )
+
+    # ---------------------------------------------------------------------------------------------
+    # watch
+
+    async def watch(self, session_id: str, from_seq: int = 1) -> AsyncIterator[Event]:
+        next_seq = max(from_seq, 1)
+        loop = asyncio.get_running_loop()
+        while True:
+            # Register before reading, so an append that lands between the read and the wait
+            # still wakes this watcher.
+            woken: asyncio.Future[None] = loop.create_future()
+            self._add_waiter(session_id, woken)
+            try:
+                page = await self.read(session_id, next_seq, limit=WATCH_PAGE)
+                if not page:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(woken), timeout=self.poll_interval)
+                    continue
+            finally:
+                self._remove_waiter(session_id, woken)
+            for event in page:
+                yield event
+                next_seq = event.seq + 1
+
+    def _add_waiter(self, session_id: str, waiter: asyncio.Future[None]) -> None:
+        with self._waiters_lock:
+            self._waiters.setdefault(session_id, set()).add(waiter)
+
+    def _remove_waiter(self, session_id: str, waiter: asyncio.Future[None]) -> None:
+        with self._waiters_lock:
+            waiters = self._waiters.get(session_id)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._waiters[session_id]
+        if not waiter.done():
+            waiter.cancel()
+
+    def _wake_watchers(self, session_id: str) -> None:
+        with self._waiters_lock:
+            waiters = list(self._waiters.get(session_id, ()))
+        for waiter in waiters:
+            # A watcher may live on another event loop (another thread): wake it on its own loop.
+            waiter.get_loop().call_soon_threadsafe(_resolve, waiter)
+
+    # ---------------------------------------------------------------------------------------------
+    # leases
+
+    async def acquire_lease(self, session_id: str, holder: str) -> Lease:
+        def advance(conn: sqlite3.Connection) -> Lease:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute(
+                    "INSERT INTO leases (session_id, number, holder, acquired_at) VALUES (?, 1, ?, ?) "
+                    "ON CONFLICT (session_id) DO UPDATE "
+                    "SET number = number + 1, holder = excluded.holder, acquired_at = excluded.acquired_at "
+                    "RETURNING number",
+                    (session_id, holder, now_utc().isoformat()),
+                ).fetchone()
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return Lease(session_id=session_id, number=int(row[0]), holder=holder)
+
+        return await self._write(advance)
+
+    async def current_lease(self, session_id: str) -> Lease | None:
+        def query(conn: sqlite3.Connection) -> Lease | None:
+            row = conn.execute(
+                "SELECT number, holder FROM leases WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            return Lease(session_id=session_id, number=int(row[0]), holder=row[1])
+
+        return await self._read(query)
+
+    # ---------------------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.get_running_loop().run_in_executor(None, self._shutdown)
+
+    def _shutdown(self) -> None:
+        self._writer.shutdown(wait=True)
+        self._readers.shutdown(wait=True)
+        with self._connections_lock:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.close()
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -1,0 +1,463 @@
+"""The EventStore conformance suite: every backend in EVENT_STORE_BACKENDS passes the same tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from belay.journal.events import (
+    Event,
+    EventDraft,
+    Lifecycle,
+    LifecycleKind,
+    ModelOutput,
+    Note,
+    NoteKind,
+    Task,
+    TaskStatus,
+    UserInput,
+)
+from belay.stores.base import (
+    MAX_PAYLOAD_BYTES,
+    EventStore,
+    IdempotencyConflict,
+    PayloadTooLarge,
+    StaleLease,
+)
+from tests.conformance.backends import EventBackend
+
+WRITER_SCRIPT = Path(__file__).with_name("writer_process.py")
+# Guards against a hang; never a timing assertion.
+HANG_GUARD_SECONDS = 30
+
+
+def note(note_id: str, text: str = "") -> EventDraft:
+    return EventDraft(payload=Note(note_id=note_id, kind=NoteKind.FINDING, text=text))
+
+
+def notes(prefix: str, count: int) -> list[EventDraft]:
+    return [note(f"{prefix}-{i}") for i in range(count)]
+
+
+def note_ids(events: list[Event]) -> list[str]:
+    return [e.payload.note_id for e in events if isinstance(e.payload, Note)]
+
+
+def seqs(events: list[Event]) -> list[int]:
+    return [e.seq for e in events]
+
+
+# --------------------------------------------------------------------------------------------------
+# append and seq
+
+
+async def test_append_assigns_dense_seqs_from_one(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    assert await event_store.last_seq(session) == 0
+    first = await event_store.append(session, notes("a", 3))
+    second = await event_store.append(session, notes("b", 2))
+    assert seqs(first) == [1, 2, 3]
+    assert seqs(second) == [4, 5]
+    assert all(e.session_id == session for e in first + second)
+    assert await event_store.last_seq(session) == 5
+    assert await event_store.read(session) == first + second
+
+
+async def test_sessions_have_independent_seqs(event_backend: EventBackend, event_store: EventStore) -> None:
+    one, two = event_backend.session("one"), event_backend.session("two")
+    await event_store.append(one, notes("a", 3))
+    appended = await event_store.append(two, notes("b", 2))
+    assert seqs(appended) == [1, 2]
+    assert await event_store.last_seq(one) == 3
+
+
+async def test_stored_event_keeps_type_parent_and_actor(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    [request] = await event_store.append(session, [EventDraft(payload=UserInput(goal="fix the parser"))])
+    draft = EventDraft(payload=ModelOutput(text="looking", input_tokens=7), parent_seq=request.seq)
+    [output] = await event_store.append(session, [draft], idempotency_key="turn-1")
+    [read_back] = await event_store.read(session, output.seq, output.seq)
+    assert read_back == output
+    assert read_back.type == "model_output"
+    assert read_back.parent_seq == 1
+    assert read_back.idempotency_key == "turn-1"
+    assert isinstance(read_back.payload, ModelOutput) and read_back.payload.input_tokens == 7
+
+
+async def test_concurrent_writers_get_dense_seqs_and_atomic_batches(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    writers, batches, batch_size = 8, 15, 4
+    # Half the writers share the fixture's handle, half open their own, so both in-process queuing
+    # and contention between independent connections are exercised.
+    handles = [event_store if w % 2 == 0 else event_backend.open_another() for w in range(writers)]
+
+    async def write(writer: int) -> list[list[Event]]:
+        results = []
+        for batch in range(batches):
+            drafts = notes(f"w{writer}-b{batch}", batch_size)
+            results.append(await handles[writer].append(session, drafts))
+        return results
+
+    per_writer = await asyncio.wait_for(
+        asyncio.gather(*(write(w) for w in range(writers))), HANG_GUARD_SECONDS
+    )
+    stored = await event_store.read(session)
+    total = writers * batches * batch_size
+    assert seqs(stored) == list(range(1, total + 1))
+    returned = sorted((e for results in per_writer for batch in results for e in batch), key=lambda e: e.seq)
+    assert returned == stored
+    # Each batch occupies consecutive seqs, in the order its drafts were given.
+    for results in per_writer:
+        for batch in results:
+            assert seqs(batch) == list(range(batch[0].seq, batch[0].seq + batch_size))
+            prefix = note_ids(batch)[0].rsplit("-", 1)[0]
+            assert note_ids(batch) == [f"{prefix}-{i}" for i in range(batch_size)]
+
+
+async def test_empty_batch_writes_nothing(event_backend: EventBackend, event_store: EventStore) -> None:
+    session = event_backend.session()
+    assert await event_store.append(session, []) == []
+    assert await event_store.last_seq(session) == 0
+
+
+# --------------------------------------------------------------------------------------------------
+# idempotency
+
+
+async def test_idempotent_retry_returns_the_original_events_and_writes_nothing(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    await event_store.append(session, notes("before", 2))
+    original = await event_store.append(session, notes("batch", 3), idempotency_key="step-7")
+    await event_store.append(session, notes("after", 1))
+    retried = await event_store.append(session, notes("batch", 3), idempotency_key="step-7")
+    assert retried == original
+    assert seqs(retried) == [3, 4, 5]
+    assert await event_store.last_seq(session) == 6
+    # The record survives a new handle (another process would open it the same way).
+    again = await event_backend.open_another().append(session, notes("batch", 3), idempotency_key="step-7")
+    assert again == original
+    assert await event_store.last_seq(session) == 6
+
+
+async def test_same_key_with_a_different_batch_is_a_conflict(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    await event_store.append(session, notes("batch", 3), idempotency_key="step-7")
+    with pytest.raises(IdempotencyConflict):
+        await event_store.append(session, notes("other", 3), idempotency_key="step-7")
+    with pytest.raises(IdempotencyConflict):
+        await event_store.append(session, notes("batch", 2), idempotency_key="step-7")
+    changed_parent = [EventDraft(payload=d.payload, parent_seq=1) for d in notes("batch", 3)]
+    with pytest.raises(IdempotencyConflict):
+        await event_store.append(session, changed_parent, idempotency_key="step-7")
+    assert await event_store.last_seq(session) == 3
+
+
+async def test_idempotency_keys_are_scoped_to_their_session(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    one, two = event_backend.session("one"), event_backend.session("two")
+    await event_store.append(one, notes("a", 2), idempotency_key="k")
+    in_two = await event_store.append(two, notes("b", 1), idempotency_key="k")
+    assert seqs(in_two) == [1]
+
+
+async def test_concurrent_retries_of_one_key_write_once(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    handles = [event_store, event_backend.open_another(), event_backend.open_another()]
+    results = await asyncio.gather(
+        *(handles[i % 3].append(session, notes("once", 4), idempotency_key="only-once") for i in range(9))
+    )
+    assert all(result == results[0] for result in results)
+    assert await event_store.last_seq(session) == 4
+
+
+# --------------------------------------------------------------------------------------------------
+# fencing
+
+
+async def test_leases_advance_and_a_stale_lease_is_refused(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    assert await event_store.current_lease(session) is None
+    first = await event_store.acquire_lease(session, "attempt-1")
+    assert (first.number, first.holder) == (1, "attempt-1")
+    await event_store.append(session, notes("one", 2), lease=first.number)
+
+    second = await event_store.acquire_lease(session, "attempt-2")
+    assert second.number == 2
+    assert await event_store.current_lease(session) == second
+
+    with pytest.raises(StaleLease):
+        await event_store.append(session, notes("zombie", 2), lease=first.number)
+    assert await event_store.last_seq(session) == 2
+
+    accepted = await event_store.append(session, notes("two", 1), lease=second.number)
+    assert seqs(accepted) == [3]
+
+
+async def test_a_lease_never_acquired_is_refused(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    with pytest.raises(StaleLease):
+        await event_store.append(session, notes("early", 1), lease=1)
+    lease = await event_store.acquire_lease(session, "attempt-1")
+    with pytest.raises(StaleLease):
+        await event_store.append(session, notes("ahead", 1), lease=lease.number + 1)
+    assert await event_store.last_seq(session) == 0
+
+
+async def test_a_zombie_writer_is_fenced_by_its_replacement(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    """Two attempts write side by side; once the replacement holds the lease, the zombie's every
+    append is refused, whichever handle and whatever interleaving."""
+    session = event_backend.session()
+    zombie_store = event_backend.open_another()
+    zombie_lease = await zombie_store.acquire_lease(session, "attempt-1")
+    await zombie_store.append(session, notes("zombie-before", 2), lease=zombie_lease.number)
+    replacement = await event_store.acquire_lease(session, "attempt-2")
+
+    async def zombie() -> int:
+        refused = 0
+        for i in range(10):
+            try:
+                await zombie_store.append(session, notes(f"zombie-{i}", 2), lease=zombie_lease.number)
+            except StaleLease:
+                refused += 1
+        return refused
+
+    async def live() -> None:
+        for i in range(10):
+            await event_store.append(session, notes(f"live-{i}", 2), lease=replacement.number)
+
+    refused, _ = await asyncio.gather(zombie(), live())
+    assert refused == 10
+    ids = note_ids(await event_store.read(session))
+    assert not any(i.startswith("zombie-") and not i.startswith("zombie-before") for i in ids)
+    assert len(ids) == 2 + 20
+
+
+# --------------------------------------------------------------------------------------------------
+# crash safety
+
+
+async def test_a_writer_killed_mid_batch_leaves_no_part_of_it(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    batch_size, text_bytes = 1500, 2000
+    rng = random.Random()
+    killed_in_flight = 0
+    for _ in range(3):
+        killed_in_flight += await asyncio.to_thread(
+            run_and_kill_writer, event_backend.spec, session, batch_size, text_bytes, rng
+        )
+        stored = await event_store.read(session)
+        assert seqs(stored) == list(range(1, len(stored) + 1))
+        by_batch: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for e in stored:
+            assert isinstance(e.payload, Note)
+            batch, index, size = e.payload.note_id.split(":")
+            by_batch[batch].append((e.seq, int(index)))
+            assert int(size) == batch_size
+        for batch, members in by_batch.items():
+            assert [index for _, index in members] == list(range(batch_size)), f"batch {batch} is partial"
+            assert [s for s, _ in members] == list(range(members[0][0], members[0][0] + batch_size))
+    assert killed_in_flight >= 1
+    # The store stays writable after the crashes, continuing the same dense seq.
+    last = await event_store.last_seq(session)
+    appended = await event_backend.open_another().append(session, notes("after-crash", 2))
+    assert seqs(appended) == [last + 1, last + 2]
+
+
+def run_and_kill_writer(
+    spec: dict[str, object], session: str, batch_size: int, text_bytes: int, rng: random.Random
+) -> int:
+    """Start a writer, let it commit at least one batch, then SIGKILL it at a random moment inside
+    a later append. Returns 1 if the kill landed while an append was in flight, else 0."""
+    child = subprocess.Popen(
+        [sys.executable, str(WRITER_SCRIPT), json.dumps(spec), session, str(batch_size), str(text_bytes)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    try:
+        duration = None
+        for line in child.stdout:
+            word, *rest = line.split()
+            if word == "done":
+                duration = float(rest[1])
+            elif word == "begin" and duration is not None:
+                # Somewhere inside this append, including its commit.
+                time.sleep(rng.uniform(0, duration * 1.1))
+                child.send_signal(signal.SIGKILL)
+                break
+        else:
+            raise AssertionError(f"the writer exited on its own with {child.wait()}")
+        remaining = child.stdout.read()
+        child.wait()
+        return 0 if "done" in remaining else 1
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+# --------------------------------------------------------------------------------------------------
+# reads
+
+
+async def test_read_ranges_tail_and_limits(event_backend: EventBackend, event_store: EventStore) -> None:
+    session = event_backend.session()
+    await event_store.append(session, notes("n", 10))
+    assert seqs(await event_store.read(session, 3, 7)) == [3, 4, 5, 6, 7]
+    assert seqs(await event_store.read(session, 8)) == [8, 9, 10]
+    assert seqs(await event_store.read(session, 2, limit=3)) == [2, 3, 4]
+    assert await event_store.read(session, 11) == []
+    assert seqs(await event_store.tail(session, 3)) == [8, 9, 10]
+    assert seqs(await event_store.tail(session, 50)) == list(range(1, 11))
+    assert await event_store.read(event_backend.session("never-written")) == []
+    assert await event_store.tail(event_backend.session("never-written"), 5) == []
+
+
+async def test_latest_of_type(event_backend: EventBackend, event_store: EventStore) -> None:
+    session = event_backend.session()
+    assert await event_store.latest(session, "task") is None
+    await event_store.append(
+        session,
+        [
+            EventDraft(payload=Task(task_id="t1", status=TaskStatus.PLANNED)),
+            note("n1"),
+            EventDraft(payload=Task(task_id="t1", status=TaskStatus.RUNNING)),
+        ],
+    )
+    await event_store.append(session, notes("more", 5))
+    latest_task = await event_store.latest(session, "task")
+    assert latest_task is not None and latest_task.seq == 3
+    assert isinstance(latest_task.payload, Task) and latest_task.payload.status == TaskStatus.RUNNING
+    latest_note = await event_store.latest(session, "note")
+    assert latest_note is not None and latest_note.seq == 8
+    assert await event_store.latest(session, "checkpoint") is None
+    await event_store.append(session, [EventDraft(payload=Lifecycle(kind=LifecycleKind.HARNESS_STARTED))])
+    latest_lifecycle = await event_store.latest(session, "lifecycle")
+    assert latest_lifecycle is not None and latest_lifecycle.seq == 9
+
+
+async def test_list_sessions(event_backend: EventBackend, event_store: EventStore) -> None:
+    names = [event_backend.session(label) for label in ("b", "a", "c")]
+    for name in names:
+        await event_store.append(name, notes("x", 1))
+    listed = [s for s in await event_store.list_sessions() if s.startswith(event_backend.session_prefix)]
+    assert sorted(listed) == sorted(names)
+
+
+async def test_payload_too_large_is_refused_and_writes_nothing(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    big = note("big", "x" * (MAX_PAYLOAD_BYTES + 1))
+    with pytest.raises(PayloadTooLarge, match="artifact"):
+        await event_store.append(session, [note("small"), big])
+    assert await event_store.last_seq(session) == 0
+    # Just under the limit is fine.
+    fits = note("fits", "x" * (MAX_PAYLOAD_BYTES - 200))
+    assert seqs(await event_store.append(session, [fits])) == [1]
+
+
+# --------------------------------------------------------------------------------------------------
+# watch
+
+
+async def collect(watch: AsyncIterator[Event], count: int) -> list[Event]:
+    events: list[Event] = []
+    async for event in watch:
+        events.append(event)
+        if len(events) == count:
+            break
+    return events
+
+
+async def test_watch_sees_history_then_live_appends_with_no_gap(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    await event_store.append(session, notes("history", 5))
+    other_writer = event_backend.open_another()
+    watcher = asyncio.create_task(collect(event_store.watch(session, from_seq=3), 3 + 12))
+
+    async def write_live() -> None:
+        for i in range(6):
+            # Alternate handles: appends through this handle and through an independent one (as
+            # another process would make them) must both reach the watcher.
+            writer = event_store if i % 2 == 0 else other_writer
+            await writer.append(session, notes(f"live{i}", 2))
+            await asyncio.sleep(0)
+
+    await write_live()
+    seen = await asyncio.wait_for(watcher, HANG_GUARD_SECONDS)
+    assert seqs(seen) == list(range(3, 18))
+    assert seen == (await event_store.read(session, 3))
+
+
+async def test_watch_waits_for_a_session_that_has_no_events_yet(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    watcher = asyncio.create_task(collect(event_store.watch(session), 2))
+    await asyncio.sleep(0.01)
+    assert not watcher.done()
+    await event_store.append(session, notes("first", 2))
+    assert seqs(await asyncio.wait_for(watcher, HANG_GUARD_SECONDS)) == [1, 2]
+
+
+async def test_a_cut_watch_resumes_from_its_last_seq(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    await event_store.append(session, notes("a", 4))
+    first_watch = event_store.watch(session)
+    seen = await asyncio.wait_for(collect(first_watch, 2), HANG_GUARD_SECONDS)
+    aclose = getattr(first_watch, "aclose", None)
+    if aclose is not None:
+        await aclose()
+    await event_store.append(session, notes("b", 3))
+    resumed = await asyncio.wait_for(
+        collect(event_store.watch(session, seen[-1].seq + 1), 5), HANG_GUARD_SECONDS
+    )
+    assert seqs(seen + resumed) == list(range(1, 8))
+
+
+async def test_many_watchers_see_the_same_stream(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    watchers = [asyncio.create_task(collect(event_store.watch(session), 20)) for _ in range(4)]
+    for i in range(10):
+        await event_store.append(session, notes(f"n{i}", 2))
+    results = await asyncio.wait_for(asyncio.gather(*watchers), HANG_GUARD_SECONDS)
+    stored = await event_store.read(session)
+    assert all(result == stored for result in results)
