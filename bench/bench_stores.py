@@ -1,0 +1,153 @@
+"""Embedded store throughput: SQLite appends (batched and single) and the cost of `latest()`.
+
+Each figure is the median of several timed runs on a fresh database file with the store's default
+settings (WAL, synchronous=FULL: every acknowledged append is on disk).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from belay.journal.events import (
+    EffectClass,
+    EventDraft,
+    ModelOutput,
+    Payload,
+    Task,
+    TaskStatus,
+    ToolRequest,
+    ToolResult,
+)
+from belay.stores.sqlite import SqliteEventStore
+from bench.common import Figure
+
+COMMAND = "python -m bench bench_stores"
+BATCH_SIZE = 100
+BATCHES_PER_RUN = 100
+SINGLE_APPENDS_PER_RUN = 300
+RUNS = 3
+
+
+def realistic_drafts(count: int, start: int = 0) -> list[EventDraft]:
+    """A turn-shaped mix: model output, tool request, tool result, a task transition."""
+    drafts: list[EventDraft] = []
+    for i in range(start, start + count):
+        kind = i % 4
+        if kind == 0:
+            payload: Payload = ModelOutput(
+                text=f"Reading the parser to find where quoted keys lose their escape ({i}).",
+                tool_calls=(f"op-{i}",),
+                input_tokens=1800 + i % 50,
+                output_tokens=120,
+            )
+        elif kind == 1:
+            payload = ToolRequest(
+                operation_id=f"op-{i}",
+                tool="shell",
+                arguments={"command": "pytest -q tests/test_parser.py", "cwd": "/workspace"},
+                effect=EffectClass.IDEMPOTENT,
+                step="reproduce",
+            )
+        elif kind == 2:
+            payload = ToolResult(operation_id=f"op-{i}", ok=True, output="3 passed, 1 failed in 0.12s\n" * 4)
+        else:
+            payload = Task(task_id=f"t{i % 7}", title="fix quoted keys", status=TaskStatus.RUNNING)
+        drafts.append(EventDraft(payload=payload))
+    return drafts
+
+
+async def batched_appends_per_s(directory: Path, run: int, *, keyed: bool) -> float:
+    store = SqliteEventStore(directory / f"batched-{keyed}-{run}.db")
+    batches = [realistic_drafts(BATCH_SIZE, b * BATCH_SIZE) for b in range(BATCHES_PER_RUN)]
+    try:
+        await store.append("warmup", batches[0])
+        started = time.perf_counter()
+        for number, batch in enumerate(batches):
+            await store.append("session", batch, idempotency_key=f"batch-{number}" if keyed else None)
+        elapsed = time.perf_counter() - started
+    finally:
+        await store.close()
+    return BATCH_SIZE * BATCHES_PER_RUN / elapsed
+
+
+async def single_appends_per_s(directory: Path, run: int) -> float:
+    store = SqliteEventStore(directory / f"single-{run}.db")
+    drafts = realistic_drafts(SINGLE_APPENDS_PER_RUN)
+    try:
+        await store.append("warmup", drafts[:1])
+        started = time.perf_counter()
+        for draft in drafts:
+            await store.append("session", [draft])
+        elapsed = time.perf_counter() - started
+    finally:
+        await store.close()
+    return SINGLE_APPENDS_PER_RUN / elapsed
+
+
+async def latest_seconds(directory: Path, history: int) -> float:
+    """Median time of `latest("task")` once the session holds `history` events."""
+    store = SqliteEventStore(directory / f"latest-{history}.db", synchronous="OFF")
+    try:
+        for start in range(0, history, 1000):
+            await store.append("session", realistic_drafts(min(1000, history - start), start))
+        samples = []
+        for _ in range(200):
+            started = time.perf_counter()
+            await store.latest("session", "task")
+            samples.append(time.perf_counter() - started)
+    finally:
+        await store.close()
+    return statistics.median(samples)
+
+
+async def measure() -> list[Figure]:
+    with tempfile.TemporaryDirectory(prefix="belay-bench-stores-") as tmp:
+        directory = Path(tmp)
+        batched = [await batched_appends_per_s(directory, run, keyed=False) for run in range(RUNS)]
+        keyed = [await batched_appends_per_s(directory, run, keyed=True) for run in range(RUNS)]
+        single = [await single_appends_per_s(directory, run) for run in range(RUNS)]
+        latest_small = await latest_seconds(directory, 1_000)
+        latest_large = await latest_seconds(directory, 100_000)
+    events = BATCH_SIZE * BATCHES_PER_RUN
+    return [
+        Figure(
+            key="sqlite_batched_appends_per_s",
+            value=statistics.median(batched),
+            unit="events/s",
+            command=COMMAND,
+            detail=f"batches of {BATCH_SIZE}, {events} events per run, median of {RUNS}, synchronous=FULL",
+            goal=">= 20000",
+        ),
+        Figure(
+            key="sqlite_batched_idempotent_appends_per_s",
+            value=statistics.median(keyed),
+            unit="events/s",
+            command=COMMAND,
+            detail="as above, each batch with an idempotency key (digest of the batch computed per append)",
+        ),
+        Figure(
+            key="sqlite_single_appends_per_s",
+            value=statistics.median(single),
+            unit="events/s",
+            command=COMMAND,
+            detail=f"one event per append (one fsynced commit each), {SINGLE_APPENDS_PER_RUN} per run, "
+            f"median of {RUNS}",
+        ),
+        Figure(
+            key="sqlite_latest_ratio_1e5_vs_1e3",
+            value=latest_large / latest_small,
+            unit="x",
+            command=COMMAND,
+            detail=f"latest(type) median {latest_large * 1e6:.0f} us at 10^5 events vs "
+            f"{latest_small * 1e6:.0f} us at 10^3",
+            goal="~1 (indexed, independent of history length)",
+        ),
+    ]
+
+
+def run() -> list[Figure]:
+    return asyncio.run(measure())
