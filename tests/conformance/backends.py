@@ -37,6 +37,8 @@ class EventBackend:
     spec: dict[str, Any]
     session_prefix: str
     cleanup: Callable[[], Awaitable[None]] | None = None
+    # The most events one atomic batch may hold, where the backend has a limit (etcd: one transaction).
+    max_batch_events: int | None = None
     _extra: list[EventStore] = field(default_factory=list)
 
     def session(self, label: str = "s") -> str:
@@ -119,9 +121,99 @@ async def make_filesystem(request: pytest.FixtureRequest, tmp_path: Path) -> Art
     )
 
 
+# --------------------------------------------------------------------------------------------------
+# etcd: one shared member; each test writes under its own key prefix, deleted afterwards.
+
+
+async def make_etcd(request: pytest.FixtureRequest, tmp_path: Path) -> EventBackend:
+    from belay.stores.etcd import MAX_BATCH_EVENTS
+
+    endpoint = request.getfixturevalue("etcd_endpoint")
+    prefix = f"/conformance-{uuid.uuid4().hex[:12]}"
+    spec = {"backend": "etcd", "endpoints": [endpoint], "prefix": prefix}
+
+    async def delete_prefix() -> None:
+        import aetcd
+
+        async with aetcd.Client(host="127.0.0.1", port=int(endpoint.rsplit(":", 1)[1])) as client:
+            await client.delete_prefix(prefix.encode() + b"/")
+
+    return EventBackend(
+        name="etcd",
+        store=open_event_store(spec),
+        spec=spec,
+        session_prefix=f"t{uuid.uuid4().hex[:8]}-",
+        cleanup=delete_prefix,
+        max_batch_events=MAX_BATCH_EVENTS,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# S3: one bucket on the shared server; each test stores under its own key prefix, deleted afterwards.
+
+CONFORMANCE_BUCKET = "belay-conformance"
+
+
+async def make_s3(request: pytest.FixtureRequest, tmp_path: Path) -> ArtifactBackend:
+    import urllib.request
+
+    from belay.stores.s3 import S3ArtifactStore, content_key
+
+    server = request.getfixturevalue("s3_server")
+    prefix = f"conformance-{uuid.uuid4().hex[:12]}"
+    spec = {
+        "backend": "s3",
+        "bucket": CONFORMANCE_BUCKET,
+        "prefix": prefix,
+        "endpoint_url": server.endpoint_url,
+        "access_key": server.access_key,
+        "secret_key": server.secret_key,
+        "region": server.region,
+        "create_bucket": True,
+    }
+    store = open_artifact_store(spec)
+    assert isinstance(store, S3ArtifactStore)
+    client = server.client()
+
+    def keys_under_prefix() -> list[str]:
+        pages = client.get_paginator("list_objects_v2").paginate(
+            Bucket=CONFORMANCE_BUCKET, Prefix=f"{prefix}/"
+        )
+        return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+    def corrupt(sha256: str) -> None:
+        key = content_key(store.prefix, sha256)
+        data = bytearray(client.get_object(Bucket=CONFORMANCE_BUCKET, Key=key)["Body"].read())
+        if data:
+            data[len(data) // 2] ^= 0xFF
+        else:
+            data = bytearray(b"x")
+        client.put_object(Bucket=CONFORMANCE_BUCKET, Key=key, Body=bytes(data))
+
+    def read_location(location: str) -> bytes:
+        with urllib.request.urlopen(location, timeout=10) as response:
+            return bytes(response.read())
+
+    def cleanup() -> None:
+        for key in keys_under_prefix():
+            client.delete_object(Bucket=CONFORMANCE_BUCKET, Key=key)
+
+    return ArtifactBackend(
+        name="s3",
+        store=store,
+        spec=spec,
+        corrupt=corrupt,
+        count_blobs=lambda: sum(1 for key in keys_under_prefix() if key.startswith(f"{prefix}/blobs/")),
+        read_location=read_location,
+        cleanup=cleanup,
+    )
+
+
 EVENT_STORE_BACKENDS: dict[str, Registered] = {
     "sqlite": Registered(make_sqlite),
+    "etcd": Registered(make_etcd, marks=(pytest.mark.testenv,)),
 }
 ARTIFACT_STORE_BACKENDS: dict[str, Registered] = {
     "filesystem": Registered(make_filesystem),
+    "s3": Registered(make_s3, marks=(pytest.mark.testenv,)),
 }

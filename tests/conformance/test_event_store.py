@@ -269,7 +269,7 @@ async def test_a_writer_killed_mid_batch_leaves_no_part_of_it(
     event_backend: EventBackend, event_store: EventStore
 ) -> None:
     session = event_backend.session()
-    batch_size, text_bytes = 1500, 2000
+    batch_size, text_bytes = min(1500, event_backend.max_batch_events or 1500), 2000
     rng = random.Random()
     killed_in_flight = 0
     for _ in range(3):

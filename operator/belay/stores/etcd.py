@@ -1,0 +1,617 @@
+"""The event store on etcd v3, for clusters.
+
+Key layout (every key under `prefix`, default `/belay`; a session id is percent-encoded into one
+path segment):
+
+    <prefix>/sessions/<id>/head               {"last_seq": n}; its mod_revision guards seq assignment
+    <prefix>/sessions/<id>/events/<seq:020d>  the event, as its JSON envelope
+    <prefix>/sessions/<id>/idem/<key>         {"digest": ..., "first_seq": a, "last_seq": b}
+    <prefix>/sessions/<id>/lease              {"number": n, "holder": ...}
+    <prefix>/sessions/<id>/latest/<type>      {"seq": n}: the newest event of that type
+    <prefix>/index/<id>                       empty; one per session, for list_sessions
+
+An append reads head, lease and idempotency record at one revision, then writes the events, the
+new head, the latest-of-type entries and the idempotency record in ONE transaction whose compares
+are: head unchanged (mod_revision), lease unchanged (mod_revision) and the idempotency key unused.
+A failed compare means another writer got there first; the append re-reads and tries again
+(optimistic concurrency). etcd transactions are strict serializable, so the fencing lease is a
+number compared in the same transaction as the write, never an etcd lock.
+
+The client is aetcd's generated gRPC stubs on our own `grpc.aio` channel: one channel can list
+several endpoints (round-robin, skipping members that are down), and every call carries its own
+deadline so an unreachable cluster becomes a prompt StoreUnavailable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import quote, unquote, urlsplit
+
+import grpc
+import grpc.aio
+from aetcd import rpc
+
+from belay.journal.events import (
+    Event,
+    EventDraft,
+    batch_digest,
+    build_event,
+    canonical_json,
+    event_from_json,
+    event_to_json,
+    now_utc,
+)
+from belay.stores.base import (
+    MAX_PAYLOAD_BYTES,
+    IdempotencyConflict,
+    Lease,
+    PayloadTooLarge,
+    StaleLease,
+    StoreError,
+    StoreUnavailable,
+)
+
+T = TypeVar("T")
+
+# etcd refuses requests above --max-request-bytes (1.5 MiB by default) and transactions with more
+# than --max-txn-ops operations (128 by default). A batch is one transaction, so it must fit both.
+MAX_BATCH_BYTES = 1024 * 1024
+MAX_BATCH_EVENTS = 100
+
+SEQ_DIGITS = 20
+READ_PAGE = 500
+
+# Errors after which the request may or may not have reached the cluster: retried, never trusted.
+TRANSIENT_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+    }
+)
+
+
+def grpc_target(endpoints: Sequence[str]) -> str:
+    """`http://127.0.0.1:2379` style endpoints as one gRPC target listing every address."""
+    addresses = []
+    for endpoint in endpoints:
+        parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+        if parts.hostname is None or parts.port is None:
+            raise ValueError(f"etcd endpoint needs a host and a port: {endpoint!r}")
+        addresses.append(f"{parts.hostname}:{parts.port}")
+    if not addresses:
+        raise ValueError("at least one etcd endpoint is needed")
+    return "ipv4:" + ",".join(addresses)
+
+
+def seq_key_part(seq: int) -> str:
+    return f"{seq:0{SEQ_DIGITS}d}"
+
+
+def prefix_range_end(prefix: bytes) -> bytes:
+    """The first key after every key that starts with `prefix` (etcd's range_end convention)."""
+    end = bytearray(prefix)
+    for i in reversed(range(len(end))):
+        if end[i] < 0xFF:
+            end[i] += 1
+            return bytes(end[: i + 1])
+    return b"\0"
+
+
+def payload_size(draft: EventDraft) -> int:
+    return len(draft.payload.model_dump_json().encode())
+
+
+def check_batch_size(drafts: Sequence[EventDraft]) -> None:
+    """Refuse, before anything is sent, a batch etcd could not hold in one transaction."""
+    for index, draft in enumerate(drafts):
+        size = payload_size(draft)
+        if size > MAX_PAYLOAD_BYTES:
+            raise PayloadTooLarge(
+                f"event {index} ({draft.type}) has a {size}-byte payload, above the "
+                f"{MAX_PAYLOAD_BYTES}-byte limit: store the bytes as an artifact and reference its sha256"
+            )
+    if len(drafts) > MAX_BATCH_EVENTS:
+        raise PayloadTooLarge(
+            f"a batch of {len(drafts)} events is above the {MAX_BATCH_EVENTS}-event limit of one "
+            "etcd transaction: append it in smaller batches"
+        )
+    total = sum(payload_size(d) for d in drafts)
+    if total > MAX_BATCH_BYTES:
+        raise PayloadTooLarge(
+            f"a batch of {total} payload bytes is above the {MAX_BATCH_BYTES}-byte limit of one etcd "
+            "transaction: store large payloads as artifacts or append in smaller batches"
+        )
+
+
+@dataclass(frozen=True)
+class SessionKeys:
+    """Every key of one session."""
+
+    root: bytes
+
+    @classmethod
+    def of(cls, prefix: str, session_id: str) -> SessionKeys:
+        if not session_id:
+            raise ValueError("session id must not be empty")
+        return cls(f"{prefix}/sessions/{quote(session_id, safe='')}/".encode())
+
+    @property
+    def head(self) -> bytes:
+        return self.root + b"head"
+
+    @property
+    def lease(self) -> bytes:
+        return self.root + b"lease"
+
+    @property
+    def events_prefix(self) -> bytes:
+        return self.root + b"events/"
+
+    def event(self, seq: int) -> bytes:
+        return self.events_prefix + seq_key_part(seq).encode()
+
+    def idem(self, key: str) -> bytes:
+        return self.root + b"idem/" + quote(key, safe="").encode()
+
+    def latest(self, event_type: str) -> bytes:
+        return self.root + b"latest/" + event_type.encode()
+
+
+@dataclass
+class Snapshot:
+    """What an append decides on, all read at one revision."""
+
+    revision: int
+    head_mod_revision: int = 0
+    last_seq: int = 0
+    lease_mod_revision: int = 0
+    lease_number: int = 0  # a session that never had a lease is at lease 0
+    idem_record: dict[str, Any] | None = None
+
+
+@dataclass
+class UnsettledAttempt:
+    """A transaction whose answer was lost: it may have been applied or not."""
+
+    events: list[Event]
+    values: list[bytes] = field(default_factory=list)
+
+
+def _put(key: bytes, value: bytes) -> Any:
+    return rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))
+
+
+def _range(key: bytes) -> Any:
+    return rpc.RequestOp(request_range=rpc.RangeRequest(key=key))
+
+
+def _mod_revision_is(key: bytes, revision: int) -> Any:
+    return rpc.Compare(key=key, target=rpc.Compare.MOD, result=rpc.Compare.EQUAL, mod_revision=revision)
+
+
+class EtcdEventStore:
+    """`EventStore` on etcd v3. See the module docstring for the key layout."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[str] | str,
+        *,
+        prefix: str = "/belay",
+        request_timeout: float = 2.0,
+        operation_timeout: float = 15.0,
+    ) -> None:
+        self.endpoints = [endpoints] if isinstance(endpoints, str) else list(endpoints)
+        self.prefix = prefix.rstrip("/")
+        self.request_timeout = request_timeout
+        self.operation_timeout = operation_timeout
+        self._target = grpc_target(self.endpoints)
+        self._channel: grpc.aio.Channel | None = None
+        self._kv: Any = None
+        self._watch: Any = None
+
+    # ----------------------------------------------------------------------------------------------
+    # Connection and retries
+
+    def _stubs(self) -> tuple[Any, Any]:
+        # The channel binds to the running event loop, so it is made on first use, not in __init__.
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(
+                self._target,
+                options=[
+                    ("grpc.lb_policy_name", "round_robin"),
+                    ("grpc.keepalive_time_ms", 5000),
+                    ("grpc.keepalive_timeout_ms", 2000),
+                    ("grpc.keepalive_permit_without_calls", 1),
+                    ("grpc.initial_reconnect_backoff_ms", 100),
+                    ("grpc.max_reconnect_backoff_ms", 1000),
+                    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                ],
+            )
+            self._kv = rpc.KVStub(self._channel)
+            self._watch = rpc.WatchStub(self._channel)
+        return self._kv, self._watch
+
+    def _unavailable(self, last_error: BaseException | None) -> StoreUnavailable:
+        detail = f": {_describe(last_error)}" if last_error else ""
+        return StoreUnavailable(
+            f"etcd at {', '.join(self.endpoints)} did not answer within {self.operation_timeout:g}s"
+            f"{detail}; nothing was written by the failed call"
+        )
+
+    async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Run an idempotent call (a read), retrying transient failures until the operation deadline."""
+        deadline = time.monotonic() + self.operation_timeout
+        delay = 0.05
+        last_error: BaseException | None = None
+        while time.monotonic() < deadline:
+            try:
+                return await call()
+            except grpc.aio.AioRpcError as error:
+                if error.code() not in TRANSIENT_CODES:
+                    raise _permanent(error) from error
+                last_error = error
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.5)
+        raise self._unavailable(last_error)
+
+    # ----------------------------------------------------------------------------------------------
+    # Raw etcd operations, each one RPC with its own deadline
+
+    async def _range(self, key: bytes, range_end: bytes = b"", **options: Any) -> Any:
+        kv, _ = self._stubs()
+        request = rpc.RangeRequest(key=key, range_end=range_end, **options)
+        return await kv.Range(request, timeout=self.request_timeout)
+
+    async def _txn(self, compare: list[Any], success: list[Any]) -> Any:
+        kv, _ = self._stubs()
+        request = rpc.TxnRequest(compare=compare, success=success, failure=[])
+        return await kv.Txn(request, timeout=self.request_timeout)
+
+    async def _get_json(self, key: bytes) -> tuple[dict[str, Any] | None, int]:
+        response = await self._retrying(lambda: self._range(key))
+        if not response.kvs:
+            return None, 0
+        return json.loads(response.kvs[0].value), response.kvs[0].mod_revision
+
+    # ----------------------------------------------------------------------------------------------
+    # Append
+
+    async def _snapshot(self, keys: SessionKeys, idempotency_key: str | None) -> Snapshot:
+        reads = [_range(keys.head), _range(keys.lease)]
+        if idempotency_key is not None:
+            reads.append(_range(keys.idem(idempotency_key)))
+        response = await self._txn([], reads)
+        head, lease = response.responses[0].response_range, response.responses[1].response_range
+        snapshot = Snapshot(revision=response.header.revision)
+        if head.kvs:
+            snapshot.head_mod_revision = head.kvs[0].mod_revision
+            snapshot.last_seq = json.loads(head.kvs[0].value)["last_seq"]
+        if lease.kvs:
+            snapshot.lease_mod_revision = lease.kvs[0].mod_revision
+            snapshot.lease_number = json.loads(lease.kvs[0].value)["number"]
+        if idempotency_key is not None and response.responses[2].response_range.kvs:
+            snapshot.idem_record = json.loads(response.responses[2].response_range.kvs[0].value)
+        return snapshot
+
+    async def _events_at(self, keys: SessionKeys, first: int, last: int, revision: int) -> list[Any]:
+        response = await self._range(keys.event(first), keys.event(last + 1), revision=revision)
+        return list(response.kvs)
+
+    async def _settle(
+        self, keys: SessionKeys, snapshot: Snapshot, unsettled: list[UnsettledAttempt]
+    ) -> list[Event] | None:
+        """Decide lost-answer attempts the snapshot can decide. Each compared on a head revision
+        that the snapshot has moved past, so it either landed (its exact bytes are at its seqs)
+        or never will."""
+        for attempt in list(unsettled):
+            first, last = attempt.events[0].seq, attempt.events[-1].seq
+            if snapshot.last_seq < last:
+                continue
+            stored = await self._events_at(keys, first, last, snapshot.revision)
+            if [kv.value for kv in stored] == attempt.values:
+                return attempt.events
+            unsettled.remove(attempt)
+        return None
+
+    async def append(
+        self,
+        session_id: str,
+        drafts: Sequence[EventDraft],
+        *,
+        idempotency_key: str | None = None,
+        lease: int | None = None,
+    ) -> list[Event]:
+        drafts = list(drafts)
+        if not drafts:
+            return []
+        check_batch_size(drafts)
+        keys = SessionKeys.of(self.prefix, session_id)
+        digest = batch_digest(drafts)
+        # One timestamp per call: a retry that reuses seqs writes byte-identical events, so two
+        # attempts racing for the same head revision cannot leave different records.
+        created_at = now_utc()
+        unsettled: list[UnsettledAttempt] = []
+        deadline = time.monotonic() + self.operation_timeout
+        delay = 0.02
+        last_error: BaseException | None = None
+        while time.monotonic() < deadline:
+            try:
+                snapshot = await self._snapshot(keys, idempotency_key)
+                settled = await self._settle(keys, snapshot, unsettled)
+                if settled is not None:
+                    return settled
+                if snapshot.idem_record is not None:
+                    return await self._replay(keys, snapshot, idempotency_key, digest)
+                if lease is not None and snapshot.lease_number != lease:
+                    raise StaleLease(
+                        f"session {session_id!r}: lease {lease} is not the current lease "
+                        f"{snapshot.lease_number}; a newer harness attempt owns the session"
+                    )
+                events = [
+                    build_event(
+                        draft,
+                        seq=snapshot.last_seq + offset,
+                        session_id=session_id,
+                        created_at=created_at,
+                        idempotency_key=idempotency_key,
+                    )
+                    for offset, draft in enumerate(drafts, start=1)
+                ]
+                attempt = UnsettledAttempt(events, [event_to_json(e).encode() for e in events])
+                compare, success = self._append_ops(keys, snapshot, attempt, idempotency_key, digest)
+                try:
+                    response = await self._txn(compare, success)
+                except grpc.aio.AioRpcError as error:
+                    if error.code() in TRANSIENT_CODES:
+                        unsettled.append(attempt)
+                    raise
+                if response.succeeded:
+                    return events
+                delay = 0.002  # contention: another writer won; re-read at once
+            except grpc.aio.AioRpcError as error:
+                if error.code() not in TRANSIENT_CODES:
+                    raise _permanent(error) from error
+                last_error = error
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.5)
+        if unsettled:
+            raise StoreUnavailable(
+                f"etcd at {', '.join(self.endpoints)} did not confirm the append within "
+                f"{self.operation_timeout:g}s ({_describe(last_error)}); the batch is either fully "
+                "written or not at all: retry with the same idempotency key to find out"
+            )
+        raise self._unavailable(last_error)
+
+    def _append_ops(
+        self,
+        keys: SessionKeys,
+        snapshot: Snapshot,
+        attempt: UnsettledAttempt,
+        idempotency_key: str | None,
+        digest: str,
+    ) -> tuple[list[Any], list[Any]]:
+        events = attempt.events
+        compare = [
+            _mod_revision_is(keys.head, snapshot.head_mod_revision),
+            _mod_revision_is(keys.lease, snapshot.lease_mod_revision),
+        ]
+        success = [_put(keys.event(e.seq), value) for e, value in zip(events, attempt.values, strict=True)]
+        success.append(_put(keys.head, canonical_json({"last_seq": events[-1].seq})))
+        newest_of_type = {e.type: e.seq for e in events}
+        success += [_put(keys.latest(t), canonical_json({"seq": seq})) for t, seq in newest_of_type.items()]
+        if idempotency_key is not None:
+            idem_key = keys.idem(idempotency_key)
+            compare.append(_mod_revision_is(idem_key, 0))
+            record = {"digest": digest, "first_seq": events[0].seq, "last_seq": events[-1].seq}
+            success.append(_put(idem_key, canonical_json(record)))
+        if snapshot.head_mod_revision == 0:
+            success.append(_put(self._index_key(events[0].session_id), b""))
+        return compare, success
+
+    async def _replay(
+        self, keys: SessionKeys, snapshot: Snapshot, idempotency_key: str | None, digest: str
+    ) -> list[Event]:
+        record = snapshot.idem_record
+        assert record is not None
+        if record["digest"] != digest:
+            raise IdempotencyConflict(
+                f"idempotency key {idempotency_key!r} was used for a different batch "
+                f"(seqs {record['first_seq']}..{record['last_seq']})"
+            )
+        stored = await self._events_at(keys, record["first_seq"], record["last_seq"], snapshot.revision)
+        return [event_from_json(kv.value) for kv in stored]
+
+    # ----------------------------------------------------------------------------------------------
+    # Reads
+
+    async def _read_at(
+        self, keys: SessionKeys, from_seq: int, to_seq: int | None, limit: int | None, revision: int = 0
+    ) -> tuple[list[Event], int]:
+        """Events in [from_seq, to_seq], page by page at one revision; returns them and that revision."""
+        events: list[Event] = []
+        start = keys.event(max(from_seq, 1))
+        end = keys.event(to_seq + 1) if to_seq is not None else prefix_range_end(keys.events_prefix)
+        while limit is None or len(events) < limit:
+            page = READ_PAGE if limit is None else min(READ_PAGE, limit - len(events))
+            response = await self._retrying(
+                functools.partial(self._range, start, end, limit=page, revision=revision)
+            )
+            revision = revision or response.header.revision
+            events.extend(event_from_json(kv.value) for kv in response.kvs)
+            if not response.more or not response.kvs:
+                break
+            start = response.kvs[-1].key + b"\0"
+        return events, revision
+
+    async def read(
+        self, session_id: str, from_seq: int = 1, to_seq: int | None = None, limit: int | None = None
+    ) -> list[Event]:
+        if (to_seq is not None and to_seq < from_seq) or limit == 0:
+            return []
+        events, _ = await self._read_at(SessionKeys.of(self.prefix, session_id), from_seq, to_seq, limit)
+        return events
+
+    async def last_seq(self, session_id: str) -> int:
+        head, _ = await self._get_json(SessionKeys.of(self.prefix, session_id).head)
+        return 0 if head is None else int(head["last_seq"])
+
+    async def tail(self, session_id: str, count: int) -> list[Event]:
+        if count <= 0:
+            return []
+        keys = SessionKeys.of(self.prefix, session_id)
+        response = await self._retrying(lambda: self._range(keys.head))
+        if not response.kvs:
+            return []
+        last = json.loads(response.kvs[0].value)["last_seq"]
+        events, _ = await self._read_at(
+            keys, max(1, last - count + 1), last, None, revision=response.header.revision
+        )
+        return events
+
+    async def latest(self, session_id: str, event_type: str) -> Event | None:
+        keys = SessionKeys.of(self.prefix, session_id)
+        response = await self._retrying(lambda: self._range(keys.latest(event_type)))
+        if not response.kvs:
+            return None
+        seq = json.loads(response.kvs[0].value)["seq"]
+        events, _ = await self._read_at(keys, seq, seq, 1, revision=response.header.revision)
+        return events[0] if events else None
+
+    def _index_key(self, session_id: str) -> bytes:
+        return f"{self.prefix}/index/{quote(session_id, safe='')}".encode()
+
+    async def list_sessions(self) -> list[str]:
+        start = f"{self.prefix}/index/".encode()
+        response = await self._retrying(lambda: self._range(start, prefix_range_end(start), keys_only=True))
+        return sorted(unquote(kv.key[len(start) :].decode()) for kv in response.kvs)
+
+    # ----------------------------------------------------------------------------------------------
+    # Fencing lease
+
+    async def acquire_lease(self, session_id: str, holder: str) -> Lease:
+        keys = SessionKeys.of(self.prefix, session_id)
+        deadline = time.monotonic() + self.operation_timeout
+        last_error: BaseException | None = None
+        while time.monotonic() < deadline:
+            try:
+                response = await self._range(keys.lease)
+                current, mod_revision = (
+                    (json.loads(response.kvs[0].value), response.kvs[0].mod_revision)
+                    if response.kvs
+                    else (None, 0)
+                )
+                number = (current["number"] if current else 0) + 1
+                # A lost answer followed by a retry may advance the number twice; that only makes
+                # one more number stale, which is what a new holder wants anyway.
+                written = await self._txn(
+                    [_mod_revision_is(keys.lease, mod_revision)],
+                    [_put(keys.lease, canonical_json({"number": number, "holder": holder}))],
+                )
+                if written.succeeded:
+                    return Lease(session_id=session_id, number=number, holder=holder)
+            except grpc.aio.AioRpcError as error:
+                if error.code() not in TRANSIENT_CODES:
+                    raise _permanent(error) from error
+                last_error = error
+                await asyncio.sleep(0.05)
+        raise self._unavailable(last_error)
+
+    async def current_lease(self, session_id: str) -> Lease | None:
+        record, _ = await self._get_json(SessionKeys.of(self.prefix, session_id).lease)
+        if record is None:
+            return None
+        return Lease(session_id=session_id, number=record["number"], holder=record["holder"])
+
+    # ----------------------------------------------------------------------------------------------
+    # Followers
+
+    async def watch(self, session_id: str, from_seq: int = 1) -> AsyncIterator[Event]:
+        """Catch up by reading, then follow an etcd watch from the revision of that read. A cut or
+        compacted watch, or a seq that does not follow the last one, falls back to re-reading
+        from the last seq delivered, so no event is ever skipped or repeated."""
+        keys = SessionKeys.of(self.prefix, session_id)
+        next_seq = max(from_seq, 1)
+        while True:
+            try:
+                events, revision = await self._read_at(keys, next_seq, None, None)
+                for event in events:
+                    yield event
+                    next_seq = event.seq + 1
+                async for event in self._follow(keys, revision + 1):
+                    if event.seq < next_seq:
+                        continue
+                    if event.seq > next_seq:
+                        break
+                    yield event
+                    next_seq += 1
+            except (grpc.aio.AioRpcError, StoreUnavailable, _WatchCut):
+                await asyncio.sleep(0.1)
+
+    async def _follow(self, keys: SessionKeys, start_revision: int) -> AsyncIterator[Event]:
+        _, watch_stub = self._stubs()
+        # `hasleader` makes a member that lost its leader cancel the watch instead of going quiet.
+        call = watch_stub.Watch(metadata=(("hasleader", "true"),))
+        try:
+            await call.write(
+                rpc.WatchRequest(
+                    create_request=rpc.WatchCreateRequest(
+                        key=keys.events_prefix,
+                        range_end=prefix_range_end(keys.events_prefix),
+                        start_revision=start_revision,
+                    )
+                )
+            )
+            async for response in call:
+                if response.canceled or response.compact_revision:
+                    raise _WatchCut(response.cancel_reason or f"compacted at {response.compact_revision}")
+                for change in response.events:
+                    if change.type == rpc.Event.PUT:
+                        yield event_from_json(change.kv.value)
+            raise _WatchCut("watch stream ended")
+        finally:
+            call.cancel()
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+
+class _WatchCut(Exception):
+    pass
+
+
+def _describe(error: BaseException | None) -> str:
+    if isinstance(error, grpc.aio.AioRpcError):
+        return f"{error.code().name}: {error.details()}"
+    return repr(error)
+
+
+def _permanent(error: grpc.aio.AioRpcError) -> StoreError:
+    details = error.details() or ""
+    if "too large" in details or "too many operations" in details:
+        return PayloadTooLarge(f"etcd refused the request: {details}")
+    return StoreError(f"etcd refused the request: {error.code().name}: {details}")
+
+
+def open_etcd_event_store(spec: dict[str, Any]) -> EtcdEventStore:
+    """From a spec: `{"backend": "etcd", "endpoints": [...], "prefix": ...}` or
+    `{"backend": "etcd", "url": "etcd://host:port,host:port/prefix"}`; timeouts are optional keys."""
+    if "url" in spec:
+        parts = urlsplit(spec["url"])
+        endpoints = [f"http://{address}" for address in parts.netloc.split(",") if address]
+        prefix = parts.path or "/belay"
+    else:
+        endpoints, prefix = spec["endpoints"], spec.get("prefix", "/belay")
+    options = {k: float(spec[k]) for k in ("request_timeout", "operation_timeout") if k in spec}
+    return EtcdEventStore(endpoints, prefix=prefix, **options)
