@@ -130,6 +130,46 @@ async def test_concurrent_writers_get_dense_seqs_and_atomic_batches(
             assert note_ids(batch) == [f"{prefix}-{i}" for i in range(batch_size)]
 
 
+async def test_concurrent_writer_processes_get_dense_seqs_and_atomic_batches(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    processes, batches, batch_size = 4, 8, 25
+    await asyncio.to_thread(run_writer_processes, event_backend.spec, session, processes, batches, batch_size)
+    stored = await event_store.read(session)
+    assert seqs(stored) == list(range(1, processes * batches * batch_size + 1))
+    # Every batch is whole and contiguous: its events occupy consecutive seqs in index order.
+    for start in range(0, len(stored), batch_size):
+        ids = [i.split(":") for i in note_ids(stored[start : start + batch_size])]
+        assert {(label, batch) for label, batch, _, _ in ids} == {(ids[0][0], ids[0][1])}
+        assert [int(index) for _, _, index, _ in ids] == list(range(batch_size))
+    labels = {i.split(":")[0] for i in note_ids(stored)}
+    assert labels == {f"p{n}" for n in range(processes)}
+
+
+def run_writer_processes(
+    spec: dict[str, object], session: str, processes: int, batches: int, batch_size: int
+) -> None:
+    children = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(WRITER_SCRIPT),
+                json.dumps(spec),
+                session,
+                str(batch_size),
+                "100",
+                str(batches),
+                f"p{n}",
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        for n in range(processes)
+    ]
+    codes = [child.wait(timeout=HANG_GUARD_SECONDS * 2) for child in children]
+    assert codes == [0] * processes
+
+
 async def test_empty_batch_writes_nothing(event_backend: EventBackend, event_store: EventStore) -> None:
     session = event_backend.session()
     assert await event_store.append(session, []) == []
@@ -281,7 +321,7 @@ async def test_a_writer_killed_mid_batch_leaves_no_part_of_it(
         by_batch: dict[str, list[tuple[int, int]]] = defaultdict(list)
         for e in stored:
             assert isinstance(e.payload, Note)
-            batch, index, size = e.payload.note_id.split(":")
+            _, batch, index, size = e.payload.note_id.split(":")
             by_batch[batch].append((e.seq, int(index)))
             assert int(size) == batch_size
         for batch, members in by_batch.items():
@@ -300,7 +340,16 @@ def run_and_kill_writer(
     """Start a writer, let it commit at least one batch, then SIGKILL it at a random moment inside
     a later append. Returns 1 if the kill landed while an append was in flight, else 0."""
     child = subprocess.Popen(
-        [sys.executable, str(WRITER_SCRIPT), json.dumps(spec), session, str(batch_size), str(text_bytes)],
+        [
+            sys.executable,
+            str(WRITER_SCRIPT),
+            json.dumps(spec),
+            session,
+            str(batch_size),
+            str(text_bytes),
+            "0",
+            "k",
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -1,14 +1,17 @@
-"""A writer process for the crash test: appends big batches until it is killed.
+"""A writer process: appends batches of notes, until killed or until it has written `batches`.
 
-    python writer_process.py '<store spec JSON>' <session id> <events per batch> <bytes per event>
+    python writer_process.py '<store spec JSON>' <session id> <events per batch> <bytes per event> \
+        [<batches, 0 = until killed>] [<writer label>]
 
-Each event's note_id is "<batch>:<index>:<batch size>", so a reader can tell whether every batch it
-sees is complete. Before each append it prints "begin <batch>", after it "done <batch> <seconds>".
+Each event's note_id is "<label>:<batch>:<index>:<batch size>", so a reader can tell which writer
+wrote it and whether every batch it sees is complete. Before each append it prints
+"begin <batch>", after it "done <batch> <seconds>".
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import sys
 import time
@@ -17,26 +20,31 @@ from belay.journal.events import EventDraft, Note, NoteKind
 from belay.stores import open_event_store
 
 
-async def write_until_killed(
-    spec: dict[str, object], session_id: str, batch_size: int, text_bytes: int
+async def write_batches(
+    spec: dict[str, object], session_id: str, batch_size: int, text_bytes: int, batches: int, label: str
 ) -> None:
     store = open_event_store(spec)
     filler = "x" * text_bytes
-    batch = 0
-    while True:
-        drafts = [
-            EventDraft(
-                payload=Note(note_id=f"{batch}:{index}:{batch_size}", kind=NoteKind.FINDING, text=filler)
-            )
-            for index in range(batch_size)
-        ]
-        print(f"begin {batch}", flush=True)
-        started = time.perf_counter()
-        await store.append(session_id, drafts, idempotency_key=f"crash-batch-{batch}")
-        print(f"done {batch} {time.perf_counter() - started:.4f}", flush=True)
-        batch += 1
+    try:
+        for batch in range(batches) if batches else itertools.count():
+            drafts = [
+                EventDraft(
+                    payload=Note(
+                        note_id=f"{label}:{batch}:{index}:{batch_size}", kind=NoteKind.FINDING, text=filler
+                    )
+                )
+                for index in range(batch_size)
+            ]
+            print(f"begin {batch}", flush=True)
+            started = time.perf_counter()
+            await store.append(session_id, drafts, idempotency_key=f"{label}-batch-{batch}")
+            print(f"done {batch} {time.perf_counter() - started:.4f}", flush=True)
+    finally:
+        await store.close()
 
 
 if __name__ == "__main__":
     spec_json, session, size, text = sys.argv[1:5]
-    asyncio.run(write_until_killed(json.loads(spec_json), session, int(size), int(text)))
+    count = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+    writer_label = sys.argv[6] if len(sys.argv) > 6 else "w"
+    asyncio.run(write_batches(json.loads(spec_json), session, int(size), int(text), count, writer_label))
