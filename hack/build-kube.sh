@@ -20,6 +20,7 @@ if all_present "$bin_dir" "${binaries[@]}"; then
   exit 0
 fi
 
+started=$SECONDS
 work="$BELAY_CACHE/build/kubernetes-$version"
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 
@@ -60,4 +61,5 @@ for i in "${!binaries[@]}"; do
   CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin_dir.partial/${binaries[$i]}" "${packages[$i]}"
 done
 rm -rf "$bin_dir" && mv "$bin_dir.partial" "$bin_dir"
+record_build_time "kubernetes-$version" $((SECONDS - started))
 log "kubernetes $version ready in $bin_dir"

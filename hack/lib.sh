@@ -9,11 +9,21 @@ export GOTOOLCHAIN=local
 BELAY_KUBE_VERSION=v1.34.4
 BELAY_ETCD_VERSION=v3.6.16
 BELAY_HELM_VERSION=v3.19.5
-BELAY_S3_VERSION=v0.0.0-20261109003541-7506e5f91cd6
+# The S3 server is versitygw (Apache-2.0) with its posix backend: a real S3 gateway, one static binary.
+BELAY_S3_VERSION=v1.8.0
 
 log() { printf '[hack %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 all_present() {
   local dir=$1; shift
   for name in "$@"; do [[ -x "$dir/$name" ]] || return 1; done
+}
+
+# Each script that really builds (not a cache hit) records how long it took, so the bench can report
+# the cold build cost without rebuilding: $BELAY_CACHE/build-times/<name>-<version>.seconds
+record_build_time() {
+  local name=$1 seconds=$2
+  mkdir -p "$BELAY_CACHE/build-times"
+  echo "$seconds" > "$BELAY_CACHE/build-times/$name.seconds.partial"
+  mv "$BELAY_CACHE/build-times/$name.seconds.partial" "$BELAY_CACHE/build-times/$name.seconds"
 }

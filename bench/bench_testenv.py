@@ -1,0 +1,76 @@
+"""The real test environment's two costs: building it from source once per machine, and starting it
+from the cache on every test run."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from tests.testenv.binaries import cache_dir, components
+from tests.testenv.env import TestEnv, missing_components
+
+from bench.common import Figure
+
+WARM_RUNS = 3
+
+
+def cold_build_seconds() -> tuple[float, str]:
+    """What hack/build-all.sh recorded: a whole cold run if there was one on this machine, otherwise
+    the sum of each component's own recorded build (each script records its build when it really
+    builds, so the parts add up to a cold run made in several steps)."""
+    times = cache_dir() / "build-times"
+    whole = times / "cold-build.seconds"
+    if whole.exists():
+        return float(whole.read_text()), "one cold `bash hack/build-all.sh` run"
+    parts = {c.folder: times / f"{c.folder}.seconds" for c in components().values()}
+    absent = [name for name, path in parts.items() if not path.exists()]
+    if absent:
+        raise RuntimeError(f"no recorded build time for {', '.join(absent)}: build them from a cold cache")
+    seconds = {name: float(path.read_text()) for name, path in parts.items()}
+    detail = "sum of cold builds: " + ", ".join(f"{n} {s:.0f}s" for n, s in seconds.items())
+    return sum(seconds.values()), detail
+
+
+def warm_start_seconds(runs: int) -> list[float]:
+    """Time from nothing running to every component answering its health check, binaries cached."""
+    samples = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="belay-bench-testenv-") as run_dir:
+            env = TestEnv(Path(run_dir))
+            started = time.perf_counter()
+            try:
+                env.start()
+                samples.append(time.perf_counter() - started)
+            finally:
+                env.stop()
+    return samples
+
+
+def run() -> list[Figure]:
+    missing = missing_components()
+    if missing:
+        raise RuntimeError("components not built: " + "; ".join(missing))
+    cold, cold_detail = cold_build_seconds()
+    samples = sorted(warm_start_seconds(WARM_RUNS))
+    median = samples[len(samples) // 2]
+    return [
+        Figure(
+            key="testenv_cold_build_s",
+            value=cold,
+            unit="s",
+            command="rm -rf ~/.cache/belay && bash hack/build-all.sh",
+            detail=cold_detail + " (2 shared cores; includes module downloads)",
+            goal="fits in CI's 90 min",
+        ),
+        Figure(
+            key="testenv_warm_start_s",
+            value=median,
+            unit="s",
+            command="python -m bench bench_testenv",
+            detail=f"median of {WARM_RUNS}: "
+            + ", ".join(f"{s:.2f}" for s in samples)
+            + " (etcd, S3 server, etcd + kube-apiserver + controller-manager + scheduler, to healthy)",
+            goal="seconds",
+        ),
+    ]

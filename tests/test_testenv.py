@@ -1,0 +1,367 @@
+"""The real test environment does what the issue asks: a v1.34 control plane that stores and
+validates custom resources, helm, an S3 server with presigned URLs that keeps its data across a
+restart, etcd (single and a three-member cluster), and nothing left running afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.testenv.availability import outcome_when_missing, require_built, unavailable
+from tests.testenv.binaries import REPO_ROOT, component, pinned_versions
+from tests.testenv.etcd import EtcdCluster
+from tests.testenv.kube import ControlPlane, KubectlError
+from tests.testenv.network import http_post_json
+from tests.testenv.processes import ManagedProcess, group_members, pid_alive
+from tests.testenv.s3 import S3Server
+from tests.testenv.state import TestEnvState
+
+# --- pure parts -------------------------------------------------------------------------------
+
+
+def test_pinned_versions_come_from_lib_sh() -> None:
+    text = "X=1\nBELAY_KUBE_VERSION=v1.2.3\nBELAY_S3_VERSION=v9.9.9 # note\n  BELAY_NOT_VERSION=no\n"
+    assert pinned_versions(text) == {"kube": "v1.2.3", "s3": "v9.9.9"}
+    real = pinned_versions()
+    assert real["kube"].startswith("v1.34.")
+    assert component("kubernetes").bin_dir.name == f"kubernetes-{real['kube']}"
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, "skip"),
+        ({"CI": "false"}, "skip"),
+        ({"CI": ""}, "skip"),
+        ({"CI": "true"}, "fail"),
+        ({"CI": "TRUE"}, "fail"),
+    ],
+)
+def test_missing_component_skips_except_under_ci(environ: dict[str, str], expected: str) -> None:
+    assert outcome_when_missing(environ) == expected
+
+
+def test_unavailable_raises_skip_or_fail() -> None:
+    with pytest.raises(pytest.skip.Exception, match="etcd is not built"):
+        unavailable("etcd is not built", environ={})
+    with pytest.raises(pytest.fail.Exception, match=r"CI=true.*etcd is not built"):
+        unavailable("etcd is not built", environ={"CI": "true"})
+
+
+def test_require_built_names_the_build_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BELAY_CACHE", str(tmp_path))
+    monkeypatch.delenv("CI", raising=False)
+    assert component("etcd").missing() == ["etcd", "etcdctl"]
+    with pytest.raises(pytest.skip.Exception, match=r"hack/build-etcd\.sh"):
+        require_built("etcd")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match=r"hack/build-etcd\.sh"):
+        require_built("etcd")
+
+
+def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
+    # A shell with a background child: stopping must reach the grandchild, not only the shell.
+    process = ManagedProcess("sleeper", ["sh", "-c", "sleep 300 & sleep 300 & wait"], tmp_path / "log")
+    process.start()
+    assert process.pid is not None
+    deadline = time.monotonic() + 10
+    while len(group_members(process.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    members = group_members(process.pid)
+    assert len(members) == 3
+    process.stop()
+    assert group_members(process.pid) == []
+    assert not any(pid_alive(pid) for pid in members)
+
+
+def test_kill_is_a_crash_of_the_whole_group(tmp_path: Path) -> None:
+    # `trap '' TERM` ignores a polite stop; kill() must not depend on the process agreeing.
+    process = ManagedProcess("stubborn", ["sh", "-c", "trap '' TERM; sleep 300 & wait"], tmp_path / "log")
+    process.start()
+    assert process.pid is not None
+    process.kill()
+    assert group_members(process.pid) == []
+
+
+_OWNER_SCRIPT = """
+import sys, time
+from pathlib import Path
+from tests.testenv.processes import ManagedProcess
+child = ManagedProcess("sleeper", sys.argv[2:], Path(sys.argv[1]))
+child.start()
+print(child.pid, flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize(
+    ("signum", "argv"),
+    [
+        (signal.SIGTERM, ["sh", "-c", "sleep 300 & wait"]),
+        (signal.SIGINT, ["sh", "-c", "sleep 300 & wait"]),
+        # The kernel's parent-death signal reaches the direct child only, which is enough for the
+        # servers here (each is a single process); a shell's background children are not covered.
+        (signal.SIGKILL, ["sleep", "300"]),
+    ],
+)
+def test_children_die_with_the_process_that_started_them(
+    tmp_path: Path, signum: int, argv: list[str]
+) -> None:
+    # SIGTERM reaches the guard, SIGINT unwinds to atexit, SIGKILL leaves only the kernel's
+    # parent-death signal: in every case the started group must be gone.
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _OWNER_SCRIPT, str(tmp_path / "log"), *argv],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert owner.stdout is not None
+    child_pid = int(owner.stdout.readline())
+    assert pid_alive(child_pid)
+    owner.send_signal(signum)
+    owner.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while group_members(child_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert group_members(child_pid) == []
+
+
+# --- Kubernetes -------------------------------------------------------------------------------
+
+CRD = """
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: ropes.testenv.belay.dev
+spec:
+  group: testenv.belay.dev
+  scope: Namespaced
+  names: {plural: ropes, singular: rope, kind: Rope}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [lengthMeters]
+            properties:
+              lengthMeters: {type: integer, minimum: 1}
+              dynamic: {type: boolean}
+            x-kubernetes-validations:
+            - rule: "self.lengthMeters <= 100"
+              message: "a rope is at most 100 m"
+"""
+
+
+def test_kubectl_reports_the_pinned_server_version(kube: ControlPlane) -> None:
+    report = json.loads(kube.kubectl("version", "-o", "json").stdout)
+    assert report["serverVersion"]["gitVersion"] == pinned_versions()["kube"]
+    assert report["serverVersion"]["gitVersion"].startswith("v1.34.")
+    assert kube.version == report["serverVersion"]["gitVersion"]
+
+
+def test_crd_and_object_are_applied_validated_and_read_back(kube: ControlPlane) -> None:
+    kube.kubectl("apply", "-f", "-", input=CRD)
+    kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/ropes.testenv.belay.dev")
+    name = f"rope-{uuid.uuid4().hex[:8]}"
+    rope: dict[str, Any] = {
+        "apiVersion": "testenv.belay.dev/v1",
+        "kind": "Rope",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"lengthMeters": 60, "dynamic": True},
+    }
+    kube.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(rope))
+    stored = json.loads(kube.kubectl("get", "rope", name, "-n", "default", "-o", "json").stdout)
+    assert stored["spec"] == {"lengthMeters": 60, "dynamic": True}
+    assert stored["metadata"]["uid"]
+
+    # The real apiserver enforces both the structural schema and the CEL rule.
+    too_long = {
+        **rope,
+        "metadata": {**rope["metadata"], "name": name + "-long"},
+        "spec": {"lengthMeters": 200},
+    }
+    with pytest.raises(KubectlError, match="at most 100 m"):
+        kube.kubectl("apply", "-f", "-", input=json.dumps(too_long))
+    wrong_type = {**rope, "spec": {"lengthMeters": "sixty"}}
+    assert kube.kubectl("apply", "-f", "-", input=json.dumps(wrong_type), check=False).returncode != 0
+
+
+def test_controller_manager_reconciles_a_new_namespace(kube: ControlPlane) -> None:
+    # The default ServiceAccount in a new namespace is created by kube-controller-manager, so its
+    # appearance shows that the controller manager is connected and working.
+    namespace = f"ns-{uuid.uuid4().hex[:8]}"
+    kube.kubectl("create", "namespace", namespace)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if kube.kubectl("get", "serviceaccount", "default", "-n", namespace, check=False).returncode == 0:
+            break
+        time.sleep(0.2)
+    assert kube.kubectl("get", "serviceaccount", "default", "-n", namespace, "-o", "name").stdout.strip() == (
+        "serviceaccount/default"
+    )
+
+
+def test_helm_reports_its_version_and_installs_into_the_control_plane(
+    helm_bin: Path, kube: ControlPlane, tmp_path: Path
+) -> None:
+    version = subprocess.run([helm_bin, "version", "--short"], capture_output=True, text=True, check=True)
+    assert version.stdout.startswith(pinned_versions()["helm"])
+
+    chart = tmp_path / "anchor"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: anchor\nversion: 0.1.0\n")
+    (chart / "templates" / "cm.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: anchor\n"
+        "data:\n  held: {{ .Values.held | quote }}\n"
+    )
+    (chart / "values.yaml").write_text("held: 'yes'\n")
+    env = {**os.environ, "HELM_CACHE_HOME": str(tmp_path / "h"), "HELM_CONFIG_HOME": str(tmp_path / "h")}
+    namespace = f"helm-{uuid.uuid4().hex[:8]}"
+    subprocess.run(
+        [helm_bin, "install", "anchor", chart, "--kubeconfig", kube.kubeconfig, "-n", namespace,
+         "--create-namespace", "--wait", "--timeout", "60s"],
+        capture_output=True, text=True, check=True, env=env,
+    )  # fmt: skip
+    data = json.loads(kube.kubectl("get", "configmap", "anchor", "-n", namespace, "-o", "json").stdout)[
+        "data"
+    ]
+    assert data == {"held": "yes"}
+
+
+# --- S3 ---------------------------------------------------------------------------------------
+
+
+def test_bucket_object_and_multipart_round_trip(s3_server: S3Server) -> None:
+    s3 = s3_server.client()
+    bucket = f"b-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="notes/a.txt", Body=b"anchor one")
+    assert s3.get_object(Bucket=bucket, Key="notes/a.txt")["Body"].read() == b"anchor one"
+
+    part_size = 5 * 1024 * 1024  # the S3 minimum for every part but the last
+    parts_data = [os.urandom(part_size), b"tail"]
+    upload = s3.create_multipart_upload(Bucket=bucket, Key="big.bin")
+    parts: list[Any] = []
+    for number, data in enumerate(parts_data, start=1):
+        etag = s3.upload_part(
+            Bucket=bucket, Key="big.bin", UploadId=upload["UploadId"], PartNumber=number, Body=data
+        )
+        parts.append({"PartNumber": number, "ETag": etag["ETag"]})
+    s3.complete_multipart_upload(
+        Bucket=bucket, Key="big.bin", UploadId=upload["UploadId"], MultipartUpload={"Parts": parts}
+    )
+    assert s3.get_object(Bucket=bucket, Key="big.bin")["Body"].read() == b"".join(parts_data)
+
+
+def test_presigned_get_url_is_fetchable_without_credentials(s3_server: S3Server) -> None:
+    s3 = s3_server.client()
+    bucket = f"b-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="deliverable.tar", Body=b"ready for review")
+    url = s3.generate_presigned_url(
+        "get_object", Params={"Bucket": bucket, "Key": "deliverable.tar"}, ExpiresIn=300
+    )
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.read() == b"ready for review"
+    tampered = url.replace("deliverable.tar", "other.tar")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(tampered, timeout=10)
+    assert refused.value.code == 403
+
+
+def test_s3_restart_on_the_same_port_keeps_the_data(s3_server: S3Server) -> None:
+    s3 = s3_server.client()
+    bucket = f"b-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="kept", Body=b"still here")
+    endpoint = s3_server.endpoint_url
+    s3_server.stop()
+    with pytest.raises(Exception, match=r"Could not connect|Connect"):
+        s3_server.client().list_buckets()
+    s3_server.start()
+    assert s3_server.endpoint_url == endpoint
+    assert s3_server.client().get_object(Bucket=bucket, Key="kept")["Body"].read() == b"still here"
+
+
+# --- etcd -------------------------------------------------------------------------------------
+
+
+def _b64(text: str) -> str:
+    import base64
+
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_etcd_endpoint_stores_and_reads_keys(etcd_endpoint: str) -> None:
+    key = f"/test-testenv/{uuid.uuid4().hex}"
+    http_post_json(f"{etcd_endpoint}/v3/kv/put", {"key": _b64(key), "value": _b64("belay")})
+    found = http_post_json(f"{etcd_endpoint}/v3/kv/range", {"key": _b64(key)})
+    assert [kv["value"] for kv in found["kvs"]] == [_b64("belay")]
+
+
+def test_etcd_cluster_keeps_serving_without_its_leader(etcd_cluster: EtcdCluster) -> None:
+    assert len(etcd_cluster.endpoints) == len(etcd_cluster.member_names) == 3
+    leader = etcd_cluster.wait_for_leader()
+    etcd_cluster.stop_member(leader)
+    assert leader not in etcd_cluster.running_members()
+    new_leader = etcd_cluster.wait_for_leader()
+    assert new_leader != leader
+    survivor = etcd_cluster.endpoint_of(new_leader)
+    http_post_json(f"{survivor}/v3/kv/put", {"key": _b64("/after-loss"), "value": _b64("1")})
+
+    etcd_cluster.start_member(leader)
+    # The restarted member caught up with the write made while it was down.
+    rejoined = etcd_cluster.endpoint_of(leader)
+    found = http_post_json(f"{rejoined}/v3/kv/range", {"key": _b64("/after-loss"), "serializable": False})
+    assert [kv["value"] for kv in found["kvs"]] == [_b64("1")]
+
+
+# --- the command line: up, use, down, nothing left ----------------------------------------------
+
+
+@pytest.mark.slow
+def test_up_then_down_leaves_no_process_behind(tmp_path: Path) -> None:
+    require_built("kubernetes", "etcd", "s3")
+    env = {**os.environ, "BELAY_TESTENV_RUN": str(tmp_path / "run")}
+    command = [sys.executable, "-m", "tests.testenv"]
+    up = subprocess.run([*command, "up"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    state_file = tmp_path / "run" / "testenv.json"
+    state = TestEnvState.read(state_file) if state_file.exists() else None
+    try:
+        assert up.returncode == 0, up.stderr
+        assert state is not None
+        assert "kubectl --kubeconfig" in up.stdout
+        pids = [p.pid for p in state.processes]
+        assert len(pids) == 6  # etcd, S3, and the control plane's etcd, apiserver, manager, scheduler
+        assert all(pid_alive(pid) for pid in pids)
+
+        version = subprocess.run(
+            [state.kubectl, "--kubeconfig", state.kubeconfig, "version", "-o", "json"],
+            capture_output=True, text=True, check=True, timeout=60,
+        )  # fmt: skip
+        assert json.loads(version.stdout)["serverVersion"]["gitVersion"].startswith("v1.34.")
+    finally:
+        down = subprocess.run(
+            [*command, "down"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
+    assert down.returncode == 0, down.stderr
+    assert not any(pid_alive(pid) for pid in pids)
+    assert not any(group_members(pid) for pid in pids)
+    assert not state_file.exists()
+    assert not Path(state.run_dir).exists()

@@ -1,0 +1,98 @@
+"""`python -m tests.testenv up|down|status`: the environment outside pytest, for a shell or a demo.
+
+`up` starts etcd, the S3 server and the control plane on free loopback ports, leaves them running,
+and writes $BELAY_CACHE/run/testenv.json; `down` stops them and removes that state."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from tests.testenv.env import TestEnv, missing_components, remove_run_dir, still_ours, stop_recorded
+from tests.testenv.state import TestEnvState, run_root, state_path
+
+
+def _usage(state: TestEnvState) -> str:
+    return "\n".join(
+        [
+            f"control plane {state.kube_version} at {state.server}",
+            f"  kubectl --kubeconfig {state.kubeconfig} version",
+            f"  export KUBECONFIG={state.kubeconfig}",
+            f"  (kubectl built here: {state.kubectl})",
+            f"etcd (event store): {state.etcd_endpoint}",
+            f"S3 server: {state.s3.endpoint_url} region {state.s3.region}",
+            f"  AWS_ACCESS_KEY_ID={state.s3.access_key} AWS_SECRET_ACCESS_KEY={state.s3.secret_key}",
+            f"helm: {state.helm or 'not built (bash hack/build-helm.sh)'}",
+            f"state: {state_path()}",
+            "stop everything with: make testenv-down  (python -m tests.testenv down)",
+        ]
+    )
+
+
+def up() -> int:
+    path = state_path()
+    if path.exists():
+        previous = TestEnvState.read(path)
+        if all(still_ours(p) for p in previous.processes):
+            print("testenv is already up\n" + _usage(previous))
+            return 0
+        # A half-dead environment from an earlier run: clear it before starting afresh.
+        stop_recorded(previous)
+        remove_run_dir(previous)
+        path.unlink()
+    missing = missing_components()
+    if missing:
+        print("cannot start the testenv:\n  " + "\n  ".join(missing), file=sys.stderr)
+        return 1
+    run_dir = run_root() / f"testenv-{time.strftime('%Y%m%d-%H%M%S')}"
+    env = TestEnv(run_dir, detached=True)
+    started = time.perf_counter()
+    try:
+        env.start()
+    except Exception as error:
+        print(f"testenv failed to start: {error}", file=sys.stderr)
+        return 1
+    state = env.state()
+    state.write(path)
+    print(f"testenv up in {time.perf_counter() - started:.1f}s\n" + _usage(state))
+    return 0
+
+
+def down() -> int:
+    path = state_path()
+    if not path.exists():
+        print("testenv is not up (no state file)")
+        return 0
+    state = TestEnvState.read(path)
+    stopped = stop_recorded(state)
+    left = [p.pid for p in state.processes if still_ours(p)]
+    if left:
+        print(f"processes still running after stop: {left}", file=sys.stderr)
+        return 1
+    remove_run_dir(state)
+    path.unlink()
+    print(f"testenv down: stopped {len(stopped)} processes, removed {state.run_dir}")
+    return 0
+
+
+def status() -> int:
+    path = state_path()
+    if not path.exists():
+        print("testenv is not up")
+        return 1
+    state = TestEnvState.read(path)
+    for record in state.processes:
+        print(f"{record.name:26} pid {record.pid:>7}  {'running' if still_ours(record) else 'GONE'}")
+    return 0 if all(still_ours(p) for p in state.processes) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.testenv", description=__doc__)
+    parser.add_argument("command", choices=["up", "down", "status"])
+    args = parser.parse_args(argv)
+    return {"up": up, "down": down, "status": status}[args.command]()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

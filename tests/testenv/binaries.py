@@ -1,0 +1,80 @@
+"""Where the components built by hack/ live. The pinned versions are read from hack/lib.sh, the one
+place they are written, so a version bump there moves the tests with it."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LIB_SH = REPO_ROOT / "hack" / "lib.sh"
+
+
+def cache_dir() -> Path:
+    """$BELAY_CACHE, defaulting as hack/lib.sh does."""
+    return Path(os.environ.get("BELAY_CACHE") or Path.home() / ".cache" / "belay")
+
+
+def pinned_versions(lib_sh: str | None = None) -> dict[str, str]:
+    """Every `BELAY_<NAME>_VERSION=<value>` assignment in hack/lib.sh, keyed by lower-case name."""
+    text = LIB_SH.read_text() if lib_sh is None else lib_sh
+    return {
+        m.group(1).lower(): m.group(2)
+        for m in re.finditer(r"^BELAY_([A-Z0-9]+)_VERSION=([^\s#]+)", text, flags=re.MULTILINE)
+    }
+
+
+@dataclass(frozen=True)
+class Component:
+    """One thing hack/ builds: a folder of binaries under $BELAY_CACHE/bin, and the script that makes it."""
+
+    name: str
+    version: str
+    folder: str
+    binaries: tuple[str, ...]
+    build_script: str
+
+    @property
+    def bin_dir(self) -> Path:
+        return cache_dir() / "bin" / self.folder
+
+    def path(self, binary: str) -> Path:
+        if binary not in self.binaries:
+            raise KeyError(f"{self.name} has no binary {binary!r}")
+        return self.bin_dir / binary
+
+    def missing(self) -> list[str]:
+        return [b for b in self.binaries if not os.access(self.bin_dir / b, os.X_OK)]
+
+    def missing_reason(self) -> str | None:
+        """None when every binary is built, otherwise a sentence saying what to run."""
+        absent = self.missing()
+        if not absent:
+            return None
+        return (
+            f"{self.name} {self.version} is not built ({', '.join(absent)} missing in {self.bin_dir}); "
+            f"run `bash hack/{self.build_script}` or `make testenv-build`"
+        )
+
+
+def components() -> dict[str, Component]:
+    v = pinned_versions()
+    kube = v["kube"]
+    return {
+        "kubernetes": Component(
+            "kubernetes",
+            kube,
+            f"kubernetes-{kube}",
+            ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"),
+            "build-kube.sh",
+        ),
+        "etcd": Component("etcd", v["etcd"], f"etcd-{v['etcd']}", ("etcd", "etcdctl"), "build-etcd.sh"),
+        "s3": Component("s3", v["s3"], f"versitygw-{v['s3']}", ("versitygw",), "build-s3.sh"),
+        "helm": Component("helm", v["helm"], f"helm-{v['helm']}", ("helm",), "build-helm.sh"),
+    }
+
+
+def component(name: str) -> Component:
+    return components()[name]

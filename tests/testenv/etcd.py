@@ -1,0 +1,186 @@
+"""etcd on loopback: a single member for the event-store tests and the control plane, and a
+three-member cluster for fault tests (stop a member, watch the leader move)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.testenv.binaries import component
+from tests.testenv.network import LOOPBACK, free_port, healthy, http_post_json, wait_until
+from tests.testenv.processes import ManagedProcess
+
+READY_TIMEOUT = 60.0
+
+
+@dataclass
+class EtcdMember:
+    name: str
+    data_dir: Path
+    client_port: int = field(default_factory=free_port)
+    peer_port: int = field(default_factory=free_port)
+    process: ManagedProcess | None = None
+
+    @property
+    def client_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.client_port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.peer_port}"
+
+    def argv(self, initial_cluster: str) -> list[str]:
+        return [
+            str(component("etcd").path("etcd")),
+            f"--name={self.name}",
+            f"--data-dir={self.data_dir}",
+            f"--listen-client-urls={self.client_url}",
+            f"--advertise-client-urls={self.client_url}",
+            f"--listen-peer-urls={self.peer_url}",
+            f"--initial-advertise-peer-urls={self.peer_url}",
+            f"--initial-cluster={initial_cluster}",
+            "--initial-cluster-state=new",
+            "--initial-cluster-token=belay-testenv",
+            "--log-level=warn",
+            # Tests kill processes, never the machine: the page cache survives a killed etcd, so
+            # skipping fsync loses nothing here and keeps a shared 2-core machine responsive.
+            "--unsafe-no-fsync",
+        ]
+
+    def is_healthy(self) -> bool:
+        return healthy(f"{self.client_url}/health", expect=b'"health":"true"')
+
+
+def _start(members: list[EtcdMember], run_dir: Path, detached: bool) -> None:
+    initial_cluster = ",".join(f"{m.name}={m.peer_url}" for m in members)
+    for member in members:
+        if member.process is None:
+            member.process = ManagedProcess(
+                f"etcd {member.name}",
+                member.argv(initial_cluster),
+                run_dir / f"{member.name}.log",
+                detached=detached,
+            )
+        member.process.start()
+
+
+def _wait_ready(member: EtcdMember) -> None:
+    process = member.process
+    assert process is not None
+    wait_until(
+        member.is_healthy,
+        f"etcd member {member.name} at {member.client_url}",
+        READY_TIMEOUT,
+        still_starting=process.running,
+        describe_failure=process.log_tail,
+    )
+
+
+class EtcdServer:
+    """One etcd member. `endpoint` is its client URL."""
+
+    def __init__(self, run_dir: Path, name: str = "etcd", detached: bool = False) -> None:
+        self.run_dir = run_dir
+        self.member = EtcdMember(name, run_dir / f"{name}.data")
+        self.detached = detached
+
+    @property
+    def endpoint(self) -> str:
+        return self.member.client_url
+
+    @property
+    def process(self) -> ManagedProcess:
+        assert self.member.process is not None, "not started"
+        return self.member.process
+
+    def start(self) -> None:
+        _start([self.member], self.run_dir, self.detached)
+        _wait_ready(self.member)
+
+    def stop(self) -> None:
+        if self.member.process is not None:
+            self.member.process.stop()
+
+
+class EtcdCluster:
+    """Three members (by default) on loopback, each with its own data directory, so a stopped
+    member restarts with its state and rejoins."""
+
+    def __init__(self, run_dir: Path, size: int = 3) -> None:
+        self.run_dir = run_dir
+        self.members = {
+            f"member{i}": EtcdMember(f"member{i}", run_dir / f"member{i}.data") for i in range(size)
+        }
+
+    @property
+    def member_names(self) -> list[str]:
+        return list(self.members)
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [m.client_url for m in self.members.values()]
+
+    def endpoint_of(self, name: str) -> str:
+        return self.members[name].client_url
+
+    def start(self) -> None:
+        # All members start together: each waits for a quorum of peers before it reports healthy.
+        _start(list(self.members.values()), self.run_dir, detached=False)
+        for member in self.members.values():
+            _wait_ready(member)
+
+    def stop(self) -> None:
+        for member in self.members.values():
+            if member.process is not None:
+                member.process.stop()
+
+    def running_members(self) -> list[str]:
+        return [n for n, m in self.members.items() if m.process is not None and m.process.running()]
+
+    def stop_member(self, name: str) -> None:
+        """A clean shutdown (SIGTERM); use kill_member for a crash."""
+        process = self.members[name].process
+        assert process is not None, "cluster not started"
+        process.stop()
+
+    def kill_member(self, name: str) -> None:
+        process = self.members[name].process
+        assert process is not None, "cluster not started"
+        process.kill()
+
+    def start_member(self, name: str) -> None:
+        """Restarts a stopped member with its data; returns once it is healthy (it has a leader)."""
+        member = self.members[name]
+        assert member.process is not None, "cluster not started"
+        member.process.start()
+        _wait_ready(member)
+
+    def leader_name(self) -> str:
+        """The current leader as seen by a running member, through etcd's JSON gateway. A stopped
+        member that its peers still name as leader (before they notice) does not count."""
+        running = self.running_members()
+        for name in running:
+            url = self.members[name].client_url
+            try:
+                status = http_post_json(f"{url}/v3/maintenance/status", {})
+                members = http_post_json(f"{url}/v3/cluster/member/list", {})["members"]
+            except OSError:
+                continue
+            leader_id = status.get("leader")
+            for member in members:
+                if leader_id is not None and member.get("ID") == leader_id and member["name"] in running:
+                    return str(member["name"])
+        raise RuntimeError("no running member reports a leader")
+
+    def wait_for_leader(self, timeout: float = 30.0) -> str:
+        found: list[str] = []
+
+        def has_leader() -> bool:
+            try:
+                found.append(self.leader_name())
+                return True
+            except RuntimeError:
+                return False
+
+        wait_until(has_leader, "etcd cluster leader election", timeout)
+        return found[-1]

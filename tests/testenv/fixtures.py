@@ -1,0 +1,91 @@
+"""pytest fixtures for the real components. Each is started at most once per test run, only when a
+test asks for it, on free loopback ports, and always stopped (fixture teardown, then an atexit and
+SIGTERM guard, then the kernel's parent-death signal if the test process is killed outright).
+
+    etcd_endpoint  "http://127.0.0.1:PORT", a single member shared by the run (use your own prefix)
+    etcd_cluster   a fresh three-member cluster per test: .endpoints, .member_names,
+                   .stop_member(name), .start_member(name), .kill_member(name), .leader_name()
+    s3_server      .endpoint_url, .access_key, .secret_key, .region, .stop(), .start(), .client();
+                   restarted before each test that finds it stopped
+    kube           .kubeconfig, .server, .version, .kubectl(*args, input=None, check=True)
+    helm_bin       Path of the built helm
+
+A component that is not built skips the test with the reason, or fails it when CI=true.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.testenv.availability import require_built
+from tests.testenv.binaries import component
+from tests.testenv.etcd import EtcdCluster, EtcdServer
+from tests.testenv.kube import ControlPlane
+from tests.testenv.s3 import S3Server
+
+
+@pytest.fixture(scope="session")
+def _testenv_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("testenv")
+
+
+@pytest.fixture(scope="session")
+def etcd_endpoint(_testenv_dir: Path) -> Iterator[str]:
+    require_built("etcd")
+    server = EtcdServer(_testenv_dir / "etcd")
+    try:
+        server.start()
+        yield server.endpoint
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
+    require_built("etcd")
+    cluster = EtcdCluster(tmp_path / "etcd-cluster")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def _s3_server_for_session(_testenv_dir: Path) -> Iterator[S3Server]:
+    require_built("s3")
+    server = S3Server(_testenv_dir / "s3")
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_server(_s3_server_for_session: S3Server) -> S3Server:
+    # A test that stops the server to cut the object store may fail before starting it again;
+    # the next test still gets a running server, on the same port and with the same data.
+    if not _s3_server_for_session.process.running():
+        _s3_server_for_session.start()
+    return _s3_server_for_session
+
+
+@pytest.fixture(scope="session")
+def kube(_testenv_dir: Path) -> Iterator[ControlPlane]:
+    require_built("kubernetes", "etcd")
+    control_plane = ControlPlane(_testenv_dir / "kube")
+    try:
+        control_plane.start()
+        yield control_plane
+    finally:
+        control_plane.stop()
+
+
+@pytest.fixture(scope="session")
+def helm_bin() -> Path:
+    require_built("helm")
+    return component("helm").path("helm")

@@ -1,0 +1,155 @@
+"""A Kubernetes control plane on loopback: kube-apiserver (RBAC, default admission plugins, service
+account issuer and keys), kube-controller-manager and kube-scheduler, over an etcd of its own. No
+node is registered; objects are stored, validated and reconciled, pods stay Pending."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.testenv.binaries import component
+from tests.testenv.certs import ControlPlanePKI, kubeconfig, write_pki
+from tests.testenv.etcd import EtcdServer
+from tests.testenv.network import LOOPBACK, free_port, healthy, http_get, wait_until
+from tests.testenv.processes import ManagedProcess
+
+READY_TIMEOUT = 120.0
+SERVICE_CIDR = "10.0.0.0/24"
+# The first address of the service range: the `kubernetes` Service, which the serving cert names.
+SERVICE_IP = "10.0.0.1"
+
+
+class KubectlError(subprocess.CalledProcessError):
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n{self.stderr}"
+
+
+class ControlPlane:
+    def __init__(self, run_dir: Path, detached: bool = False) -> None:
+        self.run_dir = run_dir
+        self.detached = detached
+        self.etcd = EtcdServer(run_dir, name="kube-etcd", detached=detached)
+        self.apiserver_port = free_port()
+        self.controller_manager_port = free_port()
+        self.scheduler_port = free_port()
+        self.kubeconfig = run_dir / "kubeconfig"
+        self.pki: ControlPlanePKI | None = None
+        self.processes: dict[str, ManagedProcess] = {}
+        self.version = ""
+
+    @property
+    def server(self) -> str:
+        return f"https://{LOOPBACK}:{self.apiserver_port}"
+
+    def _bin(self, name: str) -> str:
+        return str(component("kubernetes").path(name))
+
+    def _apiserver_argv(self, pki: ControlPlanePKI) -> list[str]:
+        return [
+            self._bin("kube-apiserver"),
+            f"--etcd-servers={self.etcd.endpoint}",
+            f"--bind-address={LOOPBACK}",
+            f"--advertise-address={LOOPBACK}",
+            f"--secure-port={self.apiserver_port}",
+            f"--tls-cert-file={pki.serving_cert}",
+            f"--tls-private-key-file={pki.serving_key}",
+            f"--client-ca-file={pki.ca_cert}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-account-issuer={self.server}",
+            f"--service-account-key-file={pki.service_account_pub}",
+            f"--service-account-signing-key-file={pki.service_account_key}",
+            "--authorization-mode=RBAC",
+            "--allow-privileged=true",
+            f"--cert-dir={self.run_dir / 'apiserver-certs'}",
+            "--v=0",
+        ]
+
+    def _component_argv(self, name: str, port: int, pki: ControlPlanePKI) -> list[str]:
+        argv = [
+            self._bin(name),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            f"--bind-address={LOOPBACK}",
+            f"--secure-port={port}",
+            f"--tls-cert-file={pki.serving_cert}",
+            f"--tls-private-key-file={pki.serving_key}",
+            "--leader-elect=false",
+            "--v=0",
+        ]
+        if name == "kube-controller-manager":
+            argv += [
+                f"--service-account-private-key-file={pki.service_account_key}",
+                f"--root-ca-file={pki.ca_cert}",
+                f"--cluster-signing-cert-file={pki.ca_cert}",
+                f"--cluster-signing-key-file={pki.ca_key}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+            ]
+        return argv
+
+    def _process(self, name: str, argv: list[str]) -> ManagedProcess:
+        process = ManagedProcess(name, argv, self.run_dir / f"{name}.log", detached=self.detached)
+        self.processes[name] = process
+        return process
+
+    def start(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        pki = self.pki = write_pki(self.run_dir / "pki", SERVICE_IP)
+        self.kubeconfig.write_text(kubeconfig(self.server, pki))
+        self.kubeconfig.chmod(0o600)
+        self.etcd.start()
+
+        apiserver = self._process("kube-apiserver", self._apiserver_argv(pki))
+        apiserver.start()
+        client_tls = pki.client_ssl_context()
+        wait_until(
+            lambda: healthy(f"{self.server}/readyz", client_tls),
+            f"kube-apiserver at {self.server}",
+            READY_TIMEOUT,
+            still_starting=apiserver.running,
+            describe_failure=apiserver.log_tail,
+        )
+        _, body = http_get(f"{self.server}/version", client_tls)
+        self.version = str(json.loads(body)["gitVersion"])
+
+        # Both start together; each is then awaited on its own health endpoint, verified with our CA.
+        others = {
+            "kube-controller-manager": self.controller_manager_port,
+            "kube-scheduler": self.scheduler_port,
+        }
+        started = {
+            name: self._process(name, self._component_argv(name, port, pki)) for name, port in others.items()
+        }
+        for process in started.values():
+            process.start()
+        for name, port in others.items():
+            process = started[name]
+            wait_until(
+                lambda port=port: healthy(f"https://{LOOPBACK}:{port}/healthz", client_tls),  # type: ignore[misc]
+                f"{name} on port {port}",
+                READY_TIMEOUT,
+                still_starting=process.running,
+                describe_failure=process.log_tail,
+            )
+
+    def stop(self) -> None:
+        # Reverse order of start: clients before the apiserver, the apiserver before its etcd.
+        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver"):
+            if name in self.processes:
+                self.processes[name].stop()
+        self.etcd.stop()
+
+    def all_processes(self) -> list[ManagedProcess]:
+        return [self.etcd.process, *self.processes.values()]
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Runs the kubectl built with this control plane against it. A non-zero exit raises
+        KubectlError (with kubectl's stderr) unless check=False."""
+        argv = [self._bin("kubectl"), f"--kubeconfig={self.kubeconfig}", *args]
+        result = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=120)
+        if check and result.returncode != 0:
+            raise KubectlError(result.returncode, argv, result.stdout, result.stderr)
+        return result

@@ -1,0 +1,70 @@
+"""Free loopback ports and readiness checks over HTTP(S): a component is ready when its own health
+endpoint says so, never after a fixed sleep."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A port the kernel just considered free on loopback. The socket is closed before the server
+    binds it, so a race is possible in principle; a server that fails to bind is reported with its log."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+class NotReady(RuntimeError):
+    pass
+
+
+def http_get(url: str, context: ssl.SSLContext | None = None, timeout: float = 2.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
+            return int(response.status), response.read()
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read()
+
+
+def http_post_json(url: str, body: dict[str, Any], timeout: float = 2.0) -> Any:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def wait_until(
+    check: Callable[[], bool],
+    what: str,
+    timeout: float,
+    still_starting: Callable[[], bool] = lambda: True,
+    describe_failure: Callable[[], str] = lambda: "",
+) -> None:
+    """Polls `check` until it holds. Gives up early when `still_starting` says the process is gone."""
+    deadline = time.monotonic() + timeout
+    last_error = ""
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except (OSError, ValueError, urllib.error.URLError) as error:
+            last_error = repr(error)
+        if not still_starting():
+            raise NotReady(f"{what} exited before it was ready\n{describe_failure()}")
+        time.sleep(0.1)
+    raise NotReady(f"{what} not ready after {timeout:.0f}s (last error: {last_error})\n{describe_failure()}")
+
+
+def healthy(url: str, context: ssl.SSLContext | None = None, expect: bytes | None = None) -> bool:
+    status, body = http_get(url, context)
+    return status == 200 and (expect is None or expect in body)

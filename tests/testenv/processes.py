@@ -1,0 +1,194 @@
+"""Child processes that are always stopped: each runs in its own process group, is stopped with its
+whole group, and a guard stops whatever is still running when the interpreter exits or is told to
+terminate. Under pytest the kernel also kills them if the test process itself dies (PDEATHSIG)."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+_PR_SET_PDEATHSIG = 1
+
+_live: dict[int, ManagedProcess] = {}
+_live_lock = threading.Lock()
+_guard_installed = False
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: ask the kernel to SIGKILL it when its parent dies,
+    # so even `kill -9` of the test run leaves nothing behind.
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def pid_alive(pid: int) -> bool:
+    """True for a running process; a zombie (exited, not yet reaped) counts as gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    state = stat.rsplit(")", 1)[1].split()[0]
+    return state not in ("Z", "X")
+
+
+def pid_cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live pids whose process group is pgid."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
+def stop_group(pgid: int, timeout: float = 10.0) -> None:
+    """SIGTERM the group, then SIGKILL whatever still runs after the timeout."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if group_members(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+class ManagedProcess:
+    """A server process with its output in a log file.
+
+    `detached=True` is for `python -m tests.testenv up`: the process must outlive the command that
+    started it, so it is neither guarded nor tied to its parent; `down` stops it by its group id.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str | os.PathLike[str]],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        detached: bool = False,
+    ) -> None:
+        self.name = name
+        self.argv = [os.fspath(a) for a in argv]
+        self.log_path = log_path
+        self.env = env
+        self.detached = detached
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._popen.pid if self._popen else None
+
+    def start(self) -> None:
+        if self.running():
+            raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.detached:
+            install_guard()
+        with self.log_path.open("ab") as log:
+            self._popen = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(self.env or {})},
+                start_new_session=True,
+                preexec_fn=_die_with_parent if self._tie_to_parent() else None,
+            )
+        if not self.detached:
+            with _live_lock:
+                _live[self._popen.pid] = self
+
+    def _tie_to_parent(self) -> bool:
+        # The kernel's parent-death signal follows the thread that forked, not the process: only
+        # a child started from the main thread may be tied to it.
+        return not self.detached and threading.current_thread() is threading.main_thread()
+
+    def running(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    def exit_code(self) -> int | None:
+        return self._popen.poll() if self._popen else None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._popen is None:
+            return
+        stop_group(self._popen.pid, timeout)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._popen.wait(timeout=5)
+        with _live_lock:
+            _live.pop(self._popen.pid, None)
+
+    def kill(self) -> None:
+        """SIGKILL the whole group at once: a crash, not a shutdown."""
+        if self._popen is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._popen.pid, signal.SIGKILL)
+        self._popen.wait(timeout=10)
+        with _live_lock:
+            _live.pop(self._popen.pid, None)
+
+
+def live_processes() -> list[ManagedProcess]:
+    with _live_lock:
+        return list(_live.values())
+
+
+def stop_all() -> None:
+    for process in live_processes():
+        with contextlib.suppress(Exception):
+            process.stop(timeout=5)
+
+
+def _on_terminate(signum: int, frame: FrameType | None) -> None:
+    stop_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def install_guard() -> None:
+    """Stop every guarded child at interpreter exit and on SIGTERM/SIGHUP (SIGINT already unwinds
+    through pytest's fixture teardown and then atexit)."""
+    global _guard_installed
+    if _guard_installed:
+        return
+    _guard_installed = True
+    atexit.register(stop_all)
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(signum) in (signal.SIG_DFL, None):
+                signal.signal(signum, _on_terminate)
