@@ -120,6 +120,8 @@ class AgentSessionSpec(ApiModel):
     executor: ExecutorSpec
     subagents: list[SubagentSpec] = Field(min_length=1)
     approvals: list[ApprovalGrant] = Field(default_factory=list)
+    # Tools whose calls wait for an approval: "tool" for every subagent, "subagent:tool" for one.
+    approval_required: list[str] = Field(default_factory=list)
     budgets: Budgets = Budgets()
     recovery: RecoveryPolicy = RecoveryPolicy()
     stores: StoresSpec = StoresSpec()
@@ -136,8 +138,8 @@ class AgentSessionSpec(ApiModel):
 class AgentSession(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
 
-    api_version: Literal["belay.dev/v1alpha1"] = Field(default=API_VERSION, alias="apiVersion")
-    kind: Literal["AgentSession"] = KIND
+    api_version: Literal["belay.dev/v1alpha1"] = Field(default="belay.dev/v1alpha1", alias="apiVersion")
+    kind: Literal["AgentSession"] = "AgentSession"
     metadata: ObjectMeta
     spec: AgentSessionSpec
 

@@ -1,0 +1,65 @@
+"""The model's context, rebuilt from the session record for one subagent.
+
+It reads the folded state and a bounded tail of events, so its cost does not grow with history.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from belay.harness.models.base import ModelMessage, ModelRequest
+from belay.harness.tools import tool_schemas
+from belay.journal.events import Event, ModelOutputEvent, ToolRequestEvent, ToolResultEvent
+from belay.journal.state import SessionState
+
+MAX_RESULT_CHARS = 4000
+
+
+def system_prompt(state: SessionState, subagent: str, role: str, deliverable: str | None) -> str:
+    lines = [
+        f"You are the {subagent} subagent of session {state.session_id}. Role: {role or subagent}.",
+        f"Shared objective (request version {state.request.version}): {state.request.goal}",
+    ]
+    for name, text in sorted(state.request.parts.items()):
+        lines.append(f"- {name}: {text}")
+    if deliverable:
+        lines.append(f"Your deliverable: {deliverable} (publish it with publish_deliverable).")
+    done = sorted(
+        t.task_id.split("/", 1)[1]
+        for t in state.tasks.values()
+        if t.owner == subagent and "/" in t.task_id and t.status in ("done", "verified")
+    )
+    if done:
+        lines.append(f"Steps already completed (never redo them): {', '.join(done)}.")
+    checkpoint = state.latest_verified_checkpoint
+    if checkpoint is not None and checkpoint.checkpoint.subagent == subagent:
+        lines.append(f"Last verified checkpoint: {checkpoint.checkpoint.checkpoint_id}.")
+    lines.append("Frame each step with update_plan (running, then done with a verify command).")
+    return "\n".join(lines)
+
+
+def build_model_request(
+    state: SessionState, tail: Sequence[Event], subagent: str, role: str, deliverable: str | None
+) -> ModelRequest:
+    messages = [ModelMessage(role="user", content=state.request.goal)]
+    for event in tail:
+        if event.actor.subagent != subagent:
+            continue
+        if isinstance(event, ModelOutputEvent) and event.payload.text:
+            messages.append(ModelMessage(role="assistant", content=event.payload.text))
+        elif isinstance(event, ToolRequestEvent):
+            call = {"tool": event.payload.tool, "arguments": event.payload.arguments}
+            messages.append(ModelMessage(role="assistant", content=json.dumps(call, sort_keys=True)))
+        elif isinstance(event, ToolResultEvent):
+            body = {"ok": event.payload.ok, "output": event.payload.output, "error": event.payload.error}
+            messages.append(
+                ModelMessage(
+                    role="tool",
+                    content=json.dumps(body, sort_keys=True, default=str)[:MAX_RESULT_CHARS],
+                    tool_call_id=event.payload.operation_id,
+                )
+            )
+    return ModelRequest(
+        system=system_prompt(state, subagent, role, deliverable), messages=messages, tools=tool_schemas()
+    )

@@ -1,0 +1,37 @@
+"""Which workspace files are a subagent's declared state.
+
+Only declared files survive a sandbox replacement. Byte-code caches are never declared: they are
+rebuilt on demand and their bytes differ from run to run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+NEVER_DECLARED_PARTS = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
+
+
+def is_cache(path: str) -> bool:
+    parts = path.split("/")
+    return any(part in NEVER_DECLARED_PARTS for part in parts) or path.endswith((".pyc", ".pyo"))
+
+
+def declared_paths(files: Iterable[str], patterns: Sequence[str]) -> list[str]:
+    """The files matching any pattern (fnmatch, where `*` also crosses `/`), caches excluded."""
+    return sorted(
+        f for f in files if not is_cache(f) and any(fnmatchcase(f, pattern) for pattern in patterns)
+    )
+
+
+def input_files(source: Path, target: str) -> list[tuple[str, Path]]:
+    """(workspace path, local file) for every file of an input directory, caches excluded."""
+    if not source.is_dir():
+        raise FileNotFoundError(f"input directory {source} does not exist")
+    pairs = []
+    for path in sorted(source.rglob("*")):
+        relative = path.relative_to(source).as_posix()
+        if path.is_file() and not is_cache(relative):
+            pairs.append((f"{target.strip('/')}/{relative}", path))
+    return pairs

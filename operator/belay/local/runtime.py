@@ -1,0 +1,246 @@
+"""The embedded runtime: a whole session on one machine, no cluster.
+
+Home layout (`--home`, `BELAY_HOME`, default `./.belay`):
+
+    <home>/events.db                  the session record (SQLite), every session
+    <home>/artifacts/                 content-addressed artifact store
+    <home>/sessions/<id>/session.yaml the manifest as run (plan path made absolute)
+    <home>/sessions/<id>/plan.yaml    the scripted plan as run
+    <home>/sessions/<id>/sandboxes/   one directory per subagent sandbox (workspaces, logs)
+    <home>/sessions/<id>/tickets.json the local ticket service's state
+    <home>/sessions/<id>/logs/        harness logs
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from belay.api.agentsession import AgentSession, ManifestError, SubagentSpec, load_manifest
+from belay.harness.declared import input_files
+from belay.harness.loop import Harness, HarnessResult
+from belay.harness.models.base import ModelAdapter
+from belay.journal.events import Event
+from belay.journal.state import SessionState
+from belay.stores.base import ArtifactStore, EventStore
+
+DEFAULT_HOME = ".belay"
+HOME_ENV = "BELAY_HOME"
+
+
+@dataclass(frozen=True)
+class LocalHome:
+    root: Path
+
+    @classmethod
+    def resolve(cls, home: str | Path | None) -> LocalHome:
+        return cls(Path(home or os.environ.get(HOME_ENV) or DEFAULT_HOME).absolute())
+
+    @property
+    def events_db(self) -> Path:
+        return self.root / "events.db"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.root / "artifacts"
+
+    def session_dir(self, session_id: str) -> Path:
+        return self.root / "sessions" / session_id
+
+    def manifest_file(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / "session.yaml"
+
+    def plan_file(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / "plan.yaml"
+
+    def sandboxes_dir(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / "sandboxes"
+
+    def tickets_file(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / "tickets.json"
+
+    def logs_dir(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / "logs"
+
+    def open_event_store(self) -> EventStore:
+        from belay.stores.sqlite import SqliteEventStore
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        return SqliteEventStore(self.events_db)
+
+    def open_artifact_store(self) -> ArtifactStore:
+        from belay.stores.filesystem import FilesystemArtifactStore
+
+        return FilesystemArtifactStore(self.artifacts_dir)
+
+    def session_exists(self, session_id: str) -> bool:
+        return self.manifest_file(session_id).is_file()
+
+
+class LocalSandboxProvider:
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = base_dir
+
+    async def start(self, subagent: SubagentSpec) -> Any:
+        from belay.sandbox.local import LocalSandbox
+
+        return await LocalSandbox.start(self.base_dir, subagent.name, subagent.network_profile)
+
+
+class LocalTickets:
+    """The harness's view of the local ticket service (create is unsafe; find is the probe)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    async def create(self, title: str, body: str, client_ref: str) -> dict[str, Any]:
+        from belay.local import tickets
+
+        return await _maybe_async(
+            tickets.create_ticket, self.url, title=title, body=body, client_ref=client_ref
+        )
+
+    async def find(self, client_ref: str) -> list[dict[str, Any]]:
+        from belay.local import tickets
+
+        return list(await _maybe_async(tickets.find_tickets, self.url, client_ref))
+
+
+async def _maybe_async(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    if asyncio.iscoroutinefunction(function):
+        return await function(*args, **kwargs)
+    return await asyncio.to_thread(function, *args, **kwargs)
+
+
+def install_session(home: LocalHome, manifest_path: Path) -> AgentSession:
+    """Validate a manifest and keep a copy (and its plan) in the session's home directory."""
+    session = load_manifest(manifest_path)
+    session_dir = home.session_dir(session.session_id)
+    session_dir.mkdir(parents=True, exist_ok=True)
+    manifest = session.to_manifest()
+    executor = session.spec.executor
+    if executor.type == "scripted" and executor.plan:
+        plan_source = (manifest_path.parent / executor.plan).resolve()
+        if not plan_source.is_file():
+            raise ManifestError(f"{manifest_path}: spec.executor.plan: {plan_source} does not exist")
+        shutil.copyfile(plan_source, home.plan_file(session.session_id))
+        manifest["spec"]["executor"]["plan"] = str(home.plan_file(session.session_id))
+    for sub in manifest["spec"]["subagents"]:
+        for item in sub.get("inputs", []):
+            source = (manifest_path.parent / item["source"]).resolve()
+            if not source.is_dir():
+                raise ManifestError(f"{manifest_path}: input directory {item['source']} does not exist")
+            item["source"] = str(source)
+    home.manifest_file(session.session_id).write_text(yaml.safe_dump(manifest, sort_keys=False))
+    return load_manifest(home.manifest_file(session.session_id))
+
+
+def load_installed(home: LocalHome, session_id: str) -> AgentSession:
+    if not home.session_exists(session_id):
+        raise ManifestError(f"unknown session {session_id!r} in {home.root}")
+    return load_manifest(home.manifest_file(session_id))
+
+
+def read_inputs(session: AgentSession) -> dict[str, list[tuple[str, bytes]]]:
+    return {
+        sub.name: [
+            (name, path.read_bytes())
+            for item in sub.inputs
+            for name, path in input_files(Path(item.source), item.target)
+        ]
+        for sub in session.spec.subagents
+    }
+
+
+def model_factory_for(
+    session: AgentSession,
+) -> Callable[[SubagentSpec, Callable[[], Any]], ModelAdapter]:
+    executor = session.spec.executor
+    if executor.type == "scripted":
+        from belay.harness.models.scripted import ScriptedModel, load_plan
+
+        plan = load_plan(Path(executor.plan or ""))
+
+        def scripted(sub: SubagentSpec, read_state: Callable[[], Any]) -> ModelAdapter:
+            return ScriptedModel(plan, sub.name, read_state)
+
+        return scripted
+    if executor.type == "openai":
+        from belay.harness.models.openai import OpenAIResponsesAdapter
+
+        return lambda sub, read_state: OpenAIResponsesAdapter(
+            model=executor.model, base_url=executor.base_url
+        )
+    if executor.type == "anthropic":
+        from belay.harness.models.anthropic import AnthropicMessagesAdapter
+
+        return lambda sub, read_state: AnthropicMessagesAdapter(
+            model=executor.model, base_url=executor.base_url
+        )
+    raise ManifestError(f"executor type {executor.type!r} does not run on the embedded runtime")
+
+
+def initial_model_id(session: AgentSession) -> str:
+    executor = session.spec.executor
+    if executor.type == "scripted":
+        from belay.harness.models.scripted import SCRIPTED_MODEL_ID
+
+        return SCRIPTED_MODEL_ID
+    return executor.model or executor.type
+
+
+async def run_local(
+    home: LocalHome,
+    session: AgentSession,
+    *,
+    on_event: Callable[[Event], None] | None = None,
+    with_ticket_service: bool = True,
+) -> HarnessResult:
+    """One harness attempt in this process, with local sandboxes and the local ticket service."""
+    store = home.open_event_store()
+    artifacts = home.open_artifact_store()
+    service = None
+    tickets = None
+    home.logs_dir(session.session_id).mkdir(parents=True, exist_ok=True)
+    try:
+        if with_ticket_service:
+            from belay.local.tickets import TicketService
+
+            service = TicketService(home.tickets_file(session.session_id))
+            await _maybe_async(service.start)
+            tickets = LocalTickets(service.url)
+        harness = Harness(
+            session=session,
+            store=store,
+            artifacts=artifacts,
+            sandboxes=LocalSandboxProvider(home.sandboxes_dir(session.session_id)),
+            model_factory=model_factory_for(session),
+            tickets=tickets,
+            inputs=read_inputs(session),
+            holder=f"local:{os.getpid()}",
+            model_id=initial_model_id(session),
+            on_event=on_event,
+        )
+        return await harness.run()
+    finally:
+        if service is not None:
+            await _maybe_async(service.stop)
+        await store.close()
+
+
+async def read_state(home: LocalHome, session_id: str) -> tuple[SessionState, list[Event]]:
+    from belay.journal.state import fold
+
+    store = home.open_event_store()
+    try:
+        events = await store.read(session_id)
+    finally:
+        await store.close()
+    return fold(events), events
