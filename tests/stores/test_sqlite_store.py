@@ -1,0 +1,124 @@
+"""What is specific to the SQLite event store; the shared behaviour is in tests/conformance/."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from belay.journal.events import EventDraft, Note, NoteKind
+from belay.stores import open_event_store
+from belay.stores.base import StoreError, StoreUnavailable
+from belay.stores.sqlite import SqliteEventStore
+
+
+def notes(prefix: str, count: int) -> list[EventDraft]:
+    return [
+        EventDraft(payload=Note(note_id=f"{prefix}-{i}", kind=NoteKind.FINDING, text=""))
+        for i in range(count)
+    ]
+
+
+async def test_the_file_is_in_wal_mode_with_its_tables(tmp_path: Path) -> None:
+    store = SqliteEventStore(tmp_path / "events.db")
+    await store.close()
+    conn = sqlite3.connect(tmp_path / "events.db")
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert {"events", "sessions", "idempotency", "leases", "latest_of_type"} <= tables
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    finally:
+        conn.close()
+
+
+async def test_the_record_survives_closing_and_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    store = SqliteEventStore(path)
+    lease = await store.acquire_lease("s", "attempt-1")
+    written = await store.append("s", notes("a", 3), idempotency_key="k", lease=lease.number)
+    await store.close()
+
+    reopened = open_event_store(f"sqlite://{path}")
+    try:
+        assert await reopened.read("s") == written
+        assert await reopened.current_lease("s") == lease
+        assert await reopened.append("s", notes("a", 3), idempotency_key="k") == written
+        latest = await reopened.latest("s", "note")
+        assert latest is not None and latest.seq == 3
+    finally:
+        await reopened.close()
+
+
+async def test_the_latest_index_follows_every_batch(tmp_path: Path) -> None:
+    store = SqliteEventStore(tmp_path / "events.db")
+    try:
+        for batch in range(5):
+            await store.append("s", notes(f"b{batch}", 3))
+    finally:
+        await store.close()
+    conn = sqlite3.connect(tmp_path / "events.db")
+    try:
+        rows = conn.execute("SELECT type, seq FROM latest_of_type WHERE session_id = 's'").fetchall()
+    finally:
+        conn.close()
+    assert rows == [("note", 15)]
+
+
+async def test_a_write_lock_held_too_long_is_store_unavailable_and_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    store = SqliteEventStore(path, busy_timeout_ms=100)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreUnavailable):
+            await store.append("s", notes("blocked", 2))
+        blocker.execute("ROLLBACK")
+        assert await store.last_seq("s") == 0
+        # Once the lock is released the store carries on from seq 1.
+        appended = await store.append("s", notes("after", 1))
+        assert [e.seq for e in appended] == [1]
+    finally:
+        blocker.close()
+        await store.close()
+
+
+async def test_a_closed_store_refuses_work(tmp_path: Path) -> None:
+    store = SqliteEventStore(tmp_path / "events.db")
+    await store.close()
+    with pytest.raises(StoreError):
+        await store.append("s", notes("late", 1))
+    await store.close()  # closing twice is harmless
+
+
+async def test_a_watcher_on_another_event_loop_is_woken(tmp_path: Path) -> None:
+    """Appends wake watchers wherever they run: here a watcher on its own loop in another thread.
+    The poll interval is an hour, so without the wake-up the join below would hit its guard."""
+    store = SqliteEventStore(tmp_path / "events.db", poll_interval=3600)
+    seen: list[int] = []
+    watching = threading.Event()
+
+    def watch_in_thread() -> None:
+        async def consume() -> None:
+            stream = store.watch("s")
+            watching.set()
+            async for event in stream:
+                seen.append(event.seq)
+                if len(seen) == 3:
+                    return
+
+        asyncio.run(consume())
+
+    thread = threading.Thread(target=watch_in_thread)
+    thread.start()
+    try:
+        await asyncio.to_thread(watching.wait, 10)
+        await store.append("s", notes("live", 3))
+        await asyncio.to_thread(thread.join, 30)
+        assert not thread.is_alive()
+        assert seen == [1, 2, 3]
+    finally:
+        await store.close()
