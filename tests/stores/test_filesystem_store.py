@@ -53,7 +53,7 @@ class FailingStream(io.RawIOBase):
 def test_a_put_that_fails_midway_leaves_no_blob_and_no_temporary_file(tmp_path: Path) -> None:
     store = FilesystemArtifactStore(tmp_path / "artifacts")
     with pytest.raises(ConnectionResetError):
-        store.put(FailingStream())  # type: ignore[arg-type]
+        store.put(FailingStream())
     assert blob_files(store) == []
     assert list((tmp_path / "artifacts" / "tmp").iterdir()) == []
 
