@@ -1,6 +1,6 @@
-"""Sandboxes: the token-authenticated server that runs tools in a workspace, its client, local
-sandbox processes, and declared-state restore."""
+"""Sandboxes: the token-authenticated server that runs tools in a workspace (`server`, `app`), its
+client (`client.SandboxClient`), local sandbox processes (`local.LocalSandbox`) and declared-state
+restore (`restore.restore`).
 
-from belay.sandbox.client import SandboxClient, SandboxError, SandboxUnavailable
-
-__all__ = ["SandboxClient", "SandboxError", "SandboxUnavailable"]
+Nothing is imported here: the server's entry point must start without loading aiohttp or pydantic.
+"""

@@ -20,6 +20,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+NETWORK_PROFILES: tuple[str, ...] = ("none", "allowlist", "internet")
+
 # Overridable so a test (or a machine with unshare elsewhere) can choose the binary.
 UNSHARE_ENV = "BELAY_SANDBOX_UNSHARE"
 # Set before re-executing, so the new process knows which namespace it left.

@@ -23,7 +23,8 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from belay.sandbox.client import SandboxClient, SandboxUnavailable
-from belay.sandbox.protocol import NETWORK_PROFILES, ReadyFile
+from belay.sandbox.isolation import NETWORK_PROFILES
+from belay.sandbox.protocol import ReadyFile
 
 # Every process a local sandbox starts inherits this variable, so stop() can find them all, even
 # those that left the server's process group.

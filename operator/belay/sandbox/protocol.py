@@ -10,7 +10,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 NetworkProfile = Literal["none", "allowlist", "internet"]
-NETWORK_PROFILES: tuple[str, ...] = ("none", "allowlist", "internet")
 
 # Header names of the raw file endpoints.
 SHA256_HEADER = "X-Content-Sha256"

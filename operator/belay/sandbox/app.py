@@ -1,0 +1,314 @@
+"""The sandbox server's HTTP application (see `belay.sandbox.server` for the command line)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hmac
+import json
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+
+from belay.sandbox import isolation, workspace
+from belay.sandbox.protocol import (
+    MAX_OUTPUT_BYTES,
+    MODE_HEADER,
+    SHA256_HEADER,
+    ErrorBody,
+    Health,
+    ListFilesArgs,
+    ListFilesOutput,
+    ManifestRequest,
+    ReadFileArgs,
+    ReadFileOutput,
+    ReadyFile,
+    RunCommandArgs,
+    RunCommandOutput,
+    ToolResponse,
+    WriteFileArgs,
+    WriteFileOutput,
+)
+from belay.stores.base import UnsafePath
+
+MAX_UPLOAD_BYTES = 1024 * 1024 * 1024
+# After a timeout kill, how long to wait for pipes held open by processes that left the group.
+DRAIN_AFTER_KILL_S = 2.0
+
+# Failures that are the tool's answer to bad arguments, not a server fault.
+TOOL_ERRORS = (UnsafePath, FileNotFoundError, IsADirectoryError, NotADirectoryError, UnicodeDecodeError)
+
+
+def json_error(status: int, message: str) -> web.Response:
+    return web.json_response(ErrorBody(error=message).model_dump(), status=status)
+
+
+async def _read_capped(stream: asyncio.StreamReader | None, limit: int) -> tuple[bytes, bool]:
+    """Read a stream to its end, keeping at most `limit` bytes (the rest is drained, not kept)."""
+    if stream is None:
+        return b"", False
+    kept = bytearray()
+    truncated = False
+    while chunk := await stream.read(65536):
+        room = limit - len(kept)
+        if len(chunk) > room:
+            truncated = True
+        kept += chunk[: max(room, 0)]
+    return bytes(kept), truncated
+
+
+class SandboxServer:
+    def __init__(self, root: Path, token: str, profile: str, report: isolation.IsolationReport) -> None:
+        self.root = root
+        self.token = token
+        self.profile = profile
+        self.report = report
+        self.running_groups: set[int] = set()
+        self.tools: dict[str, tuple[type[BaseModel], Callable[[Any], Awaitable[BaseModel]]]] = {
+            "run_command": (RunCommandArgs, self.run_command),
+            "read_file": (ReadFileArgs, self.read_file),
+            "write_file": (WriteFileArgs, self.write_file),
+            "list_files": (ListFilesArgs, self.list_files),
+        }
+
+    # ---------------------------------------------------------------------------------------- app
+
+    def app(self) -> web.Application:
+        application = web.Application(middlewares=[self.require_token], client_max_size=MAX_UPLOAD_BYTES)
+        application.router.add_get("/healthz", self.health)
+        application.router.add_post("/v1/tools/{tool}", self.call_tool)
+        application.router.add_put("/v1/files/{path:.+}", self.put_file)
+        application.router.add_get("/v1/files/{path:.+}", self.get_file)
+        application.router.add_post("/v1/manifest", self.manifest)
+        return application
+
+    @web.middleware
+    async def require_token(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+            return json_error(401, "missing or wrong bearer token")
+        return await handler(request)
+
+    async def health(self, request: web.Request) -> web.Response:
+        body = Health(
+            profile=self.profile,
+            network_isolated=self.report.network_isolated,
+            detail=self.report.detail,
+            pid=os.getpid(),
+            workspace=str(self.root),
+        )
+        return web.json_response(body.model_dump())
+
+    async def call_tool(self, request: web.Request) -> web.Response:
+        name = request.match_info["tool"]
+        if name not in self.tools:
+            return json_error(404, f"unknown sandbox tool {name!r}; known: {sorted(self.tools)}")
+        try:
+            raw = await request.json()
+        except json.JSONDecodeError as error:
+            return json_error(400, f"request body is not JSON: {error}")
+        model, run = self.tools[name]
+        try:
+            arguments = model.model_validate(raw)
+        except ValidationError as error:
+            return self.tool_response(ToolResponse(ok=False, error=f"invalid arguments for {name}: {error}"))
+        try:
+            output = await run(arguments)
+        except TOOL_ERRORS as error:
+            return self.tool_response(ToolResponse(ok=False, error=str(error)))
+        return self.tool_response(ToolResponse(ok=True, output=output.model_dump()))
+
+    @staticmethod
+    def tool_response(response: ToolResponse) -> web.Response:
+        return web.json_response(response.model_dump())
+
+    async def put_file(self, request: web.Request) -> web.Response:
+        name = request.match_info["path"]
+        expected = request.headers.get(SHA256_HEADER, "").lower()
+        if not expected:
+            return json_error(400, f"missing {SHA256_HEADER} header")
+        mode: int | None = None
+        if MODE_HEADER in request.headers:
+            try:
+                mode = int(request.headers[MODE_HEADER], 8) & 0o7777
+            except ValueError:
+                return json_error(400, f"{MODE_HEADER} must be an octal number")
+        try:
+            workspace.resolve_in_workspace(self.root, name)
+        except UnsafePath as error:
+            return json_error(400, str(error))
+        data = await request.read()
+        actual = workspace.sha256_bytes(data)
+        if actual != expected:
+            return json_error(400, f"sha256 mismatch for {name!r}: header says {expected}, body is {actual}")
+        try:
+            await asyncio.to_thread(workspace.write_atomically, self.root, name, data, mode)
+            entry = await asyncio.to_thread(workspace.describe, self.root, name)
+        except TOOL_ERRORS as error:
+            return json_error(400, str(error))
+        return web.json_response(entry.model_dump(mode="json"))
+
+    async def get_file(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["path"]
+        try:
+            data = await asyncio.to_thread(workspace.read_bytes, self.root, name)
+        except UnsafePath as error:
+            return json_error(400, str(error))
+        except (FileNotFoundError, IsADirectoryError) as error:
+            return json_error(404, str(error))
+        return web.Response(
+            body=data,
+            content_type="application/octet-stream",
+            headers={SHA256_HEADER: workspace.sha256_bytes(data)},
+        )
+
+    async def manifest(self, request: web.Request) -> web.Response:
+        try:
+            body = ManifestRequest.model_validate(await request.json())
+        except (json.JSONDecodeError, ValidationError) as error:
+            return json_error(400, f"expected {{'paths': [...]}}: {error}")
+        try:
+            resolved = [workspace.resolve_in_workspace(self.root, name) for name in body.paths]
+        except UnsafePath as error:
+            return json_error(400, str(error))
+        missing = [name for name, path in zip(body.paths, resolved, strict=True) if not path.is_file()]
+        if missing:
+            return json_error(404, f"declared files missing from the workspace: {missing}")
+        entries = [await asyncio.to_thread(workspace.describe, self.root, name) for name in body.paths]
+        return web.json_response([entry.model_dump(mode="json") for entry in entries])
+
+    # -------------------------------------------------------------------------------------- tools
+
+    def command_environment(self) -> dict[str, str]:
+        environment = {k: v for k, v in os.environ.items() if k != isolation.HOST_NETNS_ENV}
+        # `python` in a command means this runtime's interpreter, whatever the host's PATH says.
+        interpreter_dir = str(Path(sys.executable).parent)
+        environment["PATH"] = os.pathsep.join([interpreter_dir, environment.get("PATH", "/usr/bin:/bin")])
+        environment["BELAY_WORKSPACE"] = str(self.root)
+        return environment
+
+    async def run_command(self, arguments: RunCommandArgs) -> RunCommandOutput:
+        cwd = workspace.resolve_in_workspace(self.root, arguments.cwd) if arguments.cwd else self.root
+        if not cwd.is_dir():
+            raise NotADirectoryError(f"cwd {arguments.cwd!r} is not a directory in the workspace")
+        command = arguments.command
+        argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+        if not argv:
+            raise FileNotFoundError("empty command")
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *self.report.command_prefix,
+                *argv,
+                cwd=cwd,
+                env=self.command_environment(),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                # Its own process group, so a timeout (or the server stopping) kills all it started.
+                start_new_session=True,
+            )
+        except (FileNotFoundError, PermissionError) as error:
+            return RunCommandOutput(exit_code=127, stdout="", stderr=str(error))
+        self.running_groups.add(process.pid)
+        readers = asyncio.gather(
+            _read_capped(process.stdout, MAX_OUTPUT_BYTES), _read_capped(process.stderr, MAX_OUTPUT_BYTES)
+        )
+        timed_out = False
+        try:
+            await asyncio.wait_for(asyncio.shield(process.wait()), arguments.timeout_s)
+        except TimeoutError:
+            timed_out = True
+            self.kill_group(process.pid)
+            await process.wait()
+        finally:
+            self.running_groups.discard(process.pid)
+        try:
+            (stdout, stdout_cut), (stderr, stderr_cut) = await asyncio.wait_for(readers, DRAIN_AFTER_KILL_S)
+        except TimeoutError:
+            # A descendant that left the group still holds the pipes; report what we know.
+            readers.cancel()
+            stdout, stdout_cut, stderr, stderr_cut = b"", True, b"output unavailable", True
+        if timed_out:
+            stderr += f"\n[belay] command timed out after {arguments.timeout_s}s and was killed\n".encode()
+        return RunCommandOutput(
+            exit_code=process.returncode if process.returncode is not None else -1,
+            stdout=stdout.decode(errors="replace"),
+            stderr=stderr.decode(errors="replace"),
+            timed_out=timed_out,
+            truncated=stdout_cut or stderr_cut,
+        )
+
+    async def read_file(self, arguments: ReadFileArgs) -> ReadFileOutput:
+        data = await asyncio.to_thread(workspace.read_bytes, self.root, arguments.path)
+        return ReadFileOutput(content=data.decode())
+
+    async def write_file(self, arguments: WriteFileArgs) -> WriteFileOutput:
+        data = arguments.content.encode()
+        await asyncio.to_thread(workspace.write_atomically, self.root, arguments.path, data, arguments.mode)
+        return WriteFileOutput(sha256=workspace.sha256_bytes(data), size=len(data))
+
+    async def list_files(self, arguments: ListFilesArgs) -> ListFilesOutput:
+        return ListFilesOutput(files=await asyncio.to_thread(workspace.list_files, self.root, arguments.path))
+
+    @staticmethod
+    def kill_group(group: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+
+    def kill_all_commands(self) -> None:
+        for group in list(self.running_groups):
+            self.kill_group(group)
+
+
+def write_ready_file(path: Path, ready: ReadyFile) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(ready.model_dump_json())
+    os.replace(temporary, path)
+
+
+async def serve(options: argparse.Namespace, report: isolation.IsolationReport) -> None:
+    token = options.token_file.read_text().strip()
+    if not token:
+        raise SystemExit(f"token file {options.token_file} is empty")
+    root = options.workspace.resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    server = SandboxServer(root, token, options.network_profile, report)
+    runner = web.AppRunner(server.app(), access_log=None)
+    await runner.setup()
+    site: web.BaseSite
+    if options.socket is not None:
+        options.socket.unlink(missing_ok=True)
+        site = web.UnixSite(runner, str(options.socket))
+        await site.start()
+        os.chmod(options.socket, 0o600)
+        endpoint = f"unix://{options.socket.resolve()}"
+    else:
+        site = web.TCPSite(runner, options.host, options.port)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        endpoint = f"http://{host}:{port}"
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signal_number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signal_number, stopping.set)
+    if options.ready_file is not None:
+        ready = ReadyFile(
+            pid=os.getpid(), endpoint=endpoint, network_isolated=report.network_isolated, detail=report.detail
+        )
+        write_ready_file(options.ready_file, ready)
+    try:
+        await stopping.wait()
+    finally:
+        server.kill_all_commands()
+        await runner.cleanup()
+        if options.socket is not None:
+            options.socket.unlink(missing_ok=True)

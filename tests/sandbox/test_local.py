@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from belay.sandbox.client import SandboxUnavailable
+from belay.sandbox.local import LocalSandbox, processes_with_marker
+from tests.sandbox.helpers import eventually_gone, is_running
+
+
+async def test_start_gives_an_empty_workspace_and_a_healthy_server(tmp_path: Path) -> None:
+    sandbox = await LocalSandbox.start(tmp_path, "researcher", "none")
+    try:
+        assert sandbox.workspace == tmp_path / "researcher" / "workspace-1"
+        assert list(sandbox.workspace.iterdir()) == []
+        assert is_running(sandbox.pid)
+        assert sandbox.endpoint.startswith("unix://")
+        assert (await sandbox.client.health()).workspace == str(sandbox.workspace.resolve())
+    finally:
+        await sandbox.stop()
+
+
+async def test_replace_gives_a_clean_workspace(tmp_path: Path) -> None:
+    first = await LocalSandbox.start(tmp_path, "implementer", "none")
+    await first.client.call("write_file", {"path": "undeclared.txt", "content": "left behind"})
+    old_client = first.client
+    second = await first.replace()
+    try:
+        assert second.workspace != first.workspace
+        assert second.token != first.token
+        assert (await second.client.call("list_files", {}))["output"]["files"] == []
+        assert not is_running(first.pid)
+        with pytest.raises(SandboxUnavailable):
+            await old_client.health()
+    finally:
+        await second.stop()
+
+
+async def test_stop_leaves_no_process(tmp_path: Path) -> None:
+    sandbox = await LocalSandbox.start(tmp_path, "worker", "none")
+    result = await sandbox.client.call(
+        "run_command",
+        # setsid puts the sleeper in a session of its own, outside the command's process group.
+        {"command": "setsid sleep 300 > /dev/null 2>&1 & echo $!", "timeout_s": 10},
+    )
+    escaped = int(result["output"]["stdout"])
+    assert is_running(escaped)
+    await sandbox.stop()
+    assert await eventually_gone(escaped)
+    assert not is_running(sandbox.pid)
+    assert processes_with_marker(sandbox.instance) == []
+    assert not (sandbox.sandbox_dir / "server.json").exists()
+
+
+async def test_a_server_left_by_a_killed_harness_is_stopped_by_the_next_start(tmp_path: Path) -> None:
+    abandoned = await LocalSandbox.start(tmp_path, "worker", "none")
+    # The harness that started it dies without calling stop(); a resumed harness starts again.
+    replacement = await LocalSandbox.start(tmp_path, "worker", "none")
+    try:
+        assert await eventually_gone(abandoned.pid)
+        assert replacement.workspace.name == "workspace-2"
+        assert (await replacement.client.health()).pid == replacement.pid
+    finally:
+        await replacement.stop()
+        await abandoned.client.close()
+
+
+async def test_unknown_profile_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="network profile"):
+        await LocalSandbox.start(tmp_path, "worker", "everything")

@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+
+import pytest
+
+from belay.sandbox.client import SandboxError
+from belay.sandbox.local import LocalSandbox
+from tests.sandbox.helpers import eventually_gone
+
+
+async def test_run_command_string_runs_in_a_shell_in_the_workspace(sandbox: LocalSandbox) -> None:
+    result = await sandbox.client.call(
+        "run_command", {"command": "pwd; echo oops >&2; exit 3", "timeout_s": 30}
+    )
+    assert result["ok"] is True
+    assert result["output"]["exit_code"] == 3
+    assert result["output"]["stdout"].strip() == str(sandbox.workspace.resolve())
+    assert result["output"]["stderr"].strip() == "oops"
+
+
+async def test_run_command_list_is_not_interpreted_by_a_shell(sandbox: LocalSandbox) -> None:
+    result = await sandbox.client.call("run_command", {"command": ["echo", "$HOME", "a;b"], "timeout_s": 30})
+    assert result["output"] == {
+        "exit_code": 0,
+        "stdout": "$HOME a;b\n",
+        "stderr": "",
+        "timed_out": False,
+        "truncated": False,
+    }
+
+
+async def test_run_command_in_a_subdirectory(sandbox: LocalSandbox) -> None:
+    await sandbox.client.call("write_file", {"path": "pkg/mod.py", "content": "VALUE = 41 + 1\n"})
+    result = await sandbox.client.call(
+        "run_command", {"command": "python -c 'import mod; print(mod.VALUE)'", "timeout_s": 30, "cwd": "pkg"}
+    )
+    assert result["output"]["stdout"] == "42\n"
+
+
+async def test_run_command_timeout_kills_the_whole_group(sandbox: LocalSandbox) -> None:
+    result = await sandbox.client.call(
+        "run_command", {"command": "sleep 60 & echo $! > sleeper.pid; wait", "timeout_s": 1}
+    )
+    assert result["ok"] is True
+    assert result["output"]["timed_out"] is True
+    assert result["output"]["exit_code"] != 0
+    assert "timed out" in result["output"]["stderr"]
+    sleeper = int((sandbox.workspace / "sleeper.pid").read_text())
+    assert await eventually_gone(sleeper)
+
+
+async def test_missing_program_is_a_result_not_a_crash(sandbox: LocalSandbox) -> None:
+    result = await sandbox.client.call("run_command", {"command": ["no-such-program-here"], "timeout_s": 5})
+    assert result["ok"] is True
+    assert result["output"]["exit_code"] == 127
+
+
+async def test_write_then_read_and_list(sandbox: LocalSandbox) -> None:
+    written = await sandbox.client.call("write_file", {"path": "src/a.py", "content": "print('héllo')\n"})
+    assert written["ok"] is True
+    data = (sandbox.workspace / "src/a.py").read_bytes()
+    assert written["output"]["size"] == len(data)
+    assert written["output"]["sha256"] == hashlib.sha256(data).hexdigest()
+    read = await sandbox.client.call("read_file", {"path": "src/a.py"})
+    assert read == {"ok": True, "output": {"content": "print('héllo')\n"}, "error": None}
+    await sandbox.client.call("write_file", {"path": "b.txt", "content": ""})
+    listed = await sandbox.client.call("list_files", {})
+    assert listed["output"]["files"] == ["b.txt", "src/a.py"]
+    assert (await sandbox.client.call("list_files", {"path": "src"}))["output"]["files"] == ["src/a.py"]
+
+
+async def test_write_file_mode_and_overwrite(sandbox: LocalSandbox) -> None:
+    await sandbox.client.call(
+        "write_file", {"path": "run.sh", "content": "#!/bin/sh\necho ran\n", "mode": 0o755}
+    )
+    assert stat.S_IMODE(os.stat(sandbox.workspace / "run.sh").st_mode) == 0o755
+    result = await sandbox.client.call("run_command", {"command": "./run.sh", "timeout_s": 10})
+    assert result["output"]["stdout"] == "ran\n"
+    await sandbox.client.call("write_file", {"path": "run.sh", "content": "#!/bin/sh\necho again\n"})
+    assert stat.S_IMODE(os.stat(sandbox.workspace / "run.sh").st_mode) == 0o755
+    assert not [p for p in sandbox.workspace.iterdir() if p.name.endswith(".tmp")]
+
+
+async def test_reading_a_missing_file_is_a_tool_failure(sandbox: LocalSandbox) -> None:
+    result = await sandbox.client.call("read_file", {"path": "nope.txt"})
+    assert result["ok"] is False
+    assert "nope.txt" in result["error"]
+
+
+async def test_invalid_arguments_are_a_tool_failure(sandbox: LocalSandbox) -> None:
+    result = await sandbox.client.call("write_file", {"path": "a.txt"})
+    assert result["ok"] is False
+    assert "content" in result["error"]
+
+
+async def test_unknown_tool_is_refused(sandbox: LocalSandbox) -> None:
+    with pytest.raises(SandboxError, match="unknown sandbox tool") as caught:
+        await sandbox.client.call("format_disk", {})
+    assert caught.value.status == 404
