@@ -60,6 +60,16 @@ class ControlPlane:
             f"--service-account-key-file={pki.service_account_pub}",
             f"--service-account-signing-key-file={pki.service_account_key}",
             "--authorization-mode=RBAC",
+            # The aggregation layer's front-proxy CA, as kubeadm sets it: without one, every
+            # delegating component logs a missing CA bundle on each resync.
+            f"--requestheader-client-ca-file={pki.ca_cert}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            # Endpoints may not hold a loopback address, so the `kubernetes` Service gets none
+            # instead of an error every ten seconds; nothing here runs in a pod to call it.
+            "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
             f"--cert-dir={self.run_dir / 'apiserver-certs'}",
             "--v=0",
