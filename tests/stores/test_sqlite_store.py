@@ -122,3 +122,22 @@ async def test_a_watcher_on_another_event_loop_is_woken(tmp_path: Path) -> None:
         assert seen == [1, 2, 3]
     finally:
         await store.close()
+
+
+async def test_an_abandoned_watch_on_a_closed_loop_does_not_fail_appends(tmp_path: Path) -> None:
+    store = SqliteEventStore(tmp_path / "events.db")
+
+    def abandon_a_watch() -> None:
+        loop = asyncio.new_event_loop()
+        stream = store.watch("s")
+        pending = loop.create_task(anext(stream))
+        loop.run_until_complete(asyncio.sleep(0.05))  # the watch is now waiting for an append
+        assert not pending.done()
+        loop.close()  # without finishing the task: its generator never runs its cleanup
+
+    try:
+        await asyncio.to_thread(abandon_a_watch)
+        appended = await store.append("s", notes("after", 2))
+        assert [e.seq for e in appended] == [1, 2]
+    finally:
+        await store.close()

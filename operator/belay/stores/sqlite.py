@@ -410,21 +410,29 @@ class SqliteEventStore:
             self._waiters.setdefault(session_id, set()).add(waiter)
 
     def _remove_waiter(self, session_id: str, waiter: asyncio.Future[None]) -> None:
+        """Called on the waiter's own loop."""
+        self._forget_waiter(session_id, waiter)
+        if not waiter.done():
+            waiter.cancel()
+
+    def _forget_waiter(self, session_id: str, waiter: asyncio.Future[None]) -> None:
         with self._waiters_lock:
             waiters = self._waiters.get(session_id)
             if waiters is not None:
                 waiters.discard(waiter)
                 if not waiters:
                     del self._waiters[session_id]
-        if not waiter.done():
-            waiter.cancel()
 
     def _wake_watchers(self, session_id: str) -> None:
         with self._waiters_lock:
             waiters = list(self._waiters.get(session_id, ()))
         for waiter in waiters:
             # A watcher may live on another event loop (another thread): wake it on its own loop.
-            waiter.get_loop().call_soon_threadsafe(_resolve, waiter)
+            try:
+                waiter.get_loop().call_soon_threadsafe(_resolve, waiter)
+            except RuntimeError:
+                # Its loop is closed (an abandoned watch); the append itself has succeeded.
+                self._forget_waiter(session_id, waiter)
 
     # ---------------------------------------------------------------------------------------------
     # leases
