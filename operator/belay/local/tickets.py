@@ -1,0 +1,238 @@
+"""A small ticket service on loopback: the example external system with an effect that must not be
+repeated.
+
+    python -m belay.local.tickets --state FILE [--port 0] [--ready-file FILE]
+
+`POST /tickets` always creates a new ticket, even for a `client_ref` it has seen: it does not
+deduplicate, which is exactly why `create_ticket` is an `unsafe` tool. `GET /tickets?client_ref=X`
+lists the tickets carrying a reference; it is the reconcile probe a resumed harness uses to find
+out whether a request whose result was lost did create a ticket.
+
+Tickets live in one JSON file (the session home passes `<home>/sessions/<id>/tickets.json`), written
+before the response is sent, so a test can count them and a killed service loses nothing it
+acknowledged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import os
+import signal
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+
+class TicketDraft(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = Field(min_length=1)
+    body: str = ""
+    client_ref: str | None = None
+
+
+class Ticket(TicketDraft):
+    id: str
+    created_at: datetime
+
+
+class TicketFile(BaseModel):
+    next_number: int = 1
+    tickets: list[Ticket] = Field(default_factory=list)
+
+
+class TicketServiceError(Exception):
+    """The ticket service refused a request or could not be reached."""
+
+
+_TICKETS = TypeAdapter(list[Ticket])
+
+
+@contextlib.contextmanager
+def _locked(state_file: Path) -> Iterator[None]:
+    """An exclusive lock beside the state file, so two processes never interleave a read-modify-write."""
+    lock_path = state_file.with_name(state_file.name + ".lock")
+    with lock_path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def load_tickets(state_file: Path) -> list[Ticket]:
+    """Every ticket in a state file (an absent file has none)."""
+    return _read(state_file).tickets
+
+
+def _read(state_file: Path) -> TicketFile:
+    try:
+        return TicketFile.model_validate_json(state_file.read_text())
+    except FileNotFoundError:
+        return TicketFile()
+
+
+def _write(state_file: Path, content: TicketFile) -> None:
+    temporary = state_file.with_name(f".{state_file.name}.{os.getpid()}.tmp")
+    with temporary.open("w") as handle:
+        handle.write(content.model_dump_json(indent=2))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, state_file)
+
+
+def add_ticket(state_file: Path, draft: TicketDraft) -> Ticket:
+    state_file.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(state_file):
+        content = _read(state_file)
+        ticket = Ticket(
+            **draft.model_dump(), id=f"TICKET-{content.next_number}", created_at=datetime.now(UTC)
+        )
+        _write(
+            state_file, TicketFile(next_number=content.next_number + 1, tickets=[*content.tickets, ticket])
+        )
+    return ticket
+
+
+class TicketService:
+    """The ticket service as an in-process aiohttp server: `await start()`, `.url`, `await stop()`."""
+
+    def __init__(self, state_file: Path, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.state_file = state_file
+        self.host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        if self._runner is None:
+            raise RuntimeError("ticket service is not started")
+        return f"http://{self.host}:{self.port}"
+
+    def app(self) -> web.Application:
+        application = web.Application()
+        application.router.add_post("/tickets", self._create)
+        application.router.add_get("/tickets", self._list)
+        application.router.add_get("/tickets/{ticket_id}", self._get)
+        return application
+
+    async def start(self) -> TicketService:
+        runner = web.AppRunner(self.app(), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
+        await site.start()
+        self.port = runner.addresses[0][1]
+        self._runner = runner
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> TicketService:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def _create(self, request: web.Request) -> web.Response:
+        try:
+            draft = TicketDraft.model_validate_json(await request.read())
+        except ValidationError as error:
+            return web.json_response({"error": f"invalid ticket: {error}"}, status=400)
+        ticket = await asyncio.to_thread(add_ticket, self.state_file, draft)
+        return web.json_response(ticket.model_dump(mode="json"), status=201)
+
+    async def _list(self, request: web.Request) -> web.Response:
+        tickets = await asyncio.to_thread(load_tickets, self.state_file)
+        client_ref = request.query.get("client_ref")
+        if client_ref is not None:
+            tickets = [ticket for ticket in tickets if ticket.client_ref == client_ref]
+        return web.json_response([ticket.model_dump(mode="json") for ticket in tickets])
+
+    async def _get(self, request: web.Request) -> web.Response:
+        wanted = request.match_info["ticket_id"]
+        for ticket in await asyncio.to_thread(load_tickets, self.state_file):
+            if ticket.id == wanted:
+                return web.json_response(ticket.model_dump(mode="json"))
+        return web.json_response({"error": f"no ticket {wanted}"}, status=404)
+
+
+# ---------------------------------------------------------------------------------------- client
+
+
+async def _request(method: str, url: str, **kwargs: object) -> tuple[int, bytes]:
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session,
+            session.request(method, url, **kwargs) as response,  # type: ignore[arg-type]
+        ):
+            return response.status, await response.read()
+    except (aiohttp.ClientError, TimeoutError, OSError) as error:
+        raise TicketServiceError(f"ticket service at {url} unreachable: {error!r}") from error
+
+
+async def create_ticket(url: str, title: str, body: str = "", client_ref: str | None = None) -> Ticket:
+    """Create a ticket. Not idempotent: calling it twice creates two tickets."""
+    draft = TicketDraft(title=title, body=body, client_ref=client_ref)
+    status, content = await _request("POST", f"{url.rstrip('/')}/tickets", json=draft.model_dump())
+    if status != 201:
+        raise TicketServiceError(f"ticket service refused the ticket ({status}): {content.decode()[:500]}")
+    return Ticket.model_validate_json(content)
+
+
+async def find_tickets(url: str, client_ref: str) -> list[Ticket]:
+    """The reconcile probe: every ticket created with this client reference."""
+    status, content = await _request("GET", f"{url.rstrip('/')}/tickets", params={"client_ref": client_ref})
+    if status != 200:
+        raise TicketServiceError(
+            f"ticket service could not list tickets ({status}): {content.decode()[:500]}"
+        )
+    return _TICKETS.validate_json(content)
+
+
+# ------------------------------------------------------------------------------------------ main
+
+
+class TicketServiceReady(BaseModel):
+    url: str
+    pid: int
+
+
+async def _serve(state: Path, host: str, port: int, ready_file: Path | None) -> None:
+    service = await TicketService(state, host=host, port=port).start()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signal_number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signal_number, stopping.set)
+    if ready_file is not None:
+        temporary = ready_file.with_name(ready_file.name + ".tmp")
+        temporary.write_text(TicketServiceReady(url=service.url, pid=os.getpid()).model_dump_json())
+        os.replace(temporary, ready_file)
+    print(f"ticket service listening on {service.url}, state in {state}", flush=True)
+    try:
+        await stopping.wait()
+    finally:
+        await service.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m belay.local.tickets", description=__doc__)
+    parser.add_argument("--state", required=True, type=Path, help="the tickets JSON file")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--ready-file", type=Path, help="written with {url, pid} once listening")
+    options = parser.parse_args(argv)
+    asyncio.run(_serve(options.state, options.host, options.port, options.ready_file))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from belay.local.tickets import (
+    TicketService,
+    TicketServiceError,
+    TicketServiceReady,
+    create_ticket,
+    find_tickets,
+    load_tickets,
+)
+
+
+async def test_create_is_not_deduplicated_and_every_ticket_is_in_the_file(tmp_path: Path) -> None:
+    state = tmp_path / "sessions" / "demo" / "tickets.json"
+    async with TicketService(state) as service:
+        first = await create_ticket(service.url, "Parser crashes on '='", "details", client_ref="op-1")
+        second = await create_ticket(service.url, "Parser crashes on '='", "details", client_ref="op-1")
+        other = await create_ticket(service.url, "Unrelated", client_ref="op-2")
+    assert (first.id, second.id, other.id) == ("TICKET-1", "TICKET-2", "TICKET-3")
+    stored = json.loads(state.read_text())["tickets"]
+    assert [t["id"] for t in stored] == ["TICKET-1", "TICKET-2", "TICKET-3"]
+    assert [t.client_ref for t in load_tickets(state)] == ["op-1", "op-1", "op-2"]
+
+
+async def test_find_tickets_is_the_reconcile_probe(tmp_path: Path) -> None:
+    async with TicketService(tmp_path / "tickets.json") as service:
+        assert await find_tickets(service.url, "op-7") == []
+        created = await create_ticket(service.url, "Report", "body", client_ref="op-7")
+        await create_ticket(service.url, "Other", client_ref="op-8")
+        found = await find_tickets(service.url, "op-7")
+    assert [(t.id, t.title, t.body) for t in found] == [(created.id, "Report", "body")]
+
+
+async def test_tickets_survive_a_restart_of_the_service(tmp_path: Path) -> None:
+    state = tmp_path / "tickets.json"
+    async with TicketService(state) as service:
+        await create_ticket(service.url, "Before restart", client_ref="a")
+    async with TicketService(state) as service:
+        after = await create_ticket(service.url, "After restart", client_ref="b")
+        assert [t.title for t in await find_tickets(service.url, "a")] == ["Before restart"]
+    assert after.id == "TICKET-2"
+
+
+async def test_invalid_ticket_is_refused(tmp_path: Path) -> None:
+    async with (
+        TicketService(tmp_path / "tickets.json") as service,
+        aiohttp.ClientSession() as session,
+        session.post(f"{service.url}/tickets", json={"body": "no title", "priority": 1}) as response,
+    ):
+        assert response.status == 400
+        assert "title" in (await response.json())["error"]
+    assert load_tickets(tmp_path / "tickets.json") == []
+
+
+async def test_unreachable_service_is_a_clear_error(tmp_path: Path) -> None:
+    async with TicketService(tmp_path / "tickets.json") as service:
+        url = service.url
+    with pytest.raises(TicketServiceError, match="unreachable"):
+        await find_tickets(url, "x")
+
+
+async def test_command_line_service(tmp_path: Path) -> None:
+    state = tmp_path / "tickets.json"
+    ready_file = tmp_path / "ready.json"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "belay.local.tickets",
+        "--state",
+        str(state),
+        "--port",
+        "0",
+        "--ready-file",
+        str(ready_file),
+        stdout=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(1000):
+            if ready_file.exists() or process.returncode is not None:
+                break
+            await asyncio.sleep(0.02)
+        ready = TicketServiceReady.model_validate_json(ready_file.read_text())
+        assert ready.pid == process.pid
+        assert ready.url.startswith("http://127.0.0.1:")
+        await create_ticket(ready.url, "From the CLI service", client_ref="cli")
+        assert [t.title for t in load_tickets(state)] == ["From the CLI service"]
+    finally:
+        process.terminate()
+        assert await process.wait() == 0
