@@ -27,6 +27,7 @@ from belay.harness.context import build_model_request
 from belay.harness.declared import declared_paths
 from belay.harness.models.base import ModelAdapter, ToolCall
 from belay.harness.tools import ToolSpec, tool_spec
+from belay.journal.approvals import ApprovalState, approval_state
 from belay.journal.events import (
     Actor,
     Approval,
@@ -59,6 +60,7 @@ from belay.journal.events import (
     now_utc,
     sha256_of,
 )
+from belay.journal.recovery import RecoveryActionKind, recovery_plan
 from belay.journal.state import EMPTY, OperationRecord, SessionState, apply, operation_payload_sha256
 from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, EventStore
 
@@ -397,17 +399,18 @@ class Harness:
     # Requests a previous attempt left without a result
 
     async def settle_open_operations(self, sub: SubagentSpec) -> None:
-        state = await self.state()
+        """The effect table, as the recovery plan of the record states it for this subagent."""
+        plan = recovery_plan(await self.state())
         requests = await self.requests_by_operation()
-        for op in state.open_operation_records():
-            if op.subagent != sub.name:
+        for action in plan.actions:
+            if action.subagent != sub.name:
                 continue
-            request = requests[op.operation_id]
-            if op.effect == EffectClass.UNSAFE:
+            request = requests[action.operation_id]
+            if action.action in (RecoveryActionKind.RERUN, RecoveryActionKind.RERUN_WITH_KEY):
+                await self.execute(sub, action.request_seq, request)
+            elif action.action == RecoveryActionKind.AWAIT_RECONCILIATION:
+                op = (await self.state()).operations[action.operation_id]
                 await self.reconcile_unsafe(sub, op, request)
-            else:
-                # read_only and idempotent run again; keyed runs again with its recorded key
-                await self.execute(sub, op.request_seq, request)
 
     async def reconcile_unsafe(self, sub: SubagentSpec, op: OperationRecord, request: ToolRequest) -> None:
         spec = tool_spec(op.tool)
@@ -835,16 +838,19 @@ class Harness:
                 subagent=sub.name,
             )
         while True:
-            record = (await self.state()).approvals[approval_id]
-            if record.decision == "rejected":
-                return False, f"rejected by {record.decided_by or 'the user'}: {record.decision_reason}"
-            if record.decision == "granted":
-                if record.decision_payload_sha256 != request.payload_sha256:
-                    return False, "the approval names a different payload; nothing was dispatched"
-                expiry = record.decision_expires_at
-                if expiry is not None and expiry < now_utc():
-                    return False, f"the approval expired at {expiry.isoformat()}"
+            state = await self.state()
+            decision = approval_state(state, request.operation_id, request.payload_sha256, now_utc())
+            if decision == ApprovalState.GRANTED:
                 return True, ""
+            if decision == ApprovalState.REJECTED:
+                record = state.approvals[approval_id]
+                return (
+                    False,
+                    f"rejected by {record.decided_by or 'the user'}: {record.decision_reason}".rstrip(": "),
+                )
+            if decision == ApprovalState.EXPIRED:
+                return False, "the approval expired before the operation was dispatched"
+            # Pending, or decided for another payload: that never dispatches this one.
             await asyncio.sleep(self.poll_interval_s)
 
     def declared_grant(self, request: ToolRequest, approval_id: str, now: datetime) -> ApprovalGrant | None:

@@ -13,7 +13,6 @@ Home layout (`--home`, `BELAY_HOME`, default `./.belay`):
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 from collections.abc import Callable
@@ -101,22 +100,15 @@ class LocalTickets:
         self.url = url
 
     async def create(self, title: str, body: str, client_ref: str) -> dict[str, Any]:
-        from belay.local import tickets
+        from belay.local.tickets import create_ticket
 
-        return await _maybe_async(
-            tickets.create_ticket, self.url, title=title, body=body, client_ref=client_ref
-        )
+        ticket = await create_ticket(self.url, title, body, client_ref=client_ref)
+        return ticket.model_dump(mode="json")
 
     async def find(self, client_ref: str) -> list[dict[str, Any]]:
-        from belay.local import tickets
+        from belay.local.tickets import find_tickets
 
-        return list(await _maybe_async(tickets.find_tickets, self.url, client_ref))
-
-
-async def _maybe_async(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    if asyncio.iscoroutinefunction(function):
-        return await function(*args, **kwargs)
-    return await asyncio.to_thread(function, *args, **kwargs)
+        return [t.model_dump(mode="json") for t in await find_tickets(self.url, client_ref)]
 
 
 def install_session(home: LocalHome, manifest_path: Path) -> AgentSession:
@@ -213,8 +205,7 @@ async def run_local(
         if with_ticket_service:
             from belay.local.tickets import TicketService
 
-            service = TicketService(home.tickets_file(session.session_id))
-            await _maybe_async(service.start)
+            service = await TicketService(home.tickets_file(session.session_id)).start()
             tickets = LocalTickets(service.url)
         harness = Harness(
             session=session,
@@ -231,7 +222,7 @@ async def run_local(
         return await harness.run()
     finally:
         if service is not None:
-            await _maybe_async(service.stop)
+            await service.stop()
         await store.close()
 
 

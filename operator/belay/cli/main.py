@@ -1,0 +1,442 @@
+"""`belay`: run agent sessions on the embedded runtime and ask them where they stand.
+
+Every command reads or writes the session record in the home directory (`--home`, `BELAY_HOME`,
+default `./.belay`); nothing here keeps state of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from belay.api.agentsession import ManifestError
+from belay.journal.events import (
+    Actor,
+    Approval,
+    ArtifactRef,
+    Event,
+    EventDraft,
+    OperationOutcome,
+    Wait,
+)
+from belay.local.runtime import HOME_ENV, LocalHome, install_session, load_installed, read_state, run_local
+
+app = typer.Typer(
+    name="belay",
+    help="Long-lived AI agent sessions whose record outlives every process.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+errors = Console(stderr=True)
+
+
+class Context:
+    home: LocalHome = LocalHome.resolve(None)
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    errors.print(f"[bold red]error: {message}", highlight=False, markup=True)
+    return typer.Exit(code)
+
+
+@app.callback()
+def main(
+    home: Annotated[
+        Path | None,
+        typer.Option(
+            "--home", envvar=HOME_ENV, help="Home directory of the embedded runtime (default ./.belay)."
+        ),
+    ] = None,
+) -> None:
+    Context.home = LocalHome.resolve(home)
+
+
+# --------------------------------------------------------------------------------------------------
+# Running
+
+
+def progress_line(event: Event) -> str | None:
+    """One line of foreground progress for the events a person cares about."""
+    p: Any = event.payload
+    who = f"{event.actor.subagent} " if event.actor.subagent else ""
+    match event.type:
+        case "lifecycle":
+            return f"{event.seq:>4} {who}{p.kind} {p.detail or p.reason}".rstrip()
+        case "task" if "/" in p.task_id and p.status in ("running", "done", "verified"):
+            return f"{event.seq:>4} {who}step {p.task_id.split('/', 1)[1]} {p.status} {p.detail}".rstrip()
+        case "tool_request" if p.tool != "update_plan":
+            return f"{event.seq:>4} {who}-> {p.tool} ({p.operation_id})"
+        case "tool_result" if not p.ok:
+            return f"{event.seq:>4} {who}x {p.operation_id}: {p.error}"
+        case "approval_request":
+            return (
+                f"{event.seq:>4} {who}waits for approval {p.approval_id}: "
+                f"belay approve {event.session_id} {p.approval_id}"
+            )
+        case "approval":
+            decision = "granted" if p.granted else "rejected"
+            return f"{event.seq:>4} {who}approval {p.approval_id} {decision} by {p.by}"
+        case "note":
+            return f"{event.seq:>4} {who}{p.kind} [{p.status}] {p.text}"
+        case "artifact":
+            return f"{event.seq:>4} {who}published {p.name} sha256 {p.ref.sha256[:12]}"
+        case "checkpoint":
+            status = p.verification.status if p.verification else "no verification"
+            return f"{event.seq:>4} {who}checkpoint {p.checkpoint_id} ({status})"
+        case "operation_outcome":
+            return f"{event.seq:>4} {who}outcome {p.outcome} {p.operation_id}: {p.detail}"
+        case "wait" if p.kind != "ready_for_review":
+            return f"{event.seq:>4} {who}waits ({p.kind}) {p.reason}"
+    return None
+
+
+def print_progress(event: Event) -> None:
+    line = progress_line(event)
+    if line is not None:
+        console.print(line, highlight=False, markup=False)
+
+
+def _run(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None:
+    home = Context.home
+    session = load_installed(home, session_id)
+    result = asyncio.run(
+        run_local(
+            home,
+            session,
+            on_event=None if quiet else print_progress,
+            with_ticket_service=with_ticket_service,
+        )
+    )
+    if not quiet:
+        console.print()
+        print_brief(session_id, "text")
+    if not result.completed:
+        raise fail(f"session {session_id} did not complete: {result.detail}")
+
+
+@app.command()
+def run(
+    manifest: Annotated[Path, typer.Argument(help="An AgentSession YAML manifest.")],
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress, no briefing.")] = False,
+) -> None:
+    """Run a session in the foreground until it completes, then print its briefing."""
+    home = Context.home
+    try:
+        session = install_session(home, manifest)
+    except ManifestError as error:
+        raise fail(f"bad manifest: {error}") from None
+    state, _ = asyncio.run(read_state(home, session.session_id))
+    if state.last_seq:
+        raise fail(
+            f"session {session.session_id} already exists in {home.root}; "
+            f"continue it with `belay resume {session.session_id}`"
+        )
+    _run(session.session_id, quiet)
+
+
+@app.command()
+def resume(
+    session_id: Annotated[str, typer.Argument(metavar="SESSION")],
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    no_ticket_service: Annotated[
+        bool, typer.Option("--no-ticket-service", hidden=True, help="Drill: the tracker is unreachable.")
+    ] = False,
+) -> None:
+    """Start a new harness attempt that recovers the session from its record and continues it."""
+    try:
+        load_installed(Context.home, session_id)
+    except ManifestError as error:
+        raise fail(str(error)) from None
+    _run(session_id, quiet, with_ticket_service=not no_ticket_service)
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading the record
+
+
+def _known_state(session_id: str) -> tuple[Any, list[Event]]:
+    state, events = asyncio.run(read_state(Context.home, session_id))
+    if not events:
+        raise fail(f"unknown session {session_id!r} in {Context.home.root}")
+    return state, events
+
+
+@app.command()
+def sessions() -> None:
+    """List the sessions in this home and where each stands."""
+    from belay.journal.state import fold
+
+    async def load() -> list[tuple[str, Any]]:
+        store = Context.home.open_event_store()
+        try:
+            return [(sid, fold(await store.read(sid))) for sid in await store.list_sessions()]
+        finally:
+            await store.close()
+
+    if not Context.home.events_db.exists():
+        console.print(f"no sessions in {Context.home.root}")
+        return
+    table = Table("SESSION", "PHASE", "STEP", "WAITS ON", "DELIVERABLES", "EVENTS")
+    for session_id, state in asyncio.run(load()):
+        table.add_row(
+            session_id,
+            phase_of(state),
+            state.current_step or "-",
+            ", ".join(sorted(state.pending_approvals) + sorted(state.open_waits)) or "-",
+            ", ".join(sorted(state.deliverables)) or "-",
+            str(state.last_seq),
+        )
+    console.print(table)
+
+
+def phase_of(state: Any) -> str:
+    lifecycle = state.lifecycle
+    if lifecycle.completed:
+        return "Completed"
+    if lifecycle.failed or (lifecycle.recovery_failures and not lifecycle.restores):
+        return "Failed"
+    if state.pending_approvals or any(w.kind == "on_user" for w in state.open_wait_records()):
+        return "WaitingOnUser"
+    if lifecycle.harness_running:
+        return "Running"
+    return "Stopped"
+
+
+def print_brief(session_id: str, style: str) -> None:
+    from belay.journal.briefing import briefing, render_json, render_markdown, render_text
+
+    state, _ = _known_state(session_id)
+    store = Context.home.open_artifact_store()
+
+    def locate(ref: ArtifactRef) -> str:
+        return store.location(ref.sha256) if store.exists(ref.sha256) else ref.uri
+
+    brief = briefing(state, locate=locate, artifact_store=str(Context.home.artifacts_dir))
+    render = {"json": render_json, "markdown": render_markdown, "text": render_text}[style]
+    sys.stdout.write(render(brief) + "\n")
+
+
+@app.command()
+def brief(
+    session_id: Annotated[str, typer.Argument(metavar="SESSION")],
+    as_json: Annotated[bool, typer.Option("--json", help="The briefing as JSON.")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="The briefing as Markdown.")] = False,
+) -> None:
+    """What was asked, what is done and verified, what waits on you, what is ready for review."""
+    print_brief(session_id, "json" if as_json else "markdown" if markdown else "text")
+
+
+@app.command()
+def events(
+    session_id: Annotated[str, typer.Argument(metavar="SESSION")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    from_seq: Annotated[int, typer.Option("--from", help="First seq to print.")] = 1,
+) -> None:
+    """The session's events, in order."""
+    _, all_events = _known_state(session_id)
+    for event in all_events:
+        if event.seq < from_seq:
+            continue
+        if as_json:
+            sys.stdout.write(
+                json.dumps(
+                    {
+                        "seq": event.seq,
+                        "type": event.type,
+                        "created_at": event.created_at.isoformat(),
+                        "actor": event.actor.model_dump(mode="json"),
+                        "parent_seq": event.parent_seq,
+                        "payload": event.payload.model_dump(mode="json"),
+                    },
+                    sort_keys=True,
+                )
+                + "\n"
+            )
+        else:
+            line = progress_line(event) or f"{event.seq:>4} {event.type}"
+            console.print(line, highlight=False, markup=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# Deciding
+
+
+def decide(session_id: str, item_id: str, granted: bool, reason: str, by: str) -> str:
+    state, _ = _known_state(session_id)
+    user = Actor(kind="user", name=by)
+    drafts: list[EventDraft] = []
+    approval = state.approvals.get(item_id)
+    wait = state.waits.get(item_id)
+    if approval is not None:
+        if approval.decision is not None:
+            raise fail(
+                f"approval {item_id} was already {approval.decision} by {approval.decided_by or 'someone'}"
+            )
+        drafts.append(
+            EventDraft(
+                payload=Approval(
+                    approval_id=item_id,
+                    operation_id=approval.operation_id,
+                    payload_sha256=approval.payload_sha256,
+                    granted=granted,
+                    by=by,
+                    reason=reason,
+                ),
+                actor=user,
+                parent_seq=approval.requested_seq,
+            )
+        )
+        outcome = (
+            f"{'approved' if granted else 'rejected'} {item_id} (payload sha256 {approval.payload_sha256})"
+        )
+    elif wait is not None:
+        if wait.resolved:
+            raise fail(f"{item_id} is already resolved")
+        if wait.kind == "on_user" and item_id.startswith("reconcile-") and wait.condition:
+            verdict = "took effect" if granted else "did not take effect"
+            drafts.append(
+                EventDraft(
+                    payload=OperationOutcome(
+                        operation_id=wait.condition,
+                        outcome="reconciled",
+                        succeeded=granted,
+                        detail=f"{by}: it {verdict}. {reason}".strip(),
+                        by=by,
+                    ),
+                    actor=user,
+                )
+            )
+        drafts.append(
+            EventDraft(
+                payload=Wait(
+                    wait_id=item_id,
+                    kind=wait.kind,
+                    reason=f"{wait.reason} -> {'yes' if granted else 'no'} ({by}) {reason}".strip(),
+                    resolved=True,
+                    condition=wait.condition,
+                    artifact=wait.artifact,
+                ),
+                actor=user,
+            )
+        )
+        outcome = f"resolved {item_id}: {'yes' if granted else 'no'}"
+    else:
+        pending = sorted(state.pending_approvals) + sorted(state.open_waits)
+        known = ", ".join(pending) if pending else "nothing waits on you"
+        raise fail(f"no approval or wait {item_id!r} in session {session_id} (pending: {known})")
+
+    async def write() -> None:
+        store = Context.home.open_event_store()
+        try:
+            await store.append(session_id, drafts)
+        finally:
+            await store.close()
+
+    asyncio.run(write())
+    return outcome
+
+
+@app.command()
+def approve(
+    session_id: Annotated[str, typer.Argument(metavar="SESSION")],
+    item_id: Annotated[str, typer.Argument(metavar="ID", help="An approval id, or a wait id.")],
+    reason: Annotated[str, typer.Option("--reason", "-m")] = "",
+    by: Annotated[str, typer.Option("--by")] = "cli",
+) -> None:
+    """Approve one pending operation (bound to its payload hash), or answer yes to a wait."""
+    console.print(decide(session_id, item_id, True, reason, by), highlight=False)
+
+
+@app.command()
+def reject(
+    session_id: Annotated[str, typer.Argument(metavar="SESSION")],
+    item_id: Annotated[str, typer.Argument(metavar="ID")],
+    reason: Annotated[str, typer.Option("--reason", "-m")] = "",
+    by: Annotated[str, typer.Option("--by")] = "cli",
+) -> None:
+    """Reject one pending operation (it is never dispatched), or answer no to a wait."""
+    console.print(decide(session_id, item_id, False, reason, by), highlight=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# Artifacts
+
+
+@app.command()
+def artifacts(
+    words: Annotated[list[str], typer.Argument(metavar="SESSION | get SESSION NAME")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Where `get` writes the bytes.")
+    ] = None,
+) -> None:
+    """List a session's artifacts, or `artifacts get SESSION NAME -o PATH` to download one."""
+    if words[0] == "get":
+        if len(words) != 3:
+            raise fail("usage: belay artifacts get SESSION NAME -o PATH")
+        _get_artifact(words[1], words[2], output)
+        return
+    if len(words) != 1:
+        raise fail("usage: belay artifacts SESSION  |  belay artifacts get SESSION NAME -o PATH")
+    state, _ = _known_state(words[0])
+    table = Table("NAME", "DELIVERABLE", "SUBAGENT", "SIZE", "SHA256", "LOCATION")
+    store = Context.home.open_artifact_store()
+    for record in sorted(state.artifacts.values(), key=lambda r: r.seq):
+        table.add_row(
+            record.name,
+            "yes" if record.deliverable else "",
+            record.subagent or "",
+            str(record.ref.size),
+            record.ref.sha256,
+            store.location(record.ref.sha256) if store.exists(record.ref.sha256) else "(missing)",
+        )
+    console.print(table)
+
+
+def _get_artifact(session_id: str, name: str, output: Path | None) -> None:
+    state, _ = _known_state(session_id)
+    record = state.artifacts.get(name)
+    if record is None:
+        known = ", ".join(sorted(state.artifacts)) or "none"
+        raise fail(f"session {session_id} has no artifact {name!r} (artifacts: {known})")
+    data = Context.home.open_artifact_store().get(record.ref.sha256)
+    target = output or Path(name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    errors.print(f"wrote {target} ({len(data)} bytes, sha256 {record.ref.sha256})", highlight=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# The interruption drill
+
+
+@app.command()
+def drill(
+    manifest: Annotated[Path | None, typer.Argument(help="Default: examples/parser-fix/session.yaml")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Interrupt a short session on purpose and check that the resumed session makes sense."""
+    from belay.local.drill import DEFAULT_MANIFEST, run_drill
+
+    report = run_drill(manifest or DEFAULT_MANIFEST, Context.home.root / "drill", progress=not as_json)
+    if as_json:
+        sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+    else:
+        for check in report.checks:
+            mark = "[green]PASS" if check.passed else "[red]FAIL"
+            console.print(f"{mark} {check.name}: {check.detail}", highlight=False)
+        console.print("drill passed" if report.passed else "[red]drill failed")
+    if not report.passed:
+        raise typer.Exit(1)
+
+
+if __name__ == "__main__":
+    app()
