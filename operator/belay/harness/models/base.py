@@ -18,6 +18,9 @@ class ModelMessage(BaseModel):
     role: Literal["user", "assistant", "tool"]
     content: str
     tool_call_id: str | None = None
+    # On an assistant message: the calls it made. Provider APIs pair each tool result with the
+    # call it answers, so adapters need the ids here, not only in the later "tool" message.
+    tool_calls: list[ToolCall] = Field(default_factory=list)
 
 
 class ToolSchema(BaseModel):
