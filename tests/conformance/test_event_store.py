@@ -258,6 +258,24 @@ async def test_leases_advance_and_a_stale_lease_is_refused(
     assert seqs(accepted) == [3]
 
 
+async def test_a_retry_after_the_lease_moved_on_returns_the_original_and_writes_nothing(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    """A replay writes nothing, so there is nothing to fence: the writer learns its batch landed.
+    A new batch under the old lease, with a new key, is still refused."""
+    session = event_backend.session()
+    old = await event_store.acquire_lease(session, "attempt-1")
+    original = await event_store.append(session, notes("landed", 2), idempotency_key="k1", lease=old.number)
+    await event_store.acquire_lease(session, "attempt-2")
+    assert (
+        await event_store.append(session, notes("landed", 2), idempotency_key="k1", lease=old.number)
+        == original
+    )
+    with pytest.raises(StaleLease):
+        await event_store.append(session, notes("new", 1), idempotency_key="k2", lease=old.number)
+    assert await event_store.last_seq(session) == 2
+
+
 async def test_a_lease_never_acquired_is_refused(
     event_backend: EventBackend, event_store: EventStore
 ) -> None:
