@@ -72,6 +72,9 @@ class EventStore(Protocol):
           writes nothing; with a different batch it raises IdempotencyConflict.
         - With `lease`, the append is refused (StaleLease) unless it equals the session's current
           lease; the check happens in the same transaction as the write.
+        - A replay (same key, same batch) writes nothing, so it is answered even when the lease has
+          moved on since the original append.
+        - A payload above MAX_PAYLOAD_BYTES raises PayloadTooLarge and nothing of the batch is written.
         """
         ...
 
