@@ -99,11 +99,19 @@ class _HashingReader(io.RawIOBase):
         return True
 
     def read(self, size: int | None = -1) -> bytes:
-        if self._pending:
-            data = self._pending if size is None or size < 0 else self._pending[:size]
-            self._pending = self._pending[len(data) :]
+        # Always a full `size` bytes until the end: the transfer manager makes a part of each read,
+        # and S3 refuses parts below 5 MiB, so a short read from a pipe must not become a part.
+        if size is None or size < 0:
+            data = self._pending + self._source.read()
+            self._pending = b""
         else:
-            data = self._source.read(-1 if size is None else size)
+            pieces = [self._pending[:size]]
+            self._pending = self._pending[size:]
+            missing = size - len(pieces[0])
+            while missing > 0 and (piece := self._source.read(missing)):
+                pieces.append(piece)
+                missing -= len(piece)
+            data = b"".join(pieces)
         self.hash.update(data)
         self.size += len(data)
         return data
