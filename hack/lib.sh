@@ -5,6 +5,10 @@ export GOMODCACHE=${GOMODCACHE_OVERRIDE:-$BELAY_CACHE/go/mod}
 export GOCACHE=$BELAY_CACHE/go/build-cache
 export GOFLAGS=-buildvcs=false
 export GOTOOLCHAIN=local
+# Go's official tarball installs here; a non-login shell (make, CI) may not have it on PATH.
+if ! command -v go >/dev/null && [[ -x /usr/local/go/bin/go ]]; then
+  export PATH=$PATH:/usr/local/go/bin
+fi
 
 BELAY_KUBE_VERSION=v1.34.4
 BELAY_ETCD_VERSION=v3.6.16

@@ -20,6 +20,7 @@ import pytest
 from tests.testenv.availability import outcome_when_missing, require_built, unavailable
 from tests.testenv.binaries import REPO_ROOT, component, pinned_versions
 from tests.testenv.etcd import EtcdCluster
+from tests.testenv.fixtures import pytest_runtest_setup
 from tests.testenv.kube import ControlPlane, KubectlError
 from tests.testenv.network import http_post_json
 from tests.testenv.processes import ManagedProcess, group_members, pid_alive
@@ -297,6 +298,15 @@ def test_s3_restart_on_the_same_port_keeps_the_data(s3_server: S3Server) -> None
     s3_server.start()
     assert s3_server.endpoint_url == endpoint
     assert s3_server.client().get_object(Bucket=bucket, Key="kept")["Body"].read() == b"still here"
+
+
+def test_a_server_left_stopped_runs_again_for_the_next_test(
+    s3_server: S3Server, request: pytest.FixtureRequest
+) -> None:
+    s3_server.stop()
+    pytest_runtest_setup(request.node)  # what pytest calls before the next test
+    assert s3_server.process.running()
+    assert "Buckets" in s3_server.client().list_buckets()
 
 
 # --- etcd -------------------------------------------------------------------------------------

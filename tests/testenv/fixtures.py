@@ -6,7 +6,7 @@ SIGTERM guard, then the kernel's parent-death signal if the test process is kill
     etcd_cluster   a fresh three-member cluster per test: .endpoints, .member_names,
                    .stop_member(name), .start_member(name), .kill_member(name), .leader_name()
     s3_server      .endpoint_url, .access_key, .secret_key, .region, .stop(), .start(), .client();
-                   restarted before each test that finds it stopped
+                   shared by the run, and started again before the next test if one left it stopped
     kube           .kubeconfig, .server, .version, .kubectl(*args, input=None, check=True)
     helm_bin       Path of the built helm
 
@@ -54,24 +54,29 @@ def etcd_cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
         cluster.stop()
 
 
+_session_s3_servers: list[S3Server] = []
+
+
 @pytest.fixture(scope="session")
-def _s3_server_for_session(_testenv_dir: Path) -> Iterator[S3Server]:
+def s3_server(_testenv_dir: Path) -> Iterator[S3Server]:
     require_built("s3")
     server = S3Server(_testenv_dir / "s3")
     try:
         server.start()
+        _session_s3_servers.append(server)
         yield server
     finally:
+        if server in _session_s3_servers:
+            _session_s3_servers.remove(server)
         server.stop()
 
 
-@pytest.fixture
-def s3_server(_s3_server_for_session: S3Server) -> S3Server:
-    # A test that stops the server to cut the object store may fail before starting it again;
-    # the next test still gets a running server, on the same port and with the same data.
-    if not _s3_server_for_session.process.running():
-        _s3_server_for_session.start()
-    return _s3_server_for_session
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # A test that stops the S3 server to cut the object store may fail before starting it again;
+    # the next test still finds it running, on the same port and with the same data.
+    for server in _session_s3_servers:
+        if not server.process.running():
+            server.start()
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,8 @@ _PR_SET_PDEATHSIG = 1
 
 _live: dict[int, ManagedProcess] = {}
 _live_lock = threading.Lock()
-_guard_installed = False
+_exit_guard_installed = False
+_signal_guard_installed = False
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -183,12 +184,14 @@ def _on_terminate(signum: int, frame: FrameType | None) -> None:
 def install_guard() -> None:
     """Stop every guarded child at interpreter exit and on SIGTERM/SIGHUP (SIGINT already unwinds
     through pytest's fixture teardown and then atexit)."""
-    global _guard_installed
-    if _guard_installed:
-        return
-    _guard_installed = True
-    atexit.register(stop_all)
-    if threading.current_thread() is threading.main_thread():
+    global _exit_guard_installed, _signal_guard_installed
+    if not _exit_guard_installed:
+        _exit_guard_installed = True
+        atexit.register(stop_all)
+    # Signal handlers can only be set from the main thread; a first start from a worker thread
+    # (asyncio.to_thread) leaves that to a later start from the main thread.
+    if not _signal_guard_installed and threading.current_thread() is threading.main_thread():
+        _signal_guard_installed = True
         for signum in (signal.SIGTERM, signal.SIGHUP):
             if signal.getsignal(signum) in (signal.SIG_DFL, None):
                 signal.signal(signum, _on_terminate)
