@@ -6,7 +6,6 @@ from datetime import UTC, datetime, timedelta
 
 from belay.journal.events import (
     Actor,
-    Approval,
     ApprovalRequest,
     Artifact,
     ArtifactRef,
@@ -233,6 +232,14 @@ def realistic_log() -> list[Event]:
         parent_seq=push.seq,
     )
     log.add(
+        Wait(
+            wait_id="reconcile-op-push-1",
+            kind=WaitKind.ON_USER,
+            reason="did git_push of fix/quoted-newline take effect?",
+            condition="op-push-1",
+        )
+    )
+    log.add(
         ScopeChange(
             request_version=2,
             summary="target Python 3.12 instead of 3.11",
@@ -281,9 +288,3 @@ def realistic_log() -> list[Event]:
         actor=IMPLEMENTER,
     )
     return log.events
-
-
-def grant(approval_id: str, operation_id: str, payload_sha256: str, **kw: object) -> Approval:
-    return Approval(
-        approval_id=approval_id, operation_id=operation_id, payload_sha256=payload_sha256, granted=True, **kw
-    )  # type: ignore[arg-type]

@@ -77,7 +77,12 @@ def test_realistic_log_state() -> None:
     assert state.tasks["publish"].status == TaskStatus.RUNNING
     assert state.current_step == "publish"
     assert [a.approval_id for a in state.pending_approval_records()] == ["apr-publish"]
-    assert [w.wait_id for w in state.open_wait_records()] == ["review-patch", "approve-publish", "ci-green"]
+    assert [w.wait_id for w in state.open_wait_records()] == [
+        "review-patch",
+        "reconcile-op-push-1",
+        "approve-publish",
+        "ci-green",
+    ]
     assert set(state.unknown_outcomes) == {"op-push-1"}
     assert set(state.open_operations) == {"op-push-1", "op-publish-1"}
     assert list(state.deliverables) == ["parser.patch"]

@@ -1,0 +1,25 @@
+"""The exact commands the briefing and status tell a person to run, in one place so the CLI and
+the views cannot drift apart."""
+
+from __future__ import annotations
+
+import posixpath
+
+
+def approve(session_id: str, item_id: str) -> str:
+    """Grants an approval, or answers "yes" to a wait on the user (a decision, or "it took effect"
+    for a reconciliation wait)."""
+    return f"belay approve {session_id} {item_id}"
+
+
+def reject(session_id: str, item_id: str) -> str:
+    return f"belay reject {session_id} {item_id}"
+
+
+def reconcile(session_id: str, operation_id: str) -> str:
+    """For an unknown outcome with no reconciliation wait to answer."""
+    return f"belay reconcile {session_id} {operation_id} --succeeded|--failed"
+
+
+def download(session_id: str, name: str) -> str:
+    return f"belay artifacts get {session_id} {name} -o {posixpath.basename(name) or name}"

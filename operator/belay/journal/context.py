@@ -1,0 +1,257 @@
+"""The model's context as a projection of the record, at a cost that does not grow with history.
+
+`build_context` reads only:
+- the folded `SessionState` (goal, request parts, latest checkpoint, the capped "recent" lists and
+  the open-item indexes),
+- `EventStore.tail(n)` for the recent events,
+- `EventStore.latest("summary")` for the newest compaction,
+- `EventStore.read(seq, seq)` for at most `EVIDENCE_LIMIT` result events chosen from state,
+so its cost depends on the budget and the caps, never on the number of events in the log.
+
+Tokens are estimated as len(text) / 4.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from belay.journal.events import Event, NoteKind
+from belay.journal.state import SessionState
+from belay.stores.base import EventStore
+
+TAIL_LIMIT = 200  # events read from the tail at most
+EVIDENCE_LIMIT = 8  # result events read by seq at most
+LINE_CHARS = 600  # one rendered event never takes more than this
+EVIDENCE_SHARE = 0.3  # of the budget left after the fixed sections
+
+
+def estimate_tokens(text: str) -> int:
+    return (len(text) + 3) // 4
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EvidenceItem(Model):
+    kind: Literal["decision", "finding", "hypothesis", "result", "wait", "approval", "unknown_outcome"]
+    id: str
+    text: str
+    seq: int
+
+
+class ModelContext(Model):
+    session_id: str
+    goal: str
+    request_version: int
+    request_parts: dict[str, str]
+    current_step: str | None
+    checkpoint: str | None  # one line on the latest checkpoint, verified or not
+    summary: str | None  # the newest compaction, if any
+    evidence: list[EvidenceItem]
+    recent: list[str]  # rendered events, oldest first, all within the budget
+    recent_from_seq: int | None
+    last_seq: int
+    budget_tokens: int
+    tokens: int
+
+    def to_text(self) -> str:
+        lines = [f"Goal (request v{self.request_version}): {self.goal}"]
+        lines += [f"- {k}: {v}" for k, v in self.request_parts.items()]
+        if self.current_step:
+            lines.append(f"Current step: {self.current_step}")
+        if self.checkpoint:
+            lines.append(f"Checkpoint: {self.checkpoint}")
+        if self.summary:
+            lines.append(f"Summary of earlier events: {self.summary}")
+        if self.evidence:
+            lines.append("Evidence:")
+            lines += [f"- {e.kind} {e.id}: {e.text}" for e in self.evidence]
+        if self.recent:
+            lines.append(f"Recent events (from seq {self.recent_from_seq}):")
+            lines += self.recent
+        return "\n".join(lines)
+
+
+def _clip(text: str, limit: int = LINE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _compact(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
+
+
+def render_event(event: Event) -> str:
+    """One line per event, the way the model sees history."""
+    p: Any = event.payload
+    who = f" {event.actor.subagent}" if event.actor.subagent else ""
+    head = f"[{event.seq} {event.type}{who}]"
+    body: str
+    match event.type:
+        case "user_input":
+            body = p.goal
+        case "scope_change":
+            body = f"v{p.request_version}: {p.summary}"
+        case "model_output":
+            body = p.text
+        case "tool_request":
+            body = f"{p.operation_id} {p.tool}({_compact(p.arguments)}) [{p.effect.value}]"
+        case "tool_result":
+            outcome = "ok" if p.ok else f"error: {p.error}"
+            body = f"{p.operation_id} {outcome}: {_compact(p.output)}"
+        case "approval_request":
+            body = f"{p.approval_id} for {p.operation_id}: {p.summary}"
+        case "approval":
+            body = f"{p.approval_id} {'granted' if p.granted else 'rejected'} by {p.by or '?'}"
+        case "artifact":
+            body = f"{p.name} sha256:{p.ref.sha256[:12]} {p.description}"
+        case "checkpoint":
+            body = f"{p.checkpoint_id} covers seq {p.covers_seq}, next {p.next_step}"
+        case "note":
+            body = f"{p.kind.value} {p.note_id} [{p.status}]: {p.text}"
+        case "task":
+            body = f"{p.task_id} {p.status.value} {p.title or p.detail}".rstrip()
+        case "wait":
+            body = f"{p.kind.value} {p.wait_id}{' resolved' if p.resolved else ''}: {p.reason}"
+        case "operation_outcome":
+            body = f"{p.operation_id} {p.outcome} {p.detail}".rstrip()
+        case "lifecycle":
+            body = f"{p.kind.value} attempt {p.attempt} {p.reason}".rstrip()
+        case "summary":
+            body = f"seq {p.covers_from_seq}-{p.covers_to_seq}: {p.text}"
+        case _:
+            body = ""
+    return _clip(f"{head} {body}".rstrip())
+
+
+def _checkpoint_line(state: SessionState) -> str | None:
+    record = state.latest_checkpoint
+    if record is None:
+        return None
+    cp = record.checkpoint
+    verified = "verified" if cp.verified else "not verified"
+    done = ", ".join(cp.completed_steps) or "none"
+    line = f"{cp.checkpoint_id} ({verified}, covers seq {cp.covers_seq}); done: {done}; next: {cp.next_step}"
+    if not cp.verified and state.latest_verified_checkpoint is not None:
+        line += f"; last verified: {state.latest_verified_checkpoint.checkpoint.checkpoint_id}"
+    return _clip(line)
+
+
+def select_evidence(state: SessionState) -> tuple[list[EvidenceItem], list[tuple[str, int]]]:
+    """What the next step should know, from the bounded parts of state. Returns the items and the
+    (result id, seq) pairs whose events are worth reading for their output."""
+    items: list[EvidenceItem] = []
+    for approval in state.pending_approval_records()[:EVIDENCE_LIMIT]:
+        items.append(
+            EvidenceItem(
+                kind="approval",
+                id=approval.approval_id,
+                text=f"pending for {approval.operation_id} ({approval.tool}); dispatch only once granted",
+                seq=approval.requested_seq or 0,
+            )
+        )
+    for op_id in sorted(state.unknown_outcomes)[:EVIDENCE_LIMIT]:
+        items.append(
+            EvidenceItem(
+                kind="unknown_outcome",
+                id=op_id,
+                text="outcome unknown; never repeat it, wait for reconciliation",
+                seq=state.unknown_outcomes[op_id],
+            )
+        )
+    for wait in state.open_wait_records()[:EVIDENCE_LIMIT]:
+        items.append(
+            EvidenceItem(
+                kind="wait", id=wait.wait_id, text=f"{wait.kind.value}: {wait.reason}", seq=wait.opened_seq
+            )
+        )
+    for note_id in reversed(state.recent_notes):
+        note = state.notes[note_id]
+        if note.status in ("rejected", "superseded"):
+            continue
+        kind: Literal["decision", "finding", "hypothesis"] = (
+            "decision"
+            if note.kind == NoteKind.DECISION
+            else "finding"
+            if note.kind == NoteKind.FINDING
+            else "hypothesis"
+        )
+        items.append(
+            EvidenceItem(kind=kind, id=note_id, text=f"[{note.status}] {note.text}", seq=note.last_seq)
+        )
+    wanted: list[tuple[str, int]] = []
+    for result_id in reversed(state.recent_results):
+        result = state.results[result_id]
+        if result.valid and len(wanted) < EVIDENCE_LIMIT:
+            wanted.append((result_id, result.seq))
+    return items, wanted
+
+
+async def build_context(
+    store: EventStore,
+    session_id: str,
+    state: SessionState,
+    budget_tokens: int,
+    *,
+    tail_limit: int = TAIL_LIMIT,
+) -> ModelContext:
+    """The context for the next model call, within `budget_tokens` (estimated)."""
+    parts = dict(sorted(state.request.parts.items()))
+    checkpoint = _checkpoint_line(state)
+    summary_event = await store.latest(session_id, "summary")
+    summary = _clip(summary_event.payload.text, 4 * LINE_CHARS) if summary_event is not None else None  # type: ignore[union-attr]
+
+    fixed = "\n".join(
+        [state.request.goal, *(f"{k}: {v}" for k, v in parts.items()), checkpoint or "", summary or ""]
+    )
+    remaining = max(0, budget_tokens - estimate_tokens(fixed) - 16)
+
+    evidence, wanted = select_evidence(state)
+    for result_id, seq in wanted:
+        found = await store.read(session_id, seq, seq)
+        if found:
+            evidence.append(EvidenceItem(kind="result", id=result_id, text=render_event(found[0]), seq=seq))
+    evidence_budget = int(remaining * EVIDENCE_SHARE)
+    kept_evidence: list[EvidenceItem] = []
+    used = 0
+    for item in evidence:
+        cost = estimate_tokens(item.text) + 4
+        if used + cost > evidence_budget:
+            continue
+        kept_evidence.append(item)
+        used += cost
+    remaining -= used
+
+    tail = await store.tail(session_id, tail_limit)
+    recent: list[str] = []
+    for event in reversed(tail):
+        line = render_event(event)
+        cost = estimate_tokens(line) + 1
+        if cost > remaining:
+            break
+        recent.append(line)
+        remaining -= cost
+    recent.reverse()
+    recent_from = tail[len(tail) - len(recent)].seq if recent else None
+
+    context = ModelContext(
+        session_id=session_id,
+        goal=state.request.goal,
+        request_version=state.request.version,
+        request_parts=parts,
+        current_step=state.current_step,
+        checkpoint=checkpoint,
+        summary=summary,
+        evidence=kept_evidence,
+        recent=recent,
+        recent_from_seq=recent_from,
+        last_seq=state.last_seq,
+        budget_tokens=budget_tokens,
+        tokens=0,
+    )
+    return context.model_copy(update={"tokens": estimate_tokens(context.to_text())})

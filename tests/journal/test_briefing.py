@@ -1,0 +1,134 @@
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+
+from belay.journal.briefing import briefing, render_json, render_markdown, render_text
+from belay.journal.events import ArtifactRef
+from belay.journal.state import fold
+from tests.journal.fixtures import COMPAT, PATCH, PUBLISH_SHA, realistic_log
+from tests.journal.strategies import logs
+
+
+def _text() -> str:
+    state = fold(realistic_log())
+    return render_text(briefing(state, artifact_store="/var/lib/belay/artifacts"))
+
+
+def _section(text: str, title: str) -> str:
+    """The lines of one section: from its heading to the next unindented line."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith(" ")), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def test_briefing_fits_on_a_page() -> None:
+    assert len(_text().splitlines()) < 60
+
+
+def test_what_was_asked_and_every_scope_change() -> None:
+    asked = _section(_text(), "Asked")
+    assert "Fix the CSV parser's quoted-newline bug and prepare a release" in asked
+    assert "target: Python 3.12" in asked  # the request as it stands now
+    changes = _section(_text(), "Scope changes")
+    assert "v2: target Python 3.12 instead of 3.11 (changed target)" in changes
+
+
+def test_steps_done_and_verified() -> None:
+    steps = _section(_text(), "Steps")
+    assert "verified  reproduce: Reproduce the bug with a failing test [researcher]" in steps
+    assert "done      patch: Patch the tokenizer [implementer] -> parser.patch" in steps
+    assert "running   publish" in steps
+
+
+def test_what_is_running() -> None:
+    running = _section(_text(), "Running now")
+    assert "task publish: Publish the release [implementer]" in running
+    assert "op-publish-1: publish_package [unsafe] (awaiting approval)" in running
+    # The push whose outcome is unknown is not "running": it waits on reconciliation.
+    assert "op-push-1" not in running
+
+
+def test_what_waits_on_the_user_with_the_command_to_act() -> None:
+    waiting = _section(_text(), "Waiting on you")
+    assert "approval apr-publish: publish csvkit-lite 1.4.1 to the internal index" in waiting
+    assert f"payload sha256 {PUBLISH_SHA}" in waiting
+    assert "run: belay approve parser-fix apr-publish" in waiting
+    assert "belay reject parser-fix apr-publish" in waiting
+    assert "reconciliation op-push-1: git_push outcome unknown" in waiting
+    assert "run: belay approve parser-fix reconcile-op-push-1" in waiting
+    # The wait that restates the approval is not listed twice.
+    assert "approve-publish" not in waiting
+
+
+def test_what_waits_on_an_external_condition() -> None:
+    external = _section(_text(), "Waiting on external conditions")
+    assert "ci-green: CI must pass on the fix branch [ci/fix-quoted-newline status == success]" in external
+
+
+def test_what_is_ready_for_review_and_where_to_download_it() -> None:
+    review = _section(_text(), "Ready for review")
+    assert "parser.patch (2048 bytes, text/x-diff, implementer)" in review
+    assert "download: belay artifacts get parser-fix parser.patch -o parser.patch" in review
+    assert PATCH.uri in review
+
+
+def test_download_location_comes_from_the_locator() -> None:
+    def locate(ref: ArtifactRef) -> str:
+        return f"/var/lib/belay/artifacts/{ref.sha256[:2]}/{ref.sha256}"
+
+    b = briefing(fold(realistic_log()), locate=locate)
+    assert b.ready_for_review[0].location == locate(PATCH)
+    assert locate(PATCH) in render_text(b)
+
+
+def test_hypotheses_and_decisions_are_told_apart() -> None:
+    hypotheses = _section(_text(), "Hypotheses")
+    assert "h-escape [open]" in hypotheses and "h-newline [open]" in hypotheses
+    assert "d-rfc" not in hypotheses
+    decisions = _section(_text(), "Decisions")
+    assert "d-rfc [accepted]: follow RFC 4180" in decisions
+    assert "h-escape" not in decisions
+
+
+def test_results_the_last_scope_change_made_invalid_and_those_still_reusable() -> None:
+    change = _section(_text(), "Last scope change (v2)")
+    assert "invalid now: compat-matrix (compat-matrix.md)" in change
+    assert "still reusable: repro (run_tests), patch (parser.patch)" in change
+    b = briefing(fold(realistic_log()))
+    assert b.last_scope_change is not None
+    assert [r.result_id for r in b.last_scope_change.invalidated] == ["compat-matrix"]
+    assert COMPAT.sha256 not in {r.result_id for r in b.last_scope_change.reusable}
+
+
+def test_attempts_recoveries_and_unknown_outcomes() -> None:
+    recovery = _section(_text(), "Attempts and recovery")
+    assert "attempt 2; harness lost 1x; restored 1x from cp-1" in recovery
+    assert "unknown outcomes to reconcile: op-push-1 (git_push)" in recovery
+    assert "last verified checkpoint cp-1" in recovery
+
+
+def test_markdown_and_json_carry_the_same_answers() -> None:
+    b = briefing(fold(realistic_log()))
+    markdown = render_markdown(b)
+    assert markdown.startswith("# Session parser-fix: WaitingOnUser")
+    assert "## Waiting on you" in markdown
+    assert "- run: belay approve parser-fix apr-publish" in markdown.replace("  - run", "- run")
+    data = json.loads(render_json(b))
+    assert data["waiting_on_you"][0]["command"] == "belay approve parser-fix apr-publish"
+    assert (
+        data["ready_for_review"][0]["command"]
+        == "belay artifacts get parser-fix parser.patch -o parser.patch"
+    )
+    assert data["last_scope_change"]["invalidated"][0]["result_id"] == "compat-matrix"
+
+
+@settings(max_examples=60, deadline=None)
+@given(events=logs())
+def test_briefing_is_deterministic(events: list) -> None:
+    first = briefing(fold(events))
+    second = briefing(fold(list(events)))
+    assert render_json(first) == render_json(second)
+    assert render_text(first) == render_text(second)
