@@ -19,13 +19,14 @@ import pytest
 
 from tests.testenv.availability import outcome_when_missing, require_built, unavailable
 from tests.testenv.binaries import REPO_ROOT, component, pinned_versions
+from tests.testenv.env import still_ours
 from tests.testenv.etcd import EtcdCluster
 from tests.testenv.fixtures import pytest_runtest_setup
 from tests.testenv.kube import ControlPlane, KubectlError
 from tests.testenv.network import http_post_json
-from tests.testenv.processes import ManagedProcess, group_members, pid_alive
+from tests.testenv.processes import ManagedProcess, group_members, pid_alive, pid_start_ticks
 from tests.testenv.s3 import S3Server
-from tests.testenv.state import TestEnvState
+from tests.testenv.state import ProcessRecord, TestEnvState
 
 # --- pure parts -------------------------------------------------------------------------------
 
@@ -92,6 +93,23 @@ def test_kill_is_a_crash_of_the_whole_group(tmp_path: Path) -> None:
     assert process.pid is not None
     process.kill()
     assert group_members(process.pid) == []
+
+
+def test_down_spares_a_process_that_only_shares_a_recorded_pid(tmp_path: Path) -> None:
+    process = ManagedProcess("sleeper", ["sleep", "300"], tmp_path / "log")
+    process.start()
+    try:
+        assert process.pid is not None
+        ticks = pid_start_ticks(process.pid)
+        assert ticks is not None
+        record = ProcessRecord(name="x", pid=process.pid, executable="sleep", start_ticks=ticks, log="")
+        assert still_ours(record)
+        # Same pid and binary, another start time: a reused pid, which `down` must leave alone.
+        assert not still_ours(record.model_copy(update={"start_ticks": ticks + 1}))
+        assert not still_ours(record.model_copy(update={"executable": "/bin/other"}))
+    finally:
+        process.stop()
+    assert not still_ours(record)
 
 
 _OWNER_SCRIPT = """

@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.testenv.binaries import component
 from tests.testenv.etcd import EtcdServer
 from tests.testenv.kube import ControlPlane
-from tests.testenv.processes import ManagedProcess, pid_alive, pid_cmdline, stop_group
+from tests.testenv.processes import ManagedProcess, pid_alive, pid_cmdline, pid_start_ticks, stop_group
 from tests.testenv.s3 import S3Server
 from tests.testenv.state import ProcessRecord, S3Endpoint, TestEnvState
 
@@ -68,18 +68,32 @@ class TestEnv:
                 secret_key=self.s3.secret_key,
                 region=self.s3.region,
             ),
-            processes=[
-                ProcessRecord(name=p.name, pid=p.pid, executable=p.argv[0], log=str(p.log_path))
-                for p in self.processes()
-                if p.pid is not None
-            ],
+            processes=[self._record(p) for p in self.processes()],
+        )
+
+    @staticmethod
+    def _record(process: ManagedProcess) -> ProcessRecord:
+        assert process.pid is not None, f"{process.name} was never started"
+        start_ticks = pid_start_ticks(process.pid)
+        assert start_ticks is not None, f"{process.name} (pid {process.pid}) is not running"
+        return ProcessRecord(
+            name=process.name,
+            pid=process.pid,
+            executable=process.argv[0],
+            start_ticks=start_ticks,
+            log=str(process.log_path),
         )
 
 
 def still_ours(record: ProcessRecord) -> bool:
-    """The pid runs the binary we started (pids are reused once a process is gone)."""
+    """The pid still names the process we started: same binary, same start time."""
     cmdline = pid_cmdline(record.pid)
-    return pid_alive(record.pid) and bool(cmdline) and cmdline[0] == record.executable
+    return (
+        pid_alive(record.pid)
+        and bool(cmdline)
+        and cmdline[0] == record.executable
+        and pid_start_ticks(record.pid) == record.start_ticks
+    )
 
 
 def stop_recorded(state: TestEnvState) -> list[int]:

@@ -4,6 +4,7 @@ node is registered; objects are stored, validated and reconciled, pods stay Pend
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 from pathlib import Path
@@ -135,9 +136,10 @@ class ControlPlane:
             process.start()
         for name, port in others.items():
             process = started[name]
+            healthz = f"https://{LOOPBACK}:{port}/healthz"
             wait_until(
-                lambda port=port: healthy(f"https://{LOOPBACK}:{port}/healthz", client_tls),  # type: ignore[misc]
-                f"{name} on port {port}",
+                functools.partial(healthy, healthz, client_tls),
+                f"{name} at {healthz}",
                 READY_TIMEOUT,
                 still_starting=process.running,
                 describe_failure=process.log_tail,

@@ -43,6 +43,16 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def pid_start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot: with the pid, it names one process
+    even after the pid is reused (pid_max can be as low as 32768)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return int(fields[19])  # field 22 of proc(5); fields[0] is field 3
+
+
 def pid_cmdline(pid: int) -> list[str]:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -147,7 +157,10 @@ class ManagedProcess:
     def stop(self, timeout: float = 10.0) -> None:
         if self._popen is None:
             return
-        stop_group(self._popen.pid, timeout)
+        # Only while the leader is unreaped does its pid still name our group; once reaped, the
+        # pid may already lead someone else's group.
+        if self._popen.poll() is None:
+            stop_group(self._popen.pid, timeout)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._popen.wait(timeout=5)
         with _live_lock:
@@ -157,8 +170,9 @@ class ManagedProcess:
         """SIGKILL the whole group at once: a crash, not a shutdown."""
         if self._popen is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self._popen.pid, signal.SIGKILL)
+        if self._popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._popen.pid, signal.SIGKILL)
         self._popen.wait(timeout=10)
         with _live_lock:
             _live.pop(self._popen.pid, None)

@@ -25,7 +25,9 @@ def state_path() -> Path:
 class ProcessRecord(BaseModel):
     name: str
     pid: int  # also the process group id: every component is started in a new session
-    executable: str  # checked against /proc/<pid>/cmdline before stopping, so a reused pid is spared
+    # Both checked against /proc before stopping, so a reused pid is spared.
+    executable: str
+    start_ticks: int
     log: str
 
 
