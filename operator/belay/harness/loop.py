@@ -309,7 +309,6 @@ class Harness:
         from belay.sandbox.restore import restore as restore_declared
 
         await restore_declared(handle.client, self.artifacts, list(checkpoint.declared_artifacts))
-        replayed = await self.replay_after(sub, handle, checkpoint)
         verification = checkpoint.verification
         if verification is not None:
             check = await self.verify(handle, verification.command, verification.exit_code or 0)
@@ -338,6 +337,7 @@ class Harness:
                     subagent=sub.name,
                 )
                 raise RecoveryFailed(UNDECLARED_STATE, detail)
+        replayed = await self.replay_after(sub, handle, checkpoint)
         detail = f"{len(checkpoint.declared_artifacts)} declared files"
         if verification is not None:
             detail += f", verification `{verification.command}` gave exit {verification.exit_code} again"
@@ -411,6 +411,16 @@ class Harness:
             elif action.action == RecoveryActionKind.AWAIT_RECONCILIATION:
                 op = (await self.state()).operations[action.operation_id]
                 await self.reconcile_unsafe(sub, op, request)
+        # Reconciled as never having taken effect (by a person, while no harness ran): issue it now.
+        state = await self.state()
+        for op in sorted(state.operations.values(), key=lambda o: o.request_seq):
+            if (
+                op.subagent == sub.name
+                and op.outcome == "reconciled"
+                and op.reconciled_succeeded is False
+                and not op.has_result
+            ):
+                await self.execute(sub, op.request_seq, requests[op.operation_id])
 
     async def reconcile_unsafe(self, sub: SubagentSpec, op: OperationRecord, request: ToolRequest) -> None:
         spec = tool_spec(op.tool)
@@ -894,11 +904,21 @@ def latest_checkpoint_of(events: Sequence[Event], subagent: str) -> Checkpoint |
 
 
 def fault_key(event: Event) -> str:
+    """`<type>:<identity>`: names an event the same way in every run, whatever its seq."""
     payload = event.payload
-    key = getattr(payload, "operation_id", None) or getattr(payload, "checkpoint_id", None)
-    if key is None:
-        key = getattr(payload, "task_id", None) or str(getattr(payload, "kind", ""))
-    return f"{event.type}:{key}"
+    for attribute in (
+        "operation_id",
+        "checkpoint_id",
+        "wait_id",
+        "task_id",
+        "note_id",
+        "approval_id",
+        "name",
+    ):
+        key = getattr(payload, attribute, None)
+        if key:
+            return f"{event.type}:{key}"
+    return f"{event.type}:{getattr(payload, 'kind', '')}"
 
 
 def _short(arguments: dict[str, Any]) -> str:

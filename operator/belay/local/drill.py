@@ -385,8 +385,15 @@ class Drill:
             and e.payload.verified
             and not e.payload.checkpoint_id.endswith("/inputs")
         ]
+        # The first verified checkpoint whose verification looks at the workspace, then the next
+        # request of the same subagent: a restore from it needs what the work produced.
         later = [
-            e for e in reference if isinstance(e, ToolRequestEvent) and verified and e.seq > verified[-1].seq
+            e
+            for e in reference
+            if isinstance(e, ToolRequestEvent)
+            and verified
+            and e.seq > verified[0].seq
+            and e.payload.subagent == verified[0].payload.subagent
         ]
         if not self.check("a verified checkpoint followed by more work", bool(later), ""):
             return
