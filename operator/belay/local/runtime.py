@@ -168,13 +168,13 @@ def model_factory_for(
         from belay.harness.models.openai import OpenAIResponsesAdapter
 
         return lambda sub, read_state: OpenAIResponsesAdapter(
-            model=executor.model, base_url=executor.base_url
+            executor.model or "", base_url=executor.base_url
         )
     if executor.type == "anthropic":
         from belay.harness.models.anthropic import AnthropicMessagesAdapter
 
         return lambda sub, read_state: AnthropicMessagesAdapter(
-            model=executor.model, base_url=executor.base_url
+            executor.model or "", base_url=executor.base_url
         )
     raise ManifestError(f"executor type {executor.type!r} does not run on the embedded runtime")
 
