@@ -206,21 +206,38 @@ async def build_context(
     summary_event = await store.latest(session_id, "summary")
     summary = _clip(summary_event.payload.text, 4 * LINE_CHARS) if summary_event is not None else None  # type: ignore[union-attr]
 
-    fixed = "\n".join(
-        [state.request.goal, *(f"{k}: {v}" for k, v in parts.items()), checkpoint or "", summary or ""]
+    context = ModelContext(
+        session_id=session_id,
+        goal=state.request.goal,
+        request_version=state.request.version,
+        request_parts=parts,
+        current_step=state.current_step,
+        checkpoint=checkpoint,
+        summary=summary,
+        evidence=[],
+        recent=[],
+        recent_from_seq=None,
+        last_seq=state.last_seq,
+        budget_tokens=budget_tokens,
+        tokens=0,
     )
-    remaining = max(0, budget_tokens - estimate_tokens(fixed) - 16)
+    # Each line is charged on its own (with its newline) exactly as `to_text` prints it; the sum of
+    # per-line estimates never undercounts the estimate of the whole text.
+    remaining = budget_tokens - estimate_tokens(context.to_text() + "\n")
+    remaining -= estimate_tokens("Evidence:\n") + estimate_tokens(
+        f"Recent events (from seq {state.last_seq}):\n"
+    )
 
     evidence, wanted = select_evidence(state)
     for result_id, seq in wanted:
         found = await store.read(session_id, seq, seq)
         if found:
             evidence.append(EvidenceItem(kind="result", id=result_id, text=render_event(found[0]), seq=seq))
-    evidence_budget = int(remaining * EVIDENCE_SHARE)
+    evidence_budget = max(0, int(remaining * EVIDENCE_SHARE))
     kept_evidence: list[EvidenceItem] = []
     used = 0
     for item in evidence:
-        cost = estimate_tokens(item.text) + 4
+        cost = estimate_tokens(f"- {item.kind} {item.id}: {item.text}\n")
         if used + cost > evidence_budget:
             continue
         kept_evidence.append(item)
@@ -231,7 +248,7 @@ async def build_context(
     recent: list[str] = []
     for event in reversed(tail):
         line = render_event(event)
-        cost = estimate_tokens(line) + 1
+        cost = estimate_tokens(line + "\n")
         if cost > remaining:
             break
         recent.append(line)
@@ -239,19 +256,7 @@ async def build_context(
     recent.reverse()
     recent_from = tail[len(tail) - len(recent)].seq if recent else None
 
-    context = ModelContext(
-        session_id=session_id,
-        goal=state.request.goal,
-        request_version=state.request.version,
-        request_parts=parts,
-        current_step=state.current_step,
-        checkpoint=checkpoint,
-        summary=summary,
-        evidence=kept_evidence,
-        recent=recent,
-        recent_from_seq=recent_from,
-        last_seq=state.last_seq,
-        budget_tokens=budget_tokens,
-        tokens=0,
+    context = context.model_copy(
+        update={"evidence": kept_evidence, "recent": recent, "recent_from_seq": recent_from}
     )
     return context.model_copy(update={"tokens": estimate_tokens(context.to_text())})

@@ -1,0 +1,245 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from belay.journal.events import (
+    ApprovalRequest,
+    Artifact,
+    ArtifactRef,
+    EffectClass,
+    Lifecycle,
+    LifecycleKind,
+    OperationOutcome,
+    Payload,
+    Task,
+    TaskStatus,
+    ToolRequest,
+    UserInput,
+    Wait,
+    WaitKind,
+)
+from belay.journal.state import fold
+from belay.journal.status import (
+    STATUS_LIST_LIMIT,
+    Condition,
+    ConditionType,
+    Phase,
+    Reason,
+    SessionStatus,
+    session_status,
+    with_transition_times,
+)
+from tests.journal.fixtures import NOW, PATCH, PUBLISH_SHA, LogBuilder, realistic_log, sha
+
+START = [
+    Lifecycle(kind=LifecycleKind.HARNESS_STARTED, attempt=1, lease=1),
+    UserInput(goal="do it"),
+    Task(task_id="t1", title="step one", status=TaskStatus.RUNNING, owner="worker"),
+]
+
+
+def status_after(*payloads: Payload, start: bool = True) -> SessionStatus:
+    log = LogBuilder()
+    for payload in [*(START if start else []), *payloads]:
+        log.add(payload)
+    return session_status(fold(log.events))
+
+
+def conditions(status: SessionStatus) -> dict[str, tuple[str, str]]:
+    return {c.type.value: (c.status, str(c.reason)) for c in status.conditions}
+
+
+def test_pending_before_any_request() -> None:
+    status = status_after(start=False)
+    assert status.phase == Phase.PENDING
+    assert conditions(status)["Ready"] == ("False", Reason.INITIALIZING)
+    assert conditions(status)["Reconciling"] == ("True", Reason.INITIALIZING)
+
+
+def test_running_is_ready_and_reports_nothing_abnormal() -> None:
+    status = status_after()
+    assert status.phase == Phase.RUNNING
+    assert status.current_step == "t1"
+    c = conditions(status)
+    assert c["Ready"] == ("True", Reason.RUNNING)
+    assert "Reconciling" not in c and "Stalled" not in c  # abnormal-true: absent while normal
+    assert c["WaitingOnUser"][0] == "False"
+    assert c["WaitingOnExternal"][0] == "False"
+    assert c["ReadyForReview"][0] == "False"
+    assert c["Recovering"][0] == "False"
+    assert [s.name for s in status.subagents] == ["worker"]
+    assert status.subagents[0].running == 1
+
+
+@pytest.mark.parametrize(
+    ("payloads", "reason", "waiting_on"),
+    [
+        (
+            [
+                ApprovalRequest(
+                    approval_id="apr-1",
+                    operation_id="op-1",
+                    tool="deploy",
+                    payload_sha256=PUBLISH_SHA,
+                    summary="s",
+                )
+            ],
+            Reason.AWAITING_APPROVAL,
+            "approval apr-1",
+        ),
+        (
+            [
+                ToolRequest(operation_id="op-2", tool="push", effect=EffectClass.UNSAFE),
+                OperationOutcome(operation_id="op-2", outcome="unknown"),
+            ],
+            Reason.AWAITING_RECONCILIATION,
+            "reconcile op-2",
+        ),
+        (
+            [Wait(wait_id="pick", kind=WaitKind.ON_USER, reason="pick a name")],
+            Reason.AWAITING_DECISION,
+            "user: pick",
+        ),
+    ],
+)
+def test_waiting_on_the_user(payloads: list[Payload], reason: Reason, waiting_on: str) -> None:
+    status = status_after(*payloads)
+    assert status.phase == Phase.WAITING_ON_USER
+    assert status.waiting_on == waiting_on
+    assert conditions(status)["WaitingOnUser"] == ("True", reason)
+    assert conditions(status)["Ready"][0] == "True"  # waiting on a person is healthy
+
+
+def test_waiting_on_an_external_condition() -> None:
+    status = status_after(Wait(wait_id="ci", kind=WaitKind.ON_EXTERNAL, reason="CI", condition="ci == green"))
+    assert status.phase == Phase.WAITING_ON_EXTERNAL
+    assert status.waiting_on == "external: ci == green"
+    condition = status.condition(ConditionType.WAITING_ON_EXTERNAL)
+    assert condition is not None and condition.status == "True" and condition.message == "ci == green"
+
+
+def test_ready_for_review_once_nothing_runs() -> None:
+    status = status_after(
+        Artifact(name="report.md", ref=PATCH, deliverable=True),
+        Wait(wait_id="review", kind=WaitKind.READY_FOR_REVIEW, reason="done", artifact="report.md"),
+        Task(task_id="t1", status=TaskStatus.DONE),
+    )
+    assert status.phase == Phase.READY_FOR_REVIEW
+    assert conditions(status)["ReadyForReview"] == ("True", Reason.DELIVERABLE_READY)
+    [deliverable] = status.deliverables
+    assert deliverable.ready_for_review and deliverable.sha256 == PATCH.sha256
+    assert deliverable.command == "belay artifacts get parser-fix report.md -o report.md"
+    assert deliverable.location == PATCH.uri
+
+
+def test_recovering_after_a_harness_loss_until_restored() -> None:
+    lost = status_after(Lifecycle(kind=LifecycleKind.HARNESS_LOST, attempt=1, reason="PodDeleted"))
+    assert lost.phase == Phase.RECOVERING
+    c = conditions(lost)
+    assert c["Ready"] == ("False", Reason.HARNESS_LOST)
+    assert c["Reconciling"] == ("True", Reason.RESTORING)
+    assert c["Recovering"] == ("True", Reason.RESTORING)
+    restored = status_after(
+        Lifecycle(kind=LifecycleKind.HARNESS_LOST, attempt=1),
+        Lifecycle(kind=LifecycleKind.HARNESS_STARTED, attempt=2, lease=2),
+        Lifecycle(kind=LifecycleKind.RESTORED, attempt=2, checkpoint_id="cp"),
+    )
+    assert restored.phase == Phase.RUNNING
+    assert conditions(restored)["Recovering"][0] == "False"
+    assert (restored.attempt, restored.lease, restored.restores, restored.harness_lost) == (2, 2, 1, 1)
+
+
+def test_a_failed_recovery_is_stalled_with_its_reason() -> None:
+    status = status_after(
+        Lifecycle(kind=LifecycleKind.HARNESS_LOST, attempt=1),
+        Lifecycle(
+            kind=LifecycleKind.RECOVERY_FAILED,
+            attempt=2,
+            reason="UndeclaredState",
+            detail="verification differs after restore",
+        ),
+    )
+    assert status.phase == Phase.RECOVERING
+    c = conditions(status)
+    assert c["Stalled"] == ("True", "UndeclaredState")
+    assert c["Ready"] == ("False", Reason.RECOVERY_FAILED)
+    assert "Reconciling" not in c  # stalled, not progressing
+    stalled = status.condition(ConditionType.STALLED)
+    assert stalled is not None and stalled.message == "verification differs after restore"
+
+
+def test_succeeded_and_failed() -> None:
+    done = status_after(Lifecycle(kind=LifecycleKind.SESSION_COMPLETED, reason="all steps verified"))
+    assert done.phase == Phase.SUCCEEDED
+    assert conditions(done)["Ready"] == ("True", Reason.COMPLETED)
+    failed = status_after(Lifecycle(kind=LifecycleKind.SESSION_FAILED, reason="budget exhausted"))
+    assert failed.phase == Phase.FAILED
+    assert conditions(failed)["Ready"] == ("False", Reason.FAILED)
+    assert conditions(failed)["Stalled"] == ("True", Reason.FAILED)
+
+
+def test_lists_are_bounded_with_a_count_of_the_rest() -> None:
+    many = STATUS_LIST_LIMIT + 5
+    payloads: list[Payload] = []
+    for i in range(many):
+        payloads.append(
+            ApprovalRequest(
+                approval_id=f"apr-{i:02}",
+                operation_id=f"op-{i}",
+                tool="t",
+                payload_sha256=sha(str(i)),
+                summary="",
+            )
+        )
+        payloads.append(
+            Artifact(name=f"out-{i:02}.txt", ref=ArtifactRef(sha256=sha(f"o{i}"), size=1), deliverable=True)
+        )
+        payloads.append(Wait(wait_id=f"w-{i:02}", kind=WaitKind.ON_EXTERNAL, reason="r"))
+        payloads.append(Task(task_id=f"task-{i}", status=TaskStatus.PLANNED, owner=f"agent-{i:02}"))
+    status = status_after(*payloads)
+    assert len(status.pending_approvals) == STATUS_LIST_LIMIT and status.pending_approvals_omitted == 5
+    assert status.pending_approvals[0].approval_id == "apr-00"
+    assert status.pending_approvals[0].payload_sha256 == sha("0")
+    assert status.pending_approvals[0].command == "belay approve parser-fix apr-00"
+    assert len(status.deliverables) == STATUS_LIST_LIMIT and status.deliverables_omitted == 5
+    assert len(status.waits) == STATUS_LIST_LIMIT and status.waits_omitted == 5
+    assert (
+        len(status.subagents) == STATUS_LIST_LIMIT
+        and status.subagents_omitted == many + 1 - STATUS_LIST_LIMIT
+    )
+    assert status.counts.pending_approvals == many
+
+
+def test_status_of_the_realistic_session_serializes_in_kubernetes_style() -> None:
+    status = session_status(fold(realistic_log()))
+    body = status.to_status()
+    assert body["phase"] == "WaitingOnUser"
+    assert body["currentStep"] == "publish"
+    assert body["pendingApprovals"][0]["payloadSha256"] == PUBLISH_SHA
+    assert body["unknownOutcomes"] == ["op-push-1"]
+    assert body["lastVerifiedCheckpoint"]["checkpointId"] == "cp-1"
+    assert body["counts"]["invalidResults"] == 1
+    types = [c["type"] for c in body["conditions"]]
+    assert types[0] == "Ready" and len(types) == len(set(types))
+
+
+def test_transition_time_moves_only_when_the_status_changes() -> None:
+    before = [
+        Condition(type=ConditionType.READY, status="True", reason=Reason.RUNNING, last_transition_time=NOW),
+        Condition(
+            type=ConditionType.RECOVERING,
+            status="False",
+            reason=Reason.NOT_RECOVERING,
+            last_transition_time=NOW,
+        ),
+    ]
+    later = NOW + timedelta(minutes=5)
+    now = [
+        Condition(type=ConditionType.READY, status="True", reason=Reason.RUNNING, message="new message"),
+        Condition(type=ConditionType.RECOVERING, status="True", reason=Reason.RESTORING),
+    ]
+    merged = {c.type: c for c in with_transition_times(before, now, later)}
+    assert merged[ConditionType.READY].last_transition_time == NOW
+    assert merged[ConditionType.RECOVERING].last_transition_time == later
