@@ -830,7 +830,7 @@ class Harness:
                 ],
                 subagent=sub.name,
             )
-        grant = self.declared_grant(request, approval_id, now_utc())
+        grant = declared_grant(self.session.spec.approvals, request, approval_id, now_utc())
         record = (await self.state()).approvals[approval_id]
         if grant is not None and record.decision is None:
             await self.record(
@@ -863,16 +863,19 @@ class Harness:
             # Pending, or decided for another payload: that never dispatches this one.
             await asyncio.sleep(self.poll_interval_s)
 
-    def declared_grant(self, request: ToolRequest, approval_id: str, now: datetime) -> ApprovalGrant | None:
-        """An approval given in the spec for exactly this operation and payload, still in force."""
-        for grant in self.session.spec.approvals:
-            names_it = grant.operation_id == request.operation_id or grant.approval_id == approval_id
-            if not names_it or grant.payload_sha256 != request.payload_sha256:
-                continue
-            if grant.expires_at is not None and grant.expires_at < now:
-                continue
-            return grant
-        return None
+
+def declared_grant(
+    grants: Sequence[ApprovalGrant], request: ToolRequest, approval_id: str, now: datetime
+) -> ApprovalGrant | None:
+    """An approval given in the spec for exactly this operation and payload, still in force."""
+    for grant in grants:
+        names_it = grant.operation_id == request.operation_id or grant.approval_id == approval_id
+        if not names_it or grant.payload_sha256 != request.payload_sha256:
+            continue
+        if grant.expires_at is not None and grant.expires_at <= now:
+            continue
+        return grant
+    return None
 
 
 def approval_id_for(operation_id: str) -> str:
