@@ -16,11 +16,16 @@ import yaml
 from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from belay.api.status import AgentSessionStatus
+
 API_VERSION = "belay.dev/v1alpha1"
 KIND = "AgentSession"
 
 # RFC 1123 label: the session id becomes part of object names in a cluster.
 SESSION_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+SUBAGENT_NAME_MAX = 40
+# Bounds the CEL uniqueness check's cost, which the apiserver estimates from maxItems.
+SUBAGENTS_MAX = 32
 
 
 class ApiModel(BaseModel):
@@ -48,6 +53,23 @@ class SessionRequest(ApiModel):
 
 
 class ExecutorSpec(ApiModel):
+    # Each CEL rule mirrors the pydantic validator below, so the apiserver refuses what `belay run`
+    # refuses, with the same message.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.type != 'scripted' || has(self.plan)",
+                    "message": "executor.plan is required when executor.type is 'scripted'",
+                },
+                {
+                    "rule": "!(self.type in ['openai', 'anthropic']) || has(self.model)",
+                    "message": "executor.model is required when executor.type is 'openai' or 'anthropic'",
+                },
+            ]
+        }
+    )
+
     type: Literal["scripted", "openai", "anthropic", "managed"]
     plan: str | None = None  # path of the YAML plan for `scripted`, relative to the manifest
     model: str | None = None
@@ -71,7 +93,8 @@ class SubagentInput(ApiModel):
 
 
 class SubagentSpec(ApiModel):
-    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    # A label value and part of pod names, hence the length bound.
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=SUBAGENT_NAME_MAX)
     role: str = ""
     image: str | None = None
     network_profile: Literal["none", "allowlist", "internet"] = "none"
@@ -85,6 +108,17 @@ class SubagentSpec(ApiModel):
 
 class ApprovalGrant(ApiModel):
     """An approval given declaratively (so it can live in Git): one operation, one payload hash."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.operationId) || has(self.approvalId)",
+                    "message": "an approval needs operationId or approvalId",
+                }
+            ]
+        }
+    )
 
     operation_id: str | None = None
     approval_id: str | None = None
@@ -115,16 +149,52 @@ class StoresSpec(ApiModel):
     secret_ref: str | None = None  # credentials come from a Secret, never inline
 
 
+class ForkFrom(ApiModel):
+    """Start from another session's checkpoint instead of from an empty record."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "forkFrom is immutable"}]
+        }
+    )
+
+    session: str = Field(pattern=SESSION_NAME_PATTERN)
+    # A checkpoint id from the source session; its last verified checkpoint when omitted.
+    checkpoint: str | None = None
+
+
+class RetentionPolicy(ApiModel):
+    """What happens to the session record and its artifacts when the AgentSession is deleted.
+    The pods always go; the record and the artifacts stay unless this says Delete."""
+
+    record: Literal["Retain", "Delete"] = "Retain"
+    artifacts: Literal["Retain", "Delete"] = "Retain"
+
+
 class AgentSessionSpec(ApiModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.subagents.all(a, self.subagents.exists_one(b, b.name == a.name))",
+                    "message": "subagent names must be unique",
+                    "fieldPath": ".subagents",
+                }
+            ]
+        }
+    )
+
     request: SessionRequest
     executor: ExecutorSpec
-    subagents: list[SubagentSpec] = Field(min_length=1)
+    subagents: list[SubagentSpec] = Field(min_length=1, max_length=SUBAGENTS_MAX)
     approvals: list[ApprovalGrant] = Field(default_factory=list)
     # Tools whose calls wait for an approval: "tool" for every subagent, "subagent:tool" for one.
     approval_required: list[str] = Field(default_factory=list)
     budgets: Budgets = Budgets()
     recovery: RecoveryPolicy = RecoveryPolicy()
     stores: StoresSpec = StoresSpec()
+    fork_from: ForkFrom | None = None
+    retention: RetentionPolicy = RetentionPolicy()
 
     @model_validator(mode="after")
     def _unique_subagents(self) -> AgentSessionSpec:
@@ -142,6 +212,8 @@ class AgentSession(BaseModel):
     kind: Literal["AgentSession"] = "AgentSession"
     metadata: ObjectMeta
     spec: AgentSessionSpec
+    # Written by the operator; a manifest read back from the cluster carries it.
+    status: AgentSessionStatus | None = None
 
     @property
     def session_id(self) -> str:

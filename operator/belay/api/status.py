@@ -1,0 +1,76 @@
+"""`AgentSession.status`: the journal's status projection plus what only the operator knows
+(observed generation, the pods it runs, the session it forked from).
+
+Condition types, reasons and phases are the journal's constants, re-exported here so the API has
+one set of names; the projection itself stays a pure function in `belay.journal.status`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from belay.journal.status import (
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    Counts,
+    Phase,
+    Reason,
+    SessionStatus,
+    StatusModel,
+)
+
+PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]
+
+
+class OperatorReason:
+    """Reasons the operator sets on its own (the record has not said anything yet, or cannot)."""
+
+    CREATING_PODS = "CreatingPods"
+    STORE_UNAVAILABLE = "StoreUnavailable"
+    FORK_SOURCE_MISSING = "ForkSourceMissing"
+    ATTEMPTS_EXHAUSTED = "AttemptsExhausted"
+
+
+class HarnessPodStatus(StatusModel):
+    pod: str
+    attempt: int
+    lease: int
+    phase: PodPhase = "Pending"
+
+
+class SandboxPodStatus(StatusModel):
+    subagent: str
+    pod: str
+    service: str
+    phase: PodPhase = "Pending"
+    replacements: int = 0
+
+
+class ForkStatus(StatusModel):
+    session: str
+    checkpoint_id: str
+    covers_seq: int
+
+
+class AgentSessionStatus(SessionStatus):
+    observed_generation: int | None = None
+    harness: HarnessPodStatus | None = None
+    sandboxes: list[SandboxPodStatus] = []
+    forked_from: ForkStatus | None = None
+
+
+__all__ = [
+    "AgentSessionStatus",
+    "Condition",
+    "ConditionStatus",
+    "ConditionType",
+    "Counts",
+    "ForkStatus",
+    "HarnessPodStatus",
+    "OperatorReason",
+    "Phase",
+    "PodPhase",
+    "Reason",
+    "SandboxPodStatus",
+]
