@@ -65,6 +65,7 @@ MAX_BATCH_BYTES = 1024 * 1024
 MAX_BATCH_EVENTS = 100
 
 SEQ_DIGITS = 20
+KNOWN_HEADS = 4096
 READ_PAGE = 500
 
 # Errors after which the request may or may not have reached the cluster: retried, never trusted.
@@ -113,8 +114,8 @@ def payload_size(draft: EventDraft) -> int:
 
 def check_batch_size(drafts: Sequence[EventDraft]) -> None:
     """Refuse, before anything is sent, a batch etcd could not hold in one transaction."""
-    for index, draft in enumerate(drafts):
-        size = payload_size(draft)
+    sizes = [payload_size(draft) for draft in drafts]
+    for index, (draft, size) in enumerate(zip(drafts, sizes, strict=True)):
         if size > MAX_PAYLOAD_BYTES:
             raise PayloadTooLarge(
                 f"event {index} ({draft.type}) has a {size}-byte payload, above the "
@@ -125,12 +126,17 @@ def check_batch_size(drafts: Sequence[EventDraft]) -> None:
             f"a batch of {len(drafts)} events is above the {MAX_BATCH_EVENTS}-event limit of one "
             "etcd transaction: append it in smaller batches"
         )
-    total = sum(payload_size(d) for d in drafts)
+    total = sum(sizes)
     if total > MAX_BATCH_BYTES:
         raise PayloadTooLarge(
             f"a batch of {total} payload bytes is above the {MAX_BATCH_BYTES}-byte limit of one etcd "
             "transaction: store large payloads as artifacts or append in smaller batches"
         )
+
+
+@functools.lru_cache(maxsize=4096)
+def _session_root(prefix: str, session_id: str) -> bytes:
+    return f"{prefix}/sessions/{quote(session_id, safe='')}/".encode()
 
 
 @dataclass(frozen=True)
@@ -143,7 +149,7 @@ class SessionKeys:
     def of(cls, prefix: str, session_id: str) -> SessionKeys:
         if not session_id:
             raise ValueError("session id must not be empty")
-        return cls(f"{prefix}/sessions/{quote(session_id, safe='')}/".encode())
+        return cls(_session_root(prefix, session_id))
 
     @property
     def head(self) -> bytes:
@@ -177,6 +183,9 @@ class Snapshot:
     lease_mod_revision: int = 0
     lease_number: int = 0  # a session that never had a lease is at lease 0
     idem_record: dict[str, Any] | None = None
+    # False for a state remembered from this store's own last append: good enough to try a write
+    # on (the transaction's compares catch a stale one), never to refuse an append on.
+    authoritative: bool = True
 
 
 @dataclass
@@ -193,6 +202,20 @@ def _put(key: bytes, value: bytes) -> Any:
 
 def _range(key: bytes) -> Any:
     return rpc.RequestOp(request_range=rpc.RangeRequest(key=key))
+
+
+def _add_put(request: Any, key: bytes, value: bytes) -> None:
+    put = request.success.add().request_put
+    put.key = key
+    put.value = value
+
+
+def _add_mod_revision_is(request: Any, key: bytes, revision: int) -> None:
+    compare = request.compare.add()
+    compare.key = key
+    compare.target = rpc.Compare.MOD
+    compare.result = rpc.Compare.EQUAL
+    compare.mod_revision = revision
 
 
 def _mod_revision_is(key: bytes, revision: int) -> Any:
@@ -218,6 +241,8 @@ class EtcdEventStore:
         self._channel: grpc.aio.Channel | None = None
         self._kv: Any = None
         self._watch: Any = None
+        # The head this store last wrote, per session (insertion-ordered, oldest evicted first).
+        self._known_heads: dict[str, Snapshot] = {}
 
     # ----------------------------------------------------------------------------------------------
     # Connection and retries
@@ -272,9 +297,9 @@ class EtcdEventStore:
         request = rpc.RangeRequest(key=key, range_end=range_end, **options)
         return await kv.Range(request, timeout=self.request_timeout)
 
-    async def _txn(self, compare: list[Any], success: list[Any]) -> Any:
+    async def _txn(self, compare: list[Any], success: list[Any], failure: list[Any] | None = None) -> Any:
         kv, _ = self._stubs()
-        request = rpc.TxnRequest(compare=compare, success=success, failure=[])
+        request = rpc.TxnRequest(compare=compare, success=success, failure=failure or [])
         return await kv.Txn(request, timeout=self.request_timeout)
 
     async def _get_json(self, key: bytes) -> tuple[dict[str, Any] | None, int]:
@@ -286,22 +311,58 @@ class EtcdEventStore:
     # ----------------------------------------------------------------------------------------------
     # Append
 
-    async def _snapshot(self, keys: SessionKeys, idempotency_key: str | None) -> Snapshot:
+    @staticmethod
+    def _state_reads(keys: SessionKeys, idempotency_key: str | None) -> list[Any]:
         reads = [_range(keys.head), _range(keys.lease)]
         if idempotency_key is not None:
             reads.append(_range(keys.idem(idempotency_key)))
-        response = await self._txn([], reads)
-        head, lease = response.responses[0].response_range, response.responses[1].response_range
+        return reads
+
+    @staticmethod
+    def _snapshot_from(response: Any) -> Snapshot:
+        """The state read by `_state_reads`, whether they ran as a transaction's success branch
+        (a plain read) or its failure branch (a write whose compares failed)."""
+        ranges = [op.response_range for op in response.responses]
         snapshot = Snapshot(revision=response.header.revision)
-        if head.kvs:
-            snapshot.head_mod_revision = head.kvs[0].mod_revision
-            snapshot.last_seq = json.loads(head.kvs[0].value)["last_seq"]
-        if lease.kvs:
-            snapshot.lease_mod_revision = lease.kvs[0].mod_revision
-            snapshot.lease_number = json.loads(lease.kvs[0].value)["number"]
-        if idempotency_key is not None and response.responses[2].response_range.kvs:
-            snapshot.idem_record = json.loads(response.responses[2].response_range.kvs[0].value)
+        if ranges[0].kvs:
+            snapshot.head_mod_revision = ranges[0].kvs[0].mod_revision
+            snapshot.last_seq = json.loads(ranges[0].kvs[0].value)["last_seq"]
+        if ranges[1].kvs:
+            snapshot.lease_mod_revision = ranges[1].kvs[0].mod_revision
+            snapshot.lease_number = json.loads(ranges[1].kvs[0].value)["number"]
+        if len(ranges) > 2 and ranges[2].kvs:
+            snapshot.idem_record = json.loads(ranges[2].kvs[0].value)
         return snapshot
+
+    async def _snapshot(self, keys: SessionKeys, idempotency_key: str | None) -> Snapshot:
+        return self._snapshot_from(await self._txn([], self._state_reads(keys, idempotency_key)))
+
+    def _remembered(self, session_id: str) -> Snapshot:
+        known = self._known_heads.get(session_id)
+        if known is None:
+            # Never seen: guess a new session. If it is not, the write's compares fail and its
+            # failure branch returns the real state, still in one round trip.
+            return Snapshot(revision=0, authoritative=False)
+        return Snapshot(
+            revision=known.revision,
+            head_mod_revision=known.head_mod_revision,
+            last_seq=known.last_seq,
+            lease_mod_revision=known.lease_mod_revision,
+            lease_number=known.lease_number,
+            authoritative=False,
+        )
+
+    def _remember(self, session_id: str, snapshot: Snapshot, written_at: int, last_seq: int) -> None:
+        self._known_heads.pop(session_id, None)
+        self._known_heads[session_id] = Snapshot(
+            revision=written_at,
+            head_mod_revision=written_at,
+            last_seq=last_seq,
+            lease_mod_revision=snapshot.lease_mod_revision,
+            lease_number=snapshot.lease_number,
+        )
+        while len(self._known_heads) > KNOWN_HEADS:
+            self._known_heads.pop(next(iter(self._known_heads)))
 
     async def _events_at(self, keys: SessionKeys, first: int, last: int, revision: int) -> list[Any]:
         response = await self._range(keys.event(first), keys.event(last + 1), revision=revision)
@@ -336,7 +397,7 @@ class EtcdEventStore:
             return []
         check_batch_size(drafts)
         keys = SessionKeys.of(self.prefix, session_id)
-        digest = batch_digest(drafts)
+        digest = batch_digest(drafts) if idempotency_key is not None else ""
         # One timestamp per call: a retry that reuses seqs writes byte-identical events, so two
         # attempts racing for the same head revision cannot leave different records.
         created_at = now_utc()
@@ -344,15 +405,23 @@ class EtcdEventStore:
         deadline = time.monotonic() + self.operation_timeout
         delay = 0.02
         last_error: BaseException | None = None
+        # Usually one round trip: a write against the state this store last saw. Its compares
+        # guard it; when they fail, the failure branch carries the fresh state for the next try.
+        snapshot: Snapshot | None = self._remembered(session_id)
         while time.monotonic() < deadline:
             try:
-                snapshot = await self._snapshot(keys, idempotency_key)
-                settled = await self._settle(keys, snapshot, unsettled)
-                if settled is not None:
-                    return settled
-                if snapshot.idem_record is not None:
-                    return await self._replay(keys, snapshot, idempotency_key, digest)
+                if snapshot is None:
+                    snapshot = await self._snapshot(keys, idempotency_key)
+                if snapshot.authoritative:
+                    settled = await self._settle(keys, snapshot, unsettled)
+                    if settled is not None:
+                        return settled
+                    if snapshot.idem_record is not None:
+                        return await self._replay(keys, snapshot, idempotency_key, digest)
                 if lease is not None and snapshot.lease_number != lease:
+                    if not snapshot.authoritative:
+                        snapshot = None
+                        continue
                     raise StaleLease(
                         f"session {session_id!r}: lease {lease} is not the current lease "
                         f"{snapshot.lease_number}; a newer harness attempt owns the session"
@@ -368,20 +437,30 @@ class EtcdEventStore:
                     for offset, draft in enumerate(drafts, start=1)
                 ]
                 attempt = UnsettledAttempt(events, [event_to_json(e).encode() for e in events])
-                compare, success = self._append_ops(keys, snapshot, attempt, idempotency_key, digest)
+                request = self._append_request(
+                    keys, snapshot, attempt, idempotency_key, digest, fenced=lease is not None
+                )
                 try:
-                    response = await self._txn(compare, success)
+                    kv, _ = self._stubs()
+                    response = await kv.Txn(request, timeout=self.request_timeout)
                 except grpc.aio.AioRpcError as error:
-                    if error.code() in TRANSIENT_CODES:
+                    if error.code() in TRANSIENT_CODES and not _never_sent(error):
                         unsettled.append(attempt)
                     raise
                 if response.succeeded:
+                    self._remember(session_id, snapshot, response.header.revision, events[-1].seq)
                     return events
-                delay = 0.002  # contention: another writer won; re-read at once
+                # Another writer got there first (or the remembered state was stale): go again
+                # at once on the state the failure branch read.
+                snapshot = self._snapshot_from(response)
+                continue
             except grpc.aio.AioRpcError as error:
                 if error.code() not in TRANSIENT_CODES:
                     raise _permanent(error) from error
                 last_error = error
+                # After a lost answer nothing remembered can be trusted: read the state afresh.
+                snapshot = None
+                self._known_heads.pop(session_id, None)
             await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 0.5)
         if unsettled:
@@ -392,31 +471,42 @@ class EtcdEventStore:
             )
         raise self._unavailable(last_error)
 
-    def _append_ops(
+    def _append_request(
         self,
         keys: SessionKeys,
         snapshot: Snapshot,
         attempt: UnsettledAttempt,
         idempotency_key: str | None,
         digest: str,
-    ) -> tuple[list[Any], list[Any]]:
+        fenced: bool,
+    ) -> Any:
+        """The append's one transaction. Built in place: constructing nested protobuf messages
+        and copying them in costs more than the rest of the append's own work."""
         events = attempt.events
-        compare = [
-            _mod_revision_is(keys.head, snapshot.head_mod_revision),
-            _mod_revision_is(keys.lease, snapshot.lease_mod_revision),
-        ]
-        success = [_put(keys.event(e.seq), value) for e, value in zip(events, attempt.values, strict=True)]
-        success.append(_put(keys.head, canonical_json({"last_seq": events[-1].seq})))
+        request = rpc.TxnRequest()
+        _add_mod_revision_is(request, keys.head, snapshot.head_mod_revision)
+        if fenced:
+            _add_mod_revision_is(request, keys.lease, snapshot.lease_mod_revision)
+        for event, value in zip(events, attempt.values, strict=True):
+            _add_put(request, keys.event(event.seq), value)
+        _add_put(request, keys.head, b'{"last_seq":%d}' % events[-1].seq)
         newest_of_type = {e.type: e.seq for e in events}
-        success += [_put(keys.latest(t), canonical_json({"seq": seq})) for t, seq in newest_of_type.items()]
+        for event_type, seq in newest_of_type.items():
+            _add_put(request, keys.latest(event_type), b'{"seq":%d}' % seq)
+        state_keys = [keys.head, keys.lease]
         if idempotency_key is not None:
             idem_key = keys.idem(idempotency_key)
-            compare.append(_mod_revision_is(idem_key, 0))
+            state_keys.append(idem_key)
+            _add_mod_revision_is(request, idem_key, 0)
             record = {"digest": digest, "first_seq": events[0].seq, "last_seq": events[-1].seq}
-            success.append(_put(idem_key, canonical_json(record)))
+            _add_put(request, idem_key, canonical_json(record))
         if snapshot.head_mod_revision == 0:
-            success.append(_put(self._index_key(events[0].session_id), b""))
-        return compare, success
+            _add_put(request, self._index_key(events[0].session_id), b"")
+        # When a compare fails, the same round trip brings back the state to retry on (the same
+        # reads as `_state_reads`, in the same order).
+        for key in state_keys:
+            request.failure.add().request_range.key = key
+        return request
 
     async def _replay(
         self, keys: SessionKeys, snapshot: Snapshot, idempotency_key: str | None, digest: str
@@ -518,6 +608,7 @@ class EtcdEventStore:
                     [_put(keys.lease, canonical_json({"number": number, "holder": holder}))],
                 )
                 if written.succeeded:
+                    self._known_heads.pop(session_id, None)
                     return Lease(session_id=session_id, number=number, holder=holder)
             except grpc.aio.AioRpcError as error:
                 if error.code() not in TRANSIENT_CODES:
@@ -589,6 +680,15 @@ class EtcdEventStore:
 
 class _WatchCut(Exception):
     pass
+
+
+def _never_sent(error: grpc.aio.AioRpcError) -> bool:
+    """True when gRPC failed the call before it left this process: no member could be connected
+    to, so the request cannot have been applied."""
+    details = (error.details() or "").lower()
+    return error.code() == grpc.StatusCode.UNAVAILABLE and (
+        "failed to connect" in details or "connections to all backends failing" in details
+    )
 
 
 def _describe(error: BaseException | None) -> str:

@@ -1,0 +1,151 @@
+"""etcd event store: append latency and throughput, side by side with raw etcd puts.
+
+One etcd member is started on loopback by the same code the test fixtures use (tests/testenv).
+The baseline is a plain etcd Put of a value the size of the stored event, sent over the store's
+own gRPC channel: the same client, the same connection, the same bytes, so the ratio isolates
+what the store adds (building the event, the transaction's compares, the head and index keys).
+
+Latency: single-event appends to one session, one at a time, interleaved with raw puts in
+alternating blocks so drift on a shared machine hits both alike. Throughput: several concurrent
+writers, each appending to its own session, against as many concurrent raw putters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aetcd import rpc
+from tests.testenv.etcd import EtcdServer
+
+from belay.journal.events import EffectClass, EventDraft, ToolRequest, event_to_json
+from belay.stores.etcd import EtcdEventStore
+from bench.common import Figure
+
+COMMAND = "python -m bench bench_etcd"
+WARMUP = 100
+BLOCKS = 10
+PER_BLOCK = 100
+WRITERS = 8
+THROUGHPUT_SECONDS = 3.0
+
+
+def draft(i: int) -> EventDraft:
+    return EventDraft(
+        payload=ToolRequest(
+            operation_id=f"op-{i}",
+            tool="shell",
+            arguments={"command": "pytest -q tests/test_parser.py", "cwd": "/workspace"},
+            effect=EffectClass.IDEMPOTENT,
+            step="reproduce",
+        )
+    )
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+async def measure(endpoint: str) -> list[Figure]:
+    store = EtcdEventStore([endpoint], prefix="/bench")
+    kv, _ = store._stubs()
+    # The same bytes a stored event occupies, written by a plain Put through the same channel.
+    probe = await store.append("probe", [draft(0)])
+    value = event_to_json(probe[0]).encode()
+
+    async def raw_put(i: int) -> None:
+        await kv.Put(rpc.PutRequest(key=f"/bench-raw/k{i:020d}".encode(), value=value), timeout=5)
+
+    # Drafts are made up front, as the raw put's value is: both sides time only the write.
+    drafts = [[draft(i)] for i in range(WARMUP + 2 * BLOCKS * PER_BLOCK + 1)]
+
+    async def append(i: int) -> None:
+        await store.append("latency", drafts[i])
+
+    for i in range(WARMUP):
+        await raw_put(i)
+        await append(i)
+
+    raw_samples: list[float] = []
+    append_samples: list[float] = []
+    counter = WARMUP
+    for _ in range(BLOCKS):
+        for operation, samples in ((raw_put, raw_samples), (append, append_samples)):
+            for _ in range(PER_BLOCK):
+                counter += 1
+                started = time.perf_counter()
+                await operation(counter)
+                samples.append(time.perf_counter() - started)
+
+    async def throughput(operation_for: Callable[[int, int], Awaitable[None]]) -> float:
+        stop_at = time.perf_counter() + THROUGHPUT_SECONDS
+        done = [0] * WRITERS
+
+        async def worker(n: int) -> None:
+            i = 0
+            while time.perf_counter() < stop_at:
+                i += 1
+                await operation_for(n, i)
+                done[n] += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(n) for n in range(WRITERS)))
+        return sum(done) / (time.perf_counter() - started)
+
+    async def raw_for(n: int, i: int) -> None:
+        await raw_put(n * 10_000_000 + i)
+
+    async def append_for(n: int, i: int) -> None:
+        await store.append(f"throughput-{n}", [draft(i)])
+
+    raw_rate = await throughput(raw_for)
+    append_rate = await throughput(append_for)
+    await store.close()
+
+    raw_p50, append_p50 = statistics.median(raw_samples), statistics.median(append_samples)
+    ratio = append_p50 / raw_p50
+    runs = f"{BLOCKS}x{PER_BLOCK} interleaved, {len(value)}-byte events"
+    return [
+        Figure(
+            "etcd_append_overhead_ratio",
+            ratio,
+            "x",
+            COMMAND,
+            detail=f"append p50 {append_p50 * 1e3:.3f} ms / raw put p50 {raw_p50 * 1e3:.3f} ms ({runs})",
+            goal="<= 1.3",
+        ),
+        Figure("etcd_append_p50_ms", append_p50 * 1e3, "ms", COMMAND, detail=runs),
+        Figure("etcd_append_p99_ms", percentile(append_samples, 0.99) * 1e3, "ms", COMMAND, detail=runs),
+        Figure("etcd_raw_put_p50_ms", raw_p50 * 1e3, "ms", COMMAND, detail=runs),
+        Figure("etcd_raw_put_p99_ms", percentile(raw_samples, 0.99) * 1e3, "ms", COMMAND, detail=runs),
+        Figure(
+            "etcd_append_throughput",
+            append_rate,
+            "events/s",
+            COMMAND,
+            detail=f"{WRITERS} writers, one session each, single-event appends, {THROUGHPUT_SECONDS:g} s; "
+            f"raw puts side by side: {raw_rate:.0f}/s",
+        ),
+        Figure(
+            "etcd_raw_put_throughput",
+            raw_rate,
+            "puts/s",
+            COMMAND,
+            detail=f"{WRITERS} concurrent putters, {THROUGHPUT_SECONDS:g} s",
+        ),
+    ]
+
+
+def run() -> list[Figure]:
+    with tempfile.TemporaryDirectory(prefix="belay-bench-etcd-") as run_dir:
+        server = EtcdServer(Path(run_dir), name="bench-etcd")
+        server.start()
+        try:
+            return asyncio.run(measure(server.endpoint))
+        finally:
+            server.stop()
