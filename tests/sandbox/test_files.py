@@ -8,6 +8,14 @@ import pytest
 from belay.sandbox.client import SandboxError
 from belay.sandbox.local import LocalSandbox
 
+# Each test here touches only its own paths, so the module shares one sandbox.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest.fixture(scope="module")
+def sandbox(shared_sandbox: LocalSandbox) -> LocalSandbox:
+    return shared_sandbox
+
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()

@@ -69,3 +69,19 @@ async def test_a_server_left_by_a_killed_harness_is_stopped_by_the_next_start(tm
 async def test_unknown_profile_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="network profile"):
         await LocalSandbox.start(tmp_path, "worker", "everything")
+
+
+async def test_sandbox_does_not_inherit_the_harness_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "also-secret")
+    sandbox = await LocalSandbox.start(tmp_path, "worker", "none")
+    try:
+        result = await sandbox.client.call("run_command", {"command": ["env"], "timeout_s": 10})
+    finally:
+        await sandbox.stop()
+    environment = result["output"]["stdout"]
+    assert "PATH=" in environment
+    assert "sk-must-not-leak" not in environment
+    assert "also-secret" not in environment

@@ -10,6 +10,14 @@ from belay.sandbox.client import SandboxError
 from belay.sandbox.local import LocalSandbox
 from tests.sandbox.helpers import eventually_gone
 
+# Each test here touches only its own paths, so the module shares one sandbox.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest.fixture(scope="module")
+def sandbox(shared_sandbox: LocalSandbox) -> LocalSandbox:
+    return shared_sandbox
+
 
 async def test_run_command_string_runs_in_a_shell_in_the_workspace(sandbox: LocalSandbox) -> None:
     result = await sandbox.client.call(
@@ -59,17 +67,20 @@ async def test_missing_program_is_a_result_not_a_crash(sandbox: LocalSandbox) ->
 
 
 async def test_write_then_read_and_list(sandbox: LocalSandbox) -> None:
-    written = await sandbox.client.call("write_file", {"path": "src/a.py", "content": "print('héllo')\n"})
+    written = await sandbox.client.call(
+        "write_file", {"path": "listing/src/a.py", "content": "print('héllo')\n"}
+    )
     assert written["ok"] is True
-    data = (sandbox.workspace / "src/a.py").read_bytes()
+    data = (sandbox.workspace / "listing/src/a.py").read_bytes()
     assert written["output"]["size"] == len(data)
     assert written["output"]["sha256"] == hashlib.sha256(data).hexdigest()
-    read = await sandbox.client.call("read_file", {"path": "src/a.py"})
+    read = await sandbox.client.call("read_file", {"path": "listing/src/a.py"})
     assert read == {"ok": True, "output": {"content": "print('héllo')\n"}, "error": None}
-    await sandbox.client.call("write_file", {"path": "b.txt", "content": ""})
-    listed = await sandbox.client.call("list_files", {})
-    assert listed["output"]["files"] == ["b.txt", "src/a.py"]
-    assert (await sandbox.client.call("list_files", {"path": "src"}))["output"]["files"] == ["src/a.py"]
+    await sandbox.client.call("write_file", {"path": "listing/b.txt", "content": ""})
+    listed = await sandbox.client.call("list_files", {"path": "listing"})
+    assert listed["output"]["files"] == ["listing/b.txt", "listing/src/a.py"]
+    in_src = await sandbox.client.call("list_files", {"path": "listing/src"})
+    assert in_src["output"]["files"] == ["listing/src/a.py"]
 
 
 async def test_write_file_mode_and_overwrite(sandbox: LocalSandbox) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from belay.sandbox import isolation
 from belay.sandbox.client import SandboxClient, SandboxUnavailable
 from belay.sandbox.isolation import NETWORK_PROFILES
 from belay.sandbox.protocol import ReadyFile
@@ -29,6 +30,9 @@ from belay.sandbox.protocol import ReadyFile
 # Every process a local sandbox starts inherits this variable, so stop() can find them all, even
 # those that left the server's process group.
 INSTANCE_ENV = "BELAY_SANDBOX_INSTANCE"
+# What a sandbox inherits from the harness's environment: enough to run programs, never the
+# harness's credentials (model API keys, store secrets).
+INHERITED_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM", "PYTHONPATH")
 START_TIMEOUT_S = 20.0
 STOP_GRACE_S = 3.0
 # Unix socket paths are limited to 108 bytes; longer ones go to a short temporary directory.
@@ -62,6 +66,13 @@ def kill_instance(instance: str) -> None:
     for pid in processes_with_marker(instance):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+
+
+def sandbox_environment(instance: str) -> dict[str, str]:
+    inherited = {name: os.environ[name] for name in INHERITED_ENVIRONMENT if name in os.environ}
+    if isolation.UNSHARE_ENV in os.environ:
+        inherited[isolation.UNSHARE_ENV] = os.environ[isolation.UNSHARE_ENV]
+    return {**inherited, INSTANCE_ENV: instance}
 
 
 def next_workspace_number(sandbox_dir: Path) -> int:
@@ -154,7 +165,7 @@ class LocalSandbox:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, INSTANCE_ENV: instance},
+                env=sandbox_environment(instance),
                 start_new_session=True,
             )
         try:
