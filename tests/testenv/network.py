@@ -3,6 +3,7 @@ endpoint says so, never after a fixed sleep."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import ssl
@@ -57,7 +58,7 @@ def wait_until(
         try:
             if check():
                 return
-        except (OSError, ValueError, urllib.error.URLError) as error:
+        except (OSError, ValueError, http.client.HTTPException) as error:
             last_error = repr(error)
         if not still_starting():
             raise NotReady(f"{what} exited before it was ready\n{describe_failure()}")
