@@ -1,0 +1,390 @@
+"""The objects a session needs, as pure functions of the session and the operator's settings.
+
+- A harness pod per attempt and a sandbox pod per subagent per attempt: a new attempt starts from
+  clean sandboxes and restores only the declared state into them.
+- A Service per sandbox, so the harness reaches it by a stable name across attempts.
+- NetworkPolicies: everything of the session denied by default; a sandbox accepts traffic only from
+  its own session's harness and reaches only what its network profile allows; the harness reaches
+  its sandboxes, the stores and the model endpoint.
+- Every pod meets the "restricted" Pod Security profile and is owned by the AgentSession.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from belay.api.agentsession import AgentSessionSpec, SubagentSpec
+from belay.controller import names
+from belay.controller.settings import EgressTarget, OperatorSettings
+
+# Ranges a sandbox with `internet` egress still may not reach: the cluster's private networks and
+# the cloud metadata address (which hands out node credentials).
+BLOCKED_IPV4 = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.169.254/32"]
+BLOCKED_IPV6 = ["fc00::/7", "fe80::/10", "fd00:ec2::254/128"]
+METADATA_ADDRESSES = [ipaddress.ip_network("169.254.169.254/32"), ipaddress.ip_network("fd00:ec2::254/128")]
+
+TOKEN_MOUNT = "/var/run/belay/sandbox-token"
+TOKEN_KEY = "token"
+WORKSPACE = "/workspace"
+HARNESS_MODULE = "belay.controller.harness_pod"
+
+ENV_SESSION = "BELAY_SESSION"
+ENV_NAMESPACE = "BELAY_NAMESPACE"
+ENV_SESSION_UID = "BELAY_SESSION_UID"
+ENV_HARNESS_INDEX = "BELAY_HARNESS_INDEX"
+ENV_EVENT_STORE = "BELAY_EVENT_STORE"
+ENV_ARTIFACT_STORE = "BELAY_ARTIFACT_STORE"
+ENV_SESSION_SPEC = "BELAY_SESSION_SPEC"
+ENV_SANDBOX_ENDPOINTS = "BELAY_SANDBOX_ENDPOINTS"
+ENV_SANDBOX_TOKEN_FILE = "BELAY_SANDBOX_TOKEN_FILE"
+
+
+@dataclass(frozen=True)
+class SessionRef:
+    """The identity of one AgentSession object."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int = 1
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": names.API_VERSION,
+            "kind": "AgentSession",
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def _metadata(ref: SessionRef, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": ref.namespace,
+        "labels": {**names.session_labels(ref.name), **labels},
+        "ownerReferences": [ref.owner_reference()],
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Pod Security "restricted"
+
+
+def pod_security_context(settings: OperatorSettings) -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": settings.run_as_user,
+        "runAsGroup": settings.run_as_user,
+        "fsGroup": settings.run_as_user,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security_context() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _pod(
+    ref: SessionRef,
+    settings: OperatorSettings,
+    *,
+    name: str,
+    labels: dict[str, str],
+    container: dict[str, Any],
+    volumes: list[dict[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _metadata(ref, name, labels),
+        "spec": {
+            # A failed pod is a lost attempt: the operator decides what replaces it.
+            "restartPolicy": "Never",
+            "serviceAccountName": settings.workload_service_account,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": pod_security_context(settings),
+            "containers": [
+                {
+                    **container,
+                    "imagePullPolicy": settings.image_pull_policy,
+                    "securityContext": container_security_context(),
+                }
+            ],
+            "volumes": volumes,
+        },
+    }
+
+
+def _token_volume(ref: SessionRef) -> dict[str, Any]:
+    return {
+        "name": "sandbox-token",
+        "secret": {"secretName": names.token_secret_name(ref.name), "defaultMode": 0o400},
+    }
+
+
+def _scratch(name: str) -> dict[str, Any]:
+    return {"name": name, "emptyDir": {}}
+
+
+def _env(values: dict[str, str]) -> list[dict[str, str]]:
+    return [{"name": key, "value": value} for key, value in values.items()]
+
+
+def sandbox_endpoint(ref: SessionRef, subagent: str, settings: OperatorSettings) -> str:
+    service = names.sandbox_service_name(ref.name, subagent)
+    return f"http://{service}.{ref.namespace}.svc:{settings.sandbox_port}"
+
+
+def harness_pod(
+    ref: SessionRef, spec: AgentSessionSpec, settings: OperatorSettings, index: int
+) -> dict[str, Any]:
+    env = {
+        ENV_SESSION: ref.name,
+        ENV_NAMESPACE: ref.namespace,
+        ENV_SESSION_UID: ref.uid,
+        ENV_HARNESS_INDEX: str(index),
+        ENV_EVENT_STORE: spec.stores.events or settings.event_store,
+        ENV_ARTIFACT_STORE: spec.stores.artifacts or settings.artifact_store,
+        ENV_SESSION_SPEC: json.dumps(spec.model_dump(mode="json", by_alias=True, exclude_none=True)),
+        ENV_SANDBOX_ENDPOINTS: json.dumps(
+            {s.name: sandbox_endpoint(ref, s.name, settings) for s in spec.subagents}, sort_keys=True
+        ),
+        ENV_SANDBOX_TOKEN_FILE: f"{TOKEN_MOUNT}/{TOKEN_KEY}",
+    }
+    secrets = [s for s in (settings.store_secret, spec.stores.secret_ref) if s]
+    container: dict[str, Any] = {
+        "name": "harness",
+        "image": spec.executor.image or settings.harness_image,
+        "command": ["python", "-m", HARNESS_MODULE],
+        "env": _env(env),
+        "volumeMounts": [
+            {"name": "sandbox-token", "mountPath": TOKEN_MOUNT, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    if secrets:
+        container["envFrom"] = [{"secretRef": {"name": name}} for name in dict.fromkeys(secrets)]
+    return _pod(
+        ref,
+        settings,
+        name=names.harness_pod_name(ref.name, index),
+        labels={**names.harness_selector(ref.name), names.LABEL_ATTEMPT: str(index)},
+        container=container,
+        volumes=[_token_volume(ref), _scratch("tmp")],
+    )
+
+
+def sandbox_pod(
+    ref: SessionRef, subagent: SubagentSpec, settings: OperatorSettings, index: int
+) -> dict[str, Any]:
+    container = {
+        "name": "sandbox",
+        "image": subagent.image or settings.sandbox_image,
+        "command": [
+            "python",
+            "-m",
+            "belay.sandbox.server",
+            "--workspace",
+            WORKSPACE,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(settings.sandbox_port),
+            "--token-file",
+            f"{TOKEN_MOUNT}/{TOKEN_KEY}",
+            "--network-profile",
+            subagent.network_profile,
+        ],
+        "ports": [{"name": "http", "containerPort": settings.sandbox_port, "protocol": "TCP"}],
+        "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 5},
+        "volumeMounts": [
+            {"name": "sandbox-token", "mountPath": TOKEN_MOUNT, "readOnly": True},
+            {"name": "workspace", "mountPath": WORKSPACE},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    return _pod(
+        ref,
+        settings,
+        name=names.sandbox_pod_name(ref.name, subagent.name, index),
+        labels={**names.sandbox_selector(ref.name, subagent.name), names.LABEL_ATTEMPT: str(index)},
+        container=container,
+        volumes=[_token_volume(ref), _scratch("workspace"), _scratch("tmp")],
+    )
+
+
+def sandbox_service(ref: SessionRef, subagent: SubagentSpec, settings: OperatorSettings) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(
+            ref,
+            names.sandbox_service_name(ref.name, subagent.name),
+            {names.LABEL_COMPONENT: names.COMPONENT_SANDBOX, names.LABEL_SUBAGENT: subagent.name},
+        ),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": names.sandbox_selector(ref.name, subagent.name),
+            "ports": [
+                {"name": "http", "port": settings.sandbox_port, "targetPort": "http", "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def token_secret(ref: SessionRef, token: str) -> dict[str, Any]:
+    """The per-session token every sandbox requires; created once, never rewritten."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(ref, names.token_secret_name(ref.name), {}),
+        "type": "Opaque",
+        "stringData": {TOKEN_KEY: token},
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# NetworkPolicies
+
+
+def _peer(target: EgressTarget) -> dict[str, Any]:
+    if target.cidr is not None:
+        return {"ipBlock": {"cidr": target.cidr}}
+    peer: dict[str, Any] = {}
+    if target.namespace_labels is not None:
+        peer["namespaceSelector"] = {"matchLabels": target.namespace_labels}
+    if target.pod_labels is not None:
+        peer["podSelector"] = {"matchLabels": target.pod_labels}
+    return peer
+
+
+def egress_rule(target: EgressTarget) -> dict[str, Any]:
+    rule: dict[str, Any] = {"to": [_peer(target)]}
+    if target.ports:
+        rule["ports"] = [{"protocol": p, "port": port} for port in target.ports for p in target.protocols]
+    return rule
+
+
+def internet_rules() -> list[dict[str, Any]]:
+    return [
+        {
+            "to": [
+                {"ipBlock": {"cidr": "0.0.0.0/0", "except": BLOCKED_IPV4}},
+                {"ipBlock": {"cidr": "::/0", "except": BLOCKED_IPV6}},
+            ]
+        }
+    ]
+
+
+def allowlist_rules(entries: list[str]) -> list[dict[str, Any]]:
+    """Addresses and ranges from the allowlist, the metadata address cut out of any range that holds
+    it. Host names cannot be expressed in a NetworkPolicy, so they are not opened here: a policy
+    only ever allows what it can name exactly."""
+    peers = []
+    for entry in entries:
+        try:
+            network = ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            continue
+        if any(network == metadata for metadata in METADATA_ADDRESSES):
+            continue
+        block: dict[str, Any] = {"cidr": str(network)}
+        excluded = [
+            str(m)
+            for m in METADATA_ADDRESSES
+            if m.version == network.version and m.subnet_of(network)  # type: ignore[arg-type]
+        ]
+        if excluded:
+            block["except"] = excluded
+        peers.append({"ipBlock": block})
+    return [{"to": peers}] if peers else []
+
+
+def sandbox_egress(subagent: SubagentSpec, settings: OperatorSettings) -> list[dict[str, Any]]:
+    if subagent.network_profile == "none":
+        return []
+    dns = [egress_rule(settings.dns_egress)]
+    if subagent.network_profile == "internet":
+        return dns + internet_rules()
+    return dns + allowlist_rules(subagent.allowlist)
+
+
+def _policy(ref: SessionRef, name: str, selector: dict[str, str], spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(ref, name, {}),
+        "spec": {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress", "Egress"], **spec},
+    }
+
+
+def default_deny_policy(ref: SessionRef) -> dict[str, Any]:
+    return _policy(ref, names.dns_label(ref.name, "default-deny"), {names.LABEL_SESSION: ref.name}, {})
+
+
+def sandbox_policy(ref: SessionRef, subagent: SubagentSpec, settings: OperatorSettings) -> dict[str, Any]:
+    from_harness = {
+        "from": [{"podSelector": {"matchLabels": names.harness_selector(ref.name)}}],
+        "ports": [{"protocol": "TCP", "port": settings.sandbox_port}],
+    }
+    return _policy(
+        ref,
+        names.dns_label(ref.name, "sbx", subagent.name),
+        names.sandbox_selector(ref.name, subagent.name),
+        {"ingress": [from_harness], "egress": sandbox_egress(subagent, settings)},
+    )
+
+
+def harness_policy(ref: SessionRef, settings: OperatorSettings) -> dict[str, Any]:
+    to_sandboxes = {
+        "to": [{"podSelector": {"matchLabels": names.sandbox_selector(ref.name)}}],
+        "ports": [{"protocol": "TCP", "port": settings.sandbox_port}],
+    }
+    egress = [
+        to_sandboxes,
+        egress_rule(settings.dns_egress),
+        *(egress_rule(t) for t in settings.store_egress),
+        *(egress_rule(t) for t in settings.model_egress),
+    ]
+    return _policy(
+        ref,
+        names.dns_label(ref.name, "harness"),
+        names.harness_selector(ref.name),
+        {"ingress": [], "egress": egress},
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# The whole set
+
+
+def desired_children(
+    ref: SessionRef, spec: AgentSessionSpec, settings: OperatorSettings, attempt_index: int | None
+) -> list[dict[str, Any]]:
+    """Everything the operator applies for a session. With no attempt (the session has ended, or
+    gave up) only the Services and NetworkPolicies remain: pods are not recreated."""
+    objects: list[dict[str, Any]] = [default_deny_policy(ref), harness_policy(ref, settings)]
+    for subagent in spec.subagents:
+        objects.append(sandbox_policy(ref, subagent, settings))
+        objects.append(sandbox_service(ref, subagent, settings))
+    if attempt_index is not None:
+        objects.append(harness_pod(ref, spec, settings, attempt_index))
+        objects.extend(sandbox_pod(ref, s, settings, attempt_index) for s in spec.subagents)
+    return objects
+
+
+def object_key(obj: dict[str, Any]) -> tuple[str, str]:
+    return obj["kind"], obj["metadata"]["name"]

@@ -1,0 +1,77 @@
+"""Names and labels of the objects the operator owns for a session.
+
+Object names are derived, never stored: the same session and attempt always give the same names,
+so a restarted operator finds what it created. Names that could exceed a DNS label are shortened
+with a hash of the full name, so two long names never collide.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+GROUP = "belay.dev"
+API_VERSION = f"{GROUP}/v1alpha1"
+FIELD_MANAGER = "belay-operator"
+FINALIZER = f"{GROUP}/pods-and-retention"
+
+LABEL_SESSION = f"{GROUP}/session"
+LABEL_COMPONENT = f"{GROUP}/component"
+LABEL_SUBAGENT = f"{GROUP}/subagent"
+LABEL_ATTEMPT = f"{GROUP}/attempt"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "belay-operator"
+
+COMPONENT_HARNESS = "harness"
+COMPONENT_SANDBOX = "sandbox"
+
+DNS_LABEL_MAX = 63
+_HASH_CHARS = 8
+
+
+def dns_label(*parts: str) -> str:
+    """A DNS-1035 label from parts: lowercase, starts with a letter, at most 63 characters."""
+    full = "-".join(parts)
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", full.lower()).strip("-")
+    if not cleaned or not cleaned[0].isalpha():
+        cleaned = f"b-{cleaned}"
+    if len(cleaned) <= DNS_LABEL_MAX and cleaned == full:
+        return cleaned
+    digest = hashlib.sha256(full.encode()).hexdigest()[:_HASH_CHARS]
+    head = cleaned[: DNS_LABEL_MAX - _HASH_CHARS - 1].rstrip("-")
+    return f"{head}-{digest}"
+
+
+def harness_pod_name(session: str, index: int) -> str:
+    return dns_label(session, "harness", str(index))
+
+
+def sandbox_pod_name(session: str, subagent: str, index: int) -> str:
+    return dns_label(session, "sbx", subagent, str(index))
+
+
+def sandbox_service_name(session: str, subagent: str) -> str:
+    return dns_label("sbx", session, subagent)
+
+
+def token_secret_name(session: str) -> str:
+    return dns_label(session, "sandbox-token")
+
+
+def checkpoint_object_name(session: str, seq: int) -> str:
+    return dns_label(session, "cp", str(seq))
+
+
+def session_labels(session: str) -> dict[str, str]:
+    return {LABEL_SESSION: session, LABEL_MANAGED_BY: MANAGED_BY}
+
+
+def harness_selector(session: str) -> dict[str, str]:
+    return {LABEL_SESSION: session, LABEL_COMPONENT: COMPONENT_HARNESS}
+
+
+def sandbox_selector(session: str, subagent: str | None = None) -> dict[str, str]:
+    selector = {LABEL_SESSION: session, LABEL_COMPONENT: COMPONENT_SANDBOX}
+    if subagent is not None:
+        selector[LABEL_SUBAGENT] = subagent
+    return selector

@@ -1,0 +1,149 @@
+"""What the operator writes to the session record, as pure functions of the spec and the folded
+state. Every write carries an idempotency key derived from the object's uid (and the generation or
+the item it records), so a reconcile that runs twice, or after an operator restart, writes once.
+
+The first request is recorded by the harness's first attempt (it declares the plan in the same
+batch); the operator records what changes afterwards: scope changes, approvals given in the spec,
+a lost harness, a session given up on, and the copy of a fork's source history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from belay.api.agentsession import AgentSessionSpec, ApprovalGrant
+from belay.api.status import ForkStatus, OperatorReason
+from belay.journal.events import (
+    Actor,
+    Approval,
+    CheckpointEvent,
+    Event,
+    EventDraft,
+    Lifecycle,
+    LifecycleKind,
+    Payload,
+    ScopeChange,
+)
+from belay.journal.state import SessionState
+
+OPERATOR = Actor(kind="operator", name="belay-operator")
+
+
+@dataclass(frozen=True)
+class RecordWrite:
+    """One atomic batch for the event store, with the key that makes it idempotent."""
+
+    idempotency_key: str
+    drafts: tuple[EventDraft, ...]
+
+
+def _write(key: str, *payloads: Payload) -> RecordWrite:
+    return RecordWrite(key, tuple(EventDraft(payload=p, actor=OPERATOR) for p in payloads))
+
+
+def scope_change_write(
+    uid: str, generation: int, spec: AgentSessionSpec, state: SessionState
+) -> RecordWrite | None:
+    """A scope change when the spec's request differs from the recorded one. None before the
+    harness has recorded the first request, or when nothing changed."""
+    recorded = state.request
+    if recorded.version == 0:
+        return None
+    wanted = spec.request
+    changed = {k: v for k, v in wanted.parts.items() if recorded.parts.get(k) != v}
+    removed = tuple(sorted(k for k in recorded.parts if k not in wanted.parts))
+    goal_changed = wanted.goal != recorded.goal
+    if not (changed or removed or goal_changed):
+        return None
+    touched = [*sorted(changed), *removed] + (["goal"] if goal_changed else [])
+    change = ScopeChange(
+        request_version=recorded.version + 1,
+        summary=f"spec changed in generation {generation}: " + ", ".join(touched),
+        goal=wanted.goal if goal_changed else None,
+        changed_parts=changed,
+        removed_parts=removed,
+    )
+    return _write(f"scope/{uid}/{generation}", change)
+
+
+def _operation_of(grant: ApprovalGrant, state: SessionState) -> tuple[str, str] | None:
+    """(approval id, operation id) of the recorded request a grant names, if there is one."""
+    if grant.approval_id is not None and grant.approval_id in state.approvals:
+        record = state.approvals[grant.approval_id]
+        return record.approval_id, record.operation_id
+    if grant.operation_id is not None:
+        for approval_id in state.approvals_by_operation.get(grant.operation_id, ()):
+            return approval_id, grant.operation_id
+    return None
+
+
+def spec_approval_writes(uid: str, spec: AgentSessionSpec, state: SessionState) -> list[RecordWrite]:
+    """An approval for each grant in the spec that names a pending request. The grant's own payload
+    hash is what is recorded: a grant for another payload approves nothing."""
+    writes = []
+    for grant in spec.approvals:
+        named = _operation_of(grant, state)
+        if named is None:
+            continue
+        approval_id, operation_id = named
+        record = state.approvals[approval_id]
+        if not record.pending:
+            continue
+        approval = Approval(
+            approval_id=approval_id,
+            operation_id=operation_id,
+            payload_sha256=grant.payload_sha256,
+            granted=True,
+            by="spec",
+            reason="approved in the AgentSession spec",
+            expires_at=grant.expires_at,
+        )
+        writes.append(_write(f"approval/{uid}/{approval_id}/{grant.payload_sha256}", approval))
+    return writes
+
+
+def harness_lost_write(uid: str, attempt: int, pod: str, why: str) -> RecordWrite:
+    lost = Lifecycle(
+        kind=LifecycleKind.HARNESS_LOST,
+        attempt=attempt,
+        reason="HarnessPodLost",
+        detail=f"pod {pod}: {why}",
+    )
+    return _write(f"harness-lost/{uid}/{attempt}", lost)
+
+
+def gave_up_write(uid: str, losses: int, max_attempts: int) -> RecordWrite:
+    failed = Lifecycle(
+        kind=LifecycleKind.SESSION_FAILED,
+        reason=OperatorReason.ATTEMPTS_EXHAUSTED,
+        detail=f"the harness was lost {losses} times (recovery.maxAttempts is {max_attempts})",
+    )
+    return _write(f"gave-up/{uid}", failed)
+
+
+class ForkSourceMissing(LookupError):
+    pass
+
+
+def fork_write(
+    uid: str, source_events: Sequence[Event], checkpoint_id: str | None
+) -> tuple[RecordWrite, ForkStatus]:
+    """The source session's history up to and including the checkpoint to fork from (the named
+    one, else the last verified one), as one batch for the new session's empty record."""
+    checkpoints = [e for e in source_events if isinstance(e, CheckpointEvent)]
+    if checkpoint_id is None:
+        chosen = next((e for e in reversed(checkpoints) if e.payload.verified), None)
+    else:
+        chosen = next((e for e in checkpoints if e.payload.checkpoint_id == checkpoint_id), None)
+    if chosen is None or not source_events:
+        wanted = checkpoint_id or "a verified checkpoint"
+        raise ForkSourceMissing(f"the source session has no {wanted}")
+    source = source_events[0].session_id
+    drafts = tuple(
+        EventDraft(payload=e.payload, parent_seq=e.parent_seq, actor=e.actor)
+        for e in source_events
+        if e.seq <= chosen.seq
+    )
+    status = ForkStatus(session=source, checkpoint_id=chosen.payload.checkpoint_id, covers_seq=chosen.seq)
+    return RecordWrite(f"fork/{uid}", drafts), status

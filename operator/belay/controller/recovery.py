@@ -1,0 +1,102 @@
+"""What to do about the harness, as a pure decision over the record and the observed pods.
+
+A harness pod that is gone, failed, or exited before the session ended is a lost attempt: the
+operator records "harness lost", advances the fencing lease (so the old attempt, if it is in fact
+still running somewhere, can no longer append) and starts the next attempt, which restores from the
+last verified checkpoint. After `recovery.maxAttempts` losses it gives up and records why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from belay.api.status import PodPhase
+from belay.journal.state import SessionState
+from belay.journal.status import Phase, phase_of
+
+LIVE_PHASES: tuple[PodPhase, ...] = ("Pending", "Running", "Unknown")
+
+
+@dataclass(frozen=True)
+class HarnessPod:
+    """What the operator sees of one harness pod."""
+
+    name: str
+    index: int
+    phase: PodPhase
+    deleting: bool = False
+
+    @property
+    def live(self) -> bool:
+        return self.phase in LIVE_PHASES and not self.deleting
+
+
+class Action(StrEnum):
+    START = "start"  # a new session: the first attempt
+    KEEP = "keep"  # the current attempt is alive
+    REPLACE = "replace"  # the current attempt is lost: record it, fence it, start the next
+    GIVE_UP = "give_up"  # too many losses: record the failure, start nothing
+    STOP = "stop"  # the session ended (or recovery failed): no pods
+
+
+@dataclass(frozen=True)
+class HarnessDecision:
+    action: Action
+    # The attempt index whose pods should exist; None when no pod should.
+    index: int | None
+    # With REPLACE: the attempt the record shows running, to record as lost (None if none started).
+    lost_attempt: int | None = None
+    lost_pod: str = ""
+    why: str = ""
+
+
+def recovery_failed(state: SessionState) -> bool:
+    """A recovery failed (for instance on undeclared state) and no restore succeeded since: another
+    attempt would fail the same way."""
+    failure = state.lifecycle.last_recovery_failure
+    if failure is None:
+        return False
+    return not any(e.kind == "restored" and e.seq > failure.seq for e in state.lifecycle.recent)
+
+
+def current_pod(pods: list[HarnessPod]) -> HarnessPod | None:
+    return max(pods, key=lambda p: p.index, default=None)
+
+
+def decide_harness(
+    state: SessionState, pods: list[HarnessPod], lease: int, max_attempts: int
+) -> HarnessDecision:
+    """`lease` is the session's current fencing lease in the event store (0 before any attempt).
+    With REPLACE, the caller advances the lease and runs the next attempt at the new lease's number,
+    so every attempt index is higher than the lease of every attempt before it."""
+    phase = phase_of(state)
+    if phase in (Phase.SUCCEEDED, Phase.FAILED):
+        return HarnessDecision(Action.STOP, None, why=f"the session {phase.value.lower()}")
+    if recovery_failed(state):
+        return HarnessDecision(Action.STOP, None, why="recovery failed; a person has to look")
+
+    current = current_pod(pods)
+    if current is not None and current.live:
+        return HarnessDecision(Action.KEEP, current.index)
+    if current is None and lease == 0 and state.last_seq == 0:
+        return HarnessDecision(Action.START, 0)
+    if state.lifecycle.harness_lost >= max_attempts:
+        return HarnessDecision(Action.GIVE_UP, None, why=f"{state.lifecycle.harness_lost} attempts lost")
+
+    if current is None:
+        why = "no harness pod"
+    elif current.deleting:
+        why = "the pod is being deleted"
+    elif current.phase == "Succeeded":
+        why = "the harness exited before the session ended"
+    else:
+        why = f"the pod {current.phase.lower()}"
+    running = state.lifecycle.attempt if state.lifecycle.harness_running else None
+    return HarnessDecision(
+        Action.REPLACE,
+        lease + 1,
+        lost_attempt=running,
+        lost_pod=current.name if current is not None else "",
+        why=why,
+    )

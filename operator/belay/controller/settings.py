@@ -1,0 +1,62 @@
+"""Operator settings: images, store locations, where pods may reach. The chart sets them as
+environment variables (`BELAY_OPERATOR_SETTINGS`, one JSON document); store credentials stay in
+a Secret that pods load with `envFrom`, so no credential ever appears in an object the operator
+writes."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SETTINGS_ENV = "BELAY_OPERATOR_SETTINGS"
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EgressTarget(Settings):
+    """One destination a pod may reach: an address range, or pods chosen by labels."""
+
+    cidr: str | None = None
+    namespace_labels: dict[str, str] | None = None
+    pod_labels: dict[str, str] | None = None
+    ports: list[int] = Field(default_factory=list)
+    protocols: tuple[Literal["TCP", "UDP"], ...] = ("TCP",)
+
+    @model_validator(mode="after")
+    def _one_kind_of_peer(self) -> EgressTarget:
+        by_labels = self.namespace_labels is not None or self.pod_labels is not None
+        if (self.cidr is None) == (not by_labels):
+            raise ValueError("an egress target has either cidr or namespace/pod labels")
+        return self
+
+
+class OperatorSettings(Settings):
+    harness_image: str = "belay-harness:latest"
+    sandbox_image: str = "belay-harness:latest"
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    event_store: str = "etcd://belay-etcd:2379"
+    artifact_store: str = "s3://belay-artifacts"
+    # A Secret with store credentials (AWS_ACCESS_KEY_ID, ...), loaded into the harness with envFrom.
+    store_secret: str | None = None
+    # Where the stores and the model endpoint are: the harness's only egress besides its sandboxes.
+    store_egress: list[EgressTarget] = Field(default_factory=list)
+    model_egress: list[EgressTarget] = Field(default_factory=list)
+    # The cluster DNS, for pods whose egress names hosts.
+    dns_egress: EgressTarget = EgressTarget(
+        namespace_labels={"kubernetes.io/metadata.name": "kube-system"},
+        pod_labels={"k8s-app": "kube-dns"},
+        ports=[53],
+        protocols=("UDP", "TCP"),
+    )
+    sandbox_port: int = 8080
+    run_as_user: int = 65532
+    workload_service_account: str = "default"
+
+
+def settings_from_environment() -> OperatorSettings:
+    raw = os.environ.get(SETTINGS_ENV)
+    return OperatorSettings.model_validate_json(raw) if raw else OperatorSettings()

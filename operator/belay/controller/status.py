@@ -1,0 +1,92 @@
+"""The AgentSession status patch: the journal's projection of the record, plus what the operator
+observes (pods, generation), with condition transition times kept from the previous status; and
+the Kubernetes Events a status change deserves."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from belay.api.status import (
+    AgentSessionStatus,
+    Condition,
+    ConditionType,
+    ForkStatus,
+    HarnessPodStatus,
+    SandboxPodStatus,
+)
+from belay.journal.state import SessionState
+from belay.journal.status import ArtifactLocator, session_status, with_transition_times
+
+# Conditions whose turning True deserves a Warning event rather than a Normal one.
+WARNING_CONDITIONS = {ConditionType.STALLED, ConditionType.RECOVERING}
+
+
+def previous_conditions(previous_status: Mapping[str, Any] | None) -> list[Condition]:
+    if not previous_status:
+        return []
+    conditions = []
+    for raw in previous_status.get("conditions") or []:
+        try:
+            conditions.append(Condition.model_validate(raw))
+        except ValueError:
+            continue  # a condition someone else wrote: not ours to carry over
+    return conditions
+
+
+def session_status_patch(
+    state: SessionState,
+    *,
+    previous_status: Mapping[str, Any] | None,
+    generation: int,
+    now: datetime,
+    harness: HarnessPodStatus | None = None,
+    sandboxes: list[SandboxPodStatus] | None = None,
+    forked_from: ForkStatus | None = None,
+    locate: ArtifactLocator | None = None,
+) -> AgentSessionStatus:
+    projected = session_status(state, locate=locate) if locate else session_status(state)
+    conditions = [
+        c.model_copy(update={"observed_generation": generation})
+        for c in with_transition_times(previous_conditions(previous_status), projected.conditions, now)
+    ]
+    return AgentSessionStatus(
+        **{**dict(projected), "conditions": conditions},
+        observed_generation=generation,
+        harness=harness,
+        sandboxes=sandboxes or [],
+        forked_from=forked_from,
+    )
+
+
+@dataclass(frozen=True)
+class TransitionEvent:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+def transition_events(
+    previous_status: Mapping[str, Any] | None, current: AgentSessionStatus
+) -> list[TransitionEvent]:
+    """One event per phase change and per condition that changed status."""
+    events = []
+    before_phase = (previous_status or {}).get("phase")
+    if before_phase != current.phase.value:
+        events.append(
+            TransitionEvent("Normal", "PhaseChanged", f"{before_phase or 'None'} -> {current.phase.value}")
+        )
+    before = {c.type: c.status for c in previous_conditions(previous_status)}
+    for condition in current.conditions:
+        if before.get(condition.type) == condition.status:
+            continue
+        if condition.type not in before and condition.status == "False":
+            continue  # a condition appearing as False is not news
+        warning = condition.type in WARNING_CONDITIONS and condition.status == "True"
+        message = f"{condition.type.value}={condition.status}"
+        if condition.message:
+            message += f": {condition.message}"
+        events.append(TransitionEvent("Warning" if warning else "Normal", str(condition.reason), message))
+    return events

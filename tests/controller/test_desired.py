@@ -1,0 +1,149 @@
+from __future__ import annotations
+
+from typing import Any
+
+from belay.controller import names
+from belay.controller.desired import (
+    BLOCKED_IPV4,
+    desired_children,
+    harness_pod,
+    sandbox_endpoint,
+)
+from belay.controller.settings import EgressTarget, OperatorSettings
+from tests.controller.sessions import REF, spec_with, subagent
+
+SETTINGS = OperatorSettings(
+    store_egress=[
+        EgressTarget(cidr="10.20.0.5/32", ports=[2379]),
+        EgressTarget(pod_labels={"app": "s3"}, ports=[9000]),
+    ],
+    model_egress=[EgressTarget(cidr="203.0.113.10/32", ports=[443])],
+    store_secret="belay-stores",
+)
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def test_children_are_owned_labelled_and_named_per_attempt() -> None:
+    objects = desired_children(REF, spec_with(), SETTINGS, attempt_index=4)
+    for obj in objects:
+        assert obj["metadata"]["ownerReferences"] == [REF.owner_reference()]
+        assert obj["metadata"]["labels"][names.LABEL_SESSION] == "parser-fix"
+        assert obj["metadata"]["namespace"] == "team-a"
+        assert len(obj["metadata"]["name"]) <= 63
+    pods = by_kind(objects, "Pod")
+    assert sorted(pods) == [
+        "parser-fix-harness-4",
+        "parser-fix-sbx-implementer-4",
+        "parser-fix-sbx-researcher-4",
+    ]
+    assert {p["metadata"]["labels"][names.LABEL_ATTEMPT] for p in pods.values()} == {"4"}
+    assert sorted(by_kind(objects, "Service")) == ["sbx-parser-fix-implementer", "sbx-parser-fix-researcher"]
+    assert len(by_kind(objects, "NetworkPolicy")) == 4  # default deny, harness, one per sandbox
+
+
+def test_an_ended_session_keeps_services_and_policies_but_no_pods() -> None:
+    objects = desired_children(REF, spec_with(), SETTINGS, attempt_index=None)
+    assert by_kind(objects, "Pod") == {}
+    assert len(by_kind(objects, "Service")) == 2
+
+
+def test_every_pod_meets_the_restricted_profile() -> None:
+    for pod in by_kind(desired_children(REF, spec_with(), SETTINGS, 0), "Pod").values():
+        spec = pod["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert spec["automountServiceAccountToken"] is False
+        assert spec["restartPolicy"] == "Never"
+        for container in spec["containers"]:
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["capabilities"] == {"drop": ["ALL"]}
+            assert context["readOnlyRootFilesystem"] is True
+        assert not any("hostPath" in v for v in spec["volumes"])
+
+
+def test_harness_pod_gets_the_spec_endpoints_and_secrets_never_inline_credentials() -> None:
+    spec = spec_with(stores={"secretRef": "model-keys"})
+    pod = harness_pod(REF, spec, SETTINGS, 2)
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["BELAY_HARNESS_INDEX"] == "2"
+    assert env["BELAY_EVENT_STORE"] == SETTINGS.event_store
+    assert '"goal"' in env["BELAY_SESSION_SPEC"]
+    assert sandbox_endpoint(REF, "researcher", SETTINGS) in env["BELAY_SANDBOX_ENDPOINTS"]
+    assert container["envFrom"] == [
+        {"secretRef": {"name": "belay-stores"}},
+        {"secretRef": {"name": "model-keys"}},
+    ]
+    assert not any("KEY" in name or "SECRET" in name for name in env)
+
+
+def _policy(spec_subagents: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    objects = desired_children(REF, spec_with(subagents=spec_subagents), SETTINGS, 0)
+    return by_kind(objects, "NetworkPolicy")[name]["spec"]
+
+
+def test_default_deny_selects_every_pod_of_the_session() -> None:
+    deny = _policy([subagent("a")], "parser-fix-default-deny")
+    assert deny == {
+        "podSelector": {"matchLabels": {names.LABEL_SESSION: "parser-fix"}},
+        "policyTypes": ["Ingress", "Egress"],
+    }
+
+
+def test_sandbox_accepts_only_its_harness_and_profile_none_has_no_egress() -> None:
+    policy = _policy([subagent("a")], "parser-fix-sbx-a")
+    assert policy["podSelector"]["matchLabels"] == names.sandbox_selector("parser-fix", "a")
+    assert policy["ingress"] == [
+        {
+            "from": [{"podSelector": {"matchLabels": names.harness_selector("parser-fix")}}],
+            "ports": [{"protocol": "TCP", "port": 8080}],
+        }
+    ]
+    assert policy["egress"] == []
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+
+
+def test_internet_profile_still_blocks_cluster_ranges_and_the_metadata_address() -> None:
+    egress = _policy([subagent("web", "internet")], "parser-fix-sbx-web")["egress"]
+    blocks = [peer["ipBlock"] for rule in egress for peer in rule["to"] if "ipBlock" in peer]
+    assert {"cidr": "0.0.0.0/0", "except": BLOCKED_IPV4} in blocks
+    assert set(BLOCKED_IPV4) == {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.169.254/32"}
+    ipv6 = next(b for b in blocks if b["cidr"] == "::/0")
+    assert "fd00:ec2::254/128" in ipv6["except"]
+    dns = egress[0]
+    assert dns["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+
+
+def test_allowlist_opens_only_named_addresses_and_never_the_metadata_address() -> None:
+    allow = ["203.0.113.0/24", "198.51.100.7", "pypi.org", "169.254.0.0/16", "169.254.169.254"]
+    egress = _policy([subagent("fetch", "allowlist", allow)], "parser-fix-sbx-fetch")["egress"]
+    blocks = [peer["ipBlock"] for rule in egress for peer in rule["to"] if "ipBlock" in peer]
+    assert blocks == [
+        {"cidr": "203.0.113.0/24"},
+        {"cidr": "198.51.100.7/32"},
+        {"cidr": "169.254.0.0/16", "except": ["169.254.169.254/32"]},
+    ]
+
+
+def test_harness_reaches_its_sandboxes_the_stores_and_the_model_only() -> None:
+    policy = _policy([subagent("a")], "parser-fix-harness")
+    assert policy["ingress"] == []
+    peers = [peer for rule in policy["egress"] for peer in rule["to"]]
+    assert {"podSelector": {"matchLabels": names.sandbox_selector("parser-fix")}} in peers
+    assert {"ipBlock": {"cidr": "10.20.0.5/32"}} in peers
+    assert {"podSelector": {"matchLabels": {"app": "s3"}}} in peers
+    assert {"ipBlock": {"cidr": "203.0.113.10/32"}} in peers
+    assert not any(p.get("ipBlock", {}).get("cidr") == "0.0.0.0/0" for p in peers)
+
+
+def test_long_names_are_shortened_without_colliding() -> None:
+    first = names.sandbox_service_name("s" * 63, "a" * 40)
+    second = names.sandbox_service_name("s" * 63, "a" * 39 + "b")
+    assert len(first) <= 63 and len(second) <= 63
+    assert first != second
+    assert names.dns_label("9lives", "sbx") == names.dns_label("9lives", "sbx")
+    assert names.dns_label("9lives", "sbx")[0].isalpha()

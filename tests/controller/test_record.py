@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import pytest
+
+from belay.controller.record import (
+    ForkSourceMissing,
+    fork_write,
+    gave_up_write,
+    harness_lost_write,
+    scope_change_write,
+    spec_approval_writes,
+)
+from belay.journal.events import (
+    Approval,
+    ApprovalRequest,
+    Checkpoint,
+    Lifecycle,
+    ScopeChange,
+    UserInput,
+    Verification,
+)
+from belay.journal.state import SessionState, fold
+from tests.controller.sessions import EXAMPLE_MANIFEST, spec_with
+from tests.journal.fixtures import LogBuilder, sha
+
+UID = "uid-1"
+GOAL = EXAMPLE_MANIFEST["spec"]["request"]["goal"]
+PARTS = EXAMPLE_MANIFEST["spec"]["request"]["parts"]
+
+
+def recorded(*payloads: object) -> SessionState:
+    log = LogBuilder()
+    log.add(UserInput(goal=GOAL, parts=PARTS))
+    for payload in payloads:
+        log.add(payload)  # type: ignore[arg-type]
+    return fold(log.events)
+
+
+def test_no_scope_change_before_the_first_request_or_when_nothing_changed() -> None:
+    assert scope_change_write(UID, 1, spec_with(), SessionState()) is None
+    assert scope_change_write(UID, 2, spec_with(), recorded()) is None
+
+
+def test_a_changed_request_is_one_scope_change_keyed_by_uid_and_generation() -> None:
+    parts = {**PARTS, "deliverables": "a patch only"}
+    parts.pop("repository")
+    write = scope_change_write(UID, 4, spec_with(request={"goal": "new goal", "parts": parts}), recorded())
+    assert write is not None
+    assert write.idempotency_key == "scope/uid-1/4"
+    (draft,) = write.drafts
+    change = draft.payload
+    assert isinstance(change, ScopeChange)
+    assert change.request_version == 2
+    assert change.goal == "new goal"
+    assert change.changed_parts == {"deliverables": "a patch only"}
+    assert change.removed_parts == ("repository",)
+    assert draft.actor.kind == "operator"
+
+
+REQUEST = ApprovalRequest(
+    approval_id="approve-implementer.publish.3",
+    operation_id="implementer.publish.3",
+    tool="publish_deliverable",
+    payload_sha256=sha("patch-v1"),
+    summary="publish",
+)
+
+
+def test_a_spec_grant_approves_the_pending_request_it_names_with_its_own_hash() -> None:
+    grants = [
+        {"operationId": "implementer.publish.3", "payloadSha256": sha("patch-v1")},
+        {"approvalId": "approve-implementer.publish.3", "payloadSha256": sha("patch-v2")},
+        {"operationId": "never-requested", "payloadSha256": sha("x")},
+    ]
+    writes = spec_approval_writes(UID, spec_with(approvals=grants), recorded(REQUEST))
+    assert [w.idempotency_key for w in writes] == [
+        f"approval/uid-1/approve-implementer.publish.3/{sha('patch-v1')}",
+        f"approval/uid-1/approve-implementer.publish.3/{sha('patch-v2')}",
+    ]
+    approvals = [w.drafts[0].payload for w in writes]
+    assert all(isinstance(a, Approval) and a.granted and a.by == "spec" for a in approvals)
+    assert [a.payload_sha256 for a in approvals] == [sha("patch-v1"), sha("patch-v2")]  # type: ignore[attr-defined]
+
+
+def test_a_decided_request_gets_no_further_spec_approval() -> None:
+    decided = Approval(
+        approval_id=REQUEST.approval_id,
+        operation_id=REQUEST.operation_id,
+        payload_sha256=REQUEST.payload_sha256,
+        granted=False,
+    )
+    grants = [{"operationId": "implementer.publish.3", "payloadSha256": sha("patch-v1")}]
+    assert spec_approval_writes(UID, spec_with(approvals=grants), recorded(REQUEST, decided)) == []
+
+
+def test_lost_and_gave_up_are_keyed_once_per_attempt_and_per_session() -> None:
+    lost = harness_lost_write(UID, 3, "s-harness-2", "no harness pod")
+    assert lost.idempotency_key == "harness-lost/uid-1/3"
+    payload = lost.drafts[0].payload
+    assert isinstance(payload, Lifecycle) and payload.attempt == 3 and "s-harness-2" in payload.detail
+    assert gave_up_write(UID, 5, 5).idempotency_key == "gave-up/uid-1"
+
+
+def _source_log() -> LogBuilder:
+    log = LogBuilder(session_id="source")
+    log.add(UserInput(goal="g"))
+    log.add(
+        Checkpoint(
+            checkpoint_id="cp-1", covers_seq=1, verification=Verification(command="t", status="passed")
+        )
+    )
+    log.add(Checkpoint(checkpoint_id="cp-2", covers_seq=2))
+    log.add(
+        Checkpoint(
+            checkpoint_id="cp-3", covers_seq=3, verification=Verification(command="t", status="passed")
+        )
+    )
+    log.add(UserInput(goal="after"))
+    return log
+
+
+def test_fork_copies_history_through_the_chosen_checkpoint() -> None:
+    events = _source_log().events
+    write, status = fork_write(UID, events, "cp-2")
+    assert [d.payload for d in write.drafts] == [e.payload for e in events[:3]]
+    assert (status.session, status.checkpoint_id, status.covers_seq) == ("source", "cp-2", 3)
+    write, status = fork_write(UID, events, None)
+    assert len(write.drafts) == 4 and status.checkpoint_id == "cp-3"
+    assert write.idempotency_key == "fork/uid-1"
+
+
+def test_fork_from_a_missing_checkpoint_is_refused() -> None:
+    with pytest.raises(ForkSourceMissing):
+        fork_write(UID, _source_log().events, "cp-9")
+    with pytest.raises(ForkSourceMissing):
+        fork_write(UID, [], None)
