@@ -80,6 +80,25 @@ async def test_health_says_so_when_isolation_is_unavailable(
         await sandbox.stop()
 
 
+async def test_health_gives_the_reason_when_unshare_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in a pod under the restricted profile: unshare exists but the kernel says no."""
+    refusing = tmp_path / "unshare"
+    refusing.write_text("#!/bin/sh\necho 'unshare: unshare failed: Operation not permitted' >&2\nexit 1\n")
+    refusing.chmod(0o755)
+    monkeypatch.setenv(isolation.UNSHARE_ENV, str(refusing))
+    sandbox = await LocalSandbox.start(tmp_path, "restricted", "none")
+    try:
+        health = await sandbox.client.health()
+        assert health.network_isolated is False
+        assert "not enforced" in health.detail
+        assert "Operation not permitted" in health.detail
+        assert (await sandbox.client.call("run_command", {"command": "echo still works"}))["ok"] is True
+    finally:
+        await sandbox.stop()
+
+
 async def test_profile_internet_is_reported_as_not_isolated(tmp_path: Path) -> None:
     sandbox = await LocalSandbox.start(tmp_path, "online", "internet")
     try:

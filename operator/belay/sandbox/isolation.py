@@ -57,25 +57,37 @@ def interfaces() -> list[str]:
     return sorted(line.split(":", 1)[0].strip() for line in lines if ":" in line)
 
 
-def probe_unshare(binary: str) -> tuple[bool, str]:
-    """Run `unshare --net` once and read the namespace the child got; succeed only if it differs."""
-    try:
-        completed = subprocess.run(
-            [binary, "--net", "readlink", "/proc/self/ns/net"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except OSError as error:
-        return False, f"cannot run {binary}: {error}"
-    if completed.returncode != 0:
-        reason = completed.stderr.strip() or f"exit status {completed.returncode}"
-        return False, f"unshare --net is not permitted here ({reason})"
-    child_netns = completed.stdout.strip()
-    if child_netns == current_netns():
-        return False, "unshare --net ran but the child stayed in this network namespace"
-    return True, child_netns
+# Tried in order: plain `--net` needs root (or CAP_SYS_ADMIN); an unprivileged user gets a network
+# namespace inside a user namespace of its own, where the kernel allows that.
+UNSHARE_VARIANTS: tuple[tuple[str, ...], ...] = (("--net",), ("--user", "--map-root-user", "--net"))
+
+
+def probe_unshare(binary: str) -> tuple[tuple[str, ...] | None, str]:
+    """Run each unshare variant once and read the namespace the child got. Returns the first
+    variant whose child really landed in another network namespace (and that namespace), or None
+    and the reasons they failed."""
+    failures = []
+    for flags in UNSHARE_VARIANTS:
+        try:
+            completed = subprocess.run(
+                [binary, *flags, "readlink", "/proc/self/ns/net"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            )
+        except OSError as error:
+            return None, f"cannot run {binary}: {error}"
+        label = " ".join(["unshare", *flags])
+        if completed.returncode != 0:
+            failures.append(f"{label}: {completed.stderr.strip() or f'exit status {completed.returncode}'}")
+            continue
+        child_netns = completed.stdout.strip()
+        if child_netns == current_netns():
+            failures.append(f"{label}: the child stayed in this network namespace")
+            continue
+        return flags, child_netns
+    return None, "not permitted here (" + "; ".join(failures) + ")"
 
 
 def bring_loopback_up() -> None:
@@ -86,9 +98,9 @@ def bring_loopback_up() -> None:
         fcntl.ioctl(handle, _SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | _IFF_UP))
 
 
-def reexec_argv(binary: str, python: str, module_args: list[str]) -> list[str]:
+def reexec_argv(prefix: tuple[str, ...], python: str, module_args: list[str]) -> list[str]:
     # Without --fork, unshare execs the program itself, so the pid the launcher knows stays valid.
-    return [binary, "--net", python, "-m", "belay.sandbox.server", *module_args]
+    return [*prefix, python, "-m", "belay.sandbox.server", *module_args]
 
 
 def observe_own_isolation(host_netns: str) -> IsolationReport:
@@ -103,9 +115,9 @@ def observe_own_isolation(host_netns: str) -> IsolationReport:
     return IsolationReport(True, f"server and commands run in their own network namespace {own} (only lo)")
 
 
-def plan_isolation(profile: str, listens_on_tcp: bool) -> tuple[IsolationReport, list[str] | None]:
+def plan_isolation(profile: str, listens_on_tcp: bool) -> tuple[IsolationReport, tuple[str, ...] | None]:
     """Decide what to do before serving. Returns the report and, when the server should re-execute
-    itself inside a new namespace, the unshare binary to use (as a one-element list), else None."""
+    itself inside a new namespace, the unshare command to put in front of it, else None."""
     if profile != "none":
         return (
             IsolationReport(
@@ -118,17 +130,18 @@ def plan_isolation(profile: str, listens_on_tcp: bool) -> tuple[IsolationReport,
     binary = unshare_binary()
     if binary is None:
         return IsolationReport(False, "profile none requested but unshare is not available here"), None
-    permitted, observed = probe_unshare(binary)
-    if not permitted:
-        return IsolationReport(False, f"profile none requested but not enforced: {observed}"), None
+    flags, observed = probe_unshare(binary)
+    if flags is None:
+        return IsolationReport(False, f"profile none requested but not enforced: unshare {observed}"), None
+    prefix = (binary, *flags)
     if listens_on_tcp:
         return (
             IsolationReport(
                 True,
-                f"each command runs under unshare --net in its own network namespace (e.g. {observed}); "
-                "the server keeps the pod's namespace to accept TCP",
-                command_prefix=(binary, "--net"),
+                f"each command runs under `unshare {' '.join(flags)}` in its own network namespace "
+                f"(e.g. {observed}); the server keeps the pod's namespace to accept TCP",
+                command_prefix=prefix,
             ),
             None,
         )
-    return IsolationReport(False, "re-executing in a new network namespace"), [binary]
+    return IsolationReport(False, "re-executing in a new network namespace"), prefix

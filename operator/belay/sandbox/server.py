@@ -52,8 +52,7 @@ def main(argv: list[str] | None = None) -> None:
         report, reexec_with = isolation.plan_isolation(options.network_profile, options.socket is None)
         if reexec_with is not None:
             os.environ[isolation.HOST_NETNS_ENV] = isolation.current_netns()
-            binary = reexec_with[0]
-            os.execv(binary, isolation.reexec_argv(binary, sys.executable, arguments))
+            os.execv(reexec_with[0], isolation.reexec_argv(reexec_with, sys.executable, arguments))
     from belay.sandbox.app import serve
 
     asyncio.run(serve(options, report))
