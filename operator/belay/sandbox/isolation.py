@@ -132,7 +132,12 @@ def plan_isolation(profile: str, listens_on_tcp: bool) -> tuple[IsolationReport,
         return IsolationReport(False, "profile none requested but unshare is not available here"), None
     flags, observed = probe_unshare(binary)
     if flags is None:
-        return IsolationReport(False, f"profile none requested but not enforced: unshare {observed}"), None
+        detail = f"profile none requested but not enforced by the sandbox: unshare {observed}"
+        if "KUBERNETES_SERVICE_HOST" in os.environ:
+            detail += (
+                "; egress is restricted only by the session's NetworkPolicy, which this pod cannot verify"
+            )
+        return IsolationReport(False, detail), None
     prefix = (binary, *flags)
     if listens_on_tcp:
         return (
