@@ -36,7 +36,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console()
-errors = Console(stderr=True)
 
 
 class Context:
@@ -44,7 +43,7 @@ class Context:
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    errors.print(f"[bold red]error: {message}", highlight=False, markup=True)
+    typer.echo(f"error: {message}", err=True)
     return typer.Exit(code)
 
 
@@ -411,7 +410,7 @@ def _get_artifact(session_id: str, name: str, output: Path | None) -> None:
     target = output or Path(name)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(data)
-    errors.print(f"wrote {target} ({len(data)} bytes, sha256 {record.ref.sha256})", highlight=False)
+    typer.echo(f"wrote {target} ({len(data)} bytes, sha256 {record.ref.sha256})", err=True)
 
 
 # --------------------------------------------------------------------------------------------------
