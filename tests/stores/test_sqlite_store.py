@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from belay.journal.events import EventDraft, Note, NoteKind
+from belay.journal.events import Event, EventDraft, Note, NoteKind
 from belay.stores import open_event_store
-from belay.stores.base import StoreError, StoreUnavailable
+from belay.stores.base import IdempotencyConflict, StaleLease, StoreError, StoreUnavailable
 from belay.stores.sqlite import SqliteEventStore
 
 
@@ -124,20 +126,88 @@ async def test_a_watcher_on_another_event_loop_is_woken(tmp_path: Path) -> None:
         await store.close()
 
 
+# Abandoning a watch on a loop that then closes is the point; its generator's late finalizer
+# complaining about the closed loop is expected noise.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_an_abandoned_watch_on_a_closed_loop_does_not_fail_appends(tmp_path: Path) -> None:
     store = SqliteEventStore(tmp_path / "events.db")
+    abandoned: list[object] = []
 
     def abandon_a_watch() -> None:
         loop = asyncio.new_event_loop()
         stream = store.watch("s")
-        pending = loop.create_task(anext(stream))
+
+        async def first_event() -> Event:
+            return await anext(stream)
+
+        pending = loop.create_task(first_event())
         loop.run_until_complete(asyncio.sleep(0.05))  # the watch is now waiting for an append
         assert not pending.done()
         loop.close()  # without finishing the task: its generator never runs its cleanup
+        abandoned.extend([stream, pending])
 
     try:
         await asyncio.to_thread(abandon_a_watch)
         appended = await store.append("s", notes("after", 2))
         assert [e.seq for e in appended] == [1, 2]
+        # The store keeps working after waking (or failing to wake) the abandoned watcher.
+        appended = await asyncio.wait_for(store.append("s", notes("later", 1)), 30)
+        assert [e.seq for e in appended] == [3]
+    finally:
+        await store.close()
+        abandoned.clear()
+        gc.collect()
+
+
+async def wait_until(condition: Callable[[], bool]) -> None:
+    for _ in range(3000):  # a hang guard, not a timing assertion
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition never held")
+
+
+async def test_queued_writes_commit_together_and_a_refused_one_is_rolled_back_alone(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    store = SqliteEventStore(path)
+    await store.append("s", notes("first", 1), idempotency_key="taken")
+    committed_before = store._writer.transactions
+    blocker = sqlite3.connect(path, isolation_level=None)
+    try:
+        # Hold the write lock so the writer stalls on its next transaction while more writes queue.
+        blocker.execute("BEGIN IMMEDIATE")
+        stalled = asyncio.ensure_future(store.append("s", notes("stalled", 1)))
+        await asyncio.sleep(0)  # let it reach the queue
+        # The writer takes the stalled write alone and waits for the lock.
+        await wait_until(lambda: store._writer.queued() == 0)
+        grouped = [
+            asyncio.ensure_future(store.append("s", notes("ok-1", 2))),
+            asyncio.ensure_future(store.append("s", notes("conflict", 1), idempotency_key="taken")),
+            asyncio.ensure_future(store.append("s", notes("stale", 1), lease=7)),
+            asyncio.ensure_future(store.append("s", notes("ok-2", 1))),
+        ]
+        await wait_until(lambda: store._writer.queued() == len(grouped))
+        blocker.execute("ROLLBACK")
+        results = await asyncio.wait_for(
+            asyncio.gather(stalled, *grouped, return_exceptions=True), timeout=30
+        )
+    finally:
+        blocker.close()
+    try:
+        stalled_events, ok1, conflict, stale, ok2 = results
+        assert isinstance(conflict, IdempotencyConflict)
+        assert isinstance(stale, StaleLease)
+        assert [e.seq for e in stalled_events] == [2]  # type: ignore[union-attr]
+        assert [e.seq for e in ok1] == [3, 4]  # type: ignore[union-attr]
+        assert [e.seq for e in ok2] == [5]  # type: ignore[union-attr]
+        assert store._writer.transactions - committed_before == 2
+        stored = await store.read("s")
+        assert [e.payload.note_id for e in stored if isinstance(e.payload, Note)] == [
+            "first-0",
+            "stalled-0",
+            "ok-1-0",
+            "ok-1-1",
+            "ok-2-0",
+        ]
     finally:
         await store.close()

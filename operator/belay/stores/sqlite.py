@@ -6,8 +6,10 @@ Why it is shaped this way:
   atomic against other writers in this process and in other processes alike. A writer killed in the
   middle of a batch leaves an uncommitted WAL frame that SQLite discards on the next open.
 - All writes of one store instance go through one dedicated thread and connection: in-process
-  writers queue there instead of spinning on SQLite's busy handler. Other processes (or other
-  instances) contend through `busy_timeout`.
+  writers queue there instead of spinning on SQLite's busy handler, and writes that queue up while a
+  commit is in flight share the next transaction (group commit: one fsync for many appends, each
+  still accepted or refused on its own). Other processes (or other instances) contend through
+  `busy_timeout`.
 - Reads run on a small pool of threads, each with its own connection; WAL lets them proceed while a
   write is in progress.
 - `latest_of_type` keeps (session, type) -> seq, so `latest()` is two primary-key lookups however long
@@ -20,12 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import queue
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import TypeAdapter
 
@@ -94,6 +98,8 @@ DEFAULT_POLL_INTERVAL = 0.05
 # How long a writer waits for another process's write lock before giving up (StoreUnavailable).
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
 WATCH_PAGE = 500
+# The most queued writes one transaction takes in (see GroupCommitWriter).
+MAX_GROUP_WRITES = 64
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 T = TypeVar("T")
@@ -136,7 +142,7 @@ class SqliteEventStore:
         self._waiters_lock = threading.Lock()
         self._closed = False
         self._create_schema()
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="belay-sqlite-write")
+        self._writer = GroupCommitWriter(self._open_connection, self._wake_watchers)
         self._readers = ThreadPoolExecutor(max_workers=read_threads, thread_name_prefix="belay-sqlite-read")
 
     # ---------------------------------------------------------------------------------------------
@@ -196,8 +202,11 @@ class SqliteEventStore:
 
         return await asyncio.get_running_loop().run_in_executor(executor, guarded)
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._run(self._writer, lambda: fn(self._connection()))
+    async def _write(self, work: Callable[[sqlite3.Connection], T], *, wakes: str | None = None) -> T:
+        if self._closed:
+            raise StoreError("the store is closed")
+        result: T = await asyncio.wrap_future(self._writer.submit(work, wakes))
+        return result
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._run(self._readers, lambda: fn(self._connection()))
@@ -226,106 +235,10 @@ class SqliteEventStore:
                     "store the bytes as an artifact and reference them by hash"
                 )
         digest = batch_digest(drafts) if idempotency_key is not None else None
-        events = await self._write(
-            lambda conn: self._append_in_transaction(conn, session_id, drafts, idempotency_key, digest, lease)
+        return await self._write(
+            lambda conn: _append_within(conn, session_id, drafts, idempotency_key, digest, lease),
+            wakes=session_id,
         )
-        self._wake_watchers(session_id)
-        return events
-
-    def _append_in_transaction(
-        self,
-        conn: sqlite3.Connection,
-        session_id: str,
-        drafts: list[EventDraft],
-        idempotency_key: str | None,
-        digest: str | None,
-        lease: int | None,
-    ) -> list[Event]:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if idempotency_key is not None:
-                row = conn.execute(
-                    "SELECT digest, first_seq, last_seq FROM idempotency WHERE session_id = ? AND key = ?",
-                    (session_id, idempotency_key),
-                ).fetchone()
-                if row is not None:
-                    stored_digest, first_seq, last_seq = row
-                    if stored_digest != digest:
-                        raise IdempotencyConflict(
-                            f"idempotency key {idempotency_key!r} of session {session_id!r} was used "
-                            f"for a different batch (seq {first_seq}..{last_seq})"
-                        )
-                    # A replay writes nothing, so it needs no fencing: the original append was fenced.
-                    original = _parse_events(
-                        conn.execute(
-                            "SELECT event_json FROM events WHERE session_id = ? AND seq BETWEEN ? AND ? "
-                            "ORDER BY seq",
-                            (session_id, first_seq, last_seq),
-                        ).fetchall()
-                    )
-                    conn.execute("COMMIT")
-                    return original
-            if lease is not None:
-                row = conn.execute("SELECT number FROM leases WHERE session_id = ?", (session_id,)).fetchone()
-                current = row[0] if row is not None else 0
-                if lease != current:
-                    raise StaleLease(
-                        f"append to session {session_id!r} under lease {lease}; "
-                        f"the current lease is {current}"
-                    )
-            row = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
-            base = row[0] if row is not None else 0
-            created_at = now_utc()
-            events = [
-                build_event(
-                    draft,
-                    seq=base + offset,
-                    session_id=session_id,
-                    created_at=created_at,
-                    idempotency_key=idempotency_key,
-                )
-                for offset, draft in enumerate(drafts, start=1)
-            ]
-            created_text = created_at.isoformat()
-            conn.executemany(
-                "INSERT INTO events (session_id, seq, type, created_at, idempotency_key, event_json) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        session_id,
-                        event.seq,
-                        event.type,
-                        created_text,
-                        idempotency_key,
-                        event.model_dump_json(),
-                    )
-                    for event in events
-                ],
-            )
-            last = events[-1].seq
-            conn.execute(
-                "INSERT INTO sessions (session_id, last_seq) VALUES (?, ?) "
-                "ON CONFLICT (session_id) DO UPDATE SET last_seq = excluded.last_seq",
-                (session_id, last),
-            )
-            newest_by_type = {event.type: event.seq for event in events}
-            conn.executemany(
-                "INSERT INTO latest_of_type (session_id, type, seq) VALUES (?, ?, ?) "
-                "ON CONFLICT (session_id, type) DO UPDATE SET seq = excluded.seq",
-                [(session_id, event_type, seq) for event_type, seq in newest_by_type.items()],
-            )
-            if idempotency_key is not None:
-                conn.execute(
-                    "INSERT INTO idempotency (session_id, key, digest, first_seq, last_seq) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (session_id, idempotency_key, digest, base + 1, last),
-                )
-            conn.execute("COMMIT")
-            return events
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
 
     # ---------------------------------------------------------------------------------------------
     # reads
@@ -439,20 +352,13 @@ class SqliteEventStore:
 
     async def acquire_lease(self, session_id: str, holder: str) -> Lease:
         def advance(conn: sqlite3.Connection) -> Lease:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                row = conn.execute(
-                    "INSERT INTO leases (session_id, number, holder, acquired_at) VALUES (?, 1, ?, ?) "
-                    "ON CONFLICT (session_id) DO UPDATE "
-                    "SET number = number + 1, holder = excluded.holder, acquired_at = excluded.acquired_at "
-                    "RETURNING number",
-                    (session_id, holder, now_utc().isoformat()),
-                ).fetchone()
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+            row = conn.execute(
+                "INSERT INTO leases (session_id, number, holder, acquired_at) VALUES (?, 1, ?, ?) "
+                "ON CONFLICT (session_id) DO UPDATE "
+                "SET number = number + 1, holder = excluded.holder, acquired_at = excluded.acquired_at "
+                "RETURNING number",
+                (session_id, holder, now_utc().isoformat()),
+            ).fetchone()
             return Lease(session_id=session_id, number=int(row[0]), holder=holder)
 
         return await self._write(advance)
@@ -477,12 +383,212 @@ class SqliteEventStore:
         await asyncio.get_running_loop().run_in_executor(None, self._shutdown)
 
     def _shutdown(self) -> None:
-        self._writer.shutdown(wait=True)
+        self._writer.stop()
         self._readers.shutdown(wait=True)
         with self._connections_lock:
             connections, self._connections = self._connections, []
         for conn in connections:
             conn.close()
+
+
+def _append_within(
+    conn: sqlite3.Connection,
+    session_id: str,
+    drafts: list[EventDraft],
+    idempotency_key: str | None,
+    digest: str | None,
+    lease: int | None,
+) -> list[Event]:
+    """One append, inside the writer's open transaction (see GroupCommitWriter)."""
+    if idempotency_key is not None:
+        row = conn.execute(
+            "SELECT digest, first_seq, last_seq FROM idempotency WHERE session_id = ? AND key = ?",
+            (session_id, idempotency_key),
+        ).fetchone()
+        if row is not None:
+            stored_digest, first_seq, last_seq = row
+            if stored_digest != digest:
+                raise IdempotencyConflict(
+                    f"idempotency key {idempotency_key!r} of session {session_id!r} was used "
+                    f"for a different batch (seq {first_seq}..{last_seq})"
+                )
+            # A replay writes nothing, so it needs no fencing: the original append was fenced.
+            return _parse_events(
+                conn.execute(
+                    "SELECT event_json FROM events WHERE session_id = ? AND seq BETWEEN ? AND ? ORDER BY seq",
+                    (session_id, first_seq, last_seq),
+                ).fetchall()
+            )
+    if lease is not None:
+        row = conn.execute("SELECT number FROM leases WHERE session_id = ?", (session_id,)).fetchone()
+        current = row[0] if row is not None else 0
+        if lease != current:
+            raise StaleLease(
+                f"append to session {session_id!r} under lease {lease}; the current lease is {current}"
+            )
+    row = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+    base = row[0] if row is not None else 0
+    created_at = now_utc()
+    events = [
+        build_event(
+            draft,
+            seq=base + offset,
+            session_id=session_id,
+            created_at=created_at,
+            idempotency_key=idempotency_key,
+        )
+        for offset, draft in enumerate(drafts, start=1)
+    ]
+    created_text = created_at.isoformat()
+    conn.executemany(
+        "INSERT INTO events (session_id, seq, type, created_at, idempotency_key, event_json) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            (session_id, event.seq, event.type, created_text, idempotency_key, event.model_dump_json())
+            for event in events
+        ],
+    )
+    last = events[-1].seq
+    conn.execute(
+        "INSERT INTO sessions (session_id, last_seq) VALUES (?, ?) "
+        "ON CONFLICT (session_id) DO UPDATE SET last_seq = excluded.last_seq",
+        (session_id, last),
+    )
+    newest_by_type = {event.type: event.seq for event in events}
+    conn.executemany(
+        "INSERT INTO latest_of_type (session_id, type, seq) VALUES (?, ?, ?) "
+        "ON CONFLICT (session_id, type) DO UPDATE SET seq = excluded.seq",
+        [(session_id, event_type, seq) for event_type, seq in newest_by_type.items()],
+    )
+    if idempotency_key is not None:
+        conn.execute(
+            "INSERT INTO idempotency (session_id, key, digest, first_seq, last_seq) VALUES (?, ?, ?, ?, ?)",
+            (session_id, idempotency_key, digest, base + 1, last),
+        )
+    return events
+
+
+@dataclass
+class _WriteJob:
+    work: Callable[[sqlite3.Connection], Any]
+    result: Future[Any]
+    wakes: str | None  # the session whose watchers an applied job wakes
+
+
+class GroupCommitWriter:
+    """The one thread that writes for a store instance, committing queued writes together.
+
+    Why: with synchronous=FULL every commit costs an fsync, which dwarfs the work of an append.
+    Writes that queue up while a commit is in flight are applied in one `BEGIN IMMEDIATE`
+    transaction, each inside its own SAVEPOINT: a write that is refused (StaleLease,
+    IdempotencyConflict, a bad draft) is rolled back alone and the others commit; a database
+    failure (busy beyond the timeout, I/O) rolls back the whole group and every write in it fails
+    with StoreUnavailable, having written nothing. Results are released only after the COMMIT.
+    """
+
+    def __init__(
+        self,
+        open_connection: Callable[[], sqlite3.Connection],
+        wake: Callable[[str], None],
+        max_group: int = MAX_GROUP_WRITES,
+    ) -> None:
+        self._open_connection = open_connection
+        self._wake = wake
+        self._max_group = max_group
+        self._queue: queue.SimpleQueue[_WriteJob | None] = queue.SimpleQueue()
+        self._conn: sqlite3.Connection | None = None
+        self.transactions = 0  # committed groups, for tests and benchmarks
+        # A daemon thread, so a store that is never closed cannot keep the process alive; a write
+        # cut short at exit is rolled back by SQLite like any crash.
+        self._thread = threading.Thread(target=self._run, name="belay-sqlite-write", daemon=True)
+        self._thread.start()
+
+    def submit(self, work: Callable[[sqlite3.Connection], Any], wakes: str | None) -> Future[Any]:
+        job = _WriteJob(work=work, result=Future(), wakes=wakes)
+        self._queue.put(job)
+        return job.result
+
+    def queued(self) -> int:
+        return self._queue.qsize()
+
+    def stop(self) -> None:
+        """Finish every write submitted so far, then end the thread."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is None:
+                break
+            group = [first]
+            while len(group) < self._max_group:
+                try:
+                    job = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if job is None:
+                    stopping = True
+                    break
+                group.append(job)
+            self._commit(group)
+        if self._conn is not None:
+            self._conn.close()
+
+    def _roll_back(self) -> None:
+        if self._conn is None or not self._conn.in_transaction:
+            return
+        try:
+            self._conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            # The connection is in an unknown state: drop it; the next group opens a fresh one.
+            self._conn.close()
+            self._conn = None
+
+    def _commit(self, group: list[_WriteJob]) -> None:
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            if self._conn is None:
+                self._conn = self._open_connection()
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            for job in group:
+                conn.execute("SAVEPOINT write_job")
+                try:
+                    value = job.work(conn)
+                except sqlite3.Error:
+                    raise  # the transaction itself may be gone: fail the whole group
+                except Exception as refusal:
+                    conn.execute("ROLLBACK TO write_job")
+                    conn.execute("RELEASE write_job")
+                    outcomes.append((False, refusal))
+                else:
+                    conn.execute("RELEASE write_job")
+                    outcomes.append((True, value))
+            conn.execute("COMMIT")
+            self.transactions += 1
+        except BaseException as failure:
+            self._roll_back()
+            for job in group:
+                if isinstance(failure, sqlite3.Error | StoreUnavailable):
+                    error: BaseException = StoreUnavailable(f"nothing written: {failure}")
+                    error.__cause__ = failure
+                else:
+                    error = failure
+                job.result.set_exception(error)
+            if not isinstance(failure, Exception):
+                raise
+            return
+        for job, (applied, value) in zip(group, outcomes, strict=True):
+            if applied:
+                job.result.set_result(value)
+                if job.wakes is not None:
+                    # Watchers also poll; a failed wake-up must never stop this thread.
+                    with contextlib.suppress(Exception):
+                        self._wake(job.wakes)
+            else:
+                job.result.set_exception(value)
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:
