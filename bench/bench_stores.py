@@ -31,6 +31,7 @@ BATCH_SIZE = 100
 BATCHES_PER_RUN = 100
 SINGLE_APPENDS_PER_RUN = 300
 RUNS = 3
+WRITERS = 8
 
 
 def realistic_drafts(count: int, start: int = 0) -> list[EventDraft]:
@@ -91,6 +92,27 @@ async def single_appends_per_s(directory: Path, run: int) -> float:
     return SINGLE_APPENDS_PER_RUN / elapsed
 
 
+async def concurrent_single_appends_per_s(directory: Path, run: int, writers: int) -> float:
+    """`writers` sessions appending one event at a time side by side through one store, as an
+    operator or a harness with subagents does; queued appends share a commit."""
+    store = SqliteEventStore(directory / f"concurrent-{run}.db")
+    per_writer = SINGLE_APPENDS_PER_RUN // writers * 4
+    drafts = realistic_drafts(per_writer)
+
+    async def write(writer: int) -> None:
+        for draft in drafts:
+            await store.append(f"session-{writer}", [draft])
+
+    try:
+        await store.append("warmup", drafts[:1])
+        started = time.perf_counter()
+        await asyncio.gather(*(write(w) for w in range(writers)))
+        elapsed = time.perf_counter() - started
+    finally:
+        await store.close()
+    return writers * per_writer / elapsed
+
+
 async def latest_seconds(directory: Path, history: int) -> float:
     """Median time of `latest("task")` once the session holds `history` events."""
     store = SqliteEventStore(directory / f"latest-{history}.db", synchronous="OFF")
@@ -118,6 +140,7 @@ async def measure() -> list[Figure]:
         ]
         keyed = [await batched_appends_per_s(directory, run, keyed=True) for run in range(RUNS)]
         single = [await single_appends_per_s(directory, run) for run in range(RUNS)]
+        concurrent = [await concurrent_single_appends_per_s(directory, run, WRITERS) for run in range(RUNS)]
         latest_small = await latest_seconds(directory, 1_000)
         latest_large = await latest_seconds(directory, 100_000)
     events = BATCH_SIZE * BATCHES_PER_RUN
@@ -153,6 +176,14 @@ async def measure() -> list[Figure]:
             command=COMMAND,
             detail=f"one event per append (one fsynced commit each), {SINGLE_APPENDS_PER_RUN} per run, "
             f"median of {RUNS}",
+        ),
+        Figure(
+            key="sqlite_concurrent_single_appends_per_s",
+            value=statistics.median(concurrent),
+            unit="events/s",
+            command=COMMAND,
+            detail=f"{WRITERS} sessions appending one event per append side by side through one store "
+            f"(group commit), median of {RUNS}; compare sqlite_single_appends_per_s",
         ),
         Figure(
             key="sqlite_latest_ratio_1e5_vs_1e3",
