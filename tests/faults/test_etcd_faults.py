@@ -36,6 +36,7 @@ def port_of(endpoint: str) -> int:
     return int(endpoint.rsplit(":", 1)[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["stop", "kill"])
 async def test_a_lost_leader_loses_and_duplicates_no_acknowledged_event(
     etcd_cluster: EtcdCluster, how: str
@@ -107,6 +108,7 @@ async def test_a_lost_leader_loses_and_duplicates_no_acknowledged_event(
         await store.close()
 
 
+@pytest.mark.slow
 async def test_with_etcd_entirely_down_an_append_fails_clearly_and_writes_nothing(
     etcd_cluster: EtcdCluster,
 ) -> None:
