@@ -111,3 +111,24 @@ async def test_unknown_tool_is_refused(sandbox: LocalSandbox) -> None:
     with pytest.raises(SandboxError, match="unknown sandbox tool") as caught:
         await sandbox.client.call("format_disk", {})
     assert caught.value.status == 404
+
+
+async def test_output_read_so_far_survives_a_background_process_holding_the_pipes(
+    sandbox: LocalSandbox,
+) -> None:
+    result = await sandbox.client.call(
+        "run_command", {"command": "echo before; sleep 30 & echo $! > holder.pid", "timeout_s": 20}
+    )
+    output = result["output"]
+    assert (output["exit_code"], output["timed_out"]) == (0, False)
+    assert output["stdout"] == "before\n"
+    assert output["truncated"] is True
+    assert "background process" in output["stderr"]
+
+
+async def test_reading_a_binary_file_is_a_clear_tool_failure(sandbox: LocalSandbox) -> None:
+    data = b"\xff\xfe\x00binary"
+    await sandbox.client.put_file("blob.bin", data, hashlib.sha256(data).hexdigest())
+    result = await sandbox.client.call("read_file", {"path": "blob.bin"})
+    assert result["ok"] is False
+    assert "not UTF-8 text" in result["error"]

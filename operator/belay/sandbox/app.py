@@ -42,26 +42,54 @@ MAX_UPLOAD_BYTES = 1024 * 1024 * 1024
 # After a timeout kill, how long to wait for pipes held open by processes that left the group.
 DRAIN_AFTER_KILL_S = 2.0
 
+
+class BinaryContent(ValueError):
+    """read_file was asked for bytes that are not text."""
+
+
 # Failures that are the tool's answer to bad arguments, not a server fault.
-TOOL_ERRORS = (UnsafePath, FileNotFoundError, IsADirectoryError, NotADirectoryError, UnicodeDecodeError)
+TOOL_ERRORS = (UnsafePath, FileNotFoundError, IsADirectoryError, NotADirectoryError, BinaryContent)
 
 
 def json_error(status: int, message: str) -> web.Response:
     return web.json_response(ErrorBody(error=message).model_dump(), status=status)
 
 
-async def _read_capped(stream: asyncio.StreamReader | None, limit: int) -> tuple[bytes, bool]:
-    """Read a stream to its end, keeping at most `limit` bytes (the rest is drained, not kept)."""
-    if stream is None:
-        return b"", False
-    kept = bytearray()
-    truncated = False
-    while chunk := await stream.read(65536):
-        room = limit - len(kept)
-        if len(chunk) > room:
-            truncated = True
-        kept += chunk[: max(room, 0)]
-    return bytes(kept), truncated
+class CapturedOutput:
+    """One stream's output, kept up to a limit. Filled as it arrives, so what was read survives
+    when the reader has to be abandoned."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self.truncated = False
+
+    async def read_all(self, stream: asyncio.StreamReader | None) -> None:
+        if stream is None:
+            return
+        while chunk := await stream.read(65536):
+            room = self.limit - len(self.data)
+            if len(chunk) > room:
+                self.truncated = True
+            self.data += chunk[: max(room, 0)]
+
+    def text(self) -> str:
+        return self.data.decode(errors="replace")
+
+
+async def wait_for_exit(process: asyncio.subprocess.Process) -> int:
+    """The exit status, as soon as the process exits. `Process.wait()` alone also waits for its
+    pipes to close, which a background child can keep open long after the command itself ended;
+    `returncode` is set at exit, so it is checked alongside."""
+    waiter = asyncio.ensure_future(process.wait())
+    try:
+        while not waiter.done() and process.returncode is None:
+            await asyncio.wait({waiter}, timeout=0.05)
+    finally:
+        if not waiter.done():
+            waiter.cancel()
+    assert process.returncode is not None
+    return process.returncode
 
 
 class SandboxServer:
@@ -219,37 +247,43 @@ class SandboxServer:
         except (FileNotFoundError, PermissionError) as error:
             return RunCommandOutput(exit_code=127, stdout="", stderr=str(error))
         self.running_groups.add(process.pid)
-        readers = asyncio.gather(
-            _read_capped(process.stdout, MAX_OUTPUT_BYTES), _read_capped(process.stderr, MAX_OUTPUT_BYTES)
-        )
+        stdout, stderr = CapturedOutput(MAX_OUTPUT_BYTES), CapturedOutput(MAX_OUTPUT_BYTES)
+        readers = asyncio.gather(stdout.read_all(process.stdout), stderr.read_all(process.stderr))
         timed_out = False
         try:
-            await asyncio.wait_for(asyncio.shield(process.wait()), arguments.timeout_s)
+            await asyncio.wait_for(wait_for_exit(process), arguments.timeout_s)
         except TimeoutError:
             timed_out = True
             self.kill_group(process.pid)
-            await process.wait()
+            await wait_for_exit(process)
         finally:
             self.running_groups.discard(process.pid)
+        notes = []
+        output_cut = False
         try:
-            (stdout, stdout_cut), (stderr, stderr_cut) = await asyncio.wait_for(readers, DRAIN_AFTER_KILL_S)
+            await asyncio.wait_for(readers, DRAIN_AFTER_KILL_S)
         except TimeoutError:
-            # A descendant that left the group still holds the pipes; report what we know.
-            readers.cancel()
-            stdout, stdout_cut, stderr, stderr_cut = b"", True, b"output unavailable", True
+            # A process it left running in the background still holds the pipes: keep what was read.
+            output_cut = True
+            notes.append("[belay] output cut: a background process still holds stdout/stderr")
         if timed_out:
-            stderr += f"\n[belay] command timed out after {arguments.timeout_s}s and was killed\n".encode()
+            notes.append(f"[belay] command timed out after {arguments.timeout_s}s and was killed")
         return RunCommandOutput(
             exit_code=process.returncode if process.returncode is not None else -1,
-            stdout=stdout.decode(errors="replace"),
-            stderr=stderr.decode(errors="replace"),
+            stdout=stdout.text(),
+            stderr=stderr.text() + "".join(f"\n{note}\n" for note in notes),
             timed_out=timed_out,
-            truncated=stdout_cut or stderr_cut,
+            truncated=stdout.truncated or stderr.truncated or output_cut,
         )
 
     async def read_file(self, arguments: ReadFileArgs) -> ReadFileOutput:
         data = await asyncio.to_thread(workspace.read_bytes, self.root, arguments.path)
-        return ReadFileOutput(content=data.decode())
+        try:
+            return ReadFileOutput(content=data.decode())
+        except UnicodeDecodeError as error:
+            raise BinaryContent(
+                f"{arguments.path!r} is not UTF-8 text ({error.reason} at byte {error.start})"
+            ) from error
 
     async def write_file(self, arguments: WriteFileArgs) -> WriteFileOutput:
         data = arguments.content.encode()
