@@ -1,10 +1,10 @@
 """The embedded event store: one SQLite file in WAL mode.
 
 Why it is shaped this way:
-- Every append is one `BEGIN IMMEDIATE` transaction. The idempotency check, the fencing-lease check,
-  the seq assignment and the insert all happen under the database's single write lock, so they are
-  atomic against other writers in this process and in other processes alike. A writer killed in the
-  middle of a batch leaves an uncommitted WAL frame that SQLite discards on the next open.
+- Every append runs inside a `BEGIN IMMEDIATE` transaction. The idempotency check, the fencing-lease
+  check, the seq assignment and the insert all happen under the database's single write lock, so
+  they are atomic against other writers in this process and in other processes alike. A writer
+  killed in the middle of a batch leaves uncommitted WAL frames that SQLite ignores on the next open.
 - All writes of one store instance go through one dedicated thread and connection: in-process
   writers queue there instead of spinning on SQLite's busy handler, and writes that queue up while a
   commit is in flight share the next transaction (group commit: one fsync for many appends, each
