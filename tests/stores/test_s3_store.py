@@ -77,6 +77,17 @@ def test_a_large_stream_from_a_pipe_lands_whole_under_its_hash(s3_server: S3Serv
     assert b"".join(store.open(ref.sha256)) == data
 
 
+def test_a_small_stream_read_in_short_pieces_is_one_plain_put(s3_server: S3Server) -> None:
+    store = fresh_store(s3_server)
+    data = random.Random(4).randbytes(PART - 10)
+    puts = count_requests(store, "PutObject")
+    multipart = count_requests(store, "CreateMultipartUpload") + count_requests(store, "CopyObject")
+    ref = store.put(TricklingPipe(data, trickle=100_000))
+    assert (len(puts), multipart) == (1, [])
+    assert keys(store) == [content_key(store.prefix, ref.sha256)]
+    assert store.get(ref.sha256) == data
+
+
 def test_storing_known_bytes_again_uploads_nothing(s3_server: S3Server) -> None:
     store = fresh_store(s3_server)
     data = random.Random(2).randbytes(2 * PART + 5)

@@ -85,6 +85,16 @@ def make_client(
     )
 
 
+def read_up_to(source: BinaryIO, size: int) -> bytes:
+    """`size` bytes, or fewer only at the end of the stream: pipes hand out short reads."""
+    pieces: list[bytes] = []
+    missing = size
+    while missing > 0 and (piece := source.read(missing)):
+        pieces.append(piece)
+        missing -= len(piece)
+    return b"".join(pieces)
+
+
 class _HashingReader(io.RawIOBase):
     """Reads a stream once, front to back, hashing and counting what passes through. Not seekable,
     so boto3's transfer manager reads it in order."""
@@ -105,13 +115,9 @@ class _HashingReader(io.RawIOBase):
             data = self._pending + self._source.read()
             self._pending = b""
         else:
-            pieces = [self._pending[:size]]
-            self._pending = self._pending[size:]
-            missing = size - len(pieces[0])
-            while missing > 0 and (piece := self._source.read(missing)):
-                pieces.append(piece)
-                missing -= len(piece)
-            data = b"".join(pieces)
+            data, self._pending = self._pending[:size], self._pending[size:]
+            if len(data) < size:
+                data += read_up_to(self._source, size - len(data))
         self.hash.update(data)
         self.size += len(data)
         return data
@@ -202,11 +208,10 @@ class S3ArtifactStore:
         if isinstance(source, bytes | bytearray | memoryview):
             return self._put_bytes(bytes(source), media_type)
         # A stream that ends within one part is just bytes; a longer one is hashed as it uploads.
-        head = source.read(self.transfer.multipart_threshold)
-        more = source.read(1)
-        if not more:
+        head = read_up_to(source, self.transfer.multipart_threshold + 1)
+        if len(head) <= self.transfer.multipart_threshold:
             return self._put_bytes(head, media_type)
-        return self._put_stream(_HashingReader(source, head + more), media_type)
+        return self._put_stream(_HashingReader(source, head), media_type)
 
     def _put_bytes(self, data: bytes, media_type: str) -> ArtifactRef:
         sha256 = hashlib.sha256(data).hexdigest()
