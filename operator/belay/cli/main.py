@@ -107,14 +107,22 @@ def print_progress(event: Event) -> None:
 def _run(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None:
     home = Context.home
     session = load_installed(home, session_id)
-    result = asyncio.run(
-        run_local(
-            home,
-            session,
-            on_event=None if quiet else print_progress,
-            with_ticket_service=with_ticket_service,
+    try:
+        result = asyncio.run(
+            run_local(
+                home,
+                session,
+                on_event=None if quiet else print_progress,
+                with_ticket_service=with_ticket_service,
+            )
         )
-    )
+    except KeyboardInterrupt:
+        raise fail(f"interrupted; continue with `belay resume {session_id}`", 130) from None
+    except Exception as error:
+        raise fail(
+            f"the harness stopped: {type(error).__name__}: {error}; "
+            f"the record is intact, continue with `belay resume {session_id}`"
+        ) from None
     if not quiet:
         console.print()
         print_brief(session_id, "text")
@@ -333,14 +341,7 @@ def decide(session_id: str, item_id: str, granted: bool, reason: str, by: str) -
         known = ", ".join(pending) if pending else "nothing waits on you"
         raise fail(f"no approval or wait {item_id!r} in session {session_id} (pending: {known})")
 
-    async def write() -> None:
-        store = Context.home.open_event_store()
-        try:
-            await store.append(session_id, drafts)
-        finally:
-            await store.close()
-
-    asyncio.run(write())
+    _append(session_id, drafts)
     return outcome
 
 
@@ -364,6 +365,60 @@ def reject(
 ) -> None:
     """Reject one pending operation (it is never dispatched), or answer no to a wait."""
     console.print(decide(session_id, item_id, False, reason, by), highlight=False)
+
+
+@app.command()
+def reconcile(
+    session_id: Annotated[str, typer.Argument(metavar="SESSION")],
+    operation_id: Annotated[str, typer.Argument(metavar="OPERATION")],
+    succeeded: Annotated[
+        bool | None, typer.Option("--succeeded/--failed", help="Did the operation take effect?")
+    ] = None,
+    detail: Annotated[str, typer.Option("--detail", "-m")] = "",
+    by: Annotated[str, typer.Option("--by")] = "cli",
+) -> None:
+    """Settle an operation whose outcome is unknown: it took effect (--succeeded) or not (--failed)."""
+    if succeeded is None:
+        raise fail("say whether it took effect: --succeeded or --failed")
+    state, _ = _known_state(session_id)
+    if operation_id not in state.unknown_outcomes:
+        unknown = ", ".join(sorted(state.unknown_outcomes)) or "none"
+        raise fail(f"operation {operation_id!r} has no unknown outcome (unknown outcomes: {unknown})")
+    wait_id = next((w.wait_id for w in state.open_wait_records() if w.condition == operation_id), None)
+    if wait_id is not None:
+        console.print(decide(session_id, wait_id, succeeded, detail, by), highlight=False, markup=False)
+        return
+    outcome = OperationOutcome(
+        operation_id=operation_id,
+        outcome="reconciled",
+        succeeded=succeeded,
+        detail=f"{by}: {detail}".rstrip(": "),
+        by=by,
+    )
+    _append(session_id, [EventDraft(payload=outcome, actor=Actor(kind="user", name=by))])
+    console.print(f"reconciled {operation_id}: {'succeeded' if succeeded else 'failed'}", markup=False)
+
+
+@app.command()
+def answer(
+    session_id: Annotated[str, typer.Argument(metavar="SESSION")],
+    wait_id: Annotated[str, typer.Argument(metavar="WAIT")],
+    text: Annotated[str, typer.Argument(help="Your answer.")],
+    by: Annotated[str, typer.Option("--by")] = "cli",
+) -> None:
+    """Answer a wait on the user with text; the session goes on."""
+    console.print(decide(session_id, wait_id, True, text, by), highlight=False, markup=False)
+
+
+def _append(session_id: str, drafts: list[EventDraft]) -> None:
+    async def write() -> None:
+        store = Context.home.open_event_store()
+        try:
+            await store.append(session_id, drafts)
+        finally:
+            await store.close()
+
+    asyncio.run(write())
 
 
 # --------------------------------------------------------------------------------------------------

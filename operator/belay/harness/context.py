@@ -1,6 +1,9 @@
-"""The model's context, rebuilt from the session record for one subagent.
+"""The model request for one subagent, rebuilt from the session record.
 
-It reads the folded state and a bounded tail of events, so its cost does not grow with history.
+The shared part (goal, request parts, current step, checkpoint, evidence, recent events within a
+token budget) is the journal's context projection; this module adds the subagent's role and its
+own recent tool calls and results as messages. It reads the folded state and a bounded tail of
+events, so its cost does not grow with history.
 """
 
 from __future__ import annotations
@@ -40,7 +43,12 @@ def system_prompt(state: SessionState, subagent: str, role: str, deliverable: st
 
 
 def build_model_request(
-    state: SessionState, tail: Sequence[Event], subagent: str, role: str, deliverable: str | None
+    state: SessionState,
+    tail: Sequence[Event],
+    subagent: str,
+    role: str,
+    deliverable: str | None,
+    record_context: str = "",
 ) -> ModelRequest:
     messages = [ModelMessage(role="user", content=state.request.goal)]
     for event in tail:
@@ -60,6 +68,7 @@ def build_model_request(
                     tool_call_id=event.payload.operation_id,
                 )
             )
-    return ModelRequest(
-        system=system_prompt(state, subagent, role, deliverable), messages=messages, tools=tool_schemas()
-    )
+    system = system_prompt(state, subagent, role, deliverable)
+    if record_context:
+        system += "\n\nWhere the session stands (from its record):\n" + record_context
+    return ModelRequest(system=system, messages=messages, tools=tool_schemas())

@@ -28,6 +28,7 @@ from belay.harness.declared import declared_paths
 from belay.harness.models.base import ModelAdapter, ToolCall
 from belay.harness.tools import ToolSpec, tool_spec
 from belay.journal.approvals import ApprovalState, approval_state
+from belay.journal.context import build_context
 from belay.journal.events import (
     Actor,
     Approval,
@@ -62,7 +63,7 @@ from belay.journal.events import (
 )
 from belay.journal.recovery import RecoveryActionKind, recovery_plan
 from belay.journal.state import EMPTY, OperationRecord, SessionState, apply, operation_payload_sha256
-from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, EventStore
+from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, EventStore, StaleLease
 
 HARNESS_VERSION = f"belay-harness/{__version__}"
 UNDECLARED_STATE = "UndeclaredState"
@@ -71,6 +72,8 @@ UNDECLARED_STATE = "UndeclaredState"
 # so the caller can kill it at exactly that point.
 FAULT_ENV = "BELAY_FAULT_STOP_AFTER"
 DONE_STATUSES = (TaskStatus.DONE, TaskStatus.VERIFIED)
+CONTEXT_BUDGET_TOKENS = 8000
+CONTEXT_TAIL_EVENTS = 200
 
 
 class SandboxHandle(Protocol):
@@ -196,6 +199,11 @@ class Harness:
             return await self.finish()
         except RecoveryFailed as failure:
             return HarnessResult(False, str(failure), self.attempt)
+        except StaleLease:
+            # A newer attempt holds the lease: this one must not write another event.
+            return HarnessResult(
+                False, f"attempt {self.attempt} was superseded by a newer attempt", self.attempt
+            )
         finally:
             await asyncio.gather(*(h.stop() for h in self._handles.values()), return_exceptions=True)
 
@@ -519,8 +527,11 @@ class Harness:
                 await self.record(
                     [Task(task_id=sub.name, status=TaskStatus.RUNNING, owner=sub.name)], subagent=sub.name
                 )
-            tail = await self.store.tail(self.session_id, 200)
-            request = build_model_request(state, tail, sub.name, sub.role, sub.deliverable)
+            tail = await self.store.tail(self.session_id, CONTEXT_TAIL_EVENTS)
+            shared = await build_context(self.store, self.session_id, state, CONTEXT_BUDGET_TOKENS)
+            request = build_model_request(
+                state, tail, sub.name, sub.role, sub.deliverable, record_context=shared.to_text()
+            )
             turn = await model.complete(request)
             if turn.model_id and not self.model_id:
                 self.model_id = turn.model_id
