@@ -85,3 +85,16 @@ async def test_sandbox_does_not_inherit_the_harness_credentials(
     assert "PATH=" in environment
     assert "sk-must-not-leak" not in environment
     assert "also-secret" not in environment
+
+
+async def test_a_long_base_path_still_gets_a_working_socket(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    sandbox = await LocalSandbox.start(deep, "worker", "none")
+    socket_path = Path(sandbox.endpoint.removeprefix("unix://"))
+    try:
+        assert len(str(socket_path)) < 108
+        assert (await sandbox.client.health()).ok
+        assert (sandbox.sandbox_dir / "token").stat().st_mode & 0o777 == 0o600
+    finally:
+        await sandbox.stop()
+    assert not socket_path.parent.exists()

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +38,7 @@ START_TIMEOUT_S = 20.0
 STOP_GRACE_S = 3.0
 # Unix socket paths are limited to 108 bytes; longer ones go to a short temporary directory.
 MAX_SOCKET_PATH = 100
+TEMPORARY_SOCKET_PREFIX = "belay-sbx-"
 
 
 class ServerRecord(BaseModel):
@@ -75,6 +77,14 @@ def sandbox_environment(instance: str) -> dict[str, str]:
     return {**inherited, INSTANCE_ENV: instance}
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read, with no moment where it is readable by others."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        os.fchmod(handle.fileno(), 0o600)
+        handle.write(text)
+
+
 def next_workspace_number(sandbox_dir: Path) -> int:
     numbers = [
         int(path.name.removeprefix("workspace-"))
@@ -88,7 +98,7 @@ def socket_path_for(sandbox_dir: Path, number: int) -> Path:
     preferred = sandbox_dir / f"sandbox-{number}.sock"
     if len(str(preferred)) <= MAX_SOCKET_PATH:
         return preferred
-    return Path(tempfile.mkdtemp(prefix="belay-sbx-")) / "s.sock"
+    return Path(tempfile.mkdtemp(prefix=TEMPORARY_SOCKET_PREFIX)) / "s.sock"
 
 
 class LocalSandbox:
@@ -132,6 +142,7 @@ class LocalSandbox:
         """Start a server on a fresh, empty workspace and wait until it answers /healthz."""
         if profile not in NETWORK_PROFILES:
             raise ValueError(f"unknown network profile {profile!r}; expected one of {NETWORK_PROFILES}")
+        base_dir = base_dir.absolute()
         sandbox_dir = base_dir / name
         sandbox_dir.mkdir(parents=True, exist_ok=True)
         stop_recorded_server(sandbox_dir)
@@ -140,8 +151,7 @@ class LocalSandbox:
         workspace.mkdir()
         token = secrets.token_urlsafe(32)
         token_file = sandbox_dir / "token"
-        token_file.touch(mode=0o600)
-        token_file.write_text(token)
+        write_private(token_file, token)
         socket_path = socket_path_for(sandbox_dir, number)
         ready_file = sandbox_dir / f"ready-{number}.json"
         ready_file.unlink(missing_ok=True)
@@ -213,6 +223,9 @@ class LocalSandbox:
         deadline = time.monotonic() + STOP_GRACE_S
         while processes_with_marker(self.instance) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
+        socket_path = Path(self.endpoint.removeprefix("unix://"))
+        if socket_path.parent.name.startswith(TEMPORARY_SOCKET_PREFIX):
+            shutil.rmtree(socket_path.parent, ignore_errors=True)
         record = self.sandbox_dir / "server.json"
         with contextlib.suppress(FileNotFoundError, ValueError):
             if ServerRecord.model_validate_json(record.read_text()).instance == self.instance:
