@@ -8,6 +8,7 @@ from belay.journal.events import EventDraft, Note, NoteKind, UserInput
 from belay.stores.base import MAX_PAYLOAD_BYTES, PayloadTooLarge
 from belay.stores.etcd import (
     MAX_BATCH_EVENTS,
+    EtcdEventStore,
     SessionKeys,
     check_batch_size,
     grpc_target,
@@ -21,9 +22,20 @@ def test_endpoints_become_one_grpc_target_listing_every_member() -> None:
     assert target == "ipv4:127.0.0.1:2379,127.0.0.1:22379"
 
 
+def test_one_dns_name_stays_a_dns_target_so_every_member_behind_it_is_used() -> None:
+    assert grpc_target(["http://etcd.belay-system.svc:2379"]) == "dns:///etcd.belay-system.svc:2379"
+
+
+def test_several_names_are_resolved_into_one_address_list() -> None:
+    assert grpc_target(["http://localhost:2379", "127.0.0.2:2380"]) == "ipv4:127.0.0.1:2379,127.0.0.2:2380"
+    assert grpc_target(["http://[::1]:2379", "http://[::1]:2380"]) == "ipv6:[::1]:2379,[::1]:2380"
+
+
 def test_an_endpoint_without_a_port_is_refused() -> None:
     with pytest.raises(ValueError, match="port"):
         grpc_target(["http://127.0.0.1"])
+    with pytest.raises(ValueError, match="port"):
+        EtcdEventStore(["http://127.0.0.1:2379", "etcd-1"])
 
 
 def test_range_end_covers_exactly_the_prefix() -> None:

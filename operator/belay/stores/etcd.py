@@ -10,12 +10,14 @@ path segment):
     <prefix>/sessions/<id>/latest/<type>      {"seq": n}: the newest event of that type
     <prefix>/index/<id>                       empty; one per session, for list_sessions
 
-An append reads head, lease and idempotency record at one revision, then writes the events, the
-new head, the latest-of-type entries and the idempotency record in ONE transaction whose compares
-are: head unchanged (mod_revision), lease unchanged (mod_revision) and the idempotency key unused.
-A failed compare means another writer got there first; the append re-reads and tries again
-(optimistic concurrency). etcd transactions are strict serializable, so the fencing lease is a
-number compared in the same transaction as the write, never an etcd lock.
+An append writes the events, the new head, the latest-of-type entries and the idempotency record
+in ONE transaction whose compares are: head unchanged since the state the seqs were based on
+(mod_revision), with a lease the lease unchanged since its number was checked (mod_revision), and
+with a key the idempotency key unused. The state is the one this store last wrote for the
+session, or a guess of "new session"; when a compare fails (another writer got there first), the
+transaction's failure branch returns the current state and the append tries again on it
+(optimistic concurrency, one round trip per try). etcd transactions are strict serializable, so
+the fencing lease is a number compared in the same transaction as the write, never an etcd lock.
 
 The client is aetcd's generated gRPC stubs on our own `grpc.aio` channel: one channel can list
 several endpoints (round-robin, skipping members that are down), and every call carries its own
@@ -26,7 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
 import json
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -81,17 +85,43 @@ TRANSIENT_CODES = frozenset(
 )
 
 
+def _host_and_port(endpoint: str) -> tuple[str, int]:
+    parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    if parts.hostname is None or parts.port is None:
+        raise ValueError(f"etcd endpoint needs a host and a port: {endpoint!r}")
+    return parts.hostname, parts.port
+
+
+def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
 def grpc_target(endpoints: Sequence[str]) -> str:
-    """`http://127.0.0.1:2379` style endpoints as one gRPC target listing every address."""
-    addresses = []
-    for endpoint in endpoints:
-        parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
-        if parts.hostname is None or parts.port is None:
-            raise ValueError(f"etcd endpoint needs a host and a port: {endpoint!r}")
-        addresses.append(f"{parts.hostname}:{parts.port}")
-    if not addresses:
+    """`http://host:2379` style endpoints as one gRPC target, balanced round-robin:
+    - one DNS name stays a DNS target, so a headless Service's every member is used and followed;
+    - otherwise every address is listed; DNS names among several endpoints are resolved once, here.
+    """
+    hosts = [_host_and_port(endpoint) for endpoint in endpoints]
+    if not hosts:
         raise ValueError("at least one etcd endpoint is needed")
-    return "ipv4:" + ",".join(addresses)
+    if len(hosts) == 1 and _ip(hosts[0][0]) is None:
+        return f"dns:///{hosts[0][0]}:{hosts[0][1]}"
+    addresses: list[tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]] = []
+    for host, port in hosts:
+        literal = _ip(host)
+        if literal is not None:
+            addresses.append((literal, port))
+            continue
+        for *_, sockaddr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+            addresses.append((ipaddress.ip_address(sockaddr[0]), port))
+    # One gRPC target holds one address family; IPv4 wins when both are present.
+    v4 = [f"{ip}:{port}" for ip, port in dict.fromkeys(addresses) if ip.version == 4]
+    if v4:
+        return "ipv4:" + ",".join(v4)
+    return "ipv6:" + ",".join(f"[{ip}]:{port}" for ip, port in dict.fromkeys(addresses))
 
 
 def seq_key_part(seq: int) -> str:
@@ -237,7 +267,10 @@ class EtcdEventStore:
         self.prefix = prefix.rstrip("/")
         self.request_timeout = request_timeout
         self.operation_timeout = operation_timeout
-        self._target = grpc_target(self.endpoints)
+        for endpoint in self.endpoints:
+            _host_and_port(endpoint)  # refuse a malformed endpoint now, not on first use
+        if not self.endpoints:
+            raise ValueError("at least one etcd endpoint is needed")
         self._channel: grpc.aio.Channel | None = None
         self._kv: Any = None
         self._watch: Any = None
@@ -251,7 +284,7 @@ class EtcdEventStore:
         # The channel binds to the running event loop, so it is made on first use, not in __init__.
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(
-                self._target,
+                grpc_target(self.endpoints),
                 options=[
                     ("grpc.lb_policy_name", "round_robin"),
                     ("grpc.keepalive_time_ms", 5000),
