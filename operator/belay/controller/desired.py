@@ -381,8 +381,9 @@ def desired_children(
         objects.append(sandbox_policy(ref, subagent, settings))
         objects.append(sandbox_service(ref, subagent, settings))
     if attempt_index is not None:
-        objects.append(harness_pod(ref, spec, settings, attempt_index))
+        # Sandboxes first: the harness connects to them as soon as it starts.
         objects.extend(sandbox_pod(ref, s, settings, attempt_index) for s in spec.subagents)
+        objects.append(harness_pod(ref, spec, settings, attempt_index))
     return objects
 
 

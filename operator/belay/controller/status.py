@@ -36,6 +36,12 @@ def previous_conditions(previous_status: Mapping[str, Any] | None) -> list[Condi
     return conditions
 
 
+@dataclass(frozen=True)
+class OperatorStall:
+    reason: str
+    message: str
+
+
 def session_status_patch(
     state: SessionState,
     *,
@@ -46,11 +52,21 @@ def session_status_patch(
     sandboxes: list[SandboxPodStatus] | None = None,
     forked_from: ForkStatus | None = None,
     locate: ArtifactLocator | None = None,
+    stalled: OperatorStall | None = None,
 ) -> AgentSessionStatus:
+    """`stalled` is a reason the operator itself cannot go on (the record cannot say it): Ready
+    turns False and Stalled True with that reason, whatever the record shows."""
     projected = session_status(state, locate=locate) if locate else session_status(state)
+    current = list(projected.conditions)
+    if stalled is not None:
+        current = [c for c in current if c.type not in (ConditionType.READY, ConditionType.STALLED)]
+        for type_, status in ((ConditionType.READY, "False"), (ConditionType.STALLED, "True")):
+            current.append(
+                Condition(type=type_, status=status, reason=stalled.reason, message=stalled.message)
+            )
     conditions = [
         c.model_copy(update={"observed_generation": generation})
-        for c in with_transition_times(previous_conditions(previous_status), projected.conditions, now)
+        for c in with_transition_times(previous_conditions(previous_status), current, now)
     ]
     return AgentSessionStatus(
         **{**dict(projected), "conditions": conditions},

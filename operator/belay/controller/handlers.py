@@ -1,0 +1,143 @@
+"""kopf handlers: thin. Each reads what kopf hands it and calls the reconciler, which calls the pure
+functions of this package and applies their result with one field manager.
+
+Run: `kopf run -m belay.controller.handlers --all-namespaces` (the chart does), or
+`python -m belay.controller` which adds the metrics and health endpoints.
+
+One worker (a kopf daemon) per AgentSession runs the passes, so passes for one session never
+overlap; a change of the session or of one of its pods wakes it, and it also wakes on its own to
+follow the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from typing import Any, cast
+
+import kopf
+
+from belay.controller import metrics, names
+from belay.controller.kube import KubeClient, load_api_client
+from belay.controller.reconciler import SessionReconciler
+from belay.controller.settings import settings_from_environment
+from belay.controller.status import TransitionEvent
+
+GROUP, VERSION, PLURAL = "belay.dev", "v1alpha1", "agentsessions"
+# How often a session's worker reads the record when nothing wakes it earlier.
+FOLLOW_INTERVAL_S = float(os.environ.get("BELAY_FOLLOW_INTERVAL_S", "1.0"))
+KUBECONFIG_ENV = "BELAY_KUBECONFIG"
+
+log = logging.getLogger("belay.operator")
+
+
+class Runtime:
+    """What the handlers share: the reconciler, the latest body of each session, its wake-up."""
+
+    reconciler: SessionReconciler | None = None
+    bodies: dict[str, dict[str, Any]] = {}
+    wakes: dict[str, asyncio.Event] = {}
+
+
+def _key(namespace: str | None, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+def _wake(key: str) -> None:
+    event = Runtime.wakes.get(key)
+    if event is not None:
+        event.set()
+
+
+def _post_event(body: dict[str, Any], transition: TransitionEvent) -> None:
+    kopf.event(
+        kopf.Body(cast(kopf.RawBody, body)),
+        type=transition.type,
+        reason=transition.reason,
+        message=transition.message,
+    )
+
+
+# Progress and the last handled spec live in annotations: the status belongs to the session.
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    kube = KubeClient(load_api_client(os.environ.get(KUBECONFIG_ENV)))
+    Runtime.reconciler = SessionReconciler(kube, settings_from_environment(), post_event=_post_event)
+
+
+@kopf.on.cleanup()
+async def close_stores(**_: Any) -> None:
+    if Runtime.reconciler is not None:
+        await Runtime.reconciler.close()
+
+
+# Every change of a session (spec, status, metadata) refreshes its body and wakes its worker.
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def session_changed(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
+    Runtime.bodies[_key(namespace, name)] = dict(body)
+    _wake(_key(namespace, name))
+
+
+# A pod of a session changed or went away: its worker decides what that means.
+@kopf.on.event("v1", "pods", labels={names.LABEL_MANAGED_BY: names.MANAGED_BY})
+def pod_changed(labels: kopf.Labels, namespace: str | None, **_: Any) -> None:
+    session = labels.get(names.LABEL_SESSION)
+    if session:
+        _wake(_key(namespace, session))
+
+
+# The worker of one session: a pass now, then one per wake-up or follow interval.
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
+async def session_worker(
+    body: kopf.Body, namespace: str | None, name: str, stopped: kopf.DaemonStopped, **_: Any
+) -> None:
+    key = _key(namespace, name)
+    wake = Runtime.wakes.setdefault(key, asyncio.Event())
+    metrics.SESSIONS.inc()
+    Runtime.bodies.setdefault(key, dict(body))
+    reconciler = Runtime.reconciler
+    assert reconciler is not None
+    while not stopped:
+        wake.clear()
+        current = Runtime.bodies.get(key, dict(body))
+        if current.get("metadata", {}).get("deletionTimestamp"):
+            break
+        with metrics.RECONCILE_SECONDS.time():
+            try:
+                outcome = await reconciler.reconcile(current)
+                metrics.RECONCILES.labels(result="ok").inc()
+                if outcome.decision.action == "replace":
+                    metrics.HARNESS_REPLACEMENTS.inc()
+            except Exception:
+                metrics.RECONCILES.labels(result="error").inc()
+                log.exception("reconcile of %s failed; retrying", key)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), timeout=FOLLOW_INTERVAL_S)
+    metrics.SESSIONS.dec()
+
+
+# Deleting a session: its pods go now; the record and the artifacts stay (spec.retention).
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+async def session_deleted(body: kopf.Body, namespace: str | None, name: str, uid: str, **_: Any) -> None:
+    reconciler = Runtime.reconciler
+    assert reconciler is not None
+    assert namespace is not None  # AgentSessions are namespaced
+    pods = await asyncio.to_thread(reconciler.kube.session_pods, namespace, name)
+    for pod in pods:
+        await asyncio.to_thread(reconciler.kube.delete_pod, namespace, pod.metadata.name)
+    retention = (body.get("spec") or {}).get("retention") or {}
+    if "Delete" in (retention.get("record"), retention.get("artifacts")):
+        kopf.warn(
+            body, reason="RetentionNotApplied", message="the stores have no delete; record and artifacts kept"
+        )
+    reconciler.forget(uid)
+    key = _key(namespace, name)
+    Runtime.bodies.pop(key, None)
+    Runtime.wakes.pop(key, None)

@@ -1,0 +1,121 @@
+"""`python -m belay.controller.harness_pod`: the process a harness pod runs.
+
+It runs one harness attempt for the session named in its environment (written by the operator,
+see `belay.controller.desired.harness_pod`): the spec, the store locations, and the Service
+address of each subagent's sandbox pod. Sandboxes belong to the operator, which starts a clean set
+for every attempt; this process only connects to them. It exits 0 when the session completed and
+1 otherwise, so the pod's phase tells the operator whether the attempt ended the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from belay.api.agentsession import AgentSession, SubagentSpec
+from belay.controller import desired
+from belay.harness.loop import Harness
+from belay.local.runtime import LocalTickets, initial_model_id, model_factory_for, read_inputs
+from belay.sandbox.client import SandboxClient
+from belay.stores.factory import open_artifact_store, open_event_store
+
+# An external ticket service, when the session's tools use one.
+TICKETS_URL_ENV = "BELAY_TICKETS_URL"
+SANDBOX_WAIT_S = 120.0
+
+log = logging.getLogger("belay.harness_pod")
+
+
+class PodSandbox:
+    """A sandbox pod reached through its Service; stopping it is the operator's business."""
+
+    def __init__(self, name: str, endpoint: str, token: str, pid: int, network_isolated: bool) -> None:
+        self.name = name
+        self.endpoint = endpoint
+        self.pid = pid
+        self.network_isolated = network_isolated
+        self.client = SandboxClient(endpoint, token)
+
+    async def stop(self) -> None:
+        await self.client.close()
+
+
+class PodSandboxProvider:
+    def __init__(self, endpoints: Mapping[str, str], token: str, wait_s: float = SANDBOX_WAIT_S) -> None:
+        self.endpoints = dict(endpoints)
+        self.token = token
+        self.wait_s = wait_s
+
+    async def start(self, subagent: SubagentSpec) -> PodSandbox:
+        """Wait until the subagent's sandbox answers; the pod may still be starting."""
+        endpoint = self.endpoints[subagent.name]
+        deadline = asyncio.get_running_loop().time() + self.wait_s
+        while True:
+            probe = SandboxClient(endpoint, self.token)
+            try:
+                health = await probe.health()
+                return PodSandbox(subagent.name, endpoint, self.token, health.pid, health.network_isolated)
+            except Exception as error:  # the Service has no ready endpoint yet, or the server starts
+                if asyncio.get_running_loop().time() > deadline:
+                    raise TimeoutError(
+                        f"sandbox {subagent.name} at {endpoint} did not answer: {error}"
+                    ) from error
+                await asyncio.sleep(0.5)
+            finally:
+                await probe.close()
+
+
+def session_from_environment(environment: Mapping[str, str]) -> AgentSession:
+    return AgentSession.model_validate(
+        {
+            "metadata": {
+                "name": environment[desired.ENV_SESSION],
+                "namespace": environment[desired.ENV_NAMESPACE],
+            },
+            "spec": json.loads(environment[desired.ENV_SESSION_SPEC]),
+        }
+    )
+
+
+async def run_attempt(environment: Mapping[str, str]) -> bool:
+    session = session_from_environment(environment)
+    endpoints: dict[str, str] = json.loads(environment[desired.ENV_SANDBOX_ENDPOINTS])
+    token = Path(environment[desired.ENV_SANDBOX_TOKEN_FILE]).read_text().strip()
+    store = open_event_store(environment[desired.ENV_EVENT_STORE])
+    artifacts = open_artifact_store(environment[desired.ENV_ARTIFACT_STORE])
+    tickets_url = environment.get(TICKETS_URL_ENV)
+    pod_name = environment.get("HOSTNAME") or f"harness-{environment.get(desired.ENV_HARNESS_INDEX, '?')}"
+    try:
+        harness = Harness(
+            session=session,
+            store=store,
+            artifacts=artifacts,
+            sandboxes=PodSandboxProvider(endpoints, token),
+            model_factory=model_factory_for(session),
+            tickets=LocalTickets(tickets_url) if tickets_url else None,
+            inputs=read_inputs(session),
+            holder=f"pod:{pod_name}",
+            model_id=initial_model_id(session),
+            runtime_image=environment.get("BELAY_RUNTIME_IMAGE", "harness-pod"),
+        )
+        result = await harness.run()
+        log.info("attempt %s ended: completed=%s %s", result.attempt, result.completed, result.detail)
+        return result.completed
+    finally:
+        await store.close()
+
+
+def main(environment: Mapping[str, Any] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    completed = asyncio.run(run_attempt(dict(environment or os.environ)))
+    return 0 if completed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""One reconcile pass for one AgentSession: read the cluster and the record, call the pure
+functions, write what they return. The kopf handlers call `SessionReconciler.reconcile`; nothing
+here decides anything that a pure function in this package could decide instead.
+
+The reconciler keeps the folded state of each session in memory and reads only the events after
+its last seq on each pass; a restarted operator folds the whole log once and carries on (every
+record write is idempotent and every object write is a server-side apply).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from belay.api.agentsession import AgentSessionSpec
+from belay.api.status import ForkStatus, HarnessPodStatus, OperatorReason, PodPhase, SandboxPodStatus
+from belay.controller import names
+from belay.controller.checkpoints import checkpoint_object
+from belay.controller.desired import SessionRef, desired_children, token_secret
+from belay.controller.kube import KubeClient
+from belay.controller.record import (
+    ForkSourceMissing,
+    RecordWrite,
+    fork_write,
+    gave_up_write,
+    harness_lost_write,
+    scope_change_write,
+    spec_approval_writes,
+)
+from belay.controller.recovery import Action, HarnessDecision, HarnessPod, decide_harness
+from belay.controller.settings import OperatorSettings
+from belay.controller.status import OperatorStall, TransitionEvent, session_status_patch, transition_events
+from belay.journal.events import ArtifactRef, CheckpointEvent
+from belay.journal.state import EMPTY, SessionState, apply
+from belay.stores.base import ArtifactStore, EventStore
+from belay.stores.factory import open_artifact_store, open_event_store
+
+log = logging.getLogger("belay.operator")
+
+EventPoster = Callable[[dict[str, Any], TransitionEvent], None]
+# Children are applied again at least this often even when nothing changed, so an object someone
+# deleted by hand comes back.
+REAPPLY_INTERVAL_S = 60.0
+PHASES: tuple[PodPhase, ...] = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+
+
+@dataclass
+class SessionMemory:
+    state: SessionState = EMPTY
+    applied_digest: str = ""
+    applied_at: float = 0.0
+    status: dict[str, Any] | None = None
+    forked_from: ForkStatus | None = None
+    fork_error: str = ""
+
+
+@dataclass
+class PassResult:
+    decision: HarnessDecision
+    status: dict[str, Any]
+    transitions: list[TransitionEvent] = field(default_factory=list)
+
+
+def pod_phase(pod: Any) -> PodPhase:
+    phase = getattr(pod.status, "phase", None) or "Pending"
+    return phase if phase in PHASES else "Unknown"
+
+
+def harness_pods(pods: list[Any]) -> list[HarnessPod]:
+    found = []
+    for pod in pods:
+        labels = pod.metadata.labels or {}
+        if labels.get(names.LABEL_COMPONENT) != names.COMPONENT_HARNESS:
+            continue
+        index = labels.get(names.LABEL_ATTEMPT, "")
+        if not index.isdigit():
+            continue
+        found.append(
+            HarnessPod(
+                name=pod.metadata.name,
+                index=int(index),
+                phase=pod_phase(pod),
+                deleting=pod.metadata.deletion_timestamp is not None,
+            )
+        )
+    return found
+
+
+def _digest(objects: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(objects, sort_keys=True).encode()).hexdigest()
+
+
+class SessionReconciler:
+    def __init__(
+        self, kube: KubeClient, settings: OperatorSettings, post_event: EventPoster | None = None
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.post_event = post_event
+        self.memory: dict[str, SessionMemory] = {}
+        self._event_stores: dict[str, EventStore] = {}
+        self._artifact_stores: dict[str, ArtifactStore] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # ---- stores, opened once per URL
+
+    def event_store(self, spec: AgentSessionSpec) -> EventStore:
+        url = spec.stores.events or self.settings.event_store
+        if url not in self._event_stores:
+            self._event_stores[url] = open_event_store(url)
+        return self._event_stores[url]
+
+    def artifact_store(self, spec: AgentSessionSpec) -> ArtifactStore:
+        url = spec.stores.artifacts or self.settings.artifact_store
+        if url not in self._artifact_stores:
+            self._artifact_stores[url] = open_artifact_store(url)
+        return self._artifact_stores[url]
+
+    async def close(self) -> None:
+        for store in self._event_stores.values():
+            await store.close()
+
+    def forget(self, uid: str) -> None:
+        self.memory.pop(uid, None)
+        self._locks.pop(uid, None)
+
+    # ---- the pass
+
+    async def reconcile(self, body: dict[str, Any]) -> PassResult:
+        uid = body["metadata"]["uid"]
+        lock = self._locks.setdefault(uid, asyncio.Lock())
+        async with lock:
+            return await self._reconcile(body, self.memory.setdefault(uid, SessionMemory()))
+
+    async def _write(self, store: EventStore, session: str, write: RecordWrite) -> None:
+        await store.append(session, list(write.drafts), idempotency_key=write.idempotency_key)
+
+    async def _follow(self, store: EventStore, ref: SessionRef, memory: SessionMemory) -> None:
+        """Fold the events after the last one seen, and mirror the checkpoints among them."""
+        fresh = await store.read(ref.name, from_seq=memory.state.last_seq + 1)
+        state = memory.state
+        for event in fresh:
+            state = apply(state, event)
+            if isinstance(event, CheckpointEvent):
+                await asyncio.to_thread(self.kube.apply, checkpoint_object(ref, event))
+        memory.state = state
+
+    async def _fork(
+        self, store: EventStore, ref: SessionRef, spec: AgentSessionSpec, memory: SessionMemory
+    ) -> None:
+        fork = spec.fork_from
+        if fork is None or memory.forked_from is not None:
+            return
+        source = await store.read(fork.session)
+        try:
+            write, status = fork_write(ref.uid, source, fork.checkpoint)
+        except ForkSourceMissing as error:
+            memory.fork_error = f"forkFrom {fork.session}: {error}"
+            return
+        if await store.last_seq(ref.name) == 0:
+            await self._write(store, ref.name, write)
+        memory.forked_from = status
+        memory.fork_error = ""
+
+    async def _decide(
+        self,
+        store: EventStore,
+        ref: SessionRef,
+        spec: AgentSessionSpec,
+        memory: SessionMemory,
+        pods: list[Any],
+    ) -> HarnessDecision:
+        lease = await store.current_lease(ref.name)
+        decision = decide_harness(
+            memory.state, harness_pods(pods), lease.number if lease else 0, spec.recovery.max_attempts
+        )
+        if decision.action == Action.REPLACE:
+            if decision.lost_attempt is not None:
+                lost = harness_lost_write(ref.uid, decision.lost_attempt, decision.lost_pod, decision.why)
+                await self._write(store, ref.name, lost)
+            # Fence first: from here on the lost attempt cannot append, even if it still runs.
+            fenced = await store.acquire_lease(ref.name, holder=names.FIELD_MANAGER)
+            decision = HarnessDecision(
+                Action.REPLACE, fenced.number, decision.lost_attempt, decision.lost_pod, decision.why
+            )
+            log.info(
+                "session %s/%s: %s; attempt index %s", ref.namespace, ref.name, decision.why, fenced.number
+            )
+        elif decision.action == Action.GIVE_UP:
+            await self._write(
+                store,
+                ref.name,
+                gave_up_write(ref.uid, memory.state.lifecycle.harness_lost, spec.recovery.max_attempts),
+            )
+        return decision
+
+    async def _apply_children(
+        self, ref: SessionRef, objects: list[dict[str, Any]], pods: list[Any], memory: SessionMemory
+    ) -> None:
+        now = asyncio.get_running_loop().time()
+        digest = _digest(objects)
+        wanted_pods = {o["metadata"]["name"] for o in objects if o["kind"] == "Pod"}
+        existing_pods = {p.metadata.name for p in pods if p.metadata.deletion_timestamp is None}
+        missing_pod = bool(wanted_pods - existing_pods)
+        if digest != memory.applied_digest or missing_pod or now - memory.applied_at > REAPPLY_INTERVAL_S:
+            for obj in objects:
+                await asyncio.to_thread(self.kube.apply, obj)
+            memory.applied_digest = digest
+            memory.applied_at = now
+        for pod in pods:
+            if pod.metadata.name not in wanted_pods and pod.metadata.deletion_timestamp is None:
+                await asyncio.to_thread(self.kube.delete_pod, ref.namespace, pod.metadata.name)
+
+    def _pod_statuses(
+        self, ref: SessionRef, spec: AgentSessionSpec, decision: HarnessDecision, pods: list[Any], lease: int
+    ) -> tuple[HarnessPodStatus | None, list[SandboxPodStatus]]:
+        if decision.index is None:
+            return None, []
+        by_name = {p.metadata.name: p for p in pods}
+        harness_name = names.harness_pod_name(ref.name, decision.index)
+        harness_pod = by_name.get(harness_name)
+        harness = HarnessPodStatus(
+            pod=harness_name,
+            attempt=decision.index,
+            lease=lease,
+            phase=pod_phase(harness_pod) if harness_pod is not None else "Pending",
+        )
+        sandboxes = []
+        for sub in spec.subagents:
+            name = names.sandbox_pod_name(ref.name, sub.name, decision.index)
+            pod = by_name.get(name)
+            sandboxes.append(
+                SandboxPodStatus(
+                    subagent=sub.name,
+                    pod=name,
+                    service=names.sandbox_service_name(ref.name, sub.name),
+                    phase=pod_phase(pod) if pod is not None else "Pending",
+                )
+            )
+        return harness, sandboxes
+
+    async def _reconcile(self, body: dict[str, Any], memory: SessionMemory) -> PassResult:
+        meta = body["metadata"]
+        ref = SessionRef(meta["name"], meta["namespace"], meta["uid"], int(meta.get("generation") or 1))
+        spec = AgentSessionSpec.model_validate(body["spec"])
+        store = self.event_store(spec)
+        artifacts = self.artifact_store(spec)
+
+        await asyncio.to_thread(self.kube.ensure_secret, token_secret(ref, secrets.token_urlsafe(32)))
+        await self._fork(store, ref, spec, memory)
+        await self._follow(store, ref, memory)
+
+        writes = spec_approval_writes(ref.uid, spec, memory.state)
+        scope = scope_change_write(ref.uid, ref.generation, spec, memory.state)
+        for write in [*writes, *([scope] if scope else [])]:
+            await self._write(store, ref.name, write)
+
+        pods = await asyncio.to_thread(self.kube.session_pods, ref.namespace, ref.name)
+        decision = await self._decide(store, ref, spec, memory, pods)
+        await self._follow(store, ref, memory)
+
+        if memory.fork_error:
+            decision = HarnessDecision(Action.STOP, None, why=memory.fork_error)
+        objects = desired_children(ref, spec, self.settings, decision.index)
+        await self._apply_children(ref, objects, pods, memory)
+
+        lease = await store.current_lease(ref.name)
+        harness, sandboxes = self._pod_statuses(ref, spec, decision, pods, lease.number if lease else 0)
+
+        def locate(artifact: ArtifactRef) -> str:
+            return artifacts.location(artifact.sha256)
+
+        previous = body.get("status") or memory.status
+        status = session_status_patch(
+            memory.state,
+            previous_status=previous,
+            generation=ref.generation,
+            now=datetime.now(UTC),
+            harness=harness,
+            sandboxes=sandboxes,
+            forked_from=memory.forked_from,
+            locate=locate,
+            stalled=OperatorStall(OperatorReason.FORK_SOURCE_MISSING, memory.fork_error)
+            if memory.fork_error
+            else None,
+        )
+        status_body = status.to_status()
+        transitions: list[TransitionEvent] = []
+        if status_body != memory.status:
+            transitions = transition_events(memory.status or previous, status)
+            await asyncio.to_thread(self.kube.apply_status, ref.namespace, ref.name, status_body)
+            memory.status = status_body
+            if self.post_event is not None:
+                for transition in transitions:
+                    self.post_event(body, transition)
+        return PassResult(decision, status_body, transitions)

@@ -1,0 +1,257 @@
+"""A stand-in for the kubelet (and for the cluster network) of the test control plane, which has no
+node: it runs each pod of a namespace as a local process and reports the pod's status.
+
+What it does for a pod:
+- volumes: an emptyDir is a fresh directory, a Secret volume is the Secret's keys written as
+  files; a command argument or an env value that starts with a mount path is rewritten to the
+  directory standing in for it;
+- the container's `python` is this interpreter (the image would have the same package installed);
+- network: every pod shares 127.0.0.1, so each declared container port gets a free loopback port
+  (an argument naming the port, and `0.0.0.0`, are rewritten), and a Service URL in an env value
+  (`http://<service>.<namespace>.svc:<port>`) is rewritten to the port of a pod the Service
+  selects, as cluster DNS and kube-proxy would route it;
+- status: Running once started, then Succeeded or Failed with the exit code; a pod deleted from
+  the API has its process group killed, as a kubelet would.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from tests.testenv.network import free_port
+
+SERVICE_URL = re.compile(r"http://([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)")
+POLL_S = 0.3
+
+
+class Unroutable(Exception):
+    pass
+
+
+@dataclass
+class LocalPod:
+    name: str
+    uid: str
+    labels: dict[str, str]
+    process: subprocess.Popen[bytes]
+    root: Path
+    ports: dict[str, int]  # container port name or number -> loopback port
+    reported_exit: bool = False
+    log: Path = field(default_factory=Path)
+
+
+class LocalKubelet:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        namespace: str,
+        work_dir: Path,
+        extra_env: Callable[[dict[str, Any]], dict[str, str]] | None = None,
+    ) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.namespace = namespace
+        self.work_dir = work_dir
+        self.extra_env = extra_env or (lambda pod: {})
+        self.pods: dict[str, LocalPod] = {}
+        self.started_names: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="local-kubelet", daemon=True)
+        self._lock = threading.Lock()
+        self.errors: list[str] = []
+
+    # ---- lifecycle
+
+    def __enter__(self) -> LocalKubelet:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        with self._lock:
+            for pod in list(self.pods.values()):
+                self._kill(pod)
+            self.pods.clear()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync()
+            except Exception as error:  # the apiserver is busy; the next poll catches up
+                self.errors.append(repr(error))
+            self._stop.wait(POLL_S)
+
+    # ---- one sync
+
+    def sync(self) -> None:
+        with self._lock:
+            listed = {p.metadata.name: p for p in self.core.list_namespaced_pod(self.namespace).items}
+            for name, local in list(self.pods.items()):
+                pod = listed.get(name)
+                if (
+                    pod is None
+                    or pod.metadata.uid != local.uid
+                    or pod.metadata.deletion_timestamp is not None
+                ):
+                    self._kill(local)
+                    del self.pods[name]
+                    if pod is not None and pod.metadata.deletion_timestamp is not None:
+                        with contextlib.suppress(client.ApiException):
+                            self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+            # Pods that serve ports first: others may name them through a Service.
+            fresh = [
+                p for n, p in listed.items() if n not in self.pods and p.metadata.deletion_timestamp is None
+            ]
+            fresh = [p for p in fresh if (p.status.phase or "Pending") == "Pending"]
+            fresh.sort(key=lambda p: not any(c.ports for c in p.spec.containers))
+            for pod in fresh:
+                self._start(pod)
+            for local in self.pods.values():
+                code = local.process.poll()
+                if code is not None and not local.reported_exit:
+                    local.reported_exit = True
+                    self._report(local.name, "Succeeded" if code == 0 else "Failed", code)
+
+    def _report(self, name: str, phase: str, exit_code: int | None = None) -> None:
+        status: dict[str, Any] = {"phase": phase, "podIP": "127.0.0.1"}
+        if phase == "Running":
+            status["startTime"] = datetime.now(UTC).isoformat()
+        if exit_code is not None:
+            status["message"] = f"exit code {exit_code}"
+        with contextlib.suppress(client.ApiException):
+            self.core.patch_namespaced_pod_status(name, self.namespace, {"status": status})
+
+    def _kill(self, local: LocalPod) -> None:
+        if local.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(local.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            local.process.wait(timeout=10)
+
+    # ---- starting a pod
+
+    def _volumes(self, pod: Any, root: Path) -> dict[str, Path]:
+        paths = {}
+        for volume in pod.spec.volumes or []:
+            path = root / "volumes" / volume.name
+            path.mkdir(parents=True)
+            if volume.secret is not None:
+                secret = self.core.read_namespaced_secret(volume.secret.secret_name, self.namespace)
+                for key, value in (secret.data or {}).items():
+                    (path / key).write_bytes(base64.b64decode(value))
+                    (path / key).chmod(0o400)
+            paths[volume.name] = path
+        return paths
+
+    def _service_target(self, service: str, port: int) -> int | None:
+        try:
+            found = self.core.read_namespaced_service(service, self.namespace)
+        except client.ApiException:
+            return None
+        selector = found.spec.selector or {}
+        target = next((p.target_port for p in found.spec.ports if p.port == port), None)
+        for local in self.pods.values():
+            if all(local.labels.get(k) == v for k, v in selector.items()):
+                return local.ports.get(str(target))
+        return None
+
+    def _route(self, value: str) -> str:
+        """Service URLs rewritten to the loopback port of a selected pod. Raises Unroutable when a
+        Service selects no started pod yet: the pod waits for the next sync, as it would wait for
+        DNS and endpoints."""
+
+        def replace(match: re.Match[str]) -> str:
+            service, namespace, port = match.group(1), match.group(2), int(match.group(3))
+            if namespace != self.namespace:
+                return match.group(0)
+            target = self._service_target(service, port)
+            if target is None:
+                raise Unroutable(match.group(0))
+            return f"http://127.0.0.1:{target}"
+
+        return SERVICE_URL.sub(replace, value)
+
+    def _start(self, pod: Any) -> None:
+        (container,) = pod.spec.containers
+        try:
+            for item in container.env or []:
+                self._route(item.value or "")
+        except Unroutable:
+            return
+        root = self.work_dir / f"{pod.metadata.name}-{pod.metadata.uid[:8]}"
+        if root.exists():
+            shutil.rmtree(root)
+        volumes = self._volumes(pod, root)
+        mounts = sorted(
+            ((m.mount_path, volumes[m.name]) for m in container.volume_mounts or []),
+            key=lambda item: -len(item[0]),
+        )
+        ports: dict[str, int] = {}
+        for port in container.ports or []:
+            local_port = free_port()
+            ports[str(port.container_port)] = local_port
+            if port.name:
+                ports[port.name] = local_port
+
+        def local_path(value: str) -> str:
+            for mount_path, host in mounts:
+                if value == mount_path or value.startswith(mount_path + "/"):
+                    return str(host) + value[len(mount_path) :]
+            return value
+
+        argv = [local_path(a) for a in container.command + (container.args or [])]
+        argv = [ports.get(a, a) if a.isdigit() else a for a in argv]  # type: ignore[misc]
+        argv = ["127.0.0.1" if a == "0.0.0.0" else str(a) for a in argv]
+        if argv[0] == "python":
+            argv[0] = sys.executable
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(root),
+            "HOSTNAME": pod.metadata.name,
+            "LANG": "C.UTF-8",
+        }
+        for item in container.env or []:
+            env[item.name] = self._route(local_path(item.value or ""))
+        env.update(self.extra_env(pod.to_dict()))
+        log = root / "log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                argv, env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.pods[pod.metadata.name] = LocalPod(
+            name=pod.metadata.name,
+            uid=pod.metadata.uid,
+            labels=dict(pod.metadata.labels or {}),
+            process=process,
+            root=root,
+            ports=ports,
+            log=log,
+        )
+        self.started_names.append(pod.metadata.name)
+        self._report(pod.metadata.name, "Running")
+
+    # ---- fault injection
+
+    def kill(self, name: str) -> None:
+        """The pod's process dies (the node lost it); the pod object is left for the API to show."""
+        with self._lock:
+            self._kill(self.pods[name])
+
+    def log_of(self, name: str) -> str:
+        local = self.pods.get(name)
+        return local.log.read_text(errors="replace") if local else ""

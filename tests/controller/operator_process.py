@@ -1,0 +1,94 @@
+"""The operator as the chart runs it (`python -m belay.controller`), started against the test
+control plane, plus small waiting helpers for the end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from belay.controller.settings import SETTINGS_ENV, OperatorSettings
+from tests.testenv.kube import ControlPlane
+from tests.testenv.network import free_port
+
+T = TypeVar("T")
+
+
+class OperatorProcess:
+    def __init__(
+        self, kube: ControlPlane, namespace: str, settings: OperatorSettings, log_path: Path
+    ) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.settings = settings
+        self.log_path = log_path
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kube.kubeconfig),
+            "BELAY_KUBECONFIG": str(self.kube.kubeconfig),
+            SETTINGS_ENV: self.settings.model_dump_json(),
+            "BELAY_FOLLOW_INTERVAL_S": "0.5",
+        }
+        argv = [
+            sys.executable,
+            "-m",
+            "belay.controller",
+            "--namespace",
+            self.namespace,
+            "--metrics-port",
+            str(self.metrics_port),
+            "--health-port",
+            str(self.health_port),
+        ]
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        return self
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def wait_for(
+    probe: Callable[[], T | None],
+    what: str,
+    timeout: float = 180.0,
+    describe: Callable[[], str] | None = None,
+) -> T:
+    """Poll until probe returns something truthy; the deadline only turns a hang into a failure."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            detail = describe() if describe else ""
+            raise AssertionError(f"timed out waiting for {what}\n{detail}")
+        time.sleep(0.3)
+
+
+def kubectl_json(kube: ControlPlane, *args: str) -> dict[str, Any]:
+    result = kube.kubectl(*args, "-o", "json", check=False)
+    return dict(json.loads(result.stdout)) if result.returncode == 0 else {}
