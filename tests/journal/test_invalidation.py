@@ -3,6 +3,9 @@ through upstream results and the artifacts they produced, and nothing else."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from belay.journal.events import (
     Artifact,
     ArtifactRef,
@@ -122,3 +125,70 @@ def test_a_redone_result_is_no_longer_tied_to_inputs_it_dropped() -> None:
     state = fold(log.events)
     assert state.scope_changes[-1].invalidated == ()
     assert state.results["d"].valid
+
+
+# (result id, request parts, upstream result ids, produces an artifact)
+ResultSpec = tuple[str, tuple[str, ...], tuple[str, ...], bool]
+
+
+@st.composite
+def result_graphs(draw: st.DrawFn) -> tuple[list[ResultSpec], set[str]]:
+    """Results r0..rN, each derived from some request parts and some earlier results, some of them
+    producing an artifact that later results consume; and the parts one scope change touches."""
+    count = draw(st.integers(1, 15))
+    results = []
+    for index in range(count):
+        parts = tuple(draw(st.lists(st.sampled_from(PARTS), max_size=2, unique=True)))
+        upstream = tuple(
+            draw(st.lists(st.sampled_from([f"r{j}" for j in range(index)]), max_size=3, unique=True))
+            if index
+            else []
+        )
+        produces_artifact = draw(st.booleans())
+        results.append((f"r{index}", parts, upstream, produces_artifact))
+    touched = set(draw(st.lists(st.sampled_from(PARTS), min_size=1, max_size=3, unique=True)))
+    return results, touched
+
+
+PARTS = ["p", "q", "s", "t"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(graph=result_graphs(), through_artifacts=st.booleans())
+def test_invalidation_is_exactly_the_transitive_dependents_of_the_touched_parts(
+    graph: tuple[list[ResultSpec], set[str]], through_artifacts: bool
+) -> None:
+    results, touched = graph
+    log = LogBuilder()
+    log.add(UserInput(goal="G", parts={p: "v1" for p in PARTS}))
+    produced: dict[str, str] = {}
+    for result_id, parts, upstream, produces_artifact in results:
+        # Upstream results are named directly or, when they produced an artifact, by its hash.
+        by_hash = tuple(produced[u] for u in upstream if through_artifacts and u in produced)
+        by_id = tuple(u for u in upstream if not (through_artifacts and u in produced))
+        derived = DerivedFrom(request_version=1, request_parts=parts, results=by_id, artifacts=by_hash)
+        log.add(
+            ToolResult(operation_id=f"op-{result_id}", ok=True, result_id=result_id, derived_from=derived)
+        )
+        if produces_artifact:
+            produced[result_id] = sha(result_id)
+            log.add(
+                Artifact(
+                    name=f"{result_id}.out",
+                    ref=ArtifactRef(sha256=sha(result_id), size=1),
+                    result_id=result_id,
+                )
+            )
+    log.add(ScopeChange(request_version=2, summary="s", changed_parts={p: "v2" for p in touched}))
+    state = fold(log.events)
+
+    expected: set[str] = set()
+    changed = True
+    while changed:  # the fixpoint, computed the slow and obvious way
+        changed = False
+        for result_id, parts, upstream, _ in results:
+            if result_id not in expected and (touched & set(parts) or expected & set(upstream)):
+                expected.add(result_id)
+                changed = True
+    assert set(state.scope_changes[-1].invalidated) == expected
+    assert {r.result_id for r in state.invalid_results()} == expected
