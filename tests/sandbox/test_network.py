@@ -39,6 +39,12 @@ async def host_listener() -> AsyncIterator[HostListener]:
     await listener.server.wait_closed()
 
 
+SELF_CONNECT = (
+    "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
+    "socket.create_connection(s.getsockname(), timeout=5); print('self-connected')"
+)
+
+
 def connect_command(port: int) -> list[str]:
     code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5); print('connected')"
     return ["python", "-c", code]
@@ -59,6 +65,8 @@ async def test_profile_none_blocks_the_host_loopback_when_isolated(
         assert result["output"]["exit_code"] != 0
         assert "connected" not in result["output"]["stdout"]
         assert host_listener.connections == 0
+        own_loopback = await sandbox.client.call("run_command", {"command": ["python", "-c", SELF_CONNECT]})
+        assert own_loopback["output"]["stdout"] == "self-connected\n", own_loopback
     finally:
         await sandbox.stop()
 
@@ -148,6 +156,11 @@ async def test_tcp_server_isolates_each_command(tmp_path: Path, host_listener: H
             assert host_listener.connections == 0
             namespaces = await client.call("run_command", {"command": ["readlink", "/proc/self/ns/net"]})
             assert namespaces["output"]["stdout"].strip() != os.readlink("/proc/self/ns/net")
+            # The command's own loopback works: it can serve and connect to itself.
+            own_loopback = await client.call("run_command", {"command": ["python", "-c", SELF_CONNECT]})
+            assert own_loopback["output"]["stdout"] == "self-connected\n", own_loopback
+            missing = await client.call("run_command", {"command": ["no-such-program"]})
+            assert missing["output"]["exit_code"] == 127
     finally:
         process.terminate()
         await process.wait()

@@ -17,6 +17,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,7 +146,7 @@ def plan_isolation(profile: str, listens_on_tcp: bool) -> tuple[IsolationReport,
                 True,
                 f"each command runs under `unshare {' '.join(flags)}` in its own network namespace "
                 f"(e.g. {observed}); the server keeps the pod's namespace to accept TCP",
-                command_prefix=prefix,
+                command_prefix=(*prefix, sys.executable, "-m", "belay.sandbox.loopback_exec"),
             ),
             None,
         )
