@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from belay.sandbox.client import SandboxUnavailable
-from belay.sandbox.local import LocalSandbox, processes_with_marker
+from belay.sandbox.local import LocalSandbox, processes_with_marker, stop_recorded_servers
 from tests.sandbox.helpers import eventually_gone, is_running
 
 
@@ -98,3 +98,16 @@ async def test_a_long_base_path_still_gets_a_working_socket(tmp_path: Path) -> N
     finally:
         await sandbox.stop()
     assert not socket_path.parent.exists()
+
+
+async def test_a_new_attempt_stops_every_server_the_killed_one_left(tmp_path: Path) -> None:
+    researcher = await LocalSandbox.start(tmp_path, "researcher", "none")
+    implementer = await LocalSandbox.start(tmp_path, "implementer", "none")
+    # The harness is killed; the next attempt clears the field before starting anything.
+    assert stop_recorded_servers(tmp_path) == ["implementer", "researcher"]
+    assert await eventually_gone(researcher.pid)
+    assert await eventually_gone(implementer.pid)
+    assert processes_with_marker(researcher.instance) == processes_with_marker(implementer.instance) == []
+    assert stop_recorded_servers(tmp_path) == []
+    await researcher.client.close()
+    await implementer.client.close()

@@ -237,6 +237,18 @@ class LocalSandbox:
         return await LocalSandbox.start(self.base_dir, self.name, self.profile)
 
 
+def stop_recorded_servers(base_dir: Path) -> list[str]:
+    """Stop every sandbox server recorded under base_dir, whatever its name. A new harness attempt
+    calls this before starting its sandboxes: it owns them all now, including those of subagents
+    it will not restart (already finished) that the killed attempt left running. Returns the names
+    whose record was found."""
+    names = []
+    for record in sorted(base_dir.glob("*/server.json")):
+        names.append(record.parent.name)
+        stop_recorded_server(record.parent)
+    return names
+
+
 def stop_recorded_server(sandbox_dir: Path) -> None:
     """Kill a server left running by an earlier harness process (killed before it could stop it)."""
     record_path = sandbox_dir / "server.json"
