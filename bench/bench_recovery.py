@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from belay.local.drill import DEFAULT_MANIFEST, kill_group, read_events, run_until, start_belay
+from belay.local.runtime import LocalHome, load_installed, stop_leftover_sandboxes
 from bench.common import Figure
 
 RUNS = 20
@@ -34,6 +35,8 @@ def one_recovery(home: Path) -> float:
         raise TimeoutError("the resumed attempt wrote nothing within 120 s")
     finally:
         kill_group(resume)
+        home_dir = LocalHome(home)
+        stop_leftover_sandboxes(home_dir, load_installed(home_dir, SESSION))
 
 
 def run() -> list[Figure]:

@@ -114,4 +114,5 @@ def test_events_json_lines_and_sessions(finished: tuple[Path, str, list[Event]])
     again = run_belay(
         home, "run", str(Path(__file__).resolve().parents[2] / "examples/parser-fix/session.yaml")
     )
-    assert again.returncode != 0 and "belay resume parser-fix" in again.stderr
+    assert again.returncode == 0 and "already completed" in again.stderr
+    assert len(run_belay(home, "events", SESSION, "--json").stdout.splitlines()) == len(events)

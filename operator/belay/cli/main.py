@@ -142,6 +142,15 @@ def run(
     except ManifestError as error:
         raise fail(f"bad manifest: {error}") from None
     state, _ = asyncio.run(read_state(home, session.session_id))
+    if state.lifecycle.completed:
+        typer.echo(
+            f"session {session.session_id} already completed in {home.root}; its briefing follows "
+            "(use another --home for a fresh run)",
+            err=True,
+        )
+        if not quiet:
+            print_brief(session.session_id, "text")
+        return
     if state.last_seq:
         raise fail(
             f"session {session.session_id} already exists in {home.root}; "

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -107,6 +107,10 @@ class RecoveryFailed(Exception):
         self.detail = detail
 
 
+class BudgetExhausted(Exception):
+    pass
+
+
 @dataclass
 class HarnessResult:
     completed: bool
@@ -139,6 +143,7 @@ class Harness:
     _state_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _handles: dict[str, SandboxHandle] = field(default_factory=dict)
     _fault_points: frozenset[str] = field(default_factory=frozenset)
+    _model_calls: int = 0  # this session's model calls so far, counted from the record at start
 
     @property
     def session_id(self) -> str:
@@ -192,13 +197,46 @@ class Harness:
         state = await self.state()
         if state.lifecycle.completed:
             return HarnessResult(True, "the session had already completed", self.attempt)
+        self._model_calls = sum(1 for e in await self.events() if e.type == "model_output")
         await self.record_start(state)
+        max_attempts = self.session.spec.recovery.max_attempts
+        if self.attempt > max_attempts:
+            detail = f"attempt {self.attempt} is beyond recovery.maxAttempts ({max_attempts})"
+            await self.record(
+                [
+                    Lifecycle(
+                        kind=LifecycleKind.SESSION_FAILED,
+                        attempt=self.attempt,
+                        reason="MaxAttempts",
+                        detail=detail,
+                    ),
+                    Lifecycle(
+                        kind=LifecycleKind.HARNESS_FINISHED, attempt=self.attempt, reason="MaxAttempts"
+                    ),
+                ]
+            )
+            return HarnessResult(False, detail, self.attempt)
         try:
-            await asyncio.gather(*(self.prepare_sandbox(s) for s in self.session.spec.subagents))
-            await asyncio.gather(*(self.run_subagent(s) for s in self.session.spec.subagents))
+            await all_of(self.prepare_sandbox(s) for s in self.session.spec.subagents)
+            await all_of(self.run_subagent(s) for s in self.session.spec.subagents)
             return await self.finish()
         except RecoveryFailed as failure:
             return HarnessResult(False, str(failure), self.attempt)
+        except BudgetExhausted as exhausted:
+            await self.record(
+                [
+                    Lifecycle(
+                        kind=LifecycleKind.SESSION_FAILED,
+                        attempt=self.attempt,
+                        reason="BudgetExhausted",
+                        detail=str(exhausted),
+                    ),
+                    Lifecycle(
+                        kind=LifecycleKind.HARNESS_FINISHED, attempt=self.attempt, reason="BudgetExhausted"
+                    ),
+                ]
+            )
+            return HarnessResult(False, str(exhausted), self.attempt)
         except StaleLease:
             # A newer attempt holds the lease: this one must not write another event.
             return HarnessResult(
@@ -527,11 +565,15 @@ class Harness:
                 await self.record(
                     [Task(task_id=sub.name, status=TaskStatus.RUNNING, owner=sub.name)], subagent=sub.name
                 )
+            budget = self.session.spec.budgets.max_model_calls
+            if budget is not None and self._model_calls >= budget:
+                raise BudgetExhausted(f"budgets.maxModelCalls ({budget}) used up")
             tail = await self.store.tail(self.session_id, CONTEXT_TAIL_EVENTS)
             shared = await build_context(self.store, self.session_id, state, CONTEXT_BUDGET_TOKENS)
             request = build_model_request(
                 state, tail, sub.name, sub.role, sub.deliverable, record_context=shared.to_text()
             )
+            self._model_calls += 1
             turn = await model.complete(request)
             if turn.model_id and not self.model_id:
                 self.model_id = turn.model_id
@@ -873,6 +915,16 @@ class Harness:
                 return False, "the approval expired before the operation was dispatched"
             # Pending, or decided for another payload: that never dispatches this one.
             await asyncio.sleep(self.poll_interval_s)
+
+
+async def all_of(coroutines: Iterable[Coroutine[Any, Any, None]]) -> None:
+    """Run concurrently; on the first failure cancel the others, wait for them, and raise it."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            for coroutine in coroutines:
+                group.create_task(coroutine)
+    except BaseExceptionGroup as failures:
+        raise failures.exceptions[0] from None
 
 
 def declared_grant(

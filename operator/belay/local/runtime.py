@@ -224,6 +224,16 @@ async def run_local(
         if service is not None:
             await service.stop()
         await store.close()
+        stop_leftover_sandboxes(home, session)
+
+
+def stop_leftover_sandboxes(home: LocalHome, session: AgentSession) -> None:
+    """Stop sandbox servers an earlier, killed process left running (they run in their own
+    process groups, so killing the harness's group does not reach them)."""
+    from belay.sandbox.local import stop_recorded_server
+
+    for sub in session.spec.subagents:
+        stop_recorded_server(home.sandboxes_dir(session.session_id) / sub.name)
 
 
 async def read_state(home: LocalHome, session_id: str) -> tuple[SessionState, list[Event]]:
