@@ -8,6 +8,7 @@ import pytest
 
 from belay.sandbox.client import SandboxError
 from belay.sandbox.local import LocalSandbox
+from belay.sandbox.protocol import MAX_OUTPUT_BYTES
 from tests.sandbox.helpers import eventually_gone
 
 # Each test here touches only its own paths, so the module shares one sandbox.
@@ -132,3 +133,14 @@ async def test_reading_a_binary_file_is_a_clear_tool_failure(sandbox: LocalSandb
     result = await sandbox.client.call("read_file", {"path": "blob.bin"})
     assert result["ok"] is False
     assert "not UTF-8 text" in result["error"]
+
+
+async def test_output_above_the_cap_is_cut_and_says_so(sandbox: LocalSandbox) -> None:
+    result = await sandbox.client.call(
+        "run_command", {"command": f"head -c {MAX_OUTPUT_BYTES + 5000} /dev/zero | tr '\\0' a; echo done >&2"}
+    )
+    output = result["output"]
+    assert output["exit_code"] == 0
+    assert output["stdout"] == "a" * MAX_OUTPUT_BYTES
+    assert output["stderr"] == "done\n"
+    assert output["truncated"] is True
