@@ -95,3 +95,13 @@ async def test_command_line_service(tmp_path: Path) -> None:
     finally:
         process.terminate()
         assert await process.wait() == 0
+
+
+async def test_concurrent_creates_each_get_their_own_ticket(tmp_path: Path) -> None:
+    state = tmp_path / "tickets.json"
+    async with TicketService(state) as service:
+        created = await asyncio.gather(
+            *(create_ticket(service.url, f"ticket {n}", client_ref=f"op-{n}") for n in range(20))
+        )
+    assert len({ticket.id for ticket in created}) == 20
+    assert sorted(t.title for t in load_tickets(state)) == sorted(f"ticket {n}" for n in range(20))
