@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from belay.harness.models.base import ModelMessage, ModelRequest
+from belay.harness.models.base import ModelMessage, ModelRequest, ToolCall
 from belay.harness.tools import tool_schemas
 from belay.journal.events import Event, ModelOutputEvent, ToolRequestEvent, ToolResultEvent
 from belay.journal.state import SessionState
@@ -54,11 +54,18 @@ def build_model_request(
     for event in tail:
         if event.actor.subagent != subagent:
             continue
-        if isinstance(event, ModelOutputEvent) and event.payload.text:
+        if isinstance(event, ModelOutputEvent) and (event.payload.text or event.payload.tool_calls):
             messages.append(ModelMessage(role="assistant", content=event.payload.text))
         elif isinstance(event, ToolRequestEvent):
-            call = {"tool": event.payload.tool, "arguments": event.payload.arguments}
-            messages.append(ModelMessage(role="assistant", content=json.dumps(call, sort_keys=True)))
+            # The request belongs to the assistant turn just before it (the same atomic batch).
+            call = ToolCall(
+                call_id=event.payload.operation_id, name=event.payload.tool, arguments=event.payload.arguments
+            )
+            if messages[-1].role == "assistant":
+                turn = messages.pop()
+                messages.append(turn.model_copy(update={"tool_calls": [*turn.tool_calls, call]}))
+            else:
+                messages.append(ModelMessage(role="assistant", content="", tool_calls=[call]))
         elif isinstance(event, ToolResultEvent):
             body = {"ok": event.payload.ok, "output": event.payload.output, "error": event.payload.error}
             messages.append(

@@ -575,7 +575,7 @@ class Harness:
             )
             self._model_calls += 1
             turn = await model.complete(request)
-            if turn.model_id and not self.model_id:
+            if turn.model_id:  # the exact model snapshot the provider reports
                 self.model_id = turn.model_id
             if not turn.tool_calls:
                 await self.record(
