@@ -8,7 +8,7 @@ Home layout (`--home`, `BELAY_HOME`, default `./.belay`):
     <home>/sessions/<id>/plan.yaml    the scripted plan as run
     <home>/sessions/<id>/sandboxes/   one directory per subagent sandbox (workspaces, logs)
     <home>/sessions/<id>/tickets.json the local ticket service's state
-    <home>/sessions/<id>/logs/        harness logs
+    <home>/sessions/<id>/logs/harness.log  one line per event the harness recorded
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import yaml
 
 from belay.api.agentsession import AgentSession, ManifestError, SubagentSpec, load_manifest
 from belay.harness.declared import input_files
-from belay.harness.loop import Harness, HarnessResult
+from belay.harness.loop import Harness, HarnessResult, fault_key
 from belay.harness.models.base import ModelAdapter
 from belay.journal.events import Event
 from belay.journal.state import SessionState
@@ -201,6 +201,14 @@ async def run_local(
     service = None
     tickets = None
     home.logs_dir(session.session_id).mkdir(parents=True, exist_ok=True)
+    log = (home.logs_dir(session.session_id) / "harness.log").open("a", buffering=1)
+
+    def record_and_forward(event: Event) -> None:
+        who = event.actor.subagent or "-"
+        log.write(f"{event.created_at.isoformat()} attempt={event.actor.attempt} {who} {fault_key(event)}\n")
+        if on_event is not None:
+            on_event(event)
+
     try:
         if with_ticket_service:
             from belay.local.tickets import TicketService
@@ -217,13 +225,14 @@ async def run_local(
             inputs=read_inputs(session),
             holder=f"local:{os.getpid()}",
             model_id=initial_model_id(session),
-            on_event=on_event,
+            on_event=record_and_forward,
         )
         return await harness.run()
     finally:
         if service is not None:
             await service.stop()
         await store.close()
+        log.close()
         stop_leftover_sandboxes(home, session)
 
 
