@@ -218,8 +218,12 @@ def phase_of(state: Any) -> str:
     lifecycle = state.lifecycle
     if lifecycle.completed:
         return "Completed"
-    if lifecycle.failed or (lifecycle.recovery_failures and not lifecycle.restores):
-        return "Failed"
+    if lifecycle.failed:
+        return f"Failed ({lifecycle.end_reason})" if lifecycle.end_reason else "Failed"
+    latest_start = max((e.seq for e in lifecycle.recent if e.kind == "harness_started"), default=0)
+    failure = lifecycle.last_recovery_failure
+    if failure is not None and failure.seq > latest_start:
+        return f"RecoveryFailed ({failure.reason})"
     if state.pending_approvals or any(w.kind == "on_user" for w in state.open_wait_records()):
         return "WaitingOnUser"
     if lifecycle.harness_running:
