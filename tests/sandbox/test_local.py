@@ -51,6 +51,7 @@ async def test_stop_leaves_no_process(tmp_path: Path) -> None:
     assert not is_running(sandbox.pid)
     assert processes_with_marker(sandbox.instance) == []
     assert not (sandbox.sandbox_dir / "server.json").exists()
+    assert not Path(sandbox.endpoint.removeprefix("unix://")).exists()
 
 
 async def test_a_server_left_by_a_killed_harness_is_stopped_by_the_next_start(tmp_path: Path) -> None:

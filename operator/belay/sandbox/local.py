@@ -211,11 +211,8 @@ class LocalSandbox:
     async def stop(self) -> None:
         """Stop the server and every process it started; returns once none is left."""
         await self.client.close()
-        if self._process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self._process.send_signal(signal.SIGTERM)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._process.wait(), STOP_GRACE_S)
+        # Nothing to shut down gracefully: the server answers a write only once it is on disk, so
+        # killing it loses nothing, and is much quicker than an orderly interpreter exit.
         kill_instance(self.instance)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGKILL)
@@ -224,6 +221,7 @@ class LocalSandbox:
         while processes_with_marker(self.instance) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         socket_path = Path(self.endpoint.removeprefix("unix://"))
+        socket_path.unlink(missing_ok=True)
         if socket_path.parent.name.startswith(TEMPORARY_SOCKET_PREFIX):
             shutil.rmtree(socket_path.parent, ignore_errors=True)
         record = self.sandbox_dir / "server.json"
