@@ -53,7 +53,7 @@ from belay.stores.sqlite import SqliteEventStore
 from bench.common import Figure
 
 COMMAND = "python -m bench bench_journal"
-GENERATOR_VERSION = "v1"
+GENERATOR_VERSION = "v2"
 BIG, SMALL = 1_000_000, 1_000
 BATCH = 5_000
 PAGE = 20_000
@@ -87,6 +87,7 @@ def synthetic_drafts(total: int) -> Iterator[EventDraft]:
         subagent = SUBAGENTS[i % 2]
         actor = Actor(attempt=1, harness_version="0.1.0", model_id="model-a", subagent=subagent)
         step = f"step-{i // 200}"
+        scoped = emitted >= total // 2  # after the scope change that drops "reports"
         arguments = {"command": f"pytest -q tests/test_module_{i % 97}.py"}
         turn: list[EventDraft] = [
             EventDraft(
@@ -118,8 +119,8 @@ def synthetic_drafts(total: int) -> Iterator[EventDraft]:
                     output=f"{i % 50} passed",
                     result_id=f"r-{i}" if i % 5 == 0 else None,
                     derived_from=DerivedFrom(
-                        request_version=1,
-                        request_parts=("reports",) if i % 10 == 0 else ("api",),
+                        request_version=2 if scoped else 1,
+                        request_parts=("reports",) if i % 10 == 0 and not scoped else ("api",),
                         results=(f"r-{i - 5}",) if i % 10 == 5 and i > 5 else (),
                     )
                     if i % 5 == 0

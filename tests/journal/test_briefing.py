@@ -5,9 +5,17 @@ import json
 from hypothesis import given, settings
 
 from belay.journal.briefing import briefing, render_json, render_markdown, render_text
-from belay.journal.events import ArtifactRef
+from belay.journal.events import (
+    ArtifactRef,
+    DerivedFrom,
+    ScopeChange,
+    Task,
+    TaskStatus,
+    ToolResult,
+    UserInput,
+)
 from belay.journal.state import fold
-from tests.journal.fixtures import COMPAT, PATCH, PUBLISH_SHA, realistic_log
+from tests.journal.fixtures import COMPAT, PATCH, PUBLISH_SHA, LogBuilder, realistic_log
 from tests.journal.strategies import logs
 
 
@@ -132,3 +140,34 @@ def test_briefing_is_deterministic(events: list) -> None:
     second = briefing(fold(list(events)))
     assert render_json(first) == render_json(second)
     assert render_text(first) == render_text(second)
+
+
+def _long_session() -> list:
+    log = LogBuilder()
+    log.add(UserInput(goal="Port every module", parts={"api": "v1", "style": "pep8"}))
+    for i in range(40):
+        status = TaskStatus.VERIFIED if i < 5 else TaskStatus.DONE if i < 35 else TaskStatus.PLANNED
+        log.add(Task(task_id=f"step-{i:02}", title=f"Port module {i}", status=status, owner="implementer"))
+    log.add(Task(task_id="step-35", status=TaskStatus.RUNNING))
+    for i in range(80):
+        part = "api" if i < 50 else "style"
+        derived = DerivedFrom(request_version=1, request_parts=(part,))
+        log.add(ToolResult(operation_id=f"op-{i}", ok=True, result_id=f"r-{i:02}", derived_from=derived))
+    for i in range(10):
+        log.add(ScopeChange(request_version=2 + i, summary=f"change {i}", changed_parts={"style": f"s{i}"}))
+    log.add(ScopeChange(request_version=12, summary="api v2", changed_parts={"api": "v2"}))
+    return log.events
+
+
+def test_a_long_session_still_fits_on_a_page_and_keeps_what_matters() -> None:
+    text = render_text(briefing(fold(_long_session())))
+    assert len(text.splitlines()) < 60
+    steps = _section(text, "Steps")
+    assert "... 28 earlier steps not shown (23 done, 5 verified)" in steps
+    assert "running   step-35" in steps and "planned   step-39" in steps
+    assert "done      step-34" in steps  # the most recent finished steps stay
+    changes = _section(text, "Scope changes")
+    assert "... 5 earlier changes not shown" in changes and "v12: api v2" in changes
+    last = _section(text, "Last scope change (v12)")
+    assert "invalid now: r-00 (op-0), r-01 (op-1)," in last and "r-15 (op-15) ... and 34 more" in last
+    assert "still reusable: nothing" in last  # "style" results fell to the earlier changes

@@ -154,3 +154,27 @@ def test_scope_change_records_which_parts_really_changed() -> None:
     assert change.removed_parts == ("c",)  # "z" never existed
     assert state.request.parts == {"a": "1", "b": "22"}
     assert change.invalidated == ("r",)
+
+
+@PROPERTY
+@given(events=logs(max_size=40))
+def test_records_built_on_the_fast_path_pass_their_own_validation(events: list) -> None:
+    state = fold(events)
+    records = [
+        state.request,
+        *state.scope_changes,
+        *state.tasks.values(),
+        *state.operations.values(),
+        *state.approvals.values(),
+        *state.artifacts.values(),
+        *state.notes.values(),
+        *state.waits.values(),
+        *state.results.values(),
+        *state.subagents.values(),
+        state.lifecycle,
+        *([state.latest_checkpoint] if state.latest_checkpoint else []),
+    ]
+    for record in records:
+        again = type(record).model_validate(record.model_dump())
+        assert again == record
+        assert list(again.__dict__) == list(record.__dict__)  # same field order as validation

@@ -21,11 +21,15 @@ from pydantic import BaseModel, ConfigDict
 
 from belay.journal import commands
 from belay.journal.events import ArtifactRef, NoteKind, TaskStatus, WaitKind
-from belay.journal.state import NoteRecord, ResultRecord, SessionState
+from belay.journal.state import NoteRecord, ResultRecord, SessionState, TaskRecord
 from belay.journal.status import Phase, phase_of
 
 LIST_LIMIT = 8  # entries per section before "... and N more"
 STEP_LIMIT = 12
+RESULT_LIMIT = 16
+NOTE_LIMIT = 5
+SCOPE_CHANGE_LIMIT = 6  # the most recent ones
+FINISHED = (TaskStatus.DONE, TaskStatus.VERIFIED, TaskStatus.CANCELLED)
 
 
 class Model(BaseModel):
@@ -39,7 +43,8 @@ class ScopeChangeItem(Model):
     new_goal: str | None = None
     changed_parts: list[str]
     removed_parts: list[str]
-    invalidated: list[str]
+    invalidated: list[str]  # the first RESULT_LIMIT, in recording order
+    invalidated_count: int = 0
 
 
 class StepItem(Model):
@@ -103,6 +108,7 @@ class InvalidationItem(Model):
     request_version: int
     summary: str
     invalidated: list[ResultItem]
+    invalidated_omitted: int = 0
     reusable: list[ResultItem]
     reusable_omitted: int = 0
 
@@ -142,8 +148,11 @@ class Briefing(Model):
     request_version: int
     request_parts: dict[str, str]
     scope_changes: list[ScopeChangeItem]
+    scope_changes_omitted: int = 0  # the earliest ones
     steps: list[StepItem]
-    steps_omitted: int = 0
+    steps_omitted: int = 0  # the earliest finished steps make room for the active ones
+    steps_omitted_done: int = 0
+    steps_omitted_verified: int = 0
     running: list[RunningItem]
     waiting_on_you: list[ActionItem]
     waiting_on_external: list[ExternalItem]
@@ -153,6 +162,9 @@ class Briefing(Model):
     decisions: list[NoteItem]
     findings: list[NoteItem]
     notes_omitted: int = 0
+    hypotheses_omitted: int = 0  # each list keeps its most recently updated notes
+    decisions_omitted: int = 0
+    findings_omitted: int = 0
     last_scope_change: InvalidationItem | None
     recovery: RecoveryItem
     checkpoint: CheckpointItem | None
@@ -163,6 +175,26 @@ T = TypeVar("T")
 
 def _cap(items: Sequence[T], limit: int = LIST_LIMIT) -> tuple[list[T], int]:
     return list(items[:limit]), max(0, len(items) - limit)
+
+
+def _select_steps(tasks: list[TaskRecord], limit: int) -> tuple[list[TaskRecord], list[TaskRecord]]:
+    """Every active step first, then the most recent finished ones, in plan order; the earliest
+    finished steps are the ones left out."""
+    if len(tasks) <= limit:
+        return tasks, []
+    active = [t for t in tasks if t.status not in FINISHED][:limit]
+    finished = [t for t in tasks if t.status in FINISHED]
+    room = limit - len(active)
+    keep = {t.task_id for t in active} | {t.task_id for t in (finished[-room:] if room > 0 else [])}
+    return [t for t in tasks if t.task_id in keep], [t for t in tasks if t.task_id not in keep]
+
+
+def _latest_notes(state: SessionState, kind: NoteKind) -> tuple[list[NoteItem], int]:
+    """The NOTE_LIMIT notes of one kind updated last, shown in the order they were first made."""
+    notes = [n for n in state.notes.values() if n.kind == kind]
+    latest = sorted(notes, key=lambda n: (n.last_seq, n.note_id))[-NOTE_LIMIT:]
+    latest.sort(key=lambda n: (n.first_seq, n.note_id))
+    return [_note_item(n) for n in latest], len(notes) - len(latest)
 
 
 def _result_item(r: ResultRecord) -> ResultItem:
@@ -183,20 +215,18 @@ def briefing(
     without it the ref's own uri is shown. `artifact_store` names the store for the reader."""
     sid = state.session_id
     tasks = sorted(state.tasks.values(), key=lambda t: (t.first_seq, t.task_id))
-    steps, steps_omitted = _cap(
-        [
-            StepItem(
-                task_id=t.task_id,
-                title=t.title,
-                owner=t.owner,
-                status=t.status,
-                verified=t.status == TaskStatus.VERIFIED,
-                deliverable=t.deliverable,
-            )
-            for t in tasks
-        ],
-        STEP_LIMIT,
-    )
+    shown, omitted = _select_steps(tasks, STEP_LIMIT)
+    steps = [
+        StepItem(
+            task_id=t.task_id,
+            title=t.title,
+            owner=t.owner,
+            status=t.status,
+            verified=t.status == TaskStatus.VERIFIED,
+            deliverable=t.deliverable,
+        )
+        for t in shown
+    ]
 
     pending_by_operation = {a.operation_id: a for a in state.pending_approval_records()}
     running: list[RunningItem] = [
@@ -303,21 +333,23 @@ def briefing(
             )
         )
 
-    notes = sorted(state.notes.values(), key=lambda n: (n.first_seq, n.note_id))
-    hypotheses, h_omitted = _cap([_note_item(n) for n in notes if n.kind == NoteKind.HYPOTHESIS])
-    decisions, d_omitted = _cap([_note_item(n) for n in notes if n.kind == NoteKind.DECISION])
-    findings, f_omitted = _cap([_note_item(n) for n in notes if n.kind == NoteKind.FINDING])
+    hypotheses, h_omitted = _latest_notes(state, NoteKind.HYPOTHESIS)
+    decisions, d_omitted = _latest_notes(state, NoteKind.DECISION)
+    findings, f_omitted = _latest_notes(state, NoteKind.FINDING)
 
     last_change: InvalidationItem | None = None
     change = state.last_scope_change()
     if change is not None:
-        invalidated = [_result_item(state.results[r]) for r in change.invalidated if r in state.results]
+        invalidated = [_result_item(state.results[r]) for r in change.invalidated[:RESULT_LIMIT]]
+        invalidated_omitted = max(0, len(change.invalidated) - RESULT_LIMIT)
         reusable_records = sorted((r for r in state.results.values() if r.valid), key=lambda r: r.seq)
-        reusable, reusable_omitted = _cap([_result_item(r) for r in reusable_records], 2 * LIST_LIMIT)
+        reusable = [_result_item(r) for r in reusable_records[:RESULT_LIMIT]]
+        reusable_omitted = max(0, len(reusable_records) - RESULT_LIMIT)
         last_change = InvalidationItem(
             request_version=change.request_version,
             summary=change.summary,
             invalidated=invalidated,
+            invalidated_omitted=invalidated_omitted,
             reusable=reusable,
             reusable_omitted=reusable_omitted,
         )
@@ -372,12 +404,16 @@ def briefing(
                 new_goal=c.goal,
                 changed_parts=list(c.changed_parts),
                 removed_parts=list(c.removed_parts),
-                invalidated=list(c.invalidated),
+                invalidated=list(c.invalidated[:RESULT_LIMIT]),
+                invalidated_count=len(c.invalidated),
             )
-            for c in state.scope_changes
+            for c in state.scope_changes[-SCOPE_CHANGE_LIMIT:]
         ],
+        scope_changes_omitted=max(0, len(state.scope_changes) - SCOPE_CHANGE_LIMIT),
         steps=steps,
-        steps_omitted=steps_omitted,
+        steps_omitted=len(omitted),
+        steps_omitted_done=sum(t.status == TaskStatus.DONE for t in omitted),
+        steps_omitted_verified=sum(t.status == TaskStatus.VERIFIED for t in omitted),
         running=running,
         waiting_on_you=actions,
         waiting_on_external=external,
@@ -387,6 +423,9 @@ def briefing(
         decisions=decisions,
         findings=findings,
         notes_omitted=h_omitted + d_omitted + f_omitted,
+        hypotheses_omitted=h_omitted,
+        decisions_omitted=d_omitted,
+        findings_omitted=f_omitted,
         last_scope_change=last_change,
         recovery=recovery,
         checkpoint=checkpoint,
@@ -428,6 +467,8 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
         item(f"{name}: {text}", 2)
     if b.scope_changes:
         head("Scope changes")
+        if b.scope_changes_omitted:
+            item(f"... {b.scope_changes_omitted} earlier changes not shown")
         for c in b.scope_changes:
             what = []
             if c.new_goal:
@@ -439,12 +480,15 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
             item(f"v{c.request_version}: {c.summary}" + (f" ({'; '.join(what)})" if what else ""))
 
     head("Steps")
+    if b.steps_omitted:
+        item(
+            f"... {b.steps_omitted} earlier steps not shown "
+            f"({b.steps_omitted_done} done, {b.steps_omitted_verified} verified)"
+        )
     for s in b.steps:
         owner = f" [{s.owner}]" if s.owner else ""
         deliverable = f" -> {s.deliverable}" if s.deliverable else ""
         item(f"{s.status.value:<9} {s.task_id}: {s.title or s.task_id}{owner}{deliverable}")
-    if b.steps_omitted:
-        item(f"... and {b.steps_omitted} more")
     if not b.steps:
         item("no plan recorded")
 
@@ -481,25 +525,27 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
     if not b.ready_for_review:
         item("nothing")
 
-    head("Hypotheses (not yet accepted)")
-    for n in b.hypotheses:
-        item(f"{n.note_id} [{n.status}]: {n.text}")
-    if not b.hypotheses:
-        item("none")
-    head("Decisions")
-    for n in b.decisions:
-        item(f"{n.note_id} [{n.status}]: {n.text}")
-    if not b.decisions:
-        item("none")
-    if b.findings:
-        head("Findings")
-        for n in b.findings:
+    sections = [
+        ("Hypotheses (not yet accepted)", b.hypotheses, b.hypotheses_omitted, True),
+        ("Decisions", b.decisions, b.decisions_omitted, True),
+        ("Findings", b.findings, b.findings_omitted, False),
+    ]
+    for title, notes, omitted, always in sections:
+        if not notes and not always:
+            continue
+        head(title)
+        if omitted:
+            item(f"... {omitted} older not shown")
+        for n in notes:
             item(f"{n.note_id} [{n.status}]: {n.text}")
+        if not notes:
+            item("none")
 
     if b.last_scope_change is not None:
         change = b.last_scope_change
         head(f"Last scope change (v{change.request_version}): {change.summary}")
-        item("invalid now: " + (_ids(change.invalidated) or "nothing"))
+        invalid_more = f" ... and {change.invalidated_omitted} more" if change.invalidated_omitted else ""
+        item("invalid now: " + (_ids(change.invalidated) or "nothing") + invalid_more)
         more = f" ... and {change.reusable_omitted} more" if change.reusable_omitted else ""
         item("still reusable: " + (_ids(change.reusable) or "nothing") + more)
 

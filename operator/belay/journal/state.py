@@ -347,8 +347,9 @@ def _push_recent(items: tuple[str, ...], item: str) -> tuple[str, ...]:
 _M = TypeVar("_M", bound=BaseModel)
 
 
-# Per record class: the defaults of optional fields, and the names of all fields (reading
-# `model_fields` on every call costs more than building the record).
+# Per record class: every field in declaration order with its default (required fields map to
+# None until given), and the names of the required fields. Reading `model_fields` on every call
+# would cost more than building the record.
 _SHAPES: dict[type[BaseModel], tuple[dict[str, Any], frozenset[str]]] = {}
 
 
@@ -356,23 +357,23 @@ def _shape(cls: type[BaseModel]) -> tuple[dict[str, Any], frozenset[str]]:
     shape = _SHAPES.get(cls)
     if shape is None:
         fields = cls.model_fields
-        defaults = {
-            name: info.get_default(call_default_factory=True)
+        template = {
+            name: None if info.is_required() else info.get_default(call_default_factory=True)
             for name, info in fields.items()
-            if not info.is_required()
         }
-        shape = _SHAPES[cls] = (defaults, frozenset(fields))
+        required = frozenset(name for name, info in fields.items() if info.is_required())
+        shape = _SHAPES[cls] = (template, required)
     return shape
 
 
 def _new(cls: type[_M], **fields: Any) -> _M:
     """Build a record from values that were validated already (they come from parsed events),
     skipping a second validation on the hot path of `apply`. Unknown or missing fields still fail."""
-    defaults, names = _shape(cls)
-    values = {**defaults, **fields}
-    if len(values) != len(names) or not names.issuperset(fields):
-        unknown = sorted(set(fields) - names)
-        missing = sorted(names - values.keys())
+    template, required = _shape(cls)
+    values = {**template, **fields}  # keeps declaration order, as validation would
+    if len(values) != len(template) or not required.issubset(fields):
+        unknown = sorted(set(fields) - template.keys())
+        missing = sorted(required - fields.keys())
         raise TypeError(f"{cls.__name__}: unknown fields {unknown}, missing fields {missing}")
     new = object.__new__(cls)
     object.__setattr__(new, "__dict__", values)
