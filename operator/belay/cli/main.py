@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from belay.api.agentsession import ManifestError
+from belay.api.agentsession import ManifestError, load_manifest
 from belay.journal.events import (
     Actor,
     Approval,
@@ -493,7 +493,12 @@ def drill(
     """Interrupt a short session on purpose and check that the resumed session makes sense."""
     from belay.local.drill import DEFAULT_MANIFEST, run_drill
 
-    report = run_drill(manifest or DEFAULT_MANIFEST, Context.home.root / "drill", progress=not as_json)
+    path = manifest or DEFAULT_MANIFEST
+    try:
+        load_manifest(path)
+    except ManifestError as error:
+        raise fail(f"bad manifest: {error}") from None
+    report = run_drill(path, Context.home.root / "drill", progress=not as_json)
     if as_json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
     else:
