@@ -207,7 +207,6 @@ class SessionKeys:
 class Snapshot:
     """What an append decides on, all read at one revision."""
 
-    revision: int
     head_mod_revision: int = 0
     last_seq: int = 0
     lease_mod_revision: int = 0
@@ -356,7 +355,7 @@ class EtcdEventStore:
         """The state read by `_state_reads`, whether they ran as a transaction's success branch
         (a plain read) or its failure branch (a write whose compares failed)."""
         ranges = [op.response_range for op in response.responses]
-        snapshot = Snapshot(revision=response.header.revision)
+        snapshot = Snapshot()
         if ranges[0].kvs:
             snapshot.head_mod_revision = ranges[0].kvs[0].mod_revision
             snapshot.last_seq = json.loads(ranges[0].kvs[0].value)["last_seq"]
@@ -375,9 +374,8 @@ class EtcdEventStore:
         if known is None:
             # Never seen: guess a new session. If it is not, the write's compares fail and its
             # failure branch returns the real state, still in one round trip.
-            return Snapshot(revision=0, authoritative=False)
+            return Snapshot(authoritative=False)
         return Snapshot(
-            revision=known.revision,
             head_mod_revision=known.head_mod_revision,
             last_seq=known.last_seq,
             lease_mod_revision=known.lease_mod_revision,
@@ -388,7 +386,6 @@ class EtcdEventStore:
     def _remember(self, session_id: str, snapshot: Snapshot, written_at: int, last_seq: int) -> None:
         self._known_heads.pop(session_id, None)
         self._known_heads[session_id] = Snapshot(
-            revision=written_at,
             head_mod_revision=written_at,
             last_seq=last_seq,
             lease_mod_revision=snapshot.lease_mod_revision,
@@ -397,8 +394,10 @@ class EtcdEventStore:
         while len(self._known_heads) > KNOWN_HEADS:
             self._known_heads.pop(next(iter(self._known_heads)))
 
-    async def _events_at(self, keys: SessionKeys, first: int, last: int, revision: int) -> list[Any]:
-        response = await self._range(keys.event(first), keys.event(last + 1), revision=revision)
+    async def _events_at(self, keys: SessionKeys, first: int, last: int) -> list[Any]:
+        # Event keys are written once and never changed, so the current revision holds the same
+        # bytes as any earlier one; reading at an older revision could only fail after compaction.
+        response = await self._range(keys.event(first), keys.event(last + 1))
         return list(response.kvs)
 
     async def _settle(
@@ -411,7 +410,7 @@ class EtcdEventStore:
             first, last = attempt.events[0].seq, attempt.events[-1].seq
             if snapshot.last_seq < last:
                 continue
-            stored = await self._events_at(keys, first, last, snapshot.revision)
+            stored = await self._events_at(keys, first, last)
             if [kv.value for kv in stored] == attempt.values:
                 return attempt.events
             unsettled.remove(attempt)
@@ -551,25 +550,27 @@ class EtcdEventStore:
                 f"idempotency key {idempotency_key!r} was used for a different batch "
                 f"(seqs {record['first_seq']}..{record['last_seq']})"
             )
-        stored = await self._events_at(keys, record["first_seq"], record["last_seq"], snapshot.revision)
+        stored = await self._events_at(keys, record["first_seq"], record["last_seq"])
         return [event_from_json(kv.value) for kv in stored]
 
     # ----------------------------------------------------------------------------------------------
     # Reads
 
     async def _read_at(
-        self, keys: SessionKeys, from_seq: int, to_seq: int | None, limit: int | None, revision: int = 0
+        self, keys: SessionKeys, from_seq: int, to_seq: int | None, limit: int | None
     ) -> tuple[list[Event], int]:
-        """Events in [from_seq, to_seq], page by page at one revision; returns them and that revision."""
+        """Events in [from_seq, to_seq], page by page, and the revision of the last page: every event
+        written up to that revision is in the result or beyond to_seq/limit. Pages are not pinned
+        to one revision (events never change, so they need not be, and a pinned revision could be
+        compacted away mid-read); seqs are dense, so a later page can only find more events."""
+        revision = 0
         events: list[Event] = []
         start = keys.event(max(from_seq, 1))
         end = keys.event(to_seq + 1) if to_seq is not None else prefix_range_end(keys.events_prefix)
         while limit is None or len(events) < limit:
             page = READ_PAGE if limit is None else min(READ_PAGE, limit - len(events))
-            response = await self._retrying(
-                functools.partial(self._range, start, end, limit=page, revision=revision)
-            )
-            revision = revision or response.header.revision
+            response = await self._retrying(functools.partial(self._range, start, end, limit=page))
+            revision = response.header.revision
             events.extend(event_from_json(kv.value) for kv in response.kvs)
             if not response.more or not response.kvs:
                 break
@@ -596,9 +597,7 @@ class EtcdEventStore:
         if not response.kvs:
             return []
         last = json.loads(response.kvs[0].value)["last_seq"]
-        events, _ = await self._read_at(
-            keys, max(1, last - count + 1), last, None, revision=response.header.revision
-        )
+        events, _ = await self._read_at(keys, max(1, last - count + 1), last, None)
         return events
 
     async def latest(self, session_id: str, event_type: str) -> Event | None:
@@ -607,7 +606,7 @@ class EtcdEventStore:
         if not response.kvs:
             return None
         seq = json.loads(response.kvs[0].value)["seq"]
-        events, _ = await self._read_at(keys, seq, seq, 1, revision=response.header.revision)
+        events, _ = await self._read_at(keys, seq, seq, 1)
         return events[0] if events else None
 
     def _index_key(self, session_id: str) -> bytes:
