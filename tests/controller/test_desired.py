@@ -44,6 +44,16 @@ def test_children_are_owned_labelled_and_named_per_attempt() -> None:
     assert len(by_kind(objects, "NetworkPolicy")) == 4  # default deny, harness, one per sandbox
 
 
+def test_a_sandbox_service_selects_only_the_current_attempts_pod() -> None:
+    services = by_kind(desired_children(REF, spec_with(), SETTINGS, attempt_index=4), "Service")
+    selector = services["sbx-parser-fix-researcher"]["spec"]["selector"]
+    assert selector == {**names.sandbox_selector("parser-fix", "researcher"), names.LABEL_ATTEMPT: "4"}
+    pod = by_kind(desired_children(REF, spec_with(), SETTINGS, attempt_index=4), "Pod")[
+        "parser-fix-sbx-researcher-4"
+    ]
+    assert selector.items() <= pod["metadata"]["labels"].items()
+
+
 def test_an_ended_session_keeps_services_and_policies_but_no_pods() -> None:
     objects = desired_children(REF, spec_with(), SETTINGS, attempt_index=None)
     assert by_kind(objects, "Pod") == {}

@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import AsyncIterator, Iterator
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +42,11 @@ SESSION = "parser-fix"
 FAULT_POINT = "checkpoint:implementer/fix"
 
 
-def cluster_manifest() -> dict[str, Any]:
+def cluster_manifest(name: str = SESSION) -> dict[str, Any]:
     """The example session, with the plan and inputs at absolute paths the local pods can read."""
     manifest = copy.deepcopy(EXAMPLE_MANIFEST)
     example = REPO_ROOT / "examples/parser-fix"
-    manifest["metadata"] = {"name": SESSION, "namespace": NAMESPACE}
+    manifest["metadata"] = {"name": name, "namespace": NAMESPACE}
     manifest["spec"]["executor"]["plan"] = str(example / "plan.yaml")
     for sub in manifest["spec"]["subagents"]:
         for item in sub["inputs"]:
@@ -69,12 +72,22 @@ def stores(tmp_path: Path) -> tuple[str, str]:
 
 
 @pytest.fixture
-async def tickets(tmp_path: Path) -> AsyncIterator[str]:
-    service = await TicketService(tmp_path / "tickets.json").start()
+def tickets(tmp_path: Path) -> Iterator[str]:
+    """The ticket service the example's tools call, on a loop of its own: the test's loop spends
+    its time in blocking waits on kubectl."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    service = asyncio.run_coroutine_threadsafe(TicketService(tmp_path / "tickets.json").start(), loop).result(
+        30
+    )
     try:
         yield service.url
     finally:
-        await service.stop()
+        asyncio.run_coroutine_threadsafe(service.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
 
 
 @pytest.fixture
@@ -87,13 +100,31 @@ def operator(e2e_cluster: ControlPlane, stores: tuple[str, str], tmp_path: Path)
         process.stop()
 
 
-def pods(kube: ControlPlane) -> dict[str, dict[str, Any]]:
-    listed = kubectl_json(kube, "get", "pods", "-n", NAMESPACE, "-l", f"{names.LABEL_SESSION}={SESSION}")
+def pods(kube: ControlPlane, session: str = SESSION) -> dict[str, dict[str, Any]]:
+    listed = kubectl_json(kube, "get", "pods", "-n", NAMESPACE, "-l", f"{names.LABEL_SESSION}={session}")
     return {p["metadata"]["name"]: p for p in listed.get("items", [])}
 
 
-def session_status(kube: ControlPlane) -> dict[str, Any]:
-    return kubectl_json(kube, "get", "agentsession", "-n", NAMESPACE, SESSION).get("status") or {}
+def session_status(kube: ControlPlane, session: str = SESSION) -> dict[str, Any]:
+    return kubectl_json(kube, "get", "agentsession", "-n", NAMESPACE, session).get("status") or {}
+
+
+def harness_env(
+    tickets_url: str, fault_point: str | None = None
+) -> Callable[[dict[str, Any]], dict[str, str]]:
+    """What the cluster around a harness pod provides: the ticket service's address; and, for the
+    first attempt when asked, the fault point where it stops itself."""
+
+    def env(pod: dict[str, Any]) -> dict[str, str]:
+        labels = pod["metadata"]["labels"]
+        if labels.get(names.LABEL_COMPONENT) != names.COMPONENT_HARNESS:
+            return {}
+        values = {"BELAY_TICKETS_URL": tickets_url}
+        if fault_point and labels.get(names.LABEL_ATTEMPT) == "0":
+            values[FAULT_ENV] = fault_point
+        return values
+
+    return env
 
 
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
@@ -119,15 +150,7 @@ async def test_session_reconciled_recovers_from_a_lost_harness_and_completes(
     tmp_path: Path,
 ) -> None:
     kube = e2e_cluster
-
-    def pod_env(pod: dict[str, Any]) -> dict[str, str]:
-        labels = pod["metadata"]["labels"]
-        if labels.get(names.LABEL_COMPONENT) != names.COMPONENT_HARNESS:
-            return {}
-        env = {"BELAY_TICKETS_URL": tickets}
-        if labels.get(names.LABEL_ATTEMPT) == "0":
-            env[FAULT_ENV] = FAULT_POINT
-        return env
+    pod_env = harness_env(tickets, FAULT_POINT)
 
     describe = lambda: f"operator log:\n{operator.log()[-4000:]}\npods: {sorted(pods(kube))}"  # noqa: E731
     api = load_api_client(str(kube.kubeconfig))
@@ -269,3 +292,156 @@ async def test_session_reconciled_recovers_from_a_lost_harness_and_completes(
             assert await store.last_seq(SESSION) == state.last_seq
         finally:
             await store.close()
+
+
+REVIEWER_RBAC = """
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: reviewer, namespace: belay-e2e}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: belay-reviewer, namespace: belay-e2e}
+rules:
+- apiGroups: [belay.dev]
+  resources: [agentsessions]
+  verbs: [get, list, watch, patch]
+- apiGroups: [belay.dev]
+  resources: [checkpoints]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: belay-reviewer, namespace: belay-e2e}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: belay-reviewer}
+subjects:
+- {kind: ServiceAccount, name: reviewer, namespace: belay-e2e}
+"""
+
+
+def reviewer_kubeconfig(kube: ControlPlane, path: Path) -> Path:
+    """A kubeconfig for a person allowed AgentSessions and Checkpoints only."""
+    kube.kubectl("apply", "-f", "-", input=REVIEWER_RBAC)
+    token = kube.kubectl("create", "token", "reviewer", "-n", NAMESPACE).stdout.strip()
+    assert kube.pki is not None
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "t",
+                        "cluster": {"server": kube.server, "certificate-authority": str(kube.pki.ca_cert)},
+                    }
+                ],
+                "users": [{"name": "reviewer", "user": {"token": token}}],
+                "contexts": [
+                    {"name": "t", "context": {"cluster": "t", "user": "reviewer", "namespace": NAMESPACE}}
+                ],
+                "current-context": "t",
+            }
+        )
+    )
+    return path
+
+
+def kubectl_belay(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    plugin = Path(sys.executable).with_name("kubectl-belay")
+    return subprocess.run(
+        [str(plugin), *args, "--kubeconfig", str(kubeconfig)], capture_output=True, text=True, timeout=60
+    )
+
+
+async def test_approvals_from_gitops_and_kubectl_belay_are_bound_to_the_payload_hash(
+    e2e_cluster: ControlPlane,
+    operator: OperatorProcess,
+    stores: tuple[str, str],
+    tickets: str,
+    tmp_path: Path,
+) -> None:
+    kube = e2e_cluster
+    name = "needs-approval"
+    manifest = cluster_manifest(name)
+    del manifest["spec"]["approvals"]
+    config_file = reviewer_kubeconfig(kube, tmp_path / "reviewer.kubeconfig")
+    for resource in ("pods", "secrets"):
+        allowed = kube.kubectl(
+            "auth",
+            "can-i",
+            "get",
+            resource,
+            "-n",
+            NAMESPACE,
+            f"--as=system:serviceaccount:{NAMESPACE}:reviewer",
+            check=False,
+        )
+        assert allowed.stdout.strip() == "no"
+
+    describe = lambda: f"operator log:\n{operator.log()[-4000:]}"  # noqa: E731
+    api = load_api_client(str(kube.kubeconfig))
+    with LocalKubelet(api, NAMESPACE, tmp_path / "kubelet", extra_env=harness_env(tickets)):
+        kube.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+        waiting = wait_for(
+            lambda: (s := session_status(kube, name)).get("pendingApprovals") and s,
+            "the publish step to ask for approval",
+            timeout=600,
+            describe=describe,
+        )
+        assert waiting["phase"] == "WaitingOnUser"
+        assert condition(waiting, "WaitingOnUser")["reason"] == "AwaitingApproval"  # type: ignore[index]
+        (pending,) = waiting["pendingApprovals"]
+        assert waiting["waitingOn"] == f"approval {pending['approvalId']}"
+
+        # A grant for another payload (as if the patch had changed since it was reviewed) approves nothing.
+        wrong = {"operationId": pending["operationId"], "payloadSha256": "0" * 64}
+        kube.kubectl(
+            "patch",
+            "agentsession",
+            name,
+            "-n",
+            NAMESPACE,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"approvals": [wrong]}}),
+        )
+        generation = kubectl_json(kube, "get", "agentsession", name, "-n", NAMESPACE)["metadata"][
+            "generation"
+        ]
+        still = wait_for(
+            lambda: (s := session_status(kube, name)).get("observedGeneration") == generation and s,
+            "the operator to see the wrong grant",
+            describe=describe,
+        )
+        assert still["phase"] == "WaitingOnUser" and still["pendingApprovals"] == [pending]
+
+        brief = kubectl_belay(config_file, "brief", name)
+        assert brief.returncode == 0, brief.stderr
+        assert pending["payloadSha256"] in brief.stdout
+        assert f"kubectl belay approve {name} {pending['approvalId']}" in brief.stdout
+
+        refused = kubectl_belay(config_file, "approve", name, "no-such-approval")
+        assert refused.returncode == 1 and "no pending approval" in refused.stderr
+        approved = kubectl_belay(config_file, "approve", name, pending["approvalId"])
+        assert approved.returncode == 0, approved.stderr
+        assert pending["payloadSha256"] in approved.stdout
+
+        done = wait_for(
+            lambda: (s := session_status(kube, name)).get("phase") in ("Succeeded", "Failed") and s,
+            "the session to end",
+            timeout=600,
+            describe=describe,
+        )
+        assert done["phase"] == "Succeeded"
+        spec_approvals = kubectl_json(kube, "get", "agentsession", name, "-n", NAMESPACE)["spec"]["approvals"]
+        assert spec_approvals[-1]["payloadSha256"] == pending["payloadSha256"]
+
+    store = open_event_store(stores[0])
+    try:
+        state = fold(await store.read(name))
+    finally:
+        await store.close()
+    record = state.approvals[pending["approvalId"]]
+    assert (record.decision, record.decided_by) == ("granted", "spec")
+    assert record.decision_payload_sha256 == pending["payloadSha256"]
+    kube.kubectl("delete", "agentsession", name, "-n", NAMESPACE, "--timeout=120s")

@@ -66,20 +66,24 @@ REQUEST = ApprovalRequest(
 )
 
 
-def test_a_spec_grant_approves_the_pending_request_it_names_with_its_own_hash() -> None:
-    grants = [
+def test_a_spec_grant_approves_the_pending_request_it_names_bound_to_its_hash() -> None:
+    for grant in (
         {"operationId": "implementer.publish.3", "payloadSha256": sha("patch-v1")},
+        {"approvalId": "approve-implementer.publish.3", "payloadSha256": sha("patch-v1")},
+    ):
+        (write,) = spec_approval_writes(UID, spec_with(approvals=[grant]), recorded(REQUEST))
+        assert write.idempotency_key == f"approval/uid-1/approve-implementer.publish.3/{sha('patch-v1')}"
+        approval = write.drafts[0].payload
+        assert isinstance(approval, Approval) and approval.granted and approval.by == "spec"
+        assert (approval.operation_id, approval.payload_sha256) == ("implementer.publish.3", sha("patch-v1"))
+
+
+def test_a_grant_for_another_payload_or_operation_records_nothing() -> None:
+    grants = [
         {"approvalId": "approve-implementer.publish.3", "payloadSha256": sha("patch-v2")},
         {"operationId": "never-requested", "payloadSha256": sha("x")},
     ]
-    writes = spec_approval_writes(UID, spec_with(approvals=grants), recorded(REQUEST))
-    assert [w.idempotency_key for w in writes] == [
-        f"approval/uid-1/approve-implementer.publish.3/{sha('patch-v1')}",
-        f"approval/uid-1/approve-implementer.publish.3/{sha('patch-v2')}",
-    ]
-    approvals = [w.drafts[0].payload for w in writes]
-    assert all(isinstance(a, Approval) and a.granted and a.by == "spec" for a in approvals)
-    assert [a.payload_sha256 for a in approvals] == [sha("patch-v1"), sha("patch-v2")]  # type: ignore[attr-defined]
+    assert spec_approval_writes(UID, spec_with(approvals=grants), recorded(REQUEST)) == []
 
 
 def test_a_decided_request_gets_no_further_spec_approval() -> None:

@@ -226,7 +226,15 @@ def sandbox_pod(
     )
 
 
-def sandbox_service(ref: SessionRef, subagent: SubagentSpec, settings: OperatorSettings) -> dict[str, Any]:
+def sandbox_service(
+    ref: SessionRef, subagent: SubagentSpec, settings: OperatorSettings, attempt_index: int | None
+) -> dict[str, Any]:
+    """The stable name of a subagent's sandbox. It selects the current attempt's pod only: while
+    the previous attempt's pod is still terminating, the new harness must never reach its
+    workspace."""
+    selector = names.sandbox_selector(ref.name, subagent.name)
+    if attempt_index is not None:
+        selector[names.LABEL_ATTEMPT] = str(attempt_index)
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -237,7 +245,7 @@ def sandbox_service(ref: SessionRef, subagent: SubagentSpec, settings: OperatorS
         ),
         "spec": {
             "type": "ClusterIP",
-            "selector": names.sandbox_selector(ref.name, subagent.name),
+            "selector": selector,
             "ports": [
                 {"name": "http", "port": settings.sandbox_port, "targetPort": "http", "protocol": "TCP"}
             ],
@@ -379,7 +387,7 @@ def desired_children(
     objects: list[dict[str, Any]] = [default_deny_policy(ref), harness_policy(ref, settings)]
     for subagent in spec.subagents:
         objects.append(sandbox_policy(ref, subagent, settings))
-        objects.append(sandbox_service(ref, subagent, settings))
+        objects.append(sandbox_service(ref, subagent, settings, attempt_index))
     if attempt_index is not None:
         # Sandboxes first: the harness connects to them as soon as it starts.
         objects.extend(sandbox_pod(ref, s, settings, attempt_index) for s in spec.subagents)

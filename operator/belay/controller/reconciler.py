@@ -211,6 +211,10 @@ class SessionReconciler:
         missing_pod = bool(wanted_pods - existing_pods)
         if digest != memory.applied_digest or missing_pod or now - memory.applied_at > REAPPLY_INTERVAL_S:
             for obj in objects:
+                # A pod is immutable and its harness read the spec when it started; later spec
+                # changes reach it through the record (scope changes, approvals), never by a rewrite.
+                if obj["kind"] == "Pod" and obj["metadata"]["name"] in existing_pods:
+                    continue
                 await asyncio.to_thread(self.kube.apply, obj)
             memory.applied_digest = digest
             memory.applied_at = now

@@ -79,8 +79,9 @@ def _operation_of(grant: ApprovalGrant, state: SessionState) -> tuple[str, str] 
 
 
 def spec_approval_writes(uid: str, spec: AgentSessionSpec, state: SessionState) -> list[RecordWrite]:
-    """An approval for each grant in the spec that names a pending request. The grant's own payload
-    hash is what is recorded: a grant for another payload approves nothing."""
+    """An approval for each grant in the spec that names a pending request with exactly the
+    grant's payload hash. A grant for another payload (the operation's arguments changed since it
+    was given) is not recorded at all: the request stays pending and visible."""
     writes = []
     for grant in spec.approvals:
         named = _operation_of(grant, state)
@@ -88,7 +89,7 @@ def spec_approval_writes(uid: str, spec: AgentSessionSpec, state: SessionState) 
             continue
         approval_id, operation_id = named
         record = state.approvals[approval_id]
-        if not record.pending:
+        if not record.pending or record.payload_sha256 != grant.payload_sha256:
             continue
         approval = Approval(
             approval_id=approval_id,

@@ -1,0 +1,204 @@
+"""`kubectl belay`: the person's view of sessions in a cluster, with access to AgentSession and
+Checkpoint objects only (no store credentials, no pods).
+
+    kubectl belay brief NAME [-n NAMESPACE]     where the session stands, from its status
+    kubectl belay approve NAME ID [-n NAMESPACE]  approve one pending operation, bound to its payload hash
+
+An approval is written into the session's spec (`spec.approvals`), exactly as a GitOps change
+would: the operator records it in the session record, and only for the payload hash the pending
+request carries, so a payload that changed since is not approved.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, cast
+
+import typer
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+GROUP, VERSION = "belay.dev", "v1alpha1"
+CONFLICT_RETRIES = 5
+
+app = typer.Typer(
+    name="kubectl-belay",
+    help="Brief and approve Belay agent sessions in a cluster.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+Namespace = Annotated[
+    str | None, typer.Option("--namespace", "-n", help="default: the kubeconfig's namespace")
+]
+Kubeconfig = Annotated[str | None, typer.Option("--kubeconfig", envvar="KUBECONFIG", help="kubeconfig file")]
+
+
+class PluginError(Exception):
+    pass
+
+
+def _api(kubeconfig: str | None) -> tuple[client.CustomObjectsApi, str]:
+    try:
+        api_client = config.new_client_from_config(config_file=kubeconfig)
+        _, context = config.list_kube_config_contexts(config_file=kubeconfig)
+    except (config.ConfigException, FileNotFoundError) as error:
+        raise PluginError(f"cannot load kubeconfig: {error}") from None
+    namespace = (context or {}).get("context", {}).get("namespace") or "default"
+    return client.CustomObjectsApi(api_client), namespace
+
+
+def _get(api: client.CustomObjectsApi, namespace: str, plural: str, name: str) -> dict[str, Any]:
+    try:
+        return cast(dict[str, Any], api.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name))
+    except ApiException as error:
+        if error.status == 404:
+            raise PluginError(f"no AgentSession {name!r} in namespace {namespace!r}") from None
+        raise PluginError(f"cannot read {plural}/{name}: {error.status} {error.reason}") from None
+
+
+def _conditions_line(status: dict[str, Any]) -> str:
+    parts = []
+    for condition in status.get("conditions", []):
+        parts.append(f"{condition['type']}={condition['status']} ({condition.get('reason', '')})")
+    return ", ".join(parts)
+
+
+def briefing(session: dict[str, Any], checkpoints: list[dict[str, Any]]) -> str:
+    """The page a person reads: pure, from the AgentSession and its Checkpoints."""
+    name = session["metadata"]["name"]
+    status = session.get("status") or {}
+    lines = [f"{name}: {status.get('phase', 'Pending')}"]
+    goal = session["spec"]["request"]["goal"].strip()
+    lines.append(f"  goal: {goal}")
+    if status.get("currentStep"):
+        lines.append(f"  step: {status['currentStep']}")
+    lines.append(
+        f"  attempt {status.get('attempt', 0)}, lease {status.get('lease', 0)}, "
+        f"harness lost {status.get('harnessLost', 0)} time(s), restores {status.get('restores', 0)}"
+    )
+    if status.get("waitingOn"):
+        lines.append(f"  waiting on: {status['waitingOn']}")
+    if status.get("conditions"):
+        lines.append(f"  conditions: {_conditions_line(status)}")
+    pending = status.get("pendingApprovals", [])
+    if pending:
+        lines.append("pending approvals:")
+        for item in pending:
+            lines.append(
+                f"  {item['approvalId']}: {item['tool']} {item.get('summary', '')}".rstrip()
+                + f"\n    payload sha256 {item['payloadSha256']}"
+                + f"\n    kubectl belay approve {name} {item['approvalId']}"
+            )
+    for wait in status.get("waits", []):
+        lines.append(f"waits: {wait['kind']} {wait['waitId']}: {wait['reason']}")
+    deliverables = status.get("deliverables", [])
+    if deliverables:
+        lines.append("deliverables:")
+        for item in deliverables:
+            review = " (ready for review)" if item.get("readyForReview") else ""
+            lines.append(f"  {item['name']}{review}: {item['size']} bytes, sha256 {item['sha256']}")
+            lines.append(f"    {item['location']}")
+    subagents = {s["name"]: s for s in status.get("subagents", [])}
+    pods = {s["subagent"]: s for s in status.get("sandboxes", [])}
+    if subagents or pods:
+        lines.append("subagents:")
+        for sub in sorted(set(subagents) | set(pods)):
+            record = subagents.get(sub, {})
+            pod = pods.get(sub)
+            where = f", pod {pod['pod']} ({pod['phase']})" if pod else ""
+            lines.append(f"  {sub}: {record.get('done', 0)}/{record.get('tasks', 0)} tasks done{where}")
+    if checkpoints:
+        ordered = sorted(checkpoints, key=lambda c: c["spec"]["seq"], reverse=True)
+        lines.append(f"checkpoints ({len(ordered)}, newest first):")
+        for cp in ordered[:10]:
+            spec = cp["spec"]
+            verified = "verified" if spec["verified"] else "not verified"
+            after = f", next: {spec['nextStep']}" if spec.get("nextStep") else ""
+            lines.append(
+                f"  {spec['checkpointId']} (seq {spec['seq']}, {verified}{after}) {cp['metadata']['name']}"
+            )
+    return "\n".join(lines)
+
+
+def approval_grant(status: dict[str, Any], item_id: str) -> dict[str, str]:
+    """The spec grant for one pending approval, named by approval id or operation id."""
+    for item in status.get("pendingApprovals", []):
+        if item_id in (item["approvalId"], item["operationId"]):
+            return {
+                "approvalId": item["approvalId"],
+                "operationId": item["operationId"],
+                "payloadSha256": item["payloadSha256"],
+            }
+    pending = ", ".join(i["approvalId"] for i in status.get("pendingApprovals", [])) or "none"
+    raise PluginError(f"no pending approval {item_id!r} (pending: {pending})")
+
+
+def _fail(error: PluginError) -> typer.Exit:
+    typer.echo(f"error: {error}", err=True)
+    return typer.Exit(1)
+
+
+@app.command()
+def brief(name: str, namespace: Namespace = None, kubeconfig: Kubeconfig = None) -> None:
+    """Where the session stands: phase, what it waits on, approvals, deliverables, checkpoints."""
+    try:
+        api, default_namespace = _api(kubeconfig)
+        namespace = namespace or default_namespace
+        session = _get(api, namespace, "agentsessions", name)
+        listed = cast(
+            dict[str, Any],
+            api.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, "checkpoints", label_selector=f"belay.dev/session={name}"
+            ),
+        )
+    except PluginError as error:
+        raise _fail(error) from None
+    typer.echo(briefing(session, list(listed.get("items", []))))
+
+
+@app.command()
+def approve(name: str, item_id: str, namespace: Namespace = None, kubeconfig: Kubeconfig = None) -> None:
+    """Approve one pending operation for exactly the payload it asked for."""
+    try:
+        api, default_namespace = _api(kubeconfig)
+        namespace = namespace or default_namespace
+        for _ in range(CONFLICT_RETRIES):
+            session = _get(api, namespace, "agentsessions", name)
+            grant = approval_grant(session.get("status") or {}, item_id)
+            approvals = list(session["spec"].get("approvals") or [])
+            if any(_same_grant(existing, grant) for existing in approvals):
+                typer.echo(f"{grant['approvalId']} is already approved in the spec")
+                return
+            patch = {
+                # The resourceVersion makes this a compare-and-swap: a concurrent edit is retried.
+                "metadata": {"resourceVersion": session["metadata"]["resourceVersion"]},
+                "spec": {"approvals": [*approvals, grant]},
+            }
+            try:
+                api.patch_namespaced_custom_object(GROUP, VERSION, namespace, "agentsessions", name, patch)
+            except ApiException as error:
+                if error.status == 409:
+                    continue
+                raise PluginError(f"cannot update {name}: {error.status} {error.reason}") from None
+            typer.echo(f"approved {grant['approvalId']} for payload sha256 {grant['payloadSha256']}")
+            return
+        raise PluginError(f"{name} kept changing; try again")
+    except PluginError as error:
+        raise _fail(error) from None
+
+
+def _same_grant(existing: dict[str, Any], grant: dict[str, str]) -> bool:
+    names_it = (
+        existing.get("approvalId") == grant["approvalId"]
+        or existing.get("operationId") == grant["operationId"]
+    )
+    return names_it and existing.get("payloadSha256") == grant["payloadSha256"]
+
+
+def main() -> None:
+    app(prog_name="kubectl-belay")
+
+
+if __name__ == "__main__":
+    main()
