@@ -79,7 +79,8 @@ async def measure(base: Path) -> list[Figure]:
             statistics.median(starts),
             "s",
             COMMAND,
-            f"LocalSandbox.start to a healthy server, median of {START_RUNS}; network_isolated={isolated}",
+            f"LocalSandbox.start to a healthy server, median of {START_RUNS}; network_isolated={isolated}; "
+            f"1-min load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs",
         ),
         Figure(
             "sandbox_replace_median_s",
