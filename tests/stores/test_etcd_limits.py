@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from belay.journal.events import EventDraft, Note, NoteKind, UserInput
+from belay.journal.events import EventDraft, Note, NoteKind, UserInput, build_event, event_to_json, now_utc
 from belay.stores.base import MAX_PAYLOAD_BYTES, PayloadTooLarge
 from belay.stores.etcd import (
     MAX_BATCH_EVENTS,
@@ -53,20 +53,41 @@ def test_session_ids_are_one_key_segment_and_seqs_sort_as_numbers() -> None:
     assert keys.latest("note") == b"/belay/sessions/team%2Fa%20b/latest/note"
 
 
+def stored_bytes(drafts: list[EventDraft]) -> list[bytes]:
+    at = now_utc()
+    events = [
+        build_event(draft, seq=seq, session_id="s", created_at=at, idempotency_key=None)
+        for seq, draft in enumerate(drafts, start=1)
+    ]
+    return [event_to_json(e).encode() for e in events]
+
+
+def check(drafts: list[EventDraft]) -> None:
+    check_batch_size(drafts, stored_bytes(drafts))
+
+
 def test_an_oversized_payload_is_refused_with_a_pointer_to_artifacts() -> None:
     big = EventDraft(payload=UserInput(goal="x" * (MAX_PAYLOAD_BYTES + 1)))
     with pytest.raises(PayloadTooLarge, match="artifact"):
-        check_batch_size([EventDraft(payload=UserInput(goal="small")), big])
+        check([EventDraft(payload=UserInput(goal="small")), big])
+
+
+def test_the_payload_limit_is_on_the_payload_not_its_envelope() -> None:
+    # A payload just under the limit makes an envelope just over it: still accepted.
+    payload_overhead = len(UserInput(goal="").model_dump_json())
+    at_limit = EventDraft(payload=UserInput(goal="z" * (MAX_PAYLOAD_BYTES - payload_overhead)))
+    assert len(stored_bytes([at_limit])[0]) > MAX_PAYLOAD_BYTES
+    check([at_limit])
 
 
 def test_a_batch_larger_than_one_transaction_is_refused() -> None:
     note = EventDraft(payload=Note(note_id="n", kind=NoteKind.FINDING, text="t"))
-    check_batch_size([note] * MAX_BATCH_EVENTS)
+    check([note] * MAX_BATCH_EVENTS)
     with pytest.raises(PayloadTooLarge, match="smaller batches"):
-        check_batch_size([note] * (MAX_BATCH_EVENTS + 1))
+        check([note] * (MAX_BATCH_EVENTS + 1))
     near_limit = EventDraft(payload=UserInput(goal="y" * (MAX_PAYLOAD_BYTES - 100)))
     with pytest.raises(PayloadTooLarge, match="transaction"):
-        check_batch_size([near_limit] * 20)
+        check([near_limit] * 20)
 
 
 def test_a_spec_url_names_endpoints_and_prefix() -> None:

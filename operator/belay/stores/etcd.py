@@ -142,24 +142,25 @@ def payload_size(draft: EventDraft) -> int:
     return len(draft.payload.model_dump_json().encode())
 
 
-def check_batch_size(drafts: Sequence[EventDraft]) -> None:
-    """Refuse, before anything is sent, a batch etcd could not hold in one transaction."""
-    sizes = [payload_size(draft) for draft in drafts]
-    for index, (draft, size) in enumerate(zip(drafts, sizes, strict=True)):
-        if size > MAX_PAYLOAD_BYTES:
-            raise PayloadTooLarge(
-                f"event {index} ({draft.type}) has a {size}-byte payload, above the "
-                f"{MAX_PAYLOAD_BYTES}-byte limit: store the bytes as an artifact and reference its sha256"
-            )
+def check_batch_size(drafts: Sequence[EventDraft], encoded: Sequence[bytes]) -> None:
+    """Refuse, before anything is sent, a batch etcd could not hold in one transaction.
+    `encoded` are the events' stored bytes: an envelope holds its payload's JSON verbatim, so only
+    an envelope above the payload limit needs its payload measured exactly."""
     if len(drafts) > MAX_BATCH_EVENTS:
         raise PayloadTooLarge(
             f"a batch of {len(drafts)} events is above the {MAX_BATCH_EVENTS}-event limit of one "
             "etcd transaction: append it in smaller batches"
         )
-    total = sum(sizes)
+    for index, (draft, value) in enumerate(zip(drafts, encoded, strict=True)):
+        if len(value) > MAX_PAYLOAD_BYTES and (size := payload_size(draft)) > MAX_PAYLOAD_BYTES:
+            raise PayloadTooLarge(
+                f"event {index} ({draft.type}) has a {size}-byte payload, above the "
+                f"{MAX_PAYLOAD_BYTES}-byte limit: store the bytes as an artifact and reference its sha256"
+            )
+    total = sum(len(value) for value in encoded)
     if total > MAX_BATCH_BYTES:
         raise PayloadTooLarge(
-            f"a batch of {total} payload bytes is above the {MAX_BATCH_BYTES}-byte limit of one etcd "
+            f"a batch of {total} bytes is above the {MAX_BATCH_BYTES}-byte limit of one etcd "
             "transaction: store large payloads as artifacts or append in smaller batches"
         )
 
@@ -203,7 +204,7 @@ class SessionKeys:
         return self.root + b"latest/" + event_type.encode()
 
 
-@dataclass
+@dataclass(slots=True)
 class Snapshot:
     """What an append decides on, all read at one revision."""
 
@@ -427,13 +428,15 @@ class EtcdEventStore:
         drafts = list(drafts)
         if not drafts:
             return []
-        check_batch_size(drafts)
+        if len(drafts) > MAX_BATCH_EVENTS:
+            check_batch_size(drafts, [])
         keys = SessionKeys.of(self.prefix, session_id)
         digest = batch_digest(drafts) if idempotency_key is not None else ""
         # One timestamp per call: a retry that reuses seqs writes byte-identical events, so two
         # attempts racing for the same head revision cannot leave different records.
         created_at = now_utc()
         unsettled: list[UnsettledAttempt] = []
+        checked = False
         deadline = time.monotonic() + self.operation_timeout
         delay = 0.02
         last_error: BaseException | None = None
@@ -469,6 +472,10 @@ class EtcdEventStore:
                     for offset, draft in enumerate(drafts, start=1)
                 ]
                 attempt = UnsettledAttempt(events, [event_to_json(e).encode() for e in events])
+                if not checked:
+                    # The first attempt is built before any request is sent.
+                    check_batch_size(drafts, attempt.values)
+                    checked = True
                 request = self._append_request(
                     keys, snapshot, attempt, idempotency_key, digest, fenced=lease is not None
                 )
