@@ -63,6 +63,9 @@ def interfaces() -> list[str]:
 UNSHARE_VARIANTS: tuple[tuple[str, ...], ...] = (("--net",), ("--user", "--map-root-user", "--net"))
 
 
+NETNS_PROBE = "import os; print(os.readlink('/proc/self/ns/net'))"
+
+
 def probe_unshare(binary: str) -> tuple[tuple[str, ...] | None, str]:
     """Run each unshare variant once and read the namespace the child got. Returns the first
     variant whose child really landed in another network namespace (and that namespace), or None
@@ -71,7 +74,9 @@ def probe_unshare(binary: str) -> tuple[tuple[str, ...] | None, str]:
     for flags in UNSHARE_VARIANTS:
         try:
             completed = subprocess.run(
-                [binary, *flags, "readlink", "/proc/self/ns/net"],
+                # The probe execs this interpreter, as the re-executed server will: inside a user
+                # namespace it may be unreachable (a home directory the mapped user cannot enter).
+                [binary, *flags, sys.executable, "-I", "-S", "-c", NETNS_PROBE],
                 capture_output=True,
                 text=True,
                 timeout=10,
