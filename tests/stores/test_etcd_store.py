@@ -66,3 +66,20 @@ async def test_no_member_answering_is_a_prompt_store_unavailable() -> None:
             await store.append("s", [EventDraft(payload=UserInput(goal="x" * 70_000))])
     finally:
         await store.close()
+
+
+@pytest.mark.testenv
+async def test_a_store_url_opens_the_same_record_as_a_spec(etcd_endpoint: str) -> None:
+    from belay.stores import open_event_store
+
+    prefix = f"/url-{uuid.uuid4().hex[:10]}"
+    address = etcd_endpoint.removeprefix("http://")
+    by_spec = open_event_store({"backend": "etcd", "endpoints": [etcd_endpoint], "prefix": prefix})
+    by_url = open_event_store(f"etcd://{address},{address}{prefix}")
+    try:
+        written = await by_spec.append("s", [note("one"), note("two")])
+        assert await by_url.read("s") == written
+        assert await by_url.list_sessions() == ["s"]
+    finally:
+        await by_spec.close()
+        await by_url.close()
