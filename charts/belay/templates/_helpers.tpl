@@ -1,0 +1,48 @@
+{{- define "belay.fullname" -}}
+{{- printf "%s" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "belay.labels" -}}
+app.kubernetes.io/name: belay
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "belay.selector" -}}
+app.kubernetes.io/name: belay
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "belay.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "belay.egress" -}}
+{{- $out := list -}}
+{{- range . -}}
+{{- $entry := dict "ports" (default list .ports) -}}
+{{- if .cidr }}{{- $_ := set $entry "cidr" .cidr -}}{{- end -}}
+{{- if .namespaceLabels }}{{- $_ := set $entry "namespace_labels" .namespaceLabels -}}{{- end -}}
+{{- if .podLabels }}{{- $_ := set $entry "pod_labels" .podLabels -}}{{- end -}}
+{{- $out = append $out $entry -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* The operator's settings (belay.controller.settings.OperatorSettings), as one JSON document. */}}
+{{- define "belay.settings" -}}
+{{- $settings := dict
+  "harness_image" (default (include "belay.image" .) .Values.sessions.harnessImage)
+  "sandbox_image" (default (include "belay.image" .) .Values.sessions.sandboxImage)
+  "image_pull_policy" .Values.image.pullPolicy
+  "event_store" .Values.stores.events
+  "artifact_store" .Values.stores.artifacts
+  "run_as_user" .Values.sessions.runAsUser
+  "store_egress" (include "belay.egress" .Values.sessions.storeEgress | fromJsonArray)
+  "model_egress" (include "belay.egress" .Values.sessions.modelEgress | fromJsonArray)
+-}}
+{{- if .Values.stores.existingSecret }}{{- $_ := set $settings "store_secret" .Values.stores.existingSecret -}}{{- end -}}
+{{- toJson $settings -}}
+{{- end -}}

@@ -1,0 +1,133 @@
+"""The Helm chart: its settings parse as the operator's settings, its schema refuses bad values,
+and `helm install` into the test cluster gives the operator exactly the rights it needs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from belay.controller.settings import OperatorSettings
+from tests.api.kubehelpers import REPO_ROOT
+from tests.testenv.kube import ControlPlane
+
+CHART = REPO_ROOT / "charts/belay"
+RELEASE, NAMESPACE = "belay", "belay-system"
+
+
+def helm(helm_bin: Path, *args: str, kube: ControlPlane | None = None) -> subprocess.CompletedProcess[str]:
+    argv = [str(helm_bin), *args]
+    if kube is not None:
+        argv.append(f"--kubeconfig={kube.kubeconfig}")
+    return subprocess.run(argv, capture_output=True, text=True, timeout=180)
+
+
+def render(helm_bin: Path, *sets: str) -> list[dict[str, Any]]:
+    result = helm(helm_bin, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *sets)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    return dict(deployment["spec"]["template"]["spec"]["containers"][0])
+
+
+def test_chart_settings_are_the_operators_settings(helm_bin: Path) -> None:
+    objects = render(
+        helm_bin,
+        "--set",
+        "stores.existingSecret=belay-stores",
+        "--set-json",
+        'sessions.modelEgress=[{"cidr": "203.0.113.10/32", "ports": [443]}]',
+        "--set-json",
+        'sessions.storeEgress=[{"podLabels": {"app": "etcd"}, "ports": [2379]}]',
+    )
+    container = operator_container(objects)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    settings = OperatorSettings.model_validate_json(env["BELAY_OPERATOR_SETTINGS"])
+    assert settings.store_secret == "belay-stores"
+    assert settings.model_egress[0].cidr == "203.0.113.10/32"
+    assert settings.store_egress[0].pod_labels == {"app": "etcd"}
+    assert container["envFrom"] == [{"secretRef": {"name": "belay-stores"}}]
+    assert "--leader-elect" in container["args"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert not any(o["kind"] == "ServiceMonitor" for o in objects)
+    monitored = render(helm_bin, "--set", "metrics.serviceMonitor.enabled=true")
+    assert any(o["kind"] == "ServiceMonitor" for o in monitored)
+
+
+def test_namespaced_install_binds_roles_in_the_watched_namespaces_only(helm_bin: Path) -> None:
+    objects = render(helm_bin, "--set-json", 'watchNamespaces=["team-a","team-b"]')
+    roles = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects if o["kind"] == "Role"}
+    assert {("team-a", "belay"), ("team-b", "belay")} <= roles
+    cluster_role = next(o for o in objects if o["kind"] == "ClusterRole")
+    assert {g for rule in cluster_role["rules"] for g in rule["resources"]} == {
+        "customresourcedefinitions",
+        "namespaces",
+    }
+    assert "--namespace=team-a" in operator_container(objects)["args"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "complaint"),
+    [
+        ("stores.events=http://etcd:2379", "/stores/events"),
+        ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+        ("unknownKey=1", "unknownKey"),
+    ],
+)
+def test_values_schema_refuses_bad_values(helm_bin: Path, setting: str, complaint: str) -> None:
+    result = helm(helm_bin, "template", RELEASE, str(CHART), "--set", setting)
+    assert result.returncode != 0 and complaint in result.stderr
+
+
+def can_i(kube: ControlPlane, *args: str) -> bool:
+    result = kube.kubectl(
+        "auth", "can-i", *args, f"--as=system:serviceaccount:{NAMESPACE}:{RELEASE}", check=False
+    )
+    return result.stdout.strip() == "yes"
+
+
+@pytest.mark.testenv
+def test_helm_install_gives_the_operator_least_privilege(helm_bin: Path, kube: ControlPlane) -> None:
+    installed = helm(
+        helm_bin, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace", kube=kube
+    )
+    assert installed.returncode == 0, installed.stderr
+    try:
+        crds = json.loads(kube.kubectl("get", "crd", "-o", "json").stdout)["items"]
+        assert {"agentsessions.belay.dev", "checkpoints.belay.dev"} <= {c["metadata"]["name"] for c in crds}
+        deployment = json.loads(
+            kube.kubectl("get", "deployment", RELEASE, "-n", NAMESPACE, "-o", "json").stdout
+        )
+        assert deployment["spec"]["replicas"] == 2
+
+        allowed = [
+            ("create", "pods", "-n", "team-a"),
+            ("delete", "pods", "-n", "team-a"),
+            ("patch", "agentsessions.belay.dev", "--subresource=status", "-n", "team-a"),
+            ("create", "checkpoints.belay.dev", "-n", "team-a"),
+            ("create", "networkpolicies.networking.k8s.io", "-n", "team-a"),
+            ("create", "secrets", "-n", "team-a"),
+            ("update", "leases.coordination.k8s.io/belay-operator", "-n", NAMESPACE),
+        ]
+        refused = [
+            ("get", "secrets", "-n", "team-a"),
+            ("list", "secrets", "-n", "team-a"),
+            ("delete", "services", "-n", "team-a"),
+            ("delete", "agentsessions.belay.dev", "-n", "team-a"),
+            ("create", "deployments.apps", "-n", "team-a"),
+            ("get", "nodes"),
+            ("update", "leases.coordination.k8s.io/kube-scheduler", "-n", NAMESPACE),
+            ("create", "pods", "--subresource=exec", "-n", "team-a"),
+        ]
+        assert [a for a in allowed if not can_i(kube, *a)] == []
+        assert [r for r in refused if can_i(kube, *r)] == []
+    finally:
+        helm(helm_bin, "uninstall", RELEASE, "--namespace", NAMESPACE, kube=kube)
