@@ -68,7 +68,6 @@ T = TypeVar("T")
 MAX_BATCH_BYTES = 1024 * 1024
 MAX_BATCH_EVENTS = 100
 
-SEQ_DIGITS = 20
 KNOWN_HEADS = 4096
 READ_PAGE = 500
 
@@ -124,10 +123,6 @@ def grpc_target(endpoints: Sequence[str]) -> str:
     return "ipv6:" + ",".join(f"[{ip}]:{port}" for ip, port in dict.fromkeys(addresses))
 
 
-def seq_key_part(seq: int) -> str:
-    return f"{seq:0{SEQ_DIGITS}d}"
-
-
 def prefix_range_end(prefix: bytes) -> bytes:
     """The first key after every key that starts with `prefix` (etcd's range_end convention)."""
     end = bytearray(prefix)
@@ -165,43 +160,36 @@ def check_batch_size(drafts: Sequence[EventDraft], encoded: Sequence[bytes]) -> 
         )
 
 
-@functools.lru_cache(maxsize=4096)
-def _session_root(prefix: str, session_id: str) -> bytes:
-    return f"{prefix}/sessions/{quote(session_id, safe='')}/".encode()
-
-
 @dataclass(frozen=True)
 class SessionKeys:
     """Every key of one session."""
 
     root: bytes
+    head: bytes
+    lease: bytes
+    events_prefix: bytes
 
     @classmethod
     def of(cls, prefix: str, session_id: str) -> SessionKeys:
         if not session_id:
             raise ValueError("session id must not be empty")
-        return cls(_session_root(prefix, session_id))
-
-    @property
-    def head(self) -> bytes:
-        return self.root + b"head"
-
-    @property
-    def lease(self) -> bytes:
-        return self.root + b"lease"
-
-    @property
-    def events_prefix(self) -> bytes:
-        return self.root + b"events/"
+        return _session_keys(prefix, session_id)
 
     def event(self, seq: int) -> bytes:
-        return self.events_prefix + seq_key_part(seq).encode()
+        # Twenty digits: key order is seq order for every seq a 64-bit counter can hold.
+        return b"%s%020d" % (self.events_prefix, seq)
 
     def idem(self, key: str) -> bytes:
         return self.root + b"idem/" + quote(key, safe="").encode()
 
     def latest(self, event_type: str) -> bytes:
         return self.root + b"latest/" + event_type.encode()
+
+
+@functools.lru_cache(maxsize=4096)
+def _session_keys(prefix: str, session_id: str) -> SessionKeys:
+    root = f"{prefix}/sessions/{quote(session_id, safe='')}/".encode()
+    return SessionKeys(root=root, head=root + b"head", lease=root + b"lease", events_prefix=root + b"events/")
 
 
 @dataclass(slots=True)
@@ -371,18 +359,9 @@ class EtcdEventStore:
         return self._snapshot_from(await self._txn([], self._state_reads(keys, idempotency_key)))
 
     def _remembered(self, session_id: str) -> Snapshot:
-        known = self._known_heads.get(session_id)
-        if known is None:
-            # Never seen: guess a new session. If it is not, the write's compares fail and its
-            # failure branch returns the real state, still in one round trip.
-            return Snapshot(authoritative=False)
-        return Snapshot(
-            head_mod_revision=known.head_mod_revision,
-            last_seq=known.last_seq,
-            lease_mod_revision=known.lease_mod_revision,
-            lease_number=known.lease_number,
-            authoritative=False,
-        )
+        # Never seen: guess a new session. If it is not, the write's compares fail and its
+        # failure branch returns the real state, still in one round trip.
+        return self._known_heads.get(session_id) or Snapshot(authoritative=False)
 
     def _remember(self, session_id: str, snapshot: Snapshot, written_at: int, last_seq: int) -> None:
         self._known_heads.pop(session_id, None)
@@ -391,6 +370,7 @@ class EtcdEventStore:
             last_seq=last_seq,
             lease_mod_revision=snapshot.lease_mod_revision,
             lease_number=snapshot.lease_number,
+            authoritative=False,
         )
         while len(self._known_heads) > KNOWN_HEADS:
             self._known_heads.pop(next(iter(self._known_heads)))
