@@ -28,6 +28,8 @@ from belay.controller.status import TransitionEvent
 GROUP, VERSION, PLURAL = "belay.dev", "v1alpha1", "agentsessions"
 # How often a session's worker reads the record when nothing wakes it earlier.
 FOLLOW_INTERVAL_S = float(os.environ.get("BELAY_FOLLOW_INTERVAL_S", "1.0"))
+# A full pass at least this often, even when nothing seems to change.
+RESYNC_INTERVAL_S = 60.0
 KUBECONFIG_ENV = "BELAY_KUBECONFIG"
 
 log = logging.getLogger("belay.operator")
@@ -93,7 +95,8 @@ def pod_changed(labels: kopf.Labels, namespace: str | None, **_: Any) -> None:
         _wake(_key(namespace, session))
 
 
-# The worker of one session: a pass now, then one per wake-up or follow interval.
+# The worker of one session: a pass now, then one whenever the cluster wakes it, its record moved
+# on (checked every follow interval), or the resync interval passed.
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
 async def session_worker(
     body: kopf.Body, namespace: str | None, name: str, stopped: kopf.DaemonStopped, **_: Any
@@ -104,11 +107,24 @@ async def session_worker(
     Runtime.bodies.setdefault(key, dict(body))
     reconciler = Runtime.reconciler
     assert reconciler is not None
+    woken = True
+    last_pass = 0.0
+    loop = asyncio.get_running_loop()
     while not stopped:
         wake.clear()
         current = Runtime.bodies.get(key, dict(body))
         if current.get("metadata", {}).get("deletionTimestamp"):
             break
+        due = woken or loop.time() - last_pass > RESYNC_INTERVAL_S
+        if not due:
+            try:
+                due = await reconciler.record_moved(current)
+            except Exception:
+                log.exception("reading the record of %s failed", key)
+        if not due:
+            woken = await _sleep_until_woken(wake)
+            continue
+        last_pass = loop.time()
         with metrics.RECONCILE_SECONDS.time():
             try:
                 outcome = await reconciler.reconcile(current)
@@ -118,9 +134,19 @@ async def session_worker(
             except Exception:
                 metrics.RECONCILES.labels(result="error").inc()
                 log.exception("reconcile of %s failed; retrying", key)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), timeout=FOLLOW_INTERVAL_S)
+                await _sleep_until_woken(wake)
+                woken = True  # a failed pass is retried whether or not anything changed
+                continue
+        woken = await _sleep_until_woken(wake)
     metrics.SESSIONS.dec()
+
+
+async def _sleep_until_woken(wake: asyncio.Event) -> bool:
+    """True when a change in the cluster woke the worker, False when the follow interval passed."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(wake.wait(), timeout=FOLLOW_INTERVAL_S)
+        return True
+    return False
 
 
 # Deleting a session: its pods go now; the record and the artifacts stay (spec.retention).

@@ -59,6 +59,7 @@ class SessionMemory:
     status: dict[str, Any] | None = None
     forked_from: ForkStatus | None = None
     fork_error: str = ""
+    token_created: bool = False
 
 
 @dataclass
@@ -132,6 +133,15 @@ class SessionReconciler:
         self._locks.pop(uid, None)
 
     # ---- the pass
+
+    async def record_moved(self, body: dict[str, Any]) -> bool:
+        """Whether the session's record has events this reconciler has not folded yet: the cheap
+        check a worker makes when nothing in the cluster changed."""
+        memory = self.memory.get(body["metadata"]["uid"])
+        if memory is None:
+            return True
+        store = self.event_store(AgentSessionSpec.model_validate(body["spec"]))
+        return await store.last_seq(body["metadata"]["name"]) > memory.state.last_seq
 
     async def reconcile(self, body: dict[str, Any]) -> PassResult:
         uid = body["metadata"]["uid"]
@@ -257,7 +267,9 @@ class SessionReconciler:
         store = self.event_store(spec)
         artifacts = self.artifact_store(spec)
 
-        await asyncio.to_thread(self.kube.ensure_secret, token_secret(ref, secrets.token_urlsafe(32)))
+        if not memory.token_created:
+            await asyncio.to_thread(self.kube.ensure_secret, token_secret(ref, secrets.token_urlsafe(32)))
+            memory.token_created = True
         await self._fork(store, ref, spec, memory)
         await self._follow(store, ref, memory)
 
