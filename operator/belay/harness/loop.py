@@ -141,6 +141,7 @@ class Harness:
     lease: int = 0
     _state: SessionState = EMPTY
     _state_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _append_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _handles: dict[str, SandboxHandle] = field(default_factory=dict)
     _fault_points: frozenset[str] = field(default_factory=frozenset)
     _model_calls: int = 0  # this session's model calls so far, counted from the record at start
@@ -165,12 +166,15 @@ class Harness:
         self, payloads: Sequence[Payload], *, subagent: str | None = None, parent_seq: int | None = None
     ) -> list[Event]:
         drafts = [EventDraft(payload=p, actor=self.actor(subagent), parent_seq=parent_seq) for p in payloads]
-        events = await self.store.append(self.session_id, drafts, lease=self.lease)
-        for event in events:
-            if self.on_event is not None:
-                self.on_event(event)
-        if self._fault_points and any(fault_key(e) in self._fault_points for e in events):
-            os.kill(os.getpid(), signal.SIGSTOP)
+        # One append at a time from this attempt, so a fault stop never freezes the process in the
+        # middle of another subagent's write (and with the store's write lock held).
+        async with self._append_lock:
+            events = await self.store.append(self.session_id, drafts, lease=self.lease)
+            for event in events:
+                if self.on_event is not None:
+                    self.on_event(event)
+            if self._fault_points and any(fault_key(e) in self._fault_points for e in events):
+                os.kill(os.getpid(), signal.SIGSTOP)
         return events
 
     async def state(self) -> SessionState:
@@ -194,32 +198,8 @@ class Harness:
         lease = await self.store.acquire_lease(self.session_id, self.holder)
         self.lease = lease.number
         self.attempt = lease.number
-        state = await self.state()
-        if state.lifecycle.completed:
-            return HarnessResult(True, "the session had already completed", self.attempt)
-        self._model_calls = sum(1 for e in await self.events() if e.type == "model_output")
-        await self.record_start(state)
-        max_attempts = self.session.spec.recovery.max_attempts
-        if self.attempt > max_attempts:
-            detail = f"attempt {self.attempt} is beyond recovery.maxAttempts ({max_attempts})"
-            await self.record(
-                [
-                    Lifecycle(
-                        kind=LifecycleKind.SESSION_FAILED,
-                        attempt=self.attempt,
-                        reason="MaxAttempts",
-                        detail=detail,
-                    ),
-                    Lifecycle(
-                        kind=LifecycleKind.HARNESS_FINISHED, attempt=self.attempt, reason="MaxAttempts"
-                    ),
-                ]
-            )
-            return HarnessResult(False, detail, self.attempt)
         try:
-            await all_of(self.prepare_sandbox(s) for s in self.session.spec.subagents)
-            await all_of(self.run_subagent(s) for s in self.session.spec.subagents)
-            return await self.finish()
+            return await self.attempt_session()
         except RecoveryFailed as failure:
             return HarnessResult(False, str(failure), self.attempt)
         except BudgetExhausted as exhausted:
@@ -244,6 +224,33 @@ class Harness:
             )
         finally:
             await asyncio.gather(*(h.stop() for h in self._handles.values()), return_exceptions=True)
+
+    async def attempt_session(self) -> HarnessResult:
+        state = await self.state()
+        if state.lifecycle.completed:
+            return HarnessResult(True, "the session had already completed", self.attempt)
+        self._model_calls = sum(1 for e in await self.events() if e.type == "model_output")
+        await self.record_start(state)
+        max_attempts = self.session.spec.recovery.max_attempts
+        if self.attempt > max_attempts:
+            detail = f"attempt {self.attempt} is beyond recovery.maxAttempts ({max_attempts})"
+            await self.record(
+                [
+                    Lifecycle(
+                        kind=LifecycleKind.SESSION_FAILED,
+                        attempt=self.attempt,
+                        reason="MaxAttempts",
+                        detail=detail,
+                    ),
+                    Lifecycle(
+                        kind=LifecycleKind.HARNESS_FINISHED, attempt=self.attempt, reason="MaxAttempts"
+                    ),
+                ]
+            )
+            return HarnessResult(False, detail, self.attempt)
+        await all_of(self.prepare_sandbox(s) for s in self.session.spec.subagents)
+        await all_of(self.run_subagent(s) for s in self.session.spec.subagents)
+        return await self.finish()
 
     async def record_start(self, state: SessionState) -> None:
         spec = self.session.spec

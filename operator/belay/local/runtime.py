@@ -209,6 +209,7 @@ async def run_local(
         if on_event is not None:
             on_event(event)
 
+    harness: Harness | None = None
     try:
         if with_ticket_service:
             from belay.local.tickets import TicketService
@@ -229,11 +230,18 @@ async def run_local(
         )
         return await harness.run()
     finally:
+        # Only the newest attempt may clean up: a superseded one must not stop its replacement's
+        # sandboxes.
+        newest = False
+        if harness is not None and harness.lease:
+            lease = await store.current_lease(session.session_id)
+            newest = lease is not None and lease.number == harness.lease
         if service is not None:
             await service.stop()
         await store.close()
         log.close()
-        stop_leftover_sandboxes(home, session)
+        if newest:
+            stop_leftover_sandboxes(home, session)
 
 
 def stop_leftover_sandboxes(home: LocalHome, session: AgentSession) -> None:
