@@ -31,6 +31,7 @@ class OperatorProcess:
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
+        self.follow_interval_s = 0.5
 
     def start(self) -> OperatorProcess:
         env = {
@@ -38,7 +39,7 @@ class OperatorProcess:
             "KUBECONFIG": str(self.kube.kubeconfig),
             "BELAY_KUBECONFIG": str(self.kube.kubeconfig),
             SETTINGS_ENV: self.settings.model_dump_json(),
-            "BELAY_FOLLOW_INTERVAL_S": "0.5",
+            "BELAY_FOLLOW_INTERVAL_S": str(self.follow_interval_s),
         }
         argv = [
             sys.executable,
