@@ -22,7 +22,18 @@ from belay.controller import names
 from belay.controller.kube import load_api_client
 from belay.controller.settings import OperatorSettings
 from belay.harness.loop import FAULT_ENV
-from belay.journal.events import Event, EventDraft, LifecycleKind, Note, NoteKind, TaskEvent
+from belay.journal.events import (
+    Checkpoint,
+    Event,
+    EventDraft,
+    Lifecycle,
+    LifecycleKind,
+    Note,
+    NoteKind,
+    TaskEvent,
+    UserInput,
+    Verification,
+)
 from belay.journal.state import fold
 from belay.local.tickets import TicketService
 from belay.stores.base import StaleLease
@@ -445,3 +456,75 @@ async def test_approvals_from_gitops_and_kubectl_belay_are_bound_to_the_payload_
     assert (record.decision, record.decided_by) == ("granted", "spec")
     assert record.decision_payload_sha256 == pending["payloadSha256"]
     kube.kubectl("delete", "agentsession", name, "-n", NAMESPACE, "--timeout=120s")
+
+
+async def test_fork_from_a_checkpoint_copies_history_and_a_missing_source_stalls(
+    e2e_cluster: ControlPlane, operator: OperatorProcess, stores: tuple[str, str]
+) -> None:
+    kube = e2e_cluster
+    store = open_event_store(stores[0])
+    try:
+        verified = Checkpoint(
+            checkpoint_id="researcher/reproduce",
+            covers_seq=2,
+            subagent="researcher",
+            next_step="diagnose",
+            verification=Verification(command="python -m unittest", status="passed", exit_code=1),
+        )
+        later = Checkpoint(checkpoint_id="researcher/diagnose", covers_seq=4, subagent="researcher")
+        history = [
+            UserInput(goal="fix the parser"),
+            Lifecycle(kind=LifecycleKind.HARNESS_STARTED, attempt=1, lease=1),
+            verified,
+            Note(note_id="cause", kind=NoteKind.HYPOTHESIS, text="split on every '='"),
+            later,
+        ]
+        await store.append("fork-source", [EventDraft(payload=p) for p in history])
+
+        forked = cluster_manifest("forked")
+        forked["spec"]["forkFrom"] = {"session": "fork-source", "checkpoint": "researcher/reproduce"}
+        orphan = cluster_manifest("orphan")
+        orphan["spec"]["forkFrom"] = {"session": "no-such-session"}
+        kube.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [forked, orphan]}),
+        )
+
+        describe = lambda: f"operator log:\n{operator.log()[-4000:]}"  # noqa: E731
+        status = wait_for(
+            lambda: (s := session_status(kube, "forked")).get("forkedFrom") and s,
+            "the fork",
+            describe=describe,
+        )
+        assert status["forkedFrom"] == {
+            "session": "fork-source",
+            "checkpointId": "researcher/reproduce",
+            "coversSeq": 3,
+        }
+        copied = await store.read("forked")
+        assert [e.payload for e in copied[:3]] == history[:3]
+        mirrored = wait_for(
+            lambda: kubectl_json(
+                kube, "get", "checkpoints", "-n", NAMESPACE, "-l", "belay.dev/session=forked"
+            ).get("items"),
+            "the forked session's checkpoint mirror",
+            describe=describe,
+        )
+        assert [c["spec"]["checkpointId"] for c in mirrored] == ["researcher/reproduce"]
+
+        stalled = wait_for(
+            lambda: condition(s := session_status(kube, "orphan"), "Stalled") and s,
+            "the orphan to stall",
+            describe=describe,
+        )
+        assert condition(stalled, "Stalled")["reason"] == "ForkSourceMissing"  # type: ignore[index]
+        assert condition(stalled, "Ready")["status"] == "False"  # type: ignore[index]
+        assert pods(kube, "orphan") == {}
+        assert await store.last_seq("orphan") == 0
+    finally:
+        await store.close()
+        kube.kubectl(
+            "delete", "agentsession", "forked", "orphan", "-n", NAMESPACE, "--timeout=120s", check=False
+        )
