@@ -178,3 +178,21 @@ def test_records_built_on_the_fast_path_pass_their_own_validation(events: list) 
         again = type(record).model_validate(record.model_dump())
         assert again == record
         assert list(again.__dict__) == list(record.__dict__)  # same field order as validation
+
+
+def test_apply_shares_everything_an_event_does_not_touch() -> None:
+    """No copy of the whole state per event: untouched collections are the very same objects."""
+    state = fold(realistic_log())
+    log = LogBuilder()
+    for event in realistic_log():
+        log.add(event.payload, parent_seq=event.parent_seq, actor=event.actor)
+    log.add(ModelOutput(text="thinking"))
+    after_output = apply(state, log.events[-1])
+    for name in ("operations", "tasks", "approvals", "artifacts", "notes", "waits", "results", "request"):
+        assert getattr(after_output, name) is getattr(state, name)
+    log.add(ToolRequest(operation_id="op-new", tool="t", effect=EffectClass.READ_ONLY))
+    after_request = apply(after_output, log.events[-1])
+    assert after_request.operations is not after_output.operations
+    assert after_request.operations["op-test-1"] is after_output.operations["op-test-1"]
+    for name in ("tasks", "approvals", "artifacts", "notes", "waits", "results"):
+        assert getattr(after_request, name) is getattr(after_output, name)

@@ -58,8 +58,11 @@ def approval_matches(
 
 
 def _decisions_for(state: SessionState, operation_id: str, payload_sha256: str) -> list[ApprovalRecord]:
-    records = (state.approvals[a] for a in state.approvals_by_operation.get(operation_id, ()))
-    decided = [r for r in records if r.decision is not None and r.decision_payload_sha256 == payload_sha256]
+    decided = [
+        r
+        for r in state.approvals_for(operation_id)
+        if r.decision is not None and r.decision_payload_sha256 == payload_sha256
+    ]
     return sorted(decided, key=lambda r: r.decided_seq or 0)
 
 
@@ -94,9 +97,5 @@ def approval_state(
         if approval_matches(latest, operation_id, payload_sha256, now):
             return ApprovalState.GRANTED
         return ApprovalState.EXPIRED
-    requested = [
-        state.approvals[a]
-        for a in state.approvals_by_operation.get(operation_id, ())
-        if state.approvals[a].pending
-    ]
+    requested = [r for r in state.approvals_for(operation_id) if r.pending]
     return ApprovalState.PENDING if requested else ApprovalState.NOT_REQUESTED

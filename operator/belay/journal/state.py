@@ -310,6 +310,10 @@ class SessionState(BaseModel):
         ids = sorted(self.open_operations, key=lambda op: (self.open_operations[op], op))
         return [self.operations[op] for op in ids]
 
+    def approvals_for(self, operation_id: str) -> list[ApprovalRecord]:
+        """Every approval requested or decided for one operation, in the order first seen."""
+        return [self.approvals[a] for a in self.approvals_by_operation.get(operation_id, ())]
+
     def pending_approval_records(self) -> list[ApprovalRecord]:
         ids = sorted(self.pending_approvals, key=lambda a: (self.pending_approvals[a], a))
         return [self.approvals[a] for a in ids]
