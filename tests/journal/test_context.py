@@ -5,11 +5,28 @@ from pathlib import Path
 
 import pytest
 
-from belay.journal.context import EVIDENCE_LIMIT, build_context, estimate_tokens, render_event
-from belay.journal.events import Event, EventDraft, ModelOutput, Summary
+from belay.journal.context import (
+    EVIDENCE_LIMIT,
+    build_context,
+    estimate_tokens,
+    render_event,
+    select_evidence,
+)
+from belay.journal.events import (
+    EffectClass,
+    Event,
+    EventDraft,
+    ModelOutput,
+    Summary,
+    Task,
+    TaskStatus,
+    ToolRequest,
+    ToolResult,
+    UserInput,
+)
 from belay.journal.state import fold
 from belay.stores.sqlite import SqliteEventStore
-from tests.journal.fixtures import SESSION, realistic_log
+from tests.journal.fixtures import SESSION, LogBuilder, realistic_log
 
 
 class CountingStore:
@@ -114,3 +131,17 @@ async def test_reads_are_bounded_whatever_the_history_length(tmp_path: Path, pad
         await store.close()
     assert len(context.recent) == 50
     assert counting.events_read <= 50 + EVIDENCE_LIMIT + 1
+
+
+def test_evidence_prefers_results_of_the_step_in_progress_then_the_newest() -> None:
+    log = LogBuilder()
+    log.add(UserInput(goal="g"))
+    for i in range(13):
+        step = "survey" if i < 3 else "patch"
+        log.add(ToolRequest(operation_id=f"op-{i}", tool="t", effect=EffectClass.READ_ONLY, step=step))
+        log.add(ToolResult(operation_id=f"op-{i}", ok=True, result_id=f"r{i}"))
+    log.add(Task(task_id="survey", status=TaskStatus.RUNNING))  # back to the survey step
+    state = fold(log.events)
+    _, wanted = select_evidence(state)
+    assert [result_id for result_id, _ in wanted] == ["r2", "r1", "r0", "r12", "r11", "r10", "r9", "r8"]
+    assert len(wanted) == EVIDENCE_LIMIT

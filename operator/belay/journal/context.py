@@ -184,11 +184,10 @@ def select_evidence(state: SessionState) -> tuple[list[EvidenceItem], list[tuple
         items.append(
             EvidenceItem(kind=kind, id=note_id, text=f"[{note.status}] {note.text}", seq=note.last_seq)
         )
-    wanted: list[tuple[str, int]] = []
-    for result_id in reversed(state.recent_results):
-        result = state.results[result_id]
-        if result.valid and len(wanted) < EVIDENCE_LIMIT:
-            wanted.append((result_id, result.seq))
+    # Valid recent results, those of the step in progress first, then the newest.
+    candidates = [state.results[r] for r in state.recent_results if state.results[r].valid]
+    candidates.sort(key=lambda r: (r.step is not None and r.step == state.current_step, r.seq), reverse=True)
+    wanted = [(r.result_id, r.seq) for r in candidates[:EVIDENCE_LIMIT]]
     return items, wanted
 
 

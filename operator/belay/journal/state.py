@@ -204,6 +204,7 @@ class ResultRecord(Record):
     derived_from: DerivedFrom | None = None
     outputs: tuple[str, ...] = ()  # sha256 of artifacts this result produced
     invalidated_by_version: int | None = None  # request version whose scope change invalidated it
+    step: str | None = None  # the plan step that produced it, when known
 
     @property
     def valid(self) -> bool:
@@ -408,6 +409,7 @@ def _register_result(
     seq: int,
     derived_from: DerivedFrom | None,
     output_sha256: str | None = None,
+    step: str | None = None,
 ) -> None:
     """Record a result and its inputs in `updates`. A result built on inputs that a scope change
     already replaced (an older request version of a changed part, an invalid upstream) is recorded
@@ -452,6 +454,7 @@ def _register_result(
             derived_from=derived_from,
             outputs=outputs,
             invalidated_by_version=invalidated_by,
+            step=step or (previous.step if previous is not None else None),
         ),
     )
     updates["recent_results"] = _push_recent(s.recent_results, result_id)
@@ -615,6 +618,7 @@ def _on_tool_result(s: SessionState, e: Any) -> Updates:
             seq=e.seq,
             derived_from=p.derived_from,
             output_sha256=p.output_ref.sha256 if p.output_ref else None,
+            step=record.step,
         )
     return updates
 
