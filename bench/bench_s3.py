@@ -27,7 +27,7 @@ from bench.common import Figure
 
 COMMAND = "python -m bench bench_s3"
 SIZE = 100 * 1024 * 1024
-RUNS = 5
+RUNS = 7
 BUCKET = "belay-bench"
 
 
