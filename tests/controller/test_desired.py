@@ -48,6 +48,7 @@ def test_a_sandbox_service_selects_only_the_current_attempts_pod() -> None:
     services = by_kind(desired_children(REF, spec_with(), SETTINGS, attempt_index=4), "Service")
     selector = services["sbx-parser-fix-researcher"]["spec"]["selector"]
     assert selector == {**names.sandbox_selector("parser-fix", "researcher"), names.LABEL_ATTEMPT: "4"}
+    assert services["sbx-parser-fix-researcher"]["spec"]["clusterIP"] == "None"
     pod = by_kind(desired_children(REF, spec_with(), SETTINGS, attempt_index=4), "Pod")[
         "parser-fix-sbx-researcher-4"
     ]

@@ -231,7 +231,8 @@ def sandbox_service(
 ) -> dict[str, Any]:
     """The stable name of a subagent's sandbox. It selects the current attempt's pod only: while
     the previous attempt's pod is still terminating, the new harness must never reach its
-    workspace."""
+    workspace. Headless: the name resolves to the pod itself, so a fleet of sessions takes no
+    addresses from the cluster's service range."""
     selector = names.sandbox_selector(ref.name, subagent.name)
     if attempt_index is not None:
         selector[names.LABEL_ATTEMPT] = str(attempt_index)
@@ -245,6 +246,7 @@ def sandbox_service(
         ),
         "spec": {
             "type": "ClusterIP",
+            "clusterIP": "None",
             "selector": selector,
             "ports": [
                 {"name": "http", "port": settings.sandbox_port, "targetPort": "http", "protocol": "TCP"}
