@@ -13,6 +13,8 @@ from belay.journal.events import (
     TaskStatus,
     ToolResult,
     UserInput,
+    Wait,
+    WaitKind,
 )
 from belay.journal.state import fold
 from tests.journal.fixtures import COMPAT, PATCH, PUBLISH_SHA, LogBuilder, realistic_log
@@ -66,9 +68,19 @@ def test_what_waits_on_the_user_with_the_command_to_act() -> None:
     assert "run: belay approve parser-fix apr-publish" in waiting
     assert "belay reject parser-fix apr-publish" in waiting
     assert "reconciliation op-push-1: git_push outcome unknown" in waiting
-    assert "run: belay approve parser-fix reconcile-op-push-1" in waiting
+    assert "run: belay reconcile parser-fix op-push-1 --succeeded|--failed" in waiting
+    assert "reconcile-op-push-1" not in waiting  # its wait is the reconciliation, listed once
     # The wait that restates the approval is not listed twice.
     assert "approve-publish" not in waiting
+
+
+def test_a_question_to_the_user_comes_with_the_answer_command() -> None:
+    log = LogBuilder()
+    log.add(UserInput(goal="g"))
+    log.add(Wait(wait_id="which-branch", kind=WaitKind.ON_USER, reason="which branch should I target?"))
+    waiting = _section(render_text(briefing(fold(log.events))), "Waiting on you")
+    assert "decision which-branch: which branch should I target?" in waiting
+    assert 'run: belay answer parser-fix which-branch "..."' in waiting
 
 
 def test_what_waits_on_an_external_condition() -> None:

@@ -260,8 +260,8 @@ def briefing(
         for a in state.pending_approval_records()
     ]
     pending_ids = [a.approval_id for a in state.pending_approval_records()]
-    # A wait on the user whose condition names an operation with an unknown outcome is how that
-    # outcome gets reconciled: answering it records the reconciliation.
+    # A wait on the user whose condition names an operation with an unknown outcome is settled by
+    # reconciling that operation, so it is listed once, as the reconciliation.
     reconcile_waits = {
         w.condition: w
         for w in state.open_wait_records()
@@ -277,8 +277,7 @@ def briefing(
                 kind="decision",
                 id=w.wait_id,
                 summary=w.reason,
-                command=commands.approve(sid, w.wait_id),
-                alternative=commands.reject(sid, w.wait_id),
+                command=commands.answer(sid, w.wait_id),
             )
         )
     for op_id in sorted(state.unknown_outcomes, key=lambda o: (state.unknown_outcomes[o], o)):
@@ -286,23 +285,14 @@ def briefing(
         summary = f"{op.tool or 'operation'} outcome unknown" + (
             f" ({op.outcome_detail})" if op.outcome_detail else ""
         )
-        wait = reconcile_waits.get(op_id)
-        if wait is not None:
-            actions.append(
-                ActionItem(
-                    kind="reconciliation",
-                    id=op_id,
-                    summary=f"{summary}; did it take effect?",
-                    command=commands.approve(sid, wait.wait_id),
-                    alternative=commands.reject(sid, wait.wait_id),
-                )
+        actions.append(
+            ActionItem(
+                kind="reconciliation",
+                id=op_id,
+                summary=f"{summary}; did it take effect?",
+                command=commands.reconcile(sid, op_id),
             )
-        else:
-            actions.append(
-                ActionItem(
-                    kind="reconciliation", id=op_id, summary=summary, command=commands.reconcile(sid, op_id)
-                )
-            )
+        )
 
     external = [
         ExternalItem(wait_id=w.wait_id, reason=w.reason, condition=w.condition)

@@ -7,8 +7,7 @@ import posixpath
 
 
 def approve(session_id: str, item_id: str) -> str:
-    """Grants an approval, or answers "yes" to a wait on the user (a decision, or "it took effect"
-    for a reconciliation wait)."""
+    """Grants an approval (or answers "yes" to a wait on the user)."""
     return f"belay approve {session_id} {item_id}"
 
 
@@ -17,8 +16,13 @@ def reject(session_id: str, item_id: str) -> str:
 
 
 def reconcile(session_id: str, operation_id: str) -> str:
-    """For an unknown outcome with no reconciliation wait to answer."""
+    """Settles an unknown outcome (and the wait on the user that asks about it, if any)."""
     return f"belay reconcile {session_id} {operation_id} --succeeded|--failed"
+
+
+def answer(session_id: str, wait_id: str) -> str:
+    """Answers a wait on the user (a question or a decision) with text."""
+    return f'belay answer {session_id} {wait_id} "..."'
 
 
 def download(session_id: str, name: str) -> str:
