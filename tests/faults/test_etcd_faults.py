@@ -245,3 +245,44 @@ async def test_a_follower_misses_nothing_when_its_watch_is_cut_and_history_compa
         await follower_store.close()
         await writer.close()
         await proxy.stop()
+
+
+@pytest.mark.slow
+async def test_a_follower_on_a_killed_member_resumes_without_a_gap(etcd_cluster: EtcdCluster) -> None:
+    """The follower talks to the leader only; the leader is killed while the writer goes on through
+    the other members. Once the member is back, the follower re-reads from its last seq."""
+    leader = etcd_cluster.leader_name()
+    prefix = fresh_prefix()
+    writer = EtcdEventStore(etcd_cluster.endpoints, prefix=prefix, request_timeout=1, operation_timeout=30)
+    follower_store = EtcdEventStore(
+        [etcd_cluster.endpoint_of(leader)], prefix=prefix, request_timeout=1, operation_timeout=2
+    )
+    session = "followed-through-a-crash"
+    total = 30
+    seen: list[int] = []
+    first_ten = asyncio.Event()
+
+    async def follow() -> None:
+        async for event in follower_store.watch(session):
+            seen.append(event.seq)
+            if event.seq == 10:
+                first_ten.set()
+            if event.seq == total:
+                return
+
+    follower = asyncio.create_task(follow())
+    try:
+        for i in range(1, 11):
+            await writer.append(session, [note(f"n{i}")])
+        await asyncio.wait_for(first_ten.wait(), timeout=30)
+        await asyncio.to_thread(etcd_cluster.kill_member, leader)
+        for i in range(11, total + 1):
+            await writer.append(session, [note(f"n{i}")])
+        assert seen == list(range(1, 11)), "the follower's only member is down"
+        await asyncio.to_thread(etcd_cluster.start_member, leader)
+        await asyncio.wait_for(follower, timeout=60)
+        assert seen == list(range(1, total + 1))
+    finally:
+        follower.cancel()
+        await writer.close()
+        await follower_store.close()
