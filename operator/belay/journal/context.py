@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from belay.journal.events import Event, NoteKind
+from belay.journal.events import Event, NoteKind, SummaryEvent
 from belay.journal.state import SessionState
 from belay.stores.base import EventStore
 
@@ -203,7 +203,9 @@ async def build_context(
     parts = dict(sorted(state.request.parts.items()))
     checkpoint = _checkpoint_line(state)
     summary_event = await store.latest(session_id, "summary")
-    summary = _clip(summary_event.payload.text, 4 * LINE_CHARS) if summary_event is not None else None  # type: ignore[union-attr]
+    summary = (
+        _clip(summary_event.payload.text, 4 * LINE_CHARS) if isinstance(summary_event, SummaryEvent) else None
+    )
 
     context = ModelContext(
         session_id=session_id,
