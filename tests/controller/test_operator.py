@@ -528,3 +528,53 @@ async def test_fork_from_a_checkpoint_copies_history_and_a_missing_source_stalls
         kube.kubectl(
             "delete", "agentsession", "forked", "orphan", "-n", NAMESPACE, "--timeout=120s", check=False
         )
+
+
+async def test_a_lost_sandbox_pod_is_replaced_and_restored_from_declared_state(
+    e2e_cluster: ControlPlane,
+    operator: OperatorProcess,
+    stores: tuple[str, str],
+    tickets: str,
+    tmp_path: Path,
+) -> None:
+    kube = e2e_cluster
+    name = "sandbox-loss"
+    describe = lambda: f"operator log:\n{operator.log()[-4000:]}\npods: {sorted(pods(kube, name))}"  # noqa: E731
+    api = load_api_client(str(kube.kubeconfig))
+    store = open_event_store(stores[0])
+    try:
+        with LocalKubelet(api, NAMESPACE, tmp_path / "kubelet", extra_env=harness_env(tickets, FAULT_POINT)):
+            kube.kubectl("apply", "-f", "-", input=json.dumps(cluster_manifest(name)))
+            for _ in range(600):
+                if any(
+                    getattr(e.payload, "checkpoint_id", None) == "implementer/fix"
+                    for e in await store.read(name)
+                ):
+                    break
+                await asyncio.sleep(0.3)
+            else:
+                raise AssertionError(describe())
+            kube.kubectl("delete", "pod", "-n", NAMESPACE, f"{name}-sbx-implementer-0", "--wait=false")
+
+            done = wait_for(
+                lambda: (s := session_status(kube, name)).get("phase") in ("Succeeded", "Failed") and s,
+                "the session to end",
+                timeout=600,
+                describe=describe,
+            )
+            assert done["phase"] == "Succeeded"
+        events = await store.read(name)
+        lifecycle = [e.payload for e in events if e.type == "lifecycle"]
+        lost = [p for p in lifecycle if p.kind == LifecycleKind.HARNESS_LOST]  # type: ignore[union-attr]
+        assert len(lost) == 1 and f"sandbox pod {name}-sbx-implementer-0 lost" in lost[0].detail  # type: ignore[union-attr]
+        replaced = {p.subagent for p in lifecycle if p.kind == LifecycleKind.SANDBOX_REPLACED}  # type: ignore[union-attr]
+        assert replaced == {"implementer", "researcher"}
+        restored = [p for p in lifecycle if p.kind == LifecycleKind.RESTORED]  # type: ignore[union-attr]
+        assert any(p.checkpoint_id == "implementer/fix" for p in restored), restored  # type: ignore[union-attr]
+        lost_seq = next(
+            e.seq for e in events if e.type == "lifecycle" and e.payload.kind == LifecycleKind.HARNESS_LOST
+        )  # type: ignore[union-attr]
+        assert "implementer/fix" not in steps_run_after(events, lost_seq)
+    finally:
+        await store.close()
+        kube.kubectl("delete", "agentsession", name, "-n", NAMESPACE, "--timeout=120s", check=False)

@@ -85,3 +85,12 @@ def test_ended_or_unrecoverable_sessions_run_no_pod() -> None:
         Lifecycle(kind=LifecycleKind.RESTORED),
     )
     assert decide_harness(restored, [pod(0, "Failed")], lease=1, max_attempts=5).action == Action.REPLACE
+
+
+def test_a_lost_sandbox_ends_the_attempt_that_used_it() -> None:
+    decision = decide_harness(
+        running(attempt=1), [pod(0)], lease=1, max_attempts=5, sandboxes_lost=["s-sbx-a-0"]
+    )
+    assert (decision.action, decision.index, decision.lost_attempt) == (Action.REPLACE, 2, 1)
+    assert decision.lost_pod == "s-harness-0"
+    assert decision.why == "sandbox pod s-sbx-a-0 lost"

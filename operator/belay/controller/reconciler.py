@@ -60,6 +60,8 @@ class SessionMemory:
     forked_from: ForkStatus | None = None
     fork_error: str = ""
     token_created: bool = False
+    # Sandbox pods of the current attempt seen running or pending: one that disappears is lost.
+    seen_sandboxes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -92,6 +94,41 @@ def harness_pods(pods: list[Any]) -> list[HarnessPod]:
             )
         )
     return found
+
+
+def sandboxes_lost(pods: list[Any], seen: dict[str, str]) -> list[str]:
+    """Sandbox pods of the newest attempt seen before that are now gone, being deleted, or ended.
+    `seen` (pod name -> attempt) is updated with the live ones; older attempts are forgotten."""
+    newest = max(harness_pods(pods), key=lambda p: p.index, default=None)
+    if newest is None:
+        return []
+    attempt = str(newest.index)
+    current = {
+        p.metadata.name: p
+        for p in pods
+        if (p.metadata.labels or {}).get(names.LABEL_COMPONENT) == names.COMPONENT_SANDBOX
+        and (p.metadata.labels or {}).get(names.LABEL_ATTEMPT) == attempt
+    }
+    for name in [n for n, a in seen.items() if a != attempt]:
+        del seen[name]
+    lost = []
+    for name in sorted(seen):
+        pod = current.get(name)
+        if (
+            pod is None
+            or pod.metadata.deletion_timestamp is not None
+            or pod_phase(pod) in ("Succeeded", "Failed")
+        ):
+            lost.append(name)
+            del seen[name]
+    for name, pod in current.items():
+        if (
+            name not in lost
+            and pod.metadata.deletion_timestamp is None
+            and pod_phase(pod) in ("Pending", "Running")
+        ):
+            seen[name] = attempt
+    return lost
 
 
 def _digest(objects: list[dict[str, Any]]) -> str:
@@ -189,7 +226,11 @@ class SessionReconciler:
     ) -> HarnessDecision:
         lease = await store.current_lease(ref.name)
         decision = decide_harness(
-            memory.state, harness_pods(pods), lease.number if lease else 0, spec.recovery.max_attempts
+            memory.state,
+            harness_pods(pods),
+            lease.number if lease else 0,
+            spec.recovery.max_attempts,
+            sandboxes_lost(pods, memory.seen_sandboxes),
         )
         if decision.action == Action.REPLACE:
             if decision.lost_attempt is not None:

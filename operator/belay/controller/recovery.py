@@ -8,6 +8,7 @@ last verified checkpoint. After `recovery.maxAttempts` losses it gives up and re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -65,11 +66,19 @@ def current_pod(pods: list[HarnessPod]) -> HarnessPod | None:
 
 
 def decide_harness(
-    state: SessionState, pods: list[HarnessPod], lease: int, max_attempts: int
+    state: SessionState,
+    pods: list[HarnessPod],
+    lease: int,
+    max_attempts: int,
+    sandboxes_lost: Sequence[str] = (),
 ) -> HarnessDecision:
     """`lease` is the session's current fencing lease in the event store (0 before any attempt).
     With REPLACE, the caller advances the lease and runs the next attempt at the new lease's number,
-    so every attempt index is higher than the lease of every attempt before it."""
+    so every attempt index is higher than the lease of every attempt before it.
+
+    `sandboxes_lost` names sandbox pods of the current attempt that went away or ended. Their
+    workspaces are gone; the next attempt starts clean sandboxes and restores the declared state of
+    the last verified checkpoint into them, so a lost sandbox ends the attempt that used it."""
     phase = phase_of(state)
     if phase in (Phase.SUCCEEDED, Phase.FAILED):
         return HarnessDecision(Action.STOP, None, why=f"the session {phase.value.lower()}")
@@ -77,14 +86,16 @@ def decide_harness(
         return HarnessDecision(Action.STOP, None, why="recovery failed; a person has to look")
 
     current = current_pod(pods)
-    if current is not None and current.live:
+    if current is not None and current.live and not sandboxes_lost:
         return HarnessDecision(Action.KEEP, current.index)
     if current is None and lease == 0 and state.last_seq == 0:
         return HarnessDecision(Action.START, 0)
     if state.lifecycle.harness_lost >= max_attempts:
         return HarnessDecision(Action.GIVE_UP, None, why=f"{state.lifecycle.harness_lost} attempts lost")
 
-    if current is None:
+    if current is not None and current.live:
+        why = f"sandbox pod {', '.join(sorted(sandboxes_lost))} lost"
+    elif current is None:
         why = "no harness pod"
     elif current.deleting:
         why = "the pod is being deleted"
