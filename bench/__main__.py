@@ -7,11 +7,14 @@ drift in machine speed affects both sides alike. Nothing here is a pass/fail tes
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import importlib
 import json
 import platform
 import sys
 import traceback
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,7 +34,6 @@ def main() -> int:
     parser.add_argument("only", nargs="*", help="module names (bench_journal, ...); default all")
     args = parser.parse_args()
     names = args.only or discover()
-    results: dict[str, float] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     figures: dict[str, Figure] = {}
     failed: list[str] = []
     for name in names:
@@ -40,17 +42,27 @@ def main() -> int:
             module = importlib.import_module(f"bench.{name}")
             for figure in module.run():
                 figures[figure.key] = figure
-                results[figure.key] = figure.value
                 print(f"   {figure.key} = {figure.value:.4g} {figure.unit}  {figure.detail}", flush=True)
         except Exception:
             traceback.print_exc()
             failed.append(name)
-    RESULTS.write_text(json.dumps(dict(sorted(results.items())), indent=2) + "\n")
-    write_report(figures)
+    with _locked():
+        # Re-read just before writing so that two bench runs never drop each other's figures.
+        results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        results.update({key: figure.value for key, figure in figures.items()})
+        RESULTS.write_text(json.dumps(dict(sorted(results.items())), indent=2) + "\n")
+        write_report(figures)
     if failed:
         print(f"benchmarks that failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    with open(RESULTS.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def write_report(fresh: dict[str, Figure]) -> None:
