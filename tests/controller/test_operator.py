@@ -403,6 +403,12 @@ async def test_approvals_from_gitops_and_kubectl_belay_are_bound_to_the_payload_
         assert condition(waiting, "WaitingOnUser")["reason"] == "AwaitingApproval"  # type: ignore[index]
         (pending,) = waiting["pendingApprovals"]
         assert waiting["waitingOn"] == f"approval {pending['approvalId']}"
+        row = kube.kubectl("get", "agentsession", name, "-n", NAMESPACE, "--no-headers").stdout.split()
+        assert row[:4] == [name, "WaitingOnUser", "approval", pending["approvalId"]]
+        finalizers = kubectl_json(kube, "get", "agentsession", name, "-n", NAMESPACE)["metadata"][
+            "finalizers"
+        ]
+        assert finalizers == ["belay.dev/pods-and-retention"]
 
         # A grant for another payload (as if the patch had changed since it was reviewed) approves nothing.
         wrong = {"operationId": pending["operationId"], "payloadSha256": "0" * 64}

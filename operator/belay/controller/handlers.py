@@ -69,6 +69,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
     )
+    settings.persistence.finalizer = names.FINALIZER
     settings.posting.level = logging.WARNING
     kube = KubeClient(load_api_client(os.environ.get(KUBECONFIG_ENV)))
     Runtime.reconciler = SessionReconciler(kube, settings_from_environment(), post_event=_post_event)
