@@ -270,6 +270,10 @@ async def test_session_reconciled_recovers_from_a_lost_harness_and_completes(
             assert steps_run_after(events, lost_seq).isdisjoint(done_before)
             assert state.lifecycle.lease > old_lease
             assert {"fix.patch", "report.md"} <= set(state.deliverables)
+            listed = {d["name"]: d for d in done["deliverables"]}
+            patch = state.artifacts["fix.patch"].ref
+            assert listed["fix.patch"]["sha256"] == patch.sha256
+            assert patch.sha256 in listed["fix.patch"]["location"]
             # The publish approval given in the spec reached the harness, bound to the payload hash.
             grant = EXAMPLE_MANIFEST["spec"]["approvals"][0]
             approval = state.approvals[f"approve-{grant['operationId']}"]
@@ -519,6 +523,32 @@ async def test_fork_from_a_checkpoint_copies_history_and_a_missing_source_stalls
             describe=describe,
         )
         assert [c["spec"]["checkpointId"] for c in mirrored] == ["researcher/reproduce"]
+
+        # A changed request in the spec is recorded once as a scope change, keyed by generation.
+        kube.kubectl(
+            "patch",
+            "agentsession",
+            "forked",
+            "-n",
+            NAMESPACE,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"request": {"goal": "fix the parser and document the format"}}}),
+        )
+
+        async def scope_changes() -> list[Any]:
+            return [e.payload for e in await store.read("forked") if e.type == "scope_change"]
+
+        for _ in range(300):
+            if len(await scope_changes()) >= 2:
+                break
+            await asyncio.sleep(0.3)
+        # The fork's own spec already differed from the source's request (generation 1), then the patch.
+        first, second = await scope_changes()
+        assert (first.request_version, first.goal) == (2, EXAMPLE_MANIFEST["spec"]["request"]["goal"])
+        assert first.changed_parts == EXAMPLE_MANIFEST["spec"]["request"]["parts"]
+        assert (second.request_version, second.goal) == (3, "fix the parser and document the format")
+        assert second.changed_parts == {}
 
         stalled = wait_for(
             lambda: condition(s := session_status(kube, "orphan"), "Stalled") and s,
