@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from belay.cli.kubectl_plugin import PluginError, approval_grant, briefing
+
+HASH = "c188ef05cebdb6363660643c540c6ecabe0e3da64ccb272b018fbc5e7c3a7771"
+STATUS: dict[str, Any] = {
+    "phase": "WaitingOnUser",
+    "waitingOn": "approval approve-implementer.publish.3",
+    "currentStep": "implementer/publish",
+    "attempt": 3,
+    "lease": 3,
+    "harnessLost": 1,
+    "restores": 2,
+    "conditions": [{"type": "Ready", "status": "True", "reason": "Running"}],
+    "pendingApprovals": [
+        {
+            "approvalId": "approve-implementer.publish.3",
+            "operationId": "implementer.publish.3",
+            "tool": "publish_deliverable",
+            "payloadSha256": HASH,
+            "summary": "publish fix.patch",
+        }
+    ],
+    "deliverables": [
+        {
+            "name": "report.md",
+            "sha256": "ab" * 32,
+            "size": 812,
+            "location": "file:///store/ab",
+            "readyForReview": True,
+        }
+    ],
+    "subagents": [{"name": "implementer", "tasks": 5, "done": 4}],
+    "sandboxes": [
+        {"subagent": "implementer", "pod": "s-sbx-implementer-3", "service": "x", "phase": "Running"}
+    ],
+}
+SESSION = {
+    "metadata": {"name": "parser-fix"},
+    "spec": {"request": {"goal": "Fix the parser."}},
+    "status": STATUS,
+}
+CHECKPOINT = {
+    "metadata": {"name": "parser-fix-cp-40"},
+    "spec": {"checkpointId": "implementer/fix", "seq": 40, "verified": True, "nextStep": "verify"},
+}
+
+
+def test_briefing_says_what_waits_on_the_reader_and_how_to_answer() -> None:
+    text = briefing(SESSION, [CHECKPOINT])
+    assert text.splitlines()[0] == "parser-fix: WaitingOnUser"
+    assert "waiting on: approval approve-implementer.publish.3" in text
+    assert f"payload sha256 {HASH}" in text
+    assert "kubectl belay approve parser-fix approve-implementer.publish.3" in text
+    assert "report.md (ready for review): 812 bytes" in text
+    assert "implementer: 4/5 tasks done, pod s-sbx-implementer-3 (Running)" in text
+    assert "implementer/fix (seq 40, verified, next: verify)" in text
+
+
+def test_a_grant_copies_the_pending_payload_hash_by_approval_or_operation_id() -> None:
+    expected = {
+        "approvalId": "approve-implementer.publish.3",
+        "operationId": "implementer.publish.3",
+        "payloadSha256": HASH,
+    }
+    assert approval_grant(STATUS, "approve-implementer.publish.3") == expected
+    assert approval_grant(STATUS, "implementer.publish.3") == expected
+    with pytest.raises(PluginError, match="no pending approval 'other'"):
+        approval_grant(STATUS, "other")
