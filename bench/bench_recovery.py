@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 from belay.local.drill import DEFAULT_MANIFEST, kill_group, read_events, run_until, start_belay
-from belay.local.runtime import LocalHome, load_installed, stop_leftover_sandboxes
 from bench.common import Figure
 
 RUNS = 20
@@ -30,13 +29,18 @@ def one_recovery(home: Path) -> float:
         while time.monotonic() < deadline:
             resumed = [e for e in read_events(home, SESSION) if e.seq > last_seq]
             if resumed:
-                return resumed[0].created_at.timestamp() - killed_at
+                recovered_in = resumed[0].created_at.timestamp() - killed_at
+                break
             time.sleep(0.005)
-        raise TimeoutError("the resumed attempt wrote nothing within 120 s")
+        else:
+            raise TimeoutError("the resumed attempt wrote nothing within 120 s")
+        # Let it finish, so it stops every sandbox it started.
+        if resume.wait(timeout=300) != 0:
+            raise RuntimeError(f"belay resume failed; see {home / 'belay.log'}")
+        return recovered_in
     finally:
-        kill_group(resume)
-        home_dir = LocalHome(home)
-        stop_leftover_sandboxes(home_dir, load_installed(home_dir, SESSION))
+        if resume.poll() is None:
+            kill_group(resume)
 
 
 def run() -> list[Figure]:
