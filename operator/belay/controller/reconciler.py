@@ -320,11 +320,11 @@ class SessionReconciler:
             await self._write(store, ref.name, write)
 
         pods = await asyncio.to_thread(self.kube.session_pods, ref.namespace, ref.name)
-        decision = await self._decide(store, ref, spec, memory, pods)
-        await self._follow(store, ref, memory)
-
         if memory.fork_error:
             decision = HarnessDecision(Action.STOP, None, why=memory.fork_error)
+        else:
+            decision = await self._decide(store, ref, spec, memory, pods)
+            await self._follow(store, ref, memory)
         objects = desired_children(ref, spec, self.settings, decision.index)
         await self._apply_children(ref, objects, pods, memory)
 
