@@ -14,6 +14,7 @@ point is replaced by a new attempt that reads the record and continues.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
@@ -63,6 +64,7 @@ from belay.journal.events import (
 )
 from belay.journal.recovery import RecoveryActionKind, recovery_plan
 from belay.journal.state import EMPTY, OperationRecord, SessionState, apply, operation_payload_sha256
+from belay.sandbox.client import SandboxError, SandboxUnavailable
 from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, EventStore, StaleLease
 
 HARNESS_VERSION = f"belay-harness/{__version__}"
@@ -630,10 +632,12 @@ class Harness:
         if operation_id in state.operations:
             raise RuntimeError(f"the model reused operation id {operation_id!r}")
         arguments = dict(call.arguments)
-        if spec.name == "publish_deliverable":
+        if spec.name == "publish_deliverable" and isinstance(arguments.get("path"), str):
             # The request (and any approval of it) binds the exact bytes that will leave the sandbox.
-            [entry] = await self._handles[sub.name].client.manifest([arguments["path"]])
-            arguments["content_sha256"] = entry.sha256
+            # A path the sandbox refuses is left unbound here; its dispatch then fails visibly.
+            with contextlib.suppress(SandboxError):
+                [entry] = await self._handles[sub.name].client.manifest([arguments["path"]])
+                arguments["content_sha256"] = entry.sha256
         return ToolRequest(
             operation_id=operation_id,
             tool=spec.name,
@@ -711,7 +715,12 @@ class Harness:
     async def publish_deliverable(self, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
         path = request.arguments["path"]
         name = request.arguments.get("name") or path.rsplit("/", 1)[-1]
-        data = await self._handles[sub.name].client.get_file(path)
+        try:
+            data = await self._handles[sub.name].client.get_file(path)
+        except SandboxUnavailable:
+            raise
+        except SandboxError as error:
+            return [ToolResult(operation_id=request.operation_id, ok=False, error=str(error))]
         ref = await asyncio.to_thread(self.artifacts.put, data)
         expected = request.arguments.get("content_sha256")
         if expected and ref.sha256 != expected:
