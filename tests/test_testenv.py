@@ -4,6 +4,7 @@ restart, etcd (single and a three-member cluster), and nothing left running afte
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -236,6 +237,20 @@ def test_controller_manager_reconciles_a_new_namespace(kube: ControlPlane) -> No
     )
 
 
+def test_rbac_is_enforced_and_service_account_tokens_are_issued(kube: ControlPlane) -> None:
+    # The admin certificate is in system:masters; anyone else has only what RBAC grants.
+    assert kube.kubectl("auth", "can-i", "create", "pods").stdout.strip() == "yes"
+    stranger = kube.kubectl("auth", "can-i", "create", "pods", "--as=stranger", check=False)
+    assert stranger.stdout.strip() == "no"
+    # The apiserver signs service-account tokens with the generated key, under its own issuer.
+    account = f"sa-{uuid.uuid4().hex[:8]}"
+    kube.kubectl("create", "serviceaccount", account, "-n", "default")
+    token = kube.kubectl("create", "token", account, "-n", "default").stdout.strip()
+    claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+    assert claims["iss"] == kube.server
+    assert claims["sub"] == f"system:serviceaccount:default:{account}"
+
+
 def test_helm_reports_its_version_and_installs_into_the_control_plane(
     helm_bin: Path, kube: ControlPlane, tmp_path: Path
 ) -> None:
@@ -331,8 +346,6 @@ def test_a_server_left_stopped_runs_again_for_the_next_test(
 
 
 def _b64(text: str) -> str:
-    import base64
-
     return base64.b64encode(text.encode()).decode()
 
 
