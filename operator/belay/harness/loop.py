@@ -75,6 +75,9 @@ UNDECLARED_STATE = "UndeclaredState"
 FAULT_ENV = "BELAY_FAULT_STOP_AFTER"
 DONE_STATUSES = (TaskStatus.DONE, TaskStatus.VERIFIED)
 CONTEXT_BUDGET_TOKENS = 8000
+# A string argument above this size is stored as an artifact and referenced by hash.
+LARGE_ARGUMENT_BYTES = 16 * 1024
+ARTIFACT_ARGUMENT = "$artifact"
 CONTEXT_TAIL_EVENTS = 200
 
 
@@ -431,7 +434,7 @@ class Harness:
         requests = await self.requests_by_operation()
         for op in operations:
             request = requests[op.operation_id]
-            await handle.client.call(request.tool, request.arguments)
+            await handle.client.call(request.tool, await self.resolve_arguments(request.arguments))
         return len(operations)
 
     async def requests_by_operation(self) -> dict[str, ToolRequest]:
@@ -638,6 +641,7 @@ class Harness:
             with contextlib.suppress(SandboxError):
                 [entry] = await self._handles[sub.name].client.manifest([arguments["path"]])
                 arguments["content_sha256"] = entry.sha256
+        arguments = await self.externalize_arguments(arguments)
         return ToolRequest(
             operation_id=operation_id,
             tool=spec.name,
@@ -648,6 +652,24 @@ class Harness:
             idempotency_key=operation_id if spec.effect == EffectClass.KEYED else None,
             payload_sha256=operation_payload_sha256(spec.name, arguments),
         )
+
+    async def externalize_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Large string arguments (a whole file to write) go to the artifact store; the request
+        keeps their hash, so the record stays small and an approval still binds the exact bytes."""
+        result = dict(arguments)
+        for key, value in arguments.items():
+            if isinstance(value, str) and len(value.encode()) > LARGE_ARGUMENT_BYTES:
+                ref = await asyncio.to_thread(self.artifacts.put, value.encode(), media_type="text/plain")
+                result[key] = {ARTIFACT_ARGUMENT: ref.sha256, "size": ref.size}
+        return result
+
+    async def resolve_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        result = dict(arguments)
+        for key, value in arguments.items():
+            if isinstance(value, dict) and set(value) == {ARTIFACT_ARGUMENT, "size"}:
+                data = await asyncio.to_thread(self.artifacts.get, value[ARTIFACT_ARGUMENT])
+                result[key] = data.decode()
+        return result
 
     def needs_approval(self, sub: SubagentSpec, tool: str) -> bool:
         required = self.session.spec.approval_required
@@ -675,7 +697,8 @@ class Harness:
         await self.record(payloads, subagent=sub.name, parent_seq=request_seq)
 
     async def run_in_sandbox(self, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
-        response = await self._handles[sub.name].client.call(request.tool, request.arguments)
+        arguments = await self.resolve_arguments(request.arguments)
+        response = await self._handles[sub.name].client.call(request.tool, arguments)
         return [
             await self.tool_result(
                 request.operation_id, response.get("ok", False), response.get("output"), response.get("error")
