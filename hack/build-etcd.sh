@@ -17,6 +17,12 @@ if all_present "$bin_dir" "${binaries[@]}"; then
   exit 0
 fi
 
+take_build_lock "etcd-$version"
+if all_present "$bin_dir" "${binaries[@]}"; then
+  log "etcd-$version was built by another run meanwhile"
+  exit 0
+fi
+
 started=$SECONDS
 work="$BELAY_CACHE/build/etcd-$version"
 rm -rf "$work" && mkdir -p "$work/cmd/etcd" && cd "$work"

@@ -14,6 +14,12 @@ if all_present "$bin_dir" helm; then
   exit 0
 fi
 
+take_build_lock "helm-$version"
+if all_present "$bin_dir" helm; then
+  log "helm-$version was built by another run meanwhile"
+  exit 0
+fi
+
 started=$SECONDS
 work="$BELAY_CACHE/build/helm-$version"
 rm -rf "$work" && mkdir -p "$work" && cd "$work"

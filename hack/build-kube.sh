@@ -20,6 +20,12 @@ if all_present "$bin_dir" "${binaries[@]}"; then
   exit 0
 fi
 
+take_build_lock "kubernetes-$version"
+if all_present "$bin_dir" "${binaries[@]}"; then
+  log "kubernetes-$version was built by another run meanwhile"
+  exit 0
+fi
+
 started=$SECONDS
 work="$BELAY_CACHE/build/kubernetes-$version"
 rm -rf "$work" && mkdir -p "$work" && cd "$work"

@@ -14,6 +14,12 @@ if all_present "$bin_dir" versitygw; then
   exit 0
 fi
 
+take_build_lock "versitygw-$version"
+if all_present "$bin_dir" versitygw; then
+  log "versitygw-$version was built by another run meanwhile"
+  exit 0
+fi
+
 started=$SECONDS
 work="$BELAY_CACHE/build/versitygw-$version"
 rm -rf "$work" && mkdir -p "$work" && cd "$work"

@@ -3,7 +3,8 @@
 export BELAY_CACHE=${BELAY_CACHE:-$HOME/.cache/belay}
 export GOMODCACHE=${GOMODCACHE_OVERRIDE:-$BELAY_CACHE/go/mod}
 export GOCACHE=$BELAY_CACHE/go/build-cache
-export GOFLAGS=-buildvcs=false
+# -modcacherw: module files stay writable, so `rm -rf $BELAY_CACHE` works without root.
+export GOFLAGS="-buildvcs=false -modcacherw"
 export GOTOOLCHAIN=local
 # Go's official tarball installs here; a non-login shell (make, CI) may not have it on PATH.
 if ! command -v go >/dev/null && [[ -x /usr/local/go/bin/go ]]; then
@@ -17,6 +18,17 @@ BELAY_HELM_VERSION=v3.19.5
 BELAY_S3_VERSION=v1.8.0
 
 log() { printf '[hack %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# One build per component at a time on this machine (two `make test` runs may start together); the
+# second waits, then finds the binaries and stops. The lock is released when the script exits.
+take_build_lock() {
+  mkdir -p "$BELAY_CACHE/build"
+  exec 9>"$BELAY_CACHE/build/$1.lock"
+  if ! flock -n 9; then
+    log "waiting for another build of $1"
+    flock 9
+  fi
+}
 
 all_present() {
   local dir=$1; shift
