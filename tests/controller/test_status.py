@@ -4,9 +4,9 @@ from datetime import UTC, datetime, timedelta
 
 from belay.api.status import ConditionType, HarnessPodStatus, Phase
 from belay.controller.status import session_status_patch, transition_events
-from belay.journal.events import Lifecycle, LifecycleKind, UserInput
+from belay.journal.events import ApprovalRequest, Lifecycle, LifecycleKind, UserInput
 from belay.journal.state import SessionState, fold
-from tests.journal.fixtures import LogBuilder
+from tests.journal.fixtures import LogBuilder, sha
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
@@ -61,3 +61,21 @@ def test_transition_times_change_only_with_status_and_events_follow_transitions(
     assert ("Warning", "Restoring") in reasons  # Recovering turned True
     assert all("WaitingOnUser" not in e.message for e in events)
     assert transition_events(lost.to_status(), lost) == []
+
+
+def test_pending_approvals_tell_the_kubectl_belay_command() -> None:
+    log = LogBuilder()
+    log.add(UserInput(goal="g"))
+    log.add(
+        ApprovalRequest(
+            approval_id="approve-op-1",
+            operation_id="op-1",
+            tool="publish",
+            payload_sha256=sha("p"),
+            summary="s",
+        )
+    )
+    status = session_status_patch(fold(log.events), previous_status=None, generation=1, now=T0)
+    (pending,) = status.to_status()["pendingApprovals"]
+    assert pending["command"] == "kubectl belay approve parser-fix approve-op-1"
+    assert pending["payloadSha256"] == sha("p")

@@ -36,6 +36,10 @@ def previous_conditions(previous_status: Mapping[str, Any] | None) -> list[Condi
     return conditions
 
 
+def kubectl_approve(session: str, approval_id: str) -> str:
+    return f"kubectl belay approve {session} {approval_id}"
+
+
 @dataclass(frozen=True)
 class OperatorStall:
     reason: str
@@ -68,8 +72,13 @@ def session_status_patch(
         c.model_copy(update={"observed_generation": generation})
         for c in with_transition_times(previous_conditions(previous_status), current, now)
     ]
+    # In a cluster a person answers with kubectl-belay, which needs no store credentials.
+    approvals = [
+        a.model_copy(update={"command": kubectl_approve(state.session_id, a.approval_id)})
+        for a in projected.pending_approvals
+    ]
     return AgentSessionStatus(
-        **{**dict(projected), "conditions": conditions},
+        **{**dict(projected), "conditions": conditions, "pending_approvals": approvals},
         observed_generation=generation,
         harness=harness,
         sandboxes=sandboxes or [],
