@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from lupa import LuaRuntime
 
-from belay.controller.status import OperatorStall, session_status_patch
+from belay.controller.status import OperatorProblem, session_status_patch
 from belay.journal.events import (
     ApprovalRequest,
     Lifecycle,
@@ -45,7 +45,7 @@ def health(obj: dict[str, Any]) -> tuple[str, str]:
 
 
 def session(
-    *payloads: Payload, generation: int = 1, observed: int = 1, stall: OperatorStall | None = None
+    *payloads: Payload, generation: int = 1, observed: int = 1, stall: OperatorProblem | None = None
 ) -> dict[str, Any]:
     log = LogBuilder()
     log.add(UserInput(goal="fix the parser"))
@@ -53,7 +53,7 @@ def session(
     for payload in payloads:
         log.add(payload)
     status = session_status_patch(
-        fold(log.events), previous_status=None, generation=observed, now=NOW, stalled=stall
+        fold(log.events), previous_status=None, generation=observed, now=NOW, problem=stall
     )
     return {"metadata": {"name": "parser-fix", "generation": generation}, "status": status.to_status()}
 
@@ -100,7 +100,7 @@ CASES = [
     ),
     (
         "operator-stalled",
-        session(stall=OperatorStall("ForkSourceMissing", "no source")),
+        session(stall=OperatorProblem("ForkSourceMissing", "no source")),
         "Degraded",
         "no source",
     ),

@@ -614,3 +614,28 @@ async def test_a_lost_sandbox_pod_is_replaced_and_restored_from_declared_state(
     finally:
         await store.close()
         kube.kubectl("delete", "agentsession", name, "-n", NAMESPACE, "--timeout=120s", check=False)
+
+
+def test_an_unreachable_store_is_reported_as_reconciling(
+    e2e_cluster: ControlPlane, operator: OperatorProcess
+) -> None:
+    kube = e2e_cluster
+    manifest = cluster_manifest("no-store")
+    # A path no process can create: every open of the record fails.
+    manifest["spec"]["stores"] = {"events": "sqlite:///proc/belay-no-store/events.db"}
+    kube.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    try:
+        status = wait_for(
+            lambda: condition(s := session_status(kube, "no-store"), "Reconciling") and s,
+            "the store problem in the status",
+            timeout=60,
+            describe=lambda: operator.log()[-3000:],
+        )
+        reconciling = condition(status, "Reconciling")
+        assert reconciling is not None and reconciling["reason"] == "StoreUnavailable"
+        assert "/proc/belay-no-store/events.db" in reconciling["message"]
+        assert condition(status, "Ready")["status"] == "False"  # type: ignore[index]
+        assert condition(status, "Stalled") is None
+        assert pods(kube, "no-store") == {}
+    finally:
+        kube.kubectl("delete", "agentsession", "no-store", "-n", NAMESPACE, "--timeout=60s", check=False)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from belay.api.status import ConditionType, HarnessPodStatus, Phase
-from belay.controller.status import session_status_patch, transition_events
+from belay.controller.status import OperatorProblem, session_status_patch, transition_events
 from belay.journal.events import ApprovalRequest, Lifecycle, LifecycleKind, UserInput
 from belay.journal.state import SessionState, fold
 from tests.journal.fixtures import LogBuilder, sha
@@ -79,3 +79,25 @@ def test_pending_approvals_tell_the_kubectl_belay_command() -> None:
     (pending,) = status.to_status()["pendingApprovals"]
     assert pending["command"] == "kubectl belay approve parser-fix approve-op-1"
     assert pending["payloadSha256"] == sha("p")
+
+
+def test_an_operator_problem_turns_ready_false_and_flags_reconciling_or_stalled() -> None:
+    state = state_after(LifecycleKind.HARNESS_STARTED)
+    retrying = session_status_patch(
+        state,
+        previous_status=None,
+        generation=1,
+        now=T0,
+        problem=OperatorProblem("StoreUnavailable", "down", stalls=False),
+    )
+    assert {
+        c.type: (c.status, c.reason) for c in retrying.conditions if c.status == "True" or c.type == "Ready"
+    } == {
+        ConditionType.READY: ("False", "StoreUnavailable"),
+        ConditionType.RECONCILING: ("True", "StoreUnavailable"),
+    }
+    stuck = session_status_patch(
+        state, previous_status=None, generation=1, now=T0, problem=OperatorProblem("X", "y")
+    )
+    assert stuck.condition(ConditionType.STALLED) is not None
+    assert stuck.condition(ConditionType.RECONCILING) is None

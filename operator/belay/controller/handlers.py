@@ -24,6 +24,7 @@ from belay.controller.kube import KubeClient, load_api_client
 from belay.controller.reconciler import SessionReconciler
 from belay.controller.settings import settings_from_environment
 from belay.controller.status import TransitionEvent
+from belay.stores.base import StoreUnavailable
 
 GROUP, VERSION, PLURAL = "belay.dev", "v1alpha1", "agentsessions"
 # How often a session's worker reads the record when nothing wakes it earlier.
@@ -132,9 +133,12 @@ async def session_worker(
                 metrics.RECONCILES.labels(result="ok").inc()
                 if outcome.decision.action == "replace":
                     metrics.HARNESS_REPLACEMENTS.inc()
-            except Exception:
+            except Exception as error:
                 metrics.RECONCILES.labels(result="error").inc()
-                log.exception("reconcile of %s failed; retrying", key)
+                if isinstance(error, StoreUnavailable):  # reported in the status; no traceback needed
+                    log.warning("reconcile of %s: %s; retrying", key, error)
+                else:
+                    log.exception("reconcile of %s failed; retrying", key)
                 await _sleep_until_woken(wake)
                 woken = True  # a failed pass is retried whether or not anything changed
                 continue

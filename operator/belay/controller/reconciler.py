@@ -17,10 +17,17 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from belay.api.agentsession import AgentSessionSpec
-from belay.api.status import ForkStatus, HarnessPodStatus, OperatorReason, PodPhase, SandboxPodStatus
+from belay.api.status import (
+    AgentSessionStatus,
+    ForkStatus,
+    HarnessPodStatus,
+    OperatorReason,
+    PodPhase,
+    SandboxPodStatus,
+)
 from belay.controller import names
 from belay.controller.checkpoints import checkpoint_object
 from belay.controller.desired import SessionRef, desired_children, token_secret
@@ -36,14 +43,15 @@ from belay.controller.record import (
 )
 from belay.controller.recovery import Action, HarnessDecision, HarnessPod, decide_harness
 from belay.controller.settings import OperatorSettings
-from belay.controller.status import OperatorStall, TransitionEvent, session_status_patch, transition_events
+from belay.controller.status import OperatorProblem, TransitionEvent, session_status_patch, transition_events
 from belay.journal.events import ArtifactRef, CheckpointEvent
 from belay.journal.state import EMPTY, SessionState, apply
-from belay.stores.base import ArtifactStore, EventStore
+from belay.stores.base import ArtifactStore, EventStore, StoreUnavailable
 from belay.stores.factory import open_artifact_store, open_event_store
 
 log = logging.getLogger("belay.operator")
 
+T = TypeVar("T")
 EventPoster = Callable[[dict[str, Any], TransitionEvent], None]
 # Children are applied again at least this often even when nothing changed, so an object someone
 # deleted by hand comes back.
@@ -131,6 +139,15 @@ def sandboxes_lost(pods: list[Any], seen: dict[str, str]) -> list[str]:
     return lost
 
 
+def _opened(opener: Callable[[str], T], url: str) -> T:
+    """A store that cannot even be opened (a missing directory, a bad address) is unavailable,
+    like one that stops answering: the session waits for it, the operator keeps going."""
+    try:
+        return opener(url)
+    except (OSError, ValueError) as error:
+        raise StoreUnavailable(f"cannot open {url}: {error}") from error
+
+
 def _digest(objects: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(objects, sort_keys=True).encode()).hexdigest()
 
@@ -152,13 +169,13 @@ class SessionReconciler:
     def event_store(self, spec: AgentSessionSpec) -> EventStore:
         url = spec.stores.events or self.settings.event_store
         if url not in self._event_stores:
-            self._event_stores[url] = open_event_store(url)
+            self._event_stores[url] = _opened(open_event_store, url)
         return self._event_stores[url]
 
     def artifact_store(self, spec: AgentSessionSpec) -> ArtifactStore:
         url = spec.stores.artifacts or self.settings.artifact_store
         if url not in self._artifact_stores:
-            self._artifact_stores[url] = open_artifact_store(url)
+            self._artifact_stores[url] = _opened(open_artifact_store, url)
         return self._artifact_stores[url]
 
     async def close(self) -> None:
@@ -181,10 +198,36 @@ class SessionReconciler:
         return await store.last_seq(body["metadata"]["name"]) > memory.state.last_seq
 
     async def reconcile(self, body: dict[str, Any]) -> PassResult:
+        """One pass. A store that cannot be reached is reported in the status (Reconciling, with
+        reason StoreUnavailable) and raised, so the worker retries."""
         uid = body["metadata"]["uid"]
         lock = self._locks.setdefault(uid, asyncio.Lock())
         async with lock:
-            return await self._reconcile(body, self.memory.setdefault(uid, SessionMemory()))
+            memory = self.memory.setdefault(uid, SessionMemory())
+            try:
+                return await self._reconcile(body, memory)
+            except StoreUnavailable as error:
+                problem = OperatorProblem(OperatorReason.STORE_UNAVAILABLE, str(error), stalls=False)
+                await self._report(body, memory, problem)
+                raise
+
+    async def _report(self, body: dict[str, Any], memory: SessionMemory, problem: OperatorProblem) -> None:
+        """The last known status, with the operator's problem on top."""
+        meta = body["metadata"]
+        known = AgentSessionStatus.model_validate(memory.status) if memory.status else None
+        status = session_status_patch(
+            memory.state,
+            previous_status=body.get("status") or memory.status,
+            generation=int(meta.get("generation") or 1),
+            now=datetime.now(UTC),
+            harness=known.harness if known else None,
+            sandboxes=known.sandboxes if known else None,
+            forked_from=memory.forked_from,
+            problem=problem,
+        ).to_status()
+        if status != memory.status:
+            await asyncio.to_thread(self.kube.apply_status, meta["namespace"], meta["name"], status)
+            memory.status = status
 
     async def _write(self, store: EventStore, session: str, write: RecordWrite) -> None:
         await store.append(session, list(write.drafts), idempotency_key=write.idempotency_key)
@@ -344,7 +387,7 @@ class SessionReconciler:
             sandboxes=sandboxes,
             forked_from=memory.forked_from,
             locate=locate,
-            stalled=OperatorStall(OperatorReason.FORK_SOURCE_MISSING, memory.fork_error)
+            problem=OperatorProblem(OperatorReason.FORK_SOURCE_MISSING, memory.fork_error)
             if memory.fork_error
             else None,
         )

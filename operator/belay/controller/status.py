@@ -41,9 +41,14 @@ def kubectl_approve(session: str, approval_id: str) -> str:
 
 
 @dataclass(frozen=True)
-class OperatorStall:
+class OperatorProblem:
+    """Something only the operator knows is wrong (the record cannot say it). `stalls`: it will not
+    go away without a person (Stalled=True); otherwise the operator keeps retrying
+    (Reconciling=True). Either way Ready is False."""
+
     reason: str
     message: str
+    stalls: bool = True
 
 
 def session_status_patch(
@@ -56,17 +61,18 @@ def session_status_patch(
     sandboxes: list[SandboxPodStatus] | None = None,
     forked_from: ForkStatus | None = None,
     locate: ArtifactLocator | None = None,
-    stalled: OperatorStall | None = None,
+    problem: OperatorProblem | None = None,
 ) -> AgentSessionStatus:
-    """`stalled` is a reason the operator itself cannot go on (the record cannot say it): Ready
-    turns False and Stalled True with that reason, whatever the record shows."""
+    """With `problem`, Ready turns False and Stalled or Reconciling True with its reason, whatever
+    the record shows."""
     projected = session_status(state, locate=locate) if locate else session_status(state)
     current = list(projected.conditions)
-    if stalled is not None:
-        current = [c for c in current if c.type not in (ConditionType.READY, ConditionType.STALLED)]
-        for type_, status in ((ConditionType.READY, "False"), (ConditionType.STALLED, "True")):
+    if problem is not None:
+        flagged = ConditionType.STALLED if problem.stalls else ConditionType.RECONCILING
+        current = [c for c in current if c.type not in (ConditionType.READY, flagged)]
+        for type_, status in ((ConditionType.READY, "False"), (flagged, "True")):
             current.append(
-                Condition(type=type_, status=status, reason=stalled.reason, message=stalled.message)
+                Condition(type=type_, status=status, reason=problem.reason, message=problem.message)
             )
     conditions = [
         c.model_copy(update={"observed_generation": generation})
