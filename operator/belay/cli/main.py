@@ -502,10 +502,12 @@ def drill(
     if as_json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
     else:
-        for check in report.checks:
-            mark = "[green]PASS" if check.passed else "[red]FAIL"
-            console.print(f"{mark} {check.name}: {check.detail}", highlight=False)
-        console.print("drill passed" if report.passed else "[red]drill failed")
+        # Each check was printed as it ran; repeat only the failures beside the verdict.
+        failed = [check for check in report.checks if not check.passed]
+        for check in failed:
+            console.print(f"[red]FAIL[/red] {check.name}: {check.detail}", highlight=False)
+        verdict = f"drill {'passed' if report.passed else 'failed'}: {len(report.checks) - len(failed)}"
+        console.print(f"{verdict} of {len(report.checks)} checks passed", highlight=False)
     if not report.passed:
         raise typer.Exit(1)
 

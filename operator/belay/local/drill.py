@@ -265,7 +265,11 @@ class Drill:
                 if c.seq < e.seq
             )
         ]
-        if not self.check("a sandbox tool request after a verified checkpoint", bool(candidates), ""):
+        if not self.check(
+            "a sandbox tool request after a verified checkpoint",
+            bool(candidates),
+            f"kill point {fault_key(candidates[0])}" if candidates else "the session has none to interrupt",
+        ):
             return
         point = fault_key(candidates[0])
         home = self.home("kill-after-request")
@@ -323,7 +327,11 @@ class Drill:
 
     def unknown_external_outcome(self, reference: list[Event]) -> None:
         unsafe = [e for e in reference if isinstance(e, ToolRequestEvent) and e.payload.effect == "unsafe"]
-        if not self.check("the session has an unsafe external operation", bool(unsafe), ""):
+        if not self.check(
+            "the session has an unsafe external operation",
+            bool(unsafe),
+            f"{unsafe[0].payload.tool} ({unsafe[0].payload.operation_id})" if unsafe else "none to interrupt",
+        ):
             return
         request = unsafe[0]
         op = request.payload.operation_id
@@ -395,7 +403,11 @@ class Drill:
             and e.seq > verified[0].seq
             and e.payload.subagent == verified[0].payload.subagent
         ]
-        if not self.check("a verified checkpoint followed by more work", bool(later), ""):
+        if not self.check(
+            "a verified checkpoint followed by more work",
+            bool(later),
+            f"kill point {fault_key(later[0])}" if later else "no work follows a verified checkpoint",
+        ):
             return
         reached, _ = run_until(home, ["run", "--quiet", str(copy)], fault_key(later[0]))
         result = run_belay(home, "resume", "--quiet", self.session_id)
