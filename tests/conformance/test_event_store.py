@@ -373,14 +373,15 @@ def run_and_kill_writer(
     )
     assert child.stdout is not None
     try:
-        duration = None
+        durations: list[float] = []
         for line in child.stdout:
             word, *rest = line.split()
             if word == "done":
-                duration = float(rest[1])
-            elif word == "begin" and duration is not None:
-                # Somewhere inside this append, including its commit.
-                time.sleep(rng.uniform(0, duration * 1.1))
+                durations.append(float(rest[1]))
+            elif word == "begin" and len(durations) >= 2:
+                # Somewhere inside this append, including its commit. The first batch also paid
+                # for connecting, so the later, shorter batches bound the moment of the kill.
+                time.sleep(rng.uniform(0, min(durations[1:]) * 0.8))
                 child.send_signal(signal.SIGKILL)
                 break
         else:
