@@ -591,19 +591,25 @@ def _on_tool_request(s: SessionState, e: Any) -> Updates:
     return updates
 
 
+def _operation_named(s: SessionState, e: Any, operation_id: str) -> OperationRecord:
+    """The operation an event names. One whose request we never saw is still tracked (as unsafe,
+    the cautious class), so its result or outcome closes it rather than being dropped."""
+    existing = s.operations.get(operation_id)
+    if existing is not None:
+        return existing
+    return _new(
+        OperationRecord,
+        operation_id=operation_id,
+        tool="",
+        effect=EffectClass.UNSAFE,
+        request_seq=e.parent_seq or e.seq,
+        payload_sha256="",
+    )
+
+
 def _on_tool_result(s: SessionState, e: Any) -> Updates:
     p = e.payload
-    existing = s.operations.get(p.operation_id)
-    if existing is None:
-        # A result whose request we never saw still closes the operation it names.
-        existing = _new(
-            OperationRecord,
-            operation_id=p.operation_id,
-            tool="",
-            effect=EffectClass.UNSAFE,
-            request_seq=e.parent_seq or e.seq,
-            payload_sha256="",
-        )
+    existing = _operation_named(s, e, p.operation_id)
     record = _replace(existing, {"result_seq": e.seq, "ok": p.ok, "error": p.error, "result_id": p.result_id})
     updates: Updates = {"operations": s.operations.set(p.operation_id, record)}
     if p.operation_id in s.open_operations:
@@ -835,16 +841,7 @@ def _on_wait(s: SessionState, e: Any) -> Updates:
 
 def _on_operation_outcome(s: SessionState, e: Any) -> Updates:
     p = e.payload
-    existing = s.operations.get(p.operation_id)
-    if existing is None:
-        existing = _new(
-            OperationRecord,
-            operation_id=p.operation_id,
-            tool="",
-            effect=EffectClass.UNSAFE,
-            request_seq=e.parent_seq or e.seq,
-            payload_sha256="",
-        )
+    existing = _operation_named(s, e, p.operation_id)
     record = _replace(
         existing,
         {
