@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from belay.sandbox.client import SandboxUnavailable
-from belay.sandbox.local import LocalSandbox, processes_with_marker, stop_recorded_servers
+from belay.sandbox.local import LocalSandbox, ServerRecord, processes_with_marker, stop_recorded_servers
 from tests.sandbox.helpers import eventually_gone, is_running
 
 
@@ -62,6 +62,23 @@ async def test_a_server_left_by_a_killed_harness_is_stopped_by_the_next_start(tm
         assert await eventually_gone(abandoned.pid)
         assert replacement.workspace.name == "workspace-2"
         assert (await replacement.client.health()).pid == replacement.pid
+    finally:
+        await replacement.stop()
+        await abandoned.client.close()
+
+
+async def test_a_server_whose_start_was_cut_short_is_stopped_by_the_next_start(tmp_path: Path) -> None:
+    abandoned = await LocalSandbox.start(tmp_path, "worker", "none")
+    # What a harness killed between spawning the server and its first answer leaves on disk: the
+    # instance marker only, no pid or endpoint yet.
+    record = tmp_path / "worker" / "server.json"
+    record.write_text(
+        ServerRecord(instance=abandoned.instance, workspace=str(abandoned.workspace)).model_dump_json()
+    )
+    replacement = await LocalSandbox.start(tmp_path, "worker", "none")
+    try:
+        assert await eventually_gone(abandoned.pid)
+        assert processes_with_marker(abandoned.instance) == []
     finally:
         await replacement.stop()
         await abandoned.client.close()

@@ -42,10 +42,10 @@ TEMPORARY_SOCKET_PREFIX = "belay-sbx-"
 
 
 class ServerRecord(BaseModel):
-    pid: int
-    instance: str
-    endpoint: str
+    instance: str  # the marker in the server's environment: enough to find and stop it
     workspace: str
+    pid: int | None = None  # known once spawned
+    endpoint: str | None = None  # known once ready
 
 
 def processes_with_marker(instance: str) -> list[int]:
@@ -156,6 +156,10 @@ class LocalSandbox:
         ready_file = sandbox_dir / f"ready-{number}.json"
         ready_file.unlink(missing_ok=True)
         instance = uuid.uuid4().hex
+        record_path = sandbox_dir / "server.json"
+        # Recorded before the spawn: a harness killed while the server starts still leaves a
+        # record the next start uses to stop it.
+        record_path.write_text(ServerRecord(instance=instance, workspace=str(workspace)).model_dump_json())
         log_path = sandbox_dir / f"server-{number}.log"
         with log_path.open("ab") as log:
             process = await asyncio.create_subprocess_exec(
@@ -185,9 +189,9 @@ class LocalSandbox:
             await process.wait()
             raise
         record = ServerRecord(
-            pid=process.pid, instance=instance, endpoint=ready.endpoint, workspace=str(workspace)
+            instance=instance, workspace=str(workspace), pid=process.pid, endpoint=ready.endpoint
         )
-        (sandbox_dir / "server.json").write_text(record.model_dump_json())
+        record_path.write_text(record.model_dump_json())
         sandbox = cls(
             base_dir=base_dir,
             name=name,
