@@ -12,20 +12,8 @@ version=${ETCD_VERSION:-$BELAY_ETCD_VERSION}
 bin_dir="$BELAY_CACHE/bin/etcd-$version"
 binaries=(etcd etcdctl)
 
-if all_present "$bin_dir" "${binaries[@]}"; then
-  log "etcd $version already built in $bin_dir"
-  exit 0
-fi
-
-take_build_lock "etcd-$version"
-if all_present "$bin_dir" "${binaries[@]}"; then
-  log "etcd-$version was built by another run meanwhile"
-  exit 0
-fi
-
-started=$SECONDS
-work="$BELAY_CACHE/build/etcd-$version"
-rm -rf "$work" && mkdir -p "$work/cmd/etcd" && cd "$work"
+begin_build "etcd-$version" "$bin_dir" "${binaries[@]}"
+mkdir -p "${work}/cmd/etcd"
 
 log "resolving go.etcd.io/etcd/server/v3@$version"
 upstream_gomod=$(go mod download -json "go.etcd.io/etcd/server/v3@$version" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
@@ -56,6 +44,4 @@ log "building etcd $version"
 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin_dir.partial/etcd" ./cmd/etcd
 log "building etcdctl $version"
 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin_dir.partial/etcdctl" go.etcd.io/etcd/etcdctl/v3
-rm -rf "$bin_dir" && mv "$bin_dir.partial" "$bin_dir"
-record_build_time "etcd-$version" $((SECONDS - started))
-log "etcd $version ready in $bin_dir"
+finish_build "etcd-$version" "$bin_dir"

@@ -9,20 +9,7 @@ version=${HELM_VERSION:-$BELAY_HELM_VERSION}
 module=helm.sh/helm/v3
 bin_dir="$BELAY_CACHE/bin/helm-$version"
 
-if all_present "$bin_dir" helm; then
-  log "helm $version already built in $bin_dir"
-  exit 0
-fi
-
-take_build_lock "helm-$version"
-if all_present "$bin_dir" helm; then
-  log "helm-$version was built by another run meanwhile"
-  exit 0
-fi
-
-started=$SECONDS
-work="$BELAY_CACHE/build/helm-$version"
-rm -rf "$work" && mkdir -p "$work" && cd "$work"
+begin_build "helm-$version" "$bin_dir" helm
 
 log "resolving $module@$version"
 upstream_gomod=$(go mod download -json "$module@$version" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
@@ -45,6 +32,4 @@ done
 mkdir -p "$bin_dir.partial"
 log "building helm $version"
 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin_dir.partial/helm" "$module/cmd/helm"
-rm -rf "$bin_dir" && mv "$bin_dir.partial" "$bin_dir"
-record_build_time "helm-$version" $((SECONDS - started))
-log "helm $version ready in $bin_dir"
+finish_build "helm-$version" "$bin_dir"

@@ -15,20 +15,7 @@ staging_version="v0.${version#v1.}"
 bin_dir="$BELAY_CACHE/bin/kubernetes-$version"
 binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
-if all_present "$bin_dir" "${binaries[@]}"; then
-  log "kubernetes $version already built in $bin_dir"
-  exit 0
-fi
-
-take_build_lock "kubernetes-$version"
-if all_present "$bin_dir" "${binaries[@]}"; then
-  log "kubernetes-$version was built by another run meanwhile"
-  exit 0
-fi
-
-started=$SECONDS
-work="$BELAY_CACHE/build/kubernetes-$version"
-rm -rf "$work" && mkdir -p "$work" && cd "$work"
+begin_build "kubernetes-$version" "$bin_dir" "${binaries[@]}"
 
 log "resolving k8s.io/kubernetes@$version"
 upstream_gomod=$(go mod download -json "k8s.io/kubernetes@$version" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
@@ -66,6 +53,4 @@ for i in "${!binaries[@]}"; do
   log "building ${binaries[$i]} $version"
   CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin_dir.partial/${binaries[$i]}" "${packages[$i]}"
 done
-rm -rf "$bin_dir" && mv "$bin_dir.partial" "$bin_dir"
-record_build_time "kubernetes-$version" $((SECONDS - started))
-log "kubernetes $version ready in $bin_dir"
+finish_build "kubernetes-$version" "$bin_dir"

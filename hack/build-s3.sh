@@ -9,20 +9,7 @@ version=${S3_VERSION:-$BELAY_S3_VERSION}
 module=github.com/versity/versitygw
 bin_dir="$BELAY_CACHE/bin/versitygw-$version"
 
-if all_present "$bin_dir" versitygw; then
-  log "versitygw $version already built in $bin_dir"
-  exit 0
-fi
-
-take_build_lock "versitygw-$version"
-if all_present "$bin_dir" versitygw; then
-  log "versitygw-$version was built by another run meanwhile"
-  exit 0
-fi
-
-started=$SECONDS
-work="$BELAY_CACHE/build/versitygw-$version"
-rm -rf "$work" && mkdir -p "$work" && cd "$work"
+begin_build "versitygw-$version" "$bin_dir" versitygw
 
 log "resolving $module@$version"
 upstream_gomod=$(go mod download -json "$module@$version" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
@@ -35,6 +22,4 @@ ldflags="-s -w -X main.Version=$version -X main.Build=module-$version -X main.Bu
 mkdir -p "$bin_dir.partial"
 log "building versitygw $version"
 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin_dir.partial/versitygw" "$module/cmd/versitygw"
-rm -rf "$bin_dir" && mv "$bin_dir.partial" "$bin_dir"
-record_build_time "versitygw-$version" $((SECONDS - started))
-log "versitygw $version ready in $bin_dir"
+finish_build "versitygw-$version" "$bin_dir"

@@ -30,6 +30,33 @@ take_build_lock() {
   fi
 }
 
+# Every build script starts here. It exits the script when the binaries are cached (also after
+# waiting for a concurrent build of the same thing); otherwise it enters a fresh work folder.
+begin_build() {
+  local label=$1 bin_dir=$2
+  shift 2
+  if all_present "$bin_dir" "$@"; then
+    log "$label already built in $bin_dir"
+    exit 0
+  fi
+  take_build_lock "$label"
+  if all_present "$bin_dir" "$@"; then
+    log "$label was built by another run meanwhile"
+    exit 0
+  fi
+  build_started=$SECONDS
+  work="$BELAY_CACHE/build/$label"
+  rm -rf "$work" && mkdir -p "$work" && cd "$work"
+}
+
+# ...and ends here: $bin_dir.partial becomes $bin_dir in one rename, so a cut build is never used.
+finish_build() {
+  local label=$1 bin_dir=$2
+  rm -rf "$bin_dir" && mv "$bin_dir.partial" "$bin_dir"
+  record_build_time "$label" $((SECONDS - build_started))
+  log "$label ready in $bin_dir"
+}
+
 all_present() {
   local dir=$1; shift
   for name in "$@"; do [[ -x "$dir/$name" ]] || return 1; done
