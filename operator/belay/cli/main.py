@@ -7,6 +7,7 @@ default `./.belay`); nothing here keeps state of its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -231,18 +232,76 @@ def phase_of(state: Any) -> str:
     return "Stopped"
 
 
-def print_brief(session_id: str, style: str) -> None:
+def render_brief(state: Any, style: str) -> str:
     from belay.journal.briefing import briefing, render_json, render_markdown, render_text
 
-    state, _ = _known_state(session_id)
     store = Context.home.open_artifact_store()
 
     def locate(ref: ArtifactRef) -> str:
         return store.location(ref.sha256) if store.exists(ref.sha256) else ref.uri
 
     brief = briefing(state, locate=locate, artifact_store=str(Context.home.artifacts_dir))
+    if style == "json-lines":  # one compact object per line, for a follower's stream
+        return brief.model_dump_json()
     render = {"json": render_json, "markdown": render_markdown, "text": render_text}[style]
-    sys.stdout.write(render(brief) + "\n")
+    return render(brief)
+
+
+def print_brief(session_id: str, style: str) -> None:
+    state, _ = _known_state(session_id)
+    sys.stdout.write(render_brief(state, style) + "\n")
+
+
+# A follower prints once per burst of events, not once per event.
+FOLLOW_SETTLE_S = 0.3
+
+
+async def follow_brief(session_id: str, style: str) -> None:
+    """Print the briefing, then again whenever the record moves on, until the session ends. The
+    state is folded incrementally from the store's watch, which re-reads after any cut."""
+    from belay.journal.state import apply
+    from belay.journal.status import Phase, phase_of
+
+    state, known = await read_state(Context.home, session_id)
+    if not known:
+        raise fail(f"unknown session {session_id!r} in {Context.home.root}")
+    sys.stdout.write(render_brief(state, style) + "\n")
+    sys.stdout.flush()
+    store = Context.home.open_event_store()
+    arrived: asyncio.Queue[Event | None] = asyncio.Queue()
+    first_new_seq = state.last_seq + 1
+
+    # A timeout on the watch itself would close it; the pump keeps it open and the loop waits on
+    # the queue instead. None in the queue means the watch ended (with an error to show).
+    async def pump() -> None:
+        try:
+            async for event in store.watch(session_id, from_seq=first_new_seq):
+                await arrived.put(event)
+        finally:
+            await arrived.put(None)
+
+    async def next_event(timeout: float | None = None) -> Event:
+        event = await asyncio.wait_for(arrived.get(), timeout)
+        if event is None:
+            pumping.result()  # raises what ended the watch
+            raise fail("the event store's watch ended")
+        return event
+
+    pumping = asyncio.create_task(pump())
+    try:
+        while phase_of(state) not in (Phase.SUCCEEDED, Phase.FAILED):
+            state = apply(state, await next_event())
+            with contextlib.suppress(TimeoutError):
+                while True:
+                    state = apply(state, await next_event(FOLLOW_SETTLE_S))
+            separator = "" if style == "json-lines" else f"--- seq {state.last_seq} ---\n"
+            sys.stdout.write(separator + render_brief(state, style) + "\n")
+            sys.stdout.flush()
+    finally:
+        pumping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pumping
+        await store.close()
 
 
 @app.command()
@@ -250,9 +309,17 @@ def brief(
     session_id: Annotated[str, typer.Argument(metavar="SESSION")],
     as_json: Annotated[bool, typer.Option("--json", help="The briefing as JSON.")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="The briefing as Markdown.")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Print it again as the session moves on, until it ends.")
+    ] = False,
 ) -> None:
     """What was asked, what is done and verified, what waits on you, what is ready for review."""
-    print_brief(session_id, "json" if as_json else "markdown" if markdown else "text")
+    style = "json" if as_json else "markdown" if markdown else "text"
+    if follow:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(follow_brief(session_id, "json-lines" if as_json else style))
+    else:
+        print_brief(session_id, style)
 
 
 @app.command()
