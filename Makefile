@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export BELAY_CACHE ?= $(HOME)/.cache/belay
 
-.PHONY: setup demo test lint typecheck unit bench crds testenv-build testenv-up testenv-down clean
+.PHONY: setup demo test lint typecheck bench crds testenv-build testenv-up testenv-down clean
 
 setup: $(VENV)/.installed
 
