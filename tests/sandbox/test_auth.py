@@ -3,7 +3,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from belay.sandbox.client import SandboxClient, SandboxError
+from belay.sandbox.client import SandboxClient, SandboxError, SandboxReplaced, SandboxUnavailable
 from belay.sandbox.local import LocalSandbox
 
 ENDPOINTS = [
@@ -42,3 +42,17 @@ async def test_right_token_is_accepted(sandbox: LocalSandbox) -> None:
     assert health.ok
     assert health.profile == "none"
     assert health.pid == sandbox.pid
+
+
+async def test_a_client_bound_to_another_instance_is_refused_before_anything_runs(
+    sandbox: LocalSandbox,
+) -> None:
+    health = await sandbox.client.health()
+    assert health.instance == sandbox.instance  # the local sandbox's marker is the server's id
+    async with SandboxClient(sandbox.endpoint, sandbox.token, instance="a-lost-instance") as client:
+        with pytest.raises(SandboxReplaced, match="meant for a-lost-instance") as caught:
+            await client.call("write_file", {"path": "a.txt", "content": "x"})
+    assert isinstance(caught.value, SandboxUnavailable)
+    assert not (sandbox.workspace / "a.txt").exists()
+    # The client bound to the instance that answers goes through.
+    assert (await sandbox.client.call("write_file", {"path": "a.txt", "content": "x"}))["ok"]

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,9 @@ from pydantic import BaseModel, ValidationError
 
 from belay.sandbox import isolation, workspace
 from belay.sandbox.protocol import (
+    INSTANCE_ENV,
+    INSTANCE_HEADER,
+    INSTANCE_MISMATCH_STATUS,
     MAX_OUTPUT_BYTES,
     MODE_HEADER,
     SHA256_HEADER,
@@ -93,8 +97,16 @@ async def wait_for_exit(process: asyncio.subprocess.Process) -> int:
 
 
 class SandboxServer:
-    def __init__(self, root: Path, token: str, profile: str, report: isolation.IsolationReport) -> None:
+    def __init__(
+        self,
+        root: Path,
+        token: str,
+        profile: str,
+        report: isolation.IsolationReport,
+        instance: str | None = None,
+    ) -> None:
         self.root = root
+        self.instance = instance or uuid.uuid4().hex
         self.token = token
         self.profile = profile
         self.report = report
@@ -124,6 +136,12 @@ class SandboxServer:
         given = request.headers.get("Authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
             return json_error(401, "missing or wrong bearer token")
+        meant_for = request.headers.get(INSTANCE_HEADER)
+        if meant_for is not None and meant_for != self.instance:
+            return json_error(
+                INSTANCE_MISMATCH_STATUS,
+                f"this is sandbox instance {self.instance}; the request was meant for {meant_for}",
+            )
         return await handler(request)
 
     async def health(self, request: web.Request) -> web.Response:
@@ -133,6 +151,7 @@ class SandboxServer:
             detail=self.report.detail,
             pid=os.getpid(),
             workspace=str(self.root),
+            instance=self.instance,
         )
         return web.json_response(body.model_dump())
 
@@ -315,7 +334,7 @@ async def serve(options: argparse.Namespace, report: isolation.IsolationReport) 
         raise SystemExit(f"token file {options.token_file} is empty")
     root = options.workspace.resolve()
     root.mkdir(parents=True, exist_ok=True)
-    server = SandboxServer(root, token, options.network_profile, report)
+    server = SandboxServer(root, token, options.network_profile, report, os.environ.get(INSTANCE_ENV))
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
     site: web.BaseSite

@@ -11,7 +11,14 @@ import yarl
 from pydantic import TypeAdapter, ValidationError
 
 from belay.journal.events import DeclaredArtifact
-from belay.sandbox.protocol import MODE_HEADER, SHA256_HEADER, Health, ToolResponse
+from belay.sandbox.protocol import (
+    INSTANCE_HEADER,
+    INSTANCE_MISMATCH_STATUS,
+    MODE_HEADER,
+    SHA256_HEADER,
+    Health,
+    ToolResponse,
+)
 
 
 class SandboxError(Exception):
@@ -26,6 +33,11 @@ class SandboxUnavailable(SandboxError):
     """The sandbox could not be reached, or the connection broke before it answered."""
 
 
+class SandboxReplaced(SandboxUnavailable):
+    """Another sandbox instance answers at the address: the one this client was bound to is gone,
+    and the request was refused before it ran."""
+
+
 # Headroom on top of a command's own timeout for the round trip.
 CALL_TIMEOUT_MARGIN_S = 30.0
 DEFAULT_TIMEOUT_S = 60.0
@@ -34,8 +46,12 @@ _MANIFEST = TypeAdapter(list[DeclaredArtifact])
 
 
 class SandboxClient:
-    def __init__(self, endpoint: str, token: str) -> None:
+    """`instance`: the sandbox instance this client is bound to (from its health). When set, every
+    request names it, and a request reaching another instance raises SandboxReplaced."""
+
+    def __init__(self, endpoint: str, token: str, instance: str | None = None) -> None:
         self.endpoint = endpoint
+        self.instance = instance
         self._token = token
         self._session: aiohttp.ClientSession | None = None
         if endpoint.startswith("unix://"):
@@ -55,9 +71,10 @@ class SandboxClient:
             connector = (
                 aiohttp.UnixConnector(path=self._socket_path) if self._socket_path else aiohttp.TCPConnector()
             )
-            self._session = aiohttp.ClientSession(
-                connector=connector, headers={"Authorization": f"Bearer {self._token}"}
-            )
+            headers = {"Authorization": f"Bearer {self._token}"}
+            if self.instance is not None:
+                headers[INSTANCE_HEADER] = self.instance
+            self._session = aiohttp.ClientSession(connector=connector, headers=headers)
         return self._session
 
     async def _request(
@@ -85,6 +102,8 @@ class SandboxClient:
                 status = response.status
         except (aiohttp.ClientConnectionError, TimeoutError, OSError) as error:
             raise SandboxUnavailable(f"sandbox at {self.endpoint} unreachable: {error!r}") from error
+        if status == INSTANCE_MISMATCH_STATUS and self.instance is not None:
+            raise SandboxReplaced(f"sandbox at {self.endpoint}: {_error_text(body)}", status)
         if status >= 400:
             raise SandboxError(f"sandbox {method} {path} -> {status}: {_error_text(body)}", status)
         return status, body

@@ -26,11 +26,10 @@ from pydantic import BaseModel
 from belay.sandbox import isolation
 from belay.sandbox.client import SandboxClient, SandboxUnavailable
 from belay.sandbox.isolation import NETWORK_PROFILES
-from belay.sandbox.protocol import ReadyFile
+from belay.sandbox.protocol import INSTANCE_ENV, ReadyFile
 
-# Every process a local sandbox starts inherits this variable, so stop() can find them all, even
-# those that left the server's process group.
-INSTANCE_ENV = "BELAY_SANDBOX_INSTANCE"
+# Every process a local sandbox starts inherits INSTANCE_ENV, so stop() can find them all, even
+# those that left the server's process group; the server reports it as its instance id.
 # What a sandbox inherits from the harness's environment: enough to run programs, never the
 # harness's credentials (model API keys, store secrets).
 INHERITED_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM", "PYTHONPATH")
@@ -127,7 +126,7 @@ class LocalSandbox:
         self.instance = instance
         self.network_isolated = network_isolated
         self.isolation_detail = isolation_detail
-        self.client = SandboxClient(endpoint, token)
+        self.client = SandboxClient(endpoint, token, instance=instance)
         self._process = process
 
     def __repr__(self) -> str:

@@ -14,6 +14,14 @@ NetworkProfile = Literal["none", "allowlist", "internet"]
 # Header names of the raw file endpoints.
 SHA256_HEADER = "X-Content-Sha256"
 MODE_HEADER = "X-File-Mode"
+# A client bound to one sandbox instance sends its id; any other instance refuses the request
+# before doing anything, so a request meant for a lost workspace never runs on its empty
+# replacement.
+INSTANCE_HEADER = "X-Sandbox-Instance"
+INSTANCE_MISMATCH_STATUS = 409
+# A local sandbox's instance marker (see belay.sandbox.local); the server takes it as its instance
+# id when set, so the harness's handle and the server name the same instance.
+INSTANCE_ENV = "BELAY_SANDBOX_INSTANCE"
 
 # Captured output above this many bytes per stream is cut, and the result says so.
 MAX_OUTPUT_BYTES = 1024 * 1024
@@ -80,6 +88,7 @@ class Health(BaseModel):
     detail: str
     pid: int
     workspace: str
+    instance: str  # unique per server start: a replacement behind the same address has another
 
 
 class ManifestRequest(BaseModel):
