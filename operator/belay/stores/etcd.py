@@ -51,6 +51,7 @@ from belay.journal.events import (
     event_to_json,
     now_utc,
 )
+from belay.stores import etcd_wire as wire
 from belay.stores.base import (
     MAX_PAYLOAD_BYTES,
     IdempotencyConflict,
@@ -141,6 +142,9 @@ def check_batch_size(drafts: Sequence[EventDraft], encoded: Sequence[bytes]) -> 
     """Refuse, before anything is sent, a batch etcd could not hold in one transaction.
     `encoded` are the events' stored bytes: an envelope holds its payload's JSON verbatim, so only
     an envelope above the payload limit needs its payload measured exactly."""
+    total = sum(map(len, encoded))
+    if total <= MAX_PAYLOAD_BYTES and len(drafts) <= MAX_BATCH_EVENTS:
+        return  # the usual batch: no envelope, nor all of them together, can be above a limit
     if len(drafts) > MAX_BATCH_EVENTS:
         raise PayloadTooLarge(
             f"a batch of {len(drafts)} events is above the {MAX_BATCH_EVENTS}-event limit of one "
@@ -152,7 +156,6 @@ def check_batch_size(drafts: Sequence[EventDraft], encoded: Sequence[bytes]) -> 
                 f"event {index} ({draft.type}) has a {size}-byte payload, above the "
                 f"{MAX_PAYLOAD_BYTES}-byte limit: store the bytes as an artifact and reference its sha256"
             )
-    total = sum(len(value) for value in encoded)
     if total > MAX_BATCH_BYTES:
         raise PayloadTooLarge(
             f"a batch of {total} bytes is above the {MAX_BATCH_BYTES}-byte limit of one etcd "
@@ -222,20 +225,6 @@ def _range(key: bytes) -> Any:
     return rpc.RequestOp(request_range=rpc.RangeRequest(key=key))
 
 
-def _add_put(request: Any, key: bytes, value: bytes) -> None:
-    put = request.success.add().request_put
-    put.key = key
-    put.value = value
-
-
-def _add_mod_revision_is(request: Any, key: bytes, revision: int) -> None:
-    compare = request.compare.add()
-    compare.key = key
-    compare.target = rpc.Compare.MOD
-    compare.result = rpc.Compare.EQUAL
-    compare.mod_revision = revision
-
-
 def _mod_revision_is(key: bytes, revision: int) -> Any:
     return rpc.Compare(key=key, target=rpc.Compare.MOD, result=rpc.Compare.EQUAL, mod_revision=revision)
 
@@ -262,6 +251,7 @@ class EtcdEventStore:
         self._channel: grpc.aio.Channel | None = None
         self._kv: Any = None
         self._watch: Any = None
+        self._encoded_txn: Any = None
         # The head this store last wrote, per session (insertion-ordered, oldest evicted first).
         self._known_heads: dict[str, Snapshot] = {}
 
@@ -285,6 +275,12 @@ class EtcdEventStore:
             )
             self._kv = rpc.KVStub(self._channel)
             self._watch = rpc.WatchStub(self._channel)
+            # KV.Txn for a request that is already wire bytes (no serializer: bytes go as they are).
+            self._encoded_txn = self._channel.unary_unary(
+                "/etcdserverpb.KV/Txn",
+                request_serializer=None,
+                response_deserializer=rpc.TxnResponse.FromString,
+            )
         return self._kv, self._watch
 
     def _unavailable(self, last_error: BaseException | None) -> StoreUnavailable:
@@ -460,8 +456,8 @@ class EtcdEventStore:
                     keys, snapshot, attempt, idempotency_key, digest, fenced=lease is not None
                 )
                 try:
-                    kv, _ = self._stubs()
-                    response = await kv.Txn(request, timeout=self.request_timeout)
+                    self._stubs()
+                    response = await self._encoded_txn(request, timeout=self.request_timeout)
                 except grpc.aio.AioRpcError as error:
                     if error.code() in TRANSIENT_CODES and not _never_sent(error):
                         unsettled.append(attempt)
@@ -498,34 +494,32 @@ class EtcdEventStore:
         idempotency_key: str | None,
         digest: str,
         fenced: bool,
-    ) -> Any:
-        """The append's one transaction. Built in place: constructing nested protobuf messages
-        and copying them in costs more than the rest of the append's own work."""
+    ) -> bytes:
+        """The append's one transaction, as wire bytes (see `etcd_wire` for why)."""
         events = attempt.events
-        request = rpc.TxnRequest()
-        _add_mod_revision_is(request, keys.head, snapshot.head_mod_revision)
+        compares = [wire.mod_revision_is(keys.head, snapshot.head_mod_revision)]
         if fenced:
-            _add_mod_revision_is(request, keys.lease, snapshot.lease_mod_revision)
-        for event, value in zip(events, attempt.values, strict=True):
-            _add_put(request, keys.event(event.seq), value)
-        _add_put(request, keys.head, b'{"last_seq":%d}' % events[-1].seq)
+            compares.append(wire.mod_revision_is(keys.lease, snapshot.lease_mod_revision))
+        puts = [
+            wire.put(keys.event(event.seq), value)
+            for event, value in zip(events, attempt.values, strict=True)
+        ]
+        puts.append(wire.put(keys.head, b'{"last_seq":%d}' % events[-1].seq))
         newest_of_type = {e.type: e.seq for e in events}
         for event_type, seq in newest_of_type.items():
-            _add_put(request, keys.latest(event_type), b'{"seq":%d}' % seq)
-        state_keys = [keys.head, keys.lease]
+            puts.append(wire.put(keys.latest(event_type), b'{"seq":%d}' % seq))
+        state_keys: tuple[bytes, ...] = (keys.head, keys.lease)
         if idempotency_key is not None:
             idem_key = keys.idem(idempotency_key)
-            state_keys.append(idem_key)
-            _add_mod_revision_is(request, idem_key, 0)
+            state_keys += (idem_key,)
+            compares.append(wire.mod_revision_is(idem_key, 0))
             record = {"digest": digest, "first_seq": events[0].seq, "last_seq": events[-1].seq}
-            _add_put(request, idem_key, canonical_json(record))
+            puts.append(wire.put(idem_key, canonical_json(record)))
         if snapshot.head_mod_revision == 0:
-            _add_put(request, self._index_key(events[0].session_id), b"")
+            puts.append(wire.put(self._index_key(events[0].session_id), b""))
         # When a compare fails, the same round trip brings back the state to retry on (the same
         # reads as `_state_reads`, in the same order).
-        for key in state_keys:
-            request.failure.add().request_range.key = key
-        return request
+        return wire.txn(compares, puts, wire.failure_ranges(state_keys))
 
     async def _replay(
         self, keys: SessionKeys, snapshot: Snapshot, idempotency_key: str | None, digest: str
