@@ -22,12 +22,14 @@ from belay.api.agentsession import AgentSession, SubagentSpec
 from belay.controller import desired
 from belay.harness.loop import Harness
 from belay.local.runtime import LocalTickets, initial_model_id, model_factory_for, read_inputs
-from belay.sandbox.client import SandboxClient
+from belay.sandbox.client import SandboxClient, SandboxUnavailable
 from belay.stores.factory import open_artifact_store, open_event_store
 
 # An external ticket service, when the session's tools use one.
 TICKETS_URL_ENV = "BELAY_TICKETS_URL"
 SANDBOX_WAIT_S = 120.0
+# A lost sandbox pod is replaced by the operator once it notices: the harness waits this long.
+REPLACEMENT_WAIT_S = 300.0
 
 log = logging.getLogger("belay.harness_pod")
 
@@ -35,32 +37,49 @@ log = logging.getLogger("belay.harness_pod")
 class PodSandbox:
     """A sandbox pod reached through its Service; stopping it is the operator's business."""
 
-    def __init__(self, name: str, endpoint: str, token: str, pid: int, network_isolated: bool) -> None:
+    def __init__(
+        self, name: str, endpoint: str, token: str, pid: int, instance: str, network_isolated: bool
+    ) -> None:
         self.name = name
         self.endpoint = endpoint
         self.pid = pid
+        self.instance = instance
         self.network_isolated = network_isolated
-        self.client = SandboxClient(endpoint, token)
+        # Bound to this instance: behind the same Service, a replacement pod refuses its requests.
+        self.client = SandboxClient(endpoint, token, instance=instance)
 
     async def stop(self) -> None:
         await self.client.close()
 
 
 class PodSandboxProvider:
-    def __init__(self, endpoints: Mapping[str, str], token: str, wait_s: float = SANDBOX_WAIT_S) -> None:
+    def __init__(
+        self,
+        endpoints: Mapping[str, str],
+        token: str,
+        wait_s: float = SANDBOX_WAIT_S,
+        replacement_wait_s: float = REPLACEMENT_WAIT_S,
+    ) -> None:
         self.endpoints = dict(endpoints)
         self.token = token
         self.wait_s = wait_s
+        self.replacement_wait_s = replacement_wait_s
 
-    async def start(self, subagent: SubagentSpec) -> PodSandbox:
-        """Wait until the subagent's sandbox answers; the pod may still be starting."""
+    async def start(self, subagent: SubagentSpec, replacing: Any = None) -> PodSandbox:
+        """Wait until the subagent's sandbox answers; the pod may still be starting. With
+        `replacing` (a lost sandbox): until another instance answers, the operator's replacement."""
         endpoint = self.endpoints[subagent.name]
-        deadline = asyncio.get_running_loop().time() + self.wait_s
+        wait_s = self.wait_s if replacing is None else self.replacement_wait_s
+        deadline = asyncio.get_running_loop().time() + wait_s
         while True:
             probe = SandboxClient(endpoint, self.token)
             try:
                 health = await probe.health()
-                return PodSandbox(subagent.name, endpoint, self.token, health.pid, health.network_isolated)
+                if replacing is not None and health.instance == replacing.instance:
+                    raise SandboxUnavailable(f"instance {health.instance} still answers; it was lost")
+                return PodSandbox(
+                    subagent.name, endpoint, self.token, health.pid, health.instance, health.network_isolated
+                )
             except Exception as error:  # the Service has no ready endpoint yet, or the server starts
                 if asyncio.get_running_loop().time() > deadline:
                     raise TimeoutError(

@@ -7,6 +7,10 @@ settles the requests the previous attempt left without a result according to the
 then runs every subagent's loop in parallel. Every tool request is recorded before it is
 dispatched and its result after; a step finished with `update_plan` becomes a checkpoint.
 
+A sandbox lost while the attempt runs (its pod deleted, its process dead) does not end the attempt:
+the call that found it gone waits for a replacement, restores it from the last verified checkpoint
+as a new attempt would, and the request runs again by its effect class.
+
 Nothing here keeps progress in memory that the record does not also hold: a harness killed at any
 point is replaced by a new attempt that reads the record and continues.
 """
@@ -14,7 +18,6 @@ point is replaced by a new attempt that reads the record and continues.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
@@ -64,7 +67,7 @@ from belay.journal.events import (
 )
 from belay.journal.recovery import RecoveryActionKind, recovery_plan
 from belay.journal.state import EMPTY, OperationRecord, SessionState, apply, operation_payload_sha256
-from belay.sandbox.client import SandboxError, SandboxUnavailable
+from belay.sandbox.client import SandboxError, SandboxReplaced, SandboxUnavailable
 from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, EventStore, StaleLease
 
 HARNESS_VERSION = f"belay-harness/{__version__}"
@@ -85,6 +88,7 @@ class SandboxHandle(Protocol):
     name: str
     endpoint: str
     pid: int
+    instance: str  # unique per sandbox server start; the client is bound to it
     network_isolated: bool
 
     @property
@@ -94,7 +98,10 @@ class SandboxHandle(Protocol):
 
 
 class SandboxProvider(Protocol):
-    async def start(self, subagent: SubagentSpec) -> SandboxHandle: ...
+    async def start(self, subagent: SubagentSpec, replacing: SandboxHandle | None = None) -> SandboxHandle:
+        """A clean sandbox for the subagent. With `replacing` (a lost sandbox, already stopped):
+        one that is not that instance."""
+        ...
 
 
 class TicketClient(Protocol):
@@ -323,20 +330,25 @@ class Harness:
     # ---------------------------------------------------------------------------------------------
     # Sandboxes and recovery
 
-    async def prepare_sandbox(self, sub: SubagentSpec) -> None:
+    async def prepare_sandbox(
+        self, sub: SubagentSpec, lost: SandboxHandle | None = None, why: str = ""
+    ) -> None:
         state = await self.state()
         known = state.subagents.get(sub.name)
         replacing = known is not None and known.sandbox_starts > 0
-        handle = await self.sandboxes.start(sub)
+        handle = await self.sandboxes.start(sub, lost)
         self._handles[sub.name] = handle
         isolation = "network isolated" if handle.network_isolated else "network NOT isolated"
+        detail = f"clean workspace, pid {handle.pid}, profile {sub.network_profile}, {isolation}"
+        if lost is not None:
+            detail = f"replaces instance {lost.instance}, lost under attempt {self.attempt} ({why}); {detail}"
         await self.record(
             [
                 Lifecycle(
                     kind=LifecycleKind.SANDBOX_REPLACED if replacing else LifecycleKind.SANDBOX_STARTED,
                     attempt=self.attempt,
                     subagent=sub.name,
-                    detail=f"clean workspace, pid {handle.pid}, profile {sub.network_profile}, {isolation}",
+                    detail=detail,
                 )
             ],
             subagent=sub.name,
@@ -345,6 +357,24 @@ class Harness:
         if checkpoint is None:
             checkpoint = await self.record_inputs(sub)
         await self.restore(sub, handle, checkpoint)
+
+    async def replace_sandbox(self, sub: SubagentSpec, lost: SandboxUnavailable) -> None:
+        """The subagent's sandbox went away under this attempt: wait for a replacement and restore
+        it from the last verified checkpoint exactly as a new attempt would (declared files, their
+        hashes, the verification re-run, the idempotent operations after it replayed). A
+        replacement lost during its own restore is replaced in turn, a bounded number of times."""
+        tries = max(1, self.session.spec.recovery.max_attempts)
+        for _ in range(tries):
+            previous = self._handles[sub.name]
+            if not isinstance(lost, SandboxReplaced) and await answers(previous):
+                return  # a broken connection, not a lost sandbox: its workspace is intact
+            await previous.stop()
+            try:
+                await self.prepare_sandbox(sub, previous, str(lost))
+                return
+            except SandboxUnavailable as again:
+                lost = again
+        raise lost
 
     async def record_inputs(self, sub: SubagentSpec) -> Checkpoint:
         """The subagent's declared inputs, as its first checkpoint (nothing completed yet)."""
@@ -638,9 +668,16 @@ class Harness:
         if spec.name == "publish_deliverable" and isinstance(arguments.get("path"), str):
             # The request (and any approval of it) binds the exact bytes that will leave the sandbox.
             # A path the sandbox refuses is left unbound here; its dispatch then fails visibly.
-            with contextlib.suppress(SandboxError):
-                [entry] = await self._handles[sub.name].client.manifest([arguments["path"]])
-                arguments["content_sha256"] = entry.sha256
+            while True:
+                try:
+                    [entry] = await self._handles[sub.name].client.manifest([arguments["path"]])
+                    arguments["content_sha256"] = entry.sha256
+                except SandboxUnavailable as lost:
+                    await self.replace_sandbox(sub, lost)
+                    continue
+                except SandboxError:
+                    pass
+                break
         arguments = await self.externalize_arguments(arguments)
         return ToolRequest(
             operation_id=operation_id,
@@ -690,10 +727,23 @@ class Harness:
                     parent_seq=request_seq,
                 )
                 return
-        if spec.where == "sandbox":
-            payloads = await self.run_in_sandbox(sub, request)
-        else:
-            payloads = await self.run_in_harness(sub, request_seq, request)
+        while True:
+            try:
+                if spec.where == "sandbox":
+                    payloads = await self.run_in_sandbox(sub, request)
+                else:
+                    payloads = await self.run_in_harness(sub, request_seq, request)
+                break
+            except SandboxUnavailable as lost:
+                await self.replace_sandbox(sub, lost)
+            # The answer was lost with the sandbox: the effect table decides, as after a lost
+            # harness. An unsafe operation may have taken effect and is never repeated blindly;
+            # any other runs again, on the restored sandbox.
+            if spec.effect == EffectClass.UNSAFE:
+                await self.reconcile_unsafe(
+                    sub, (await self.state()).operations[request.operation_id], request
+                )
+                return
         await self.record(payloads, subagent=sub.name, parent_seq=request_seq)
 
     async def run_in_sandbox(self, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
@@ -954,6 +1004,15 @@ class Harness:
                 return False, "the approval expired before the operation was dispatched"
             # Pending, or decided for another payload: that never dispatches this one.
             await asyncio.sleep(self.poll_interval_s)
+
+
+async def answers(handle: SandboxHandle) -> bool:
+    """Whether the very instance the handle is bound to still answers."""
+    try:
+        await handle.client.health()
+    except SandboxError:
+        return False
+    return True
 
 
 async def all_of(coroutines: Iterable[Coroutine[Any, Any, None]]) -> None:

@@ -87,7 +87,8 @@ class LocalSandboxProvider:
     def __init__(self, base_dir: Path) -> None:
         self.base_dir = base_dir
 
-    async def start(self, subagent: SubagentSpec) -> Any:
+    async def start(self, subagent: SubagentSpec, replacing: Any = None) -> Any:
+        """A fresh server and workspace; a lost one (`replacing`) was already stopped."""
         from belay.sandbox.local import LocalSandbox
 
         return await LocalSandbox.start(self.base_dir, subagent.name, subagent.network_profile)
