@@ -7,6 +7,7 @@ from belay.controller.record import (
     fork_write,
     gave_up_write,
     harness_lost_write,
+    request_write,
     scope_change_write,
     spec_approval_writes,
 )
@@ -34,6 +35,17 @@ def recorded(*payloads: object) -> SessionState:
     for payload in payloads:
         log.add(payload)  # type: ignore[arg-type]
     return fold(log.events)
+
+
+def test_the_request_is_recorded_once_keyed_by_uid_and_generation() -> None:
+    write = request_write(UID, 1, spec_with(), SessionState())
+    assert write is not None
+    assert write.idempotency_key == "request/uid-1/1"
+    (draft,) = write.drafts
+    assert draft.payload == UserInput(goal=GOAL, parts=PARTS)
+    assert draft.actor.kind == "operator"
+    # Once recorded (by this or an earlier pass, or by a fork's copy), a spec change is a scope change.
+    assert request_write(UID, 2, spec_with(request={"goal": "other"}), recorded()) is None
 
 
 def test_no_scope_change_before_the_first_request_or_when_nothing_changed() -> None:

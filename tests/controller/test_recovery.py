@@ -22,6 +22,11 @@ def pod(index: int, phase: str = "Running", deleting: bool = False) -> HarnessPo
 def test_a_new_session_starts_its_first_attempt() -> None:
     assert decide_harness(SessionState(), [], lease=0, max_attempts=5).action == Action.START
     assert decide_harness(SessionState(), [], lease=0, max_attempts=5).index == 0
+    # The operator records the request before the first pod: that record is still a new session.
+    log = LogBuilder()
+    log.add(UserInput(goal="fix the parser"))
+    decision = decide_harness(fold(log.events), [], lease=0, max_attempts=5)
+    assert (decision.action, decision.index) == (Action.START, 0)
 
 
 def test_a_live_pod_is_kept_pending_or_running() -> None:

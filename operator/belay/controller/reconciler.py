@@ -38,6 +38,7 @@ from belay.controller.record import (
     fork_write,
     gave_up_write,
     harness_lost_write,
+    request_write,
     scope_change_write,
     spec_approval_writes,
 )
@@ -356,6 +357,13 @@ class SessionReconciler:
             memory.token_created = True
         await self._fork(store, ref, spec, memory)
         await self._follow(store, ref, memory)
+
+        # The request goes in before the first harness pod exists (a fork's comes with its copy).
+        if spec.fork_from is None or memory.forked_from is not None:
+            request = request_write(ref.uid, ref.generation, spec, memory.state)
+            if request is not None:
+                await self._write(store, ref.name, request)
+                await self._follow(store, ref, memory)
 
         writes = spec_approval_writes(ref.uid, spec, memory.state)
         scope = scope_change_write(ref.uid, ref.generation, spec, memory.state)

@@ -2,9 +2,10 @@
 state. Every write carries an idempotency key derived from the object's uid (and the generation or
 the item it records), so a reconcile that runs twice, or after an operator restart, writes once.
 
-The first request is recorded by the harness's first attempt (it declares the plan in the same
-batch); the operator records what changes afterwards: scope changes, approvals given in the spec,
-a lost harness, a session given up on, and the copy of a fork's source history.
+The operator records the request itself, before it creates the first harness pod, and what changes
+afterwards: scope changes, approvals given in the spec, a lost harness, a session given up on, and
+the copy of a fork's source history. The harness takes the request from the record (its first
+attempt declares the plan from the spec).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from belay.journal.events import (
     LifecycleKind,
     Payload,
     ScopeChange,
+    UserInput,
 )
 from belay.journal.state import SessionState
 
@@ -42,11 +44,22 @@ def _write(key: str, *payloads: Payload) -> RecordWrite:
     return RecordWrite(key, tuple(EventDraft(payload=p, actor=OPERATOR) for p in payloads))
 
 
+def request_write(
+    uid: str, generation: int, spec: AgentSessionSpec, state: SessionState
+) -> RecordWrite | None:
+    """The spec's request as the record's first request, when the record holds none yet. A fork
+    takes its request from the copied history (a different spec request is then a scope change)."""
+    if state.request.version != 0:
+        return None
+    request = UserInput(goal=spec.request.goal, parts=dict(spec.request.parts))
+    return _write(f"request/{uid}/{generation}", request)
+
+
 def scope_change_write(
     uid: str, generation: int, spec: AgentSessionSpec, state: SessionState
 ) -> RecordWrite | None:
     """A scope change when the spec's request differs from the recorded one. None before the
-    harness has recorded the first request, or when nothing changed."""
+    first request is recorded, or when nothing changed."""
     recorded = state.request
     if recorded.version == 0:
         return None

@@ -88,7 +88,7 @@ def decide_harness(
     current = current_pod(pods)
     if current is not None and current.live and not sandboxes_lost:
         return HarnessDecision(Action.KEEP, current.index)
-    if current is None and lease == 0 and state.last_seq == 0:
+    if current is None and lease == 0 and state.lifecycle.harness_starts == 0:
         return HarnessDecision(Action.START, 0)
     if state.lifecycle.harness_lost >= max_attempts:
         return HarnessDecision(Action.GIVE_UP, None, why=f"{state.lifecycle.harness_lost} attempts lost")

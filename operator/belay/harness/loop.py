@@ -57,7 +57,6 @@ from belay.journal.events import (
     ToolRequest,
     ToolRequestEvent,
     ToolResult,
-    UserInput,
     Verification,
     Wait,
     WaitKind,
@@ -241,6 +240,9 @@ class Harness:
         state = await self.state()
         if state.lifecycle.completed:
             return HarnessResult(True, "the session had already completed", self.attempt)
+        if state.request.version == 0:
+            # Whoever starts the harness records the request first (the operator, or `belay run`).
+            return HarnessResult(False, "the record holds no request to work on", self.attempt)
         self._model_calls = sum(1 for e in await self.events() if e.type == "model_output")
         await self.record_start(state)
         max_attempts = self.session.spec.recovery.max_attempts
@@ -267,10 +269,8 @@ class Harness:
     async def record_start(self, state: SessionState) -> None:
         spec = self.session.spec
         payloads: list[Payload] = []
-        first = state.last_seq == 0
-        if first:
-            payloads.append(UserInput(goal=spec.request.goal, parts=spec.request.parts))
-        elif state.lifecycle.harness_running:
+        first = state.lifecycle.harness_starts == 0
+        if state.lifecycle.harness_running:
             payloads.append(
                 Lifecycle(
                     kind=LifecycleKind.HARNESS_LOST,

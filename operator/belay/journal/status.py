@@ -214,7 +214,8 @@ def phase_of(state: SessionState) -> Phase:
         return Phase.RUNNING
     if _open_waits(state, WaitKind.READY_FOR_REVIEW):
         return Phase.READY_FOR_REVIEW
-    if state.last_seq == 0 or not state.request.goal:
+    # The request alone (recorded before the first harness pod exists) is not yet running.
+    if state.lifecycle.harness_starts == 0 or not state.request.goal:
         return Phase.PENDING
     return Phase.RUNNING
 

@@ -26,7 +26,7 @@ from belay.api.agentsession import AgentSession, ManifestError, SubagentSpec, lo
 from belay.harness.declared import input_files
 from belay.harness.loop import Harness, HarnessResult, fault_key
 from belay.harness.models.base import ModelAdapter
-from belay.journal.events import Event
+from belay.journal.events import Actor, Event, EventDraft, UserInput
 from belay.journal.state import SessionState
 from belay.stores.base import ArtifactStore, EventStore
 
@@ -189,6 +189,22 @@ def initial_model_id(session: AgentSession) -> str:
     return executor.model or executor.type
 
 
+LOCAL_USER = Actor(kind="user", name="belay run")
+
+
+async def record_request(store: EventStore, session: AgentSession) -> None:
+    """The request, recorded once before the first attempt: on a cluster the operator does this;
+    here there is no operator, so the runtime that starts the harness does."""
+    if await store.latest(session.session_id, UserInput.EVENT_TYPE) is not None:
+        return
+    request = UserInput(goal=session.spec.request.goal, parts=dict(session.spec.request.parts))
+    await store.append(
+        session.session_id,
+        [EventDraft(payload=request, actor=LOCAL_USER)],
+        idempotency_key=f"request/{session.session_id}",
+    )
+
+
 async def run_local(
     home: LocalHome,
     session: AgentSession,
@@ -217,6 +233,7 @@ async def run_local(
 
             service = await TicketService(home.tickets_file(session.session_id)).start()
             tickets = LocalTickets(service.url)
+        await record_request(store, session)
         harness = Harness(
             session=session,
             store=store,
