@@ -55,6 +55,25 @@ def test_a_sandbox_service_selects_only_the_current_attempts_pod() -> None:
     assert selector.items() <= pod["metadata"]["labels"].items()
 
 
+def test_a_replaced_sandbox_pod_gets_a_name_of_its_own_and_the_service_moves_to_it() -> None:
+    objects = desired_children(REF, spec_with(), SETTINGS, attempt_index=4, replacements={"researcher": 2})
+    pods = by_kind(objects, "Pod")
+    assert sorted(pods) == [
+        "parser-fix-harness-4",
+        "parser-fix-sbx-implementer-4",
+        "parser-fix-sbx-researcher-4-r2",
+    ]
+    services = by_kind(objects, "Service")
+    replaced = services["sbx-parser-fix-researcher"]["spec"]["selector"]
+    assert replaced[names.LABEL_REPLACEMENT] == "2"
+    assert replaced.items() <= pods["parser-fix-sbx-researcher-4-r2"]["metadata"]["labels"].items()
+    # The lost pod (replacement 1, or the original) no longer matches.
+    lost = by_kind(desired_children(REF, spec_with(), SETTINGS, 4, {"researcher": 1}), "Pod")
+    assert not replaced.items() <= lost["parser-fix-sbx-researcher-4-r1"]["metadata"]["labels"].items()
+    # A sandbox never replaced keeps the selector that also matches pods made before the label.
+    assert names.LABEL_REPLACEMENT not in services["sbx-parser-fix-implementer"]["spec"]["selector"]
+
+
 def test_an_ended_session_keeps_services_and_policies_but_no_pods() -> None:
     objects = desired_children(REF, spec_with(), SETTINGS, attempt_index=None)
     assert by_kind(objects, "Pod") == {}

@@ -7,8 +7,11 @@ session removes its pods but keeps its record."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -19,6 +22,7 @@ from typing import Any
 import pytest
 
 from belay.controller import names
+from belay.controller.desired import ENV_SANDBOX_ENDPOINTS
 from belay.controller.kube import load_api_client
 from belay.controller.settings import OperatorSettings
 from belay.harness.loop import FAULT_ENV
@@ -27,6 +31,7 @@ from belay.journal.events import (
     Event,
     EventDraft,
     Lifecycle,
+    LifecycleEvent,
     LifecycleKind,
     Note,
     NoteKind,
@@ -35,13 +40,16 @@ from belay.journal.events import (
     Verification,
 )
 from belay.journal.state import fold
+from belay.local.drill import deliverables, steps_run_twice
 from belay.local.tickets import TicketService
 from belay.stores.base import StaleLease
 from belay.stores.factory import open_event_store
 from tests.api.kubehelpers import REPO_ROOT, install_crds
 from tests.controller.kubelet import LocalKubelet
 from tests.controller.operator_process import OperatorProcess, kubectl_json, wait_for
+from tests.controller.service_proxy import ServiceProxy
 from tests.controller.sessions import EXAMPLE_MANIFEST
+from tests.harness.example import run_example
 from tests.testenv.kube import ControlPlane
 
 pytestmark = pytest.mark.testenv
@@ -566,21 +574,49 @@ async def test_fork_from_a_checkpoint_copies_history_and_a_missing_source_stalls
         )
 
 
-async def test_a_lost_sandbox_pod_is_replaced_and_restored_from_declared_state(
+@pytest.fixture(scope="module")
+def uninterrupted_deliverables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The example's deliverables from an uninterrupted run (the same plan and inputs, run locally)."""
+    result, events = run_example(tmp_path_factory.mktemp("reference"), "--quiet")
+    assert result.returncode == 0, result.stderr
+    return deliverables(events)
+
+
+async def test_a_lost_sandbox_pod_is_replaced_and_restored_in_the_same_attempt(
     e2e_cluster: ControlPlane,
     operator: OperatorProcess,
     stores: tuple[str, str],
     tickets: str,
+    uninterrupted_deliverables: dict[str, str],
     tmp_path: Path,
 ) -> None:
     kube = e2e_cluster
     name = "sandbox-loss"
+    lost_pod = f"{name}-sbx-implementer-0"
+    replacement = f"{name}-sbx-implementer-0-r1"
     describe = lambda: f"operator log:\n{operator.log()[-4000:]}\npods: {sorted(pods(kube, name))}"  # noqa: E731
     api = load_api_client(str(kube.kubeconfig))
     store = open_event_store(stores[0])
+    proxies: dict[str, ServiceProxy] = {}
+    plain_env = harness_env(tickets, FAULT_POINT)
+
+    def env(pod: dict[str, Any]) -> dict[str, str]:
+        # The harness reaches its sandboxes through their Services, routed at connection time.
+        values = plain_env(pod)
+        if values:
+            values[ENV_SANDBOX_ENDPOINTS] = json.dumps({sub: p.endpoint for sub, p in proxies.items()})
+        return values
+
     try:
-        with LocalKubelet(api, NAMESPACE, tmp_path / "kubelet", extra_env=harness_env(tickets, FAULT_POINT)):
+        with contextlib.ExitStack() as stack:
+            kubelet = stack.enter_context(LocalKubelet(api, NAMESPACE, tmp_path / "kubelet", extra_env=env))
+            for sub in ("implementer", "researcher"):
+                service = names.sandbox_service_name(name, sub)
+                proxy = ServiceProxy(kubelet, api, service, OperatorSettings().sandbox_port)
+                proxies[sub] = stack.enter_context(proxy)
             kube.kubectl("apply", "-f", "-", input=json.dumps(cluster_manifest(name)))
+            # The harness stops itself right after the implementer's `fix` checkpoint; while it is
+            # stopped, its sandbox pod is deleted, as a node failure or an eviction would.
             for _ in range(600):
                 if any(
                     getattr(e.payload, "checkpoint_id", None) == "implementer/fix"
@@ -590,7 +626,34 @@ async def test_a_lost_sandbox_pod_is_replaced_and_restored_from_declared_state(
                 await asyncio.sleep(0.3)
             else:
                 raise AssertionError(describe())
-            kube.kubectl("delete", "pod", "-n", NAMESPACE, f"{name}-sbx-implementer-0", "--wait=false")
+            kube.kubectl("delete", "pod", "-n", NAMESPACE, lost_pod, "--wait=false")
+
+            recovering = wait_for(
+                lambda: (
+                    (c := condition(session_status(kube, name), "Recovering")) and c["status"] == "True" and c
+                ),
+                "Recovering=True",
+                timeout=120,
+                describe=describe,
+            )
+            assert recovering["reason"] == "SandboxReplaced"
+            assert "implementer" in recovering["message"]
+            wait_for(
+                lambda: pods(kube, name).get(replacement, {}).get("status", {}).get("phase") == "Running",
+                "the replacement sandbox pod to run",
+                timeout=120,
+                describe=describe,
+            )
+            status = session_status(kube, name)
+            implementer = next(s for s in status["sandboxes"] if s["subagent"] == "implementer")
+            assert implementer["pod"] == replacement
+            warnings = kubectl_json(
+                kube, "get", "events", "-n", NAMESPACE, "--field-selector", f"involvedObject.name={name}"
+            )
+            assert any(
+                e["reason"] == "SandboxReplaced" and e["type"] == "Warning" for e in warnings["items"]
+            ), warnings
+            os.kill(kubelet.pods[f"{name}-harness-0"].process.pid, signal.SIGCONT)
 
             done = wait_for(
                 lambda: (s := session_status(kube, name)).get("phase") in ("Succeeded", "Failed") and s,
@@ -598,19 +661,29 @@ async def test_a_lost_sandbox_pod_is_replaced_and_restored_from_declared_state(
                 timeout=600,
                 describe=describe,
             )
-            assert done["phase"] == "Succeeded"
+            assert done["phase"] == "Succeeded", describe()
+            assert condition(done, "Recovering")["status"] == "False"  # type: ignore[index]
+            # The same attempt finished the session: no other harness pod ever started.
+            assert [n for n in kubelet.started_names if "-harness-" in n] == [f"{name}-harness-0"]
+            assert replacement in kubelet.started_names
         events = await store.read(name)
-        lifecycle = [e.payload for e in events if e.type == "lifecycle"]
-        lost = [p for p in lifecycle if p.kind == LifecycleKind.HARNESS_LOST]  # type: ignore[union-attr]
-        assert len(lost) == 1 and f"sandbox pod {name}-sbx-implementer-0 lost" in lost[0].detail  # type: ignore[union-attr]
-        replaced = {p.subagent for p in lifecycle if p.kind == LifecycleKind.SANDBOX_REPLACED}  # type: ignore[union-attr]
-        assert replaced == {"implementer", "researcher"}
-        restored = [p for p in lifecycle if p.kind == LifecycleKind.RESTORED]  # type: ignore[union-attr]
-        assert any(p.checkpoint_id == "implementer/fix" for p in restored), restored  # type: ignore[union-attr]
-        lost_seq = next(
-            e.seq for e in events if e.type == "lifecycle" and e.payload.kind == LifecycleKind.HARNESS_LOST
-        )  # type: ignore[union-attr]
-        assert "implementer/fix" not in steps_run_after(events, lost_seq)
+        lifecycle = [e for e in events if isinstance(e, LifecycleEvent)]
+        assert [e for e in lifecycle if e.payload.kind == LifecycleKind.HARNESS_LOST] == []
+        assert len([e for e in lifecycle if e.payload.kind == LifecycleKind.HARNESS_STARTED]) == 1
+        assert len({e.actor.attempt for e in events if e.actor.kind == "harness"}) == 1
+        [lost] = [e for e in lifecycle if e.payload.kind == LifecycleKind.SANDBOX_LOST]
+        assert lost.payload.subagent == "implementer" and lost.actor.kind == "operator"
+        assert lost.payload.detail == f"pod {lost_pod}: the pod is being deleted" or lost.payload.detail == (
+            f"pod {lost_pod}: the pod is gone"
+        )
+        [replaced] = [e for e in lifecycle if e.payload.kind == LifecycleKind.SANDBOX_REPLACED]
+        assert replaced.payload.subagent == "implementer" and replaced.seq > lost.seq
+        restored = [e for e in lifecycle if e.payload.kind == LifecycleKind.RESTORED and e.seq > replaced.seq]
+        assert [(e.payload.subagent, e.payload.checkpoint_id) for e in restored] == [
+            ("implementer", "implementer/fix")
+        ]
+        assert steps_run_twice(events) == []
+        assert deliverables(events) == uninterrupted_deliverables
     finally:
         await store.close()
         kube.kubectl("delete", "agentsession", name, "-n", NAMESPACE, "--timeout=120s", check=False)

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from belay.controller import names
-from belay.controller.reconciler import harness_pods, sandboxes_lost
+from belay.controller.reconciler import harness_pods, sandbox_pods
 
 
 def pod(name: str, component: str, attempt: int, phase: str = "Running", deleting: bool = False) -> Any:
@@ -20,26 +20,17 @@ def test_harness_pods_read_index_phase_and_deletion() -> None:
     assert [(p.name, p.index, p.phase, p.live) for p in observed] == [("s-harness-0", 0, "Failed", False)]
 
 
-def test_a_sandbox_seen_then_gone_or_ended_is_lost_once() -> None:
-    seen: dict[str, str] = {}
-    harness = pod("s-harness-0", "harness", 0)
-    assert (
-        sandboxes_lost([harness, pod("s-sbx-a-0", "sandbox", 0), pod("s-sbx-b-0", "sandbox", 0)], seen) == []
+def test_sandbox_pods_read_phase_and_deletion_of_sandboxes_only() -> None:
+    observed = sandbox_pods(
+        [
+            pod("s-harness-0", "harness", 0),
+            pod("s-sbx-a-0", "sandbox", 0),
+            pod("s-sbx-b-0", "sandbox", 0, "Failed"),
+            pod("s-sbx-c-0", "sandbox", 0, deleting=True),
+        ]
     )
-    assert sandboxes_lost([harness, pod("s-sbx-b-0", "sandbox", 0, "Failed")], seen) == [
-        "s-sbx-a-0",
-        "s-sbx-b-0",
-    ]
-    assert sandboxes_lost([harness], seen) == []
-
-
-def test_sandboxes_of_an_earlier_attempt_are_not_lost_when_they_go() -> None:
-    seen: dict[str, str] = {}
-    sandboxes_lost([pod("s-harness-0", "harness", 0), pod("s-sbx-a-0", "sandbox", 0)], seen)
-    next_attempt = [pod("s-harness-0", "harness", 0, deleting=True), pod("s-harness-2", "harness", 2)]
-    assert sandboxes_lost([*next_attempt, pod("s-sbx-a-2", "sandbox", 2)], seen) == []
-    assert seen == {"s-sbx-a-2": "2"}
-
-
-def test_a_sandbox_never_seen_is_not_lost() -> None:
-    assert sandboxes_lost([pod("s-harness-0", "harness", 0)], {}) == []
+    assert {name: (p.phase, p.live) for name, p in observed.items()} == {
+        "s-sbx-a-0": ("Running", True),
+        "s-sbx-b-0": ("Failed", False),
+        "s-sbx-c-0": ("Running", False),
+    }

@@ -1,8 +1,17 @@
 from __future__ import annotations
 
-from belay.controller.recovery import Action, HarnessPod, decide_harness
-from belay.journal.events import Lifecycle, LifecycleKind, UserInput
-from belay.journal.state import SessionState, fold
+from belay.controller.record import sandbox_lost_write
+from belay.controller.recovery import (
+    Action,
+    HarnessPod,
+    SandboxPod,
+    decide_harness,
+    sandbox_losses,
+    sandbox_replacement,
+)
+from belay.journal.events import Lifecycle, LifecycleKind, Task, TaskStatus, UserInput
+from belay.journal.state import SessionState, apply, fold
+from belay.journal.status import ConditionType, Phase, Reason, session_status
 from tests.journal.fixtures import LogBuilder
 
 
@@ -92,10 +101,78 @@ def test_ended_or_unrecoverable_sessions_run_no_pod() -> None:
     assert decide_harness(restored, [pod(0, "Failed")], lease=1, max_attempts=5).action == Action.REPLACE
 
 
-def test_a_lost_sandbox_ends_the_attempt_that_used_it() -> None:
-    decision = decide_harness(
-        running(attempt=1), [pod(0)], lease=1, max_attempts=5, sandboxes_lost=["s-sbx-a-0"]
+def test_a_lost_sandbox_does_not_end_the_attempt_that_uses_it() -> None:
+    state = running(1, Lifecycle(kind=LifecycleKind.SANDBOX_LOST, subagent="a", detail="pod s-sbx-a-0"))
+    assert (decide_harness(state, [pod(0)], lease=1, max_attempts=5).action) == Action.KEEP
+
+
+def sandbox(name: str, phase: str = "Running", deleting: bool = False) -> SandboxPod:
+    return SandboxPod(name=name, phase=phase, deleting=deleting)  # type: ignore[arg-type]
+
+
+def test_a_current_sandbox_pod_deleted_ended_or_gone_after_being_seen_is_lost() -> None:
+    expected = {"a": "s-sbx-a-0", "b": "s-sbx-b-0", "c": "s-sbx-c-0-r1", "d": "s-sbx-d-0"}
+    observed = {
+        "s-sbx-a-0": sandbox("s-sbx-a-0", deleting=True),
+        "s-sbx-b-0": sandbox("s-sbx-b-0", "Failed"),
+        "s-sbx-d-0": sandbox("s-sbx-d-0", "Succeeded"),
+    }
+    losses = sandbox_losses(expected, observed, seen={"s-sbx-c-0-r1"})
+    assert [(loss.subagent, loss.pod, loss.why) for loss in losses] == [
+        ("a", "s-sbx-a-0", "the pod is being deleted"),
+        ("b", "s-sbx-b-0", "the pod failed"),
+        ("c", "s-sbx-c-0-r1", "the pod is gone"),
+        ("d", "s-sbx-d-0", "the sandbox server exited"),
+    ]
+
+
+def test_a_sandbox_pod_not_created_yet_or_live_or_of_another_attempt_is_not_lost() -> None:
+    expected = {"a": "s-sbx-a-2", "b": "s-sbx-b-2"}
+    observed = {
+        "s-sbx-a-2": sandbox("s-sbx-a-2", "Pending"),
+        "s-sbx-b-0": sandbox("s-sbx-b-0", "Failed"),  # the previous attempt's: not expected any more
+    }
+    assert sandbox_losses(expected, observed, seen={"s-sbx-b-0"}) == []
+
+
+def test_a_recorded_loss_numbers_the_replacement_and_shows_as_recovering_until_restored() -> None:
+    log = LogBuilder()
+    log.add(UserInput(goal="fix the parser"))
+    log.add(Lifecycle(kind=LifecycleKind.HARNESS_STARTED, attempt=1, lease=1))
+    assert sandbox_replacement(fold(log.events), "a") == 0
+    write = sandbox_lost_write("uid-1", "a", "s-sbx-a-0", "the pod is being deleted", 1)
+    assert write.idempotency_key == "sandbox-lost/uid-1/a/1"
+    [draft] = write.drafts
+    assert isinstance(draft.payload, Lifecycle)
+    assert (draft.payload.kind, draft.payload.subagent, draft.payload.detail) == (
+        LifecycleKind.SANDBOX_LOST,
+        "a",
+        "pod s-sbx-a-0: the pod is being deleted",
     )
-    assert (decision.action, decision.index, decision.lost_attempt) == (Action.REPLACE, 2, 1)
-    assert decision.lost_pod == "s-harness-0"
-    assert decision.why == "sandbox pod s-sbx-a-0 lost"
+    log.add(draft.payload, actor=draft.actor)
+    lost = fold(log.events)
+    assert sandbox_replacement(lost, "a") == 1
+    status = session_status(lost)
+    recovering = next(c for c in status.conditions if c.type == ConditionType.RECOVERING)
+    assert (status.phase, recovering.status, recovering.reason) == (
+        Phase.RECOVERING,
+        "True",
+        Reason.SANDBOX_REPLACED,
+    )
+    assert "sandbox of a lost" in recovering.message
+    log.add(Lifecycle(kind=LifecycleKind.SANDBOX_REPLACED, subagent="a"))
+    log.add(Lifecycle(kind=LifecycleKind.RESTORED, subagent="a", checkpoint_id="a/inputs"))
+    restored = fold(log.events)
+    assert sandbox_replacement(restored, "a") == 1
+    recovering = next(c for c in session_status(restored).conditions if c.type == ConditionType.RECOVERING)
+    assert (recovering.status, recovering.reason) == ("False", Reason.NOT_RECOVERING)
+
+
+def test_the_lost_sandbox_of_a_finished_subagent_is_counted_but_nothing_waits_on_it() -> None:
+    log = LogBuilder()
+    log.add(UserInput(goal="g"))
+    log.add(Lifecycle(kind=LifecycleKind.HARNESS_STARTED, attempt=1, lease=1))
+    log.add(Task(task_id="a", status=TaskStatus.DONE, owner="a"))
+    state = apply(fold(log.events), log.add(Lifecycle(kind=LifecycleKind.SANDBOX_LOST, subagent="a")))
+    assert sandbox_replacement(state, "a") == 1
+    assert not state.lifecycle.recovering and state.lifecycle.lost_sandboxes == ()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,7 +189,7 @@ def harness_pod(
 
 
 def sandbox_pod(
-    ref: SessionRef, subagent: SubagentSpec, settings: OperatorSettings, index: int
+    ref: SessionRef, subagent: SubagentSpec, settings: OperatorSettings, index: int, replacement: int = 0
 ) -> dict[str, Any]:
     container = {
         "name": "sandbox",
@@ -219,23 +220,35 @@ def sandbox_pod(
     return _pod(
         ref,
         settings,
-        name=names.sandbox_pod_name(ref.name, subagent.name, index),
-        labels={**names.sandbox_selector(ref.name, subagent.name), names.LABEL_ATTEMPT: str(index)},
+        name=names.sandbox_pod_name(ref.name, subagent.name, index, replacement),
+        labels={
+            **names.sandbox_selector(ref.name, subagent.name),
+            names.LABEL_ATTEMPT: str(index),
+            names.LABEL_REPLACEMENT: str(replacement),
+        },
         container=container,
         volumes=[_token_volume(ref), _scratch("workspace"), _scratch("tmp")],
     )
 
 
 def sandbox_service(
-    ref: SessionRef, subagent: SubagentSpec, settings: OperatorSettings, attempt_index: int | None
+    ref: SessionRef,
+    subagent: SubagentSpec,
+    settings: OperatorSettings,
+    attempt_index: int | None,
+    replacement: int = 0,
 ) -> dict[str, Any]:
     """The stable name of a subagent's sandbox. It selects the current attempt's pod only: while
     the previous attempt's pod is still terminating, the new harness must never reach its
-    workspace. Headless: the name resolves to the pod itself, so a fleet of sessions takes no
-    addresses from the cluster's service range."""
+    workspace; likewise it selects only the newest replacement of a lost sandbox pod. Headless:
+    the name resolves to the pod itself, so a fleet of sessions takes no addresses from the
+    cluster's service range."""
     selector = names.sandbox_selector(ref.name, subagent.name)
     if attempt_index is not None:
         selector[names.LABEL_ATTEMPT] = str(attempt_index)
+        # Only once a pod was replaced: pods created before the label existed still match.
+        if replacement:
+            selector[names.LABEL_REPLACEMENT] = str(replacement)
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -382,17 +395,28 @@ def harness_policy(ref: SessionRef, settings: OperatorSettings) -> dict[str, Any
 
 
 def desired_children(
-    ref: SessionRef, spec: AgentSessionSpec, settings: OperatorSettings, attempt_index: int | None
+    ref: SessionRef,
+    spec: AgentSessionSpec,
+    settings: OperatorSettings,
+    attempt_index: int | None,
+    replacements: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Everything the operator applies for a session. With no attempt (the session has ended, or
-    gave up) only the Services and NetworkPolicies remain: pods are not recreated."""
+    gave up) only the Services and NetworkPolicies remain: pods are not recreated. `replacements`
+    counts, per subagent, the sandbox pods lost so far; each loss gives the sandbox pod a new name
+    and moves its Service to it."""
+    replaced = replacements or {}
     objects: list[dict[str, Any]] = [default_deny_policy(ref), harness_policy(ref, settings)]
     for subagent in spec.subagents:
         objects.append(sandbox_policy(ref, subagent, settings))
-        objects.append(sandbox_service(ref, subagent, settings, attempt_index))
+        objects.append(
+            sandbox_service(ref, subagent, settings, attempt_index, replaced.get(subagent.name, 0))
+        )
     if attempt_index is not None:
         # Sandboxes first: the harness connects to them as soon as it starts.
-        objects.extend(sandbox_pod(ref, s, settings, attempt_index) for s in spec.subagents)
+        objects.extend(
+            sandbox_pod(ref, s, settings, attempt_index, replaced.get(s.name, 0)) for s in spec.subagents
+        )
         objects.append(harness_pod(ref, spec, settings, attempt_index))
     return objects
 

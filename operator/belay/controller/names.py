@@ -19,6 +19,7 @@ LABEL_SESSION = f"{GROUP}/session"
 LABEL_COMPONENT = f"{GROUP}/component"
 LABEL_SUBAGENT = f"{GROUP}/subagent"
 LABEL_ATTEMPT = f"{GROUP}/attempt"
+LABEL_REPLACEMENT = f"{GROUP}/replacement"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "belay-operator"
 
@@ -46,8 +47,12 @@ def harness_pod_name(session: str, index: int) -> str:
     return dns_label(session, "harness", str(index))
 
 
-def sandbox_pod_name(session: str, subagent: str, index: int) -> str:
-    return dns_label(session, "sbx", subagent, str(index))
+def sandbox_pod_name(session: str, subagent: str, index: int, replacement: int = 0) -> str:
+    """A replacement for a lost sandbox pod gets a name of its own (`-r<n>`): the lost pod may
+    still be terminating under the old name."""
+    if replacement == 0:
+        return dns_label(session, "sbx", subagent, str(index))
+    return dns_label(session, "sbx", subagent, str(index), f"r{replacement}")
 
 
 def sandbox_service_name(session: str, subagent: str) -> str:

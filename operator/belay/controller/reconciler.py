@@ -39,10 +39,19 @@ from belay.controller.record import (
     gave_up_write,
     harness_lost_write,
     request_write,
+    sandbox_lost_write,
     scope_change_write,
     spec_approval_writes,
 )
-from belay.controller.recovery import Action, HarnessDecision, HarnessPod, decide_harness
+from belay.controller.recovery import (
+    Action,
+    HarnessDecision,
+    HarnessPod,
+    SandboxPod,
+    decide_harness,
+    sandbox_losses,
+    sandbox_replacement,
+)
 from belay.controller.settings import OperatorSettings
 from belay.controller.status import OperatorProblem, TransitionEvent, session_status_patch, transition_events
 from belay.journal.events import ArtifactRef, CheckpointEvent
@@ -69,8 +78,8 @@ class SessionMemory:
     forked_from: ForkStatus | None = None
     fork_error: str = ""
     token_created: bool = False
-    # Sandbox pods of the current attempt seen running or pending: one that disappears is lost.
-    seen_sandboxes: dict[str, str] = field(default_factory=dict)
+    # Current sandbox pods seen running or pending: one that disappears afterwards is lost.
+    seen_sandboxes: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -105,39 +114,20 @@ def harness_pods(pods: list[Any]) -> list[HarnessPod]:
     return found
 
 
-def sandboxes_lost(pods: list[Any], seen: dict[str, str]) -> list[str]:
-    """Sandbox pods of the newest attempt seen before that are now gone, being deleted, or ended.
-    `seen` (pod name -> attempt) is updated with the live ones; older attempts are forgotten."""
-    newest = max(harness_pods(pods), key=lambda p: p.index, default=None)
-    if newest is None:
-        return []
-    attempt = str(newest.index)
-    current = {
-        p.metadata.name: p
-        for p in pods
-        if (p.metadata.labels or {}).get(names.LABEL_COMPONENT) == names.COMPONENT_SANDBOX
-        and (p.metadata.labels or {}).get(names.LABEL_ATTEMPT) == attempt
+def sandbox_pods(pods: list[Any]) -> dict[str, SandboxPod]:
+    return {
+        pod.metadata.name: SandboxPod(
+            name=pod.metadata.name,
+            phase=pod_phase(pod),
+            deleting=pod.metadata.deletion_timestamp is not None,
+        )
+        for pod in pods
+        if (pod.metadata.labels or {}).get(names.LABEL_COMPONENT) == names.COMPONENT_SANDBOX
     }
-    for name in [n for n, a in seen.items() if a != attempt]:
-        del seen[name]
-    lost = []
-    for name in sorted(seen):
-        pod = current.get(name)
-        if (
-            pod is None
-            or pod.metadata.deletion_timestamp is not None
-            or pod_phase(pod) in ("Succeeded", "Failed")
-        ):
-            lost.append(name)
-            del seen[name]
-    for name, pod in current.items():
-        if (
-            name not in lost
-            and pod.metadata.deletion_timestamp is None
-            and pod_phase(pod) in ("Pending", "Running")
-        ):
-            seen[name] = attempt
-    return lost
+
+
+def replacements_of(state: SessionState, spec: AgentSessionSpec) -> dict[str, int]:
+    return {sub.name: sandbox_replacement(state, sub.name) for sub in spec.subagents}
 
 
 def _opened(opener: Callable[[str], T], url: str) -> T:
@@ -270,12 +260,10 @@ class SessionReconciler:
     ) -> HarnessDecision:
         lease = await store.current_lease(ref.name)
         decision = decide_harness(
-            memory.state,
-            harness_pods(pods),
-            lease.number if lease else 0,
-            spec.recovery.max_attempts,
-            sandboxes_lost(pods, memory.seen_sandboxes),
+            memory.state, harness_pods(pods), lease.number if lease else 0, spec.recovery.max_attempts
         )
+        if decision.action == Action.KEEP and decision.index is not None:
+            await self._record_lost_sandboxes(store, ref, spec, memory, pods, decision.index)
         if decision.action == Action.REPLACE:
             if decision.lost_attempt is not None:
                 lost = harness_lost_write(ref.uid, decision.lost_attempt, decision.lost_pod, decision.why)
@@ -295,6 +283,42 @@ class SessionReconciler:
                 gave_up_write(ref.uid, memory.state.lifecycle.harness_lost, spec.recovery.max_attempts),
             )
         return decision
+
+    async def _record_lost_sandboxes(
+        self,
+        store: EventStore,
+        ref: SessionRef,
+        spec: AgentSessionSpec,
+        memory: SessionMemory,
+        pods: list[Any],
+        index: int,
+    ) -> None:
+        """A sandbox pod lost under the live harness: recorded, which counts it, so the desired set
+        of this pass names its replacement (and moves the Service there); the harness waits for
+        the replacement and restores it, in the same attempt."""
+        observed = sandbox_pods(pods)
+        expected = {
+            sub.name: names.sandbox_pod_name(
+                ref.name, sub.name, index, sandbox_replacement(memory.state, sub.name)
+            )
+            for sub in spec.subagents
+        }
+        for loss in sandbox_losses(expected, observed, memory.seen_sandboxes):
+            number = sandbox_replacement(memory.state, loss.subagent) + 1
+            await self._write(
+                store, ref.name, sandbox_lost_write(ref.uid, loss.subagent, loss.pod, loss.why, number)
+            )
+            log.info(
+                "session %s/%s: sandbox pod %s of %s lost (%s); starting replacement %s",
+                ref.namespace,
+                ref.name,
+                loss.pod,
+                loss.subagent,
+                loss.why,
+                number,
+            )
+        live = {name for name in expected.values() if name in observed and observed[name].live}
+        memory.seen_sandboxes = (memory.seen_sandboxes & set(expected.values())) | live
 
     async def _apply_children(
         self, ref: SessionRef, objects: list[dict[str, Any]], pods: list[Any], memory: SessionMemory
@@ -318,7 +342,13 @@ class SessionReconciler:
                 await asyncio.to_thread(self.kube.delete_pod, ref.namespace, pod.metadata.name)
 
     def _pod_statuses(
-        self, ref: SessionRef, spec: AgentSessionSpec, decision: HarnessDecision, pods: list[Any], lease: int
+        self,
+        ref: SessionRef,
+        spec: AgentSessionSpec,
+        decision: HarnessDecision,
+        pods: list[Any],
+        lease: int,
+        replacements: dict[str, int],
     ) -> tuple[HarnessPodStatus | None, list[SandboxPodStatus]]:
         if decision.index is None:
             return None, []
@@ -333,7 +363,7 @@ class SessionReconciler:
         )
         sandboxes = []
         for sub in spec.subagents:
-            name = names.sandbox_pod_name(ref.name, sub.name, decision.index)
+            name = names.sandbox_pod_name(ref.name, sub.name, decision.index, replacements[sub.name])
             pod = by_name.get(name)
             sandboxes.append(
                 SandboxPodStatus(
@@ -376,11 +406,14 @@ class SessionReconciler:
         else:
             decision = await self._decide(store, ref, spec, memory, pods)
             await self._follow(store, ref, memory)
-        objects = desired_children(ref, spec, self.settings, decision.index)
+        replacements = replacements_of(memory.state, spec)
+        objects = desired_children(ref, spec, self.settings, decision.index, replacements)
         await self._apply_children(ref, objects, pods, memory)
 
         lease = await store.current_lease(ref.name)
-        harness, sandboxes = self._pod_statuses(ref, spec, decision, pods, lease.number if lease else 0)
+        harness, sandboxes = self._pod_statuses(
+            ref, spec, decision, pods, lease.number if lease else 0, replacements
+        )
 
         def locate(artifact: ArtifactRef) -> str:
             return artifacts.location(artifact.sha256)

@@ -127,6 +127,18 @@ def harness_lost_write(uid: str, attempt: int, pod: str, why: str) -> RecordWrit
     return _write(f"harness-lost/{uid}/{attempt}", lost)
 
 
+def sandbox_lost_write(uid: str, subagent: str, pod: str, why: str, loss_number: int) -> RecordWrite:
+    """The `loss_number`-th loss of the subagent's sandbox pod; its replacement pod carries that
+    number, so the key makes the record and the pod name agree."""
+    lost = Lifecycle(
+        kind=LifecycleKind.SANDBOX_LOST,
+        reason="SandboxPodLost",
+        detail=f"pod {pod}: {why}",
+        subagent=subagent,
+    )
+    return _write(f"sandbox-lost/{uid}/{subagent}/{loss_number}", lost)
+
+
 def gave_up_write(uid: str, losses: int, max_attempts: int) -> RecordWrite:
     failed = Lifecycle(
         kind=LifecycleKind.SESSION_FAILED,

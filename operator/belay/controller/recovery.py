@@ -4,11 +4,14 @@ A harness pod that is gone, failed, or exited before the session ended is a lost
 operator records "harness lost", advances the fencing lease (so the old attempt, if it is in fact
 still running somewhere, can no longer append) and starts the next attempt, which restores from the
 last verified checkpoint. After `recovery.maxAttempts` losses it gives up and records why.
+
+A sandbox pod lost under a live harness does not end the attempt: the operator records which one
+and why, and starts a replacement; the harness restores it from the last verified checkpoint.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -66,19 +69,11 @@ def current_pod(pods: list[HarnessPod]) -> HarnessPod | None:
 
 
 def decide_harness(
-    state: SessionState,
-    pods: list[HarnessPod],
-    lease: int,
-    max_attempts: int,
-    sandboxes_lost: Sequence[str] = (),
+    state: SessionState, pods: list[HarnessPod], lease: int, max_attempts: int
 ) -> HarnessDecision:
     """`lease` is the session's current fencing lease in the event store (0 before any attempt).
     With REPLACE, the caller advances the lease and runs the next attempt at the new lease's number,
-    so every attempt index is higher than the lease of every attempt before it.
-
-    `sandboxes_lost` names sandbox pods of the current attempt that went away or ended. Their
-    workspaces are gone; the next attempt starts clean sandboxes and restores the declared state of
-    the last verified checkpoint into them, so a lost sandbox ends the attempt that used it."""
+    so every attempt index is higher than the lease of every attempt before it."""
     phase = phase_of(state)
     if phase in (Phase.SUCCEEDED, Phase.FAILED):
         return HarnessDecision(Action.STOP, None, why=f"the session {phase.value.lower()}")
@@ -86,16 +81,14 @@ def decide_harness(
         return HarnessDecision(Action.STOP, None, why="recovery failed; a person has to look")
 
     current = current_pod(pods)
-    if current is not None and current.live and not sandboxes_lost:
+    if current is not None and current.live:
         return HarnessDecision(Action.KEEP, current.index)
     if current is None and lease == 0 and state.lifecycle.harness_starts == 0:
         return HarnessDecision(Action.START, 0)
     if state.lifecycle.harness_lost >= max_attempts:
         return HarnessDecision(Action.GIVE_UP, None, why=f"{state.lifecycle.harness_lost} attempts lost")
 
-    if current is not None and current.live:
-        why = f"sandbox pod {', '.join(sorted(sandboxes_lost))} lost"
-    elif current is None:
+    if current is None:
         why = "no harness pod"
     elif current.deleting:
         why = "the pod is being deleted"
@@ -111,3 +104,55 @@ def decide_harness(
         lost_pod=current.name if current is not None else "",
         why=why,
     )
+
+
+@dataclass(frozen=True)
+class SandboxPod:
+    """What the operator sees of one sandbox pod."""
+
+    name: str
+    phase: PodPhase
+    deleting: bool = False
+
+    @property
+    def live(self) -> bool:
+        return self.phase in LIVE_PHASES and not self.deleting
+
+
+@dataclass(frozen=True)
+class SandboxLoss:
+    subagent: str
+    pod: str
+    why: str
+
+
+def sandbox_replacement(state: SessionState, subagent: str) -> int:
+    """How many of the subagent's sandbox pods were lost: the number its current pod carries."""
+    record = state.subagents.get(subagent)
+    return record.sandbox_losses if record is not None else 0
+
+
+def sandbox_losses(
+    expected: Mapping[str, str], pods: Mapping[str, SandboxPod], seen: Set[str]
+) -> list[SandboxLoss]:
+    """The subagents whose current sandbox pod is lost: being deleted, ended, or gone after it was
+    seen live. `expected` maps each subagent to the pod it should have now (for the running
+    attempt and its replacements so far); `seen` holds pods seen live before, so a pod not created
+    yet is not taken for one that vanished."""
+    losses = []
+    for subagent, name in sorted(expected.items()):
+        pod = pods.get(name)
+        if pod is None:
+            if name not in seen:
+                continue
+            why = "the pod is gone"
+        elif pod.deleting:
+            why = "the pod is being deleted"
+        elif pod.phase == "Failed":
+            why = "the pod failed"
+        elif pod.phase == "Succeeded":
+            why = "the sandbox server exited"
+        else:
+            continue
+        losses.append(SandboxLoss(subagent, name, why))
+    return losses

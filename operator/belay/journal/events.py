@@ -273,6 +273,9 @@ class LifecycleKind(StrEnum):
     HARNESS_FINISHED = "harness_finished"
     SANDBOX_STARTED = "sandbox_started"
     SANDBOX_REPLACED = "sandbox_replaced"
+    # A subagent's sandbox pod went away under a running attempt (recorded by the operator, which
+    # starts its replacement; the harness restores it and records sandbox_replaced and restored).
+    SANDBOX_LOST = "sandbox_lost"
     RESTORED = "restored"
     RECOVERY_FAILED = "recovery_failed"
     SESSION_COMPLETED = "session_completed"

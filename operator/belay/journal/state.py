@@ -228,10 +228,13 @@ class Lifecycle(Record):
     harness_starts: int = 0
     harness_lost: int = 0
     sandbox_replaced: int = 0
+    sandboxes_lost: int = 0
+    # Subagents whose sandbox was lost under a running attempt and is not restored yet.
+    lost_sandboxes: tuple[str, ...] = ()
     restores: int = 0
     recovery_failures: int = 0
     last_recovery_failure: LifecycleEntry | None = None
-    recovering: bool = False  # a harness was lost and no restore has succeeded since
+    recovering: bool = False  # a harness or a sandbox was lost and no restore has succeeded since
     completed: bool = False
     failed: bool = False
     end_reason: str = ""
@@ -243,6 +246,8 @@ class SubagentRecord(Record):
     first_seq: int
     sandbox_starts: int = 0
     sandbox_replacements: int = 0
+    # Sandbox pods lost under a running attempt; the operator numbers each replacement pod by it.
+    sandbox_losses: int = 0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -909,9 +914,25 @@ def _on_lifecycle(s: SessionState, e: Any) -> Updates:
                 },
             )
             updates["subagents"] = subagents.set(p.subagent, sub)
+    elif kind == LifecycleKind.SANDBOX_LOST:
+        fields["sandboxes_lost"] = lc.sandboxes_lost + 1
+        if p.subagent:
+            _note_subagent(s, updates, p.subagent, e.seq)
+            subagents = updates.get("subagents", s.subagents)
+            sub = subagents[p.subagent]
+            updates["subagents"] = subagents.set(
+                p.subagent, _replace(sub, {"sandbox_losses": sub.sandbox_losses + 1})
+            )
+            # A finished subagent's harness never uses its sandbox again: nothing waits on a restore.
+            task = s.tasks.get(p.subagent)
+            if task is None or task.status not in (TaskStatus.DONE, TaskStatus.VERIFIED):
+                fields["lost_sandboxes"] = tuple(sorted({*lc.lost_sandboxes, p.subagent}))
+                fields["recovering"] = True
     elif kind == LifecycleKind.RESTORED:
         fields["restores"] = lc.restores + 1
-        fields["recovering"] = False
+        remaining = tuple(name for name in lc.lost_sandboxes if name != p.subagent)
+        fields["lost_sandboxes"] = remaining
+        fields["recovering"] = bool(remaining)
     elif kind == LifecycleKind.RECOVERY_FAILED:
         fields["recovery_failures"] = lc.recovery_failures + 1
         fields["last_recovery_failure"] = entry

@@ -53,6 +53,7 @@ class Reason(StrEnum):
     COMPLETED = "Completed"
     FAILED = "Failed"
     HARNESS_LOST = "HarnessLost"
+    SANDBOX_REPLACED = "SandboxReplaced"
     RESTORING = "Restoring"
     RECOVERY_FAILED = "RecoveryFailed"
     AWAITING_APPROVAL = "AwaitingApproval"
@@ -254,6 +255,14 @@ def conditions_of(state: SessionState, phase: Phase) -> list[Condition]:
             reason=Reason.RECOVERY_FAILED,
             message=f"{failure.reason}: {failure.detail}".strip(": "),
         )
+    elif phase == Phase.RECOVERING and lc.lost_sandboxes:
+        ready = Condition(
+            type=ConditionType.READY,
+            status="False",
+            reason=Reason.SANDBOX_REPLACED,
+            message=f"sandbox of {', '.join(lc.lost_sandboxes)} lost; the same harness attempt restores "
+            "its replacement from the last verified checkpoint",
+        )
     elif phase == Phase.RECOVERING:
         ready = Condition(
             type=ConditionType.READY,
@@ -353,11 +362,16 @@ def conditions_of(state: SessionState, phase: Phase) -> list[Condition]:
         )
 
     if phase == Phase.RECOVERING or stalled:
+        recovering_reason = Reason.RESTORING
+        if stalled:
+            recovering_reason = Reason.RECOVERY_FAILED
+        elif lc.lost_sandboxes:
+            recovering_reason = Reason.SANDBOX_REPLACED
         conditions.append(
             Condition(
                 type=ConditionType.RECOVERING,
                 status="True",
-                reason=Reason.RECOVERY_FAILED if stalled else Reason.RESTORING,
+                reason=recovering_reason,
                 message=ready.message,
             )
         )
