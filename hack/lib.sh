@@ -70,3 +70,18 @@ record_build_time() {
   echo "$seconds" > "$BELAY_CACHE/build-times/$name.seconds.partial"
   mv "$BELAY_CACHE/build-times/$name.seconds.partial" "$BELAY_CACHE/build-times/$name.seconds"
 }
+
+# Installs the named Debian packages that are missing (CI runs as root; elsewhere through sudo). With
+# everything installed it only asks dpkg, which takes a few milliseconds per package.
+ensure_debian_packages() {
+  local missing=() pkg
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  ((${#missing[@]})) || return 0
+  log "installing ${missing[*]}"
+  local sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}

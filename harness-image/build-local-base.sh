@@ -4,6 +4,7 @@
 #   docker build -f harness-image/Dockerfile --build-arg BASE_IMAGE=belay-debian:bookworm .
 #
 # Usage: harness-image/build-local-base.sh [image-tag]   (root; needs debootstrap and docker)
+# DOCKER names the docker client to use (default: docker on PATH); DOCKER_HOST picks the engine.
 set -euo pipefail
 tag=${1:-belay-debian:bookworm}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -18,5 +19,5 @@ deb $mirror bookworm-updates main
 deb ${mirror%/debian}/debian-security bookworm-security main
 SOURCES
 rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb
-tar -C "$rootfs" --numeric-owner -c . | docker import - "$tag"
+tar -C "$rootfs" --numeric-owner -c . | "${DOCKER:-docker}" import - "$tag"
 echo "$tag"
