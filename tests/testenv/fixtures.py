@@ -9,6 +9,9 @@ SIGTERM guard, then the kernel's parent-death signal if the test process is kill
                    shared by the run, and started again before the next test if one left it stopped
     kube           .kubeconfig, .server, .version, .kubectl(*args, input=None, check=True)
     helm_bin       Path of the built helm
+    harness_image  .tag, .run(*command), .engine.docker(*args): the Belay image in the project's own
+                   Docker engine, which runs for the module that asks for it (one engine per data
+                   root, held under a lock, so other runs wait only that long)
 
 A component that is not built skips the test with the reason, or fails it when CI=true.
 """
@@ -20,8 +23,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.testenv.availability import require_built
+from tests.testenv.availability import require_built, unavailable
 from tests.testenv.binaries import component
+from tests.testenv.docker_engine import (
+    DockerEngine,
+    HarnessImage,
+    built_image_tag,
+    image_missing_reason,
+)
 from tests.testenv.etcd import EtcdCluster, EtcdServer
 from tests.testenv.kube import ControlPlane
 from tests.testenv.s3 import S3Server
@@ -94,3 +103,23 @@ def kube(_testenv_dir: Path) -> Iterator[ControlPlane]:
 def helm_bin() -> Path:
     require_built("helm")
     return component("helm").path("helm")
+
+
+@pytest.fixture(scope="module")
+def harness_image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HarnessImage]:
+    reason = image_missing_reason()
+    if reason:
+        unavailable(reason)
+    engine = DockerEngine(tmp_path_factory.mktemp("docker"))
+    try:
+        engine.start()
+        # Read once the engine is ours: a build that held it meanwhile may have made a newer tag.
+        tag = built_image_tag()
+        if tag is None or engine.docker("image", "inspect", tag, check=False).returncode != 0:
+            unavailable(
+                f"the harness image {tag} is not in {engine.socket.parent}; "
+                "run `bash hack/build-harness-image.sh`"
+            )
+        yield HarnessImage(tag, engine)
+    finally:
+        engine.stop()
