@@ -193,3 +193,35 @@ def test_addresses_that_are_not_a_sha256_are_refused(artifact_store: ArtifactSto
         artifact_store.get(address)
     with pytest.raises(UnsafePath):
         artifact_store.exists(address)
+    with pytest.raises(UnsafePath):
+        artifact_store.delete(address)
+
+
+# --------------------------------------------------------------------------------------------------
+# delete
+
+
+def test_delete_removes_one_blob_and_deleting_it_again_does_nothing(
+    artifact_backend: ArtifactBackend, artifact_store: ArtifactStore
+) -> None:
+    kept = artifact_store.put(b"kept bytes")
+    gone = artifact_store.put(b"deleted bytes")
+    assert artifact_store.delete(gone.sha256) is True
+    assert not artifact_store.exists(gone.sha256)
+    with pytest.raises(ArtifactNotFound):
+        artifact_store.get(gone.sha256)
+    with pytest.raises(ArtifactNotFound):
+        artifact_store.location(gone.sha256)
+    assert artifact_store.delete(gone.sha256) is False
+    assert artifact_store.get(kept.sha256) == b"kept bytes"
+    assert artifact_backend.count_blobs() == 1
+    # The same bytes can be stored again under the same address.
+    assert artifact_store.put(b"deleted bytes").sha256 == gone.sha256
+    assert artifact_store.get(gone.sha256) == b"deleted bytes"
+
+
+def test_a_deleted_manifest_leaves_its_entries(artifact_store: ArtifactStore) -> None:
+    entry = declared(artifact_store, "src/a.py", b"print(1)\n")
+    manifest = artifact_store.put_manifest([entry])
+    assert artifact_store.delete(manifest.sha256) is True
+    assert artifact_store.get(entry.sha256) == b"print(1)\n"

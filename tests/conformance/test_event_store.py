@@ -32,6 +32,7 @@ from belay.stores.base import (
     EventStore,
     IdempotencyConflict,
     PayloadTooLarge,
+    SessionDeleted,
     StaleLease,
 )
 from tests.conformance.backends import EventBackend
@@ -529,3 +530,76 @@ async def test_many_watchers_see_the_same_stream(
     results = await asyncio.wait_for(asyncio.gather(*watchers), HANG_GUARD_SECONDS)
     stored = await event_store.read(session)
     assert all(result == stored for result in results)
+
+
+# --------------------------------------------------------------------------------------------------
+# delete_session
+
+
+async def test_a_deleted_session_is_gone_and_its_id_starts_again_at_seq_one(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    doomed, kept = event_backend.session("doomed"), event_backend.session("kept")
+    lease = await event_store.acquire_lease(doomed, "attempt-1")
+    request = EventDraft(payload=UserInput(goal="fix the parser"))
+    await event_store.append(doomed, [request, *notes("a", 3)], idempotency_key="first", lease=lease.number)
+    await event_store.append(kept, notes("b", 2), idempotency_key="first")
+
+    await event_store.delete_session(doomed)
+
+    assert await event_store.read(doomed) == []
+    assert await event_store.tail(doomed, 10) == []
+    assert await event_store.last_seq(doomed) == 0
+    assert await event_store.latest(doomed, "user_input") is None
+    assert await event_store.current_lease(doomed) is None
+    listed = await event_store.list_sessions()
+    assert doomed not in listed and kept in listed
+    assert note_ids(await event_store.read(kept)) == ["b-0", "b-1"]
+    assert (await event_store.append(kept, notes("b", 2), idempotency_key="first"))[0].seq == 1
+
+    # The id is new again: seqs from 1, its old idempotency key unused, its old lease stale.
+    again = await event_store.append(doomed, [note("new")], idempotency_key="first")
+    assert seqs(again) == [1] and note_ids(again) == ["new"]
+    with pytest.raises(StaleLease):
+        await event_store.append(doomed, [note("zombie")], lease=lease.number)
+    assert doomed in await event_store.list_sessions()
+
+
+async def test_deleting_twice_or_an_unknown_session_does_nothing(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    await event_store.append(session, notes("a", 2))
+    await event_store.delete_session(session)
+    await event_store.delete_session(session)
+    await event_store.delete_session(event_backend.session("never-written"))
+    assert await event_store.last_seq(session) == 0
+
+
+async def test_a_writer_that_knew_the_deleted_session_starts_it_again_at_seq_one(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    other_writer = event_backend.open_another()
+    await other_writer.append(session, notes("before", 3))
+    await event_store.delete_session(session)
+    assert seqs(await other_writer.append(session, [note("after")])) == [1]
+    assert note_ids(await event_store.read(session)) == ["after"]
+    assert session in await event_store.list_sessions()
+
+
+async def test_a_watch_of_a_deleted_session_ends_with_session_deleted(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    session = event_backend.session()
+    await event_store.append(session, notes("old", 2))
+    watch = event_store.watch(session)
+    seen = [await asyncio.wait_for(anext(watch), HANG_GUARD_SECONDS) for _ in range(2)]
+    assert note_ids(seen) == ["old-0", "old-1"]
+    waiting = asyncio.create_task(anext(watch))
+    await asyncio.sleep(0.01)
+    await event_store.delete_session(session)
+    # A new session under the same id never reaches the old watch as if it were more of the same.
+    await event_store.append(session, notes("new", 3))
+    with pytest.raises(SessionDeleted):
+        await asyncio.wait_for(waiting, HANG_GUARD_SECONDS)

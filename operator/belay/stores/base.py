@@ -36,6 +36,10 @@ class PayloadTooLarge(StoreError):
     """An event payload is above MAX_PAYLOAD_BYTES; store the bytes as an artifact instead."""
 
 
+class SessionDeleted(StoreError):
+    """The session a watch follows was deleted while it watched; its events are gone."""
+
+
 class ArtifactNotFound(StoreError):
     pass
 
@@ -97,7 +101,16 @@ class EventStore(Protocol):
         ...
 
     def watch(self, session_id: str, from_seq: int = 1) -> AsyncIterator[Event]:
-        """Every event with seq >= from_seq, then new ones as they are appended, with no gap."""
+        """Every event with seq >= from_seq, then new ones as they are appended, with no gap.
+        When the session is deleted, the watch raises SessionDeleted instead of going on into a
+        new session that reuses the id."""
+        ...
+
+    async def delete_session(self, session_id: str) -> None:
+        """Delete the session's events, indexes, lease and idempotency records in one step: a
+        reader sees the whole session or nothing of it. Afterwards the id is unused: a new session
+        with it starts at seq 1 with no lease, and a writer holding an old lease is refused.
+        Deleting a session that does not exist does nothing."""
         ...
 
     async def list_sessions(self) -> list[str]: ...
@@ -128,6 +141,12 @@ class ArtifactStore(Protocol):
         ...
 
     def exists(self, sha256: str) -> bool: ...
+
+    def delete(self, sha256: str) -> bool:
+        """Remove one blob; True when it was stored. Blobs are shared by every session that stored
+        the same bytes: the caller decides that no record refers to it any more
+        (`belay.stores.retention`)."""
+        ...
 
     def location(self, sha256: str, *, expires_in: int = 3600) -> str:
         """Where a person can fetch it: a local path, or a presigned URL."""

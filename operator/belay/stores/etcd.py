@@ -19,6 +19,10 @@ transaction's failure branch returns the current state and the append tries agai
 (optimistic concurrency, one round trip per try). etcd transactions are strict serializable, so
 the fencing lease is a number compared in the same transaction as the write, never an etcd lock.
 
+Deleting a session is one transaction of two range deletes (`<prefix>/sessions/<id>/` and the index
+key), so no reader ever sees part of a session. A watch notices a deletion from the DELETE of an
+event key, or, after a cut, from the head key's create_revision (a recreated head has a new one).
+
 The client is aetcd's generated gRPC stubs on our own `grpc.aio` channel: one channel can list
 several endpoints (round-robin, skipping members that are down), and every call carries its own
 deadline so an unreachable cluster becomes a prompt StoreUnavailable.
@@ -57,6 +61,7 @@ from belay.stores.base import (
     IdempotencyConflict,
     Lease,
     PayloadTooLarge,
+    SessionDeleted,
     StaleLease,
     StoreError,
     StoreUnavailable,
@@ -599,6 +604,30 @@ class EtcdEventStore:
         return sorted(unquote(kv.key[len(start) :].decode()) for kv in response.kvs)
 
     # ----------------------------------------------------------------------------------------------
+    # Deletion
+
+    async def delete_session(self, session_id: str) -> None:
+        keys = SessionKeys.of(self.prefix, session_id)
+        index = self._index_key(session_id)
+        deletes = [
+            rpc.RequestOp(
+                request_delete_range=rpc.DeleteRangeRequest(
+                    key=keys.root, range_end=prefix_range_end(keys.root)
+                )
+            ),
+            rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=index)),
+        ]
+        # Deleting what is already gone deletes nothing, so a retry after a lost answer is safe.
+        await self._retrying(lambda: self._txn([], deletes))
+        self._known_heads.pop(session_id, None)
+
+    async def _incarnation(self, keys: SessionKeys) -> int:
+        """The head key's create_revision: 0 while the session does not exist, and a new number
+        each time a deleted session id is used again."""
+        response = await self._retrying(lambda: self._range(keys.head))
+        return int(response.kvs[0].create_revision) if response.kvs else 0
+
+    # ----------------------------------------------------------------------------------------------
     # Fencing lease
 
     async def acquire_lease(self, session_id: str, holder: str) -> Lease:
@@ -645,9 +674,16 @@ class EtcdEventStore:
         from the last seq delivered, so no event is ever skipped or repeated."""
         keys = SessionKeys.of(self.prefix, session_id)
         next_seq = max(from_seq, 1)
+        incarnation = 0  # the session's, once seen
         while True:
             try:
                 events, revision = await self._read_at(keys, next_seq, None, None)
+                # Read after the events: a head recreated since the session was first seen means
+                # the session was deleted, and these events may belong to its successor.
+                current = await self._incarnation(keys)
+                if incarnation and current != incarnation:
+                    raise SessionDeleted(f"session {session_id!r} was deleted at seq {next_seq - 1}")
+                incarnation = incarnation or current
                 for event in events:
                     yield event
                     next_seq = event.seq + 1
@@ -681,6 +717,8 @@ class EtcdEventStore:
                 for change in response.events:
                     if change.type == rpc.Event.PUT:
                         yield event_from_json(change.kv.value)
+                    else:  # events are never deleted one by one: the whole session was
+                        raise SessionDeleted(f"session {keys.root.decode()} was deleted")
             raise _WatchCut("watch stream ended")
         finally:
             call.cancel()

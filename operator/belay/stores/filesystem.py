@@ -101,6 +101,15 @@ class FilesystemArtifactStore:
         body = canonical_json([entry.model_dump(mode="json") for entry in entries])
         return self.put(body, media_type=MANIFEST_MEDIA_TYPE)
 
+    def delete(self, sha256: str) -> bool:
+        path = self.blob_path(sha256)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        _fsync_directory(path.parent)
+        return True
+
     # ---------------------------------------------------------------------------------------------
     # reads
 

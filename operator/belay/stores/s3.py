@@ -261,6 +261,13 @@ class S3ArtifactStore:
             Config=self.transfer,
         )
 
+    def delete(self, sha256: str) -> bool:
+        key = content_key(self.prefix, sha256)
+        if self._head(key) is None:
+            return False
+        self._call(f"delete {sha256}", self.client.delete_object, Bucket=self.bucket, Key=key)
+        return True
+
     def _delete_quietly(self, key: str) -> None:
         # Best effort: a leftover temporary object is never visible under a content key, and a
         # lifecycle rule on `tmp/` (see docs/stores.md) collects it.

@@ -15,13 +15,16 @@ Why it is shaped this way:
 - `latest_of_type` keeps (session, type) -> seq, so `latest()` is two primary-key lookups however long
   the history is.
 - `watch()` is woken by appends made through this instance and polls at a short interval for
-  appends made by other processes.
+  appends made by other processes. Each page it reads comes with the session's deletion count from
+  the same read transaction, so a deleted session ends the watch (SessionDeleted).
+- `delete_session()` removes a session's rows from every table in one transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import queue
 import sqlite3
@@ -48,6 +51,7 @@ from belay.stores.base import (
     IdempotencyConflict,
     Lease,
     PayloadTooLarge,
+    SessionDeleted,
     StaleLease,
     StoreError,
     StoreUnavailable,
@@ -85,6 +89,13 @@ CREATE TABLE IF NOT EXISTS leases (
     number      INTEGER NOT NULL,
     holder      TEXT    NOT NULL,
     acquired_at TEXT    NOT NULL
+) WITHOUT ROWID;
+
+-- How many times each session id was deleted: a watch that sees the count move knows the events
+-- it follows are gone, even when a new session has since reused the id.
+CREATE TABLE IF NOT EXISTS deletions (
+    session_id TEXT    NOT NULL PRIMARY KEY,
+    count      INTEGER NOT NULL
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS latest_of_type (
@@ -307,13 +318,20 @@ class SqliteEventStore:
     async def watch(self, session_id: str, from_seq: int = 1) -> AsyncIterator[Event]:
         next_seq = max(from_seq, 1)
         loop = asyncio.get_running_loop()
+        deletions: int | None = None
         while True:
             # Register before reading, so an append that lands between the read and the wait
             # still wakes this watcher.
             woken: asyncio.Future[None] = loop.create_future()
             self._add_waiter(session_id, woken)
             try:
-                page = await self.read(session_id, next_seq, limit=WATCH_PAGE)
+                page, count = await self._read(
+                    functools.partial(_watch_page, session_id=session_id, from_seq=next_seq)
+                )
+                if deletions is None:
+                    deletions = count
+                elif count != deletions:
+                    raise SessionDeleted(f"session {session_id!r} was deleted at seq {next_seq - 1}")
                 if not page:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(asyncio.shield(woken), timeout=self.poll_interval)
@@ -352,6 +370,12 @@ class SqliteEventStore:
             except RuntimeError:
                 # Its loop is closed (an abandoned watch); the append itself has succeeded.
                 self._forget_waiter(session_id, waiter)
+
+    # ---------------------------------------------------------------------------------------------
+    # deletion
+
+    async def delete_session(self, session_id: str) -> None:
+        await self._write(lambda conn: _delete_within(conn, session_id), wakes=session_id)
 
     # ---------------------------------------------------------------------------------------------
     # leases
@@ -395,6 +419,31 @@ class SqliteEventStore:
             connections, self._connections = self._connections, []
         for conn in connections:
             conn.close()
+
+
+def _watch_page(conn: sqlite3.Connection, session_id: str, from_seq: int) -> tuple[list[Event], int]:
+    """A page of events and the session's deletion count, from one read transaction (one snapshot)."""
+    conn.execute("BEGIN")
+    try:
+        row = conn.execute("SELECT count FROM deletions WHERE session_id = ?", (session_id,)).fetchone()
+        rows = conn.execute(
+            "SELECT event_json FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq LIMIT ?",
+            (session_id, from_seq, WATCH_PAGE),
+        ).fetchall()
+    finally:
+        conn.execute("COMMIT")
+    return _parse_events(rows), int(row[0]) if row is not None else 0
+
+
+def _delete_within(conn: sqlite3.Connection, session_id: str) -> None:
+    """Every row of one session, inside the writer's open transaction (see GroupCommitWriter)."""
+    for table in ("events", "sessions", "idempotency", "leases", "latest_of_type"):
+        conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+    conn.execute(
+        "INSERT INTO deletions (session_id, count) VALUES (?, 1) "
+        "ON CONFLICT (session_id) DO UPDATE SET count = count + 1",
+        (session_id,),
+    )
 
 
 def _append_within(
