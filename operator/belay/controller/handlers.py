@@ -19,12 +19,14 @@ from typing import Any, cast
 
 import kopf
 
+from belay.api.agentsession import AgentSessionSpec
 from belay.controller import metrics, names
 from belay.controller.kube import KubeClient, load_api_client
 from belay.controller.reconciler import SessionReconciler
+from belay.controller.retention import apply_retention
 from belay.controller.settings import settings_from_environment
 from belay.controller.status import TransitionEvent
-from belay.stores.base import StoreUnavailable
+from belay.stores.base import StoreError, StoreUnavailable
 
 GROUP, VERSION, PLURAL = "belay.dev", "v1alpha1", "agentsessions"
 # How often a session's worker reads the record when nothing wakes it earlier.
@@ -154,7 +156,7 @@ async def _sleep_until_woken(wake: asyncio.Event) -> bool:
     return False
 
 
-# Deleting a session: its pods go now; the record and the artifacts stay (spec.retention).
+# Deleting a session: its pods go now; its artifacts, then its record, go if spec.retention says so.
 @kopf.on.delete(GROUP, VERSION, PLURAL)
 async def session_deleted(body: kopf.Body, namespace: str | None, name: str, uid: str, **_: Any) -> None:
     reconciler = Runtime.reconciler
@@ -163,11 +165,17 @@ async def session_deleted(body: kopf.Body, namespace: str | None, name: str, uid
     pods = await asyncio.to_thread(reconciler.kube.session_pods, namespace, name)
     for pod in pods:
         await asyncio.to_thread(reconciler.kube.delete_pod, namespace, pod.metadata.name)
-    retention = (body.get("spec") or {}).get("retention") or {}
-    if "Delete" in (retention.get("record"), retention.get("artifacts")):
-        kopf.warn(
-            body, reason="RetentionNotApplied", message="the stores have no delete; record and artifacts kept"
-        )
+    spec = AgentSessionSpec.model_validate(body["spec"])
+    try:
+        # Under the session's lock: no pass of its worker writes to the record meanwhile.
+        async with reconciler.lock(uid):
+            notes = await apply_retention(
+                name, spec.retention, reconciler.event_store(spec), reconciler.artifact_store(spec)
+            )
+    except StoreError as error:  # the finalizer stays until the stores answer
+        raise kopf.TemporaryError(f"retention of {namespace}/{name}: {error}", delay=10) from error
+    for note in notes:
+        kopf.event(body, type="Normal", reason=note.reason, message=note.message)
     reconciler.forget(uid)
     key = _key(namespace, name)
     Runtime.bodies.pop(key, None)

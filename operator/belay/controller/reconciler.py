@@ -173,6 +173,10 @@ class SessionReconciler:
         for store in self._event_stores.values():
             await store.close()
 
+    def lock(self, uid: str) -> asyncio.Lock:
+        """Held through each pass of one session; the finalizer takes it too."""
+        return self._locks.setdefault(uid, asyncio.Lock())
+
     def forget(self, uid: str) -> None:
         self.memory.pop(uid, None)
         self._locks.pop(uid, None)
