@@ -66,6 +66,7 @@ engine_pid=$!
 stop_engine() {
   kill -TERM "$engine_pid" 2>/dev/null || true
   wait "$engine_pid" 2>/dev/null || true
+  bash "$here/docker-engine.sh" --unmount-leftovers
 }
 trap stop_engine EXIT
 for _ in $(seq 120); do

@@ -130,6 +130,9 @@ class DockerEngine:
                 self.remove_test_containers()
             # dockerd stops its containerd on SIGTERM; give it the time a clean shutdown takes.
             self.process.stop(timeout=30)
+            if self.process.pid is not None:
+                # What even a clean stop leaves mounted under the cache (see the script).
+                subprocess.run(["bash", str(ENGINE_SCRIPT), "--unmount-leftovers"], check=False, timeout=60)
         finally:
             if self._lock is not None:
                 self._lock.close()
