@@ -2,7 +2,9 @@
 
 kopf with its liveness endpoint and the Prometheus metrics endpoint. With `--leader-elect`, a
 replica acts only while it holds the Lease (see `belay.controller.leader`); the others wait as
-candidates, so two replicas never both act."""
+candidates, so two replicas never both act. A candidate answers the liveness probe itself: kopf,
+which serves `/healthz` for the leader, starts only with the Lease, and a kubelet would otherwise
+restart every waiting replica."""
 
 from __future__ import annotations
 
@@ -14,10 +16,23 @@ import socket
 import sys
 
 import kopf
+from aiohttp import web
 
 from belay.controller import handlers, metrics
 from belay.controller.kube import load_api_client
 from belay.controller.leader import LeaderElector, LeadershipLost
+
+
+async def _serve_candidate_liveness(port: int) -> web.AppRunner:
+    async def alive(_: web.Request) -> web.Response:
+        return web.json_response({"candidate": True})
+
+    app = web.Application()
+    app.router.add_get("/healthz", alive)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "0.0.0.0", port).start()
+    return runner
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -37,7 +52,11 @@ async def run(args: argparse.Namespace) -> int:
         args.lease_name,
         identity,
     )
-    await elector.acquire()
+    waiting = await _serve_candidate_liveness(args.health_port)
+    try:
+        await elector.acquire()
+    finally:
+        await waiting.cleanup()  # the port is kopf's from here on
     acting = asyncio.ensure_future(operator)
     holding = asyncio.ensure_future(elector.hold())
     done, _ = await asyncio.wait({acting, holding}, return_when=asyncio.FIRST_COMPLETED)
