@@ -5,11 +5,20 @@ What it does for a pod:
 - volumes: an emptyDir is a fresh directory, a Secret volume is the Secret's keys written as
   files; a command argument or an env value that starts with a mount path is rewritten to the
   directory standing in for it;
+- the service account: a projected volume (the one admission adds to a pod that mounts its token)
+  gets what a kubelet writes there: a token from the TokenRequest API for the pod's service
+  account, bound to the pod; `ca.crt` from the `kube-root-ca.crt` ConfigMap; the namespace.
+  Programs read it at its fixed path (/var/run/secrets/kubernetes.io/serviceaccount), not from an
+  argument, so the process runs in a private mount namespace (`unshare`, needs root) where the
+  volume's directory is bind-mounted at that path, for that process only.
+  KUBERNETES_SERVICE_HOST/PORT name the apiserver's loopback address (which its serving certificate
+  covers), as kube-proxy would route the `kubernetes` Service;
+- env: values, `fieldRef`s of the pod, and `envFrom` Secrets and ConfigMaps;
 - the container's `python` is this interpreter (the image would have the same package installed);
 - network: every pod shares 127.0.0.1, so each declared container port gets a free loopback port
-  (an argument naming the port, and `0.0.0.0`, are rewritten), and a Service URL in an env value
-  (`http://<service>.<namespace>.svc:<port>`) is rewritten to the port of a pod the Service
-  selects, as cluster DNS and kube-proxy would route it;
+  (an argument naming the port, alone or as `--flag=PORT`, and `0.0.0.0`, are rewritten), and a
+  Service URL in an env value (`http://<service>.<namespace>.svc:<port>`) is rewritten to the port
+  of a pod the Service selects, as cluster DNS and kube-proxy would route it;
 - status: Running once started, then Succeeded or Failed with the exit code; a pod deleted from
   the API has its process group killed, as a kubelet would.
 """
@@ -30,13 +39,32 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from kubernetes import client
 
 from tests.testenv.network import free_port
 
 SERVICE_URL = re.compile(r"http://([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)")
+FLAG_WITH_VALUE = re.compile(r"(--?[A-Za-z0-9-]+=)(.*)")
 POLL_S = 0.3
+# Runs the rest of its arguments after bind-mounting each `source target` pair before `--`. Meant
+# for a fresh private mount namespace: the mounts are seen by that process and its children only.
+# (The empty mount point itself is made on the host: it is a directory no other program uses.)
+BIND_AND_EXEC = (
+    'while [ "$1" != -- ]; do mkdir -p "$2" && mount --bind "$1" "$2" || exit 126; shift 2; done; '
+    'shift; exec "$@"'
+)
+# The pod fields a `fieldRef` may name, as a kubelet resolves them.
+FIELD_PATHS: dict[str, Callable[[Any], str | None]] = {
+    "metadata.name": lambda pod: pod.metadata.name,
+    "metadata.namespace": lambda pod: pod.metadata.namespace,
+    "metadata.uid": lambda pod: pod.metadata.uid,
+    "spec.serviceAccountName": lambda pod: pod.spec.service_account_name,
+    "spec.nodeName": lambda pod: pod.spec.node_name,
+    "status.podIP": lambda pod: "127.0.0.1",
+    "status.hostIP": lambda pod: "127.0.0.1",
+}
 
 
 class Unroutable(Exception):
@@ -64,6 +92,9 @@ class LocalKubelet:
         extra_env: Callable[[dict[str, Any]], dict[str, str]] | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
+        # Where the `kubernetes` Service leads: the apiserver itself, on loopback.
+        apiserver = urlsplit(api_client.configuration.host)
+        self.apiserver_host, self.apiserver_port = apiserver.hostname or "", str(apiserver.port or 443)
         self.namespace = namespace
         self.work_dir = work_dir
         self.extra_env = extra_env or (lambda pod: {})
@@ -155,8 +186,75 @@ class LocalKubelet:
                 for key, value in (secret.data or {}).items():
                     (path / key).write_bytes(base64.b64decode(value))
                     (path / key).chmod(0o400)
+            if volume.projected is not None:
+                for source in volume.projected.sources:
+                    for name, content in self._projected(pod, source).items():
+                        (path / name).write_bytes(content)
+                        (path / name).chmod(0o444)
             paths[volume.name] = path
         return paths
+
+    def _projected(self, pod: Any, source: Any) -> dict[str, bytes]:
+        """The files of one projected volume source, by their path in the volume."""
+        if source.service_account_token is not None:
+            wanted = source.service_account_token
+            request = {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {
+                    "audiences": [wanted.audience] if wanted.audience else [],
+                    "expirationSeconds": wanted.expiration_seconds or 3600,
+                    "boundObjectRef": {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": pod.metadata.name,
+                        "uid": pod.metadata.uid,
+                    },
+                },
+            }
+            minted = self.core.create_namespaced_service_account_token(
+                pod.spec.service_account_name or "default", self.namespace, request
+            )
+            return {wanted.path: minted.status.token.encode()}
+        if source.config_map is not None:
+            config_map = self.core.read_namespaced_config_map(source.config_map.name, self.namespace)
+            data = config_map.data or {}
+            items = source.config_map.items or [client.V1KeyToPath(key=k, path=k) for k in data]
+            return {item.path: data[item.key].encode() for item in items}
+        if source.downward_api is not None:
+            return {
+                item.path: (FIELD_PATHS[item.field_ref.field_path](pod) or "").encode()
+                for item in source.downward_api.items or []
+            }
+        if source.secret is not None:
+            secret = self.core.read_namespaced_secret(source.secret.name, self.namespace)
+            data = secret.data or {}
+            items = source.secret.items or [client.V1KeyToPath(key=k, path=k) for k in data]
+            return {item.path: base64.b64decode(data[item.key]) for item in items}
+        raise ValueError(f"unsupported projected volume source in pod {pod.metadata.name}: {source}")
+
+    def _env_from(self, container: Any) -> dict[str, str]:
+        values: dict[str, str] = {}
+        for source in container.env_from or []:
+            if source.secret_ref is not None:
+                secret = self.core.read_namespaced_secret(source.secret_ref.name, self.namespace)
+                found = {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+            else:
+                config_map = self.core.read_namespaced_config_map(source.config_map_ref.name, self.namespace)
+                found = dict(config_map.data or {})
+            values.update({(source.prefix or "") + k: v for k, v in found.items()})
+        return values
+
+    def _env_value(self, pod: Any, item: Any) -> str:
+        if item.value_from is None:
+            return str(item.value or "")
+        if item.value_from.field_ref is not None:
+            return FIELD_PATHS[item.value_from.field_ref.field_path](pod) or ""
+        if item.value_from.secret_key_ref is not None:
+            ref = item.value_from.secret_key_ref
+            secret = self.core.read_namespaced_secret(ref.name, self.namespace)
+            return base64.b64decode((secret.data or {})[ref.key]).decode()
+        raise ValueError(f"unsupported env source for {item.name} in pod {pod.metadata.name}")
 
     def _service_target(self, service: str, port: int) -> int | None:
         try:
@@ -197,8 +295,11 @@ class LocalKubelet:
         if root.exists():
             shutil.rmtree(root)
         volumes = self._volumes(pod, root)
+        projected = {v.name for v in pod.spec.volumes or [] if v.projected is not None}
+        mounted = container.volume_mounts or []
+        bound = [(volumes[m.name], m.mount_path) for m in mounted if m.name in projected]
         mounts = sorted(
-            ((m.mount_path, volumes[m.name]) for m in container.volume_mounts or []),
+            ((m.mount_path, volumes[m.name]) for m in mounted if m.name not in projected),
             key=lambda item: -len(item[0]),
         )
         ports: dict[str, int] = {}
@@ -214,19 +315,31 @@ class LocalKubelet:
                     return str(host) + value[len(mount_path) :]
             return value
 
-        argv = [local_path(a) for a in container.command + (container.args or [])]
-        argv = [ports.get(a, a) if a.isdigit() else a for a in argv]  # type: ignore[misc]
-        argv = ["127.0.0.1" if a == "0.0.0.0" else str(a) for a in argv]
+        def local_port(value: str) -> str:
+            flag = FLAG_WITH_VALUE.fullmatch(value)
+            if flag:
+                return flag.group(1) + local_port(flag.group(2))
+            return str(ports.get(value, value)) if value.isdigit() else value
+
+        argv = [local_port(local_path(a)) for a in container.command + (container.args or [])]
+        argv = ["127.0.0.1" if a == "0.0.0.0" else a for a in argv]
         if argv[0] == "python":
             argv[0] = sys.executable
+        if bound:
+            pairs = [str(part) for source, target in bound for part in (source, target)]
+            unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c", BIND_AND_EXEC, "sh"]
+            argv = [*unshare, *pairs, "--", *argv]
         env = {
             "PATH": os.environ["PATH"],
             "HOME": str(root),
             "HOSTNAME": pod.metadata.name,
             "LANG": "C.UTF-8",
+            "KUBERNETES_SERVICE_HOST": self.apiserver_host,
+            "KUBERNETES_SERVICE_PORT": self.apiserver_port,
         }
+        env.update(self._env_from(container))
         for item in container.env or []:
-            env[item.name] = self._route(local_path(item.value or ""))
+            env[item.name] = self._route(local_path(self._env_value(pod, item)))
         env.update(self.extra_env(pod.to_dict()))
         log = root / "log"
         with log.open("wb") as out:
