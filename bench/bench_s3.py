@@ -6,8 +6,8 @@ isolate what the store adds: hashing, the HEAD that deduplicates, and verifying 
 
 - put: the store's `put(bytes)` against boto3's `upload_fileobj` of the same bytes. Every store put
   is of fresh bytes (a new random prefix), so deduplication never skips an upload.
-- get: the store's `get()` (ranged parallel download, then a sha256 check) against boto3's
-  `download_fileobj` of the same object into memory.
+- get: the store's `get()` (parallel ranged GETs, hashed in order as they arrive, then checked)
+  against boto3's `download_fileobj` of the same object into memory.
 Runs alternate store and boto3, and each figure is the median.
 """
 

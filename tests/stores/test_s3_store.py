@@ -1,5 +1,6 @@
 """What the S3 backend does beyond the shared conformance suite: multipart uploads of streams,
-short reads from pipes, deduplication before upload, and where objects land."""
+short reads from pipes, deduplication before upload, parallel ranged reads, and where objects
+land."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from belay.stores.base import ArtifactCorrupted
 from belay.stores.s3 import S3ArtifactStore, content_key
 from tests.testenv.s3 import S3Server
 
@@ -117,3 +119,28 @@ def test_a_location_is_a_presigned_url_that_needs_no_credentials(s3_server: S3Se
     tampered = url.replace(ref.sha256, hashlib.sha256(b"other").hexdigest())
     with pytest.raises(urllib.error.HTTPError):
         urllib.request.urlopen(tampered, timeout=10)
+
+
+def test_a_large_object_is_read_as_parallel_ranges_joined_and_verified(s3_server: S3Server) -> None:
+    store = fresh_store(s3_server)
+    data = random.Random(7).randbytes(2 * PART + 12345)
+    ref = store.put(data)
+    gets = count_requests(store, "GetObject")
+    assert store.get(ref.sha256) == data
+    assert len(gets) == 3  # one per part: the first range tells the size, two more in parallel
+
+    # One flipped byte in the last part, which only the final hash over all parts can see.
+    damaged = bytearray(data)
+    damaged[-1] ^= 0xFF
+    store.client.put_object(Bucket=BUCKET, Key=content_key(store.prefix, ref.sha256), Body=bytes(damaged))
+    with pytest.raises(ArtifactCorrupted):
+        store.get(ref.sha256)
+
+
+def test_an_object_exactly_one_part_long_is_one_get(s3_server: S3Server) -> None:
+    store = fresh_store(s3_server)
+    data = random.Random(8).randbytes(PART)
+    ref = store.put(data)
+    gets = count_requests(store, "GetObject")
+    assert store.get(ref.sha256) == data
+    assert len(gets) == 1

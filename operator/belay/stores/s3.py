@@ -20,6 +20,7 @@ import hashlib
 import io
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -301,21 +302,69 @@ class S3ArtifactStore:
             )
 
     def get(self, sha256: str) -> bytes:
+        """The whole artifact, verified. Large objects come as parallel ranged GETs; the parts are
+        hashed in order as they arrive, so the hash runs while later parts still download, and
+        each part is read once into the bytes that are joined at the end (the transfer manager's
+        file interface would copy every chunk twice more)."""
         key = content_key(self.prefix, sha256)
-        sink = _HashingSink()
-        # The transfer manager fetches large objects as parallel ranged GETs and hands a
-        # non-seekable target its bytes in order, so the hash runs while later parts download.
-        self._call(
-            f"read {sha256}",
-            self.client.download_fileobj,
+        part_size = self.transfer.multipart_chunksize
+        action = f"read {sha256}"
+        try:
+            first = self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes=0-{part_size - 1}")
+        except botocore.exceptions.ClientError as error:
+            if _code(error) != "InvalidRange":
+                raise self._error(action, error) from error
+            # Only an empty object has no byte 0 to start a range at.
+            first = self._call(action, self.client.get_object, Bucket=self.bucket, Key=key)
+        except botocore.exceptions.BotoCoreError as error:
+            raise self._error(action, error) from error
+        parts = [self._read_body(action, first["Body"])]
+        total = _object_size(first)
+        digest = hashlib.sha256(parts[0])
+        if total > len(parts[0]):
+            # Every later range must come from the same object version as the first.
+            ranges = [
+                (start, min(start + part_size, total) - 1) for start in range(len(parts[0]), total, part_size)
+            ]
+            with ThreadPoolExecutor(max_workers=self.transfer.max_request_concurrency) as pool:
+                pending = [
+                    pool.submit(self._read_range, action, key, first["ETag"], start, end)
+                    for start, end in ranges
+                ]
+                try:
+                    for future in pending:
+                        part = future.result()
+                        digest.update(part)  # releases the GIL: later parts keep downloading
+                        parts.append(part)
+                finally:
+                    for future in pending:
+                        future.cancel()
+        if digest.hexdigest() != sha256:
+            raise ArtifactCorrupted(f"s3://{self.bucket}/{key} does not hash to its key")
+        return b"".join(parts)
+
+    def _read_range(self, action: str, key: str, etag: str, start: int, end: int) -> bytes:
+        response = self._call(
+            action,
+            self.client.get_object,
             Bucket=self.bucket,
             Key=key,
-            Fileobj=sink,
-            Config=self.transfer,
+            Range=f"bytes={start}-{end}",
+            IfMatch=etag,
         )
-        if sink.digest.hexdigest() != sha256:
-            raise ArtifactCorrupted(f"s3://{self.bucket}/{key} does not hash to its key")
-        return sink.buffer.getvalue()
+        part = self._read_body(action, response["Body"])
+        if len(part) != end - start + 1:
+            raise StoreUnavailable(f"{action}: bytes {start}-{end} came back as {len(part)} bytes")
+        return part
+
+    def _read_body(self, action: str, body: Any) -> bytes:
+        try:
+            data: bytes = body.read()
+            return data
+        except (botocore.exceptions.BotoCoreError, OSError) as error:
+            raise self._error(action, error) from error
+        finally:
+            body.close()
 
     def location(self, sha256: str, *, expires_in: int = 3600) -> str:
         key = content_key(self.prefix, sha256)
@@ -348,16 +397,12 @@ def _code(error: botocore.exceptions.ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
 
-class _HashingSink:
-    """A write-only target with no `seek`: s3transfer then writes the parts in order."""
-
-    def __init__(self) -> None:
-        self.digest = hashlib.sha256()
-        self.buffer = io.BytesIO()
-
-    def write(self, data: bytes) -> int:
-        self.digest.update(data)  # releases the GIL for large chunks: overlaps the downloads
-        return self.buffer.write(data)
+def _object_size(response: dict[str, Any]) -> int:
+    """The whole object's size from a GET's answer: `Content-Range: bytes a-b/size` for a range."""
+    content_range = response.get("ContentRange")
+    if content_range:
+        return int(content_range.rsplit("/", 1)[1])
+    return int(response["ContentLength"])
 
 
 def open_s3_artifact_store(spec: dict[str, Any]) -> S3ArtifactStore:
