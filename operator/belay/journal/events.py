@@ -15,7 +15,7 @@ import hashlib
 import json
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -430,6 +430,9 @@ Event = Annotated[
 ]
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+ENVELOPE_BY_TYPE: dict[str, type[EventBase]] = {
+    envelope.model_fields["type"].default: envelope for envelope in EventBase.__subclasses__()
+}
 
 
 class EventDraft(Frozen):
@@ -474,8 +477,9 @@ def build_event(
     created_at: datetime,
     idempotency_key: str | None,
 ) -> Event:
-    """Turn a draft into its stored envelope; used by every EventStore backend."""
-    return EVENT_ADAPTER.validate_python(
+    """Turn a draft into its stored envelope; used by every EventStore backend. The draft's type
+    names the envelope class, so it is validated as that class directly, not as the union."""
+    envelope = ENVELOPE_BY_TYPE[draft.type].model_validate(
         {
             "seq": seq,
             "session_id": session_id,
@@ -487,6 +491,7 @@ def build_event(
             "payload": draft.payload,
         }
     )
+    return cast("Event", envelope)
 
 
 def event_to_json(event: Event) -> str:
