@@ -8,7 +8,6 @@ completes without repeating a completed step."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
@@ -21,14 +20,21 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from belay.controller.kube import load_api_client
-from belay.journal.events import LifecycleKind
 from belay.journal.state import fold
 from belay.stores.factory import open_event_store
 from tests.controller import test_operator
 from tests.controller.kubelet import LocalKubelet
 from tests.controller.operator_process import kubectl_json, wait_for
 from tests.controller.test_chart import CHART, helm
-from tests.controller.test_operator import FAULT_POINT, cluster_manifest, harness_env, steps_run_after
+from tests.controller.test_operator import (
+    FAULT_POINT,
+    cluster_manifest,
+    completed_steps,
+    harness_env,
+    harness_lost_seq,
+    steps_run_after,
+    wait_for_checkpoint,
+)
 from tests.testenv.kube import ControlPlane
 from tests.testenv.s3 import S3Server
 
@@ -164,17 +170,7 @@ async def test_chart_deployment_elects_one_leader_and_a_lost_leader_is_replaced_
 
             kube.kubectl("apply", "-f", "-", input=json.dumps(in_sessions_namespace(cluster_manifest())))
 
-            async def reached_fault() -> bool:
-                return any(
-                    getattr(e.payload, "checkpoint_id", None) == "implementer/fix"
-                    for e in await store.read(SESSION)
-                )
-
-            for _ in range(300):
-                if await reached_fault():
-                    break
-                await asyncio.sleep(0.3)
-            assert await reached_fault(), describe()
+            await wait_for_checkpoint(store, SESSION, "implementer/fix", describe, polls=300)
             assert session_status(kube)["phase"] == "Running"
 
             # Both replicas answer the liveness probe; the leader acted (its metrics count
@@ -192,12 +188,7 @@ async def test_chart_deployment_elects_one_leader_and_a_lost_leader_is_replaced_
             assert " leads " not in operators.log_of(standby)
 
             old_lease = (await store.current_lease(SESSION)).number  # type: ignore[union-attr]
-            before = fold(await store.read(SESSION))
-            done_before = {
-                t.task_id
-                for t in before.tasks.values()
-                if t.status in ("done", "verified") and "/" in t.task_id
-            }
+            done_before = completed_steps(fold(await store.read(SESSION)))
             assert done_before, "the fault point comes after completed steps"
 
             # The leader's pod goes, and with it (as on a lost node) the stopped harness: nobody acts
@@ -222,12 +213,7 @@ async def test_chart_deployment_elects_one_leader_and_a_lost_leader_is_replaced_
 
             events = await store.read(SESSION)
             state = fold(events)
-            lost_seq = next(
-                e.seq
-                for e in events
-                if e.type == "lifecycle" and e.payload.kind == LifecycleKind.HARNESS_LOST  # type: ignore[union-attr]
-            )
-            assert steps_run_after(events, lost_seq).isdisjoint(done_before)
+            assert steps_run_after(events, harness_lost_seq(events)).isdisjoint(done_before)
             assert state.lifecycle.lease > old_lease
             assert {"fix.patch", "report.md"} <= set(state.deliverables)
 

@@ -39,10 +39,10 @@ from belay.journal.events import (
     UserInput,
     Verification,
 )
-from belay.journal.state import fold
+from belay.journal.state import SessionState, fold
 from belay.local.drill import deliverables, steps_run_twice
 from belay.local.tickets import TicketService
-from belay.stores.base import StaleLease
+from belay.stores.base import EventStore, StaleLease
 from belay.stores.factory import open_event_store
 from tests.api.kubehelpers import REPO_ROOT, install_crds
 from tests.controller.kubelet import LocalKubelet
@@ -150,6 +150,30 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
 
 
+async def wait_for_checkpoint(
+    store: EventStore, session: str, checkpoint_id: str, describe: Callable[[], str], polls: int = 600
+) -> None:
+    """Until the record holds the checkpoint (the harness stops itself right after the fault point)."""
+    for _ in range(polls):
+        if any(getattr(e.payload, "checkpoint_id", None) == checkpoint_id for e in await store.read(session)):
+            return
+        await asyncio.sleep(0.3)
+    raise AssertionError(describe())
+
+
+def completed_steps(state: SessionState) -> set[str]:
+    """Steps (subagent/step) done or verified so far."""
+    return {t.task_id for t in state.tasks.values() if t.status in ("done", "verified") and "/" in t.task_id}
+
+
+def harness_lost_seq(events: list[Event]) -> int:
+    return next(
+        e.seq
+        for e in events
+        if e.type == "lifecycle" and e.payload.kind == LifecycleKind.HARNESS_LOST  # type: ignore[union-attr]
+    )
+
+
 def steps_run_after(events: list[Event], seq: int) -> set[str]:
     return {
         e.payload.task_id
@@ -205,18 +229,7 @@ async def test_session_reconciled_recovers_from_a_lost_harness_and_completes(
         # The first attempt runs until the fault point, then the test takes its pod away.
         store = open_event_store(stores[0])
         try:
-
-            async def reached_fault() -> bool:
-                return any(
-                    getattr(e.payload, "checkpoint_id", None) == "implementer/fix"
-                    for e in await store.read(SESSION)
-                )
-
-            for _ in range(600):
-                if await reached_fault():
-                    break
-                await asyncio.sleep(0.3)
-            assert await reached_fault(), describe()
+            await wait_for_checkpoint(store, SESSION, "implementer/fix", describe)
             running = session_status(kube)
             assert running["phase"] == "Running"
             assert condition(running, "Ready")["status"] == "True"  # type: ignore[index]
@@ -226,12 +239,7 @@ async def test_session_reconciled_recovers_from_a_lost_harness_and_completes(
             assert "Running" in table.splitlines()[1]
 
             old_lease = (await store.current_lease(SESSION)).number  # type: ignore[union-attr]
-            before_loss = fold(await store.read(SESSION))
-            done_before = {
-                t.task_id
-                for t in before_loss.tasks.values()
-                if t.status in ("done", "verified") and "/" in t.task_id
-            }
+            done_before = completed_steps(fold(await store.read(SESSION)))
             kube.kubectl("delete", "pod", "-n", NAMESPACE, "parser-fix-harness-0", "--wait=false")
 
             # A new attempt: a higher lease, Recovering while it restores, new pods.
@@ -269,13 +277,8 @@ async def test_session_reconciled_recovers_from_a_lost_harness_and_completes(
 
             events = await store.read(SESSION)
             state = fold(events)
-            lost_seq = next(
-                e.seq
-                for e in events
-                if e.type == "lifecycle" and e.payload.kind == LifecycleKind.HARNESS_LOST  # type: ignore[union-attr]
-            )
             assert done_before, "the fault point comes after completed steps"
-            assert steps_run_after(events, lost_seq).isdisjoint(done_before)
+            assert steps_run_after(events, harness_lost_seq(events)).isdisjoint(done_before)
             assert state.lifecycle.lease > old_lease
             assert {"fix.patch", "report.md"} <= set(state.deliverables)
             listed = {d["name"]: d for d in done["deliverables"]}
@@ -617,15 +620,7 @@ async def test_a_lost_sandbox_pod_is_replaced_and_restored_in_the_same_attempt(
             kube.kubectl("apply", "-f", "-", input=json.dumps(cluster_manifest(name)))
             # The harness stops itself right after the implementer's `fix` checkpoint; while it is
             # stopped, its sandbox pod is deleted, as a node failure or an eviction would.
-            for _ in range(600):
-                if any(
-                    getattr(e.payload, "checkpoint_id", None) == "implementer/fix"
-                    for e in await store.read(name)
-                ):
-                    break
-                await asyncio.sleep(0.3)
-            else:
-                raise AssertionError(describe())
+            await wait_for_checkpoint(store, name, "implementer/fix", describe)
             kube.kubectl("delete", "pod", "-n", NAMESPACE, lost_pod, "--wait=false")
 
             recovering = wait_for(
