@@ -6,6 +6,7 @@ or answered request repeats, and the deliverables are those of an uninterrupted 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -95,3 +96,48 @@ def test_a_sandbox_lost_mid_run_is_restored_in_the_same_attempt(
     assert "verification" in restored[0].payload.detail
     assert steps_run_twice(events) == []
     assert deliverables(events) == deliverables(reference)
+
+
+def test_a_superseded_attempt_never_starts_a_replacement_sandbox(
+    reference: list[Event], tmp_path: Path
+) -> None:
+    """An attempt that finds its sandbox gone after a newer attempt took the lease (it was frozen,
+    not dead) stops there: starting a replacement would stop the newer attempt's sandbox."""
+    point = kill_points(reference)["request-in-flight"]
+    home = LocalHome(tmp_path / "home")
+    session = install_session(home, MANIFEST)
+    record = home.sandboxes_dir(SESSION) / LOST / "server.json"
+    killed: list[str] = []
+
+    async def take_the_lease() -> None:
+        store = home.open_event_store()
+        try:
+            await store.acquire_lease(SESSION, "a newer attempt")
+        finally:
+            await store.close()
+
+    def kill_and_supersede(event: Event) -> None:
+        if killed or fault_key(event) != point:
+            return
+        # Another process's store takes the lease, as a resumed attempt would.
+        newer = threading.Thread(target=asyncio.run, args=(take_the_lease(),))
+        newer.start()
+        newer.join()
+        server = ServerRecord.model_validate_json(record.read_text())
+        kill_instance(server.instance)
+        killed.append(server.instance)
+        workspaces.update(workspaces_of_lost())
+
+    def workspaces_of_lost() -> set[str]:
+        return {path.name for path in record.parent.glob("workspace-*")}
+
+    workspaces: set[str] = set()
+    result = asyncio.run(run_local(home, session, on_event=kill_and_supersede))
+
+    assert killed, f"{point} was never reached"
+    assert not result.completed
+    assert "superseded" in result.detail
+    events = read_events(home.root, SESSION)
+    assert lifecycle(events, LifecycleKind.SANDBOX_REPLACED) == []
+    # No sandbox was started in the killed one's place: no new workspace.
+    assert workspaces and workspaces_of_lost() == workspaces

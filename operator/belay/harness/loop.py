@@ -336,6 +336,7 @@ class Harness:
         state = await self.state()
         known = state.subagents.get(sub.name)
         replacing = known is not None and known.sandbox_starts > 0
+        await self.check_lease()
         handle = await self.sandboxes.start(sub, lost)
         self._handles[sub.name] = handle
         isolation = "network isolated" if handle.network_isolated else "network NOT isolated"
@@ -357,6 +358,16 @@ class Harness:
         if checkpoint is None:
             checkpoint = await self.record_inputs(sub)
         await self.restore(sub, handle, checkpoint)
+
+    async def check_lease(self) -> None:
+        """Raise StaleLease when a newer attempt holds the session. Starting a sandbox stops what
+        runs in its place (locally the recorded server, in a cluster the pod's process), so an
+        attempt that was only frozen must learn it was superseded before it starts one, not at
+        its next append."""
+        current = await self.store.current_lease(self.session_id)
+        if current is None or current.number != self.lease:
+            held = "no lease" if current is None else f"lease {current.number}"
+            raise StaleLease(f"attempt {self.attempt} holds lease {self.lease}, the session has {held}")
 
     async def replace_sandbox(self, sub: SubagentSpec, lost: SandboxUnavailable) -> None:
         """The subagent's sandbox went away under this attempt: wait for a replacement and restore
