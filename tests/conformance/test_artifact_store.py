@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from belay.journal.events import DeclaredArtifact
-from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, ArtifactStore, UnsafePath
+from belay.stores.base import (
+    MANIFEST_MEDIA_TYPE,
+    ArtifactCorrupted,
+    ArtifactNotFound,
+    ArtifactStore,
+    UnsafePath,
+)
 from tests.conformance.backends import ArtifactBackend
 
 
@@ -117,6 +123,7 @@ def test_manifests_round_trip_and_are_canonical(artifact_store: ArtifactStore) -
         declared(artifact_store, "bin/run.sh", b"#!/bin/sh\necho ok\n", mode=0o755),
     ]
     ref = artifact_store.put_manifest(entries)
+    assert ref.media_type == MANIFEST_MEDIA_TYPE  # what retention recognises a manifest by
     assert artifact_store.get_manifest(ref.sha256) == entries
     assert artifact_store.put_manifest(list(entries)).sha256 == ref.sha256
     assert artifact_store.put_manifest(entries[:1]).sha256 != ref.sha256

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from belay.harness.loop import ARTIFACT_ARGUMENT
 from belay.journal.events import (
+    ARTIFACT_ARGUMENT,
     Artifact,
     ArtifactRef,
     Checkpoint,
@@ -18,9 +18,8 @@ from belay.journal.events import (
     UserInput,
     Verification,
 )
-from belay.stores import filesystem, s3
+from belay.stores.base import MANIFEST_MEDIA_TYPE
 from belay.stores.retention import (
-    MANIFEST_MEDIA_TYPE,
     References,
     blobs_only_of,
     expanded,
@@ -111,7 +110,3 @@ def test_a_manifest_refers_to_its_entries() -> None:
     # Another record holding the same manifest keeps the manifest and every entry.
     keeps_manifest = References(frozenset({h("manifest")}), frozenset({h("manifest")}))
     assert blobs_only_of(deleted, [keeps_manifest], manifests) == frozenset()
-
-
-def test_the_constants_match_the_stores_and_the_harness() -> None:
-    assert MANIFEST_MEDIA_TYPE == filesystem.MANIFEST_MEDIA_TYPE == s3.MANIFEST_MEDIA_TYPE

@@ -34,6 +34,7 @@ from belay.harness.tools import ToolSpec, tool_spec
 from belay.journal.approvals import ApprovalState, approval_state
 from belay.journal.context import build_context
 from belay.journal.events import (
+    ARTIFACT_ARGUMENT,
     Actor,
     Approval,
     ApprovalRequest,
@@ -79,7 +80,6 @@ DONE_STATUSES = (TaskStatus.DONE, TaskStatus.VERIFIED)
 CONTEXT_BUDGET_TOKENS = 8000
 # A string argument above this size is stored as an artifact and referenced by hash.
 LARGE_ARGUMENT_BYTES = 16 * 1024
-ARTIFACT_ARGUMENT = "$artifact"
 CONTEXT_TAIL_EVENTS = 200
 
 

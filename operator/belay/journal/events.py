@@ -57,6 +57,11 @@ class EffectClass(StrEnum):
     UNSAFE = "unsafe"
 
 
+# How a large tool argument stands in a `tool_request`: `{"$artifact": sha256, "size": n}`, its
+# bytes in the artifact store.
+ARTIFACT_ARGUMENT = "$artifact"
+
+
 class ArtifactRef(Frozen):
     """A content-addressed blob: the hash is the identity, the uri says where it lives."""
 

@@ -14,6 +14,8 @@ from belay.journal.events import ArtifactRef, DeclaredArtifact, Event, EventDraf
 
 # Payloads above this many bytes belong in the artifact store, referenced by hash.
 MAX_PAYLOAD_BYTES = 64 * 1024
+# The media type every ArtifactStore gives the manifests it stores (`put_manifest`).
+MANIFEST_MEDIA_TYPE = "application/vnd.belay.manifest+json"
 
 
 class StoreError(Exception):

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 from belay.journal.events import ArtifactRef, DeclaredArtifact, canonical_json
-from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, StoreError, UnsafePath
+from belay.stores.base import MANIFEST_MEDIA_TYPE, ArtifactCorrupted, ArtifactNotFound, StoreError, UnsafePath
 from belay.stores.materialize import materialize_from
 
 CHUNK_BYTES = 1024 * 1024
-MANIFEST_MEDIA_TYPE = "application/vnd.belay.manifest+json"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from belay.journal.events import (
+    ARTIFACT_ARGUMENT,
     Artifact,
     ArtifactRef,
     Checkpoint,
@@ -30,10 +31,7 @@ from belay.journal.events import (
     ToolRequest,
     ToolResult,
 )
-
-MANIFEST_MEDIA_TYPE = "application/vnd.belay.manifest+json"
-# How the harness writes a large tool argument into the request (`belay.harness.loop`).
-ARTIFACT_ARGUMENT = "$artifact"
+from belay.stores.base import MANIFEST_MEDIA_TYPE
 
 
 @dataclass(frozen=True)

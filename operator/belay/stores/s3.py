@@ -31,11 +31,16 @@ from botocore.config import Config
 from pydantic import TypeAdapter, ValidationError
 
 from belay.journal.events import ArtifactRef, DeclaredArtifact, canonical_json
-from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, StoreError, StoreUnavailable
+from belay.stores.base import (
+    MANIFEST_MEDIA_TYPE,
+    ArtifactCorrupted,
+    ArtifactNotFound,
+    StoreError,
+    StoreUnavailable,
+)
 from belay.stores.filesystem import check_address
 from belay.stores.materialize import materialize_from
 
-MANIFEST_MEDIA_TYPE = "application/vnd.belay.manifest+json"
 READ_CHUNK = 1024 * 1024
 DEFAULT_PART_SIZE = 16 * 1024 * 1024
 
