@@ -263,14 +263,7 @@ class SqliteEventStore:
     async def read(
         self, session_id: str, from_seq: int = 1, to_seq: int | None = None, limit: int | None = None
     ) -> list[Event]:
-        sql = "SELECT event_json FROM events WHERE session_id = ? AND seq >= ?"
-        params: tuple[object, ...] = (session_id, from_seq)
-        if to_seq is not None:
-            sql += " AND seq <= ?"
-            params += (to_seq,)
-        sql += " ORDER BY seq LIMIT ?"
-        params += (limit if limit is not None else -1,)  # SQLite: a negative LIMIT means no limit
-        return await self._read(lambda conn: _parse_events(conn.execute(sql, params).fetchall()))
+        return await self._read(lambda conn: _events_in(conn, session_id, from_seq, to_seq, limit))
 
     async def tail(self, session_id: str, count: int) -> list[Event]:
         if count <= 0:
@@ -426,13 +419,28 @@ def _watch_page(conn: sqlite3.Connection, session_id: str, from_seq: int) -> tup
     conn.execute("BEGIN")
     try:
         row = conn.execute("SELECT count FROM deletions WHERE session_id = ?", (session_id,)).fetchone()
-        rows = conn.execute(
-            "SELECT event_json FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq LIMIT ?",
-            (session_id, from_seq, WATCH_PAGE),
-        ).fetchall()
+        events = _events_in(conn, session_id, from_seq, limit=WATCH_PAGE)
     finally:
         conn.execute("COMMIT")
-    return _parse_events(rows), int(row[0]) if row is not None else 0
+    return events, int(row[0]) if row is not None else 0
+
+
+def _events_in(
+    conn: sqlite3.Connection,
+    session_id: str,
+    from_seq: int,
+    to_seq: int | None = None,
+    limit: int | None = None,
+) -> list[Event]:
+    """The session's events with from_seq <= seq (<= to_seq), in seq order, at most `limit`."""
+    sql = "SELECT event_json FROM events WHERE session_id = ? AND seq >= ?"
+    params: tuple[object, ...] = (session_id, from_seq)
+    if to_seq is not None:
+        sql += " AND seq <= ?"
+        params += (to_seq,)
+    sql += " ORDER BY seq LIMIT ?"
+    params += (limit if limit is not None else -1,)  # SQLite: a negative LIMIT means no limit
+    return _parse_events(conn.execute(sql, params).fetchall())
 
 
 def _delete_within(conn: sqlite3.Connection, session_id: str) -> None:
@@ -469,12 +477,7 @@ def _append_within(
                     f"for a different batch (seq {first_seq}..{last_seq})"
                 )
             # A replay writes nothing, so it needs no fencing: the original append was fenced.
-            return _parse_events(
-                conn.execute(
-                    "SELECT event_json FROM events WHERE session_id = ? AND seq BETWEEN ? AND ? ORDER BY seq",
-                    (session_id, first_seq, last_seq),
-                ).fetchall()
-            )
+            return _events_in(conn, session_id, first_seq, last_seq)
     if lease is not None:
         row = conn.execute("SELECT number FROM leases WHERE session_id = ?", (session_id,)).fetchone()
         current = row[0] if row is not None else 0
