@@ -301,14 +301,13 @@ class SessionReconciler:
         of this pass names its replacement (and moves the Service there); the harness waits for
         the replacement and restores it, in the same attempt."""
         observed = sandbox_pods(pods)
+        replacements = replacements_of(memory.state, spec)
         expected = {
-            sub.name: names.sandbox_pod_name(
-                ref.name, sub.name, index, sandbox_replacement(memory.state, sub.name)
-            )
-            for sub in spec.subagents
+            subagent: names.sandbox_pod_name(ref.name, subagent, index, replaced)
+            for subagent, replaced in replacements.items()
         }
         for loss in sandbox_losses(expected, observed, memory.seen_sandboxes):
-            number = sandbox_replacement(memory.state, loss.subagent) + 1
+            number = replacements[loss.subagent] + 1
             await self._write(
                 store, ref.name, sandbox_lost_write(ref.uid, loss.subagent, loss.pod, loss.why, number)
             )
