@@ -3,11 +3,14 @@ the same `TxnRequest`, for every shape an append sends, and etcd's own parser re
 
 from __future__ import annotations
 
+import pytest
 from aetcd import rpc
 from hypothesis import given
 from hypothesis import strategies as st
 
+from belay.journal.events import EventDraft, Note, NoteKind, UserInput
 from belay.stores import etcd_wire as wire
+from belay.stores.etcd import EtcdEventStore, SessionKeys, Snapshot
 
 keys = st.binary(min_size=1, max_size=300)
 values = st.binary(max_size=40_000)  # empty, one-byte lengths, two- and three-byte varints
@@ -36,10 +39,13 @@ def library_txn(
 def test_encoded_txn_is_the_library_serialization(
     compares: list[tuple[bytes, int]], puts: list[tuple[bytes, bytes]], ranges: list[bytes]
 ) -> None:
-    encoded = wire.txn(
-        [wire.mod_revision_is(key, revision) for key, revision in compares],
-        [wire.put(key, value) for key, value in puts],
-        wire.failure_ranges(tuple(ranges)),
+    # A repeated field is the concatenation of its entries, so a request is its parts joined.
+    encoded = b"".join(
+        [
+            *(wire.mod_revision_is(key, revision) for key, revision in compares),
+            *(wire.put(key, value) for key, value in puts),
+            wire.failure_ranges(tuple(ranges)),
+        ]
     )
     assert encoded == library_txn(compares, puts, ranges)
     parsed = rpc.TxnRequest.FromString(encoded)
@@ -54,3 +60,38 @@ def test_encoded_txn_is_the_library_serialization(
 def test_varint_round_trips_through_the_library(number: int) -> None:
     encoded = wire.mod_revision_is(b"k", number % 2**63)
     assert rpc.TxnRequest.FromString(encoded).compare[0].mod_revision == number % 2**63
+
+
+@given(st.integers(min_value=0, max_value=2**20))
+def test_a_kept_varint_is_the_one_encoded_afresh(number: int) -> None:
+    first, again = wire.VARINT[number], wire.VARINT[number]  # the second read is the kept one
+    assert first == again == wire.varint(number)
+
+
+@pytest.mark.parametrize("fenced", [False, True])
+@pytest.mark.parametrize("idempotency_key", [None, "k/1"])
+@pytest.mark.parametrize("new_session", [False, True])
+def test_the_append_transaction_checks_and_writes_every_key_of_the_layout(
+    fenced: bool, idempotency_key: str | None, new_session: bool
+) -> None:
+    store = EtcdEventStore(["http://127.0.0.1:1"], prefix="/p")
+    keys = SessionKeys.of("/p", "s")
+    snapshot = Snapshot(head_mod_revision=0 if new_session else 40, last_seq=6, lease_mod_revision=9)
+    drafts = [
+        EventDraft(payload=Note(note_id="a", kind=NoteKind.FINDING, text="")),
+        EventDraft(payload=UserInput(goal="g")),
+        EventDraft(payload=Note(note_id="b", kind=NoteKind.FINDING, text="")),
+    ]
+    values = [b"seven", b"eight", b"nine"]
+    encoded = store._append_request(keys, snapshot, drafts, 7, values, idempotency_key, "d", fenced)
+
+    idem = [keys.idem(idempotency_key)] if idempotency_key else []
+    compares = [(keys.head, snapshot.head_mod_revision)]
+    compares += [(keys.lease, 9)] if fenced else []
+    compares += [(key, 0) for key in idem]
+    puts = [(keys.event(7), b"seven"), (keys.event(8), b"eight"), (keys.event(9), b"nine")]
+    puts += [(keys.head, b'{"last_seq":9}'), (keys.latest("note"), b'{"seq":9}')]
+    puts += [(keys.latest("user_input"), b'{"seq":8}')]
+    puts += [(key, b'{"digest":"d","first_seq":7,"last_seq":9}') for key in idem]
+    puts += [(b"/p/index/s", b"")] if new_session else []
+    assert encoded == library_txn(compares, puts, [keys.head, keys.lease, *idem])

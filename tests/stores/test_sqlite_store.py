@@ -7,17 +7,14 @@ import gc
 import sqlite3
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from belay.journal.events import Actor, Event, EventDraft, Note, NoteKind, build_event, event_from_json
+from belay.journal.events import Event, EventDraft, Note, NoteKind
 from belay.stores import open_event_store
 from belay.stores.base import IdempotencyConflict, StaleLease, StoreError, StoreUnavailable
-from belay.stores.sqlite import EnvelopeJson, SqliteEventStore
+from belay.stores.sqlite import SqliteEventStore
 
 
 def notes(prefix: str, count: int) -> list[EventDraft]:
@@ -214,36 +211,3 @@ async def test_queued_writes_commit_together_and_a_refused_one_is_rolled_back_al
         ]
     finally:
         await store.close()
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    session_id=st.text(min_size=1),
-    key=st.none() | st.text(),
-    parent_seq=st.none() | st.integers(1, 10**12),
-    text=st.text(),
-    actor=st.builds(
-        Actor,
-        attempt=st.integers(0, 1000),
-        harness_version=st.text(),
-        model_id=st.none() | st.text(),
-        subagent=st.none() | st.text(),
-    ),
-    seq=st.integers(1, 10**12),
-    created_at=st.datetimes(timezones=st.just(UTC)),
-)
-def test_the_stored_envelope_parses_back_to_the_event_returned(
-    session_id: str,
-    key: str | None,
-    parent_seq: int | None,
-    text: str,
-    actor: Actor,
-    seq: int,
-    created_at: datetime,
-) -> None:
-    draft = EventDraft(
-        payload=Note(note_id="n", kind=NoteKind.DECISION, text=text), parent_seq=parent_seq, actor=actor
-    )
-    stored = EnvelopeJson(session_id, created_at, key).around(draft, seq, draft.payload.model_dump_json())
-    expected = build_event(draft, seq=seq, session_id=session_id, created_at=created_at, idempotency_key=key)
-    assert event_from_json(stored) == expected

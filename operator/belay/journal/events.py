@@ -11,8 +11,10 @@ Writers build an `EventDraft` (payload, parent, actor); the store assigns `seq`,
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal, cast
@@ -435,6 +437,7 @@ Event = Annotated[
 ]
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+_DATETIME_JSON: TypeAdapter[datetime] = TypeAdapter(datetime)
 ENVELOPE_BY_TYPE: dict[str, type[EventBase]] = {
     envelope.model_fields["type"].default: envelope for envelope in EventBase.__subclasses__()
 }
@@ -447,7 +450,40 @@ class EventDraft(Frozen):
     parent_seq: int | None = None
     actor: Actor = Actor()
 
-    @property
+    def model_post_init(self, context: Any, /) -> None:
+        # A draft is made to be appended: serialize it now, not on the append's path, where
+        # every backend reads these (cached properties live in the instance's dict, so a read is
+        # a plain lookup; pydantic compares, dumps and validates the fields alone).
+        self.stored_tail  # noqa: B018
+        self.payload_size  # noqa: B018
+
+    @functools.cached_property
+    def payload_json(self) -> str:
+        return self.payload.model_dump_json()
+
+    @functools.cached_property
+    def payload_size(self) -> int:
+        """Bytes of the payload's JSON, the size the payload limit applies to."""
+        return len(self.payload_json.encode())
+
+    @functools.cached_property
+    def stored_tail(self) -> str:
+        """The draft's part of its stored JSON, the fields after those the store assigns; see
+        `EnvelopeJson`."""
+        return (
+            f'"parent_seq":{json.dumps(self.parent_seq)},"actor":{self.actor.model_dump_json()},'
+            f'"type":{json.dumps(self.type)},"payload":{self.payload_json}}}'
+        )
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> EventDraft:
+        # A copy with changed fields must not keep the original's serialized form.
+        copy = super().model_copy(update=update, deep=deep)
+        for cached in ("type", "payload_json", "payload_size", "stored_tail"):
+            copy.__dict__.pop(cached, None)
+        copy.model_post_init(None)
+        return copy
+
+    @functools.cached_property
     def type(self) -> str:
         return self.payload.EVENT_TYPE
 
@@ -497,6 +533,32 @@ def build_event(
         }
     )
     return cast("Event", envelope)
+
+
+# A session's id is serialized once: appends to one session repeat it, and a cache hit is one
+# lookup where json.dumps is several Python calls.
+_session_json = functools.lru_cache(maxsize=4096)(json.dumps)
+
+
+class EnvelopeJson:
+    """The stored JSON of a batch's events, assembled around each draft's serialized part.
+
+    Serializing each whole envelope was the largest single cost of an append. The fields a store
+    assigns to a batch are serialized once here (the timestamp by pydantic), the rest was serialized
+    when the draft was made, so the text parses back to exactly the event `build_event` returns
+    (the conformance suite compares them). Every backend stores this text.
+    """
+
+    def __init__(self, session_id: str, created_at: datetime, idempotency_key: str | None) -> None:
+        key_json = "null" if idempotency_key is None else json.dumps(idempotency_key)
+        self._assigned = (
+            f'"session_id":{_session_json(session_id)},'
+            f'"created_at":{_DATETIME_JSON.dump_json(created_at).decode()},'
+            f'"idempotency_key":{key_json},'
+        )
+
+    def around(self, draft: EventDraft, seq: int) -> str:
+        return f'{{"seq":{seq},{self._assigned}{draft.stored_tail}'
 
 
 def event_to_json(event: Event) -> str:

@@ -37,7 +37,7 @@ import json
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote, urlsplit
 
@@ -46,13 +46,13 @@ import grpc.aio
 from aetcd import rpc
 
 from belay.journal.events import (
+    EnvelopeJson,
     Event,
     EventDraft,
     batch_digest,
     build_event,
     canonical_json,
     event_from_json,
-    event_to_json,
     now_utc,
 )
 from belay.stores import etcd_wire as wire
@@ -139,28 +139,21 @@ def prefix_range_end(prefix: bytes) -> bytes:
     return b"\0"
 
 
-def payload_size(draft: EventDraft) -> int:
-    return len(draft.payload.model_dump_json().encode())
-
-
 def check_batch_size(drafts: Sequence[EventDraft], encoded: Sequence[bytes]) -> None:
     """Refuse, before anything is sent, a batch etcd could not hold in one transaction.
-    `encoded` are the events' stored bytes: an envelope holds its payload's JSON verbatim, so only
-    an envelope above the payload limit needs its payload measured exactly."""
-    total = sum(map(len, encoded))
-    if total <= MAX_PAYLOAD_BYTES and len(drafts) <= MAX_BATCH_EVENTS:
-        return  # the usual batch: no envelope, nor all of them together, can be above a limit
+    `encoded` are the events' stored bytes."""
     if len(drafts) > MAX_BATCH_EVENTS:
         raise PayloadTooLarge(
             f"a batch of {len(drafts)} events is above the {MAX_BATCH_EVENTS}-event limit of one "
             "etcd transaction: append it in smaller batches"
         )
-    for index, (draft, value) in enumerate(zip(drafts, encoded, strict=True)):
-        if len(value) > MAX_PAYLOAD_BYTES and (size := payload_size(draft)) > MAX_PAYLOAD_BYTES:
+    for index, draft in enumerate(drafts):
+        if draft.payload_size > MAX_PAYLOAD_BYTES:
             raise PayloadTooLarge(
-                f"event {index} ({draft.type}) has a {size}-byte payload, above the "
+                f"event {index} ({draft.type}) has a {draft.payload_size}-byte payload, above the "
                 f"{MAX_PAYLOAD_BYTES}-byte limit: store the bytes as an artifact and reference its sha256"
             )
+    total = sum(map(len, encoded))
     if total > MAX_BATCH_BYTES:
         raise PayloadTooLarge(
             f"a batch of {total} bytes is above the {MAX_BATCH_BYTES}-byte limit of one etcd "
@@ -172,16 +165,20 @@ def check_batch_size(drafts: Sequence[EventDraft], encoded: Sequence[bytes]) -> 
 class SessionKeys:
     """Every key of one session."""
 
+    session_id: str
     root: bytes
     head: bytes
     lease: bytes
     events_prefix: bytes
 
-    @classmethod
-    def of(cls, prefix: str, session_id: str) -> SessionKeys:
+    @staticmethod
+    @functools.lru_cache(maxsize=4096)
+    def of(prefix: str, session_id: str) -> SessionKeys:
+        # Cached: a hit is one lookup, with no Python call, on the append's path.
         if not session_id:
             raise ValueError("session id must not be empty")
-        return _session_keys(prefix, session_id)
+        root = f"{prefix}/sessions/{quote(session_id, safe='')}/".encode()
+        return SessionKeys(session_id, root, root + b"head", root + b"lease", root + b"events/")
 
     def event(self, seq: int) -> bytes:
         # Twenty digits: key order is seq order for every seq a 64-bit counter can hold.
@@ -192,12 +189,6 @@ class SessionKeys:
 
     def latest(self, event_type: str) -> bytes:
         return self.root + b"latest/" + event_type.encode()
-
-
-@functools.lru_cache(maxsize=4096)
-def _session_keys(prefix: str, session_id: str) -> SessionKeys:
-    root = f"{prefix}/sessions/{quote(session_id, safe='')}/".encode()
-    return SessionKeys(root=root, head=root + b"head", lease=root + b"lease", events_prefix=root + b"events/")
 
 
 @dataclass(slots=True)
@@ -219,7 +210,7 @@ class UnsettledAttempt:
     """A transaction whose answer was lost: it may have been applied or not."""
 
     events: list[Event]
-    values: list[bytes] = field(default_factory=list)
+    values: list[bytes]
 
 
 def _put(key: bytes, value: bytes) -> Any:
@@ -416,6 +407,7 @@ class EtcdEventStore:
         # One timestamp per call: a retry that reuses seqs writes byte-identical events, so two
         # attempts racing for the same head revision cannot leave different records.
         created_at = now_utc()
+        envelope = EnvelopeJson(session_id, created_at, idempotency_key)
         unsettled: list[UnsettledAttempt] = []
         checked = False
         deadline = time.monotonic() + self.operation_timeout
@@ -442,30 +434,45 @@ class EtcdEventStore:
                         f"session {session_id!r}: lease {lease} is not the current lease "
                         f"{snapshot.lease_number}; a newer harness attempt owns the session"
                     )
-                events = [
-                    build_event(
-                        draft,
-                        seq=snapshot.last_seq + offset,
-                        session_id=session_id,
-                        created_at=created_at,
-                        idempotency_key=idempotency_key,
-                    )
-                    for offset, draft in enumerate(drafts, start=1)
+                first_seq = snapshot.last_seq + 1
+                values = [
+                    envelope.around(draft, seq).encode() for seq, draft in enumerate(drafts, start=first_seq)
                 ]
-                attempt = UnsettledAttempt(events, [event_to_json(e).encode() for e in events])
                 if not checked:
-                    # The first attempt is built before any request is sent.
-                    check_batch_size(drafts, attempt.values)
+                    # Checked once, before any request is sent. One stored event within the payload
+                    # limit is within every limit.
+                    if len(values) > 1 or len(values[0]) > MAX_PAYLOAD_BYTES:
+                        check_batch_size(drafts, values)
                     checked = True
                 request = self._append_request(
-                    keys, snapshot, attempt, idempotency_key, digest, fenced=lease is not None
+                    keys, snapshot, drafts, first_seq, values, idempotency_key, digest, lease is not None
                 )
-                try:
+                if self._encoded_txn is None:
                     self._stubs()
-                    response = await self._encoded_txn(request, timeout=self.request_timeout)
+                call = self._encoded_txn(request, timeout=self.request_timeout)
+                try:
+                    # Let the call's task send the request, then build the events to return while
+                    # the transaction is in flight: that work overlaps the round trip.
+                    await asyncio.sleep(0)
+                    events = [
+                        build_event(
+                            draft,
+                            seq=seq,
+                            session_id=session_id,
+                            created_at=created_at,
+                            idempotency_key=idempotency_key,
+                        )
+                        for seq, draft in enumerate(drafts, start=first_seq)
+                    ]
+                    response = await call
                 except grpc.aio.AioRpcError as error:
                     if error.code() in TRANSIENT_CODES and not _never_sent(error):
-                        unsettled.append(attempt)
+                        unsettled.append(UnsettledAttempt(events, values))
+                    raise
+                except BaseException:
+                    # Cancelled before the answer (or anything else): cancel the RPC too, as
+                    # awaiting it would have.
+                    call.cancel()
                     raise
                 if response.succeeded:
                     self._remember(session_id, snapshot, response.header.revision, events[-1].seq)
@@ -495,36 +502,41 @@ class EtcdEventStore:
         self,
         keys: SessionKeys,
         snapshot: Snapshot,
-        attempt: UnsettledAttempt,
+        drafts: list[EventDraft],
+        first_seq: int,
+        values: list[bytes],
         idempotency_key: str | None,
         digest: str,
         fenced: bool,
     ) -> bytes:
-        """The append's one transaction, as wire bytes (see `etcd_wire` for why)."""
-        events = attempt.events
-        compares = [wire.mod_revision_is(keys.head, snapshot.head_mod_revision)]
+        """The append's one transaction, as wire bytes (see `etcd_wire` for why). Its parts go
+        into one list in field order (compares, puts, then the failure branch's reads); plain
+        loops rather than comprehensions, which are each a function call in Python 3.11."""
+        last_seq = first_seq + len(values) - 1
+        idem_key = keys.idem(idempotency_key) if idempotency_key is not None else None
+        parts = [wire.mod_revision_is(keys.head, snapshot.head_mod_revision)]
         if fenced:
-            compares.append(wire.mod_revision_is(keys.lease, snapshot.lease_mod_revision))
-        puts = [
-            wire.put(keys.event(event.seq), value)
-            for event, value in zip(events, attempt.values, strict=True)
-        ]
-        puts.append(wire.put(keys.head, b'{"last_seq":%d}' % events[-1].seq))
-        newest_of_type = {e.type: e.seq for e in events}
+            parts.append(wire.mod_revision_is(keys.lease, snapshot.lease_mod_revision))
+        if idem_key is not None:
+            parts.append(wire.mod_revision_is(idem_key, 0))
+        for seq, value in enumerate(values, start=first_seq):
+            parts.append(wire.put(keys.event(seq), value))
+        parts.append(wire.put(keys.head, b'{"last_seq":%d}' % last_seq))
+        newest_of_type: dict[str, int] = {}
+        for seq, draft in enumerate(drafts, start=first_seq):
+            newest_of_type[draft.type] = seq
         for event_type, seq in newest_of_type.items():
-            puts.append(wire.put(keys.latest(event_type), b'{"seq":%d}' % seq))
-        state_keys: tuple[bytes, ...] = (keys.head, keys.lease)
-        if idempotency_key is not None:
-            idem_key = keys.idem(idempotency_key)
-            state_keys += (idem_key,)
-            compares.append(wire.mod_revision_is(idem_key, 0))
-            record = {"digest": digest, "first_seq": events[0].seq, "last_seq": events[-1].seq}
-            puts.append(wire.put(idem_key, canonical_json(record)))
+            parts.append(wire.put(keys.latest(event_type), b'{"seq":%d}' % seq))
+        if idem_key is not None:
+            record = {"digest": digest, "first_seq": first_seq, "last_seq": last_seq}
+            parts.append(wire.put(idem_key, canonical_json(record)))
         if snapshot.head_mod_revision == 0:
-            puts.append(wire.put(self._index_key(events[0].session_id), b""))
+            parts.append(wire.put(self._index_key(keys.session_id), b""))
         # When a compare fails, the same round trip brings back the state to retry on (the same
         # reads as `_state_reads`, in the same order).
-        return wire.txn(compares, puts, wire.failure_ranges(state_keys))
+        state_keys = (keys.head, keys.lease) if idem_key is None else (keys.head, keys.lease, idem_key)
+        parts.append(wire.failure_ranges(state_keys))
+        return b"".join(parts)
 
     async def _replay(
         self, keys: SessionKeys, snapshot: Snapshot, idempotency_key: str | None, digest: str

@@ -19,10 +19,6 @@ Field numbers, from etcd's rpc.proto:
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
-
-# One-byte varints, the common case for lengths and small numbers.
-_SMALL_VARINTS = tuple(bytes((n,)) for n in range(0x80))
 
 TXN_COMPARE = b"\x0a"  # field 1, length-delimited
 TXN_SUCCESS = b"\x12"  # field 2, length-delimited
@@ -37,8 +33,6 @@ VALUE = b"\x12"  # PutRequest field 2, length-delimited
 
 
 def varint(number: int) -> bytes:
-    if number < 0x80:
-        return _SMALL_VARINTS[number]
     if number < 0:
         raise ValueError(f"a varint here is never negative: {number}")
     out = bytearray()
@@ -49,24 +43,39 @@ def varint(number: int) -> bytes:
     return bytes(out)
 
 
+class _Varints(dict[int, bytes]):
+    """Encoded varints by value. A hit is a plain dict lookup, with no Python call: this work
+    runs right after the event loop wakes, where every call is slow. Lengths and small numbers
+    below 2**14 (two bytes) are kept; larger ones are encoded each time."""
+
+    def __missing__(self, number: int) -> bytes:
+        encoded = varint(number)
+        if number < 1 << 14:
+            self[number] = encoded
+        return encoded
+
+
+VARINT = _Varints()
+
+
 def delimited(tag: bytes, data: bytes) -> bytes:
-    return tag + varint(len(data)) + data
+    return tag + VARINT[len(data)] + data
 
 
 def mod_revision_is(key: bytes, revision: int) -> bytes:
     """A `Compare`: the key's mod_revision equals `revision` (0: the key does not exist)."""
     # mod_revision is a member of the `target_union` oneof, so it is sent even when it is 0.
-    body = COMPARE_TARGET_MOD + COMPARE_KEY + varint(len(key)) + key + COMPARE_MOD_REVISION + varint(revision)
-    return TXN_COMPARE + varint(len(body)) + body
+    body = COMPARE_TARGET_MOD + COMPARE_KEY + VARINT[len(key)] + key + COMPARE_MOD_REVISION + VARINT[revision]
+    return TXN_COMPARE + VARINT[len(body)] + body
 
 
 def put(key: bytes, value: bytes) -> bytes:
     """A success-branch `RequestOp` holding a `PutRequest`."""
-    request = KEY + varint(len(key)) + key
+    request = KEY + VARINT[len(key)] + key
     if value:
-        request += VALUE + varint(len(value)) + value
-    operation = OP_PUT + varint(len(request)) + request
-    return TXN_SUCCESS + varint(len(operation)) + operation
+        request += VALUE + VARINT[len(value)] + value
+    operation = OP_PUT + VARINT[len(request)] + request
+    return TXN_SUCCESS + VARINT[len(operation)] + operation
 
 
 @functools.lru_cache(maxsize=4096)
@@ -74,8 +83,3 @@ def failure_ranges(keys: tuple[bytes, ...]) -> bytes:
     """Failure-branch `RequestOp`s, each a `RangeRequest` of one key. The same few per session,
     so they are encoded once."""
     return b"".join(delimited(TXN_FAILURE, delimited(OP_RANGE, delimited(KEY, key))) for key in keys)
-
-
-def txn(compares: Iterable[bytes], puts: Iterable[bytes], failure: bytes) -> bytes:
-    """A `TxnRequest` from encoded parts; repeated fields are the concatenation of their entries."""
-    return b"".join((*compares, *puts, failure))

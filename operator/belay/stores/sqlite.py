@@ -25,20 +25,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import queue
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import TypeAdapter
 
 from belay.journal.events import (
+    EnvelopeJson,
     Event,
     EventDraft,
     batch_digest,
@@ -118,7 +117,6 @@ Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 T = TypeVar("T")
 
 EVENT_LIST_ADAPTER: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
-_DATETIME_ADAPTER: TypeAdapter[datetime] = TypeAdapter(datetime)
 
 
 def _parse_events(rows: list[tuple[str]]) -> list[Event]:
@@ -241,19 +239,15 @@ class SqliteEventStore:
         drafts = list(drafts)
         if not drafts:
             return []
-        payloads_json = [draft.payload.model_dump_json() for draft in drafts]
-        for draft, payload_json in zip(drafts, payloads_json, strict=True):
-            size = len(payload_json.encode())
-            if size > MAX_PAYLOAD_BYTES:
+        for draft in drafts:
+            if draft.payload_size > MAX_PAYLOAD_BYTES:
                 raise PayloadTooLarge(
-                    f"a {draft.type} payload is {size} bytes, above {MAX_PAYLOAD_BYTES}; "
+                    f"a {draft.type} payload is {draft.payload_size} bytes, above {MAX_PAYLOAD_BYTES}; "
                     "store the bytes as an artifact and reference them by hash"
                 )
         digest = batch_digest(drafts) if idempotency_key is not None else None
         return await self._write(
-            lambda conn: _append_within(
-                conn, session_id, drafts, payloads_json, idempotency_key, digest, lease
-            ),
+            lambda conn: _append_within(conn, session_id, drafts, idempotency_key, digest, lease),
             wakes=session_id,
         )
 
@@ -458,7 +452,6 @@ def _append_within(
     conn: sqlite3.Connection,
     session_id: str,
     drafts: list[EventDraft],
-    payloads_json: list[str],
     idempotency_key: str | None,
     digest: str | None,
     lease: int | None,
@@ -510,9 +503,9 @@ def _append_within(
                 event.type,
                 created_text,
                 idempotency_key,
-                envelope.around(draft, event.seq, p),
+                envelope.around(draft, event.seq),
             )
-            for event, draft, p in zip(events, drafts, payloads_json, strict=True)
+            for event, draft in zip(events, drafts, strict=True)
         ],
     )
     last = events[-1].seq
@@ -533,33 +526,6 @@ def _append_within(
             (session_id, idempotency_key, digest, base + 1, last),
         )
     return events
-
-
-class EnvelopeJson:
-    """The stored JSON of a batch's envelopes, assembled around each payload's JSON.
-
-    append() has already serialized every payload to check its size; serializing each whole
-    envelope again was the largest single cost of an append. The fields shared by a batch are
-    serialized once here, by pydantic, so the text parses back to exactly the event returned
-    (the conformance suite compares them).
-    """
-
-    def __init__(self, session_id: str, created_at: datetime, idempotency_key: str | None) -> None:
-        self._shared = (
-            f'"session_id":{json.dumps(session_id)},'
-            f'"created_at":{_DATETIME_ADAPTER.dump_json(created_at).decode()},'
-            f'"idempotency_key":{json.dumps(idempotency_key)},'
-        )
-        self._actors: dict[int, str] = {}
-
-    def around(self, draft: EventDraft, seq: int, payload_json: str) -> str:
-        actor_json = self._actors.get(id(draft.actor))
-        if actor_json is None:
-            actor_json = self._actors[id(draft.actor)] = draft.actor.model_dump_json()
-        return (
-            f'{{"seq":{seq},{self._shared}"parent_seq":{json.dumps(draft.parent_seq)},'
-            f'"actor":{actor_json},"type":{json.dumps(draft.type)},"payload":{payload_json}}}'
-        )
 
 
 @dataclass
