@@ -5,7 +5,10 @@ The baseline is a plain etcd Put of a value the size of the stored event, sent o
 own gRPC channel: the same client, the same connection, the same bytes, so the ratio isolates
 what the store adds (building the event, the transaction's compares, the head and index keys).
 A third series, a hand-built transaction with the append's compare and puts, shows how much of
-that is etcd's work and how much the store's own.
+that is etcd's work and how much the store's own. A draft serializes its payload when it is made,
+so the main series, like the raw put whose value is ready before the clock starts, times only the
+write; a fourth series makes the draft inside the timed region too, for the whole cost a writer
+sees.
 
 Latency: single-event appends to one session, one at a time, alternating one for one with raw
 puts and raw transactions so drift on a shared machine hits both alike. Throughput: several concurrent
@@ -19,12 +22,13 @@ import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from aetcd import rpc
 from tests.testenv.etcd import EtcdServer
 
-from belay.journal.events import EffectClass, EventDraft, ToolRequest, event_to_json
+from belay.journal.events import EffectClass, EventDraft, ToolRequest, build_event, event_to_json
 from belay.stores.etcd import EtcdEventStore
 from bench.common import Figure
 
@@ -83,10 +87,13 @@ async def measure(endpoint: str) -> list[Figure]:
         head_revision[0] = response.header.revision
 
     # Drafts are made up front, as the raw put's value is: both sides time only the write.
-    drafts = [[draft(i)] for i in range(WARMUP + 3 * SAMPLES + 1)]
+    drafts = [[draft(i)] for i in range(WARMUP + 4 * SAMPLES + 1)]
 
     async def append(i: int) -> None:
         await store.append("latency", drafts[i])
+
+    async def draft_and_append(i: int) -> None:
+        await store.append("latency", [draft(i)])
 
     for i in range(WARMUP):
         await raw_put(i)
@@ -96,9 +103,16 @@ async def measure(endpoint: str) -> list[Figure]:
     raw_samples: list[float] = []
     txn_samples: list[float] = []
     append_samples: list[float] = []
+    whole_samples: list[float] = []
+    series = (
+        (raw_put, raw_samples),
+        (raw_txn, txn_samples),
+        (append, append_samples),
+        (draft_and_append, whole_samples),
+    )
     counter = WARMUP
     for _ in range(SAMPLES):
-        for operation, samples in ((raw_put, raw_samples), (raw_txn, txn_samples), (append, append_samples)):
+        for operation, samples in series:
             counter += 1
             started = time.perf_counter()
             await operation(counter)
@@ -131,6 +145,7 @@ async def measure(endpoint: str) -> list[Figure]:
 
     raw_p50, append_p50 = statistics.median(raw_samples), statistics.median(append_samples)
     txn_p50 = statistics.median(txn_samples)
+    whole_p50 = statistics.median(whole_samples)
     ratio = append_p50 / raw_p50
     runs = f"{SAMPLES} of each, alternating, {len(value)}-byte events"
     return [
@@ -156,6 +171,14 @@ async def measure(endpoint: str) -> list[Figure]:
             f"compare and puts, against a raw put ({runs})",
         ),
         Figure(
+            "etcd_append_with_draft_overhead_ratio",
+            whole_p50 / raw_p50,
+            "x",
+            COMMAND,
+            detail=f"making the draft (payload serialized) and appending it: p50 {whole_p50 * 1e3:.3f} ms, "
+            f"against a raw put ({runs})",
+        ),
+        Figure(
             "etcd_append_throughput",
             append_rate,
             "events/s",
@@ -173,11 +196,40 @@ async def measure(endpoint: str) -> list[Figure]:
     ]
 
 
+def python_work_after_wake() -> Figure:
+    """The same Python work (building and serializing one event), timed back to back and right
+    after a short sleep, the state an append's work runs in after its caller's await."""
+    one = draft(1)
+    created_at = datetime.now(UTC)
+    pause = 0.0005
+
+    def work(seq: int) -> float:
+        started = time.perf_counter()
+        event_to_json(build_event(one, seq=seq, session_id="s", created_at=created_at, idempotency_key=None))
+        return time.perf_counter() - started
+
+    warm = [work(seq) for seq in range(1, SAMPLES + 1)]
+    after_sleep = []
+    for seq in range(1, SAMPLES + 1):
+        time.sleep(pause)
+        after_sleep.append(work(seq))
+    warm_p50, after_p50 = statistics.median(warm), statistics.median(after_sleep)
+    return Figure(
+        "python_work_after_wake_ratio",
+        after_p50 / warm_p50,
+        "x",
+        COMMAND,
+        detail=f"build and serialize one event: p50 {after_p50 * 1e6:.1f} us after a {pause * 1e3:g} ms "
+        f"sleep, "
+        f"{warm_p50 * 1e6:.1f} us back to back ({SAMPLES} of each)",
+    )
+
+
 def run() -> list[Figure]:
     with tempfile.TemporaryDirectory(prefix="belay-bench-etcd-") as run_dir:
         server = EtcdServer(Path(run_dir), name="bench-etcd")
         server.start()
         try:
-            return asyncio.run(measure(server.endpoint))
+            return [*asyncio.run(measure(server.endpoint)), python_work_after_wake()]
         finally:
             server.stop()
