@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from belay.journal.events import EventDraft, Note, NoteKind, UserInput, build_event, event_to_json, now_utc
+from belay.journal.events import EnvelopeJson, EventDraft, Note, NoteKind, UserInput, now_utc
 from belay.stores.base import MAX_PAYLOAD_BYTES, PayloadTooLarge
 from belay.stores.etcd import (
     MAX_BATCH_EVENTS,
@@ -54,12 +54,8 @@ def test_session_ids_are_one_key_segment_and_seqs_sort_as_numbers() -> None:
 
 
 def stored_bytes(drafts: list[EventDraft]) -> list[bytes]:
-    at = now_utc()
-    events = [
-        build_event(draft, seq=seq, session_id="s", created_at=at, idempotency_key=None)
-        for seq, draft in enumerate(drafts, start=1)
-    ]
-    return [event_to_json(e).encode() for e in events]
+    envelope = EnvelopeJson("s", now_utc(), None)
+    return [envelope.around(draft, seq).encode() for seq, draft in enumerate(drafts, start=1)]
 
 
 def check(drafts: list[EventDraft]) -> None:

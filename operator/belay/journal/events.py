@@ -561,9 +561,5 @@ class EnvelopeJson:
         return f'{{"seq":{seq},{self._assigned}{draft.stored_tail}'
 
 
-def event_to_json(event: Event) -> str:
-    return event.model_dump_json()
-
-
 def event_from_json(data: str | bytes) -> Event:
     return EVENT_ADAPTER.validate_json(data)
