@@ -93,3 +93,25 @@ def wait_for(
 def kubectl_json(kube: ControlPlane, *args: str) -> dict[str, Any]:
     result = kube.kubectl(*args, "-o", "json", check=False)
     return dict(json.loads(result.stdout)) if result.returncode == 0 else {}
+
+
+def agentsession_status(kube: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
+    return kubectl_json(kube, "get", "agentsession", "-n", namespace, name).get("status") or {}
+
+
+def wait_for_session_end(
+    kube: ControlPlane,
+    namespace: str,
+    name: str,
+    timeout: float,
+    describe: Callable[[], str] | None = None,
+) -> dict[str, Any]:
+    """The status once the session has Succeeded or Failed."""
+    return wait_for(
+        lambda: (
+            (s := agentsession_status(kube, namespace, name)).get("phase") in ("Succeeded", "Failed") and s
+        ),
+        "the session to end",
+        timeout=timeout,
+        describe=describe,
+    )

@@ -24,7 +24,12 @@ from belay.journal.state import fold
 from belay.stores.factory import open_event_store
 from tests.controller import test_operator
 from tests.controller.kubelet import LocalKubelet
-from tests.controller.operator_process import kubectl_json, wait_for
+from tests.controller.operator_process import (
+    agentsession_status,
+    kubectl_json,
+    wait_for,
+    wait_for_session_end,
+)
 from tests.controller.test_chart import CHART, helm
 from tests.controller.test_operator import (
     FAULT_POINT,
@@ -80,7 +85,7 @@ def lease_holder(kube: ControlPlane) -> str | None:
 
 
 def session_status(kube: ControlPlane) -> dict[str, Any]:
-    return kubectl_json(kube, "get", "agentsession", "-n", SESSIONS_NAMESPACE, SESSION).get("status") or {}
+    return agentsession_status(kube, SESSIONS_NAMESPACE, SESSION)
 
 
 def http_get(port: int, path: str) -> tuple[int, str]:
@@ -203,12 +208,7 @@ async def test_chart_deployment_elects_one_leader_and_a_lost_leader_is_replaced_
                 "another replica to take the Lease",
                 describe=describe,
             )
-            done = wait_for(
-                lambda: (s := session_status(kube)).get("phase") in ("Succeeded", "Failed") and s,
-                "the session to end",
-                timeout=300,
-                describe=describe,
-            )
+            done = wait_for_session_end(kube, SESSIONS_NAMESPACE, SESSION, timeout=300, describe=describe)
             assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
 
             events = await store.read(SESSION)

@@ -46,7 +46,13 @@ from belay.stores.base import EventStore, StaleLease
 from belay.stores.factory import open_event_store
 from tests.api.kubehelpers import REPO_ROOT, install_crds
 from tests.controller.kubelet import LocalKubelet
-from tests.controller.operator_process import OperatorProcess, kubectl_json, wait_for
+from tests.controller.operator_process import (
+    OperatorProcess,
+    agentsession_status,
+    kubectl_json,
+    wait_for,
+    wait_for_session_end,
+)
 from tests.controller.service_proxy import ServiceProxy
 from tests.controller.sessions import EXAMPLE_MANIFEST
 from tests.harness.example import run_example
@@ -125,7 +131,7 @@ def pods(kube: ControlPlane, session: str = SESSION) -> dict[str, dict[str, Any]
 
 
 def session_status(kube: ControlPlane, session: str = SESSION) -> dict[str, Any]:
-    return kubectl_json(kube, "get", "agentsession", "-n", NAMESPACE, session).get("status") or {}
+    return agentsession_status(kube, NAMESPACE, session)
 
 
 def harness_env(
@@ -264,12 +270,7 @@ async def test_session_reconciled_recovers_from_a_lost_harness_and_completes(
                     lease=old_lease,
                 )
 
-            done = wait_for(
-                lambda: (s := session_status(kube)).get("phase") in ("Succeeded", "Failed") and s,
-                "the session to end",
-                timeout=600,
-                describe=describe,
-            )
+            done = wait_for_session_end(kube, NAMESPACE, SESSION, timeout=600, describe=describe)
             assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
             assert condition(done, "Ready")["reason"] == "Completed"  # type: ignore[index]
             assert condition(done, "Recovering")["status"] == "False"  # type: ignore[index]
@@ -458,12 +459,7 @@ async def test_approvals_from_gitops_and_kubectl_belay_are_bound_to_the_payload_
         assert approved.returncode == 0, approved.stderr
         assert pending["payloadSha256"] in approved.stdout
 
-        done = wait_for(
-            lambda: (s := session_status(kube, name)).get("phase") in ("Succeeded", "Failed") and s,
-            "the session to end",
-            timeout=600,
-            describe=describe,
-        )
+        done = wait_for_session_end(kube, NAMESPACE, name, timeout=600, describe=describe)
         assert done["phase"] == "Succeeded"
         spec_approvals = kubectl_json(kube, "get", "agentsession", name, "-n", NAMESPACE)["spec"]["approvals"]
         assert spec_approvals[-1]["payloadSha256"] == pending["payloadSha256"]
@@ -650,12 +646,7 @@ async def test_a_lost_sandbox_pod_is_replaced_and_restored_in_the_same_attempt(
             ), warnings
             os.kill(kubelet.pods[f"{name}-harness-0"].process.pid, signal.SIGCONT)
 
-            done = wait_for(
-                lambda: (s := session_status(kube, name)).get("phase") in ("Succeeded", "Failed") and s,
-                "the session to end",
-                timeout=600,
-                describe=describe,
-            )
+            done = wait_for_session_end(kube, NAMESPACE, name, timeout=600, describe=describe)
             assert done["phase"] == "Succeeded", describe()
             assert condition(done, "Recovering")["status"] == "False"  # type: ignore[index]
             # The same attempt finished the session: no other harness pod ever started.
