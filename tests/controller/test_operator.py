@@ -25,7 +25,7 @@ from belay.controller import names
 from belay.controller.desired import ENV_SANDBOX_ENDPOINTS
 from belay.controller.kube import load_api_client
 from belay.controller.settings import OperatorSettings
-from belay.harness.loop import FAULT_ENV
+from belay.harness.attempt import FAULT_ENV
 from belay.journal.events import (
     Checkpoint,
     Event,
