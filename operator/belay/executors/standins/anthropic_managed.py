@@ -41,7 +41,7 @@ Fault hooks (see `belay.executors.standins.common` for the shared ones):
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -49,22 +49,25 @@ from typing import ClassVar
 
 from aiohttp import web
 
+from belay.executors.standins import common
 from belay.executors.standins.common import (
     ApiError,
     DeleteSession,
     Fault,
     Frame,
     Json,
-    PlanError,
     RecoverSession,
+    RemoteSessionBase,
     RescheduleSession,
     RunningStandin,
     ScriptedRemoteAgent,
     SessionCounters,
     SessionFault,
     StandinServer,
+    T,
     TerminateSession,
     canonical,
+    header_tokens,
     iso_now,
     json_body,
     main,
@@ -73,8 +76,6 @@ from belay.executors.standins.common import (
     query_list,
     query_order,
     remote_notes_name,
-    resolve_plan,
-    serve,
 )
 from belay.harness.models.scripted import ScriptedPlan
 
@@ -83,14 +84,12 @@ SENDABLE = ("user.message", "user.custom_tool_result", "user.interrupt")
 
 
 @dataclass
-class RemoteSession:
-    id: str
+class RemoteSession(RemoteSessionBase):
     agent: Json
     environment_id: str
     metadata: dict[str, str]
     title: str | None
     remote: ScriptedRemoteAgent
-    counters: SessionCounters
     created_at: str = field(default_factory=iso_now)
     updated_at: str = field(default_factory=iso_now)
     archived_at: str | None = None
@@ -135,7 +134,7 @@ class StoredFile:
     content: bytes
 
 
-class AnthropicManagedStandin(StandinServer):
+class AnthropicManagedStandin(StandinServer[RemoteSession]):
     provider: ClassVar[str] = "anthropic-managed"
     session_faults = (DeleteSession, RescheduleSession, RecoverSession, TerminateSession)
     base_path: ClassVar[str] = ""
@@ -145,7 +144,6 @@ class AnthropicManagedStandin(StandinServer):
     ) -> None:
         self.agents: dict[str, Json] = {}
         self.environments: dict[str, Json] = {}
-        self.sessions: dict[str, RemoteSession] = {}
         self.files: dict[str, StoredFile] = {}
         super().__init__(plan, faults=faults, api_key=api_key)
 
@@ -195,15 +193,13 @@ class AnthropicManagedStandin(StandinServer):
             raise ApiError(401, "invalid x-api-key")
         if request.path.startswith("/v1/files"):
             return
-        betas = [part.strip() for part in request.headers.get("anthropic-beta", "").split(",")]
-        if BETA not in betas:
+        if BETA not in header_tokens(request, "anthropic-beta"):
             raise ApiError(400, f"This endpoint requires the anthropic-beta header to include {BETA}.")
 
-    def has_session(self, session_id: str) -> bool:
-        return session_id in self.sessions
+    def session_not_found(self, session_id: str) -> ApiError:
+        return ApiError(404, f"session {session_id} not found")
 
-    def apply_session_fault(self, fault: SessionFault) -> None:
-        session = self.sessions[fault.session_id]
+    def apply_session_fault(self, session: RemoteSession, fault: SessionFault) -> None:
         if isinstance(fault, DeleteSession):
             self._delete(session)
         elif isinstance(fault, RescheduleSession):
@@ -260,10 +256,7 @@ class AnthropicManagedStandin(StandinServer):
         return web.json_response(agent)
 
     async def retrieve_agent(self, request: web.Request) -> web.Response:
-        agent_id = request.match_info["agent_id"]
-        if agent_id not in self.agents:
-            raise ApiError(404, f"agent {agent_id} not found")
-        return web.json_response(self.agents[agent_id])
+        return web.json_response(_named(self.agents, "agent", request.match_info["agent_id"]))
 
     async def create_environment(self, request: web.Request) -> web.Response:
         body = await json_body(request)
@@ -304,18 +297,9 @@ class AnthropicManagedStandin(StandinServer):
 
     async def retrieve_environment(self, request: web.Request) -> web.Response:
         environment_id = request.match_info["environment_id"]
-        if environment_id not in self.environments:
-            raise ApiError(404, f"environment {environment_id} not found")
-        return web.json_response(self.environments[environment_id])
+        return web.json_response(_named(self.environments, "environment", environment_id))
 
     # ---------------------------------------------------------------------------------- sessions
-
-    def _session(self, request: web.Request) -> RemoteSession:
-        session_id = request.match_info["session_id"]
-        session = self.sessions.get(session_id)
-        if session is None:
-            raise ApiError(404, f"session {session_id} not found")
-        return session
 
     def _snapshot(self, raw: object) -> Json:
         if isinstance(raw, str):
@@ -327,9 +311,8 @@ class AnthropicManagedStandin(StandinServer):
                 overrides = {}
         else:
             raise ApiError(400, "agent: an agent id or {type, id} is required")
-        if agent_id not in self.agents:
-            raise ApiError(404, f"agent {agent_id} not found")
-        agent = {**self.agents[agent_id], **overrides}
+        saved: Json = _named(self.agents, "agent", agent_id)
+        agent = {**saved, **overrides}
         for key in ("archived_at", "created_at", "updated_at", "metadata"):
             agent.pop(key, None)
         return agent
@@ -352,10 +335,7 @@ class AnthropicManagedStandin(StandinServer):
                     400, "initial_events takes user.message events only (the stand-in has no outcomes)"
                 )
             _check_sendable(event)
-        try:
-            remote = ScriptedRemoteAgent.for_metadata(self.plan, metadata)
-        except PlanError as error:
-            raise ApiError(400, str(error)) from None
+        remote = self.remote_agent(metadata)
         session = RemoteSession(
             id=new_id("sesn"),
             agent=agent,
@@ -365,22 +345,20 @@ class AnthropicManagedStandin(StandinServer):
             remote=remote,
             counters=SessionCounters(remote.subagent),
         )
-        self.sessions[session.id] = session
-        self.counters[session.id] = session.counters
-        self.sessions_created += 1
+        self.register(session)
         for event in initial:
             self._receive(session, event)
         return web.json_response(session.as_json())
 
     async def retrieve_session(self, request: web.Request) -> web.Response:
-        session = self._session(request)
+        session = self.session_of(request)
         answer = web.json_response(session.as_json())  # serialized now, before the read can change it
         self._read(session)
         return answer
 
     async def update_session(self, request: web.Request) -> web.Response:
         body = await json_body(request)
-        session = self._session(request)  # after the body: the session may have gone meanwhile
+        session = self.session_of(request)  # after the body: the session may have gone meanwhile
         if "metadata" in body:
             metadata = body["metadata"] or {}
             if metadata.get("belay_subagent") != session.metadata.get("belay_subagent"):
@@ -405,12 +383,12 @@ class AnthropicManagedStandin(StandinServer):
         return web.json_response(_page(request, rows, default_order="desc", default_limit=20, maximum=1000))
 
     async def delete_session(self, request: web.Request) -> web.Response:
-        session = self._session(request)
+        session = self.session_of(request)
         self._delete(session)
         return web.json_response({"id": session.id, "type": "session_deleted"})
 
     async def archive_session(self, request: web.Request) -> web.Response:
-        session = self._session(request)
+        session = self.session_of(request)
         if session.archived_at is None:
             session.archived_at = iso_now()
             if session.status != "terminated":
@@ -419,15 +397,13 @@ class AnthropicManagedStandin(StandinServer):
 
     def _delete(self, session: RemoteSession) -> None:
         self._emit(session, {"type": "session.deleted"})
-        del self.sessions[session.id]
-        session.counters.status = "deleted"
-        self.end_streams(session.id)
+        self.forget(session)
 
     # ------------------------------------------------------------------------------------ events
 
     async def send_events(self, request: web.Request) -> web.Response:
         body = await json_body(request)
-        session = self._session(request)  # after the body: the session may have gone meanwhile
+        session = self.session_of(request)  # after the body: the session may have gone meanwhile
         events = body.get("events")
         if not isinstance(events, list) or not events or not all(isinstance(e, dict) for e in events):
             raise ApiError(400, "events must be a non-empty list of event objects")
@@ -579,7 +555,7 @@ class AnthropicManagedStandin(StandinServer):
         self._emit(session, {"type": "session.status_terminated"})
 
     async def list_events(self, request: web.Request) -> web.Response:
-        session = self._session(request)
+        session = self.session_of(request)
         types = set(query_list(request, "types"))
         bounds = {
             name: _parse_time(request.query[f"created_at[{name}]"])
@@ -595,17 +571,10 @@ class AnthropicManagedStandin(StandinServer):
         self._read(session)
         return answer
 
-    async def stream_events(self, request: web.Request) -> web.StreamResponse:
-        session = self._session(request)
-        return await self.drain(request, self.subscribe(session.id))
-
     # ------------------------------------------------------------------------------------- files
 
     def _file(self, request: web.Request) -> StoredFile:
-        file_id = request.match_info["file_id"]
-        if file_id not in self.files:
-            raise ApiError(404, f"file {file_id} not found")
-        return self.files[file_id]
+        return _named(self.files, "file", request.match_info["file_id"])
 
     async def list_files(self, request: web.Request) -> web.Response:
         scope_id = request.query.get("scope_id")
@@ -624,6 +593,12 @@ class AnthropicManagedStandin(StandinServer):
     async def download_file(self, request: web.Request) -> web.Response:
         stored = self._file(request)
         return web.Response(body=stored.content, content_type="application/octet-stream")
+
+
+def _named(table: dict[str, T], what: str, name: str) -> T:
+    if name not in table:
+        raise ApiError(404, f"{what} {name} not found")
+    return table[name]
 
 
 def _check_sendable(event: Json) -> None:
@@ -678,14 +653,12 @@ def _page(
     return {"data": data, "next_page": f"page_{data[-1]['id']}" if more else None, "prev_page": None}
 
 
-@contextlib.asynccontextmanager
-async def running(
+def running(
     plan: ScriptedPlan | Path | str, *, faults: Iterable[Fault | Json] = (), api_key: str | None = None
-) -> AsyncIterator[RunningStandin]:
+) -> contextlib.AbstractAsyncContextManager[RunningStandin]:
     """A Claude Managed Agents stand-in on 127.0.0.1 (a free port) following `plan`; yields its
     handle, whose `base_url` has no `/v1` (the SDK's paths carry it)."""
-    async with serve(AnthropicManagedStandin(resolve_plan(plan), faults=faults, api_key=api_key)) as standin:
-        yield standin
+    return common.running(AnthropicManagedStandin, plan, faults=faults, api_key=api_key)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -337,7 +337,23 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
-class StandinServer:
+@dataclass
+class RemoteSessionBase:
+    """What every remote session has, whatever the provider."""
+
+    id: str
+    counters: SessionCounters
+
+
+SessionT = TypeVar("SessionT", bound=RemoteSessionBase)
+
+
+def header_tokens(request: web.Request, name: str) -> list[str]:
+    """The comma-separated values of a header (a beta header may name several betas)."""
+    return [part.strip() for part in request.headers.get(name, "").split(",")]
+
+
+class StandinServer(Generic[SessionT]):
     """The parts of a stand-in that do not depend on the provider's wire format."""
 
     provider: ClassVar[str]
@@ -349,6 +365,7 @@ class StandinServer:
     ) -> None:
         self.plan = plan
         self.api_key = api_key
+        self.sessions: dict[str, SessionT] = {}
         self.counters: dict[str, SessionCounters] = {}
         self.sessions_created = 0
         self.armed: list[CutStream | ServerError | DuplicateEvent] = []
@@ -372,11 +389,41 @@ class StandinServer:
         """Raise `ApiError` when the request lacks what the provider requires (key, beta header)."""
         raise NotImplementedError
 
-    def apply_session_fault(self, fault: SessionFault) -> None:
+    def apply_session_fault(self, session: SessionT, fault: SessionFault) -> None:
         raise NotImplementedError
 
-    def has_session(self, session_id: str) -> bool:
+    def session_not_found(self, session_id: str) -> ApiError:
         raise NotImplementedError
+
+    # -- sessions
+
+    def remote_agent(self, metadata: dict[str, str]) -> ScriptedRemoteAgent:
+        try:
+            return ScriptedRemoteAgent.for_metadata(self.plan, metadata)
+        except PlanError as error:
+            raise ApiError(400, str(error)) from None
+
+    def register(self, session: SessionT) -> None:
+        self.sessions[session.id] = session
+        self.counters[session.id] = session.counters
+        self.sessions_created += 1
+
+    def session_of(self, request: web.Request) -> SessionT:
+        session_id = request.match_info["session_id"]
+        if session_id not in self.sessions:
+            raise self.session_not_found(session_id)
+        return self.sessions[session_id]
+
+    def forget(self, session: SessionT) -> None:
+        """The session is deleted: requests about it answer 404, its streams end; its counters stay."""
+        del self.sessions[session.id]
+        session.counters.status = "deleted"
+        self.end_streams(session.id)
+
+    async def stream_events(self, request: web.Request) -> web.StreamResponse:
+        """The session's live event stream: what happens from now on."""
+        session = self.session_of(request)
+        return await self.drain(request, self.subscribe(session.id))
 
     # -- counters and faults
 
@@ -395,9 +442,9 @@ class StandinServer:
         if isinstance(fault, SessionFault):
             if not isinstance(fault, self.session_faults):
                 raise FaultRefused(f"the {self.provider} stand-in has no fault {fault.kind!r}")
-            if not self.has_session(fault.session_id):
+            if fault.session_id not in self.sessions:
                 raise FaultRefused(f"no session {fault.session_id}")
-            self.apply_session_fault(fault)
+            self.apply_session_fault(self.sessions[fault.session_id], fault)
             self.served.append(fault.model_dump())
             return
         if isinstance(fault, ServerError) and fault.after_apply and fault.method not in ("POST", "DELETE"):
@@ -601,7 +648,7 @@ T = TypeVar("T")
 class RunningStandin:
     """A stand-in listening on loopback. Its methods may be called from any thread."""
 
-    def __init__(self, server: StandinServer, base_url: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, server: StandinServer[Any], base_url: str, loop: asyncio.AbstractEventLoop) -> None:
         self.server = server
         self.base_url = base_url
         self._loop = loop
@@ -636,8 +683,21 @@ class RunningStandin:
 
 
 @contextlib.asynccontextmanager
+async def running(
+    server_class: type[StandinServer[Any]],
+    plan: ScriptedPlan | Path | str,
+    *,
+    faults: Iterable[Fault | Json] = (),
+    api_key: str | None = None,
+) -> AsyncIterator[RunningStandin]:
+    """A stand-in of `server_class` on 127.0.0.1 (a free port) following `plan`; yields its handle."""
+    async with serve(server_class(resolve_plan(plan), faults=faults, api_key=api_key)) as standin:
+        yield standin
+
+
+@contextlib.asynccontextmanager
 async def serve(
-    server: StandinServer, *, host: str = "127.0.0.1", port: int = 0
+    server: StandinServer[Any], *, host: str = "127.0.0.1", port: int = 0
 ) -> AsyncIterator[RunningStandin]:
     """Run `server` on host:port (0: a free port) for the duration of the block."""
     runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=5)
@@ -666,7 +726,7 @@ def read_ready_file(path: Path) -> StandinReady:
     return StandinReady.model_validate_json(path.read_text())
 
 
-async def _serve_forever(server: StandinServer, host: str, port: int, ready_file: Path | None) -> None:
+async def _serve_forever(server: StandinServer[Any], host: str, port: int, ready_file: Path | None) -> None:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
@@ -680,7 +740,7 @@ async def _serve_forever(server: StandinServer, host: str, port: int, ready_file
         await stopping.wait()
 
 
-def main(server_class: type[StandinServer], module: str, argv: list[str] | None = None) -> None:
+def main(server_class: type[StandinServer[Any]], module: str, argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog=f"python -m {module}",
         description=f"The {server_class.provider} stand-in: serve its wire format on loopback.",

@@ -40,13 +40,14 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from aiohttp import web
 
+from belay.executors.standins import common
 from belay.executors.standins.common import (
     ApiError,
     DeleteSession,
@@ -54,7 +55,7 @@ from belay.executors.standins.common import (
     Fault,
     Frame,
     Json,
-    PlanError,
+    RemoteSessionBase,
     RunningStandin,
     ScriptedRemoteAgent,
     SessionCounters,
@@ -62,14 +63,13 @@ from belay.executors.standins.common import (
     StandinServer,
     canonical,
     digest,
+    header_tokens,
     json_body,
     main,
     new_id,
     query_limit,
     query_order,
     remote_notes_name,
-    resolve_plan,
-    serve,
     unix_now,
 )
 from belay.harness.models.base import ToolCall
@@ -93,14 +93,12 @@ class Artifact:
 
 
 @dataclass
-class RemoteSession:
-    id: str
+class RemoteSession(RemoteSessionBase):
     agent: Json
     environment: Json
     environment_id: str
     metadata: dict[str, str]
     remote: ScriptedRemoteAgent
-    counters: SessionCounters
     created_at: int = field(default_factory=unix_now)
     last_active_at: int = field(default_factory=unix_now)
     status: str = "idle"
@@ -165,16 +163,10 @@ def _usage() -> Json:
     }
 
 
-class OpenAIAgentsStandin(StandinServer):
+class OpenAIAgentsStandin(StandinServer[RemoteSession]):
     provider: ClassVar[str] = "openai-agents"
     session_faults = (DeleteSession, FailSession)
     base_path: ClassVar[str] = "/v1"
-
-    def __init__(
-        self, plan: ScriptedPlan, *, faults: Iterable[Fault | Json] = (), api_key: str | None = None
-    ) -> None:
-        self.sessions: dict[str, RemoteSession] = {}
-        super().__init__(plan, faults=faults, api_key=api_key)
 
     # ------------------------------------------------------------------------ StandinServer hooks
 
@@ -216,28 +208,19 @@ class OpenAIAgentsStandin(StandinServer):
             )
         if self.api_key is not None and key.strip() != self.api_key:
             raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key")
-        betas = [part.strip() for part in request.headers.get("OpenAI-Beta", "").split(",")]
-        if BETA_HEADER not in betas:
+        if BETA_HEADER not in header_tokens(request, "OpenAI-Beta"):
             raise ApiError(400, f"This endpoint requires the OpenAI-Beta: {BETA_HEADER} header.")
 
-    def has_session(self, session_id: str) -> bool:
-        return session_id in self.sessions
+    def session_not_found(self, session_id: str) -> ApiError:
+        return ApiError(404, f"No session found with id '{session_id}'.", code="not_found")
 
-    def apply_session_fault(self, fault: SessionFault) -> None:
-        session = self.sessions[fault.session_id]
+    def apply_session_fault(self, session: RemoteSession, fault: SessionFault) -> None:
         if isinstance(fault, DeleteSession):
-            self._delete(session)
+            self.forget(session)
         elif isinstance(fault, FailSession):
             self._fail(session, fault.message)
 
     # ---------------------------------------------------------------------------------- sessions
-
-    def _session(self, request: web.Request) -> RemoteSession:
-        session_id = request.match_info["session_id"]
-        session = self.sessions.get(session_id)
-        if session is None:
-            raise ApiError(404, f"No session found with id '{session_id}'.", code="not_found")
-        return session
 
     async def create_session(self, request: web.Request) -> web.StreamResponse:
         body = await json_body(request)
@@ -251,10 +234,7 @@ class OpenAIAgentsStandin(StandinServer):
         messages = _input_messages(raw_input) if raw_input is not None else None
         if messages is None and (environment["type"] == "none" or stream):
             raise ApiError(400, "input is required when environment.type is none or stream is true.")
-        try:
-            remote = ScriptedRemoteAgent.for_metadata(self.plan, metadata)
-        except PlanError as error:
-            raise ApiError(400, str(error)) from None
+        remote = self.remote_agent(metadata)
         session = RemoteSession(
             id=new_id("sess"),
             agent=agent,
@@ -264,9 +244,7 @@ class OpenAIAgentsStandin(StandinServer):
             remote=remote,
             counters=SessionCounters(remote.subagent),
         )
-        self.sessions[session.id] = session
-        self.counters[session.id] = session.counters
-        self.sessions_created += 1
+        self.register(session)
         events = self.subscribe(session.id) if stream else None
         self._emit(session, {"type": "agent.session.created", "session": session.as_json()})
         if messages is not None:
@@ -280,11 +258,11 @@ class OpenAIAgentsStandin(StandinServer):
         return web.json_response(session.as_json())
 
     async def retrieve_session(self, request: web.Request) -> web.Response:
-        return web.json_response(self._session(request).as_json())
+        return web.json_response(self.session_of(request).as_json())
 
     async def update_session(self, request: web.Request) -> web.Response:
         body = await json_body(request)
-        session = self._session(request)  # after the body: the session may have gone meanwhile
+        session = self.session_of(request)  # after the body: the session may have gone meanwhile
         if "metadata" in body:
             metadata = _metadata(body["metadata"])
             if metadata.get("belay_subagent") != session.metadata.get("belay_subagent"):
@@ -315,24 +293,15 @@ class OpenAIAgentsStandin(StandinServer):
         return web.json_response(_page(request, chosen))
 
     async def delete_session(self, request: web.Request) -> web.Response:
-        session = self._session(request)
-        self._delete(session)
+        session = self.session_of(request)
+        self.forget(session)
         return web.json_response({"id": session.id, "object": "agent.session.deleted", "deleted": True})
-
-    def _delete(self, session: RemoteSession) -> None:
-        del self.sessions[session.id]
-        session.counters.status = "deleted"
-        self.end_streams(session.id)
 
     # ------------------------------------------------------------------------------------ events
 
-    async def stream_events(self, request: web.Request) -> web.StreamResponse:
-        session = self._session(request)
-        return await self.drain(request, self.subscribe(session.id))
-
     async def post_events(self, request: web.Request) -> web.Response:
         body = await json_body(request)
-        session = self._session(request)  # after the body: the session may have gone meanwhile
+        session = self.session_of(request)  # after the body: the session may have gone meanwhile
         events = body.get("events")
         if not isinstance(events, list) or not events or not all(isinstance(e, dict) for e in events):
             raise ApiError(400, "events must be a non-empty list of objects.")
@@ -623,13 +592,13 @@ class OpenAIAgentsStandin(StandinServer):
     # ---------------------------------------------------------------------------------- history
 
     async def list_items(self, request: web.Request) -> web.Response:
-        return web.json_response(_page(request, self._session(request).items))
+        return web.json_response(_page(request, self.session_of(request).items))
 
     async def list_turns(self, request: web.Request) -> web.Response:
-        return web.json_response(_page(request, self._session(request).turns))
+        return web.json_response(_page(request, self.session_of(request).turns))
 
     def _turn(self, request: web.Request) -> tuple[RemoteSession, Json]:
-        session = self._session(request)
+        session = self.session_of(request)
         turn_id = request.match_info["turn_id"]
         for turn in session.turns:
             if turn["id"] == turn_id:
@@ -646,7 +615,7 @@ class OpenAIAgentsStandin(StandinServer):
         )
 
     def _artifact(self, request: web.Request) -> tuple[RemoteSession, Artifact]:
-        session = self._session(request)
+        session = self.session_of(request)
         artifact_id = request.match_info["artifact_id"]
         for artifact in session.artifacts:
             if artifact.meta["id"] == artifact_id:
@@ -654,7 +623,7 @@ class OpenAIAgentsStandin(StandinServer):
         raise ApiError(404, f"No artifact found with id '{artifact_id}'.", code="not_found")
 
     async def list_artifacts(self, request: web.Request) -> web.Response:
-        session = self._session(request)
+        session = self.session_of(request)
         environment_id = request.query.get("environment_id")
         metas = [
             artifact.meta
@@ -810,14 +779,12 @@ def _page(request: web.Request, rows: list[Json]) -> Json:
 # ----------------------------------------------------------------------------------------- entry
 
 
-@contextlib.asynccontextmanager
-async def running(
+def running(
     plan: ScriptedPlan | Path | str, *, faults: Iterable[Fault | Json] = (), api_key: str | None = None
-) -> AsyncIterator[RunningStandin]:
+) -> contextlib.AbstractAsyncContextManager[RunningStandin]:
     """An OpenAI Agents stand-in on 127.0.0.1 (a free port) following `plan`; yields its handle,
     whose `base_url` ends in `/v1`."""
-    async with serve(OpenAIAgentsStandin(resolve_plan(plan), faults=faults, api_key=api_key)) as standin:
-        yield standin
+    return common.running(OpenAIAgentsStandin, plan, faults=faults, api_key=api_key)
 
 
 if __name__ == "__main__":
