@@ -51,6 +51,7 @@ from aiohttp import web
 
 from belay.executors.standins import common
 from belay.executors.standins.common import (
+    SUBAGENT_METADATA_KEY,
     ApiError,
     DeleteSession,
     Fault,
@@ -361,8 +362,8 @@ class AnthropicManagedStandin(StandinServer[RemoteSession]):
         session = self.session_of(request)  # after the body: the session may have gone meanwhile
         if "metadata" in body:
             metadata = body["metadata"] or {}
-            if metadata.get("belay_subagent") != session.metadata.get("belay_subagent"):
-                raise ApiError(400, "metadata.belay_subagent cannot change once the session exists")
+            if metadata.get(SUBAGENT_METADATA_KEY) != session.metadata.get(SUBAGENT_METADATA_KEY):
+                raise ApiError(400, f"metadata.{SUBAGENT_METADATA_KEY} cannot change once the session exists")
             session.metadata = dict(metadata)
         if "title" in body:
             session.title = body["title"]

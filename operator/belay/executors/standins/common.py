@@ -731,12 +731,12 @@ async def _serve_forever(server: StandinServer[Any], host: str, port: int, ready
     loop = asyncio.get_running_loop()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stopping.set)
-    async with serve(server, host=host, port=port) as running:
+    async with serve(server, host=host, port=port) as standin:
         if ready_file is not None:
             temporary = ready_file.with_name(f".{ready_file.name}.{os.getpid()}.tmp")
-            temporary.write_text(StandinReady(base_url=running.base_url, pid=os.getpid()).model_dump_json())
+            temporary.write_text(StandinReady(base_url=standin.base_url, pid=os.getpid()).model_dump_json())
             os.replace(temporary, ready_file)
-        print(running.base_url, flush=True)
+        print(standin.base_url, flush=True)
         await stopping.wait()
 
 
@@ -754,7 +754,8 @@ def main(server_class: type[StandinServer[Any]], module: str, argv: list[str] | 
     try:
         plan = load_plan(options.plan)
     except PlanError as error:
-        print(f"error: {error}", file=sys.stderr)
+        problems = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+        print(f"error: {problems} (fix the plan file and start the stand-in again)", file=sys.stderr)
         raise SystemExit(2) from None
     server = server_class(plan, api_key=options.api_key)
     try:

@@ -49,6 +49,7 @@ from aiohttp import web
 
 from belay.executors.standins import common
 from belay.executors.standins.common import (
+    SUBAGENT_METADATA_KEY,
     ApiError,
     DeleteSession,
     FailSession,
@@ -265,8 +266,10 @@ class OpenAIAgentsStandin(StandinServer[RemoteSession]):
         session = self.session_of(request)  # after the body: the session may have gone meanwhile
         if "metadata" in body:
             metadata = _metadata(body["metadata"])
-            if metadata.get("belay_subagent") != session.metadata.get("belay_subagent"):
-                raise ApiError(400, "metadata.belay_subagent cannot change once the session exists.")
+            if metadata.get(SUBAGENT_METADATA_KEY) != session.metadata.get(SUBAGENT_METADATA_KEY):
+                raise ApiError(
+                    400, f"metadata.{SUBAGENT_METADATA_KEY} cannot change once the session exists."
+                )
             session.metadata = metadata
         if isinstance(body.get("agent"), dict):
             for key in ("instructions", "model", "service_tier"):
