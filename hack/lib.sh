@@ -55,10 +55,17 @@ begin_build() {
 }
 
 # ...and ends here: $bin_dir.partial becomes $bin_dir in one rename, so a cut build is never used.
+# Besides the wall time it records the CPU time of the build's processes (<label>.cpu.seconds),
+# which does not depend on what else the machine is doing.
 finish_build() {
-  local label=$1 bin_dir=$2
+  local label=$1 bin_dir=$2 cpu
   rm -rf "$bin_dir" && mv "$bin_dir.partial" "$bin_dir"
   record_build_time "$label" $((SECONDS - build_started))
+  # `times` prints the shell's own and its children's user and system time as "XmY.Zs"; in a pipe
+  # or $(...) it would run in a subshell and see no children, so it writes to a file.
+  times >"$work/times"
+  cpu=$(tail -1 "$work/times" | python3 -c 'import re,sys; print(round(sum(int(m)*60+float(s) for m,s in re.findall(r"(\d+)m([\d.]+)s", sys.stdin.read()))))')
+  record_build_time "$label.cpu" "$cpu"
   log "$label ready in $bin_dir"
 }
 

@@ -18,7 +18,9 @@ import yaml
 
 from belay.controller import names
 from belay.controller.settings import EgressTarget, OperatorSettings
+from belay.journal.events import Event
 from belay.local.tickets import TicketService, load_tickets
+from belay.stores.factory import open_event_store
 from tests.api.kubehelpers import REPO_ROOT
 from tests.controller.operator_process import agentsession_status, kubectl_json
 from tests.controller.sessions import EXAMPLE_MANIFEST
@@ -103,6 +105,18 @@ class SessionSetup:
             "data": {k: base64.b64encode(v.encode()).decode() for k, v in self.store_environment().items()},
         }
         self.cluster.apply([secret])
+
+    def events(self) -> list[Event]:
+        """The session's record as it is now, read from its event store."""
+
+        async def read() -> list[Event]:
+            store = open_event_store(self.events_url)
+            try:
+                return list(await store.read(SESSION))
+            finally:
+                await store.close()
+
+        return asyncio.run(read())
 
     def tickets_filed(self) -> int:
         return len(load_tickets(self.tickets_file)) if self.tickets_file.exists() else 0

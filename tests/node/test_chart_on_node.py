@@ -17,7 +17,6 @@ from tests.controller.operator_process import kubectl_json, wait_for, wait_for_s
 from tests.controller.test_chart import CHART, helm
 from tests.node.cluster import RESTRICTED, NodeCluster
 from tests.node.sessions import SESSION, STORE_SECRET, SessionSetup, new_setup, ticket_service
-from tests.node.test_sessions import read_events
 from tests.testenv.node import NODE_IP, NODE_NAME
 
 pytestmark = [pytest.mark.testenv, pytest.mark.node]
@@ -85,7 +84,7 @@ def test_the_chart_runs_the_operator_on_the_node_and_it_completes_a_session(
         node_cluster.apply([setup.manifest(approved=True)])
         done = wait_for_session_end(kube, setup.namespace, SESSION, timeout=600, describe=describe)
         assert done["phase"] == "Succeeded", describe()
-        assert steps_run_twice(read_events(setup)) == []
+        assert steps_run_twice(setup.events()) == []
         assert setup.tickets_filed() == 1
         # Every request the operator made was held to the chart's RBAC, and none was refused.
         logs = kube.kubectl("logs", "-n", OPERATOR_NAMESPACE, holder).stdout

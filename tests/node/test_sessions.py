@@ -10,7 +10,6 @@ fault; then the approval is given, as `kubectl belay approve` gives it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import secrets
@@ -21,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from belay.journal.events import Event, LifecycleKind, TaskEvent
+from belay.journal.events import Event, LifecycleKind
 from belay.journal.state import fold
 from belay.local.drill import steps_run_twice
-from belay.stores.factory import open_event_store
 from tests.api.kubehelpers import install_crds
 from tests.controller.operator_process import OperatorProcess, wait_for, wait_for_session_end
+from tests.controller.test_operator import completed_steps, steps_run_after
 from tests.node.cluster import NodeCluster
 from tests.node.sessions import SESSION, SessionSetup, new_setup, ticket_service
 from tests.testenv.node import NODE_NAME
@@ -99,37 +98,10 @@ def start_and_wait_for_approval(setup: SessionSetup) -> dict[str, dict[str, Any]
     return setup.running_pods()
 
 
-def read_events(setup: SessionSetup) -> list[Event]:
-    async def read() -> list[Event]:
-        store = open_event_store(setup.events_url)
-        try:
-            return list(await store.read(SESSION))
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
-
-
-def completed_steps(events: list[Event]) -> set[str]:
-    state = fold(events)
-    return {t.task_id for t in state.tasks.values() if t.status in ("done", "verified") and "/" in t.task_id}
-
-
 def lifecycle_seq(events: list[Event], kind: LifecycleKind) -> int | None:
     return next(
         (e.seq for e in events if e.type == "lifecycle" and getattr(e.payload, "kind", None) == kind), None
     )
-
-
-def steps_started_after(events: list[Event], seq: int) -> set[str]:
-    return {
-        e.payload.task_id
-        for e in events
-        if isinstance(e, TaskEvent)
-        and e.seq > seq
-        and e.payload.status == "running"
-        and "/" in e.payload.task_id
-    }
 
 
 def finish(setup: SessionSetup) -> dict[str, Any]:
@@ -182,7 +154,7 @@ def test_the_example_session_runs_in_real_containers_under_restricted(
     assert refused.returncode != 0 and "violates PodSecurity" in refused.stderr
 
     done = finish(session)
-    events = read_events(session)
+    events = session.events()
     assert steps_run_twice(events) == []
     assert {"fix.patch", "report.md"} <= set(fold(events).deliverables)
     assert {d["name"] for d in done["deliverables"]} >= {"fix.patch", "report.md"}
@@ -214,25 +186,25 @@ def kill_harness_process(setup: SessionSetup) -> LifecycleKind:
 )
 def test_the_session_completes_after_a_real_pod_is_lost(session: SessionSetup, fault: Any) -> None:
     start_and_wait_for_approval(session)
-    before = read_events(session)
-    done_before = completed_steps(before)
+    before = session.events()
+    done_before = completed_steps(fold(before))
     assert done_before, "the session waits after completed steps"
 
     kind = fault(session)
     wait_for(
         lambda: (
             session.status().get("phase") in ("Recovering", "Running", "WaitingOnUser")
-            and lifecycle_seq(read_events(session), kind) is not None
+            and lifecycle_seq(session.events(), kind) is not None
         ),
         f"the operator to record {kind.value}",
         timeout=180,
         describe=lambda: describe(session),
     )
     done = finish(session)
-    events = read_events(session)
+    events = session.events()
     lost = lifecycle_seq(events, kind)
     assert lost is not None
-    assert steps_started_after(events, lost).isdisjoint(done_before)
+    assert steps_run_after(events, lost).isdisjoint(done_before)
     assert steps_run_twice(events) == []
     assert session.tickets_filed() <= 1
     started = [e for e in events if getattr(e.payload, "kind", None) == LifecycleKind.HARNESS_STARTED]

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import ipaddress
 import json
 import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,7 @@ STATE_DIR = Path("/run/belay-node")
 KUBELET_ROOT = Path("/var/lib/belay-node/kubelet")
 LOCK_FILE = Path("/run/belay-node.lock")
 OWNER_WAIT_S = 1800.0
+KEPT_HARNESS_ARCHIVES = 2
 READY_TIMEOUT = 240.0
 CONTAINERD = "/usr/bin/containerd"
 CTR = "/usr/bin/ctr"
@@ -213,6 +216,21 @@ def record_processes(pids: list[tuple[int, int]]) -> None:
 def release_node() -> None:
     with _locked(), contextlib.suppress(FileNotFoundError):
         OWNER_FILE.unlink()
+
+
+def routes_into(cidr: str) -> list[str]:
+    """The machine's routes (any table) to destinations that overlap `cidr`."""
+    listed = subprocess.run(
+        ["ip", "-j", "route", "show", "table", "all"], capture_output=True, text=True, check=True
+    )
+    wanted = ipaddress.ip_network(cidr)
+    found = []
+    for route in json.loads(listed.stdout or "[]"):
+        destination = route.get("dst", "default")
+        with contextlib.suppress(ValueError):
+            if destination != "default" and ipaddress.ip_network(destination, strict=False).overlaps(wanted):
+                found.append(destination)
+    return found
 
 
 # --------------------------------------------------------------------------------------------------
@@ -502,7 +520,7 @@ class Node:
             host.unmount_under(folder)
             shutil.rmtree(folder, ignore_errors=True)
         STATE_DIR.mkdir(parents=True)
-        taken = [r for r in self.before.routes.splitlines() if r.startswith(POD_CIDR.split("/")[0][:-1])]
+        taken = routes_into(POD_CIDR)
         if BRIDGE in self.before.links or taken:
             raise RuntimeError(f"{BRIDGE} or a route into {POD_CIDR} already exists: {taken}")
         subprocess.run(["ip", "link", "add", BRIDGE, "type", "bridge"], check=True)
@@ -556,8 +574,17 @@ class Node:
         )
 
     def import_images(self, archives: list[ImageArchive]) -> None:
-        """Imports each image containerd does not have yet (its root persists in the cache)."""
+        """Imports each image containerd does not have yet (its root persists in the cache), and
+        drops the images of earlier builds (containerd then collects their content)."""
         present = set(self.ctr("images", "list", "--quiet").stdout.split())
+        wanted = {a.reference for a in archives}
+        stale = [
+            r
+            for r in present
+            if r not in wanted and r.startswith(("belay.local/", "docker.io/library/belay-"))
+        ]
+        if stale:
+            self.ctr("images", "remove", *stale)
         for archive in archives:
             if archive.reference not in present:
                 self.ctr("images", "import", str(archive.path))
@@ -826,7 +853,8 @@ def harness_image_archive(tag: str) -> ImageArchive:
     path = harness_archive_path(tag)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        engine = DockerEngine(path.parent)
+        logs = Path(tempfile.mkdtemp(prefix="belay-docker-save-"))
+        engine = DockerEngine(logs)
         try:
             engine.start()
             partial = path.with_suffix(".partial")
@@ -834,4 +862,10 @@ def harness_image_archive(tag: str) -> ImageArchive:
             partial.replace(path)
         finally:
             engine.stop()
+            shutil.rmtree(logs, ignore_errors=True)
+        # Each tag's archive is some 700 MB: keep this one and the one before (another checkout on
+        # the machine may be a version behind), not every tag ever built.
+        saved = sorted(path.parent.glob("belay-harness-*.tar"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in saved[KEPT_HARNESS_ARCHIVES:]:
+            old.unlink()
     return ImageArchive(f"docker.io/library/{tag}", path)
