@@ -535,6 +535,16 @@ class Node:
         process.start()
         return process
 
+    @staticmethod
+    def _wait_healthy(process: ManagedProcess, healthz_port: int) -> None:
+        wait_until(
+            lambda: healthy(f"http://127.0.0.1:{healthz_port}/healthz"),
+            process.name,
+            READY_TIMEOUT,
+            still_starting=process.running,
+            describe_failure=process.log_tail,
+        )
+
     def crictl(
         self, *args: str, timeout: float = 120, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
@@ -610,13 +620,7 @@ class Node:
                 "--v=1",
             ],
         )
-        wait_until(
-            lambda: healthy(f"http://127.0.0.1:{self.kubelet_healthz_port}/healthz"),
-            "kubelet",
-            READY_TIMEOUT,
-            still_starting=process.running,
-            describe_failure=process.log_tail,
-        )
+        self._wait_healthy(process, self.kubelet_healthz_port)
 
     def start_network(self, kubeconfig: Path) -> None:
         config = self.run_dir / "kube-proxy.yaml"
@@ -645,13 +649,7 @@ class Node:
                 "--v=1",
             ],
         )
-        wait_until(
-            lambda: healthy(f"http://127.0.0.1:{self.kube_proxy_healthz_port}/healthz"),
-            "kube-proxy",
-            READY_TIMEOUT,
-            still_starting=proxy.running,
-            describe_failure=proxy.log_tail,
-        )
+        self._wait_healthy(proxy, self.kube_proxy_healthz_port)
 
     def start(self, kube: ControlPlane, harness_image: ImageArchive | None) -> None:
         """containerd with the images, the kubelet (until the node is Ready and schedulable),
