@@ -18,6 +18,7 @@ point is replaced by a new attempt that reads the record and continues.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
@@ -61,6 +62,7 @@ from belay.journal.events import (
     Verification,
     Wait,
     WaitKind,
+    approval_claim,
     canonical_json,
     now_utc,
     sha256_of,
@@ -68,7 +70,7 @@ from belay.journal.events import (
 from belay.journal.recovery import RecoveryActionKind, recovery_plan
 from belay.journal.state import EMPTY, OperationRecord, SessionState, apply, operation_payload_sha256
 from belay.sandbox.client import SandboxError, SandboxReplaced, SandboxUnavailable
-from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, EventStore, StaleLease
+from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, ClaimTaken, EventStore, StaleLease
 
 HARNESS_VERSION = f"belay-harness/{__version__}"
 UNDECLARED_STATE = "UndeclaredState"
@@ -174,13 +176,18 @@ class Harness:
         )
 
     async def record(
-        self, payloads: Sequence[Payload], *, subagent: str | None = None, parent_seq: int | None = None
+        self,
+        payloads: Sequence[Payload],
+        *,
+        subagent: str | None = None,
+        parent_seq: int | None = None,
+        claim: str | None = None,
     ) -> list[Event]:
         drafts = [EventDraft(payload=p, actor=self.actor(subagent), parent_seq=parent_seq) for p in payloads]
         # One append at a time from this attempt, so a fault stop never freezes the process in the
         # middle of another subagent's write (and with the store's write lock held).
         async with self._append_lock:
-            events = await self.store.append(self.session_id, drafts, lease=self.lease)
+            events = await self.store.append(self.session_id, drafts, lease=self.lease, claim=claim)
             for event in events:
                 if self.on_event is not None:
                     self.on_event(event)
@@ -986,20 +993,22 @@ class Harness:
         grant = declared_grant(self.session.spec.approvals, request, approval_id, now_utc())
         record = (await self.state()).approvals[approval_id]
         if grant is not None and record.decision is None:
-            await self.record(
-                [
-                    Approval(
-                        approval_id=approval_id,
-                        operation_id=request.operation_id,
-                        payload_sha256=request.payload_sha256,
-                        granted=True,
-                        by="manifest",
-                        reason="approved in the AgentSession spec",
-                        expires_at=grant.expires_at,
-                    )
-                ],
-                subagent=sub.name,
-            )
+            with contextlib.suppress(ClaimTaken):  # decided by someone else first: read below
+                await self.record(
+                    [
+                        Approval(
+                            approval_id=approval_id,
+                            operation_id=request.operation_id,
+                            payload_sha256=request.payload_sha256,
+                            granted=True,
+                            by="manifest",
+                            reason="approved in the AgentSession spec",
+                            expires_at=grant.expires_at,
+                        )
+                    ],
+                    subagent=sub.name,
+                    claim=approval_claim(approval_id),
+                )
         while True:
             state = await self.state()
             decision = approval_state(state, request.operation_id, request.payload_sha256, now_utc())
