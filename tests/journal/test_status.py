@@ -161,7 +161,7 @@ def test_a_failed_recovery_is_stalled_with_its_reason() -> None:
             detail="verification differs after restore",
         ),
     )
-    assert status.phase == Phase.RECOVERING
+    assert status.phase == Phase.RECOVERY_FAILED
     c = conditions(status)
     assert c["Stalled"] == ("True", "UndeclaredState")
     assert c["Ready"] == ("False", Reason.RECOVERY_FAILED)

@@ -31,6 +31,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -49,6 +50,7 @@ from belay.stores.base import (
     MAX_PAYLOAD_BYTES,
     IdempotencyConflict,
     Lease,
+    LeaseRenewal,
     PayloadTooLarge,
     SessionDeleted,
     StaleLease,
@@ -102,6 +104,15 @@ CREATE TABLE IF NOT EXISTS latest_of_type (
     type       TEXT    NOT NULL,
     seq        INTEGER NOT NULL,
     PRIMARY KEY (session_id, type)
+) WITHOUT ROWID;
+"""
+
+# The last renewal of each session's lease: one row per session, overwritten by every renewal.
+LEASE_RENEWAL_SCHEMA = """
+CREATE TABLE IF NOT EXISTS lease_renewals (
+    session_id TEXT    NOT NULL PRIMARY KEY,
+    number     INTEGER NOT NULL,
+    renewed_at TEXT    NOT NULL
 ) WITHOUT ROWID;
 """
 
@@ -192,7 +203,7 @@ class SqliteEventStore:
             if str(mode).lower() != "wal":
                 raise StoreUnavailable(f"{self.path}: cannot switch to WAL mode (got {mode})")
             conn.execute("BEGIN IMMEDIATE")
-            for statement in SCHEMA.split(";"):
+            for statement in (SCHEMA + LEASE_RENEWAL_SCHEMA).split(";"):
                 if statement.strip():
                     conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -391,6 +402,38 @@ class SqliteEventStore:
 
         return await self._read(query)
 
+    async def renew_lease(self, session_id: str, lease: int) -> LeaseRenewal:
+        def renew(conn: sqlite3.Connection) -> LeaseRenewal:
+            row = conn.execute("SELECT number FROM leases WHERE session_id = ?", (session_id,)).fetchone()
+            current = row[0] if row is not None else 0
+            if row is None or lease != current:
+                raise StaleLease(
+                    f"renewal of lease {lease} of session {session_id!r}; the current lease is {current}"
+                )
+            renewal = LeaseRenewal(session_id=session_id, number=lease, renewed_at=now_utc())
+            conn.execute(
+                "INSERT INTO lease_renewals (session_id, number, renewed_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (session_id) DO UPDATE "
+                "SET number = excluded.number, renewed_at = excluded.renewed_at",
+                (session_id, lease, renewal.renewed_at.isoformat()),
+            )
+            return renewal
+
+        return await self._write(renew)
+
+    async def lease_renewal(self, session_id: str) -> LeaseRenewal | None:
+        def query(conn: sqlite3.Connection) -> LeaseRenewal | None:
+            row = conn.execute(
+                "SELECT number, renewed_at FROM lease_renewals WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            return LeaseRenewal(
+                session_id=session_id, number=int(row[0]), renewed_at=datetime.fromisoformat(row[1])
+            )
+
+        return await self._read(query)
+
     # ---------------------------------------------------------------------------------------------
 
     async def close(self) -> None:
@@ -439,7 +482,7 @@ def _events_in(
 
 def _delete_within(conn: sqlite3.Connection, session_id: str) -> None:
     """Every row of one session, inside the writer's open transaction (see GroupCommitWriter)."""
-    for table in ("events", "sessions", "idempotency", "leases", "latest_of_type"):
+    for table in ("events", "sessions", "idempotency", "leases", "latest_of_type", "lease_renewals"):
         conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
     conn.execute(
         "INSERT INTO deletions (session_id, count) VALUES (?, 1) "
