@@ -169,6 +169,8 @@ class Counts(StatusModel):
     invalid_results: int = 0
     checkpoints: int = 0
     notes: int = 0
+    model_calls: int = 0
+    tokens: int = 0  # input and output, as the model adapters recorded them
 
 
 RecoveredBy = Literal["resume", "operator"]
@@ -707,6 +709,8 @@ def session_status(
         invalid_results=sum(not r.valid for r in state.results.values()),
         checkpoints=state.checkpoint_count,
         notes=len(state.notes),
+        model_calls=state.model_calls,
+        tokens=state.input_tokens + state.output_tokens,
     )
 
     return SessionStatus(
