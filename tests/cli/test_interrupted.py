@@ -251,3 +251,30 @@ def test_the_brief_after_a_kill_tells_a_person_what_happened_and_what_to_run(
     resources = text.split("Resources\n", 1)[1]
     assert "sandbox implementer: not running (profile none); started by attempt 1" in resources
     assert "budget maxModelCalls: " in resources and " left of 200" in resources
+
+
+def test_a_terminated_run_stops_its_sandboxes_on_the_way_out(tmp_path: Path) -> None:
+    """SIGTERM (or SIGHUP) leaves the attempt time to stop its sandboxes: none is left for the
+    next command to find."""
+    process = start_belay(
+        tmp_path, "run", "--quiet", str(MANIFEST), stop_after="tool_request:implementer.fix.1"
+    )
+    try:
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while not is_stopped(process.pid):
+            assert process.poll() is None and time.monotonic() < deadline, "never reached the point"
+            time.sleep(0.005)
+        sandboxes = run_processes(tmp_path, besides={os.getpid(), process.pid})
+        assert sandboxes, "no sandbox process to stop"
+        os.kill(process.pid, signal.SIGTERM)
+        os.kill(process.pid, signal.SIGCONT)
+        assert process.wait(timeout=STOP_TIMEOUT_S) == 128 + signal.SIGTERM
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert not still_alive(sandboxes)
+    assert not list(tmp_path.glob("sessions/*/sandboxes/*/server.json"))
+    assert (
+        "stopped by SIGTERM; continue with `belay resume parser-fix`" in (tmp_path / "belay.log").read_text()
+    )

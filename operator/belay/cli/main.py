@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from belay.api.agentsession import ManifestError, load_manifest
+from belay.harness.attempt import HarnessResult
 from belay.journal.events import (
     Actor,
     Approval,
@@ -121,21 +122,30 @@ def print_progress(event: Event) -> None:
 def _run(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None:
     home = Context.home
     session = load_installed(home, session_id)
-    # A termination request ends the attempt the way Ctrl-C does: its sandboxes are stopped on the
-    # way out. (A SIGKILL leaves no way out: the next `belay` command stops them.)
-    for number in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(number, signal.default_int_handler)
-    try:
-        result = asyncio.run(
-            run_local(
-                home,
-                session,
-                on_event=None if quiet else print_progress,
-                with_ticket_service=with_ticket_service,
-            )
+    stopped_by: list[signal.Signals] = []
+
+    async def attempt() -> HarnessResult:
+        # A termination request cancels the attempt, which stops its sandboxes on the way out.
+        # (A SIGKILL leaves no way out: the next `belay` command stops them.)
+        running = asyncio.current_task()
+        assert running is not None
+
+        def stop(number: signal.Signals) -> None:
+            stopped_by.append(number)
+            running.cancel()
+
+        for number in (signal.SIGTERM, signal.SIGHUP):
+            asyncio.get_running_loop().add_signal_handler(number, stop, number)
+        return await run_local(
+            home, session, on_event=None if quiet else print_progress, with_ticket_service=with_ticket_service
         )
-    except KeyboardInterrupt:
-        raise fail(f"interrupted; continue with `belay resume {session_id}`", 130) from None
+
+    try:
+        result = asyncio.run(attempt())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        how = f"stopped by {stopped_by[0].name}" if stopped_by else "interrupted"
+        code = 128 + stopped_by[0] if stopped_by else 130
+        raise fail(f"{how}; continue with `belay resume {session_id}`", code) from None
     except Exception as error:
         raise fail(
             f"the harness stopped: {type(error).__name__}: {error}; "
