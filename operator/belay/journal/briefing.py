@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from belay.journal import commands
 from belay.journal.events import ArtifactRef, NoteKind, TaskStatus, WaitKind
 from belay.journal.state import NoteRecord, ResultRecord, SessionState, TaskRecord
-from belay.journal.status import Liveness, Phase, interruption_of, phase_of
+from belay.journal.status import Interruption, Liveness, Phase, interruption_of, phase_of
 
 LIST_LIMIT = 8  # entries per section before "... and N more"
 STEP_LIMIT = 12
@@ -145,27 +145,6 @@ class CheckpointItem(Model):
     next_step: str | None
 
 
-class InterruptedOperationItem(Model):
-    operation_id: str
-    tool: str
-    effect: str
-    subagent: str | None = None
-    settled: str  # "interrupted, will be settled on resume: ..."
-
-
-class InterruptionItem(Model):
-    """No attempt proves it is alive: since when, what it was doing, and what comes next."""
-
-    attempt: int
-    since: datetime | None
-    why: str
-    doing: str
-    command: str | None  # the exact command to run next (None: the operator recovers it)
-    next: str
-    operations: list[InterruptedOperationItem]
-    operations_omitted: int = 0
-
-
 class SandboxItem(Model):
     """One subagent's sandbox: where it runs, its network profile, and whether it is alive."""
 
@@ -213,7 +192,7 @@ class Briefing(Model):
     findings_omitted: int = 0
     last_scope_change: InvalidationItem | None
     recovery: RecoveryItem
-    interruption: InterruptionItem | None = None
+    interruption: Interruption | None = None  # no attempt proves it is alive
     sandboxes: list[SandboxItem] = []
     budgets: list[BudgetItem] = []
     checkpoints: list[CheckpointItem] = []  # every subagent's last verified checkpoint
@@ -349,7 +328,7 @@ def briefing(
             )
         )
 
-    interruption = _interruption_item(state, liveness)
+    interruption = interruption_of(state, liveness)
     if interruption is not None:
         running = []  # nothing runs: what the dead attempt left open is listed under the interruption
 
@@ -475,31 +454,6 @@ def briefing(
 
 # --------------------------------------------------------------------------------------------------
 # Liveness and resources
-
-
-def _interruption_item(state: SessionState, liveness: Liveness | None) -> InterruptionItem | None:
-    found = interruption_of(state, liveness)
-    if found is None:
-        return None
-    return InterruptionItem(
-        attempt=found.attempt,
-        since=found.since,
-        why=found.why,
-        doing=found.doing,
-        command=found.command,
-        next=found.next,
-        operations=[
-            InterruptedOperationItem(
-                operation_id=o.operation_id,
-                tool=o.tool,
-                effect=o.effect.value,
-                subagent=o.subagent,
-                settled=o.settled,
-            )
-            for o in found.operations
-        ],
-        operations_omitted=found.operations_omitted,
-    )
 
 
 def _sandbox_items(state: SessionState, observed: Sequence[SandboxItem]) -> list[SandboxItem]:

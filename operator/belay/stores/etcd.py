@@ -187,15 +187,15 @@ class SessionKeys:
         # Twenty digits: key order is seq order for every seq a 64-bit counter can hold.
         return b"%s%020d" % (self.events_prefix, seq)
 
+    @property
+    def renewal(self) -> bytes:
+        return self.root + b"renewal"
+
     def idem(self, key: str) -> bytes:
         return self.root + b"idem/" + quote(key, safe="").encode()
 
     def latest(self, event_type: str) -> bytes:
         return self.root + b"latest/" + event_type.encode()
-
-    @property
-    def renewal(self) -> bytes:
-        return self.root + b"renewal"
 
 
 @dataclass(slots=True)
