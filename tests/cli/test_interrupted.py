@@ -30,13 +30,14 @@ from pathlib import Path
 import pytest
 
 from belay.harness.attempt import fault_key
-from belay.journal.events import Event, WaitKind
+from belay.journal.events import Event, Lifecycle, LifecycleKind, UserInput, WaitKind
 from belay.journal.recovery import recovery_plan
 from belay.journal.state import fold
 from belay.local.drill import is_stopped, read_events, run_belay, start_belay
+from tests.cli.test_decisions import SESSION as DECISIONS
+from tests.cli.test_decisions import write
+from tests.cli.test_follow import dead_holder, take_lease
 from tests.harness.example import MANIFEST, SESSION, run_example
-
-pytestmark = pytest.mark.slow
 
 KILLS = 20
 SEED_ENV = "BELAY_KILL_SEED"
@@ -193,6 +194,7 @@ def problems_after(kill: Kill, home: Path) -> list[str]:
     return [f"{kill.point}: {p}" for p in problems]
 
 
+@pytest.mark.slow
 def test_right_after_any_kill_the_brief_says_interrupted_and_no_sandbox_outlives_it(
     reference: list[Event], tmp_path: Path
 ) -> None:
@@ -212,6 +214,7 @@ def test_right_after_any_kill_the_brief_says_interrupted_and_no_sandbox_outlives
     assert counted, f"{SEED_ENV}={seed}: no kill point had a sandbox process to count"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "point", ["tool_request:researcher.diagnose.4", "approval_request:implementer.publish.3"]
 )
@@ -253,6 +256,7 @@ def test_the_brief_after_a_kill_tells_a_person_what_happened_and_what_to_run(
     assert "budget maxModelCalls: " in resources and " left of 200" in resources
 
 
+@pytest.mark.slow
 def test_a_terminated_run_stops_its_sandboxes_on_the_way_out(tmp_path: Path) -> None:
     """SIGTERM (or SIGHUP) leaves the attempt time to stop its sandboxes: none is left for the
     next command to find."""
@@ -278,3 +282,30 @@ def test_a_terminated_run_stops_its_sandboxes_on_the_way_out(tmp_path: Path) -> 
     assert (
         "stopped by SIGTERM; continue with `belay resume parser-fix`" in (tmp_path / "belay.log").read_text()
     )
+
+
+def test_after_a_failed_recovery_the_brief_and_sessions_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # one table row per session
+    write(
+        tmp_path,
+        UserInput(goal="fix the parser"),
+        Lifecycle(kind=LifecycleKind.HARNESS_STARTED, attempt=1, lease=1),
+        Lifecycle(kind=LifecycleKind.HARNESS_LOST, attempt=1),
+        Lifecycle(kind=LifecycleKind.HARNESS_STARTED, attempt=2, lease=2),
+        Lifecycle(
+            kind=LifecycleKind.RECOVERY_FAILED,
+            attempt=2,
+            reason="UndeclaredState",
+            detail="re-running `make test` exited 1, the checkpoint recorded 0",
+        ),
+        Lifecycle(kind=LifecycleKind.HARNESS_FINISHED, attempt=2, reason="UndeclaredState"),
+    )
+    take_lease(tmp_path, dead_holder())
+    brief = json.loads(run_belay(tmp_path, "brief", DECISIONS, "--json").stdout)
+    assert brief["phase"] == "RecoveryFailed" and brief["interruption"] is None
+    assert brief["recovery"]["last_failure"].startswith("UndeclaredState: re-running `make test`")
+    listing = run_belay(tmp_path, "sessions").stdout
+    row = next(line for line in listing.splitlines() if DECISIONS in line)
+    assert "RecoveryFailed" in row and "recovery failed: UndeclaredState" in row

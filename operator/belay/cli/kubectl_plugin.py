@@ -110,7 +110,7 @@ def _resource_lines(
     last_verified: dict[str, dict[str, Any]] = {}
     for cp in sorted(checkpoints, key=lambda c: c["spec"]["seq"]):
         if cp["spec"]["verified"]:
-            last_verified[cp["spec"].get("subagent") or "-"] = cp["spec"]
+            last_verified[cp["spec"].get("subagent") or "the session"] = cp["spec"]
     for sub, spec in sorted(last_verified.items()):
         after = f", next: {spec['nextStep']}" if spec.get("nextStep") else ""
         lines.append(f"last verified checkpoint of {sub}: {spec['checkpointId']} (seq {spec['seq']}{after})")
