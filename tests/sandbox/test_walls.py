@@ -73,22 +73,24 @@ async def test_the_test_switch_is_refused_for_a_required_sandbox(
         await LocalSandbox.start(tmp_path, "worker", "none")
 
 
-def test_isolation_is_a_known_level_in_the_manifest() -> None:
-    def manifest(isolation: str) -> dict[str, object]:
-        return {
-            "apiVersion": "belay.dev/v1alpha1",
-            "kind": "AgentSession",
-            "metadata": {"name": "s"},
-            "spec": {
-                "request": {"goal": "g"},
-                "executor": {"type": "scripted", "plan": "p.yaml"},
-                "subagents": [{"name": "a", "isolation": isolation}],
-            },
-        }
+def manifest_with(isolation: str) -> dict[str, object]:
+    """One subagent whose plan says hello."""
+    return {
+        "apiVersion": "belay.dev/v1alpha1",
+        "kind": "AgentSession",
+        "metadata": {"name": "walls"},
+        "spec": {
+            "request": {"goal": "say hello"},
+            "executor": {"type": "scripted", "plan": "plan.yaml"},
+            "subagents": [{"name": "worker", "isolation": isolation}],
+        },
+    }
 
-    assert parse_manifest(manifest("best-effort")).spec.subagents[0].isolation == "best-effort"
+
+def test_isolation_is_a_known_level_in_the_manifest() -> None:
+    assert parse_manifest(manifest_with("best-effort")).spec.subagents[0].isolation == "best-effort"
     with pytest.raises(ManifestError, match="isolation"):
-        parse_manifest(manifest("none"))
+        parse_manifest(manifest_with("none"))
 
 
 async def test_the_server_reports_the_walls_it_observes(sandbox: LocalSandbox) -> None:
@@ -133,21 +135,10 @@ async def test_git_patch_and_python_work_inside(sandbox: LocalSandbox) -> None:
 
 
 def write_session(directory: Path, isolation: str) -> Path:
-    plan = {"subagents": {"worker": {"steps": [{"id": "hello", "title": "hello", "actions": [
-        {"tool": "run_command", "arguments": {"command": "echo hello"}}
-    ]}]}}}  # fmt: skip
-    manifest = {
-        "apiVersion": "belay.dev/v1alpha1",
-        "kind": "AgentSession",
-        "metadata": {"name": "walls"},
-        "spec": {
-            "request": {"goal": "say hello"},
-            "executor": {"type": "scripted", "plan": "plan.yaml"},
-            "subagents": [{"name": "worker", "isolation": isolation}],
-        },
-    }
+    hello = {"tool": "run_command", "arguments": {"command": "echo hello"}}
+    plan = {"subagents": {"worker": {"steps": [{"id": "hello", "title": "hello", "actions": [hello]}]}}}
     (directory / "plan.yaml").write_text(yaml.safe_dump(plan))
-    (directory / "session.yaml").write_text(yaml.safe_dump(manifest))
+    (directory / "session.yaml").write_text(yaml.safe_dump(manifest_with(isolation)))
     return directory / "session.yaml"
 
 

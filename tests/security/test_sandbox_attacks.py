@@ -101,10 +101,9 @@ async def test_the_other_sandbox_token_and_files_are_out_of_reach(scene: Scene) 
     judge(scene.mode, got_token and got_file, "read the other sandbox's token and workspace")
 
 
-# Runs inside the attacker's sandbox: finds the other sandbox's socket and token where a harness puts
-# them and asks that sandbox to write a file, as a command of its own would.
-DRIVE_OTHER_SANDBOX = """
-import glob, http.client, json, socket, sys
+# The attack scripts below speak HTTP to a sandbox server's Unix socket with this.
+UNIX_HTTP = """
+import http.client, socket
 class UnixConnection(http.client.HTTPConnection):
     def __init__(self, path):
         super().__init__("sandbox")
@@ -112,6 +111,14 @@ class UnixConnection(http.client.HTTPConnection):
     def connect(self):
         self.sock = socket.socket(socket.AF_UNIX)
         self.sock.connect(self.path)
+"""
+
+# Runs inside the attacker's sandbox: finds the other sandbox's socket and token where a harness puts
+# them and asks that sandbox to write a file, as a command of its own would.
+DRIVE_OTHER_SANDBOX = (
+    UNIX_HTTP
+    + """
+import glob, json, sys
 tokens = [open(path).read().strip() for d in sys.argv[1:] for path in glob.glob(d + "/token")]
 sockets = [path for d in sys.argv[1:] for path in glob.glob(d + "/*.sock") + glob.glob(d + "/run-*/*.sock")]
 sockets += glob.glob("/tmp/belay-sbx-*/*.sock")  # where a long socket path goes
@@ -127,6 +134,7 @@ for token in tokens:
             print(path, error)
 print(len(tokens), "tokens,", len(sockets), "sockets")
 """
+)
 
 
 async def test_the_other_sandbox_cannot_be_driven(scene: Scene) -> None:
@@ -159,16 +167,11 @@ async def test_another_process_environment_is_out_of_reach(scene: Scene) -> None
 # Runs inside the sandbox: everything a command can try to learn its own sandbox's token with (a
 # token file, the server's environment, the descriptor its command line names, its memory). Every
 # token-shaped string found is tried against the server, and the one it accepts is printed.
-STEAL_OWN_TOKEN = """
-import glob, http.client, os, re, socket
+STEAL_OWN_TOKEN = (
+    UNIX_HTTP
+    + """
+import glob, os, re
 TOKEN = re.compile(rb"(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{43}(?![A-Za-z0-9_-])")
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path):
-        super().__init__("sandbox")
-        self.path = path
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX)
-        self.sock.connect(self.path)
 def accepted(candidate):
     sockets = glob.glob("/run/belay/*.sock") + glob.glob("../*.sock") + glob.glob("/tmp/belay-sbx-*/*.sock")
     for path in sockets:
@@ -224,6 +227,7 @@ for data in sources:
                 raise SystemExit(0)
 print("no token among", len(tried), "candidates")
 """
+)
 
 
 async def test_the_sandbox_own_token_is_out_of_reach(scene: Scene) -> None:

@@ -170,14 +170,27 @@ def choose_walls(name: str, isolation_level: str) -> WallsChoice:
     return WallsChoice(False, f"NONE: {found.reason}; the subagent's `isolation: best-effort` accepted that")
 
 
+@dataclass(frozen=True)
+class StartRequest:
+    choice: WallsChoice
+    sandbox_dir: Path
+    number: int  # of the workspace, and of everything else this start makes
+    workspace: Path
+    token: str
+    profile: str
+    allowlist: tuple[str, ...]
+    record: ServerRecord
+    log_path: Path
+
+
 @dataclass
 class Started:
-    process: asyncio.subprocess.Process
-    endpoint: str
-    ready: ReadyFile
+    process: asyncio.subprocess.Process  # bwrap, or the server itself without walls
     record: ServerRecord
-    walls: str
-    walls_in_force: bool
+    endpoint: str = ""  # as the harness reaches it
+    ready: ReadyFile | None = None  # the server's own report, once it accepts requests
+    walls: str = ""
+    walls_in_force: bool = False
     run_dir: Path | None = None
     proxy: EgressProxy | None = None
 
@@ -207,6 +220,7 @@ class LocalSandbox:
         # The process the harness started and stops: bwrap, or the server itself without walls.
         self.pid = started.process.pid
         self.instance = instance
+        assert started.ready is not None
         self.network_isolated = started.ready.network_isolated
         self.isolation_detail = started.ready.detail
         self.walls = started.walls
@@ -252,18 +266,10 @@ class LocalSandbox:
         record = ServerRecord(instance=instance, workspace=str(workspace))
         record_path.write_text(record.model_dump_json())
         log_path = sandbox_dir / f"server-{number}.log"
-        launch = start_walled if choice.walled else start_plain
-        started = await launch(
-            choice=choice,
-            sandbox_dir=sandbox_dir,
-            number=number,
-            workspace=workspace,
-            token=token,
-            profile=profile,
-            allowlist=tuple(allowlist),
-            record=record,
-            log_path=log_path,
+        request = StartRequest(
+            choice, sandbox_dir, number, workspace, token, profile, tuple(allowlist), record, log_path
         )
+        started = await (start_walled if choice.walled else start_plain)(request)
         sandbox = cls(
             base_dir=base_dir,
             name=name,
@@ -332,37 +338,27 @@ async def kill_started(started: Started) -> None:
         shutil.rmtree(started.run_dir, ignore_errors=True)
 
 
-async def start_plain(
-    *,
-    choice: WallsChoice,
-    sandbox_dir: Path,
-    number: int,
-    workspace: Path,
-    token: str,
-    profile: str,
-    allowlist: tuple[str, ...],
-    record: ServerRecord,
-    log_path: Path,
-) -> Started:
+async def start_plain(request: StartRequest) -> Started:
     """The server as a plain process of the harness's user: no walls but the network namespace."""
+    sandbox_dir, number, record = request.sandbox_dir, request.number, request.record
     token_file = sandbox_dir / "token"
-    write_private(token_file, token)
+    write_private(token_file, request.token)
     socket_path = socket_path_for(sandbox_dir, number)
     ready_file = sandbox_dir / f"ready-{number}.json"
     ready_file.unlink(missing_ok=True)
-    with log_path.open("ab") as log:
+    with request.log_path.open("ab") as log:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "belay.sandbox.server",
             "--workspace",
-            str(workspace),
+            str(request.workspace),
             "--socket",
             str(socket_path),
             "--token-file",
             str(token_file),
             "--network-profile",
-            profile,
+            request.profile,
             "--ready-file",
             str(ready_file),
             stdin=subprocess.DEVNULL,
@@ -371,42 +367,31 @@ async def start_plain(
             env=sandbox_environment(record.instance),
             start_new_session=True,
         )
-    started = Started(
-        process, "", ReadyFile(pid=0, endpoint="", network_isolated=False, detail=""), record, "", False
-    )
+    started = Started(process, record, walls=request.choice.description)
     try:
-        ready = await wait_until_ready(process, ready_file, log_path)
+        started.ready = await wait_until_ready(process, ready_file, request.log_path)
     except BaseException:
         await kill_started(started)
         raise
-    record.pid, record.endpoint = process.pid, ready.endpoint
+    started.endpoint = started.ready.endpoint
+    record.pid, record.endpoint = process.pid, started.endpoint
     (sandbox_dir / "server.json").write_text(record.model_dump_json())
-    return Started(process, ready.endpoint, ready, record, choice.description, False)
+    return started
 
 
-async def start_walled(
-    *,
-    choice: WallsChoice,
-    sandbox_dir: Path,
-    number: int,
-    workspace: Path,
-    token: str,
-    profile: str,
-    allowlist: tuple[str, ...],
-    record: ServerRecord,
-    log_path: Path,
-) -> Started:
+async def start_walled(request: StartRequest) -> Started:
     """The server inside bubblewrap (see belay.sandbox.walls)."""
+    sandbox_dir, number, record = request.sandbox_dir, request.number, request.record
     bwrap = walls.bubblewrap_binary()
     if bwrap is None:
         raise WallsUnavailable("bubblewrap (bwrap) disappeared since it was found")
     run_dir = short_directory(sandbox_dir / f"run-{number}", "server.sock")
     walls.give_to_sandbox_user(run_dir)
-    walls.give_to_sandbox_user(workspace)
+    walls.give_to_sandbox_user(request.workspace)
     proxy = None
     egress_environment: dict[str, str] = {}
-    if profile == "allowlist":
-        rules = Allowlist.parse(allowlist)
+    if request.profile == "allowlist":
+        rules = Allowlist.parse(request.allowlist)
         egress_dir = short_directory(sandbox_dir / f"egress-{number}", "proxy.sock")
         proxy = await EgressProxy(
             rules, egress_dir / "proxy.sock", sandbox_dir / f"egress-{number}.log"
@@ -418,16 +403,16 @@ async def start_walled(
         }
     launch = walls.build_launch(
         bwrap=bwrap,
-        profile=profile,
-        workspace=workspace,
+        profile=request.profile,
+        workspace=request.workspace,
         run_dir=run_dir,
-        token=token,
+        token=request.token,
         instance_env={INSTANCE_ENV: record.instance},
         egress_socket=proxy.socket_path if proxy is not None else None,
         egress_environment=egress_environment,
     )
     try:
-        with log_path.open("ab") as log:
+        with request.log_path.open("ab") as log:
             process = await asyncio.create_subprocess_exec(
                 *launch.argv,
                 stdin=subprocess.DEVNULL,
@@ -446,14 +431,7 @@ async def start_walled(
         for descriptor in launch.pass_fds:
             os.close(descriptor)
     started = Started(
-        process,
-        f"unix://{run_dir / 'server.sock'}",
-        ReadyFile(pid=0, endpoint="", network_isolated=False, detail=""),
-        record,
-        "",
-        True,
-        run_dir,
-        proxy,
+        process, record, endpoint=f"unix://{run_dir / 'server.sock'}", run_dir=run_dir, proxy=proxy
     )
     try:
         status = await asyncio.wait_for(read_status(launch.status_fd), START_TIMEOUT_S)
@@ -463,8 +441,9 @@ async def start_walled(
             record.first_pid = int(status["child-pid"])
             record.first_start = walls.start_ticks(record.first_pid)
         (sandbox_dir / "server.json").write_text(record.model_dump_json())
-        started.ready = await wait_until_ready(process, run_dir / "ready.json", log_path)
-        started.walls = describe_walls(choice, status, profile)
+        started.ready = await wait_until_ready(process, run_dir / "ready.json", request.log_path)
+        started.walls = describe_walls(request.choice, status, request.profile)
+        started.walls_in_force = True
     except BaseException:
         await kill_started(started)
         raise

@@ -158,7 +158,8 @@ def _probe(binary: str | None, euid: int) -> Availability:
 def namespace_arguments(profile: str) -> list[str]:
     arguments = [
         "--new-session",  # no controlling terminal to inject keystrokes into
-        "--die-with-parent",  # the sandbox dies with the process that started it
+        # The sandbox dies with the thread that started it (the harness's event loop).
+        "--die-with-parent",
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
