@@ -226,7 +226,6 @@ class LocalSandbox:
         self.walls = started.walls
         self.walls_in_force = started.walls_in_force
         self.pid_namespace = started.record.namespace()
-        self.record = started.record
         self.client = SandboxClient(started.endpoint, token, instance=instance)
         self._started = started
 

@@ -13,7 +13,8 @@ itself. What the sandbox sees:
 - uid 65532: when `belay` runs as root, bwrap sets the sandbox up as root, then the server drops to
   65532 on the host before it reads anything; otherwise bwrap maps 65532 inside to the caller's uid
   (an unprivileged user cannot become another uid) in a user namespace that may not nest another;
-- a clean environment, the interpreter and the server's own code read-only under `/opt/belay`.
+- a clean environment; the interpreter (at its own path) and the server's own code (under
+  `/opt/belay`) read-only.
 
 Where bwrap is missing or the kernel refuses its namespaces, `availability()` says why: the sandbox
 then refuses to start unless the subagent accepts weaker walls (`isolation: best-effort`).
@@ -37,7 +38,7 @@ from pathlib import Path
 ISOLATION_LEVELS: tuple[str, ...] = ("required", "best-effort")
 
 # Tests only: "off" starts the sandbox without walls, to show that each security test fails without
-# them. Refused for a subagent whose isolation is `required`.
+# them. Refused for a subagent whose isolation is `required`. Unset (or "on"): the walls.
 WALLS_ENV = "BELAY_SANDBOX_WALLS"
 # Which bwrap to run (tests point it at a missing file to play a machine without bubblewrap).
 BWRAP_ENV = "BELAY_SANDBOX_BWRAP"
