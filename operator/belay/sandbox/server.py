@@ -78,12 +78,17 @@ async def serve_walled(
 ) -> None:
     from belay.sandbox.app import serve
 
+    forwarder = None
     if egress_socket is not None:
         from belay.sandbox.egress import forward_to_proxy
 
         # Listening before the server writes its ready file: a ready sandbox can reach the proxy.
-        await forward_to_proxy(walls.PROXY_PORT, egress_socket)
-    await serve(options, report)
+        forwarder = await forward_to_proxy(walls.PROXY_PORT, egress_socket)
+    try:
+        await serve(options, report)
+    finally:
+        if forwarder is not None:
+            forwarder.close()
 
 
 if __name__ == "__main__":
