@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import socket
 import struct
 import subprocess
@@ -48,10 +47,7 @@ class IsolationReport:
 
 
 def unshare_binary() -> str | None:
-    configured = os.environ.get(UNSHARE_ENV)
-    if configured is not None:
-        return configured if Path(configured).is_file() and os.access(configured, os.X_OK) else None
-    return shutil.which("unshare")
+    return walls.configured_binary(UNSHARE_ENV, "unshare")
 
 
 def current_netns() -> str:

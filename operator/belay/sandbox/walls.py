@@ -118,11 +118,16 @@ def privileged() -> bool:
     return os.geteuid() == 0
 
 
-def bubblewrap_binary() -> str | None:
-    configured = os.environ.get(BWRAP_ENV)
+def configured_binary(variable: str, name: str) -> str | None:
+    """The executable the variable names (None when it names nothing runnable), else `name` on PATH."""
+    configured = os.environ.get(variable)
     if configured is not None:
         return configured if Path(configured).is_file() and os.access(configured, os.X_OK) else None
-    return shutil.which("bwrap")
+    return shutil.which(name)
+
+
+def bubblewrap_binary() -> str | None:
+    return configured_binary(BWRAP_ENV, "bwrap")
 
 
 def availability() -> Availability:
