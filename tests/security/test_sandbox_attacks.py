@@ -64,10 +64,11 @@ async def scene(walls_mode: str, tmp_path: Path) -> AsyncIterator[Scene]:
     attacker = await LocalSandbox.start(base, "attacker", "none", isolation_level=isolation)
     assert attacker.walls_in_force is (walls_mode == WALLS)
     await victim.client.call("write_file", {"path": "secret.txt", "content": secret})
+    scene = Scene(walls_mode, home.root, secret, attacker, victim)
     try:
-        yield Scene(walls_mode, home.root, secret, attacker, victim)
+        yield scene
     finally:
-        await attacker.stop()
+        await scene.attacker.stop()  # the replacement, when a test replaced it
         await victim.stop()
 
 
