@@ -6,13 +6,16 @@ its payload hash; a sandbox call that finds its sandbox gone waits for a restore
 runs again by its effect class; an `unsafe` call whose outcome is unknown is probed or shown for
 reconciliation, never repeated blindly. The tools that run in the harness itself (deliverables,
 notes, plan steps and their checkpoints, waits, tickets) are in `belay.harness.harness_tools`.
+
+What a tool is asked and what it answers pass through the redactor (`belay.harness.redaction`)
+before they are recorded: no secret reaches the record.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -20,6 +23,7 @@ from belay.api.agentsession import ApprovalGrant, SubagentSpec
 from belay.harness.attempt import Attempt
 from belay.harness.models.base import ToolCall
 from belay.harness.recovery import Recovery
+from belay.harness.redaction import Redactor
 from belay.harness.tools import ToolSpec, tool_spec
 from belay.journal.approvals import ApprovalState, approval_state
 from belay.journal.events import (
@@ -59,6 +63,7 @@ class ToolRuntime:
     recovery: Recovery
     tickets: TicketClient | None = None
     poll_interval_s: float = 0.05
+    redactor: Redactor = field(default_factory=Redactor.from_environment)
 
     @property
     def session_id(self) -> str:
@@ -90,7 +95,9 @@ class ToolRuntime:
                 except SandboxError:
                     pass
                 break
-        arguments = await externalize_arguments(self.artifacts, arguments)
+        # The request runs as it is recorded: a secret in it is replaced before either.
+        redacted = await asyncio.to_thread(self.redactor.arguments, arguments)
+        arguments = await externalize_arguments(self.artifacts, redacted.value)
         return ToolRequest(
             operation_id=operation_id,
             tool=spec.name,
@@ -100,6 +107,7 @@ class ToolRuntime:
             subagent=sub.name,
             idempotency_key=operation_id if spec.effect == EffectClass.KEYED else None,
             payload_sha256=operation_payload_sha256(spec.name, arguments),
+            redactions=redacted.count,
         )
 
     def needs_approval(self, sub: SubagentSpec, tool: str) -> bool:
@@ -152,12 +160,23 @@ class ToolRuntime:
     async def tool_result(
         self, operation_id: str, ok: bool, output: Any, error: str | None = None
     ) -> ToolResult:
+        redacted = await asyncio.to_thread(self.redactor.output, [output, error])
+        output, error = redacted.value
         body = canonical_json(output)
         if len(body) > MAX_PAYLOAD_BYTES // 2:
             ref = await asyncio.to_thread(self.artifacts.put, body, media_type="application/json")
             summary = {"stored_as_artifact": ref.sha256, "size": ref.size}
-            return ToolResult(operation_id=operation_id, ok=ok, output=summary, error=error, output_ref=ref)
-        return ToolResult(operation_id=operation_id, ok=ok, output=output, error=error)
+            return ToolResult(
+                operation_id=operation_id,
+                ok=ok,
+                output=summary,
+                error=error,
+                output_ref=ref,
+                redactions=redacted.count,
+            )
+        return ToolResult(
+            operation_id=operation_id, ok=ok, output=output, error=error, redactions=redacted.count
+        )
 
     # ---------------------------------------------------------------------------------------------
     # Unsafe operations whose outcome is unknown
@@ -190,10 +209,10 @@ class ToolRuntime:
                         operation_id=op.operation_id,
                         outcome="reconciled",
                         succeeded=True,
-                        detail=f"{spec.reconcile_probe} found it: {probe[0]}",
+                        detail=f"{spec.reconcile_probe} found it: {probe[0].get('id', 'an effect')}",
                         by="probe",
                     ),
-                    ToolResult(operation_id=op.operation_id, ok=True, output=probe[0]),
+                    await self.tool_result(op.operation_id, True, probe[0]),
                 ],
                 subagent=sub.name,
                 parent_seq=op.request_seq,

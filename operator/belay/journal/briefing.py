@@ -5,7 +5,8 @@ scope change since; which steps are done and verified; what is running; what wai
 (approvals, decisions, reconciliations) with the exact command to act; what waits on an external
 condition; what is ready for review and where to download it; which findings are hypotheses and
 which are accepted decisions; which results the last scope change made invalid and which stay
-reusable; and the attempts, recoveries and unknown outcomes.
+reusable; the attempts, recoveries and unknown outcomes; and how many secrets were redacted before
+they were recorded.
 
 `briefing(state)` builds the `Briefing` model (its JSON is the JSON renderer); `render_text` and
 `render_markdown` print it. Every list is capped so a long session still fits on a page.
@@ -168,6 +169,7 @@ class Briefing(Model):
     last_scope_change: InvalidationItem | None
     recovery: RecoveryItem
     checkpoint: CheckpointItem | None
+    secrets_redacted: int = 0
 
 
 T = TypeVar("T")
@@ -419,6 +421,7 @@ def briefing(
         last_scope_change=last_change,
         recovery=recovery,
         checkpoint=checkpoint,
+        secrets_redacted=state.secrets_redacted,
     )
 
 
@@ -562,7 +565,20 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
         item(f"last verified checkpoint {cp.checkpoint_id} (covers seq {cp.covers_seq}{verification}{nxt})")
     else:
         item("no verified checkpoint yet")
+    rows += _redaction_rows(b)
     return rows
+
+
+def _redaction_rows(b: Briefing) -> list[tuple[int, str, str]]:
+    """A line for the secrets kept out of the record (`belay.harness.redaction`), when any were."""
+    if not b.secrets_redacted:
+        return []
+    count = b.secrets_redacted
+    what = f"{count} secret{'s' if count != 1 else ''} redacted"
+    return [
+        (0, "Secrets", "Secrets"),
+        (1, "", f"{what} from tool requests and results before they were recorded"),
+    ]
 
 
 def render_text(b: Briefing) -> str:

@@ -127,6 +127,7 @@ class ToolRequest(Payload):
     subagent: str | None = None
     idempotency_key: str | None = None  # passed to `keyed` tools
     payload_sha256: str = ""
+    redactions: int = 0  # secrets replaced in the arguments before they were recorded
 
 
 class ToolResult(Payload):
@@ -138,6 +139,7 @@ class ToolResult(Payload):
     output_ref: ArtifactRef | None = None
     result_id: str | None = None
     derived_from: DerivedFrom | None = None
+    redactions: int = 0  # secrets replaced in the output and error before they were recorded
 
 
 class ApprovalRequest(Payload):

@@ -306,6 +306,7 @@ class SessionState(BaseModel):
     latest_summary_seq: int | None = None
     input_tokens: int = 0
     output_tokens: int = 0
+    secrets_redacted: int = 0  # in tool requests and results, before they were recorded
 
     # ---- queries that read indexes only (cheap at any history length)
 
@@ -592,6 +593,8 @@ def _on_tool_request(s: SessionState, e: Any) -> Updates:
     }
     if p.step:
         updates["current_step"] = p.step
+    if p.redactions:
+        updates["secrets_redacted"] = s.secrets_redacted + p.redactions
     _note_subagent(s, updates, subagent, e.seq)
     return updates
 
@@ -619,6 +622,8 @@ def _on_tool_result(s: SessionState, e: Any) -> Updates:
     updates: Updates = {"operations": s.operations.set(p.operation_id, record)}
     if p.operation_id in s.open_operations:
         updates["open_operations"] = s.open_operations.delete(p.operation_id)
+    if p.redactions:
+        updates["secrets_redacted"] = s.secrets_redacted + p.redactions
     if p.result_id:
         _register_result(
             s,
