@@ -2,9 +2,10 @@
 
 It answers the questions of DESIGN.md section 1 from the folded state: what was asked and every
 scope change since; which steps are done and verified; what is running; what waits on the person
-(approvals, decisions, reconciliations) with the exact command to act; what waits on an external
-condition; what is ready for review and where to download it; which findings are hypotheses and
-which are accepted decisions; which results the last scope change made invalid and which stay
+(approvals, decisions, reconciliations) with the exact command to act; what needs a person's
+attention (an operation that took effect more than once); what waits on an external condition;
+what is ready for review and where to download it; which findings are hypotheses and which are
+accepted decisions; which results the last scope change made invalid and which stay
 reusable; the attempts, recoveries and unknown outcomes; and how many secrets were redacted before
 they were recorded.
 
@@ -74,6 +75,14 @@ class ActionItem(Model):
     alternative: str | None = None
     payload_sha256: str | None = None
     expires_at: datetime | None = None
+
+
+class RepeatedEffectItem(Model):
+    """An operation a reconcile probe found to have taken effect more than once."""
+
+    operation_id: str
+    tool: str
+    effects: list[str]
 
 
 class ExternalItem(Model):
@@ -156,6 +165,7 @@ class Briefing(Model):
     steps_omitted_verified: int = 0
     running: list[RunningItem]
     waiting_on_you: list[ActionItem]
+    needs_attention: list[RepeatedEffectItem] = []
     waiting_on_external: list[ExternalItem]
     ready_for_review: list[ReviewItem]
     artifact_store: str = ""
@@ -296,6 +306,15 @@ def briefing(
             )
         )
 
+    repeated = [
+        RepeatedEffectItem(
+            operation_id=op_id,
+            tool=state.operations[op_id].tool,
+            effects=list(state.operations[op_id].effects),
+        )
+        for op_id in sorted(state.repeated_effects, key=lambda o: (state.repeated_effects[o], o))
+    ]
+
     external = [
         ExternalItem(wait_id=w.wait_id, reason=w.reason, condition=w.condition)
         for w in state.open_wait_records()
@@ -408,6 +427,7 @@ def briefing(
         steps_omitted_verified=sum(t.status == TaskStatus.VERIFIED for t in omitted),
         running=running,
         waiting_on_you=actions,
+        needs_attention=repeated,
         waiting_on_external=external,
         ready_for_review=reviews,
         artifact_store=artifact_store,
@@ -500,6 +520,15 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
         item(f"run: {a.command}" + (f"  (or: {a.alternative})" if a.alternative else ""), 2)
     if not b.waiting_on_you:
         item("nothing")
+
+    if b.needs_attention:
+        head("Needs attention")
+        for repeated in b.needs_attention:
+            item(
+                f"{repeated.tool or 'operation'} {repeated.operation_id} took effect "
+                f"{len(repeated.effects)} times ({', '.join(repeated.effects)}): undo the extra ones in "
+                "that system by hand"
+            )
 
     head("Waiting on external conditions")
     for e in b.waiting_on_external:

@@ -274,6 +274,9 @@ class OperationOutcome(Payload):
     succeeded: bool | None = None
     detail: str = ""
     by: str = ""
+    # What a reconcile probe found, by the names the external system gave them: more than one is
+    # an operation that took effect more than once.
+    effects: tuple[str, ...] = ()
 
 
 class LifecycleKind(StrEnum):

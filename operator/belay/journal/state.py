@@ -122,6 +122,7 @@ class OperationRecord(Record):
     outcome_seq: int | None = None
     reconciled_succeeded: bool | None = None
     outcome_detail: str = ""
+    effects: tuple[str, ...] = ()  # what a reconcile probe found
 
     @property
     def has_result(self) -> bool:
@@ -278,6 +279,7 @@ class SessionState(BaseModel):
     open_operations: Map[str, int] = _empty_map()  # operation id -> request seq, no result yet
     unknown_outcomes: Map[str, int] = _empty_map()  # operation id -> seq marked unknown
     reconciled_operations: Map[str, int] = _empty_map()  # operation id -> seq reconciled
+    repeated_effects: Map[str, int] = _empty_map()  # operation id -> seq of a probe that found several
 
     approvals: Map[str, ApprovalRecord] = _empty_map()
     approvals_by_operation: Map[str, tuple[str, ...]] = _empty_map()
@@ -859,9 +861,12 @@ def _on_operation_outcome(s: SessionState, e: Any) -> Updates:
             "outcome_seq": e.seq,
             "reconciled_succeeded": p.succeeded if p.outcome == "reconciled" else None,
             "outcome_detail": p.detail,
+            "effects": p.effects or existing.effects,
         },
     )
     updates: Updates = {"operations": s.operations.set(p.operation_id, record)}
+    if len(p.effects) > 1:
+        updates["repeated_effects"] = s.repeated_effects.set(p.operation_id, e.seq)
     if p.outcome == "unknown":
         updates["unknown_outcomes"] = s.unknown_outcomes.set(p.operation_id, e.seq)
     else:
