@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from belay.harness.runtime import FENCE_ENV
 from belay.journal.events import OperationOutcomeEvent, ToolResultEvent
 from belay.local.drill import completed, is_stopped, read_events, run_belay, run_until, start_belay
 from belay.local.runtime import LocalHome
 from belay.local.tickets import TicketDraft, add_ticket, load_tickets
+from tests.scripted import write_scripted_session
 
 pytestmark = pytest.mark.slow
 
@@ -38,42 +38,17 @@ TRIALS = 20
 
 def ticket_session(directory: Path) -> Path:
     """One subagent whose plan files one ticket."""
-    plan = {
-        "subagents": {
-            "filer": {
-                "steps": [
-                    {
-                        "id": "file",
-                        "title": "File the ticket",
-                        "actions": [
-                            {
-                                "tool": "create_ticket",
-                                "arguments": {
-                                    "title": "parse() crashes on '='",
-                                    "body": "split on the first '='",
-                                },
-                            }
-                        ],
-                    }
-                ]
-            }
-        }
+    create = {
+        "tool": "create_ticket",
+        "arguments": {"title": "parse() crashes on '='", "body": "split on the first '='"},
     }
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "plan.yaml").write_text(yaml.safe_dump(plan))
-    manifest = {
-        "apiVersion": "belay.dev/v1alpha1",
-        "kind": "AgentSession",
-        "metadata": {"name": SESSION},
-        "spec": {
-            "request": {"goal": "File a ticket for the parser crash."},
-            "executor": {"type": "scripted", "plan": str(directory / "plan.yaml")},
-            "subagents": [{"name": "filer", "networkProfile": "none"}],
-        },
-    }
-    path = directory / "session.yaml"
-    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    return path
+    return write_scripted_session(
+        directory,
+        SESSION,
+        "File a ticket for the parser crash.",
+        [{"name": "filer", "networkProfile": "none"}],
+        {"filer": [{"id": "file", "title": "File the ticket", "actions": [create]}]},
+    )
 
 
 def tickets(home: Path) -> list[str]:

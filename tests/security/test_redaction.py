@@ -19,7 +19,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from belay.harness.redaction import (
     REDACTION_ENV,
@@ -31,6 +30,7 @@ from belay.harness.redaction import (
     redact_value,
 )
 from belay.local.drill import belay_command
+from tests.scripted import write_scripted_session
 
 SESSION = "leaky"
 
@@ -124,6 +124,13 @@ def test_every_held_value_is_replaced_wherever_it_appears() -> None:
             "Secret Keyword",
         ),
         ("DB_PASSWORD=correct-horse-battery-staple", "correct-horse-battery-staple", "Secret Keyword"),
+        ("DB_PASSWORD=!correct-horse", "!correct-horse", "Secret Keyword"),
+        (
+            "aws_secret_access_key = +Hq3/9xVbN2mK8pL0sT4uW7yZ1aC5eG6iJ+oR2dF",
+            "+Hq3/9xVbN2mK8pL0sT4uW7yZ1aC5eG6iJ+oR2dF",
+            "Secret Keyword",
+        ),
+        ("password: '#1 choice'", "#1 choice", "Secret Keyword"),
         ('{"password": "s3cr3t-Pa55word"}', "s3cr3t-Pa55word", "Secret Keyword"),
         (
             "git clone https://deploy:Xy7pQ2rT9wLm@git.example.com/repo.git",
@@ -251,8 +258,9 @@ def leaky_session(directory: Path, credentials: dict[str, str]) -> tuple[Path, d
     """A session whose tools read and print secrets. Returns the manifest and every secret value
     planted anywhere (the harness's environment and the files)."""
     files = {
-        "DATABASE_PASSWORD": _random(ALNUM, 20),
-        "aws_secret_access_key": _random(ALNUM + "/+", 40),
+        # Values that begin with punctuation too (detect-secrets' keyword pattern misses those).
+        "DATABASE_PASSWORD": "!" + _random(ALNUM, 19),
+        "aws_secret_access_key": "/" + _random(ALNUM + "/+", 39),
         "aws_access_key_id": "AKIA" + _random(string.ascii_uppercase + string.digits, 16),
         "STRIPE_SECRET_KEY": "sk_live_" + _random(ALNUM, 24),
     }
@@ -273,75 +281,57 @@ def leaky_session(directory: Path, credentials: dict[str, str]) -> tuple[Path, d
     (inputs / "notes.txt").write_text(
         f"deploy with {credentials['GITHUB_TOKEN']}\nthe backup key: {credentials['AWS_SECRET_ACCESS_KEY']}\n"
     )
-    plan = {
-        "subagents": {
-            "agent": {
-                "steps": [
-                    {
-                        "id": "look",
-                        "title": "Read the configuration",
-                        "actions": [
-                            {
-                                "tool": "run_command",
-                                "arguments": {"command": "cat .env aws/credentials notes.txt", "cwd": "cfg"},
-                            },
-                            {"tool": "read_file", "arguments": {"path": "cfg/.env"}},
-                            {"tool": "read_file", "arguments": {"path": "cfg/aws/credentials"}},
-                            {"tool": "read_file", "arguments": {"path": "cfg/notes.txt"}},
-                            {"tool": "run_command", "arguments": {"command": HARNESS_ENVIRONMENT}},
-                        ],
-                    },
-                    {
-                        "id": "use",
-                        "title": "Use a credential",
-                        "actions": [
-                            {
-                                "tool": "run_command",
-                                "arguments": {"command": f"echo token={credentials['GITHUB_TOKEN']}"},
-                            },
-                            {
-                                "tool": "write_file",
-                                "arguments": {
-                                    "path": "out/config.json",
-                                    "content": json.dumps({"openai": credentials["OPENAI_API_KEY"]}),
-                                },
-                            },
-                            {"tool": "read_file", "arguments": {"path": "out/config.json"}},
-                            {
-                                "tool": "record_note",
-                                "arguments": {
-                                    "note_id": "seen",
-                                    "kind": "finding",
-                                    "text": f"the key is {credentials['AWS_SECRET_ACCESS_KEY']}",
-                                },
-                            },
-                        ],
-                    },
-                ]
-            }
-        }
-    }
-    (directory / "plan.yaml").write_text(yaml.safe_dump(plan))
-    manifest = {
-        "apiVersion": "belay.dev/v1alpha1",
-        "kind": "AgentSession",
-        "metadata": {"name": SESSION},
-        "spec": {
-            "request": {"goal": "Read the service's configuration and report what it uses."},
-            "executor": {"type": "scripted", "plan": str(directory / "plan.yaml")},
-            "subagents": [
+    steps = [
+        {
+            "id": "look",
+            "title": "Read the configuration",
+            "actions": [
                 {
-                    "name": "agent",
-                    "networkProfile": "none",
-                    "inputs": [{"source": str(inputs), "target": "cfg"}],
-                    "declared": ["out/*"],
-                }
+                    "tool": "run_command",
+                    "arguments": {"command": "cat .env aws/credentials notes.txt", "cwd": "cfg"},
+                },
+                {"tool": "read_file", "arguments": {"path": "cfg/.env"}},
+                {"tool": "read_file", "arguments": {"path": "cfg/aws/credentials"}},
+                {"tool": "read_file", "arguments": {"path": "cfg/notes.txt"}},
+                {"tool": "run_command", "arguments": {"command": HARNESS_ENVIRONMENT}},
             ],
         },
+        {
+            "id": "use",
+            "title": "Use a credential",
+            "actions": [
+                {
+                    "tool": "run_command",
+                    "arguments": {"command": f"echo token={credentials['GITHUB_TOKEN']}"},
+                },
+                {
+                    "tool": "write_file",
+                    "arguments": {
+                        "path": "out/config.json",
+                        "content": json.dumps({"openai": credentials["OPENAI_API_KEY"]}),
+                    },
+                },
+                {"tool": "read_file", "arguments": {"path": "out/config.json"}},
+                {
+                    "tool": "record_note",
+                    "arguments": {
+                        "note_id": "seen",
+                        "kind": "finding",
+                        "text": f"the key is {credentials['AWS_SECRET_ACCESS_KEY']}",
+                    },
+                },
+            ],
+        },
+    ]
+    agent = {
+        "name": "agent",
+        "networkProfile": "none",
+        "inputs": [{"source": str(inputs), "target": "cfg"}],
+        "declared": ["out/*"],
     }
-    path = directory / "session.yaml"
-    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    return path, {**credentials, **files}
+    goal = "Read the service's configuration and report what it uses."
+    manifest = write_scripted_session(directory, SESSION, goal, [agent], {"agent": steps})
+    return manifest, {**credentials, **files}
 
 
 def belay(home: Path, environment: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -10,13 +10,13 @@ Two sources say what a secret is:
   (the sandbox tokens, the record key), and their contents are held. The marker names the
   variable. A credential inside any other variable (a password in a store URL) is found by the
   detectors below and held too.
-- **What looks like one** (`detect-secrets`, Yelp's maintained scanner): its token-format
+- **What looks like one** (`detect-secrets`, Yelp's scanner): its token-format
   detectors (AWS access key ids, GitHub, GitLab, OpenAI, Slack, Stripe, SendGrid, npm, PyPI,
-  Twilio, Discord and Telegram tokens, JWTs, private key headers, passwords in URLs, Azure
+  Twilio, Discord and Telegram tokens, JWTs, private keys (the whole block), passwords in URLs, Azure
   storage keys, ...), and for tool output its keyword detector for assignments (`password = x`,
   `aws_secret_access_key: x`, `DB_PASSWORD=x` in a `.env` file) with the library's filters for
-  what is not a value (`secret = get_secret()`, `${SECRET}`, `<password>`). The marker names the
-  detector's secret type.
+  what is not a value (`secret = get_secret()`, `${SECRET}`, `<password>`), plus the values it
+  misses because they begin with punctuation. The marker names the detector's secret type.
 
 What a tool is asked is scanned without the keyword detector: a request runs exactly as recorded
 (a resumed attempt repeats it from the record), so a false positive there would change what
@@ -61,9 +61,11 @@ CREDENTIAL_NAME_PARTS = frozenset(
         "PAT",
         "PASSWORD",
         "PASSWD",
+        "PASS",
         "PASSPHRASE",
         "CREDENTIAL",
         "CREDENTIALS",
+        "CREDS",
         "AUTH",
         "PRIVATE",
     }
@@ -127,11 +129,28 @@ def _format_detectors() -> tuple[_Detector, ...]:
 
 @functools.cache
 def _keyword_detectors() -> tuple[_Detector, ...]:
-    from detect_secrets.plugins.keyword import CONFIG_DENYLIST_REGEX_TO_GROUP, KeywordDetector
+    from detect_secrets.plugins.keyword import (
+        CONFIG_DENYLIST_REGEX_TO_GROUP,
+        DENYLIST_REGEX,
+        KeywordDetector,
+    )
 
-    return tuple(
-        _Detector(KeywordDetector.secret_type, pattern, group)
-        for pattern, group in CONFIG_DENYLIST_REGEX_TO_GROUP.items()
+    # The library's value pattern must begin with a letter, digit or underscore, so it misses a
+    # value that begins with punctuation (`DB_PASSWORD=!x`, an AWS secret key starting with `/`
+    # or `+`). Belay's one addition: the same names and assignments, any such value (quoted: up
+    # to its quote; unquoted: up to a space or a comma) that is not already a marker.
+    punctuated = re.compile(
+        DENYLIST_REGEX
+        + r"""['"\]]{0,2}\s*(?::=|={1,3}|:)\s*(?!['"]?\[REDACTED:)"""
+        + r"""(?:(?P<quote>['"])(?P<quoted>[^\w\s'"][^'"]*)(?P=quote)|(?P<bare>[^\w\s'"][^\s'",]*))""",
+        re.IGNORECASE,
+    )
+    return (
+        *(
+            _Detector(KeywordDetector.secret_type, pattern, group)
+            for pattern, group in CONFIG_DENYLIST_REGEX_TO_GROUP.items()
+        ),
+        _Detector(KeywordDetector.secret_type, punctuated, None),
     )
 
 
@@ -230,11 +249,11 @@ def _assignments(text: str) -> Iterator[tuple[int, int, str]]:
         line_end = text.find("\n", hit.end())
         line = text[line_start : len(text) if line_end == -1 else line_end].rstrip("\r")
         for detector in _keyword_detectors():
-            assert detector.group is not None
             for match in detector.pattern.finditer(line):
-                start, end = match.span(detector.group)
+                group: int | str = detector.group or ("bare" if match.group("quoted") is None else "quoted")
+                start, end = match.span(group)
                 # The filters read the assignment and the rest of its line (`f(x["secret"])`).
-                if end <= start or _is_not_a_value(match.group(detector.group), line[match.start() :]):
+                if end <= start or _is_not_a_value(match.group(group), line[match.start() :]):
                     continue
                 yield line_start + start, line_start + end, detector.kind
 
