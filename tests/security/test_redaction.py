@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from belay.api.agentsession import SubagentSpec
+from belay.harness.harness_tools import run_in_harness
 from belay.harness.redaction import (
     REDACTION_ENV,
     HeldSecret,
@@ -29,6 +31,8 @@ from belay.harness.redaction import (
     redact_text,
     redact_value,
 )
+from belay.harness.runtime import ToolRuntime
+from belay.journal.events import EffectClass, ToolRequest, ToolResult
 from belay.local.drill import belay_command
 from tests.scripted import write_scripted_session
 
@@ -239,6 +243,22 @@ def test_the_switch_turns_redaction_off() -> None:
     assert (
         Redactor.from_environment(credentials).output(text).value == f"GITHUB_TOKEN={marker('GITHUB_TOKEN')}"
     )
+
+
+async def test_a_result_a_harness_tool_builds_is_redacted_like_any_other() -> None:
+    """An error text made from what a tool was given (here a note kind holding a password, which
+    the request keeps: assignments are not scanned in requests) is scanned before it is recorded."""
+    runtime = ToolRuntime(attempt=None, artifacts=None, recovery=None, redactor=Redactor())  # type: ignore[arg-type]
+    request = ToolRequest(
+        operation_id="agent.look.1",
+        tool="record_note",
+        arguments={"note_id": "n", "kind": "password=hunter2hunter2", "text": "a note"},
+        effect=EffectClass.IDEMPOTENT,
+    )
+    [result] = await run_in_harness(runtime, SubagentSpec(name="agent"), request)
+    assert isinstance(result, ToolResult) and result.error is not None
+    assert "hunter2hunter2" not in result.error and marker("Secret Keyword") in result.error
+    assert result.redactions == 1
 
 
 # --------------------------------------------------------------------------------------------------

@@ -196,6 +196,13 @@ class ToolRuntime:
             operation_id=operation_id, ok=ok, output=output, error=error, redactions=redacted.count
         )
 
+    async def redacted_result(self, result: ToolResult) -> ToolResult:
+        """A result a harness tool built, with the redaction `tool_result` gives every other."""
+        redacted = await asyncio.to_thread(self.redactor.output, [result.output, result.error])
+        output, error = redacted.value
+        update = {"output": output, "error": error, "redactions": result.redactions + redacted.count}
+        return result.model_copy(update=update)
+
     # ---------------------------------------------------------------------------------------------
     # Unsafe operations whose outcome is unknown
 
