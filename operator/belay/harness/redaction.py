@@ -99,7 +99,9 @@ class Redaction:
 class _Detector:
     kind: str
     pattern: re.Pattern[str]
-    group: int | None  # the group holding the secret (the keyword detector's); None: see _span
+    # The group holding the secret (the keyword patterns'); None: the token itself (`_span`), or
+    # for Belay's punctuated assignment its named group `quoted` or `bare`.
+    group: int | None
 
 
 # Public IP addresses are not credentials, and hiding them would blind every network diagnosis.
