@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from belay.api.agentsession import AgentSessionSpec
-from belay.controller.desired import SessionRef, desired_children, token_secret
+from belay.controller.desired import SessionRef, desired_children, sandbox_token_secret
 from belay.controller.settings import EgressTarget, OperatorSettings
 from tests.api.kubehelpers import install_crds
 from tests.controller.operator_process import kubectl_json
@@ -179,7 +179,7 @@ def sessions(node_cluster: NodeCluster, outside: None) -> Sessions:
     for name, spec in (("np-a", spec_a), ("np-b", spec_b)):
         ref = create_session_object(cluster, name, spec)
         refs.append(ref)
-        objects.append(token_secret(ref, secrets.token_hex(16)))
+        objects += [sandbox_token_secret(ref, sub.name, secrets.token_hex(16)) for sub in spec.subagents]
         for obj in desired_children(ref, spec, settings, attempt_index=0):
             if obj["kind"] == "Pod" and obj["spec"]["containers"][0]["name"] == "harness":
                 obj["spec"]["containers"][0]["command"] = HARNESS_STAND_IN

@@ -59,8 +59,9 @@ def sandbox_service_name(session: str, subagent: str) -> str:
     return dns_label("sbx", session, subagent)
 
 
-def token_secret_name(session: str) -> str:
-    return dns_label(session, "sandbox-token")
+def sandbox_token_secret_name(session: str, subagent: str) -> str:
+    """Each subagent's sandbox has a token of its own, in a Secret of its own."""
+    return dns_label(session, "sbx", subagent, "token")
 
 
 def checkpoint_object_name(session: str, seq: int) -> str:
@@ -80,3 +81,9 @@ def sandbox_selector(session: str, subagent: str | None = None) -> dict[str, str
     if subagent is not None:
         selector[LABEL_SUBAGENT] = subagent
     return selector
+
+
+def harness_holder(pod_name: str) -> str:
+    """The fencing-lease holder name the harness in a pod takes: the operator compares it with the
+    pod it sees, to tell whose lease renewals stopped."""
+    return f"pod:{pod_name}"

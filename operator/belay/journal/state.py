@@ -122,6 +122,7 @@ class OperationRecord(Record):
     outcome_seq: int | None = None
     reconciled_succeeded: bool | None = None
     outcome_detail: str = ""
+    effects: tuple[str, ...] = ()  # what a reconcile probe found
 
     @property
     def has_result(self) -> bool:
@@ -232,6 +233,9 @@ class Lifecycle(Record):
     # Subagents whose sandbox was lost under a running attempt and is not restored yet.
     lost_sandboxes: tuple[str, ...] = ()
     restores: int = 0
+    # Restores into a sandbox that replaced an earlier one (a new attempt's, or a lost sandbox's
+    # replacement): the recoveries. The first restore of each subagent only seeds it.
+    recovery_restores: int = 0
     recovery_failures: int = 0
     last_recovery_failure: LifecycleEntry | None = None
     recovering: bool = False  # a harness or a sandbox was lost and no restore has succeeded since
@@ -248,6 +252,9 @@ class SubagentRecord(Record):
     sandbox_replacements: int = 0
     # Sandbox pods lost under a running attempt; the operator numbers each replacement pod by it.
     sandbox_losses: int = 0
+    sandbox_attempt: int | None = None  # the attempt that started the current sandbox
+    sandbox_detail: str = ""  # what that start recorded (pid, profile, isolation)
+    last_restored_from: str | None = None  # the checkpoint the current sandbox was restored from
 
 
 # --------------------------------------------------------------------------------------------------
@@ -278,6 +285,7 @@ class SessionState(BaseModel):
     open_operations: Map[str, int] = _empty_map()  # operation id -> request seq, no result yet
     unknown_outcomes: Map[str, int] = _empty_map()  # operation id -> seq marked unknown
     reconciled_operations: Map[str, int] = _empty_map()  # operation id -> seq reconciled
+    repeated_effects: Map[str, int] = _empty_map()  # operation id -> seq of a probe that found several
 
     approvals: Map[str, ApprovalRecord] = _empty_map()
     approvals_by_operation: Map[str, tuple[str, ...]] = _empty_map()
@@ -294,6 +302,8 @@ class SessionState(BaseModel):
 
     latest_checkpoint: CheckpointRecord | None = None
     latest_verified_checkpoint: CheckpointRecord | None = None
+    # subagent -> its latest verified checkpoint ("" for checkpoints that name no subagent)
+    verified_checkpoints: Map[str, CheckpointRecord] = _empty_map()
     checkpoint_count: int = 0
 
     lifecycle: Lifecycle = Lifecycle()
@@ -304,8 +314,15 @@ class SessionState(BaseModel):
     result_of_artifact: Map[str, str] = _empty_map()  # artifact sha256 -> producing result id
 
     latest_summary_seq: int | None = None
+    model_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    secrets_redacted: int = 0  # in tool requests and results, before they were recorded
+    # When the first and the last event were recorded: the record's own first and last signs of
+    # life, for views that ask "since when" (a view compares them with its own `now`; the fold
+    # never reads a clock).
+    started_at: datetime | None = None
+    last_event_at: datetime | None = None
 
     # ---- queries that read indexes only (cheap at any history length)
 
@@ -563,12 +580,11 @@ def _on_scope_change(s: SessionState, e: Any) -> Updates:
 
 def _on_model_output(s: SessionState, e: Any) -> Updates:
     p = e.payload
-    if not (p.input_tokens or p.output_tokens):
-        return {}
-    return {
-        "input_tokens": s.input_tokens + p.input_tokens,
-        "output_tokens": s.output_tokens + p.output_tokens,
-    }
+    updates: Updates = {"model_calls": s.model_calls + 1}
+    if p.input_tokens or p.output_tokens:
+        updates["input_tokens"] = s.input_tokens + p.input_tokens
+        updates["output_tokens"] = s.output_tokens + p.output_tokens
+    return updates
 
 
 def _on_tool_request(s: SessionState, e: Any) -> Updates:
@@ -592,6 +608,8 @@ def _on_tool_request(s: SessionState, e: Any) -> Updates:
     }
     if p.step:
         updates["current_step"] = p.step
+    if p.redactions:
+        updates["secrets_redacted"] = s.secrets_redacted + p.redactions
     _note_subagent(s, updates, subagent, e.seq)
     return updates
 
@@ -619,6 +637,8 @@ def _on_tool_result(s: SessionState, e: Any) -> Updates:
     updates: Updates = {"operations": s.operations.set(p.operation_id, record)}
     if p.operation_id in s.open_operations:
         updates["open_operations"] = s.open_operations.delete(p.operation_id)
+    if p.redactions:
+        updates["secrets_redacted"] = s.secrets_redacted + p.redactions
     if p.result_id:
         _register_result(
             s,
@@ -747,6 +767,7 @@ def _on_checkpoint(s: SessionState, e: Any) -> Updates:
     updates: Updates = {"latest_checkpoint": record, "checkpoint_count": s.checkpoint_count + 1}
     if record.verified:
         updates["latest_verified_checkpoint"] = record
+        updates["verified_checkpoints"] = s.verified_checkpoints.set(e.payload.subagent or "", record)
     return updates
 
 
@@ -854,9 +875,12 @@ def _on_operation_outcome(s: SessionState, e: Any) -> Updates:
             "outcome_seq": e.seq,
             "reconciled_succeeded": p.succeeded if p.outcome == "reconciled" else None,
             "outcome_detail": p.detail,
+            "effects": p.effects or existing.effects,
         },
     )
     updates: Updates = {"operations": s.operations.set(p.operation_id, record)}
+    if len(p.effects) > 1:
+        updates["repeated_effects"] = s.repeated_effects.set(p.operation_id, e.seq)
     if p.outcome == "unknown":
         updates["unknown_outcomes"] = s.unknown_outcomes.set(p.operation_id, e.seq)
     else:
@@ -911,6 +935,9 @@ def _on_lifecycle(s: SessionState, e: Any) -> Updates:
                 {
                     "sandbox_starts": sub.sandbox_starts + 1,
                     "sandbox_replacements": sub.sandbox_replacements + int(replaced),
+                    "sandbox_attempt": p.attempt,
+                    "sandbox_detail": p.detail,
+                    "last_restored_from": None,
                 },
             )
             updates["subagents"] = subagents.set(p.subagent, sub)
@@ -930,6 +957,15 @@ def _on_lifecycle(s: SessionState, e: Any) -> Updates:
                 fields["recovering"] = True
     elif kind == LifecycleKind.RESTORED:
         fields["restores"] = lc.restores + 1
+        restored = s.subagents.get(p.subagent) if p.subagent else None
+        if restored is not None:
+            if restored.sandbox_starts > 1:
+                fields["recovery_restores"] = lc.recovery_restores + 1
+            updates["subagents"] = s.subagents.set(
+                p.subagent, _replace(restored, {"last_restored_from": p.checkpoint_id})
+            )
+        elif lc.harness_starts > 1 or lc.harness_lost:
+            fields["recovery_restores"] = lc.recovery_restores + 1
         remaining = tuple(name for name in lc.lost_sandboxes if name != p.subagent)
         fields["lost_sandboxes"] = remaining
         fields["recovering"] = bool(remaining)
@@ -984,6 +1020,9 @@ def apply(state: SessionState, event: Event) -> SessionState:
     updates["session_id"] = event.session_id
     updates["last_seq"] = event.seq
     updates["event_count"] = state.event_count + 1
+    updates["last_event_at"] = event.created_at
+    if state.started_at is None:
+        updates["started_at"] = event.created_at
     return _replace(state, updates)
 
 
