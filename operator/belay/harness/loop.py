@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from belay import __version__
-from belay.api.agentsession import AgentSession, ApprovalGrant, SubagentSpec
+from belay.api.agentsession import AgentSession, ApprovalGrant, SubagentSpec, check_deliverable_name
 from belay.harness.context import build_model_request
 from belay.harness.declared import declared_paths
 from belay.harness.models.base import ModelAdapter, ToolCall
@@ -798,7 +798,7 @@ class Harness:
 
     async def publish_deliverable(self, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
         path = request.arguments["path"]
-        name = request.arguments.get("name") or path.rsplit("/", 1)[-1]
+        name = check_deliverable_name(request.arguments.get("name") or path.rsplit("/", 1)[-1])
         try:
             data = await self._handles[sub.name].client.get_file(path)
         except SandboxUnavailable:
