@@ -8,7 +8,7 @@ import signal
 import time
 from pathlib import Path
 
-from belay.harness.loop import FAULT_ENV
+from belay.harness.attempt import FAULT_ENV
 from belay.local.drill import completed, deliverables, is_stopped, read_events, start_belay
 from tests.harness.example import MANIFEST, SESSION
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from belay.api.agentsession import ApprovalGrant
-from belay.harness.loop import declared_grant
+from belay.harness.runtime import declared_grant
 from belay.journal.events import EffectClass, Event, ToolRequest, ToolRequestEvent, ToolResultEvent
 from belay.local.drill import kill_group, read_events, run_belay, start_belay
 from tests.harness.example import SESSION, manifest_copy

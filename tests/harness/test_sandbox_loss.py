@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from belay.harness.loop import fault_key
+from belay.harness.attempt import fault_key
 from belay.harness.tools import tool_spec
 from belay.journal.events import Event, LifecycleEvent, LifecycleKind, ToolRequestEvent
 from belay.local.drill import deliverables, read_events, steps_run_twice

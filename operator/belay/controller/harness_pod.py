@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from belay.api.agentsession import AgentSession, SubagentSpec
-from belay.controller import desired
+from belay.controller import desired, names
+from belay.executors import executor_factory_for
+from belay.executors.self_hosted import initial_model_id
 from belay.harness.loop import Harness
-from belay.local.runtime import LocalTickets, initial_model_id, model_factory_for, read_inputs
+from belay.local.runtime import LocalTickets, read_inputs
 from belay.sandbox.client import SandboxClient, SandboxUnavailable
 from belay.stores.factory import open_artifact_store, open_event_store
 
@@ -116,10 +118,10 @@ async def run_attempt(environment: Mapping[str, str]) -> bool:
             store=store,
             artifacts=artifacts,
             sandboxes=PodSandboxProvider(endpoints, token),
-            model_factory=model_factory_for(session),
+            executors=executor_factory_for(session),
             tickets=LocalTickets(tickets_url) if tickets_url else None,
             inputs=read_inputs(session),
-            holder=f"pod:{pod_name}",
+            holder=names.harness_holder(pod_name),
             model_id=initial_model_id(session),
             runtime_image=environment.get("BELAY_RUNTIME_IMAGE", "harness-pod"),
         )

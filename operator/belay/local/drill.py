@@ -2,7 +2,7 @@
 
 Each scenario runs `belay` as a separate process group in a fresh home, stops the harness at an
 exact point of its record (the harness SIGSTOPs itself right after recording the chosen event, see
-`belay.harness.loop.FAULT_ENV`), SIGKILLs the whole group, and resumes with `belay resume`. The
+`belay.harness.attempt.FAULT_ENV`), SIGKILLs the whole group, and resumes with `belay resume`. The
 checks read only the record, the artifact store and the ticket service's file.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from belay.harness.loop import FAULT_ENV, fault_key
+from belay.harness.attempt import FAULT_ENV, fault_key
 from belay.journal.events import (
     CheckpointEvent,
     Event,

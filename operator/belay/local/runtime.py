@@ -29,11 +29,14 @@ from belay.api.agentsession import (
     load_manifest,
     parse_manifest,
 )
+from belay.executors import executor_factory_for
+from belay.executors.self_hosted import initial_model_id
+from belay.harness.attempt import HarnessResult, fault_key
 from belay.harness.declared import input_files
-from belay.harness.loop import Harness, HarnessResult, fault_key
-from belay.harness.models.base import ModelAdapter
+from belay.harness.loop import Harness
 from belay.journal.events import Actor, Event, EventDraft, UserInput
 from belay.journal.state import SessionState
+from belay.local.liveness import GuardedSandboxProvider, this_holder
 from belay.stores.base import ArtifactStore, EventStore
 
 DEFAULT_HOME = ".belay"
@@ -298,43 +301,6 @@ def read_inputs(session: AgentSession) -> dict[str, list[tuple[str, bytes]]]:
     }
 
 
-def model_factory_for(
-    session: AgentSession,
-) -> Callable[[SubagentSpec, Callable[[], Any]], ModelAdapter]:
-    executor = session.spec.executor
-    if executor.type == "scripted":
-        from belay.harness.models.scripted import ScriptedModel, load_plan
-
-        plan = load_plan(Path(executor.plan or ""))
-
-        def scripted(sub: SubagentSpec, read_state: Callable[[], Any]) -> ModelAdapter:
-            return ScriptedModel(plan, sub.name, read_state)
-
-        return scripted
-    if executor.type == "openai":
-        from belay.harness.models.openai import OpenAIResponsesAdapter
-
-        return lambda sub, read_state: OpenAIResponsesAdapter(
-            executor.model or "", base_url=executor.base_url
-        )
-    if executor.type == "anthropic":
-        from belay.harness.models.anthropic import AnthropicMessagesAdapter
-
-        return lambda sub, read_state: AnthropicMessagesAdapter(
-            executor.model or "", base_url=executor.base_url
-        )
-    raise ManifestError(f"executor type {executor.type!r} does not run on the embedded runtime")
-
-
-def initial_model_id(session: AgentSession) -> str:
-    executor = session.spec.executor
-    if executor.type == "scripted":
-        from belay.harness.models.scripted import SCRIPTED_MODEL_ID
-
-        return SCRIPTED_MODEL_ID
-    return executor.model or executor.type
-
-
 LOCAL_USER = Actor(kind="user", name="belay run")
 
 
@@ -384,11 +350,14 @@ async def run_local(
             session=session,
             store=store,
             artifacts=artifacts,
-            sandboxes=LocalSandboxProvider(home.sandboxes_dir(session.session_id)),
-            model_factory=model_factory_for(session),
+            sandboxes=GuardedSandboxProvider(
+                LocalSandboxProvider(home.sandboxes_dir(session.session_id)),
+                home.session_dir(session.session_id),
+            ),
+            executors=executor_factory_for(session),
             tickets=tickets,
             inputs=read_inputs(session),
-            holder=f"local:{os.getpid()}",
+            holder=this_holder(),
             model_id=initial_model_id(session),
             on_event=record_and_forward,
         )

@@ -1,0 +1,101 @@
+"""The executor protocol: whoever decides a subagent's next action.
+
+The harness keeps everything else (the attempt and its lease, recovery, the tool runtime with
+effect classes, approvals, deliverables and waits); an executor only decides. It may be Belay's own
+model loop (`self-hosted`: a scripted plan, OpenAI Responses, Anthropic Messages) or a provider's
+managed session that holds its own conversation. Tools always run in Belay's sandboxes under the
+runtime, so effects, approvals and reconciliation hold whoever decides.
+
+One executor instance serves one subagent within one harness attempt. Everything it must remember
+across attempts (remote ids, what was delivered) it records through `ExecutorContext.record`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from belay.api.agentsession import AgentSession, SubagentSpec
+from belay.harness.models.base import ToolCall
+from belay.journal.events import Event, Payload, ToolRequest, ToolResult
+from belay.journal.state import SessionState
+from belay.stores.base import ArtifactStore, EventStore
+
+
+class Decision(BaseModel):
+    """One turn of an executor: the calls it wants run, or none when the subagent's work is done."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    model_id: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """A recorded request and the result recorded for it, to hand back to the executor."""
+
+    request: ToolRequest
+    result: ToolResult
+    result_seq: int
+
+
+class RemoteResource(BaseModel):
+    """Something the executor holds outside Belay (a provider's session, environment, file)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    id: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ExecutorContext:
+    session: AgentSession
+    subagent: SubagentSpec
+    store: EventStore  # for reading the record (a model context's tail); writes go through `record`
+    artifacts: ArtifactStore  # where a remote deliverable's bytes are copied
+    read_state: Callable[[], Awaitable[SessionState]]
+    # Appends under the attempt's lease, as this subagent.
+    record: Callable[[Sequence[Payload]], Awaitable[list[Event]]]
+
+
+class Executor(Protocol):
+    kind: str  # "self-hosted", or the managed executor's type
+
+    async def start(self, state: SessionState) -> None:
+        """Begin deciding for a subagent that no earlier attempt worked on."""
+        ...
+
+    async def resume(self, state: SessionState) -> None:
+        """Go on after a lost attempt: settle what the executor holds against the record (a result
+        recorded but never delivered is delivered; a call the record never saw is taken in)."""
+        ...
+
+    async def next_actions(self, state: SessionState) -> Decision:
+        """The next calls, decided from the record (and the executor's own remote state)."""
+        ...
+
+    async def deliver_results(self, outcomes: Sequence[ToolOutcome]) -> None:
+        """Hand the recorded results of the last decision's calls back to whoever decided."""
+        ...
+
+    async def interrupt(self) -> None:
+        """Stop deciding now; what was decided and recorded stays."""
+        ...
+
+    async def remote_resources(self) -> list[RemoteResource]:
+        """What the executor holds outside Belay for this subagent."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+ExecutorFactory = Callable[[ExecutorContext], Executor]

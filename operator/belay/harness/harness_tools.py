@@ -1,0 +1,227 @@
+"""The tools that run in the harness rather than in a sandbox: deliverables, notes, plan steps and
+their checkpoints, waits, tickets and explicit approvals.
+
+Each turns one recorded request into the payloads recorded as its result. They read the sandbox
+only through the attempt's handle (a lost sandbox raises `SandboxUnavailable`, which the runtime
+answers with a restored replacement) and write bytes only to the artifact store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from belay.api.agentsession import SubagentSpec, check_deliverable_name
+from belay.harness.declared import declared_paths
+from belay.harness.recovery import verify
+from belay.journal.events import (
+    Artifact,
+    ArtifactRef,
+    Checkpoint,
+    Note,
+    NoteKind,
+    Payload,
+    Task,
+    TaskStatus,
+    ToolRequest,
+    ToolResult,
+    Wait,
+    WaitKind,
+)
+from belay.sandbox.client import SandboxError, SandboxUnavailable
+
+if TYPE_CHECKING:
+    from belay.harness.runtime import ToolRuntime
+
+DONE_STATUSES = (TaskStatus.DONE, TaskStatus.VERIFIED)
+
+HarnessTool = Callable[["ToolRuntime", SubagentSpec, ToolRequest], Awaitable[list[Payload]]]
+
+
+async def run_in_harness(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+    handler = HARNESS_TOOLS[request.tool]
+    try:
+        return await handler(runtime, sub, request)
+    except (KeyError, ValueError, TypeError) as error:
+        return [ToolResult(operation_id=request.operation_id, ok=False, error=f"bad arguments: {error}")]
+
+
+async def approved(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+    return [ToolResult(operation_id=request.operation_id, ok=True, output={"approved": True})]
+
+
+async def publish_deliverable(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+    path = request.arguments["path"]
+    name = check_deliverable_name(request.arguments.get("name") or path.rsplit("/", 1)[-1])
+    try:
+        data = await runtime.recovery.handle(sub.name).client.get_file(path)
+    except SandboxUnavailable:
+        raise
+    except SandboxError as error:
+        return [ToolResult(operation_id=request.operation_id, ok=False, error=str(error))]
+    ref = await asyncio.to_thread(runtime.artifacts.put, data)
+    expected = request.arguments.get("content_sha256")
+    if expected and ref.sha256 != expected:
+        return [
+            ToolResult(
+                operation_id=request.operation_id,
+                ok=False,
+                error=f"{path} changed since it was requested ({ref.sha256}, requested {expected})",
+            )
+        ]
+    location = await asyncio.to_thread(runtime.artifacts.location, ref.sha256)
+    ref = ArtifactRef(sha256=ref.sha256, size=ref.size, media_type=ref.media_type, uri=ref.uri or location)
+    return [
+        Artifact(
+            name=name,
+            ref=ref,
+            deliverable=True,
+            subagent=sub.name,
+            description=request.arguments.get("description", f"{sub.name}: {path}"),
+            result_id=f"deliverable:{name}",
+        ),
+        Wait(
+            wait_id=f"review-{name}",
+            kind=WaitKind.READY_FOR_REVIEW,
+            reason=f"{name} is ready for review: belay artifacts get {runtime.session_id} {name} -o {name}",
+            artifact=name,
+        ),
+        ToolResult(
+            operation_id=request.operation_id,
+            ok=True,
+            output={"name": name, "sha256": ref.sha256, "size": ref.size},
+        ),
+    ]
+
+
+async def record_note(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+    args = request.arguments
+    note = Note(
+        note_id=args["note_id"],
+        kind=NoteKind(args.get("kind", "finding")),
+        text=args["text"],
+        status=args.get("status", "open"),
+        evidence=tuple(args.get("evidence", ())),
+    )
+    return [note, ToolResult(operation_id=request.operation_id, ok=True, output={"note_id": note.note_id})]
+
+
+async def update_plan(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+    args = request.arguments
+    step = str(args["step"])
+    task_id = f"{sub.name}/{step}"
+    if args.get("status", "running") != "done":
+        return [
+            Task(task_id=task_id, title=args.get("title", ""), status=TaskStatus.RUNNING, owner=sub.name),
+            ToolResult(
+                operation_id=request.operation_id, ok=True, output={"step": step, "status": "running"}
+            ),
+        ]
+    return await checkpoint(runtime, sub, request, step)
+
+
+async def checkpoint(
+    runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest, step: str
+) -> list[Payload]:
+    """A step boundary: declared files into the artifact store, the verification run."""
+    handle = runtime.recovery.handle(sub.name)
+    client = handle.client
+    listing = await client.call("list_files", {"path": "."})
+    files = (listing.get("output") or {}).get("files", [])
+    paths = declared_paths(files, sub.declared)
+    entries = await client.manifest(paths) if paths else []
+    declared = []
+    for entry in entries:
+        data = await client.get_file(entry.name)
+        ref = await asyncio.to_thread(runtime.artifacts.put, data)
+        if ref.sha256 != entry.sha256:
+            raise RuntimeError(f"{entry.name} changed while it was checkpointed")
+        declared.append(entry.model_copy(update={"uri": ref.uri}))
+    verification = None
+    command = request.arguments.get("verify")
+    if command:
+        verification = await verify(handle, str(command), int(request.arguments.get("expect_exit_code", 0)))
+    state = await runtime.attempt.state()
+    done = sorted(
+        t.task_id.split("/", 1)[1]
+        for t in state.tasks.values()
+        if t.owner == sub.name and t.task_id.startswith(f"{sub.name}/") and t.status in DONE_STATUSES
+    )
+    verified = verification is not None and verification.status == "passed"
+    detail = (
+        "" if verification is None else f"verification `{verification.command}` exit {verification.exit_code}"
+    )
+    return [
+        Task(
+            task_id=f"{sub.name}/{step}",
+            status=TaskStatus.VERIFIED if verified else TaskStatus.DONE,
+            owner=sub.name,
+            detail=detail,
+        ),
+        Checkpoint(
+            checkpoint_id=f"{sub.name}/{step}",
+            covers_seq=state.last_seq,
+            runtime_image=sub.image or runtime.recovery.runtime_image,
+            completed_steps=tuple(sorted({*done, step})),
+            declared_artifacts=tuple(declared),
+            verification=verification,
+            subagent=sub.name,
+        ),
+        ToolResult(
+            operation_id=request.operation_id,
+            ok=True,
+            output={"step": step, "status": "verified" if verified else "done", "declared": len(declared)},
+        ),
+    ]
+
+
+async def wait_on_user(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+    wait_id = f"wait-{request.operation_id}"
+    reason = request.arguments.get("reason", "")
+    return await _wait(runtime, sub, request, Wait(wait_id=wait_id, kind=WaitKind.ON_USER, reason=reason))
+
+
+async def wait_on_external(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+    wait = Wait(
+        wait_id=f"wait-{request.operation_id}",
+        kind=WaitKind.ON_EXTERNAL,
+        reason=request.arguments.get("reason", ""),
+        condition=request.arguments.get("condition"),
+    )
+    return await _wait(runtime, sub, request, wait)
+
+
+async def _wait(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest, wait: Wait) -> list[Payload]:
+    attempt = runtime.attempt
+    if wait.wait_id not in (await attempt.state()).waits:
+        await attempt.record([wait], subagent=sub.name)
+    while wait.wait_id in (await attempt.state()).open_waits:
+        await asyncio.sleep(runtime.poll_interval_s)
+    return [
+        ToolResult(
+            operation_id=request.operation_id, ok=True, output={"wait_id": wait.wait_id, "resolved": True}
+        )
+    ]
+
+
+async def create_ticket(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+    if runtime.tickets is None:
+        return [
+            ToolResult(operation_id=request.operation_id, ok=False, error="no ticket service is configured")
+        ]
+    ticket = await runtime.tickets.create(
+        request.arguments["title"], request.arguments.get("body", ""), client_ref=request.operation_id
+    )
+    return [ToolResult(operation_id=request.operation_id, ok=True, output=ticket)]
+
+
+HARNESS_TOOLS: dict[str, HarnessTool] = {
+    "publish_deliverable": publish_deliverable,
+    "record_note": record_note,
+    "update_plan": update_plan,
+    "wait_on_user": wait_on_user,
+    "wait_on_external": wait_on_external,
+    "create_ticket": create_ticket,
+    "request_approval": approved,
+}

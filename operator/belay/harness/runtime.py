@@ -1,0 +1,359 @@
+"""The tool runtime: runs what an executor decided, under effect classes and approvals.
+
+Whoever decides the next action (an executor), the runtime does it: every tool request is recorded
+before it is dispatched and its result after; a call that needs an approval waits for one bound to
+its payload hash; a sandbox call that finds its sandbox gone waits for a restored replacement and
+runs again by its effect class; an `unsafe` call whose outcome is unknown is probed or shown for
+reconciliation, never repeated blindly. The tools that run in the harness itself (deliverables,
+notes, plan steps and their checkpoints, waits, tickets) are in `belay.harness.harness_tools`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from belay.api.agentsession import ApprovalGrant, SubagentSpec
+from belay.harness.attempt import Attempt
+from belay.harness.models.base import ToolCall
+from belay.harness.recovery import Recovery
+from belay.harness.tools import ToolSpec, tool_spec
+from belay.journal.approvals import ApprovalState, approval_state
+from belay.journal.events import (
+    ARTIFACT_ARGUMENT,
+    Approval,
+    ApprovalRequest,
+    EffectClass,
+    Event,
+    OperationOutcome,
+    Payload,
+    TaskStatus,
+    ToolRequest,
+    ToolResult,
+    Wait,
+    WaitKind,
+    approval_claim,
+    canonical_json,
+    now_utc,
+)
+from belay.journal.state import OperationRecord, SessionState, operation_payload_sha256
+from belay.sandbox.client import SandboxError, SandboxUnavailable
+from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, ClaimTaken
+
+# A string argument above this size is stored as an artifact and referenced by hash.
+LARGE_ARGUMENT_BYTES = 16 * 1024
+
+
+class TicketClient(Protocol):
+    async def create(self, title: str, body: str, client_ref: str) -> dict[str, Any]: ...
+
+    async def find(self, client_ref: str) -> list[dict[str, Any]]: ...
+
+
+@dataclass
+class ToolRuntime:
+    attempt: Attempt
+    artifacts: ArtifactStore
+    recovery: Recovery
+    tickets: TicketClient | None = None
+    poll_interval_s: float = 0.05
+
+    @property
+    def session_id(self) -> str:
+        return self.attempt.session_id
+
+    # ---------------------------------------------------------------------------------------------
+    # Requests
+
+    async def describe_call(self, sub: SubagentSpec, state: SessionState, call: ToolCall) -> ToolRequest:
+        """The request to record for one decided call: its operation id, effect class and the hash
+        of its payload (what an approval binds)."""
+        spec = tool_spec(call.name)
+        operation_id = (
+            call.call_id if call.call_id.startswith(f"{sub.name}.") else f"{sub.name}.{call.call_id}"
+        )
+        if operation_id in state.operations:
+            raise RuntimeError(f"the executor reused operation id {operation_id!r}")
+        arguments = dict(call.arguments)
+        if spec.name == "publish_deliverable" and isinstance(arguments.get("path"), str):
+            # The request (and any approval of it) binds the exact bytes that will leave the sandbox.
+            # A path the sandbox refuses is left unbound here; its dispatch then fails visibly.
+            while True:
+                try:
+                    [entry] = await self.recovery.handle(sub.name).client.manifest([arguments["path"]])
+                    arguments["content_sha256"] = entry.sha256
+                except SandboxUnavailable as lost:
+                    await self.recovery.replace_sandbox(sub, lost)
+                    continue
+                except SandboxError:
+                    pass
+                break
+        arguments = await externalize_arguments(self.artifacts, arguments)
+        return ToolRequest(
+            operation_id=operation_id,
+            tool=spec.name,
+            arguments=arguments,
+            effect=spec.effect,
+            step=current_step_of(state, sub.name),
+            subagent=sub.name,
+            idempotency_key=operation_id if spec.effect == EffectClass.KEYED else None,
+            payload_sha256=operation_payload_sha256(spec.name, arguments),
+        )
+
+    def needs_approval(self, sub: SubagentSpec, tool: str) -> bool:
+        required = self.attempt.session.spec.approval_required
+        return tool_spec(tool).needs_approval or tool in required or f"{sub.name}:{tool}" in required
+
+    # ---------------------------------------------------------------------------------------------
+    # Dispatch
+
+    async def execute(self, sub: SubagentSpec, request_seq: int, request: ToolRequest) -> list[Event]:
+        """Run one recorded request to its recorded end; returns what was recorded for it."""
+        from belay.harness.harness_tools import run_in_harness
+
+        spec = tool_spec(request.tool)
+        state = await self.attempt.state()
+        if request.operation_id in state.approvals_by_operation or self.needs_approval(sub, request.tool):
+            granted, why = await self.wait_for_approval(sub, request)
+            if not granted:
+                return await self.attempt.record(
+                    [ToolResult(operation_id=request.operation_id, ok=False, error=why)],
+                    subagent=sub.name,
+                    parent_seq=request_seq,
+                )
+        while True:
+            try:
+                if spec.where == "sandbox":
+                    payloads = await self.run_in_sandbox(sub, request)
+                else:
+                    payloads = await run_in_harness(self, sub, request)
+                break
+            except SandboxUnavailable as lost:
+                await self.recovery.replace_sandbox(sub, lost)
+            # The answer was lost with the sandbox: the effect table decides, as after a lost
+            # harness. An unsafe operation may have taken effect and is never repeated blindly;
+            # any other runs again, on the restored sandbox.
+            if spec.effect == EffectClass.UNSAFE:
+                op = (await self.attempt.state()).operations[request.operation_id]
+                return await self.reconcile_unsafe(sub, op, request)
+        return await self.attempt.record(payloads, subagent=sub.name, parent_seq=request_seq)
+
+    async def run_in_sandbox(self, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+        arguments = await resolve_arguments(self.artifacts, request.arguments)
+        response = await self.recovery.handle(sub.name).client.call(request.tool, arguments)
+        return [
+            await self.tool_result(
+                request.operation_id, response.get("ok", False), response.get("output"), response.get("error")
+            )
+        ]
+
+    async def tool_result(
+        self, operation_id: str, ok: bool, output: Any, error: str | None = None
+    ) -> ToolResult:
+        body = canonical_json(output)
+        if len(body) > MAX_PAYLOAD_BYTES // 2:
+            ref = await asyncio.to_thread(self.artifacts.put, body, media_type="application/json")
+            summary = {"stored_as_artifact": ref.sha256, "size": ref.size}
+            return ToolResult(operation_id=operation_id, ok=ok, output=summary, error=error, output_ref=ref)
+        return ToolResult(operation_id=operation_id, ok=ok, output=output, error=error)
+
+    # ---------------------------------------------------------------------------------------------
+    # Unsafe operations whose outcome is unknown
+
+    async def reconcile_unsafe(
+        self, sub: SubagentSpec, op: OperationRecord, request: ToolRequest
+    ) -> list[Event]:
+        attempt = self.attempt
+        spec = tool_spec(op.tool)
+        recorded: list[Event] = []
+        if op.outcome != "unknown":
+            recorded += await attempt.record(
+                [
+                    OperationOutcome(
+                        operation_id=op.operation_id,
+                        outcome="unknown",
+                        detail=f"{op.tool} was requested; no result was recorded before the harness stopped",
+                    )
+                ],
+                subagent=sub.name,
+                parent_seq=op.request_seq,
+            )
+        probe = await self.probe(spec, op.operation_id)
+        if probe is None:
+            return recorded + await self.wait_for_reconciliation(sub, op, request)
+        if probe:
+            return recorded + await attempt.record(
+                [
+                    OperationOutcome(
+                        operation_id=op.operation_id,
+                        outcome="reconciled",
+                        succeeded=True,
+                        detail=f"{spec.reconcile_probe} found it: {probe[0]}",
+                        by="probe",
+                    ),
+                    ToolResult(operation_id=op.operation_id, ok=True, output=probe[0]),
+                ],
+                subagent=sub.name,
+                parent_seq=op.request_seq,
+            )
+        recorded += await attempt.record(
+            [
+                OperationOutcome(
+                    operation_id=op.operation_id,
+                    outcome="reconciled",
+                    succeeded=False,
+                    detail=f"{spec.reconcile_probe} found nothing for {op.operation_id}: it never took "
+                    "effect, so it is issued now",
+                    by="probe",
+                )
+            ],
+            subagent=sub.name,
+            parent_seq=op.request_seq,
+        )
+        return recorded + await self.execute(sub, op.request_seq, request)
+
+    async def probe(self, spec: ToolSpec, operation_id: str) -> list[dict[str, Any]] | None:
+        """What the reconcile probe finds, or None when there is no probe or it cannot answer."""
+        if spec.reconcile_probe != "find_tickets" or self.tickets is None:
+            return None
+        try:
+            return await self.tickets.find(operation_id)
+        except Exception:
+            return None
+
+    async def wait_for_reconciliation(
+        self, sub: SubagentSpec, op: OperationRecord, request: ToolRequest
+    ) -> list[Event]:
+        attempt = self.attempt
+        wait_id = f"reconcile-{op.operation_id}"
+        state = await attempt.state()
+        if wait_id not in state.waits:
+            reason = (
+                f"did {op.tool} ({op.operation_id}) take effect? Its outcome is unknown and it is never "
+                f"repeated blindly: `belay approve {self.session_id} {wait_id}` if it did, "
+                f"`belay reject {self.session_id} {wait_id}` if it did not"
+            )
+            await attempt.record(
+                [Wait(wait_id=wait_id, kind=WaitKind.ON_USER, reason=reason, condition=op.operation_id)],
+                subagent=sub.name,
+            )
+        while True:
+            current = (await attempt.state()).operations[op.operation_id]
+            if current.outcome == "reconciled":
+                break
+            await asyncio.sleep(self.poll_interval_s)
+        if current.reconciled_succeeded is False and not current.has_result:
+            return await self.execute(sub, op.request_seq, request)
+        return []
+
+    # ---------------------------------------------------------------------------------------------
+    # Approvals
+
+    async def wait_for_approval(self, sub: SubagentSpec, request: ToolRequest) -> tuple[bool, str]:
+        attempt = self.attempt
+        approval_id = approval_id_for(request.operation_id)
+        state = await attempt.state()
+        if approval_id not in state.approvals:
+            await attempt.record([approval_request(sub, request)], subagent=sub.name)
+        grant = declared_grant(attempt.session.spec.approvals, request, approval_id, now_utc())
+        record = (await attempt.state()).approvals[approval_id]
+        if grant is not None and record.decision is None:
+            with contextlib.suppress(ClaimTaken):  # decided by someone else first: read below
+                await attempt.record(
+                    [
+                        Approval(
+                            approval_id=approval_id,
+                            operation_id=request.operation_id,
+                            payload_sha256=request.payload_sha256,
+                            granted=True,
+                            by="manifest",
+                            reason="approved in the AgentSession spec",
+                            expires_at=grant.expires_at,
+                        )
+                    ],
+                    subagent=sub.name,
+                    claim=approval_claim(approval_id),
+                )
+        while True:
+            state = await attempt.state()
+            decision = approval_state(state, request.operation_id, request.payload_sha256, now_utc())
+            if decision == ApprovalState.GRANTED:
+                return True, ""
+            if decision == ApprovalState.REJECTED:
+                record = state.approvals[approval_id]
+                return (
+                    False,
+                    f"rejected by {record.decided_by or 'the user'}: {record.decision_reason}".rstrip(": "),
+                )
+            if decision == ApprovalState.EXPIRED:
+                return False, "the approval expired before the operation was dispatched"
+            # Pending, or decided for another payload: that never dispatches this one.
+            await asyncio.sleep(self.poll_interval_s)
+
+
+async def externalize_arguments(artifacts: ArtifactStore, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Large string arguments (a whole file to write) go to the artifact store; the request keeps
+    their hash, so the record stays small and an approval still binds the exact bytes."""
+    result = dict(arguments)
+    for key, value in arguments.items():
+        if isinstance(value, str) and len(value.encode()) > LARGE_ARGUMENT_BYTES:
+            ref = await asyncio.to_thread(artifacts.put, value.encode(), media_type="text/plain")
+            result[key] = {ARTIFACT_ARGUMENT: ref.sha256, "size": ref.size}
+    return result
+
+
+async def resolve_arguments(artifacts: ArtifactStore, arguments: dict[str, Any]) -> dict[str, Any]:
+    result = dict(arguments)
+    for key, value in arguments.items():
+        if isinstance(value, dict) and set(value) == {ARTIFACT_ARGUMENT, "size"}:
+            data = await asyncio.to_thread(artifacts.get, value[ARTIFACT_ARGUMENT])
+            result[key] = data.decode()
+    return result
+
+
+def declared_grant(
+    grants: Sequence[ApprovalGrant], request: ToolRequest, approval_id: str, now: datetime
+) -> ApprovalGrant | None:
+    """An approval given in the spec for exactly this operation and payload, still in force."""
+    for grant in grants:
+        names_it = grant.operation_id == request.operation_id or grant.approval_id == approval_id
+        if not names_it or grant.payload_sha256 != request.payload_sha256:
+            continue
+        if grant.expires_at is not None and grant.expires_at <= now:
+            continue
+        return grant
+    return None
+
+
+def approval_id_for(operation_id: str) -> str:
+    return f"approve-{operation_id}"
+
+
+def approval_request(sub: SubagentSpec, request: ToolRequest) -> ApprovalRequest:
+    return ApprovalRequest(
+        approval_id=approval_id_for(request.operation_id),
+        operation_id=request.operation_id,
+        tool=request.tool,
+        payload_sha256=request.payload_sha256,
+        summary=f"{sub.name} wants to run {request.tool} {_short(request.arguments)}",
+    )
+
+
+def current_step_of(state: SessionState, subagent: str) -> str | None:
+    running = [
+        t
+        for t in state.tasks.values()
+        if t.owner == subagent and t.task_id.startswith(f"{subagent}/") and t.status == TaskStatus.RUNNING
+    ]
+    if not running:
+        return None
+    return max(running, key=lambda t: t.last_seq).task_id
+
+
+def _short(arguments: dict[str, Any]) -> str:
+    text = ", ".join(f"{k}={v!r}" for k, v in sorted(arguments.items()) if k != "content")
+    return text if len(text) <= 160 else text[:157] + "..."
