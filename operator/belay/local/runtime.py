@@ -84,7 +84,9 @@ class LocalHome:
         return self.session_dir(session_id) / "logs"
 
     def check(self) -> None:
-        """Refuse a home that exists but is not one, before any command reads or writes it."""
+        """Refuse a home that exists but is not one, before any command reads or writes it. Only
+        before a store is open: closing any descriptor of a SQLite file drops every lock this
+        process holds on it, the open store's included."""
         advice = f"point --home (or {HOME_ENV}) at a Belay home directory, or at a new one"
         if self.root.exists() and not self.root.is_dir():
             raise HomeError(f"home {self.root} is not a directory; {advice}")
@@ -105,7 +107,6 @@ class LocalHome:
     def open_event_store(self) -> EventStore:
         from belay.stores.sqlite import SqliteEventStore
 
-        self.check()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -117,7 +118,6 @@ class LocalHome:
     def open_artifact_store(self) -> ArtifactStore:
         from belay.stores.filesystem import FilesystemArtifactStore
 
-        self.check()
         return FilesystemArtifactStore(self.artifacts_dir)
 
     def session_exists(self, session_id: str) -> bool:
