@@ -316,6 +316,9 @@ class SubagentSpec(ApiModel):
     allowlist: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
         default_factory=list, max_length=64
     )
+    # A local sandbox refuses to start without its walls (bubblewrap) unless this is "best-effort";
+    # a sandbox pod's walls are its security context and NetworkPolicy, always in force.
+    isolation: Literal["required", "best-effort"] = "required"
     deliverable: (
         Annotated[
             str, Field(max_length=PLAIN_FILE_NAME_MAX), _matches(PLAIN_FILE_NAME_PATTERN, DELIVERABLE_MESSAGE)
