@@ -52,36 +52,79 @@ class SessionRequest(ApiModel):
     parts: dict[str, str] = Field(default_factory=dict)
 
 
+# Who decides each subagent's next action. Self-hosted: Belay's own model loop (a scripted plan, or
+# a model through the OpenAI Responses or Anthropic Messages API). Managed: a provider's agent
+# session (OpenAI Agents API, Claude Managed Agents) whose tools Belay runs in its own sandboxes.
+SELF_HOSTED_EXECUTORS = ("scripted", "openai", "anthropic")
+MANAGED_EXECUTORS = ("openai-agents", "anthropic-managed")
+MODEL_EXECUTORS = ("openai", "anthropic", *MANAGED_EXECUTORS)
+PLAN_REQUIRED_MESSAGE = "executor.plan is required when executor.type is 'scripted'"
+MODEL_REQUIRED_MESSAGE = (
+    "executor.model is required when executor.type is 'openai', 'anthropic', 'openai-agents' or "
+    "'anthropic-managed'"
+)
+MANAGED_BASE_URL_MESSAGE = (
+    "executor.baseURL does not apply to managed executors: they read OPENAI_BASE_URL or "
+    "ANTHROPIC_BASE_URL (from executor.credentialsSecret in a cluster)"
+)
+CREDENTIALS_SECRET_MESSAGE = "executor.credentialsSecret does not apply to executor.type 'scripted'"
+# A Secret's name: a DNS subdomain.
+SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+def _cel_list(values: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{value}'" for value in values) + "]"
+
+
 class ExecutorSpec(ApiModel):
     # Each CEL rule mirrors the pydantic validator below, so the apiserver refuses what `belay run`
     # refuses, with the same message.
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
+                {"rule": "self.type != 'scripted' || has(self.plan)", "message": PLAN_REQUIRED_MESSAGE},
                 {
-                    "rule": "self.type != 'scripted' || has(self.plan)",
-                    "message": "executor.plan is required when executor.type is 'scripted'",
+                    "rule": f"!(self.type in {_cel_list(MODEL_EXECUTORS)}) || has(self.model)",
+                    "message": MODEL_REQUIRED_MESSAGE,
                 },
                 {
-                    "rule": "!(self.type in ['openai', 'anthropic']) || has(self.model)",
-                    "message": "executor.model is required when executor.type is 'openai' or 'anthropic'",
+                    "rule": f"!(self.type in {_cel_list(MANAGED_EXECUTORS)}) || !has(self.baseURL)",
+                    "message": MANAGED_BASE_URL_MESSAGE,
+                },
+                {
+                    "rule": "self.type != 'scripted' || !has(self.credentialsSecret)",
+                    "message": CREDENTIALS_SECRET_MESSAGE,
                 },
             ]
         }
     )
 
-    type: Literal["scripted", "openai", "anthropic", "managed"]
-    plan: str | None = None  # path of the YAML plan for `scripted`, relative to the manifest
+    # Only what is implemented: any other type is refused here, never accepted and failed later.
+    type: Literal["scripted", "openai", "anthropic", "openai-agents", "anthropic-managed"]
+    # The YAML plan (relative to the manifest) that `scripted` follows; for a managed executor, what
+    # the local stand-in's remote agent follows when no provider is configured.
+    plan: str | None = None
     model: str | None = None
     base_url: str | None = Field(default=None, alias="baseURL")
     image: str | None = None
+    # In a cluster: the Secret whose OPENAI_API_KEY / OPENAI_BASE_URL (or ANTHROPIC_API_KEY /
+    # ANTHROPIC_BASE_URL) keys reach the harness pod's environment, and nothing else.
+    credentials_secret: str | None = Field(default=None, pattern=SECRET_NAME_PATTERN, max_length=253)
+
+    @property
+    def managed(self) -> bool:
+        return self.type in MANAGED_EXECUTORS
 
     @model_validator(mode="after")
-    def _plan_for_scripted(self) -> ExecutorSpec:
+    def _fields_of_the_type(self) -> ExecutorSpec:
         if self.type == "scripted" and not self.plan:
-            raise ValueError("executor.plan is required when executor.type is 'scripted'")
-        if self.type in ("openai", "anthropic") and not self.model:
-            raise ValueError(f"executor.model is required when executor.type is '{self.type}'")
+            raise ValueError(PLAN_REQUIRED_MESSAGE)
+        if self.type in MODEL_EXECUTORS and not self.model:
+            raise ValueError(MODEL_REQUIRED_MESSAGE)
+        if self.type in MANAGED_EXECUTORS and self.base_url is not None:
+            raise ValueError(MANAGED_BASE_URL_MESSAGE)
+        if self.type == "scripted" and self.credentials_secret is not None:
+            raise ValueError(CREDENTIALS_SECRET_MESSAGE)
         return self
 
 
