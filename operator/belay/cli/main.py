@@ -96,6 +96,12 @@ def progress_line(event: Event) -> str | None:
             return f"{event.seq:>4} {who}outcome {p.outcome} {p.operation_id}: {p.detail}"
         case "wait" if p.kind != "ready_for_review":
             return f"{event.seq:>4} {who}waits ({p.kind}) {p.reason}"
+        case "remote" if p.kind == "session":
+            return (
+                f"{event.seq:>4} {who}{p.executor} session {p.remote_session_id} at {p.endpoint} ({p.detail})"
+            )
+        case "remote" if p.kind in ("call_refused", "interrupted", "failed"):
+            return f"{event.seq:>4} {who}{p.executor} {p.kind} {p.operation_id or ''}: {p.detail}"
     return None
 
 
@@ -119,6 +125,8 @@ def _run(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None
         )
     except KeyboardInterrupt:
         raise fail(f"interrupted; continue with `belay resume {session_id}`", 130) from None
+    except ManifestError as error:
+        raise fail(str(error)) from None
     except Exception as error:
         raise fail(
             f"the harness stopped: {type(error).__name__}: {error}; "

@@ -13,9 +13,10 @@ Home layout (`--home`, `BELAY_HOME`, default `./.belay`):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 import yaml
 
 from belay.api.agentsession import AgentSession, ManifestError, SubagentSpec, load_manifest
-from belay.executors import executor_factory_for
+from belay.executors import Endpoint, executor_factory_for
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult, fault_key
 from belay.harness.declared import input_files
@@ -121,7 +122,7 @@ def install_session(home: LocalHome, manifest_path: Path) -> AgentSession:
     session_dir.mkdir(parents=True, exist_ok=True)
     manifest = session.to_manifest()
     executor = session.spec.executor
-    if executor.type == "scripted" and executor.plan:
+    if executor.plan:  # scripted: the plan it follows; managed: what the local stand-in follows
         plan_source = (manifest_path.parent / executor.plan).resolve()
         if not plan_source.is_file():
             raise ManifestError(f"{manifest_path}: spec.executor.plan: {plan_source} does not exist")
@@ -193,25 +194,26 @@ async def run_local(
 
     harness: Harness | None = None
     try:
-        if with_ticket_service:
-            from belay.local.tickets import TicketService
+        async with provider_endpoint(session) as endpoint:
+            if with_ticket_service:
+                from belay.local.tickets import TicketService
 
-            service = await TicketService(home.tickets_file(session.session_id)).start()
-            tickets = LocalTickets(service.url)
-        await record_request(store, session)
-        harness = Harness(
-            session=session,
-            store=store,
-            artifacts=artifacts,
-            sandboxes=LocalSandboxProvider(home.sandboxes_dir(session.session_id)),
-            executors=executor_factory_for(session),
-            tickets=tickets,
-            inputs=read_inputs(session),
-            holder=f"local:{os.getpid()}",
-            model_id=initial_model_id(session),
-            on_event=record_and_forward,
-        )
-        return await harness.run()
+                service = await TicketService(home.tickets_file(session.session_id)).start()
+                tickets = LocalTickets(service.url)
+            await record_request(store, session)
+            harness = Harness(
+                session=session,
+                store=store,
+                artifacts=artifacts,
+                sandboxes=LocalSandboxProvider(home.sandboxes_dir(session.session_id)),
+                executors=executor_factory_for(session, endpoint),
+                tickets=tickets,
+                inputs=read_inputs(session),
+                holder=f"local:{os.getpid()}",
+                model_id=initial_model_id(session),
+                on_event=record_and_forward,
+            )
+            return await harness.run()
     finally:
         # Only the newest attempt may clean up: a superseded one must not stop its replacement's
         # sandboxes.
@@ -225,6 +227,30 @@ async def run_local(
         log.close()
         if newest:
             stop_leftover_sandboxes(home, session)
+
+
+@contextlib.asynccontextmanager
+async def provider_endpoint(session: AgentSession) -> AsyncIterator[Endpoint | None]:
+    """A managed executor's provider: the one the SDK's standard variables configure, else the
+    local stand-in on loopback following the manifest's plan, for the run. None: self-hosted."""
+    from belay.executors.endpoints import PROVIDERS, configured_endpoint, local_standin
+
+    executor = session.spec.executor
+    if not executor.managed:
+        yield None
+        return
+    endpoint = configured_endpoint(executor.type, os.environ)
+    if endpoint is not None:
+        yield endpoint
+        return
+    if not executor.plan:
+        variables = PROVIDERS[executor.type]
+        raise ManifestError(
+            f"{executor.type}: no provider is configured ({variables.api_key} and {variables.base_url} "
+            "are unset) and the manifest has no executor.plan for the local stand-in: set one of them"
+        )
+    async with local_standin(executor.type, Path(executor.plan)) as standin:
+        yield standin
 
 
 def stop_leftover_sandboxes(home: LocalHome, session: AgentSession) -> None:
