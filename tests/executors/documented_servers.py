@@ -44,9 +44,14 @@ def error(status: int, message: str, **extra: Any) -> web.Response:
 class Agent:
     calls: list[ToolCall]
     position: int = 0
+    received: list[Json] = field(default_factory=list)  # every result the agent was given
 
     def next_call(self) -> ToolCall | None:
         return self.calls[self.position] if self.position < len(self.calls) else None
+
+
+# A call whose arguments are sent as this text, verbatim (OpenAI only: its arguments are a string).
+RAW_ARGUMENTS = "$raw"
 
 
 @dataclass
@@ -58,9 +63,17 @@ class Listeners:
             queue.put_nowait(event)
 
 
-def agent_for(plan: ScriptedPlan, metadata: dict[str, str]) -> Agent:
+def agent_for(plan: ScriptedPlan | list[ToolCall], metadata: dict[str, str]) -> Agent:
+    """The calls the plan makes for the subagent the metadata names, or the given calls."""
+    if isinstance(plan, list):
+        return Agent(list(plan))
     name = metadata.get("belay_subagent", "")
     return Agent(planned_calls(name, plan.subagents[name]))
+
+
+def arguments_text(call: ToolCall) -> str:
+    raw = call.arguments.get(RAW_ARGUMENTS)
+    return raw if isinstance(raw, str) else json.dumps(call.arguments)
 
 
 async def sse(request: web.Request, listeners: Listeners, frame: Any) -> web.StreamResponse:
@@ -102,9 +115,10 @@ class OpenAISession:
 
 
 class OpenAIAgentsServer:
-    def __init__(self, plan: ScriptedPlan) -> None:
+    def __init__(self, plan: ScriptedPlan | list[ToolCall]) -> None:
         self.plan = plan
         self.sessions: dict[str, OpenAISession] = {}
+        self.keys_seen: list[str] = []  # every bearer key a request carried
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.check])
@@ -124,6 +138,7 @@ class OpenAIAgentsServer:
             return error(400, "Requests require the OpenAI-Beta: agents=v1 header.")
         if not request.headers.get("Authorization", "").startswith("Bearer "):
             return error(401, "Missing bearer authentication.")
+        self.keys_seen.append(request.headers["Authorization"].removeprefix("Bearer "))
         response: web.StreamResponse = await handler(request)
         return response
 
@@ -187,7 +202,7 @@ class OpenAIAgentsServer:
             "type": "function_call",
             "call_id": new_id("call"),
             "name": call.name,
-            "arguments": json.dumps(call.arguments),
+            "arguments": arguments_text(call),
             "status": "completed",
             "turn_id": turn["id"],
         }
@@ -278,6 +293,7 @@ class OpenAIAgentsServer:
                     "turn_id": pending["turn_id"],
                 }
                 session.items.append(output)
+                session.agent.received.append(event)
                 session.pending = None
                 session.agent.position += 1
                 session.status = "in_progress"
@@ -345,7 +361,7 @@ def stamp() -> str:
 class AnthropicManagedServer:
     BETA = "managed-agents-2026-04-01"
 
-    def __init__(self, plan: ScriptedPlan) -> None:
+    def __init__(self, plan: ScriptedPlan | list[ToolCall]) -> None:
         self.plan = plan
         self.agents: dict[str, Json] = {}
         self.sessions: dict[str, AnthropicSession] = {}
@@ -468,6 +484,7 @@ class AnthropicManagedServer:
         recorded = self.emit(session, event)
         if event["type"] in ("user.message", "user.custom_tool_result"):
             if event["type"] == "user.custom_tool_result":
+                session.agent.received.append(event)
                 session.pending = None
                 session.agent.position += 1
             session.status = "running"

@@ -564,16 +564,29 @@ def _get_artifact(session_id: str, name: str, output: Path | None) -> None:
 def drill(
     manifest: Annotated[Path | None, typer.Argument(help="Default: examples/parser-fix/session.yaml")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            "--executor",
+            help="self-hosted (the plan as a scripted model), openai-agents or anthropic-managed (against "
+            "the local stand-in). Default: the manifest's own.",
+        ),
+    ] = None,
 ) -> None:
     """Interrupt a short session on purpose and check that the resumed session makes sense."""
-    from belay.local.drill import DEFAULT_MANIFEST, run_drill
+    from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, run_drill
 
     path = manifest or DEFAULT_MANIFEST
+    if executor is not None and executor not in EXECUTORS:
+        raise fail(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     try:
         load_manifest(path)
     except ManifestError as error:
         raise fail(f"bad manifest: {error}") from None
-    report = run_drill(path, Context.home.root / "drill", progress=not as_json)
+    try:
+        report = run_drill(path, Context.home.root / "drill", progress=not as_json, executor=executor)
+    except ValueError as error:
+        raise fail(str(error)) from None
     if as_json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
     else:

@@ -139,6 +139,20 @@ class CheckpointItem(Model):
     next_step: str | None
 
 
+class RemoteSessionItem(Model):
+    """A provider's session a managed executor holds for one subagent."""
+
+    subagent: str
+    executor: str
+    remote_session_id: str
+    endpoint: str
+    calls: int
+    delivered: int
+    refused: int
+    interruptions: int
+    failure: str = ""
+
+
 class Briefing(Model):
     session_id: str
     phase: Phase
@@ -168,6 +182,7 @@ class Briefing(Model):
     last_scope_change: InvalidationItem | None
     recovery: RecoveryItem
     checkpoint: CheckpointItem | None
+    remote_sessions: list[RemoteSessionItem] = []
 
 
 T = TypeVar("T")
@@ -419,6 +434,20 @@ def briefing(
         last_scope_change=last_change,
         recovery=recovery,
         checkpoint=checkpoint,
+        remote_sessions=[
+            RemoteSessionItem(
+                subagent=r.subagent,
+                executor=r.executor,
+                remote_session_id=r.remote_session_id,
+                endpoint=r.endpoint,
+                calls=r.calls,
+                delivered=r.delivered,
+                refused=r.refused,
+                interruptions=r.interruptions,
+                failure=r.failure,
+            )
+            for r in sorted(state.remote_sessions.values(), key=lambda r: r.subagent)
+        ],
     )
 
 
@@ -562,6 +591,16 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
         item(f"last verified checkpoint {cp.checkpoint_id} (covers seq {cp.covers_seq}{verification}{nxt})")
     else:
         item("no verified checkpoint yet")
+    if b.remote_sessions:
+        head("Managed executors")
+        for remote in b.remote_sessions:
+            where = f"{remote.executor} session {remote.remote_session_id} at {remote.endpoint}"
+            item(f"{remote.subagent}: {where}")
+            counts = (
+                f"{remote.calls} calls asked for, {remote.delivered} results delivered, "
+                f"{remote.refused} refused for their arguments, {remote.interruptions} interruptions"
+            )
+            item(counts + (f"; failed: {remote.failure}" if remote.failure else ""), 2)
     return rows
 
 
