@@ -486,17 +486,22 @@ class ManagedExecutor:
             found = await self.retrying("find", lambda: self.provider.find_session(metadata, resources))
             how = "found by its metadata: an earlier attempt created it before recording it"
             if found is None:
-                found, how = await self.create(metadata, state), "created"
+                found, how = await self.create(metadata, state)
             self.remote_id = found
             await self.context.record([self.remote(RemoteKind.SESSION, detail=how)])
         self._watcher = asyncio.create_task(self.watch(), name=f"{self.kind}-{self.sub}-events")
 
-    async def create(self, metadata: dict[str, str], state: SessionState) -> str:
+    async def create(self, metadata: dict[str, str], state: SessionState) -> tuple[str, str]:
+        """The new remote session's id, and how it was come by."""
         brief = task_brief(self.context, state)
         for attempt in range(TRIES):
             resources = self.resources(await self.context.read_state())
             try:
-                return await self.provider.create_session(metadata, brief, resources, self.record_resource)
+                created = await translated(
+                    self.provider.create_session(metadata, brief, resources, self.record_resource),
+                    self.connection_errors,
+                )
+                return created, "created"
             except RemoteTransient as lost:
                 await self.note_interruption(
                     f"creating the remote session: {lost}; looking for it before creating it again"
@@ -511,7 +516,7 @@ class ManagedExecutor:
                     "find", functools.partial(self.provider.find_session, metadata, resources)
                 )
                 if found is not None:
-                    return found
+                    return found, "found by its metadata after the answer to its creation was lost"
             await asyncio.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
         await self.unavailable(f"the remote session could not be created in {TRIES} tries")
         raise AssertionError("unreachable")

@@ -84,6 +84,7 @@ class KillPoint(BaseModel):
     expected: str
     observed: str
     passed: bool
+    resume_s: float  # wall time of the `belay resume` that ends the scenario
 
 
 class DrillReport(BaseModel):
@@ -91,6 +92,9 @@ class DrillReport(BaseModel):
     checks: list[DrillCheck]
     executor: str = "self-hosted"
     points: list[KillPoint] = Field(default_factory=list)
+    # The uninterrupted run: its wall time (`belay run` from start to exit) and its record's size.
+    reference_run_s: float | None = None
+    reference_events: int | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -447,6 +451,8 @@ class Drill:
         self.checks: list[DrillCheck] = []
         self.points: list[KillPoint] = []
         self.standins: dict[Path, StandinProcess] = {}
+        self.reference_run_s: float | None = None
+        self.reference_events: int | None = None
         self.session_id = str(self.data["metadata"]["name"])
         self.subagents = len(self.data["spec"]["subagents"])
 
@@ -486,6 +492,8 @@ class Drill:
             checks=self.checks,
             executor=executor_version(self.executor),
             points=self.points,
+            reference_run_s=self.reference_run_s,
+            reference_events=self.reference_events,
         )
 
     def report_point(
@@ -497,6 +505,7 @@ class Drill:
         expected: str,
         observed: str,
         passed: bool,
+        resume_s: float,
     ) -> None:
         last_before = before[-1].seq if before else 0
         resumed = [e for e in after if e.seq > last_before]
@@ -514,13 +523,18 @@ class Drill:
                 expected=expected,
                 observed=observed,
                 passed=passed,
+                resume_s=round(resume_s, 2),
             )
         )
 
     def uninterrupted(self) -> list[Event] | None:
         home = self.home("reference")
-        result = run_belay(home, "run", "--quiet", str(self.manifest), environment=self.environment(home))
+        env = self.environment(home)
+        started = time.monotonic()
+        result = run_belay(home, "run", "--quiet", str(self.manifest), environment=env)
+        self.reference_run_s = round(time.monotonic() - started, 2)
         events = read_events(home, self.session_id)
+        self.reference_events = len(events)
         ok = result.returncode == 0 and completed(events)
         detail = f"{len(events)} events, deliverables {sorted(deliverables(events))}"
         if not ok:
@@ -573,7 +587,9 @@ class Drill:
             reached and bool(before) and fault_key(before[-1]) == point,
             f"killed at {point}; the record (in {home / 'events.db'}) ends with seq {len(before)}",
         )
+        started = time.monotonic()
         result = run_belay(home, "resume", "--quiet", self.session_id, environment=env)
+        resumed_s = time.monotonic() - started
         after = read_events(home, self.session_id)
         resumed = [e for e in after if e.seq > len(before)]
         replaced = [
@@ -637,6 +653,7 @@ class Drill:
             "with the same deliverables",
             observed,
             passed,
+            resumed_s,
         )
 
     def managed_checks(
@@ -699,7 +716,9 @@ class Drill:
             undelivered and not deliveries(before, operation),
             f"killed at {point}; the record ends with seq {len(before)}; nothing delivered",
         )
+        started = time.monotonic()
         result = run_belay(home, "resume", "--quiet", self.session_id, environment=env)
+        resumed_s = time.monotonic() - started
         after = read_events(home, self.session_id)
         done = result.returncode == 0 and completed(after) and deliverables(after) == deliverables(reference)
         self.check(
@@ -730,6 +749,7 @@ class Drill:
             "under its record-derived key; the tool does not run again; the same remote session completes",
             observed,
             done and provider_ok and len(reran) == 1,
+            resumed_s,
         )
 
     def unknown_external_outcome(self, reference: list[Event]) -> None:
@@ -777,7 +797,9 @@ class Drill:
             f"results {len(results)}, tickets {tickets_in(home, self.session_id)}",
         )
         answer = run_belay(home, "reject", self.session_id, f"reconcile-{op}", "-m", "no ticket exists")
+        started = time.monotonic()
         result = run_belay(home, "resume", "--quiet", self.session_id, environment=env)
+        resumed_s = time.monotonic() - started
         after = read_events(home, self.session_id)
         one = self.check(
             "after the user reconciles it, the session completes with exactly one ticket",
@@ -797,6 +819,7 @@ class Drill:
             f"outcome unknown and waiting: {bool(unknown) and waiting}; tickets after the reconciliation "
             f"{tickets_in(home, self.session_id)}; {'completed' if completed(after) else 'not completed'}",
             passed,
+            resumed_s,
         )
 
     def undeclared_state(self, reference: list[Event]) -> None:
@@ -832,7 +855,9 @@ class Drill:
             return
         reached, _ = run_until(home, ["run", "--quiet", str(copy)], fault_key(later[0]), environment=env)
         before = read_events(home, self.session_id)
+        started = time.monotonic()
         result = run_belay(home, "resume", "--quiet", self.session_id, environment=env)
+        resumed_s = time.monotonic() - started
         events = read_events(home, self.session_id)
         failed = [
             e
@@ -855,6 +880,7 @@ class Drill:
             "the restore cannot reproduce the verified checkpoint: RecoveryFailed (UndeclaredState), visibly",
             failed[0].payload.detail if failed else f"no recovery_failed event; exit {result.returncode}",
             passed,
+            resumed_s,
         )
 
 
