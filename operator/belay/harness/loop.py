@@ -155,6 +155,9 @@ class Harness:
     async def run_subagent(self, sub: SubagentSpec) -> None:
         attempt, runtime = self.attempt, self.runtime
         await self.recovery.settle_open_operations(sub)
+        finished = (await attempt.state()).tasks.get(sub.name)
+        if finished is not None and finished.status in DONE_STATUSES:
+            return  # nothing to decide: its executor (and what it holds remotely) is left alone
         executor = self.executor_for(sub)
         try:
             state = await attempt.state()
