@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from belay.api.agentsession import AgentSession, parse_manifest
 from belay.harness.models.scripted import ScriptedPlan, load_plan
 from belay.local.drill import manifest_for
 
@@ -45,3 +46,22 @@ def review_sha256() -> str:
             if action.tool == "write_file" and action.arguments["path"] == "out/review.md":
                 return hashlib.sha256(action.arguments["content"].encode()).hexdigest()
     raise AssertionError("the plan writes no review")
+
+
+def one_subagent_session(name: str, executor: str, goal: str, deliverable: str | None = None) -> AgentSession:
+    """A session of one subagent, `worker`, with no inputs, on a managed executor."""
+    worker: dict[str, Any] = {"name": "worker", "networkProfile": "none"}
+    if deliverable is not None:
+        worker["deliverable"] = deliverable
+    return parse_manifest(
+        {
+            "apiVersion": "belay.dev/v1alpha1",
+            "kind": "AgentSession",
+            "metadata": {"name": name},
+            "spec": {
+                "request": {"goal": goal},
+                "executor": {"type": executor, "model": "any"},
+                "subagents": [worker],
+            },
+        }
+    )

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 import belay.sandbox.local
-from belay.api.agentsession import parse_manifest
 from belay.harness.models.base import ToolCall
 from belay.journal.briefing import briefing, render_json, render_text
 from belay.journal.state import fold
@@ -22,6 +21,7 @@ from belay.journal.status import session_status
 from belay.local.runtime import LocalHome, read_state, run_local
 from belay.sandbox.protocol import INSTANCE_ENV
 from tests.executors.documented_servers import OpenAIAgentsServer, serving
+from tests.executors.example import one_subagent_session
 
 PLANTED = "sk-planted-" + "0123456789abcdef" * 2
 CALLS = [
@@ -33,18 +33,7 @@ CALLS = [
         call_id="-", name="publish_deliverable", arguments={"path": "out/env-seen.txt", "name": "env.txt"}
     ),
 ]
-SESSION = parse_manifest(
-    {
-        "apiVersion": "belay.dev/v1alpha1",
-        "kind": "AgentSession",
-        "metadata": {"name": "planted-key"},
-        "spec": {
-            "request": {"goal": "Print the sandbox's environment."},
-            "executor": {"type": "openai-agents", "model": "any"},
-            "subagents": [{"name": "worker", "networkProfile": "none", "deliverable": "env.txt"}],
-        },
-    }
-)
+SESSION = one_subagent_session("planted-key", "openai-agents", "Print the sandbox's environment.", "env.txt")
 
 
 def where_the_key_is(root: Path) -> list[str]:

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from belay.api.agentsession import parse_manifest
 from belay.harness.models.base import ToolCall
 from belay.journal.events import RemoteEvent, ToolRequestEvent
 from belay.local.runtime import LocalHome, run_local
@@ -19,7 +18,7 @@ from tests.executors.documented_servers import (
     OpenAIAgentsServer,
     serving,
 )
-from tests.executors.example import ENVIRONMENT
+from tests.executors.example import ENVIRONMENT, one_subagent_session
 
 BAD = [
     (ToolCall(call_id="-", name="read_file", arguments={}), "missing required argument path"),
@@ -35,17 +34,8 @@ GOOD = ToolCall(call_id="-", name="write_file", arguments={"path": "out/ok.txt",
 
 
 def manifest(executor: str) -> Any:
-    return parse_manifest(
-        {
-            "apiVersion": "belay.dev/v1alpha1",
-            "kind": "AgentSession",
-            "metadata": {"name": "malformed"},
-            "spec": {
-                "request": {"goal": "Call tools with arguments that do not fit, then one that does."},
-                "executor": {"type": executor, "model": "any"},
-                "subagents": [{"name": "worker", "networkProfile": "none"}],
-            },
-        }
+    return one_subagent_session(
+        "malformed", executor, "Call tools with arguments that do not fit, then one that does."
     )
 
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from belay.api.agentsession import AgentSession, parse_manifest
+from belay.api.agentsession import AgentSession
 from belay.executors.standins import anthropic_managed, openai_agents
 from belay.harness.models.scripted import ScriptedPlan
 from belay.journal.events import Event, RemoteEvent
 from belay.local.drill import provider_problems
 from belay.local.runtime import LocalHome, read_state, run_local
-from tests.executors.example import ENVIRONMENT
+from tests.executors.example import ENVIRONMENT, one_subagent_session
 
 PLAN = ScriptedPlan.model_validate(
     {
@@ -48,18 +48,7 @@ STANDINS = {"openai-agents": openai_agents, "anthropic-managed": anthropic_manag
 
 
 def session(executor: str) -> AgentSession:
-    return parse_manifest(
-        {
-            "apiVersion": "belay.dev/v1alpha1",
-            "kind": "AgentSession",
-            "metadata": {"name": "faults"},
-            "spec": {
-                "request": {"goal": "Write 42 and publish it."},
-                "executor": {"type": executor, "model": "any"},
-                "subagents": [{"name": "worker", "networkProfile": "none", "deliverable": "result.txt"}],
-            },
-        }
-    )
+    return one_subagent_session("faults", executor, "Write 42 and publish it.", deliverable="result.txt")
 
 
 async def run_with(

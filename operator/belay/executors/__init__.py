@@ -7,6 +7,8 @@ what they share in `managed`.
 
 from __future__ import annotations
 
+import os
+
 from belay.api.agentsession import AgentSession
 from belay.executors.base import ExecutorContext, ExecutorFactory, ExecutorUnavailable
 from belay.executors.managed import Endpoint
@@ -29,13 +31,18 @@ def executor_factory_for(session: AgentSession, endpoint: Endpoint | None = None
         # Validation refuses every type not implemented here, so this is a programming error.
         raise ValueError(f"executor type {executor_type!r} has no executor")
 
+    from belay.executors.endpoints import PROVIDERS, default_endpoint
+
+    variables = PROVIDERS[executor_type]
+    where = endpoint or default_endpoint(executor_type, os.environ)
+
     def start(ctx: ExecutorContext) -> managed.ManagedExecutor:
         try:
-            return managed.executor_for(ctx, endpoint)
+            return managed.executor_for(ctx, where)
         except Exception as error:  # the SDK refuses to build a client: no key configured
             raise ExecutorUnavailable(
                 "ProviderUnavailable",
-                f"{executor_type}: {error} (set {managed.API_KEY_ENV}, or {managed.BASE_URL_ENV} for "
+                f"{executor_type}: {error} (set {variables.api_key}, or {variables.base_url} for "
                 "another server that speaks its API)",
             ) from None
 

@@ -24,7 +24,7 @@ What is used of the API (`anthropic` >= 2.14):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from belay.executors.base import ExecutorContext
@@ -41,13 +41,9 @@ from belay.executors.managed import (
     Snapshot,
     TaskBrief,
     classify,
-    endpoint_label,
 )
 
 KIND = "anthropic-managed"
-DEFAULT_BASE_URL = "https://api.anthropic.com"
-API_KEY_ENV = "ANTHROPIC_API_KEY"
-BASE_URL_ENV = "ANTHROPIC_BASE_URL"
 FILES_BETA = "files-api-2025-04-14"
 PAGE = 1000
 WAKING_EVENTS = frozenset(
@@ -73,24 +69,14 @@ def connection_errors() -> tuple[type[BaseException], ...]:
     return (anthropic.APIConnectionError, httpx2.TransportError)
 
 
-def default_endpoint() -> Endpoint:
-    import os
-
-    base_url = os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
-    what = BASE_URL_ENV if os.environ.get(BASE_URL_ENV) else "the Anthropic API"
-    return Endpoint(label=endpoint_label(base_url, what))
-
-
 class AnthropicManagedProvider(ManagedProvider):
     kind = KIND
+    waking_events = WAKING_EVENTS
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def new_client(self, endpoint: Endpoint) -> Any:
         from anthropic import AsyncAnthropic
 
-        self.endpoint = endpoint
-        self.client = AsyncAnthropic(base_url=endpoint.base_url, api_key=endpoint.api_key)
-        # Nothing in this API is keyed: what changes remote state is sent once, then looked for.
-        self.once = self.client.with_options(max_retries=0)
+        return AsyncAnthropic(base_url=endpoint.base_url, api_key=endpoint.api_key)
 
     @property
     def beta(self) -> Any:
@@ -227,15 +213,8 @@ class AnthropicManagedProvider(ManagedProvider):
     async def cancel(self, session_id: str, key: str) -> None:
         await self.once.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])
 
-    async def events(self, session_id: str) -> AsyncIterator[None]:
-        stream = await self.beta.sessions.events.stream(session_id)
-        try:
-            yield
-            async for event in stream:
-                if event.type in WAKING_EVENTS:
-                    yield
-        finally:
-            await stream.close()
+    async def open_stream(self, session_id: str) -> Any:
+        return await self.beta.sessions.events.stream(session_id)
 
     async def outputs(self, session_id: str) -> list[RemoteOutput]:
         listing = self.beta.files.list(scope_id=session_id, betas=[FILES_BETA])
@@ -250,15 +229,10 @@ class AnthropicManagedProvider(ManagedProvider):
         response = await self.beta.files.download(output.output_id, betas=[FILES_BETA])
         return bytes(await response.read())
 
-    async def close(self) -> None:
-        await self.client.close()
-
 
 def _text(content: Any) -> str:
     return "".join(getattr(block, "text", "") for block in content or ())
 
 
-def executor_for(context: ExecutorContext, endpoint: Endpoint | None = None) -> ManagedExecutor:
-    return ManagedExecutor(
-        context, AnthropicManagedProvider(endpoint or default_endpoint()), connection_errors()
-    )
+def executor_for(context: ExecutorContext, endpoint: Endpoint) -> ManagedExecutor:
+    return ManagedExecutor(context, AnthropicManagedProvider(endpoint), connection_errors())

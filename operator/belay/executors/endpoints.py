@@ -60,6 +60,14 @@ def configured_endpoint(executor_type: str, environ: Mapping[str, str]) -> Endpo
     return None
 
 
+def default_endpoint(executor_type: str, environ: Mapping[str, str]) -> Endpoint:
+    """What the environment configures; with nothing configured, the provider's API, where the SDK
+    will ask for the key that is missing."""
+    variables = PROVIDERS[executor_type]
+    configured = configured_endpoint(executor_type, environ)
+    return configured or Endpoint(label=endpoint_label(variables.default_base_url, variables.provider))
+
+
 @contextlib.asynccontextmanager
 async def local_standin(executor_type: str, plan: Path) -> AsyncIterator[Endpoint]:
     """The provider's stand-in on loopback for the block, its remote agent following `plan`."""

@@ -179,7 +179,17 @@ class ManagedProvider(abc.ABC):
     `RemoteRefused` or `RemoteTransient` (see `classify`) for what the provider answers."""
 
     kind: str
-    endpoint: Endpoint
+    waking_events: frozenset[str]  # the stream's event types that may change what comes next
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.client = self.new_client(endpoint)
+        # For what must not be sent twice without a look first: the SDK's automatic retry is off.
+        self.once = self.client.with_options(max_retries=0)
+
+    @abc.abstractmethod
+    def new_client(self, endpoint: Endpoint) -> Any:
+        """The SDK's async client for the endpoint (None fields: the SDK's own variables)."""
 
     @abc.abstractmethod
     async def find_session(self, metadata: dict[str, str], resources: dict[str, str]) -> str | None:
@@ -206,9 +216,20 @@ class ManagedProvider(abc.ABC):
     async def cancel(self, session_id: str, key: str) -> None: ...
 
     @abc.abstractmethod
-    def events(self, session_id: str) -> AsyncIterator[None]:
+    async def open_stream(self, session_id: str) -> Any:
+        """The session's live event stream (the SDK's async stream), open."""
+
+    async def events(self, session_id: str) -> AsyncIterator[None]:
         """Yields once the live event stream is open, then once per event that may change what
         the executor does next; ends or raises when the stream is cut."""
+        stream = await self.open_stream(session_id)
+        try:
+            yield
+            async for event in stream:
+                if event.type in self.waking_events:
+                    yield
+        finally:
+            await stream.close()
 
     @abc.abstractmethod
     async def outputs(self, session_id: str) -> list[RemoteOutput]: ...
@@ -216,8 +237,8 @@ class ManagedProvider(abc.ABC):
     @abc.abstractmethod
     async def download(self, session_id: str, output: RemoteOutput) -> bytes: ...
 
-    @abc.abstractmethod
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        await self.client.close()
 
 
 def classify(error: BaseException, connection_errors: tuple[type[BaseException], ...]) -> Exception | None:

@@ -21,7 +21,7 @@ tool is a function tool. What is used of the API (`openai` >= 3.57):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from belay.executors.base import ExecutorContext
@@ -37,13 +37,9 @@ from belay.executors.managed import (
     ResultToDeliver,
     Snapshot,
     TaskBrief,
-    endpoint_label,
 )
 
 KIND = "openai-agents"
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-API_KEY_ENV = "OPENAI_API_KEY"
-BASE_URL_ENV = "OPENAI_BASE_URL"
 # The events that may change what the executor does next; the rest (deltas, items) do not.
 WAKING_EVENTS = frozenset(
     {
@@ -68,25 +64,14 @@ def connection_errors() -> tuple[type[BaseException], ...]:
     return (openai.APIConnectionError, httpx2.TransportError)
 
 
-def default_endpoint() -> Endpoint:
-    """The SDK's own configuration: `OPENAI_BASE_URL` (else the provider), `OPENAI_API_KEY`."""
-    import os
-
-    base_url = os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
-    what = BASE_URL_ENV if os.environ.get(BASE_URL_ENV) else "the OpenAI API"
-    return Endpoint(label=endpoint_label(base_url, what))
-
-
 class OpenAIAgentsProvider(ManagedProvider):
     kind = KIND
+    waking_events = WAKING_EVENTS
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def new_client(self, endpoint: Endpoint) -> Any:
         from openai import AsyncOpenAI
 
-        self.endpoint = endpoint
-        self.client = AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key)
-        # For what must not be sent twice without a look first (session creation has no key).
-        self.once = self.client.with_options(max_retries=0)
+        return AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key)
 
     @property
     def sessions(self) -> Any:
@@ -188,15 +173,8 @@ class OpenAIAgentsProvider(ManagedProvider):
             session_id, events=[{"type": "agent.session.input.cancel"}], idempotency_key=key
         )
 
-    async def events(self, session_id: str) -> AsyncIterator[None]:
-        stream = await self.sessions.events.stream(session_id)
-        try:
-            yield
-            async for event in stream:
-                if event.type in WAKING_EVENTS:
-                    yield
-        finally:
-            await stream.close()
+    async def open_stream(self, session_id: str) -> Any:
+        return await self.sessions.events.stream(session_id)
 
     async def outputs(self, session_id: str) -> list[RemoteOutput]:
         return [
@@ -208,9 +186,6 @@ class OpenAIAgentsProvider(ManagedProvider):
         content = await self.sessions.artifacts.content(output.output_id, session_id=session_id)
         return bytes(content.content)
 
-    async def close(self) -> None:
-        await self.client.close()
-
 
 def is_pending_call_race(error: Any, call_id: str) -> bool:
     body = error.body if isinstance(error.body, dict) else {}
@@ -220,5 +195,5 @@ def is_pending_call_race(error: Any, call_id: str) -> bool:
     )
 
 
-def executor_for(context: ExecutorContext, endpoint: Endpoint | None = None) -> ManagedExecutor:
-    return ManagedExecutor(context, OpenAIAgentsProvider(endpoint or default_endpoint()), connection_errors())
+def executor_for(context: ExecutorContext, endpoint: Endpoint) -> ManagedExecutor:
+    return ManagedExecutor(context, OpenAIAgentsProvider(endpoint), connection_errors())
