@@ -1,7 +1,8 @@
 """`belay`: run agent sessions on the embedded runtime and ask them where they stand.
 
 Every command reads or writes the session record in the home directory (`--home`, `BELAY_HOME`,
-default `./.belay`); nothing here keeps state of its own.
+default `./.belay`); nothing here keeps state of its own. Every command first stops the sandbox
+servers that attempts whose harness process is gone left running, and says so on stderr.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,8 +18,10 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 from belay.api.agentsession import ManifestError, load_manifest
+from belay.harness.attempt import HarnessResult
 from belay.journal.events import (
     Actor,
     Approval,
@@ -26,8 +30,29 @@ from belay.journal.events import (
     EventDraft,
     OperationOutcome,
     Wait,
+    approval_claim,
+    reconcile_claim,
+    wait_claim,
 )
+from belay.journal.state import SessionState
+from belay.journal.status import Liveness, Phase, interruption_of, phase_of, waiting_on
+from belay.local.liveness import local_liveness, observed_sandboxes, reap_orphans
 from belay.local.runtime import HOME_ENV, LocalHome, install_session, load_installed, read_state, run_local
+from belay.stores.base import ClaimTaken, RecordCorrupt, StoreError
+
+
+class StoreErrorsAsOneLine(TyperGroup):
+    """Every command reads the record through the store: a record that fails its integrity check
+    (RecordCorrupt), a record key that cannot be read, a store that does not answer, ends the
+    command with one `error:` line saying what to do, never a traceback."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer's own click Context, whose module is private
+        try:
+            return super().invoke(ctx)
+        except StoreError as error:
+            typer.echo(f"error: {error}", err=True)
+            raise typer.Exit(1) from None
+
 
 app = typer.Typer(
     name="belay",
@@ -35,6 +60,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=StoreErrorsAsOneLine,
 )
 console = Console()
 
@@ -58,6 +84,14 @@ def main(
     ] = None,
 ) -> None:
     Context.home = LocalHome.resolve(home)
+    stop_orphans(Context.home)
+
+
+def stop_orphans(home: LocalHome) -> None:
+    """Stop the sandbox servers of dead attempts before doing anything else, and say so."""
+    found = asyncio.run(reap_orphans(home.root / "sessions", home.open_event_store))
+    for reaped in found:
+        typer.echo(reaped.message(), err=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -114,18 +148,31 @@ def print_progress(event: Event) -> None:
 def _run(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None:
     home = Context.home
     session = load_installed(home, session_id)
-    try:
-        result = asyncio.run(
-            run_local(
-                home,
-                session,
-                on_event=None if quiet else print_progress,
-                with_ticket_service=with_ticket_service,
-            )
+    stopped_by: list[signal.Signals] = []
+
+    async def attempt() -> HarnessResult:
+        # A termination request cancels the attempt, which stops its sandboxes on the way out.
+        # (A SIGKILL leaves no way out: the next `belay` command stops them.)
+        running = asyncio.current_task()
+        assert running is not None
+
+        def stop(number: signal.Signals) -> None:
+            stopped_by.append(number)
+            running.cancel()
+
+        for number in (signal.SIGTERM, signal.SIGHUP):
+            asyncio.get_running_loop().add_signal_handler(number, stop, number)
+        return await run_local(
+            home, session, on_event=None if quiet else print_progress, with_ticket_service=with_ticket_service
         )
-    except KeyboardInterrupt:
-        raise fail(f"interrupted; continue with `belay resume {session_id}`", 130) from None
-    except ManifestError as error:
+
+    try:
+        result = asyncio.run(attempt())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        how = f"stopped by {stopped_by[0].name}" if stopped_by else "interrupted"
+        code = 128 + stopped_by[0] if stopped_by else 130
+        raise fail(f"{how}; continue with `belay resume {session_id}`", code) from None
+    except (RecordCorrupt, ManifestError) as error:
         raise fail(str(error)) from None
     except Exception as error:
         raise fail(
@@ -181,6 +228,8 @@ def resume(
         load_installed(Context.home, session_id)
     except ManifestError as error:
         raise fail(str(error)) from None
+    # The whole record is checked before a new attempt takes the session over (RecordCorrupt).
+    asyncio.run(read_state(Context.home, session_id))
     _run(session_id, quiet, with_ticket_service=not no_ticket_service)
 
 
@@ -200,55 +249,70 @@ def sessions() -> None:
     """List the sessions in this home and where each stands."""
     from belay.journal.state import fold
 
-    async def load() -> list[tuple[str, Any]]:
+    async def load() -> list[tuple[str, SessionState | RecordCorrupt, Liveness | None]]:
         store = Context.home.open_event_store()
+        loaded: list[tuple[str, SessionState | RecordCorrupt, Liveness | None]] = []
         try:
-            return [(sid, fold(await store.read(sid))) for sid in await store.list_sessions()]
+            for sid in await store.list_sessions():
+                try:
+                    loaded.append((sid, fold(await store.read(sid)), await local_liveness(store, sid)))
+                except RecordCorrupt as error:
+                    loaded.append((sid, error, None))
         finally:
             await store.close()
+        return loaded
 
     if not Context.home.events_db.exists():
         console.print(f"no sessions in {Context.home.root}")
         return
     table = Table("SESSION", "PHASE", "STEP", "WAITS ON", "DELIVERABLES", "EVENTS")
-    for session_id, state in asyncio.run(load()):
+    corrupt: list[RecordCorrupt] = []
+    for session_id, state, liveness in asyncio.run(load()):
+        if isinstance(state, RecordCorrupt):
+            corrupt.append(state)
+            table.add_row(session_id, f"RecordCorrupt (seq {state.seq})", "-", "-", "-", "-")
+            continue
+        phase = phase_of(state, liveness)
         table.add_row(
             session_id,
-            phase_of(state),
+            phase.value,
             state.current_step or "-",
-            ", ".join(sorted(state.pending_approvals) + sorted(state.open_waits)) or "-",
+            waiting_on(state, phase, interruption_of(state, liveness)) or "-",
             ", ".join(sorted(state.deliverables)) or "-",
             str(state.last_seq),
         )
     console.print(table)
+    if corrupt:
+        # The other sessions are listed; each corrupt one also ends the command with its error.
+        for error in corrupt:
+            typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1)
 
 
-def phase_of(state: Any) -> str:
-    lifecycle = state.lifecycle
-    if lifecycle.completed:
-        return "Completed"
-    if lifecycle.failed:
-        return f"Failed ({lifecycle.end_reason})" if lifecycle.end_reason else "Failed"
-    latest_start = max((e.seq for e in lifecycle.recent if e.kind == "harness_started"), default=0)
-    failure = lifecycle.last_recovery_failure
-    if failure is not None and failure.seq > latest_start:
-        return f"RecoveryFailed ({failure.reason})"
-    if state.pending_approvals or any(w.kind == "on_user" for w in state.open_wait_records()):
-        return "WaitingOnUser"
-    if lifecycle.harness_running:
-        return "Running"
-    return "Stopped"
-
-
-def render_brief(state: Any, style: str) -> str:
+def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> str:
     from belay.journal.briefing import briefing, render_json, render_markdown, render_text
 
-    store = Context.home.open_artifact_store()
+    home = Context.home
+    store = home.open_artifact_store()
 
     def locate(ref: ArtifactRef) -> str:
         return store.location(ref.sha256) if store.exists(ref.sha256) else ref.uri
 
-    brief = briefing(state, locate=locate, artifact_store=str(Context.home.artifacts_dir))
+    sandboxes = []
+    budgets: dict[str, int] = {}
+    if home.session_exists(state.session_id):
+        spec = load_installed(home, state.session_id).spec
+        profiles = {sub.name: sub.network_profile for sub in spec.subagents}
+        sandboxes = observed_sandboxes(home.sandboxes_dir(state.session_id), profiles)
+        budgets = spec.budgets.model_dump(by_alias=True, exclude_none=True)
+    brief = briefing(
+        state,
+        locate=locate,
+        artifact_store=str(home.artifacts_dir),
+        liveness=liveness,
+        sandboxes=sandboxes,
+        budgets=budgets,
+    )
     if style == "json-lines":  # one compact object per line, for a follower's stream
         return brief.model_dump_json()
     render = {"json": render_json, "markdown": render_markdown, "text": render_text}[style]
@@ -257,7 +321,18 @@ def render_brief(state: Any, style: str) -> str:
 
 def print_brief(session_id: str, style: str) -> None:
     state, _ = _known_state(session_id)
-    sys.stdout.write(render_brief(state, style) + "\n")
+    sys.stdout.write(render_brief(state, style, read_liveness(session_id)) + "\n")
+
+
+def read_liveness(session_id: str) -> Liveness:
+    async def read() -> Liveness:
+        store = Context.home.open_event_store()
+        try:
+            return await local_liveness(store, session_id)
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
 
 
 # A follower prints once per burst of events, not once per event.
@@ -265,17 +340,19 @@ FOLLOW_SETTLE_S = 0.3
 
 
 async def follow_brief(session_id: str, style: str) -> None:
-    """Print the briefing, then again whenever the record moves on, until the session ends. The
-    state is folded incrementally from the store's watch, which re-reads after any cut."""
+    """Print the briefing, then again whenever the record moves on or the phase changes without
+    an event (an attempt that stops proving it is alive), until the session ends. The state is
+    folded incrementally from the store's watch, which re-reads after any cut."""
     from belay.journal.state import apply
-    from belay.journal.status import Phase, phase_of
+    from belay.journal.status import HEARTBEAT_INTERVAL_S
 
     state, known = await read_state(Context.home, session_id)
     if not known:
         raise fail(f"unknown session {session_id!r} in {Context.home.root}")
-    sys.stdout.write(render_brief(state, style) + "\n")
-    sys.stdout.flush()
     store = Context.home.open_event_store()
+    liveness = await local_liveness(store, session_id)
+    sys.stdout.write(render_brief(state, style, liveness) + "\n")
+    sys.stdout.flush()
     arrived: asyncio.Queue[Event | None] = asyncio.Queue()
     first_new_seq = state.last_seq + 1
 
@@ -296,15 +373,24 @@ async def follow_brief(session_id: str, style: str) -> None:
         return event
 
     pumping = asyncio.create_task(pump())
+    shown = phase_of(state, liveness)
     try:
-        while phase_of(state) not in (Phase.SUCCEEDED, Phase.FAILED):
-            state = apply(state, await next_event())
-            with contextlib.suppress(TimeoutError):
-                while True:
-                    state = apply(state, await next_event(FOLLOW_SETTLE_S))
+        while shown not in (Phase.SUCCEEDED, Phase.FAILED):
+            try:
+                state = apply(state, await next_event(HEARTBEAT_INTERVAL_S))
+            except TimeoutError:
+                liveness = await local_liveness(store, session_id)
+                if phase_of(state, liveness) == shown:
+                    continue
+            else:
+                with contextlib.suppress(TimeoutError):
+                    while True:
+                        state = apply(state, await next_event(FOLLOW_SETTLE_S))
+                liveness = await local_liveness(store, session_id)
             separator = "" if style == "json-lines" else f"--- seq {state.last_seq} ---\n"
-            sys.stdout.write(separator + render_brief(state, style) + "\n")
+            sys.stdout.write(separator + render_brief(state, style, liveness) + "\n")
             sys.stdout.flush()
+            shown = phase_of(state, liveness)
     finally:
         pumping.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -366,12 +452,15 @@ def events(
 
 
 def decide(session_id: str, item_id: str, granted: bool, reason: str, by: str) -> str:
+    """Record one decision under its claim, so that of two people deciding at once, one decision
+    is recorded and the other person is told who decided first."""
     state, _ = _known_state(session_id)
     user = Actor(kind="user", name=by)
     drafts: list[EventDraft] = []
     approval = state.approvals.get(item_id)
     wait = state.waits.get(item_id)
     if approval is not None:
+        claim = approval_claim(item_id)
         if approval.decision is not None:
             raise fail(
                 f"approval {item_id} was already {approval.decision} by {approval.decided_by or 'someone'}"
@@ -396,6 +485,10 @@ def decide(session_id: str, item_id: str, granted: bool, reason: str, by: str) -
     elif wait is not None:
         if wait.resolved:
             raise fail(f"{item_id} is already resolved")
+        claim = wait_claim(item_id)
+        if wait.condition in state.unknown_outcomes:
+            # The same claim as `belay reconcile` without a wait: one verdict per unknown outcome.
+            claim = reconcile_claim(wait.condition, state.unknown_outcomes[wait.condition])
         if wait.kind == "on_user" and item_id.startswith("reconcile-") and wait.condition:
             verdict = "took effect" if granted else "did not take effect"
             drafts.append(
@@ -429,7 +522,7 @@ def decide(session_id: str, item_id: str, granted: bool, reason: str, by: str) -
         known = ", ".join(pending) if pending else "nothing waits on you"
         raise fail(f"no approval or wait {item_id!r} in session {session_id} (pending: {known})")
 
-    _append(session_id, drafts)
+    _append(session_id, drafts, claim)
     return outcome
 
 
@@ -483,7 +576,8 @@ def reconcile(
         detail=f"{by}: {detail}".rstrip(": "),
         by=by,
     )
-    _append(session_id, [EventDraft(payload=outcome, actor=Actor(kind="user", name=by))])
+    claim = reconcile_claim(operation_id, state.unknown_outcomes[operation_id])
+    _append(session_id, [EventDraft(payload=outcome, actor=Actor(kind="user", name=by))], claim)
     console.print(f"reconciled {operation_id}: {'succeeded' if succeeded else 'failed'}", markup=False)
 
 
@@ -498,15 +592,42 @@ def answer(
     console.print(decide(session_id, wait_id, True, text, by), highlight=False, markup=False)
 
 
-def _append(session_id: str, drafts: list[EventDraft]) -> None:
-    async def write() -> None:
+def _append(session_id: str, drafts: list[EventDraft], claim: str) -> None:
+    """Append a decision under its claim; when someone else's decision holds the claim, fail
+    with what they decided."""
+
+    async def write() -> str | None:
         store = Context.home.open_event_store()
         try:
-            await store.append(session_id, drafts)
+            await store.append(session_id, drafts, claim=claim)
+        except ClaimTaken as taken:
+            [first] = await store.read(session_id, taken.seq, taken.seq)
+            return decided_first(first)
         finally:
             await store.close()
+        return None
 
-    asyncio.run(write())
+    earlier = asyncio.run(write())
+    if earlier is not None:
+        raise fail(f"{earlier}; yours was not recorded (see `belay brief {session_id}`)")
+
+
+def decided_first(event: Event) -> str:
+    """What the decision that got there first decided, by whom, at which seq."""
+    p: Any = event.payload
+    who = (
+        p.by if isinstance(p, Approval | OperationOutcome) and p.by else event.actor.name or event.actor.kind
+    )
+    match p:
+        case Approval():
+            decision = "granted" if p.granted else "rejected"
+            return f"approval {p.approval_id} was already {decision} by {who} (seq {event.seq})"
+        case OperationOutcome():
+            verdict = "took effect" if p.succeeded else "did not take effect"
+            return f"{p.operation_id} was already reconciled by {who}: it {verdict} (seq {event.seq})"
+        case Wait():
+            return f"{p.wait_id} was already answered by {who}: {p.reason} (seq {event.seq})"
+    return f"this was already decided by {who} (seq {event.seq})"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -56,7 +56,8 @@ from belay.controller.settings import OperatorSettings
 from belay.controller.status import OperatorProblem, TransitionEvent, session_status_patch, transition_events
 from belay.journal.events import ArtifactRef, CheckpointEvent
 from belay.journal.state import EMPTY, SessionState, apply
-from belay.stores.base import ArtifactStore, EventStore, StoreUnavailable
+from belay.journal.status import Liveness
+from belay.stores.base import ArtifactStore, ClaimTaken, EventStore, RecordCorrupt, StoreUnavailable
 from belay.stores.factory import open_artifact_store, open_event_store
 
 log = logging.getLogger("belay.operator")
@@ -194,7 +195,8 @@ class SessionReconciler:
 
     async def reconcile(self, body: dict[str, Any]) -> PassResult:
         """One pass. A store that cannot be reached is reported in the status (Reconciling, with
-        reason StoreUnavailable) and raised, so the worker retries."""
+        reason StoreUnavailable) and raised, so the worker retries; a record that fails its
+        integrity check likewise (Stalled, with reason RecordCorrupt, until a person restores it)."""
         uid = body["metadata"]["uid"]
         lock = self._locks.setdefault(uid, asyncio.Lock())
         async with lock:
@@ -204,6 +206,10 @@ class SessionReconciler:
             except StoreUnavailable as error:
                 problem = OperatorProblem(OperatorReason.STORE_UNAVAILABLE, str(error), stalls=False)
                 await self._report(body, memory, problem)
+                raise
+            except RecordCorrupt as error:
+                # Nothing is done on a record that cannot be trusted; a person has to restore it.
+                await self._report(body, memory, OperatorProblem(OperatorReason.RECORD_CORRUPT, str(error)))
                 raise
 
     async def _report(self, body: dict[str, Any], memory: SessionMemory, problem: OperatorProblem) -> None:
@@ -224,8 +230,30 @@ class SessionReconciler:
             await asyncio.to_thread(self.kube.apply_status, meta["namespace"], meta["name"], status)
             memory.status = status
 
+    async def _liveness(self, store: EventStore, session: str) -> Liveness:
+        """The session's lease and its last renewal, now; the operator recovers lost attempts."""
+        lease = await store.current_lease(session)
+        renewal = await store.lease_renewal(session)
+        return Liveness(
+            now=datetime.now(UTC),
+            lease=lease.number if lease else 0,
+            holder=lease.holder if lease else "",
+            renewed_lease=renewal.number if renewal else 0,
+            renewed_at=renewal.renewed_at if renewal else None,
+            recovered_by="operator",
+        )
+
     async def _write(self, store: EventStore, session: str, write: RecordWrite) -> None:
-        await store.append(session, list(write.drafts), idempotency_key=write.idempotency_key)
+        try:
+            await store.append(
+                session, list(write.drafts), idempotency_key=write.idempotency_key, claim=write.claim
+            )
+        except ClaimTaken as taken:
+            # Someone decided first (a person, the harness's grant from the same spec): their
+            # decision stands, and the next fold shows it.
+            log.info(
+                "session %s: %s was decided at seq %s; not recorded again", session, taken.claim, taken.seq
+            )
 
     async def _follow(self, store: EventStore, ref: SessionRef, memory: SessionMemory) -> None:
         """Fold the events after the last one seen, and mirror the checkpoints among them."""
@@ -262,9 +290,9 @@ class SessionReconciler:
         memory: SessionMemory,
         pods: list[Any],
     ) -> HarnessDecision:
-        lease = await store.current_lease(ref.name)
+        liveness = await self._liveness(store, ref.name)
         decision = decide_harness(
-            memory.state, harness_pods(pods), lease.number if lease else 0, spec.recovery.max_attempts
+            memory.state, harness_pods(pods), liveness.lease, spec.recovery.max_attempts, liveness
         )
         if decision.action == Action.KEEP and decision.index is not None:
             await self._record_lost_sandboxes(store, ref, spec, memory, pods, decision.index)
@@ -413,10 +441,8 @@ class SessionReconciler:
         objects = desired_children(ref, spec, self.settings, decision.index, replacements)
         await self._apply_children(ref, objects, pods, memory)
 
-        lease = await store.current_lease(ref.name)
-        harness, sandboxes = self._pod_statuses(
-            ref, spec, decision, pods, lease.number if lease else 0, replacements
-        )
+        liveness = await self._liveness(store, ref.name)
+        harness, sandboxes = self._pod_statuses(ref, spec, decision, pods, liveness.lease, replacements)
 
         def locate(artifact: ArtifactRef) -> str:
             return artifacts.location(artifact.sha256)
@@ -434,6 +460,7 @@ class SessionReconciler:
             problem=OperatorProblem(OperatorReason.FORK_SOURCE_MISSING, memory.fork_error)
             if memory.fork_error
             else None,
+            liveness=liveness,
         )
         status_body = status.to_status()
         transitions: list[TransitionEvent] = []

@@ -26,6 +26,7 @@ from belay.journal.events import (
     Payload,
     ScopeChange,
     UserInput,
+    approval_claim,
 )
 from belay.journal.state import SessionState
 
@@ -34,14 +35,16 @@ OPERATOR = Actor(kind="operator", name="belay-operator")
 
 @dataclass(frozen=True)
 class RecordWrite:
-    """One atomic batch for the event store, with the key that makes it idempotent."""
+    """One atomic batch for the event store, with the key that makes it idempotent, and the
+    claim of a decision (the store refuses it when someone decided first)."""
 
     idempotency_key: str
     drafts: tuple[EventDraft, ...]
+    claim: str | None = None
 
 
-def _write(key: str, *payloads: Payload) -> RecordWrite:
-    return RecordWrite(key, tuple(EventDraft(payload=p, actor=OPERATOR) for p in payloads))
+def _write(key: str, *payloads: Payload, claim: str | None = None) -> RecordWrite:
+    return RecordWrite(key, tuple(EventDraft(payload=p, actor=OPERATOR) for p in payloads), claim)
 
 
 def request_write(
@@ -113,7 +116,8 @@ def spec_approval_writes(uid: str, spec: AgentSessionSpec, state: SessionState) 
             reason="approved in the AgentSession spec",
             expires_at=grant.expires_at,
         )
-        writes.append(_write(f"approval/{uid}/{approval_id}/{grant.payload_sha256}", approval))
+        key = f"approval/{uid}/{approval_id}/{grant.payload_sha256}"
+        writes.append(_write(key, approval, claim=approval_claim(approval_id)))
     return writes
 
 

@@ -2,14 +2,18 @@
 
 An attempt takes the next lease on the session; every append it makes carries that lease, so a
 newer attempt's lease refuses the writes of an older one that is still running (frozen, or cut off
-and not dead). The attempt folds the record incrementally and keeps nothing the record does not
-also hold: a harness killed at any point is replaced by a new attempt that reads the record and
-continues.
+and not dead). While it runs it renews the lease every few seconds (`EventStore.renew_lease`, one
+record per session, never an event): that renewal is how every view tells a live attempt from a
+dead one (`belay.journal.status.phase_of`).
+
+The attempt folds the record incrementally and keeps nothing the record does not also hold: a
+harness killed at any point is replaced by a new attempt that reads the record and continues.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import Callable, Sequence
@@ -31,7 +35,8 @@ from belay.journal.events import (
     ToolRequestEvent,
 )
 from belay.journal.state import EMPTY, SessionState, apply
-from belay.stores.base import EventStore, StaleLease
+from belay.journal.status import HEARTBEAT_INTERVAL_S
+from belay.stores.base import EventStore, StaleLease, StoreError
 
 HARNESS_VERSION = f"belay-harness/{__version__}"
 # Fault injection for the interruption tests and the drill: a comma-separated list of
@@ -74,6 +79,7 @@ class Attempt:
     _state_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _append_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _fault_points: frozenset[str] = field(default_factory=frozenset)
+    _heartbeat: asyncio.Task[None] | None = None
 
     @property
     def session_id(self) -> str:
@@ -85,6 +91,26 @@ class Attempt:
         lease = await self.store.acquire_lease(self.session_id, self.holder)
         self.lease = lease.number
         self.number = lease.number
+        await self.store.renew_lease(self.session_id, self.lease)
+        self._heartbeat = asyncio.create_task(self._keep_renewing(), name=f"heartbeat-{self.session_id}")
+
+    async def _keep_renewing(self, interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.store.renew_lease(self.session_id, self.lease)
+            except StaleLease:
+                return  # superseded: the attempt learns it at its next append or lease check
+            except StoreError:
+                continue  # unreachable for now: readers see the renewal age, the next beat retries
+
+    async def release(self) -> None:
+        """Stop renewing the lease: from now on nothing proves this attempt alive."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
+            self._heartbeat = None
 
     async def check_lease(self) -> None:
         """Raise StaleLease when a newer attempt holds the session. Starting a sandbox stops what
@@ -109,13 +135,18 @@ class Attempt:
         )
 
     async def record(
-        self, payloads: Sequence[Payload], *, subagent: str | None = None, parent_seq: int | None = None
+        self,
+        payloads: Sequence[Payload],
+        *,
+        subagent: str | None = None,
+        parent_seq: int | None = None,
+        claim: str | None = None,
     ) -> list[Event]:
         drafts = [EventDraft(payload=p, actor=self.actor(subagent), parent_seq=parent_seq) for p in payloads]
         # One append at a time from this attempt, so a fault stop never freezes the process in the
         # middle of another subagent's write (and with the store's write lock held).
         async with self._append_lock:
-            events = await self.store.append(self.session_id, drafts, lease=self.lease)
+            events = await self.store.append(self.session_id, drafts, lease=self.lease, claim=claim)
             for event in events:
                 if self.on_event is not None:
                     self.on_event(event)

@@ -27,3 +27,8 @@ def answer(session_id: str, wait_id: str) -> str:
 
 def download(session_id: str, name: str) -> str:
     return f"belay artifacts get {session_id} {name} -o {posixpath.basename(name) or name}"
+
+
+def resume(session_id: str) -> str:
+    """A new harness attempt that recovers the session from its record and continues it."""
+    return f"belay resume {session_id}"

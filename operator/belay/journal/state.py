@@ -233,6 +233,9 @@ class Lifecycle(Record):
     # Subagents whose sandbox was lost under a running attempt and is not restored yet.
     lost_sandboxes: tuple[str, ...] = ()
     restores: int = 0
+    # Restores into a sandbox that replaced an earlier one (a new attempt's, or a lost sandbox's
+    # replacement): the recoveries. The first restore of each subagent only seeds it.
+    recovery_restores: int = 0
     recovery_failures: int = 0
     last_recovery_failure: LifecycleEntry | None = None
     recovering: bool = False  # a harness or a sandbox was lost and no restore has succeeded since
@@ -249,6 +252,9 @@ class SubagentRecord(Record):
     sandbox_replacements: int = 0
     # Sandbox pods lost under a running attempt; the operator numbers each replacement pod by it.
     sandbox_losses: int = 0
+    sandbox_attempt: int | None = None  # the attempt that started the current sandbox
+    sandbox_detail: str = ""  # what that start recorded (pid, profile, isolation)
+    last_restored_from: str | None = None  # the checkpoint the current sandbox was restored from
 
 
 class RemoteSessionRecord(Record):
@@ -330,6 +336,8 @@ class SessionState(BaseModel):
 
     latest_checkpoint: CheckpointRecord | None = None
     latest_verified_checkpoint: CheckpointRecord | None = None
+    # subagent -> its latest verified checkpoint ("" for checkpoints that name no subagent)
+    verified_checkpoints: Map[str, CheckpointRecord] = _empty_map()
     checkpoint_count: int = 0
 
     lifecycle: Lifecycle = Lifecycle()
@@ -345,8 +353,14 @@ class SessionState(BaseModel):
     remote_resources: Map[str, str] = _empty_map()  # "<subagent>/<resource>" -> its remote id
 
     latest_summary_seq: int | None = None
+    model_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    # When the first and the last event were recorded: the record's own first and last signs of
+    # life, for views that ask "since when" (a view compares them with its own `now`; the fold
+    # never reads a clock).
+    started_at: datetime | None = None
+    last_event_at: datetime | None = None
 
     # ---- queries that read indexes only (cheap at any history length)
 
@@ -604,12 +618,11 @@ def _on_scope_change(s: SessionState, e: Any) -> Updates:
 
 def _on_model_output(s: SessionState, e: Any) -> Updates:
     p = e.payload
-    if not (p.input_tokens or p.output_tokens):
-        return {}
-    return {
-        "input_tokens": s.input_tokens + p.input_tokens,
-        "output_tokens": s.output_tokens + p.output_tokens,
-    }
+    updates: Updates = {"model_calls": s.model_calls + 1}
+    if p.input_tokens or p.output_tokens:
+        updates["input_tokens"] = s.input_tokens + p.input_tokens
+        updates["output_tokens"] = s.output_tokens + p.output_tokens
+    return updates
 
 
 def _on_tool_request(s: SessionState, e: Any) -> Updates:
@@ -788,6 +801,7 @@ def _on_checkpoint(s: SessionState, e: Any) -> Updates:
     updates: Updates = {"latest_checkpoint": record, "checkpoint_count": s.checkpoint_count + 1}
     if record.verified:
         updates["latest_verified_checkpoint"] = record
+        updates["verified_checkpoints"] = s.verified_checkpoints.set(e.payload.subagent or "", record)
     return updates
 
 
@@ -952,6 +966,9 @@ def _on_lifecycle(s: SessionState, e: Any) -> Updates:
                 {
                     "sandbox_starts": sub.sandbox_starts + 1,
                     "sandbox_replacements": sub.sandbox_replacements + int(replaced),
+                    "sandbox_attempt": p.attempt,
+                    "sandbox_detail": p.detail,
+                    "last_restored_from": None,
                 },
             )
             updates["subagents"] = subagents.set(p.subagent, sub)
@@ -971,6 +988,15 @@ def _on_lifecycle(s: SessionState, e: Any) -> Updates:
                 fields["recovering"] = True
     elif kind == LifecycleKind.RESTORED:
         fields["restores"] = lc.restores + 1
+        restored = s.subagents.get(p.subagent) if p.subagent else None
+        if restored is not None:
+            if restored.sandbox_starts > 1:
+                fields["recovery_restores"] = lc.recovery_restores + 1
+            updates["subagents"] = s.subagents.set(
+                p.subagent, _replace(restored, {"last_restored_from": p.checkpoint_id})
+            )
+        elif lc.harness_starts > 1 or lc.harness_lost:
+            fields["recovery_restores"] = lc.recovery_restores + 1
         remaining = tuple(name for name in lc.lost_sandboxes if name != p.subagent)
         fields["lost_sandboxes"] = remaining
         fields["recovering"] = bool(remaining)
@@ -1087,6 +1113,9 @@ def apply(state: SessionState, event: Event) -> SessionState:
     updates["session_id"] = event.session_id
     updates["last_seq"] = event.seq
     updates["event_count"] = state.event_count + 1
+    updates["last_event_at"] = event.created_at
+    if state.started_at is None:
+        updates["started_at"] = event.created_at
     return _replace(state, updates)
 
 

@@ -31,6 +31,7 @@ from belay.harness.declared import input_files
 from belay.harness.loop import Harness
 from belay.journal.events import Actor, Event, EventDraft, UserInput
 from belay.journal.state import SessionState
+from belay.local.liveness import GuardedSandboxProvider, this_holder
 from belay.stores.base import ArtifactStore, EventStore
 
 DEFAULT_HOME = ".belay"
@@ -94,7 +95,13 @@ class LocalSandboxProvider:
         """A fresh server and workspace; a lost one (`replacing`) was already stopped."""
         from belay.sandbox.local import LocalSandbox
 
-        return await LocalSandbox.start(self.base_dir, subagent.name, subagent.network_profile)
+        return await LocalSandbox.start(
+            self.base_dir,
+            subagent.name,
+            subagent.network_profile,
+            isolation_level=subagent.isolation,
+            allowlist=subagent.allowlist,
+        )
 
 
 class LocalTickets:
@@ -205,11 +212,14 @@ async def run_local(
                 session=session,
                 store=store,
                 artifacts=artifacts,
-                sandboxes=LocalSandboxProvider(home.sandboxes_dir(session.session_id)),
+                sandboxes=GuardedSandboxProvider(
+                    LocalSandboxProvider(home.sandboxes_dir(session.session_id)),
+                    home.session_dir(session.session_id),
+                ),
                 executors=executor_factory_for(session, endpoint),
                 tickets=tickets,
                 inputs=read_inputs(session),
-                holder=f"local:{os.getpid()}",
+                holder=this_holder(),
                 model_id=initial_model_id(session),
                 on_event=record_and_forward,
             )
