@@ -5,11 +5,12 @@ scope change since; which steps are done and verified; what is running; what wai
 (approvals, decisions, reconciliations) with the exact command to act; what waits on an external
 condition; what is ready for review and where to download it; which findings are hypotheses and
 which are accepted decisions; which results the last scope change made invalid and which stay
-reusable; and the attempts, recoveries and unknown outcomes. When no attempt proves it is alive it
-says so first: since when, what the attempt was doing, what will happen to each operation it left
-without a result, and the exact command that continues the session. Its resources: each
-subagent's sandbox (where, network profile, alive or not), the budgets used and left, and every
-subagent's last verified checkpoint.
+reusable; the attempts, recoveries and unknown outcomes; what needs a person's attention (an
+operation that took effect more than once); and how many secrets were redacted before they were
+recorded. When no attempt proves it is alive it says so first: since when, what the attempt was
+doing, what will happen to each operation it left without a result, and the exact command that
+continues the session. Its resources: each subagent's sandbox (where, network profile, alive or
+not), the budgets used and left, and every subagent's last verified checkpoint.
 
 `briefing(state)` builds the `Briefing` model (its JSON is the JSON renderer); `render_text` and
 `render_markdown` print it. Every list is capped so a long session still fits on a page.
@@ -77,6 +78,14 @@ class ActionItem(Model):
     alternative: str | None = None
     payload_sha256: str | None = None
     expires_at: datetime | None = None
+
+
+class RepeatedEffectItem(Model):
+    """An operation a reconcile probe found to have taken effect more than once."""
+
+    operation_id: str
+    tool: str
+    effects: list[str]
 
 
 class ExternalItem(Model):
@@ -194,6 +203,7 @@ class Briefing(Model):
     steps_omitted_verified: int = 0
     running: list[RunningItem]
     waiting_on_you: list[ActionItem]
+    needs_attention: list[RepeatedEffectItem] = []
     waiting_on_external: list[ExternalItem]
     ready_for_review: list[ReviewItem]
     artifact_store: str = ""
@@ -210,6 +220,7 @@ class Briefing(Model):
     sandboxes: list[SandboxItem] = []
     budgets: list[BudgetItem] = []
     checkpoints: list[CheckpointItem] = []  # every subagent's last verified checkpoint
+    secrets_redacted: int = 0
     remote_sessions: list[RemoteSessionItem] = []
 
 
@@ -343,6 +354,15 @@ def briefing(
             )
         )
 
+    repeated = [
+        RepeatedEffectItem(
+            operation_id=op_id,
+            tool=state.operations[op_id].tool,
+            effects=list(state.operations[op_id].effects),
+        )
+        for op_id in sorted(state.repeated_effects, key=lambda o: (state.repeated_effects[o], o))
+    ]
+
     interruption = interruption_of(state, liveness)
     if interruption is not None:
         running = []  # nothing runs: what the dead attempt left open is listed under the interruption
@@ -448,6 +468,7 @@ def briefing(
         steps_omitted_verified=sum(t.status == TaskStatus.VERIFIED for t in omitted),
         running=running,
         waiting_on_you=actions,
+        needs_attention=repeated,
         waiting_on_external=external,
         ready_for_review=reviews,
         artifact_store=artifact_store,
@@ -464,6 +485,7 @@ def briefing(
         sandboxes=_sandbox_items(state, sandboxes),
         budgets=_budget_items(state, budgets or {}, liveness.now if liveness else None),
         checkpoints=_checkpoint_items(state),
+        secrets_redacted=state.secrets_redacted,
         remote_sessions=[
             RemoteSessionItem(
                 subagent=r.subagent,
@@ -628,6 +650,15 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
     if not b.waiting_on_you:
         item("nothing")
 
+    if b.needs_attention:
+        head("Needs attention")
+        for repeated in b.needs_attention:
+            item(
+                f"{repeated.tool or 'operation'} {repeated.operation_id} took effect "
+                f"{len(repeated.effects)} times ({', '.join(repeated.effects)}): undo the extra ones in "
+                "that system by hand"
+            )
+
     head("Waiting on external conditions")
     for e in b.waiting_on_external:
         item(f"{e.wait_id}: {e.reason}" + (f" [{e.condition}]" if e.condition else ""))
@@ -671,6 +702,7 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
 
     rows += _recovery_rows(b)
     rows += _resource_rows(b)
+    rows += _redaction_rows(b)
     rows += _remote_rows(b)
     return rows
 
@@ -777,6 +809,18 @@ def _resource_rows(b: Briefing) -> list[Row]:
             (1, "", f"budget {budget.name}: {budget.used} used, {budget.left} left of {budget.limit}")
         )
     return rows
+
+
+def _redaction_rows(b: Briefing) -> list[Row]:
+    """A line for the secrets kept out of the record (`belay.harness.redaction`), when any were."""
+    if not b.secrets_redacted:
+        return []
+    count = b.secrets_redacted
+    what = f"{count} secret{'s' if count != 1 else ''} redacted"
+    return [
+        (0, "Secrets", "Secrets"),
+        (1, "", f"{what} from tool requests and results before they were recorded"),
+    ]
 
 
 def _remote_rows(b: Briefing) -> list[Row]:
