@@ -48,9 +48,11 @@ def review_sha256() -> str:
     raise AssertionError("the plan writes no review")
 
 
-def one_subagent_session(name: str, executor: str, goal: str, deliverable: str | None = None) -> AgentSession:
+def one_subagent_session(
+    name: str, executor: str, goal: str, deliverable: str | None = None, isolation: str = "required"
+) -> AgentSession:
     """A session of one subagent, `worker`, with no inputs, on a managed executor."""
-    worker: dict[str, Any] = {"name": "worker", "networkProfile": "none"}
+    worker: dict[str, Any] = {"name": "worker", "networkProfile": "none", "isolation": isolation}
     if deliverable is not None:
         worker["deliverable"] = deliverable
     return parse_manifest(

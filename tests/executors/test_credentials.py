@@ -14,12 +14,15 @@ from pathlib import Path
 import pytest
 
 import belay.sandbox.local
+from belay.api.agentsession import AgentSession
 from belay.harness.models.base import ToolCall
+from belay.harness.redaction import REDACTION_ENV
 from belay.journal.briefing import briefing, render_json, render_text
 from belay.journal.state import fold
 from belay.journal.status import session_status
 from belay.local.runtime import LocalHome, read_state, run_local
 from belay.sandbox.protocol import INSTANCE_ENV
+from belay.sandbox.walls import WALLS_ENV
 from tests.executors.documented_servers import OpenAIAgentsServer, serving
 from tests.executors.example import one_subagent_session
 
@@ -44,12 +47,14 @@ def where_the_key_is(root: Path) -> list[str]:
     return found
 
 
-async def run_with_planted_key(home: LocalHome, monkeypatch: pytest.MonkeyPatch) -> OpenAIAgentsServer:
+async def run_with_planted_key(
+    home: LocalHome, monkeypatch: pytest.MonkeyPatch, session: AgentSession = SESSION
+) -> OpenAIAgentsServer:
     server = OpenAIAgentsServer(list(CALLS))
     async with serving(server.app(), "/v1") as base_url:
         monkeypatch.setenv("OPENAI_BASE_URL", base_url)
         monkeypatch.setenv("OPENAI_API_KEY", PLANTED)
-        result = await run_local(home, SESSION)
+        result = await run_local(home, session)
     assert result.completed, result.detail
     return server
 
@@ -69,13 +74,17 @@ async def test_the_key_reaches_the_provider_and_nothing_else(
     assert PLANTED not in session_status(state).model_dump_json()
 
 
-async def test_without_the_sandbox_wall_the_key_is_found(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The wall removed: the sandbox inherits the harness's whole environment.
+async def test_without_the_walls_the_key_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The walls removed: no bubblewrap (whose clean environment would hold), a sandbox that
+    # inherits the harness's whole environment, and tool results recorded as they are.
+    monkeypatch.setenv(WALLS_ENV, "off")
+    monkeypatch.setenv(REDACTION_ENV, "off")
     monkeypatch.setattr(
         belay.sandbox.local, "sandbox_environment", lambda instance: {**os.environ, INSTANCE_ENV: instance}
     )
+    unwalled = one_subagent_session(
+        "planted-key", "openai-agents", "Print the sandbox's environment.", "env.txt", isolation="best-effort"
+    )
     home = LocalHome(tmp_path / "home")
-    await run_with_planted_key(home, monkeypatch)
+    await run_with_planted_key(home, monkeypatch, unwalled)
     assert "events.db" in " ".join(where_the_key_is(home.root))
