@@ -5,7 +5,7 @@ Home layout (`--home`, `BELAY_HOME`, default `./.belay`):
     <home>/events.db                  the session record (SQLite), every session
     <home>/artifacts/                 content-addressed artifact store
     <home>/sessions/<id>/session.yaml the manifest as run (plan path made absolute)
-    <home>/sessions/<id>/plan.yaml    the scripted plan as run
+    <home>/sessions/<id>/plan.yaml    the plan as run (scripted, or the local stand-in's)
     <home>/sessions/<id>/sandboxes/   one directory per subagent sandbox (workspaces, logs)
     <home>/sessions/<id>/tickets.json the local ticket service's state
     <home>/sessions/<id>/logs/harness.log  one line per event the harness recorded
