@@ -25,11 +25,13 @@ from belay.api.agentsession import (
     APPROVAL_TOOL_MESSAGE,
     ARTIFACTS_URL_MESSAGE,
     BASE_URL_MESSAGE,
+    CREDENTIALS_SECRET_MESSAGE,
     DECLARED_MESSAGE,
     DELIVERABLE_MESSAGE,
     EVENTS_URL_MESSAGE,
     FORK_IMMUTABLE_MESSAGE,
     INPUT_TARGET_MESSAGE,
+    MANAGED_BASE_URL_MESSAGE,
     MODEL_ONLY_PROVIDERS_MESSAGE,
     MODEL_REQUIRED_MESSAGE,
     PART_NAME_MESSAGE,
@@ -141,8 +143,21 @@ BOTH: list[Case] = [
     ),
     Case(
         "executor-type-not-implemented",
-        changed("exec-agents", **{"spec.executor": {"type": "openai-agents", "model": "gpt-5"}}),
-        'spec.executor.type: Unsupported value: "openai-agents"',
+        changed("exec-managed", **{"spec.executor": {"type": "managed", "model": "gpt-5"}}),
+        'spec.executor.type: Unsupported value: "managed"',
+    ),
+    Case(
+        "base-url-for-managed",
+        changed(
+            "managed-base-url",
+            **{"spec.executor": {"type": "openai-agents", "model": "m", "baseURL": "http://127.0.0.1:1/v1"}},
+        ),
+        MANAGED_BASE_URL_MESSAGE,
+    ),
+    Case(
+        "credentials-secret-for-scripted",
+        changed("scripted-secret", **{"spec.executor.credentialsSecret": "provider-keys"}),
+        CREDENTIALS_SECRET_MESSAGE,
     ),
     Case(
         "scripted-without-plan", changed("no-plan", **{"spec.executor.plan": DELETE}), PLAN_REQUIRED_MESSAGE

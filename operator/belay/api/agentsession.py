@@ -76,13 +76,29 @@ INPUT_TARGET_MESSAGE = "inputs[].target must be a relative path inside the works
 DECLARED_MESSAGE = "declared patterns must be relative to the workspace, without '..'"
 ALLOWLIST_MESSAGE = "allowlist applies only to networkProfile 'allowlist'"
 
-MODEL_EXECUTORS = ("openai", "anthropic")
+# Who decides each subagent's next action. Self-hosted: Belay's own model loop (a scripted plan, or
+# a model through the OpenAI Responses or Anthropic Messages API). Managed: a provider's agent
+# session (OpenAI Agents API, Claude Managed Agents) whose tools Belay runs in its own sandboxes.
+SELF_HOSTED_EXECUTORS = ("scripted", "openai", "anthropic")
+MANAGED_EXECUTORS = ("openai-agents", "anthropic-managed")
+MODEL_EXECUTORS = ("openai", "anthropic", *MANAGED_EXECUTORS)
+# A plan is what `scripted` follows; for a managed executor, what the local stand-in's remote agent
+# follows when no provider is configured.
+PLAN_EXECUTORS = ("scripted", *MANAGED_EXECUTORS)
 PLAN_REQUIRED_MESSAGE = "executor.plan is required when executor.type is 'scripted'"
-MODEL_REQUIRED_MESSAGE = "executor.model is required when executor.type is 'openai' or 'anthropic'"
-PLAN_ONLY_SCRIPTED_MESSAGE = "executor.plan applies only to executor.type 'scripted'"
-MODEL_ONLY_PROVIDERS_MESSAGE = (
-    "executor.model and executor.baseURL apply only to executor.type 'openai' or 'anthropic'"
+MODEL_REQUIRED_MESSAGE = (
+    "executor.model is required when executor.type is 'openai', 'anthropic', 'openai-agents' or "
+    "'anthropic-managed'"
 )
+PLAN_ONLY_SCRIPTED_MESSAGE = (
+    "executor.plan applies only to executor.type 'scripted', 'openai-agents' or 'anthropic-managed'"
+)
+MODEL_ONLY_PROVIDERS_MESSAGE = "executor.model and executor.baseURL do not apply to executor.type 'scripted'"
+MANAGED_BASE_URL_MESSAGE = (
+    "executor.baseURL does not apply to managed executors: they read OPENAI_BASE_URL or "
+    "ANTHROPIC_BASE_URL (from executor.credentialsSecret in a cluster)"
+)
+CREDENTIALS_SECRET_MESSAGE = "executor.credentialsSecret does not apply to executor.type 'scripted'"
 BASE_URL_PATTERN = r"^https?://[^/?#\s]+([/?#]\S*)?$"
 BASE_URL_MESSAGE = "executor.baseURL must be an http:// or https:// URL"
 
@@ -224,11 +240,22 @@ class ExecutorSpec(ApiModel):
                     "rule": f"!(self.type in {_cel_list(MODEL_EXECUTORS)}) || has(self.model)",
                     "message": MODEL_REQUIRED_MESSAGE,
                 },
-                {"rule": "!has(self.plan) || self.type == 'scripted'", "message": PLAN_ONLY_SCRIPTED_MESSAGE},
+                {
+                    "rule": f"!has(self.plan) || self.type in {_cel_list(PLAN_EXECUTORS)}",
+                    "message": PLAN_ONLY_SCRIPTED_MESSAGE,
+                },
                 {
                     "rule": f"self.type in {_cel_list(MODEL_EXECUTORS)} || "
                     "(!has(self.model) && !has(self.baseURL))",
                     "message": MODEL_ONLY_PROVIDERS_MESSAGE,
+                },
+                {
+                    "rule": f"!(self.type in {_cel_list(MANAGED_EXECUTORS)}) || !has(self.baseURL)",
+                    "message": MANAGED_BASE_URL_MESSAGE,
+                },
+                {
+                    "rule": "self.type != 'scripted' || !has(self.credentialsSecret)",
+                    "message": CREDENTIALS_SECRET_MESSAGE,
                 },
                 _cel_matches("baseURL", BASE_URL_PATTERN, BASE_URL_MESSAGE),
             ]
@@ -236,15 +263,23 @@ class ExecutorSpec(ApiModel):
     )
 
     # Only what runs today: a type that is not implemented is refused here, never at run time.
-    type: Literal["scripted", "openai", "anthropic"]
-    # The YAML plan for `scripted`: relative to the manifest for `belay run`; in a cluster, a path
-    # inside the harness image.
+    type: Literal["scripted", "openai", "anthropic", "openai-agents", "anthropic-managed"]
+    # The YAML plan for `scripted` (for a managed executor: what the local stand-in's remote agent
+    # follows): relative to the manifest for `belay run`; in a cluster, a path inside the harness
+    # image.
     plan: str | None = Field(default=None, min_length=1, max_length=4096)
     model: str | None = Field(default=None, min_length=1, max_length=256)
     base_url: Annotated[str, Field(max_length=2048), _matches(BASE_URL_PATTERN, BASE_URL_MESSAGE)] | None = (
         Field(default=None, alias="baseURL")
     )
     image: str | None = Field(default=None, min_length=1, max_length=512)
+    # In a cluster: the Secret whose OPENAI_API_KEY / OPENAI_BASE_URL (or ANTHROPIC_API_KEY /
+    # ANTHROPIC_BASE_URL) keys reach the harness pod's environment, and nothing else.
+    credentials_secret: str | None = Field(default=None, pattern=SECRET_NAME_PATTERN, max_length=253)
+
+    @property
+    def managed(self) -> bool:
+        return self.type in MANAGED_EXECUTORS
 
     @model_validator(mode="after")
     def _fields_of_the_type(self) -> ExecutorSpec:
@@ -252,10 +287,14 @@ class ExecutorSpec(ApiModel):
             raise ValueError(PLAN_REQUIRED_MESSAGE)
         if self.type in MODEL_EXECUTORS and self.model is None:
             raise ValueError(MODEL_REQUIRED_MESSAGE)
-        if self.plan is not None and self.type != "scripted":
+        if self.plan is not None and self.type not in PLAN_EXECUTORS:
             raise ValueError(PLAN_ONLY_SCRIPTED_MESSAGE)
         if self.type not in MODEL_EXECUTORS and (self.model is not None or self.base_url is not None):
             raise ValueError(MODEL_ONLY_PROVIDERS_MESSAGE)
+        if self.type in MANAGED_EXECUTORS and self.base_url is not None:
+            raise ValueError(MANAGED_BASE_URL_MESSAGE)
+        if self.type == "scripted" and self.credentials_secret is not None:
+            raise ValueError(CREDENTIALS_SECRET_MESSAGE)
         return self
 
 

@@ -159,6 +159,12 @@ def progress_line(event: Event) -> str | None:
             return f"{event.seq:>4} {who}outcome {p.outcome} {p.operation_id}: {p.detail}"
         case "wait" if p.kind != "ready_for_review":
             return f"{event.seq:>4} {who}waits ({p.kind}) {p.reason}"
+        case "remote" if p.kind == "session":
+            return (
+                f"{event.seq:>4} {who}{p.executor} session {p.remote_session_id} at {p.endpoint} ({p.detail})"
+            )
+        case "remote" if p.kind in ("call_refused", "interrupted", "failed"):
+            return f"{event.seq:>4} {who}{p.executor} {p.kind} {p.operation_id or ''}: {p.detail}"
     return None
 
 
@@ -198,7 +204,7 @@ def _run(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None
         how = f"stopped by {stopped_by[0].name}" if stopped_by else "interrupted"
         code = 128 + stopped_by[0] if stopped_by else 130
         raise fail(f"{how}; continue with `belay resume {session_id}`", code) from None
-    except RecordCorrupt as error:
+    except (RecordCorrupt, ManifestError) as error:
         raise fail(str(error)) from None
     except (ArtifactCorrupted, ArtifactNotFound, HomeError):
         raise  # a resume would fail the same way: UserErrorsAsOneLine says what to do instead
@@ -723,16 +729,29 @@ def _get_artifact(session_id: str, name: str, output: Path | None) -> None:
 def drill(
     manifest: Annotated[Path | None, typer.Argument(help="Default: examples/parser-fix/session.yaml")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            "--executor",
+            help="self-hosted (the plan as a scripted model), openai-agents or anthropic-managed (against "
+            "the local stand-in). Default: the manifest's own.",
+        ),
+    ] = None,
 ) -> None:
     """Interrupt a short session on purpose and check that the resumed session makes sense."""
-    from belay.local.drill import DEFAULT_MANIFEST, run_drill
+    from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, run_drill
 
     path = manifest or DEFAULT_MANIFEST
+    if executor is not None and executor not in EXECUTORS:
+        raise fail(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     try:
         load_manifest(path)
     except ManifestError as error:
         raise fail(f"bad manifest: {error}") from None
-    report = run_drill(path, Context.home.root / "drill", progress=not as_json)
+    try:
+        report = run_drill(path, Context.home.root / "drill", progress=not as_json, executor=executor)
+    except ValueError as error:
+        raise fail(str(error)) from None
     if as_json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
     else:

@@ -124,6 +124,8 @@ def render_event(event: Event) -> str:
             body = f"{p.kind.value} attempt {p.attempt} {p.reason}".rstrip()
         case "summary":
             body = f"seq {p.covers_from_seq}-{p.covers_to_seq}: {p.text}"
+        case "remote":
+            body = f"{p.executor} {p.kind.value} {p.operation_id or p.remote_session_id} {p.detail}".rstrip()
         case _:
             body = ""
     return _clip(f"{head} {body}".rstrip())

@@ -5,7 +5,7 @@ Home layout (`--home`, `BELAY_HOME`, default `./.belay`):
     <home>/events.db                  the session record (SQLite), every session
     <home>/artifacts/                 content-addressed artifact store
     <home>/sessions/<id>/session.yaml the manifest as run (plan path made absolute)
-    <home>/sessions/<id>/plan.yaml    the scripted plan as run
+    <home>/sessions/<id>/plan.yaml    the plan as run (scripted, or the local stand-in's)
     <home>/sessions/<id>/sandboxes/   one directory per subagent sandbox (workspaces, logs)
     <home>/sessions/<id>/tickets.json the local ticket service's state
     <home>/sessions/<id>/logs/harness.log  one line per event the harness recorded
@@ -13,8 +13,9 @@ Home layout (`--home`, `BELAY_HOME`, default `./.belay`):
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from belay.api.agentsession import (
     load_manifest,
     parse_manifest,
 )
-from belay.executors import executor_factory_for
+from belay.executors import Endpoint, executor_factory_for
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult, fault_key
 from belay.harness.declared import input_files
@@ -186,7 +187,7 @@ def prepare_session(home: LocalHome, manifest_path: Path) -> Installation:
         )
     manifest = session.to_manifest()
     plan = None
-    if spec.executor.type == "scripted" and spec.executor.plan:
+    if spec.executor.plan:  # scripted: the plan it follows; managed: what the local stand-in follows
         plan = _read_plan(manifest_path.parent / spec.executor.plan, session, where)
         manifest["spec"]["executor"]["plan"] = str(home.plan_file(session.session_id))
     for sub_index, sub in enumerate(manifest["spec"]["subagents"]):
@@ -346,28 +347,29 @@ async def run_local(
 
     harness: Harness | None = None
     try:
-        if with_ticket_service:
-            from belay.local.tickets import TicketService
+        async with provider_endpoint(session) as endpoint:
+            if with_ticket_service:
+                from belay.local.tickets import TicketService
 
-            service = await TicketService(home.tickets_file(session.session_id)).start()
-            tickets = LocalTickets(service.url)
-        await record_request(store, session)
-        harness = Harness(
-            session=session,
-            store=store,
-            artifacts=artifacts,
-            sandboxes=GuardedSandboxProvider(
-                LocalSandboxProvider(home.sandboxes_dir(session.session_id)),
-                home.session_dir(session.session_id),
-            ),
-            executors=executor_factory_for(session),
-            tickets=tickets,
-            inputs=read_inputs(session),
-            holder=this_holder(),
-            model_id=initial_model_id(session),
-            on_event=record_and_forward,
-        )
-        return await harness.run()
+                service = await TicketService(home.tickets_file(session.session_id)).start()
+                tickets = LocalTickets(service.url)
+            await record_request(store, session)
+            harness = Harness(
+                session=session,
+                store=store,
+                artifacts=artifacts,
+                sandboxes=GuardedSandboxProvider(
+                    LocalSandboxProvider(home.sandboxes_dir(session.session_id)),
+                    home.session_dir(session.session_id),
+                ),
+                executors=executor_factory_for(session, endpoint),
+                tickets=tickets,
+                inputs=read_inputs(session),
+                holder=this_holder(),
+                model_id=initial_model_id(session),
+                on_event=record_and_forward,
+            )
+            return await harness.run()
     finally:
         # Only the newest attempt may clean up: a superseded one must not stop its replacement's
         # sandboxes.
@@ -381,6 +383,30 @@ async def run_local(
         log.close()
         if newest:
             stop_leftover_sandboxes(home, session)
+
+
+@contextlib.asynccontextmanager
+async def provider_endpoint(session: AgentSession) -> AsyncIterator[Endpoint | None]:
+    """A managed executor's provider: the one the SDK's standard variables configure, else the
+    local stand-in on loopback following the manifest's plan, for the run. None: self-hosted."""
+    from belay.executors.endpoints import PROVIDERS, configured_endpoint, local_standin
+
+    executor = session.spec.executor
+    if not executor.managed:
+        yield None
+        return
+    endpoint = configured_endpoint(executor.type, os.environ)
+    if endpoint is not None:
+        yield endpoint
+        return
+    if not executor.plan:
+        variables = PROVIDERS[executor.type]
+        raise ManifestError(
+            f"{executor.type}: no provider is configured ({variables.api_key} and {variables.base_url} "
+            "are unset) and the manifest has no executor.plan for the local stand-in: set one of them"
+        )
+    async with local_standin(executor.type, Path(executor.plan)) as standin:
+        yield standin
 
 
 def stop_leftover_sandboxes(home: LocalHome, session: AgentSession) -> None:
