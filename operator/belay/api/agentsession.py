@@ -132,6 +132,17 @@ class ApprovalGrant(ApiModel):
         return self
 
 
+class RejectionGrant(ApiModel):
+    """A rejection given declaratively (`kubectl belay reject` writes one): a published
+    deliverable, by name, or a pending approval, by id, bound to the exact bytes (the deliverable's
+    sha256) or payload (the approval's hash) rejected, with the reason the step is redone with."""
+
+    item: str = Field(min_length=1)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    reason: str = Field(min_length=1)
+    by: str | None = None
+
+
 class Budgets(ApiModel):
     max_steps: int | None = Field(default=None, ge=1)
     max_model_calls: int | None = Field(default=None, ge=1)
@@ -188,6 +199,7 @@ class AgentSessionSpec(ApiModel):
     executor: ExecutorSpec
     subagents: list[SubagentSpec] = Field(min_length=1, max_length=SUBAGENTS_MAX)
     approvals: list[ApprovalGrant] = Field(default_factory=list)
+    rejections: list[RejectionGrant] = Field(default_factory=list)
     # Tools whose calls wait for an approval: "tool" for every subagent, "subagent:tool" for one.
     approval_required: list[str] = Field(default_factory=list)
     budgets: Budgets = Budgets()

@@ -516,7 +516,7 @@ def _attention(state: SessionState) -> list[AttentionItem]:
             items.append(
                 AttentionItem(
                     kind="reopened",
-                    id=str(lc.reopened_seq),
+                    id=sid,
                     summary="the finished session was reopened (a scope change or a rejection made work "
                     "invalid) and no attempt has run since; in a cluster the operator starts one",
                     command=f"belay resume {sid}",
@@ -677,6 +677,10 @@ def briefing(
     )
 
     verified = state.latest_verified_checkpoint
+    if verified is not None and not state.checkpoint_valid(verified.checkpoint):
+        # Its work was made invalid: the newest verified checkpoint still valid, of any subagent.
+        valid = [state.last_valid_checkpoint(name, verified=True) for name in state.subagent_checkpoints]
+        verified = max((v for v in valid if v is not None), key=lambda v: v.seq, default=None)
     checkpoint = None
     if verified is not None:
         cp = verified.checkpoint

@@ -95,6 +95,11 @@ class PendingApprovalStatus(StatusModel):
     summary: str = ""
     expires_at: datetime | None = None
     command: str
+    # Where to read what the approval binds before deciding: the operation's canonical payload,
+    # and the bytes it sends out (a deliverable's content), when there are some.
+    payload_location: str | None = None
+    content_sha256: str | None = None
+    content_location: str | None = None
 
 
 class WaitStatus(StatusModel):
@@ -477,6 +482,9 @@ def session_status(state: SessionState, *, locate: ArtifactLocator = _default_lo
                 summary=a.summary,
                 expires_at=a.request_expires_at,
                 command=commands.approve(state.session_id, a.approval_id),
+                payload_location=locate(a.payload_ref) if a.payload_ref is not None else None,
+                content_sha256=a.content_ref.sha256 if a.content_ref is not None else None,
+                content_location=locate(a.content_ref) if a.content_ref is not None else None,
             )
             for a in approvals
         ],
