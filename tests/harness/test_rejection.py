@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from belay.journal.events import Event, RejectionEvent, ToolRequestEvent, ToolResultEvent
+from belay.journal.events import Event, LifecycleEvent, RejectionEvent, ToolRequestEvent, ToolResultEvent
 from belay.local.drill import completed, deliverables, kill_group, run_belay, start_belay
 from tests.harness.example import (
     SESSION,
@@ -147,4 +147,11 @@ def test_rejecting_the_patch_awaiting_approval_redoes_its_step_instead_of_ending
         isinstance(e, ToolRequestEvent) and e.payload.operation_id == "implementer.publish.done"
         for e in events
     )
+    # The running attempt rewound the implementer's workspace to the last checkpoint still valid.
+    [rewound] = [
+        e.payload
+        for e in events
+        if isinstance(e, LifecycleEvent) and e.payload.kind == "restored" and "rewound" in e.payload.detail
+    ]
+    assert (rewound.subagent, rewound.checkpoint_id) == ("implementer", "implementer/verify")
     check_the_new_patch(home, tmp_path, events, rejected_sha, read)

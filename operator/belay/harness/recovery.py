@@ -14,9 +14,12 @@ against their hashes. A restore that arrives anywhere else fails visibly.
 
 A sandbox lost while the attempt runs (its pod deleted, its process dead) does not end the
 attempt: the call that found it gone waits for a replacement, restores it from the last verified
-checkpoint as a new attempt would, and the request runs again by its effect class. So does a
-sandbox whose work a scope change or a rejection made invalid: it is replaced by one restored from
-the last checkpoint that is still valid, and the invalid steps are done again from there.
+checkpoint as a new attempt would, and the request runs again by its effect class.
+
+A sandbox whose work a scope change or a rejection made invalid is rewound in place: its workspace
+is emptied and the last checkpoint still valid restored into it, exactly as into a clean one, so
+the reopened steps are done again from there. (In place, because in a cluster the sandbox pods are
+the operator's: the harness cannot ask for a new one when none was lost.)
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ if TYPE_CHECKING:
 
 UNDECLARED_STATE = "UndeclaredState"
 REVISION_MISMATCH = "RevisionMismatch"
+REWIND_FAILED = "RewindFailed"
+# Everything in the workspace root, hidden entries included; run in the sandbox like any command.
+EMPTY_WORKSPACE = ["find", ".", "-mindepth", "1", "-maxdepth", "1", "-exec", "rm", "-rf", "{}", "+"]
 
 
 class SandboxHandle(Protocol):
@@ -130,17 +136,24 @@ class Recovery:
 
     async def rewind_if_reopened(self, sub: SubagentSpec) -> None:
         """A scope change or a rejection reopened a step of this subagent after its sandbox was
-        restored: the workspace holds invalid work. Replace it by a sandbox restored from the last
-        checkpoint that is still valid, so the reopened steps are done again from there."""
+        restored: the workspace holds invalid work. Empty it and restore the last checkpoint that
+        is still valid, so the reopened steps are done again from there."""
         state = await self.attempt.state()
         known = state.subagents.get(sub.name)
         prepared = self.prepared_at.get(sub.name)
         if known is None or known.reopened_seq is None or prepared is None or known.reopened_seq <= prepared:
             return
-        previous = self.handles[sub.name]
-        await previous.stop()
-        why = f"its work since a valid checkpoint was made invalid at seq {known.reopened_seq}"
-        await self.prepare_sandbox(sub, previous, why)
+        checkpoint = restore_point(state, sub.name)
+        if checkpoint is None:
+            return  # nothing was ever restored into it: nothing to rewind
+        handle = self.handles[sub.name]
+        emptied = await handle.client.call("run_command", {"command": EMPTY_WORKSPACE, "timeout_s": 300})
+        if not emptied.get("ok") or (emptied.get("output") or {}).get("exit_code") != 0:
+            detail = f"{sub.name}: the workspace could not be emptied to rewind it: {emptied}"
+            await self.fail(sub, checkpoint, REWIND_FAILED, detail)
+        self.prepared_at[sub.name] = state.last_seq
+        why = f"rewound in place: work after it was made invalid at seq {known.reopened_seq}; "
+        await self.restore(sub, handle, checkpoint, why)
 
     async def replace_sandbox(self, sub: SubagentSpec, lost: SandboxUnavailable) -> None:
         """The subagent's sandbox went away under this attempt: wait for a replacement and restore
@@ -283,9 +296,11 @@ class Recovery:
         )
         raise RecoveryFailed(reason, detail)
 
-    async def restore(self, sub: SubagentSpec, handle: SandboxHandle, checkpoint: Checkpoint) -> None:
+    async def restore(
+        self, sub: SubagentSpec, handle: SandboxHandle, checkpoint: Checkpoint, why: str = ""
+    ) -> None:
         attempt = self.attempt
-        how = await self.restore_files(sub, handle, checkpoint)
+        how = why + await self.restore_files(sub, handle, checkpoint)
         verification = checkpoint.verification
         if verification is not None and verification.status != "not_run":
             check = await verify(handle, verification.command, verification.exit_code or 0)

@@ -155,7 +155,10 @@ class ToolRuntime:
 
     async def execute(self, sub: SubagentSpec, request_seq: int, request: ToolRequest) -> list[Event]:
         """Run one recorded request to its recorded end; returns what was recorded for it."""
-        await self.recovery.rewind_if_reopened(sub)
+        try:
+            await self.recovery.rewind_if_reopened(sub)
+        except SandboxUnavailable as lost:
+            await self.recovery.replace_sandbox(sub, lost)  # restored from the last valid checkpoint
         state = await self.attempt.state()
         if request.operation_id in state.approvals_by_operation or self.needs_approval(sub, request.tool):
             granted, why = await self.wait_for_approval(sub, request)
