@@ -4,45 +4,22 @@ mistake a person can make."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import yaml
-from typer.testing import CliRunner
 
-from belay.cli.main import app
 from belay.journal.events import (
     Actor,
     ApprovalRequest,
     Artifact,
-    EventDraft,
-    Payload,
     Rejection,
     ScopeChange,
     UserInput,
 )
 from belay.local.drill import read_events
 from belay.local.runtime import LocalHome
+from tests.cli.test_decisions import SESSION, invoke, write
 from tests.harness.example import MANIFEST
-
-runner = CliRunner()
-SESSION = "amending"
-
-
-def write(home: Path, *payloads: Payload) -> None:
-    async def append() -> None:
-        store = LocalHome(home).open_event_store()
-        try:
-            await store.append(SESSION, [EventDraft(payload=p) for p in payloads])
-        finally:
-            await store.close()
-
-    asyncio.run(append())
-
-
-def invoke(home: Path, *args: str) -> tuple[int, str]:
-    result = runner.invoke(app, ["--home", str(home), *args])
-    return result.exit_code, result.output
 
 
 def test_amend_records_the_next_request_version_with_who_changed_what(tmp_path: Path) -> None:
@@ -50,7 +27,7 @@ def test_amend_records_the_next_request_version_with_who_changed_what(tmp_path: 
     change = ["--goal", "fix it all", "--part", "style=pep8", "--remove-part", "deadline"]
     code, output = invoke(tmp_path, "amend", SESSION, *change, "--by", "dana", "-m", "wider scope")
     assert code == 0, output
-    assert "recorded request v2 of amending (goal, style, deadline changed, by dana)" in output
+    assert "recorded request v2 of decisions (goal, style, deadline changed, by dana)" in output
     assert "nothing recorded so far depended on it" in output
     event = read_events(tmp_path, SESSION)[-1]
     assert event.payload == ScopeChange(

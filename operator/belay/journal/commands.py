@@ -33,7 +33,3 @@ def download(session_id: str, name: str) -> str:
 def fetch(session_id: str, sha256: str, filename: str) -> str:
     """Downloads one blob the session's record names, by its hash."""
     return f"belay artifacts get {session_id} sha256:{sha256} -o {posixpath.basename(filename) or filename}"
-
-
-def amend(session_id: str) -> str:
-    return f'belay amend {session_id} --goal "..." --part KEY=VALUE'

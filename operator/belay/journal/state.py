@@ -958,38 +958,17 @@ def _reject_pending_operation(s: SessionState, updates: Updates, e: Any, approva
     reason for the executor to act on, instead of going on as if it had run."""
     p = e.payload
     operation = s.operations.get(p.operation_id)
-    step = operation.step if operation is not None else None
-    who = p.by or e.actor.name or e.actor.kind
-    because = f"{p.approval_id} rejected by {who}" + (f": {p.reason}" if p.reason else "")
-    invalidated: tuple[str, ...] = ()
-    if step is not None:
-        direct = {r.result_id: because for r in s.results.values() if r.step == step and r.valid}
-        results, invalidated = _invalidate_from(s.results, direct, seq=e.seq, version=None)
-        updates["results"] = results
-    reopened = _reopen(
+    _record_rejection(
         s,
         updates,
-        invalidated=invalidated,
-        steps=(step,) if step else (),
-        seq=e.seq,
-        because=because,
-        by_rejection=True,
-    )
-    updates["rejections"] = (
-        *s.rejections,
-        _new(
-            RejectionRecord,
-            seq=e.seq,
-            kind="approval",
-            item=p.approval_id,
-            sha256=approval.payload_sha256,
-            reason=p.reason,
-            by=who,
-            at=e.created_at,
-            operation_id=p.operation_id,
-            invalidated=invalidated,
-            reopened_steps=reopened,
-        ),
+        e,
+        kind="approval",
+        item=p.approval_id,
+        sha256=approval.payload_sha256,
+        reason=p.reason,
+        step=operation.step if operation is not None else None,
+        produced=None,
+        operation_id=p.operation_id,
     )
 
 
@@ -997,31 +976,64 @@ def _on_rejection(s: SessionState, e: Any) -> Updates:
     """A published deliverable turned down: the result that published it, the step that made it
     and everything built on them are invalid; the step is redone with the reason."""
     p = e.payload
-    who = p.by or e.actor.name or e.actor.kind
-    because = f"{p.name} rejected by {who}: {p.reason}"
     artifact = s.artifacts.get(p.name)
-    updates: Updates = {}
-    invalidated: tuple[str, ...] = ()
-    operation_id = None
+    produced = None
     if artifact is not None and artifact.ref.sha256 == p.sha256 and artifact.result_id:
-        produced = s.results.get(artifact.result_id)
-        step = produced.step if produced is not None else None
-        direct = {artifact.result_id: because}
-        if step is not None:
-            direct.update({r.result_id: because for r in s.results.values() if r.step == step and r.valid})
-        results, invalidated = _invalidate_from(s.results, direct, seq=e.seq, version=None)
-        updates["results"] = results
-        operation_id = artifact.result_id if artifact.result_id in s.operations else None
-    reopened = _reopen(s, updates, invalidated=invalidated, seq=e.seq, because=because, by_rejection=True)
+        produced = artifact.result_id  # other bytes under the name are not what was rejected
+    result = s.results.get(produced) if produced else None
+    updates: Updates = {}
+    _record_rejection(
+        s,
+        updates,
+        e,
+        kind="deliverable",
+        item=p.name,
+        sha256=p.sha256,
+        reason=p.reason,
+        step=result.step if result is not None else None,
+        produced=produced,
+        operation_id=produced if produced in s.operations else None,
+    )
+    return updates
+
+
+def _record_rejection(
+    s: SessionState,
+    updates: Updates,
+    e: Any,
+    *,
+    kind: Literal["deliverable", "approval"],
+    item: str,
+    sha256: str,
+    reason: str,
+    step: str | None,
+    produced: str | None,
+    operation_id: str | None,
+) -> None:
+    """Invalidate what was rejected (the result that `produced` it, and the work of its `step` in
+    its current round) and everything built on it, reopen the step, and keep the rejection."""
+    who = e.payload.by or e.actor.name or e.actor.kind
+    because = f"{item} rejected by {who}" + (f": {reason}" if reason else "")
+    direct = {produced: because} if produced else {}
+    if step is not None:
+        direct.update({r.result_id: because for r in s.results.values() if r.step == step and r.valid})
+    invalidated: tuple[str, ...] = ()
+    if direct:
+        updates["results"], invalidated = _invalidate_from(s.results, direct, seq=e.seq, version=None)
+    # An approval turned down reopens its step even before the step produced anything.
+    named = (step,) if step is not None and (kind == "approval" or produced) else ()
+    reopened = _reopen(
+        s, updates, invalidated=invalidated, steps=named, seq=e.seq, because=because, by_rejection=True
+    )
     updates["rejections"] = (
         *s.rejections,
         _new(
             RejectionRecord,
             seq=e.seq,
-            kind="deliverable",
-            item=p.name,
-            sha256=p.sha256,
-            reason=p.reason,
+            kind=kind,
+            item=item,
+            sha256=sha256,
+            reason=reason,
             by=who,
             at=e.created_at,
             operation_id=operation_id,
@@ -1029,7 +1041,6 @@ def _on_rejection(s: SessionState, e: Any) -> Updates:
             reopened_steps=reopened,
         ),
     )
-    return updates
 
 
 def _on_artifact(s: SessionState, e: Any) -> Updates:
