@@ -30,6 +30,7 @@ from tests.testenv.etcd import EtcdServer
 
 from belay.journal.events import EffectClass, EnvelopeJson, EventDraft, ToolRequest, build_event
 from belay.stores.etcd import EtcdEventStore
+from belay.stores.integrity import GENESIS, Chain
 from bench.common import Figure
 
 COMMAND = "python -m bench bench_etcd"
@@ -59,9 +60,13 @@ def percentile(samples: list[float], fraction: float) -> float:
 async def measure(endpoint: str) -> list[Figure]:
     store = EtcdEventStore([endpoint], prefix="/bench")
     kv, _ = store._stubs()
-    # The same bytes a stored event occupies, written by a plain Put through the same channel.
+    # The same bytes a stored event occupies (its chain link in front), written by a plain Put
+    # through the same channel.
     probe = await store.append("probe", [draft(0)])
-    value = EnvelopeJson("probe", probe[0].created_at, None).around(draft(0), 1).encode()
+    value, link = store.chain.stored(
+        GENESIS, EnvelopeJson("probe", probe[0].created_at, None).fields(draft(0), 1)
+    )
+    head_value = b'{"last_seq":%d,"chain":"%s","seal":"%s"}' % (10**6, link, store.chain.seal(10**6, link))
 
     async def raw_put(i: int) -> None:
         await kv.Put(rpc.PutRequest(key=f"/bench-raw/k{i:020d}".encode(), value=value), timeout=5)
@@ -78,7 +83,7 @@ async def measure(endpoint: str) -> list[Figure]:
         compare.mod_revision = head_revision[0]
         for key, data in (
             (f"/bench-txn/events/{i:020d}".encode(), value),
-            (b"/bench-txn/head", b'{"last_seq":%d}' % i),
+            (b"/bench-txn/head", head_value),
             (b"/bench-txn/latest/tool_request", b'{"seq":%d}' % i),
         ):
             put = request.success.add().request_put
@@ -197,17 +202,20 @@ async def measure(endpoint: str) -> list[Figure]:
 
 
 def python_work_after_wake() -> Figure:
-    """The same Python work (an event's stored bytes and the event itself, as an append makes
-    them), timed back to back and right after a short sleep, the state an append's work runs in
-    after its caller's await."""
+    """The same Python work (an event's stored bytes with its chain link, and the event itself, as
+    an append makes them), timed back to back and right after a short sleep, the state an append's
+    work runs in after its caller's await."""
     one = draft(1)
     created_at = datetime.now(UTC)
     pause = 0.0005
+    chain = Chain(None)
 
     def work(seq: int) -> float:
         started = time.perf_counter()
-        EnvelopeJson("s", created_at, None).around(one, seq).encode()
-        build_event(one, seq=seq, session_id="s", created_at=created_at, idempotency_key=None)
+        _, link = chain.stored(GENESIS, EnvelopeJson("s", created_at, None).fields(one, seq))
+        build_event(
+            one, seq=seq, session_id="s", created_at=created_at, idempotency_key=None, chain=link.decode()
+        )
         return time.perf_counter() - started
 
     warm = [work(seq) for seq in range(1, SAMPLES + 1)]

@@ -7,6 +7,8 @@ fresh, isolated store plus what the backend-agnostic tests need to reach it from
   another handle on the same store, from this process or from a child process.
 - `session_prefix` (events): every session id a test uses starts with it, so tests sharing one
   server (etcd) never see each other's sessions.
+- `raw` (events): reaches under the protocol to the stored events and the head of a session, as
+  anyone with write access to the store could, to change the record behind the store's back.
 - `corrupt`, `count_blobs`, `read_location` (artifacts): hooks that reach under the protocol to
   damage a stored blob, count stored copies, and fetch what `location()` points at.
 
@@ -15,13 +17,16 @@ See conftest.py for how to add a backend.
 
 from __future__ import annotations
 
+import json
 import os
+import sqlite3
 import stat
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import quote
 
 import pytest
 
@@ -30,12 +35,28 @@ from belay.stores.base import ArtifactStore, EventStore
 from belay.stores.filesystem import FilesystemArtifactStore
 
 
+class RawRecord(Protocol):
+    """A session's stored events (seq -> stored bytes) and head (last seq, chain, seal), read and
+    written without the store."""
+
+    async def events(self, session_id: str) -> dict[int, bytes]: ...
+
+    async def put_event(self, session_id: str, seq: int, stored: bytes) -> None: ...
+
+    async def delete_event(self, session_id: str, seq: int) -> None: ...
+
+    async def head(self, session_id: str) -> tuple[int, bytes, bytes]: ...
+
+    async def put_head(self, session_id: str, last_seq: int, chain: bytes, seal: bytes) -> None: ...
+
+
 @dataclass
 class EventBackend:
     name: str
     store: EventStore
     spec: dict[str, Any]
     session_prefix: str
+    raw: RawRecord
     cleanup: Callable[[], Awaitable[None]] | None = None
     # The most events one atomic batch may hold, where the backend has a limit (etcd: one transaction).
     max_batch_events: int | None = None
@@ -44,9 +65,10 @@ class EventBackend:
     def session(self, label: str = "s") -> str:
         return f"{self.session_prefix}{label}"
 
-    def open_another(self) -> EventStore:
-        """A second, independent handle on the same store (its own connections)."""
-        store = open_event_store(self.spec)
+    def open_another(self, **spec_changes: Any) -> EventStore:
+        """A second, independent handle on the same store (its own connections), opened from the
+        spec with `spec_changes` (say another `record_key_file`)."""
+        store = open_event_store({**self.spec, **spec_changes})
         self._extra.append(store)
         return store
 
@@ -82,6 +104,51 @@ class Registered:
 # SQLite
 
 
+class RawSqliteRecord:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _run(self, sql: str, *params: object) -> list[Any]:
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            return conn.execute(sql, params).fetchall()
+        finally:
+            conn.close()
+
+    async def events(self, session_id: str) -> dict[int, bytes]:
+        rows = self._run("SELECT seq, event_json FROM events WHERE session_id = ?", session_id)
+        return {seq: bytes(value) for seq, value in rows}
+
+    async def put_event(self, session_id: str, seq: int, stored: bytes) -> None:
+        event_type = json.loads(stored)["type"]
+        self._run(
+            "INSERT INTO events (session_id, seq, type, created_at, event_json) VALUES (?, ?, ?, '', ?) "
+            "ON CONFLICT (session_id, seq) DO UPDATE SET event_json = excluded.event_json",
+            session_id,
+            seq,
+            event_type,
+            stored,
+        )
+
+    async def delete_event(self, session_id: str, seq: int) -> None:
+        self._run("DELETE FROM events WHERE session_id = ? AND seq = ?", session_id, seq)
+
+    async def head(self, session_id: str) -> tuple[int, bytes, bytes]:
+        [(last_seq, chain, seal)] = self._run(
+            "SELECT last_seq, chain, seal FROM sessions WHERE session_id = ?", session_id
+        )
+        return last_seq, bytes(chain), bytes(seal)
+
+    async def put_head(self, session_id: str, last_seq: int, chain: bytes, seal: bytes) -> None:
+        self._run(
+            "UPDATE sessions SET last_seq = ?, chain = ?, seal = ? WHERE session_id = ?",
+            last_seq,
+            chain,
+            seal,
+            session_id,
+        )
+
+
 async def make_sqlite(request: pytest.FixtureRequest, tmp_path: Path) -> EventBackend:
     spec = {"backend": "sqlite", "path": str(tmp_path / "events.db")}
     return EventBackend(
@@ -89,6 +156,7 @@ async def make_sqlite(request: pytest.FixtureRequest, tmp_path: Path) -> EventBa
         store=open_event_store(spec),
         spec=spec,
         session_prefix=f"t{uuid.uuid4().hex[:8]}-",
+        raw=RawSqliteRecord(tmp_path / "events.db"),
     )
 
 
@@ -125,6 +193,49 @@ async def make_filesystem(request: pytest.FixtureRequest, tmp_path: Path) -> Art
 # etcd: one shared member; each test writes under its own key prefix, deleted afterwards.
 
 
+class RawEtcdRecord:
+    def __init__(self, endpoint: str, prefix: str) -> None:
+        self.port = int(endpoint.rsplit(":", 1)[1])
+        self.prefix = prefix
+
+    def _root(self, session_id: str) -> bytes:
+        return f"{self.prefix}/sessions/{quote(session_id, safe='')}/".encode()
+
+    async def events(self, session_id: str) -> dict[int, bytes]:
+        import aetcd
+
+        events = self._root(session_id) + b"events/"
+        async with aetcd.Client(host="127.0.0.1", port=self.port) as client:
+            return {int(kv.key[-20:]): kv.value for kv in await client.get_prefix(events)}
+
+    async def put_event(self, session_id: str, seq: int, stored: bytes) -> None:
+        import aetcd
+
+        async with aetcd.Client(host="127.0.0.1", port=self.port) as client:
+            await client.put(self._root(session_id) + b"events/%020d" % seq, stored)
+
+    async def delete_event(self, session_id: str, seq: int) -> None:
+        import aetcd
+
+        async with aetcd.Client(host="127.0.0.1", port=self.port) as client:
+            await client.delete(self._root(session_id) + b"events/%020d" % seq)
+
+    async def head(self, session_id: str) -> tuple[int, bytes, bytes]:
+        import aetcd
+
+        async with aetcd.Client(host="127.0.0.1", port=self.port) as client:
+            value = (await client.get(self._root(session_id) + b"head")).value
+        head = json.loads(value)
+        return head["last_seq"], head["chain"].encode(), head["seal"].encode()
+
+    async def put_head(self, session_id: str, last_seq: int, chain: bytes, seal: bytes) -> None:
+        import aetcd
+
+        value = json.dumps({"last_seq": last_seq, "chain": chain.decode(), "seal": seal.decode()})
+        async with aetcd.Client(host="127.0.0.1", port=self.port) as client:
+            await client.put(self._root(session_id) + b"head", value.encode())
+
+
 async def make_etcd(request: pytest.FixtureRequest, tmp_path: Path) -> EventBackend:
     from belay.stores.etcd import MAX_BATCH_EVENTS
 
@@ -143,6 +254,7 @@ async def make_etcd(request: pytest.FixtureRequest, tmp_path: Path) -> EventBack
         store=open_event_store(spec),
         spec=spec,
         session_prefix=f"t{uuid.uuid4().hex[:8]}-",
+        raw=RawEtcdRecord(endpoint, prefix),
         cleanup=delete_prefix,
         max_batch_events=MAX_BATCH_EVENTS,
     )

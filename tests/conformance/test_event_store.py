@@ -603,3 +603,61 @@ async def test_a_watch_of_a_deleted_session_ends_with_session_deleted(
     await event_store.append(session, notes("new", 3))
     with pytest.raises(SessionDeleted):
         await asyncio.wait_for(waiting, HANG_GUARD_SECONDS)
+
+
+# --------------------------------------------------------------------------------------------------
+# cancelled callers
+
+
+async def test_appends_cancelled_at_random_moments_leave_the_store_working(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    """Writers go on while others' appends are cancelled before, during and after their write. A
+    cancelled append is written whole or not at all; every other append completes; seqs stay
+    dense; the store keeps answering."""
+    session = event_backend.session()
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    handles = [event_store, event_backend.open_another()]
+    rounds, per_round, batch_size = 6, 12, 3
+    completed: list[list[Event]] = []
+    cancelled = 0
+    for round_number in range(rounds):
+        tasks = [
+            asyncio.create_task(handles[i % 2].append(session, notes(f"r{round_number}-a{i}", batch_size)))
+            for i in range(per_round)
+        ]
+        doomed = rng.sample(range(per_round), per_round // 2)
+        for index in doomed:
+            await asyncio.sleep(rng.choice([0, 0, rng.uniform(0, 0.003)]))
+            tasks[index].cancel()
+        done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), HANG_GUARD_SECONDS)
+        for index, outcome in enumerate(done):
+            if isinstance(outcome, asyncio.CancelledError):
+                assert index in doomed, f"seed {seed}: append {index} was cancelled without being asked to"
+                cancelled += 1
+            else:
+                assert isinstance(outcome, list), f"seed {seed}: append {index} failed: {outcome!r}"
+                completed.append(outcome)
+    assert cancelled > 0
+    # The store still works, through both handles, after everything above.
+    for handle in handles:
+        completed.append(
+            await asyncio.wait_for(
+                handle.append(session, notes(f"after-{id(handle)}", 2)), HANG_GUARD_SECONDS
+            )
+        )
+    stored = await event_store.read(session)
+    assert seqs(stored) == list(range(1, len(stored) + 1)), f"seed {seed}"
+    by_seq = {e.seq: e for e in stored}
+    for batch in completed:
+        assert [by_seq[e.seq] for e in batch] == batch, f"seed {seed}"
+    # Every batch in the record, cancelled or not, is whole and contiguous.
+    batches: dict[str, list[int]] = defaultdict(list)
+    for event in stored:
+        prefix, index = note_ids([event])[0].rsplit("-", 1)
+        batches[prefix].append(int(index))
+    assert all(indexes == list(range(len(indexes))) for indexes in batches.values()), f"seed {seed}"
+    assert {len(indexes) for prefix, indexes in batches.items() if not prefix.startswith("after")} <= {
+        batch_size
+    }

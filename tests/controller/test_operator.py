@@ -12,6 +12,7 @@ import copy
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -801,3 +802,46 @@ async def test_kubectl_belay_reject_and_amend_redo_exactly_the_steps_they_invali
     assert verified.count("implementer/fix") == 2
     assert state.lifecycle.harness_starts >= 2
     kube.kubectl("delete", "agentsession", name, "-n", NAMESPACE, "--timeout=120s")
+
+
+def test_a_corrupt_record_is_reported_as_stalled_with_the_seq(
+    e2e_cluster: ControlPlane, operator: OperatorProcess, tmp_path: Path
+) -> None:
+    """A record changed behind the store's back (an event deleted from its SQLite file): the
+    operator does nothing for the session and says why in its status, naming the seq."""
+    kube = e2e_cluster
+    name = "corrupt-record"
+    path = tmp_path / "corrupt" / "events.db"
+
+    async def write() -> None:
+        store = open_event_store({"backend": "sqlite", "path": str(path)})
+        try:
+            await store.append(name, [EventDraft(payload=UserInput(goal="g"))])
+            await store.append(
+                name,
+                [EventDraft(payload=Note(note_id=f"n{i}", kind=NoteKind.FINDING, text="")) for i in range(4)],
+            )
+        finally:
+            await store.close()
+
+    asyncio.run(write())
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("DELETE FROM events WHERE session_id = ? AND seq = 3", (name,))
+    conn.close()
+    manifest = cluster_manifest(name)
+    manifest["spec"]["stores"] = {"events": f"sqlite://{path}"}
+    kube.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    try:
+        status = wait_for(
+            lambda: condition(s := session_status(kube, name), "Stalled") and s,
+            "the corrupt record in the status",
+            timeout=60,
+            describe=lambda: operator.log()[-3000:],
+        )
+        stalled = condition(status, "Stalled")
+        assert stalled is not None and stalled["reason"] == "RecordCorrupt"
+        assert "at seq 3" in stalled["message"] and "restore the store from a backup" in stalled["message"]
+        assert condition(status, "Ready")["status"] == "False"  # type: ignore[index]
+        assert pods(kube, name) == {}
+    finally:
+        kube.kubectl("delete", "agentsession", name, "-n", NAMESPACE, "--timeout=60s", check=False)

@@ -1,7 +1,12 @@
 from __future__ import annotations
 
+from pathlib import Path
+from typing import cast
+
 import pytest
 
+from belay.controller.kube import KubeClient
+from belay.controller.reconciler import SessionReconciler
 from belay.controller.record import (
     ForkSourceMissing,
     fork_write,
@@ -13,19 +18,24 @@ from belay.controller.record import (
     spec_approval_writes,
     spec_rejection_writes,
 )
+from belay.controller.settings import OperatorSettings
 from belay.journal.events import (
     Approval,
     ApprovalRequest,
     Artifact,
     ArtifactRef,
     Checkpoint,
+    EventDraft,
     Lifecycle,
     Rejection,
     ScopeChange,
     UserInput,
     Verification,
+    approval_claim,
 )
 from belay.journal.state import SessionState, fold
+from belay.stores.base import ClaimTaken
+from belay.stores.sqlite import SqliteEventStore
 from tests.controller.sessions import EXAMPLE_MANIFEST, spec_with
 from tests.journal.fixtures import LogBuilder, sha
 
@@ -93,6 +103,37 @@ def test_a_spec_grant_approves_the_pending_request_it_names_bound_to_its_hash() 
         approval = write.drafts[0].payload
         assert isinstance(approval, Approval) and approval.granted and approval.by == "spec"
         assert (approval.operation_id, approval.payload_sha256) == ("implementer.publish.3", sha("patch-v1"))
+        assert write.claim == approval_claim("approve-implementer.publish.3")
+
+
+async def test_a_spec_grant_arriving_after_a_persons_decision_leaves_that_decision_standing(
+    tmp_path: Path,
+) -> None:
+    """The pass read the request as pending, then a person rejected it: the grant's append is
+    refused by the store under the approval's claim, and the pass goes on."""
+    grant = {"operationId": "implementer.publish.3", "payloadSha256": sha("patch-v1")}
+    (write,) = spec_approval_writes(UID, spec_with(approvals=[grant]), recorded(REQUEST))
+    store = SqliteEventStore(tmp_path / "events.db", record_key=b"")
+    try:
+        await store.append("s", [EventDraft(payload=UserInput(goal=GOAL)), EventDraft(payload=REQUEST)])
+        rejected = Approval(
+            approval_id=REQUEST.approval_id,
+            operation_id=REQUEST.operation_id,
+            payload_sha256=REQUEST.payload_sha256,
+            granted=False,
+            by="bob",
+        )
+        await store.append("s", [EventDraft(payload=rejected)], claim=approval_claim(REQUEST.approval_id))
+        with pytest.raises(ClaimTaken):
+            await store.append(
+                "s", list(write.drafts), idempotency_key=write.idempotency_key, claim=write.claim
+            )
+        reconciler = SessionReconciler(cast(KubeClient, None), OperatorSettings())
+        await reconciler._write(store, "s", write)
+        decisions = [e.payload for e in await store.read("s") if isinstance(e.payload, Approval)]
+        assert [(d.granted, d.by) for d in decisions] == [(False, "bob")]
+    finally:
+        await store.close()
 
 
 def test_a_grant_for_another_payload_or_operation_records_nothing() -> None:

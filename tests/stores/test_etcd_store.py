@@ -13,6 +13,7 @@ import pytest
 from belay.journal.events import EventDraft, Note, NoteKind, UserInput, event_from_json
 from belay.stores.base import PayloadTooLarge, StoreUnavailable
 from belay.stores.etcd import EtcdEventStore
+from belay.stores.integrity import Chain
 
 
 def note(text: str) -> EventDraft:
@@ -25,7 +26,9 @@ async def test_the_record_lies_in_etcd_at_the_documented_keys(etcd_endpoint: str
     store = EtcdEventStore([etcd_endpoint], prefix=prefix)
     lease = await store.acquire_lease("team/a", "harness-1")
     await store.append("team/a", [EventDraft(payload=UserInput(goal="g")), note("n1")], lease=lease.number)
-    await store.append("team/a", [note("n2")], idempotency_key="step 3", lease=lease.number)
+    [third] = await store.append(
+        "team/a", [note("n2")], idempotency_key="step 3", lease=lease.number, claim="approval/x y"
+    )
     await store.close()
 
     async with aetcd.Client(host="127.0.0.1", port=int(etcd_endpoint.rsplit(":", 1)[1])) as client:
@@ -37,17 +40,22 @@ async def test_the_record_lies_in_etcd_at_the_documented_keys(etcd_endpoint: str
             f"{root}/head",
             f"{root}/lease",
             f"{root}/idem/step%203",
+            f"{root}/claims/approval%2Fx%20y",
             f"{root}/latest/user_input",
             f"{root}/latest/note",
             *(f"{root}/events/{seq:020d}" for seq in (1, 2, 3)),
         ]
     )
-    assert json.loads(stored[f"{root}/head"]) == {"last_seq": 3}
+    head = json.loads(stored[f"{root}/head"])
+    assert (head["last_seq"], head["chain"]) == (3, third.chain)
+    assert head["seal"] == Chain(None).seal(3, third.chain.encode()).decode()
+    assert json.loads(stored[f"{root}/claims/approval%2Fx%20y"]) == {"seq": 3}
     assert json.loads(stored[f"{root}/lease"]) == {"number": 1, "holder": "harness-1"}
     assert json.loads(stored[f"{root}/latest/note"]) == {"seq": 3}
     idem = json.loads(stored[f"{root}/idem/step%203"])
     assert (idem["first_seq"], idem["last_seq"]) == (3, 3)
-    third = event_from_json(stored[f"{root}/events/{3:020d}"])
+    assert stored[f"{root}/events/{3:020d}"].startswith(b'{"chain":"%s",' % third.chain.encode())
+    assert event_from_json(stored[f"{root}/events/{3:020d}"]) == third
     assert third.seq == 3 and third.idempotency_key == "step 3"
 
 

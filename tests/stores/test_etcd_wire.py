@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from belay.journal.events import EventDraft, Note, NoteKind, UserInput
 from belay.stores import etcd_wire as wire
 from belay.stores.etcd import EtcdEventStore, SessionKeys, Snapshot
+from belay.stores.integrity import Chain
 
 keys = st.binary(min_size=1, max_size=300)
 values = st.binary(max_size=40_000)  # empty, one-byte lengths, two- and three-byte varints
@@ -68,13 +69,14 @@ def test_a_kept_varint_is_the_one_encoded_afresh(number: int) -> None:
     assert first == again == wire.varint(number)
 
 
+@pytest.mark.parametrize("claim", [None, "approval/x"])
 @pytest.mark.parametrize("fenced", [False, True])
 @pytest.mark.parametrize("idempotency_key", [None, "k/1"])
 @pytest.mark.parametrize("new_session", [False, True])
 def test_the_append_transaction_checks_and_writes_every_key_of_the_layout(
-    fenced: bool, idempotency_key: str | None, new_session: bool
+    fenced: bool, idempotency_key: str | None, new_session: bool, claim: str | None
 ) -> None:
-    store = EtcdEventStore(["http://127.0.0.1:1"], prefix="/p")
+    store = EtcdEventStore(["http://127.0.0.1:1"], prefix="/p", record_key=b"")
     keys = SessionKeys.of("/p", "s")
     snapshot = Snapshot(head_mod_revision=0 if new_session else 40, last_seq=6, lease_mod_revision=9)
     drafts = [
@@ -83,15 +85,21 @@ def test_the_append_transaction_checks_and_writes_every_key_of_the_layout(
         EventDraft(payload=Note(note_id="b", kind=NoteKind.FINDING, text="")),
     ]
     values = [b"seven", b"eight", b"nine"]
-    encoded = store._append_request(keys, snapshot, drafts, 7, values, idempotency_key, "d", fenced)
+    link = b"c" * 64
+    encoded = store._append_request(
+        keys, snapshot, drafts, 7, values, link, idempotency_key, "d", fenced, claim
+    )
 
     idem = [keys.idem(idempotency_key)] if idempotency_key else []
+    claimed = [keys.claim(claim)] if claim else []
     compares = [(keys.head, snapshot.head_mod_revision)]
     compares += [(keys.lease, 9)] if fenced else []
-    compares += [(key, 0) for key in idem]
+    compares += [(key, 0) for key in idem + claimed]
     puts = [(keys.event(7), b"seven"), (keys.event(8), b"eight"), (keys.event(9), b"nine")]
-    puts += [(keys.head, b'{"last_seq":9}'), (keys.latest("note"), b'{"seq":9}')]
+    head = b'{"last_seq":9,"chain":"%s","seal":"%s"}' % (link, Chain(None).seal(9, link))
+    puts += [(keys.head, head), (keys.latest("note"), b'{"seq":9}')]
     puts += [(keys.latest("user_input"), b'{"seq":8}')]
     puts += [(key, b'{"digest":"d","first_seq":7,"last_seq":9}') for key in idem]
+    puts += [(key, b'{"seq":7}') for key in claimed]
     puts += [(b"/p/index/s", b"")] if new_session else []
-    assert encoded == library_txn(compares, puts, [keys.head, keys.lease, *idem])
+    assert encoded == library_txn(compares, puts, [keys.head, keys.lease, *idem, *claimed])

@@ -31,8 +31,8 @@ async def test_the_file_is_in_wal_mode_with_its_tables(tmp_path: Path) -> None:
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert {"events", "sessions", "idempotency", "leases", "latest_of_type"} <= tables
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert {"events", "sessions", "idempotency", "leases", "latest_of_type", "claims"} <= tables
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
     finally:
         conn.close()
 

@@ -28,6 +28,7 @@ class OperatorReason:
 
     CREATING_PODS = "CreatingPods"
     STORE_UNAVAILABLE = "StoreUnavailable"
+    RECORD_CORRUPT = "RecordCorrupt"
     FORK_SOURCE_MISSING = "ForkSourceMissing"
     ATTEMPTS_EXHAUSTED = "AttemptsExhausted"
 

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 from belay.api.agentsession import ManifestError, load_manifest
 from belay.journal.events import (
@@ -28,9 +29,28 @@ from belay.journal.events import (
     Rejection,
     ScopeChange,
     Wait,
+    approval_claim,
+    reconcile_claim,
+    rejection_claim,
+    scope_claim,
+    wait_claim,
 )
 from belay.local.runtime import HOME_ENV, LocalHome, install_session, load_installed, read_state, run_local
-from belay.stores.base import IdempotencyConflict
+from belay.stores.base import ClaimTaken, RecordCorrupt, StoreError
+
+
+class StoreErrorsAsOneLine(TyperGroup):
+    """Every command reads the record through the store: a record that fails its integrity check
+    (RecordCorrupt), a record key that cannot be read, a store that does not answer, ends the
+    command with one `error:` line saying what to do, never a traceback."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer's own click Context, whose module is private
+        try:
+            return super().invoke(ctx)
+        except StoreError as error:
+            typer.echo(f"error: {error}", err=True)
+            raise typer.Exit(1) from None
+
 
 app = typer.Typer(
     name="belay",
@@ -38,6 +58,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=StoreErrorsAsOneLine,
 )
 console = Console()
 
@@ -122,6 +143,8 @@ def _run(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None
         )
     except KeyboardInterrupt:
         raise fail(f"interrupted; continue with `belay resume {session_id}`", 130) from None
+    except RecordCorrupt as error:
+        raise fail(str(error)) from None
     except Exception as error:
         raise fail(
             f"the harness stopped: {type(error).__name__}: {error}; "
@@ -176,6 +199,8 @@ def resume(
         load_installed(Context.home, session_id)
     except ManifestError as error:
         raise fail(str(error)) from None
+    # The whole record is checked before a new attempt takes the session over (RecordCorrupt).
+    asyncio.run(read_state(Context.home, session_id))
     _run(session_id, quiet, with_ticket_service=not no_ticket_service)
 
 
@@ -197,16 +222,27 @@ def sessions() -> None:
 
     async def load() -> list[tuple[str, Any]]:
         store = Context.home.open_event_store()
+        loaded: list[tuple[str, Any]] = []
         try:
-            return [(sid, fold(await store.read(sid))) for sid in await store.list_sessions()]
+            for sid in await store.list_sessions():
+                try:
+                    loaded.append((sid, fold(await store.read(sid))))
+                except RecordCorrupt as error:
+                    loaded.append((sid, error))
         finally:
             await store.close()
+        return loaded
 
     if not Context.home.events_db.exists():
         console.print(f"no sessions in {Context.home.root}")
         return
     table = Table("SESSION", "PHASE", "STEP", "WAITS ON", "DELIVERABLES", "EVENTS")
+    corrupt: list[RecordCorrupt] = []
     for session_id, state in asyncio.run(load()):
+        if isinstance(state, RecordCorrupt):
+            corrupt.append(state)
+            table.add_row(session_id, f"RecordCorrupt (seq {state.seq})", "-", "-", "-", "-")
+            continue
         table.add_row(
             session_id,
             phase_of(state),
@@ -216,6 +252,11 @@ def sessions() -> None:
             str(state.last_seq),
         )
     console.print(table)
+    if corrupt:
+        # The other sessions are listed; each corrupt one also ends the command with its error.
+        for error in corrupt:
+            typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1)
 
 
 def phase_of(state: Any) -> str:
@@ -361,12 +402,15 @@ def events(
 
 
 def decide(session_id: str, item_id: str, granted: bool, reason: str, by: str) -> str:
+    """Record one decision under its claim, so that of two people deciding at once, one decision
+    is recorded and the other person is told who decided first."""
     state, _ = _known_state(session_id)
     user = Actor(kind="user", name=by)
     drafts: list[EventDraft] = []
     approval = state.approvals.get(item_id)
     wait = state.waits.get(item_id)
     if approval is not None:
+        claim = approval_claim(item_id)
         if approval.decision is not None:
             raise fail(
                 f"approval {item_id} was already {approval.decision} by {approval.decided_by or 'someone'}"
@@ -391,6 +435,10 @@ def decide(session_id: str, item_id: str, granted: bool, reason: str, by: str) -
     elif wait is not None:
         if wait.resolved:
             raise fail(f"{item_id} is already resolved")
+        claim = wait_claim(item_id)
+        if wait.condition in state.unknown_outcomes:
+            # The same claim as `belay reconcile` without a wait: one verdict per unknown outcome.
+            claim = reconcile_claim(wait.condition, state.unknown_outcomes[wait.condition])
         if wait.kind == "on_user" and item_id.startswith("reconcile-") and wait.condition:
             verdict = "took effect" if granted else "did not take effect"
             drafts.append(
@@ -424,7 +472,7 @@ def decide(session_id: str, item_id: str, granted: bool, reason: str, by: str) -
         known = ", ".join(pending) if pending else "nothing waits on you"
         raise fail(f"no approval or wait {item_id!r} in session {session_id} (pending: {known})")
 
-    _append(session_id, drafts)
+    _append(session_id, drafts, claim)
     return outcome
 
 
@@ -484,10 +532,8 @@ def reject_deliverable(session_id: str, name: str, reason: str, by: str) -> str:
         raise fail(f'say why with --reason "...": the step that made {name} is redone with it')
     sha256 = state.artifacts[name].ref.sha256
     rejection = Rejection(name=name, sha256=sha256, reason=reason.strip(), by=by)
-    # Keyed by the bytes: rejecting the same deliverable twice records it once.
-    _append(
-        session_id, [EventDraft(payload=rejection, actor=Actor(kind="user", name=by))], key=f"reject/{sha256}"
-    )
+    drafts = [EventDraft(payload=rejection, actor=Actor(kind="user", name=by))]
+    _append(session_id, drafts, rejection_claim(name, sha256))
     return f"rejected {name} (sha256 {sha256})" + _reopened_after(session_id, state.last_seq)
 
 
@@ -565,17 +611,7 @@ def amend(
         removed_parts=dropped,
         by=by,
     )
-    # Keyed by the version: two people amending at once cannot both record version N+1.
-    try:
-        _append(
-            session_id,
-            [EventDraft(payload=change, actor=Actor(kind="user", name=by))],
-            key=f"scope/{version}",
-        )
-    except IdempotencyConflict:
-        raise fail(
-            f"request v{version} was recorded meanwhile by someone else; look at `belay brief {session_id}`"
-        ) from None
+    _append(session_id, [EventDraft(payload=change, actor=Actor(kind="user", name=by))], scope_claim(version))
     from belay.journal.briefing import briefing
 
     after, _ = _known_state(session_id)
@@ -623,7 +659,8 @@ def reconcile(
         detail=f"{by}: {detail}".rstrip(": "),
         by=by,
     )
-    _append(session_id, [EventDraft(payload=outcome, actor=Actor(kind="user", name=by))])
+    claim = reconcile_claim(operation_id, state.unknown_outcomes[operation_id])
+    _append(session_id, [EventDraft(payload=outcome, actor=Actor(kind="user", name=by))], claim)
     console.print(f"reconciled {operation_id}: {'succeeded' if succeeded else 'failed'}", markup=False)
 
 
@@ -638,15 +675,48 @@ def answer(
     console.print(decide(session_id, wait_id, True, text, by), highlight=False, markup=False)
 
 
-def _append(session_id: str, drafts: list[EventDraft], key: str | None = None) -> None:
-    async def write() -> None:
+def _append(session_id: str, drafts: list[EventDraft], claim: str) -> None:
+    """Append a decision under its claim; when someone else's decision holds the claim, fail
+    with what they decided."""
+
+    async def write() -> str | None:
         store = Context.home.open_event_store()
         try:
-            await store.append(session_id, drafts, idempotency_key=key)
+            await store.append(session_id, drafts, claim=claim)
+        except ClaimTaken as taken:
+            [first] = await store.read(session_id, taken.seq, taken.seq)
+            return decided_first(first)
         finally:
             await store.close()
+        return None
 
-    asyncio.run(write())
+    earlier = asyncio.run(write())
+    if earlier is not None:
+        raise fail(f"{earlier}; yours was not recorded (see `belay brief {session_id}`)")
+
+
+def decided_first(event: Event) -> str:
+    """What the decision that got there first decided, by whom, at which seq."""
+    p: Any = event.payload
+    who = (
+        p.by if isinstance(p, Approval | OperationOutcome) and p.by else event.actor.name or event.actor.kind
+    )
+    match p:
+        case Approval():
+            decision = "granted" if p.granted else "rejected"
+            return f"approval {p.approval_id} was already {decision} by {who} (seq {event.seq})"
+        case OperationOutcome():
+            verdict = "took effect" if p.succeeded else "did not take effect"
+            return f"{p.operation_id} was already reconciled by {who}: it {verdict} (seq {event.seq})"
+        case Wait():
+            return f"{p.wait_id} was already answered by {who}: {p.reason} (seq {event.seq})"
+        case Rejection():
+            return f"{p.name} (sha256 {p.sha256}) was already rejected by {who}: {p.reason} (seq {event.seq})"
+        case ScopeChange():
+            return (
+                f"request v{p.request_version} was already recorded by {who}: {p.summary} (seq {event.seq})"
+            )
+    return f"this was already decided by {who} (seq {event.seq})"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from belay.controller.reconciler import SessionReconciler
 from belay.controller.retention import apply_retention
 from belay.controller.settings import settings_from_environment
 from belay.controller.status import TransitionEvent
-from belay.stores.base import StoreError, StoreUnavailable
+from belay.stores.base import RecordCorrupt, StoreError, StoreUnavailable
 
 GROUP, VERSION, PLURAL = "belay.dev", "v1alpha1", "agentsessions"
 # How often a session's worker reads the record when nothing wakes it earlier.
@@ -137,7 +137,7 @@ async def session_worker(
                     metrics.HARNESS_REPLACEMENTS.inc()
             except Exception as error:
                 metrics.RECONCILES.labels(result="error").inc()
-                if isinstance(error, StoreUnavailable):  # reported in the status; no traceback needed
+                if isinstance(error, StoreUnavailable | RecordCorrupt):  # in the status; no traceback needed
                     log.warning("reconcile of %s: %s; retrying", key, error)
                 else:
                     log.exception("reconcile of %s failed; retrying", key)

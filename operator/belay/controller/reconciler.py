@@ -58,7 +58,7 @@ from belay.controller.settings import OperatorSettings
 from belay.controller.status import OperatorProblem, TransitionEvent, session_status_patch, transition_events
 from belay.journal.events import ArtifactRef, CheckpointEvent
 from belay.journal.state import EMPTY, SessionState, apply
-from belay.stores.base import ArtifactStore, EventStore, StoreUnavailable
+from belay.stores.base import ArtifactStore, ClaimTaken, EventStore, RecordCorrupt, StoreUnavailable
 from belay.stores.factory import open_artifact_store, open_event_store
 
 log = logging.getLogger("belay.operator")
@@ -196,7 +196,8 @@ class SessionReconciler:
 
     async def reconcile(self, body: dict[str, Any]) -> PassResult:
         """One pass. A store that cannot be reached is reported in the status (Reconciling, with
-        reason StoreUnavailable) and raised, so the worker retries."""
+        reason StoreUnavailable) and raised, so the worker retries; a record that fails its
+        integrity check likewise (Stalled, with reason RecordCorrupt, until a person restores it)."""
         uid = body["metadata"]["uid"]
         lock = self._locks.setdefault(uid, asyncio.Lock())
         async with lock:
@@ -206,6 +207,10 @@ class SessionReconciler:
             except StoreUnavailable as error:
                 problem = OperatorProblem(OperatorReason.STORE_UNAVAILABLE, str(error), stalls=False)
                 await self._report(body, memory, problem)
+                raise
+            except RecordCorrupt as error:
+                # Nothing is done on a record that cannot be trusted; a person has to restore it.
+                await self._report(body, memory, OperatorProblem(OperatorReason.RECORD_CORRUPT, str(error)))
                 raise
 
     async def _report(self, body: dict[str, Any], memory: SessionMemory, problem: OperatorProblem) -> None:
@@ -227,7 +232,16 @@ class SessionReconciler:
             memory.status = status
 
     async def _write(self, store: EventStore, session: str, write: RecordWrite) -> None:
-        await store.append(session, list(write.drafts), idempotency_key=write.idempotency_key)
+        try:
+            await store.append(
+                session, list(write.drafts), idempotency_key=write.idempotency_key, claim=write.claim
+            )
+        except ClaimTaken as taken:
+            # Someone decided first (a person, the harness's grant from the same spec): their
+            # decision stands, and the next fold shows it.
+            log.info(
+                "session %s: %s was decided at seq %s; not recorded again", session, taken.claim, taken.seq
+            )
 
     async def _follow(self, store: EventStore, ref: SessionRef, memory: SessionMemory) -> None:
         """Fold the events after the last one seen, and mirror the checkpoints among them."""

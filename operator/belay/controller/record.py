@@ -29,6 +29,8 @@ from belay.journal.events import (
     Rejection,
     ScopeChange,
     UserInput,
+    approval_claim,
+    rejection_claim,
 )
 from belay.journal.state import SessionState
 
@@ -37,14 +39,16 @@ OPERATOR = Actor(kind="operator", name="belay-operator")
 
 @dataclass(frozen=True)
 class RecordWrite:
-    """One atomic batch for the event store, with the key that makes it idempotent."""
+    """One atomic batch for the event store, with the key that makes it idempotent, and the
+    claim of a decision (the store refuses it when someone decided first)."""
 
     idempotency_key: str
     drafts: tuple[EventDraft, ...]
+    claim: str | None = None
 
 
-def _write(key: str, *payloads: Payload) -> RecordWrite:
-    return RecordWrite(key, tuple(EventDraft(payload=p, actor=OPERATOR) for p in payloads))
+def _write(key: str, *payloads: Payload, claim: str | None = None) -> RecordWrite:
+    return RecordWrite(key, tuple(EventDraft(payload=p, actor=OPERATOR) for p in payloads), claim)
 
 
 def request_write(
@@ -132,7 +136,8 @@ def spec_approval_writes(uid: str, spec: AgentSessionSpec, state: SessionState) 
             reason="approved in the AgentSession spec",
             expires_at=grant.expires_at,
         )
-        writes.append(_write(f"approval/{uid}/{approval_id}/{grant.payload_sha256}", approval))
+        key = f"approval/{uid}/{approval_id}/{grant.payload_sha256}"
+        writes.append(_write(key, approval, claim=approval_claim(approval_id)))
     return writes
 
 
@@ -156,13 +161,12 @@ def spec_rejection_writes(uid: str, spec: AgentSessionSpec, state: SessionState)
                 by=by,
                 reason=entry.reason,
             )
-            writes.append(_write(key, decision))
+            writes.append(_write(key, decision, claim=approval_claim(approval.approval_id)))
         elif (
             artifact is not None and entry.item in state.deliverables and artifact.ref.sha256 == entry.sha256
         ):
-            writes.append(
-                _write(key, Rejection(name=entry.item, sha256=entry.sha256, reason=entry.reason, by=by))
-            )
+            rejection = Rejection(name=entry.item, sha256=entry.sha256, reason=entry.reason, by=by)
+            writes.append(_write(key, rejection, claim=rejection_claim(entry.item, entry.sha256)))
     return writes
 
 

@@ -108,13 +108,18 @@ class Attempt:
         )
 
     async def record(
-        self, payloads: Sequence[Payload], *, subagent: str | None = None, parent_seq: int | None = None
+        self,
+        payloads: Sequence[Payload],
+        *,
+        subagent: str | None = None,
+        parent_seq: int | None = None,
+        claim: str | None = None,
     ) -> list[Event]:
         drafts = [EventDraft(payload=p, actor=self.actor(subagent), parent_seq=parent_seq) for p in payloads]
         # One append at a time from this attempt, so a fault stop never freezes the process in the
         # middle of another subagent's write (and with the store's write lock held).
         async with self._append_lock:
-            events = await self.store.append(self.session_id, drafts, lease=self.lease)
+            events = await self.store.append(self.session_id, drafts, lease=self.lease, claim=claim)
             for event in events:
                 if self.on_event is not None:
                     self.on_event(event)

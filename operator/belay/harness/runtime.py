@@ -21,6 +21,7 @@ waits, tickets) are in `belay.harness.harness_tools`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -49,12 +50,13 @@ from belay.journal.events import (
     ToolResult,
     Wait,
     WaitKind,
+    approval_claim,
     canonical_json,
     now_utc,
 )
 from belay.journal.state import GOAL_PART, OperationRecord, SessionState, operation_payload_sha256
 from belay.sandbox.client import SandboxError, SandboxUnavailable
-from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore
+from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, ClaimTaken
 
 # A string argument above this size is stored as an artifact and referenced by hash.
 LARGE_ARGUMENT_BYTES = 16 * 1024
@@ -344,20 +346,22 @@ class ToolRuntime:
         grant = declared_grant(attempt.session.spec.approvals, request, approval_id, now_utc())
         record = (await attempt.state()).approvals[approval_id]
         if grant is not None and record.decision is None:
-            await attempt.record(
-                [
-                    Approval(
-                        approval_id=approval_id,
-                        operation_id=request.operation_id,
-                        payload_sha256=request.payload_sha256,
-                        granted=True,
-                        by="manifest",
-                        reason="approved in the AgentSession spec",
-                        expires_at=grant.expires_at,
-                    )
-                ],
-                subagent=sub.name,
-            )
+            with contextlib.suppress(ClaimTaken):  # decided by someone else first: read below
+                await attempt.record(
+                    [
+                        Approval(
+                            approval_id=approval_id,
+                            operation_id=request.operation_id,
+                            payload_sha256=request.payload_sha256,
+                            granted=True,
+                            by="manifest",
+                            reason="approved in the AgentSession spec",
+                            expires_at=grant.expires_at,
+                        )
+                    ],
+                    subagent=sub.name,
+                    claim=approval_claim(approval_id),
+                )
         while True:
             state = await attempt.state()
             decision = approval_state(state, request.operation_id, request.payload_sha256, now_utc())

@@ -1,12 +1,13 @@
 """The closed, versioned set of session events.
 
 Every event is an immutable envelope (`seq`, `session_id`, `type`, `created_at`, `payload`,
-`parent_seq`, `actor`, `idempotency_key`) whose payload is one typed model. The envelope is a
+`parent_seq`, `actor`, `idempotency_key`, `chain`) whose payload is one typed model. The envelope is a
 pydantic discriminated union on `type`, so a stored event always parses back to the exact class
 that wrote it, and an unknown type is an error rather than a silently dropped dict.
 
-Writers build an `EventDraft` (payload, parent, actor); the store assigns `seq`, `session_id` and
-`created_at` at append time.
+Writers build an `EventDraft` (payload, parent, actor); the store assigns `seq`, `session_id`,
+`created_at` and `chain` (the event's link in the record's hash chain, `belay.stores.integrity`) at
+append time.
 """
 
 from __future__ import annotations
@@ -362,6 +363,9 @@ EVENT_TYPES: tuple[str, ...] = tuple(PAYLOAD_BY_TYPE)
 
 
 class EventBase(Frozen):
+    # The event's link in the session's hash chain (hex), assigned by the store; see
+    # `belay.stores.integrity`. Empty only for an event built outside a store.
+    chain: str = ""
     seq: int = Field(ge=1)
     session_id: str
     created_at: datetime
@@ -551,11 +555,13 @@ def build_event(
     session_id: str,
     created_at: datetime,
     idempotency_key: str | None,
+    chain: str = "",
 ) -> Event:
     """Turn a draft into its stored envelope; used by every EventStore backend. The draft's type
     names the envelope class, so it is validated as that class directly, not as the union."""
     envelope = ENVELOPE_BY_TYPE[draft.type].model_validate(
         {
+            "chain": chain,
             "seq": seq,
             "session_id": session_id,
             "type": draft.type,
@@ -580,7 +586,9 @@ class EnvelopeJson:
     Serializing each whole envelope was the largest single cost of an append. The fields a store
     assigns to a batch are serialized once here (the timestamp by pydantic), the rest was serialized
     when the draft was made, so the text parses back to exactly the event `build_event` returns
-    (the conformance suite compares them). Every backend stores this text.
+    (the conformance suite compares them). Every backend stores this text, after the chain field
+    the store puts in front (`belay.stores.integrity.Chain.stored`): `fields` is the text after
+    the opening brace, the part the chain hashes.
     """
 
     def __init__(self, session_id: str, created_at: datetime, idempotency_key: str | None) -> None:
@@ -592,8 +600,45 @@ class EnvelopeJson:
         )
 
     def around(self, draft: EventDraft, seq: int) -> str:
+        """The envelope without its chain field."""
         return f'{{"seq":{seq},{self._assigned}{draft.stored_tail}'
+
+    def fields(self, draft: EventDraft, seq: int) -> bytes:
+        """The envelope's text after its opening brace, as stored bytes."""
+        return f'"seq":{seq},{self._assigned}{draft.stored_tail}'.encode()
 
 
 def event_from_json(data: str | bytes) -> Event:
     return EVENT_ADAPTER.validate_json(data)
+
+
+# --------------------------------------------------------------------------------------------------
+# Claims: the names under which decisions are appended (`EventStore.append(claim=...)`). The store
+# keeps each claim once per session, so whoever decides second is refused, whatever the writer.
+
+
+def approval_claim(approval_id: str) -> str:
+    """Every decision on one approval: a person's approve or reject, a grant declared in the
+    manifest or the AgentSession spec."""
+    return f"approval/{approval_id}"
+
+
+def wait_claim(wait_id: str) -> str:
+    """The answer to one wait."""
+    return f"wait/{wait_id}"
+
+
+def rejection_claim(name: str, sha256: str) -> str:
+    """The rejection of one deliverable's exact bytes."""
+    return f"rejection/{name}/{sha256}"
+
+
+def scope_claim(request_version: int) -> str:
+    """Request version N: two people amending at once cannot both record it."""
+    return f"scope/{request_version}"
+
+
+def reconcile_claim(operation_id: str, unknown_seq: int) -> str:
+    """The verdict on one unknown outcome of an operation, the one marked at `unknown_seq` (an
+    operation reissued after "it did not take effect" can become unknown again)."""
+    return f"reconcile/{operation_id}/{unknown_seq}"

@@ -42,6 +42,34 @@ class SessionDeleted(StoreError):
     """The session a watch follows was deleted while it watched; its events are gone."""
 
 
+class ClaimTaken(StoreError):
+    """An earlier append of the session already holds the claim this append asked for.
+
+    `seq` is the first event of the batch that took it, so the caller can say who came first."""
+
+    def __init__(self, session_id: str, claim: str, seq: int) -> None:
+        super().__init__(f"session {session_id!r}: {claim!r} was already claimed by the batch at seq {seq}")
+        self.session_id = session_id
+        self.claim = claim
+        self.seq = seq
+
+
+class RecordCorrupt(StoreError):
+    """A session's stored events fail their integrity check: an event was changed, inserted or
+    removed after it was written (or the reader holds another record key than the writer).
+    `seq` is the first seq where the record stops being what was written."""
+
+    def __init__(self, session_id: str, seq: int, problem: str) -> None:
+        super().__init__(
+            f"RecordCorrupt: the record of session {session_id!r} fails its integrity check at seq "
+            f"{seq}: {problem}. Belay will not act on a record it cannot trust: restore the store from "
+            "a backup (keep this copy to see what changed)"
+        )
+        self.session_id = session_id
+        self.seq = seq
+        self.problem = problem
+
+
 class ArtifactNotFound(StoreError):
     pass
 
@@ -71,6 +99,7 @@ class EventStore(Protocol):
         *,
         idempotency_key: str | None = None,
         lease: int | None = None,
+        claim: str | None = None,
     ) -> list[Event]:
         """Append a batch atomically and return the stored events.
 
@@ -80,6 +109,14 @@ class EventStore(Protocol):
           lease; the check happens in the same transaction as the write.
         - A replay (same key, same batch) writes nothing, so it is answered even when the lease has
           moved on since the original append.
+        - With `claim`, a name unique within the session (say "approval/<id>": one decision per
+          approval), the append is refused (ClaimTaken) when an earlier batch of the session took
+          the same claim; the check happens in the same transaction as the write. A replay is
+          answered before the claim is looked at (its original batch holds it).
+        - Each stored event carries `chain`, a hash over its stored text and the previous event's
+          chain (keyed with the record key when there is one, see `belay.stores.integrity`),
+          assigned in the same transaction as the write, with the session's head (its last seq,
+          chain and seal).
         - A payload above MAX_PAYLOAD_BYTES raises PayloadTooLarge and nothing of the batch is written.
         """
         ...
@@ -87,15 +124,19 @@ class EventStore(Protocol):
     async def read(
         self, session_id: str, from_seq: int = 1, to_seq: int | None = None, limit: int | None = None
     ) -> list[Event]:
-        """Events with from_seq <= seq <= to_seq, in order."""
+        """Events with from_seq <= seq <= to_seq, in order. Every event returned is checked against
+        the chain from the one before it; a read that runs to the end of the record is also checked
+        against the session's head, so a removed tail is noticed. A failed check raises
+        RecordCorrupt naming the first seq that is not what was written."""
         ...
 
     async def tail(self, session_id: str, count: int) -> list[Event]:
-        """The last `count` events, in order."""
+        """The last `count` events, in order, checked like `read` to the end of the record."""
         ...
 
     async def latest(self, session_id: str, event_type: str) -> Event | None:
-        """The newest event of one type, from an index (cost independent of history length)."""
+        """The newest event of one type, from an index (cost independent of history length),
+        checked against the chain."""
         ...
 
     async def last_seq(self, session_id: str) -> int:
@@ -103,13 +144,14 @@ class EventStore(Protocol):
         ...
 
     def watch(self, session_id: str, from_seq: int = 1) -> AsyncIterator[Event]:
-        """Every event with seq >= from_seq, then new ones as they are appended, with no gap.
+        """Every event with seq >= from_seq, then new ones as they are appended, with no gap,
+        each checked against the chain (RecordCorrupt otherwise).
         When the session is deleted, the watch raises SessionDeleted instead of going on into a
         new session that reuses the id."""
         ...
 
     async def delete_session(self, session_id: str) -> None:
-        """Delete the session's events, indexes, lease and idempotency records in one step: a
+        """Delete the session's events, indexes, lease, claims and idempotency records in one step: a
         reader sees the whole session or nothing of it. Afterwards the id is unused: a new session
         with it starts at seq 1 with no lease, and a writer holding an old lease is refused.
         Deleting a session that does not exist does nothing."""

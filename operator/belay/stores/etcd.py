@@ -3,17 +3,22 @@
 Key layout (every key under `prefix`, default `/belay`; a session id is percent-encoded into one
 path segment):
 
-    <prefix>/sessions/<id>/head               {"last_seq": n}; its mod_revision guards seq assignment
-    <prefix>/sessions/<id>/events/<seq:020d>  the event, as its JSON envelope
+    <prefix>/sessions/<id>/head               {"last_seq": n, "chain": link, "seal": ...}; its
+                                              mod_revision guards seq assignment
+    <prefix>/sessions/<id>/events/<seq:020d>  the event, as its JSON envelope with its chain link
     <prefix>/sessions/<id>/idem/<key>         {"digest": ..., "first_seq": a, "last_seq": b}
+    <prefix>/sessions/<id>/claims/<claim>     {"seq": n}: the first event of the batch that took it
     <prefix>/sessions/<id>/lease              {"number": n, "holder": ...}
     <prefix>/sessions/<id>/latest/<type>      {"seq": n}: the newest event of that type
     <prefix>/index/<id>                       empty; one per session, for list_sessions
 
-An append writes the events, the new head, the latest-of-type entries and the idempotency record
-in ONE transaction whose compares are: head unchanged since the state the seqs were based on
-(mod_revision), with a lease the lease unchanged since its number was checked (mod_revision), and
-with a key the idempotency key unused. The state is the one this store last wrote for the
+An append writes the events, the new head, the latest-of-type entries, the idempotency record and
+the claim in ONE transaction whose compares are: head unchanged since the state the seqs were
+based on (mod_revision), with a lease the lease unchanged since its number was checked
+(mod_revision), with a key the idempotency key unused, with a claim the claim unused. Each
+event's link in the record's hash chain follows the head's (`belay.stores.integrity`); a read
+takes the head and the event before its range in the same transaction as its first page, and
+checks them. The state is the one this store last wrote for the
 session, or a guess of "new session"; when a compare fails (another writer got there first), the
 transaction's failure branch returns the current state and the append tries again on it
 (optimistic concurrency, one round trip per try). etcd transactions are strict serializable, so
@@ -44,6 +49,7 @@ from urllib.parse import quote, unquote, urlsplit
 import grpc
 import grpc.aio
 from aetcd import rpc
+from pydantic import TypeAdapter
 
 from belay.journal.events import (
     EnvelopeJson,
@@ -52,20 +58,22 @@ from belay.journal.events import (
     batch_digest,
     build_event,
     canonical_json,
-    event_from_json,
     now_utc,
 )
 from belay.stores import etcd_wire as wire
 from belay.stores.base import (
     MAX_PAYLOAD_BYTES,
+    ClaimTaken,
     IdempotencyConflict,
     Lease,
     PayloadTooLarge,
+    RecordCorrupt,
     SessionDeleted,
     StaleLease,
     StoreError,
     StoreUnavailable,
 )
+from belay.stores.integrity import GENESIS, Chain, Head, RecordCheck, record_key_for
 
 T = TypeVar("T")
 
@@ -76,6 +84,8 @@ MAX_BATCH_EVENTS = 100
 
 KNOWN_HEADS = 4096
 READ_PAGE = 500
+
+EVENT_LIST_ADAPTER: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
 
 # Errors after which the request may or may not have reached the cluster: retried, never trusted.
 TRANSIENT_CODES = frozenset(
@@ -187,6 +197,9 @@ class SessionKeys:
     def idem(self, key: str) -> bytes:
         return self.root + b"idem/" + quote(key, safe="").encode()
 
+    def claim(self, claim: str) -> bytes:
+        return self.root + b"claims/" + quote(claim, safe="").encode()
+
     def latest(self, event_type: str) -> bytes:
         return self.root + b"latest/" + event_type.encode()
 
@@ -197,9 +210,11 @@ class Snapshot:
 
     head_mod_revision: int = 0
     last_seq: int = 0
+    chain: bytes = GENESIS  # the last event's link
     lease_mod_revision: int = 0
     lease_number: int = 0  # a session that never had a lease is at lease 0
     idem_record: dict[str, Any] | None = None
+    claim_seq: int | None = None  # where the append's claim was taken, if it was
     # False for a state remembered from this store's own last append: good enough to try a write
     # on (the transaction's compares catch a stale one), never to refuse an append on.
     authoritative: bool = True
@@ -225,8 +240,22 @@ def _mod_revision_is(key: bytes, revision: int) -> Any:
     return rpc.Compare(key=key, target=rpc.Compare.MOD, result=rpc.Compare.EQUAL, mod_revision=revision)
 
 
+def _parse_events(values: list[bytes]) -> list[Event]:
+    # One validate_json over a JSON array is markedly cheaper than one call per event.
+    return EVENT_LIST_ADAPTER.validate_json(b"[" + b",".join(values) + b"]") if values else []
+
+
+def _head_from(value: bytes) -> Head:
+    head = json.loads(value)
+    return Head(int(head["last_seq"]), head.get("chain", "").encode(), head.get("seal", "").encode())
+
+
 class EtcdEventStore:
-    """`EventStore` on etcd v3. See the module docstring for the key layout."""
+    """`EventStore` on etcd v3. See the module docstring for the key layout.
+
+    `record_key`: the key of the record's hash chain; by default the one BELAY_RECORD_KEY_FILE
+    names, if any (`belay.stores.integrity`). b"" for none, whatever the environment says.
+    """
 
     def __init__(
         self,
@@ -235,11 +264,13 @@ class EtcdEventStore:
         prefix: str = "/belay",
         request_timeout: float = 2.0,
         operation_timeout: float = 15.0,
+        record_key: bytes | None = None,
     ) -> None:
         self.endpoints = [endpoints] if isinstance(endpoints, str) else list(endpoints)
         self.prefix = prefix.rstrip("/")
         self.request_timeout = request_timeout
         self.operation_timeout = operation_timeout
+        self.chain = Chain(record_key if record_key is not None else record_key_for())
         for endpoint in self.endpoints:
             _host_and_port(endpoint)  # refuse a malformed endpoint now, not on first use
         if not self.endpoints:
@@ -325,41 +356,53 @@ class EtcdEventStore:
     # Append
 
     @staticmethod
-    def _state_reads(keys: SessionKeys, idempotency_key: str | None) -> list[Any]:
-        reads = [_range(keys.head), _range(keys.lease)]
+    def _state_keys(keys: SessionKeys, idempotency_key: str | None, claim: str | None) -> tuple[bytes, ...]:
+        """What an append decides on: head, lease, then the idempotency record and the claim when
+        the append has them."""
+        state: tuple[bytes, ...] = (keys.head, keys.lease)
         if idempotency_key is not None:
-            reads.append(_range(keys.idem(idempotency_key)))
-        return reads
+            state += (keys.idem(idempotency_key),)
+        if claim is not None:
+            state += (keys.claim(claim),)
+        return state
 
     @staticmethod
-    def _snapshot_from(response: Any) -> Snapshot:
-        """The state read by `_state_reads`, whether they ran as a transaction's success branch
+    def _snapshot_from(response: Any, idempotency_key: str | None, claim: str | None) -> Snapshot:
+        """The state read from `_state_keys`, whether they ran as a transaction's success branch
         (a plain read) or its failure branch (a write whose compares failed)."""
         ranges = [op.response_range for op in response.responses]
         snapshot = Snapshot()
         if ranges[0].kvs:
+            head = json.loads(ranges[0].kvs[0].value)
             snapshot.head_mod_revision = ranges[0].kvs[0].mod_revision
-            snapshot.last_seq = json.loads(ranges[0].kvs[0].value)["last_seq"]
+            snapshot.last_seq = head["last_seq"]
+            snapshot.chain = head.get("chain", "").encode()
         if ranges[1].kvs:
             snapshot.lease_mod_revision = ranges[1].kvs[0].mod_revision
             snapshot.lease_number = json.loads(ranges[1].kvs[0].value)["number"]
-        if len(ranges) > 2 and ranges[2].kvs:
+        if idempotency_key is not None and ranges[2].kvs:
             snapshot.idem_record = json.loads(ranges[2].kvs[0].value)
+        if claim is not None and ranges[-1].kvs:
+            snapshot.claim_seq = json.loads(ranges[-1].kvs[0].value)["seq"]
         return snapshot
 
-    async def _snapshot(self, keys: SessionKeys, idempotency_key: str | None) -> Snapshot:
-        return self._snapshot_from(await self._txn([], self._state_reads(keys, idempotency_key)))
+    async def _snapshot(self, keys: SessionKeys, idempotency_key: str | None, claim: str | None) -> Snapshot:
+        reads = [_range(key) for key in self._state_keys(keys, idempotency_key, claim)]
+        return self._snapshot_from(await self._txn([], reads), idempotency_key, claim)
 
     def _remembered(self, session_id: str) -> Snapshot:
         # Never seen: guess a new session. If it is not, the write's compares fail and its
         # failure branch returns the real state, still in one round trip.
         return self._known_heads.get(session_id) or Snapshot(authoritative=False)
 
-    def _remember(self, session_id: str, snapshot: Snapshot, written_at: int, last_seq: int) -> None:
+    def _remember(
+        self, session_id: str, snapshot: Snapshot, written_at: int, last_seq: int, chain: bytes
+    ) -> None:
         self._known_heads.pop(session_id, None)
         self._known_heads[session_id] = Snapshot(
             head_mod_revision=written_at,
             last_seq=last_seq,
+            chain=chain,
             lease_mod_revision=snapshot.lease_mod_revision,
             lease_number=snapshot.lease_number,
             authoritative=False,
@@ -396,6 +439,7 @@ class EtcdEventStore:
         *,
         idempotency_key: str | None = None,
         lease: int | None = None,
+        claim: str | None = None,
     ) -> list[Event]:
         drafts = list(drafts)
         if not drafts:
@@ -408,6 +452,7 @@ class EtcdEventStore:
         # attempts racing for the same head revision cannot leave different records.
         created_at = now_utc()
         envelope = EnvelopeJson(session_id, created_at, idempotency_key)
+        stored = self.chain.stored
         unsettled: list[UnsettledAttempt] = []
         checked = False
         deadline = time.monotonic() + self.operation_timeout
@@ -419,7 +464,7 @@ class EtcdEventStore:
         while time.monotonic() < deadline:
             try:
                 if snapshot is None:
-                    snapshot = await self._snapshot(keys, idempotency_key)
+                    snapshot = await self._snapshot(keys, idempotency_key, claim)
                 if snapshot.authoritative:
                     settled = await self._settle(keys, snapshot, unsettled)
                     if settled is not None:
@@ -434,10 +479,16 @@ class EtcdEventStore:
                         f"session {session_id!r}: lease {lease} is not the current lease "
                         f"{snapshot.lease_number}; a newer harness attempt owns the session"
                     )
+                if snapshot.claim_seq is not None and claim is not None:
+                    raise ClaimTaken(session_id, claim, snapshot.claim_seq)
                 first_seq = snapshot.last_seq + 1
-                values = [
-                    envelope.around(draft, seq).encode() for seq, draft in enumerate(drafts, start=first_seq)
-                ]
+                link = snapshot.chain
+                values = []
+                links = []
+                for seq, draft in enumerate(drafts, start=first_seq):
+                    value, link = stored(link, envelope.fields(draft, seq))
+                    values.append(value)
+                    links.append(link)
                 if not checked:
                     # Checked once, before any request is sent. One stored event within the payload
                     # limit is within every limit.
@@ -445,7 +496,16 @@ class EtcdEventStore:
                         check_batch_size(drafts, values)
                     checked = True
                 request = self._append_request(
-                    keys, snapshot, drafts, first_seq, values, idempotency_key, digest, lease is not None
+                    keys,
+                    snapshot,
+                    drafts,
+                    first_seq,
+                    values,
+                    link,
+                    idempotency_key,
+                    digest,
+                    lease is not None,
+                    claim,
                 )
                 if self._encoded_txn is None:
                     self._stubs()
@@ -454,16 +514,18 @@ class EtcdEventStore:
                     # Let the call's task send the request, then build the events to return while
                     # the transaction is in flight: that work overlaps the round trip.
                     await asyncio.sleep(0)
-                    events = [
-                        build_event(
-                            draft,
-                            seq=seq,
-                            session_id=session_id,
-                            created_at=created_at,
-                            idempotency_key=idempotency_key,
+                    events = []
+                    for seq, draft in enumerate(drafts, start=first_seq):
+                        events.append(
+                            build_event(
+                                draft,
+                                seq=seq,
+                                session_id=session_id,
+                                created_at=created_at,
+                                idempotency_key=idempotency_key,
+                                chain=links[seq - first_seq].decode(),
+                            )
                         )
-                        for seq, draft in enumerate(drafts, start=first_seq)
-                    ]
                     response = await call
                 except grpc.aio.AioRpcError as error:
                     if error.code() in TRANSIENT_CODES and not _never_sent(error):
@@ -475,11 +537,11 @@ class EtcdEventStore:
                     call.cancel()
                     raise
                 if response.succeeded:
-                    self._remember(session_id, snapshot, response.header.revision, events[-1].seq)
+                    self._remember(session_id, snapshot, response.header.revision, events[-1].seq, link)
                     return events
                 # Another writer got there first (or the remembered state was stale): go again
                 # at once on the state the failure branch read.
-                snapshot = self._snapshot_from(response)
+                snapshot = self._snapshot_from(response, idempotency_key, claim)
                 continue
             except grpc.aio.AioRpcError as error:
                 if error.code() not in TRANSIENT_CODES:
@@ -505,23 +567,31 @@ class EtcdEventStore:
         drafts: list[EventDraft],
         first_seq: int,
         values: list[bytes],
+        last_link: bytes,
         idempotency_key: str | None,
         digest: str,
         fenced: bool,
+        claim: str | None,
     ) -> bytes:
         """The append's one transaction, as wire bytes (see `etcd_wire` for why). Its parts go
         into one list in field order (compares, puts, then the failure branch's reads); plain
         loops rather than comprehensions, which are each a function call in Python 3.11."""
         last_seq = first_seq + len(values) - 1
         idem_key = keys.idem(idempotency_key) if idempotency_key is not None else None
+        claim_key = keys.claim(claim) if claim is not None else None
         parts = [wire.mod_revision_is(keys.head, snapshot.head_mod_revision)]
         if fenced:
             parts.append(wire.mod_revision_is(keys.lease, snapshot.lease_mod_revision))
         if idem_key is not None:
             parts.append(wire.mod_revision_is(idem_key, 0))
+        if claim_key is not None:
+            parts.append(wire.mod_revision_is(claim_key, 0))
         for seq, value in enumerate(values, start=first_seq):
             parts.append(wire.put(keys.event(seq), value))
-        parts.append(wire.put(keys.head, b'{"last_seq":%d}' % last_seq))
+        seal = self.chain.seal(last_seq, last_link)
+        parts.append(
+            wire.put(keys.head, b'{"last_seq":%d,"chain":"%s","seal":"%s"}' % (last_seq, last_link, seal))
+        )
         newest_of_type: dict[str, int] = {}
         for seq, draft in enumerate(drafts, start=first_seq):
             newest_of_type[draft.type] = seq
@@ -530,11 +600,17 @@ class EtcdEventStore:
         if idem_key is not None:
             record = {"digest": digest, "first_seq": first_seq, "last_seq": last_seq}
             parts.append(wire.put(idem_key, canonical_json(record)))
+        if claim_key is not None:
+            parts.append(wire.put(claim_key, b'{"seq":%d}' % first_seq))
         if snapshot.head_mod_revision == 0:
             parts.append(wire.put(self._index_key(keys.session_id), b""))
         # When a compare fails, the same round trip brings back the state to retry on (the same
-        # reads as `_state_reads`, in the same order).
-        state_keys = (keys.head, keys.lease) if idem_key is None else (keys.head, keys.lease, idem_key)
+        # reads as `_state_keys`, in the same order).
+        state_keys = (
+            (keys.head, keys.lease)
+            if idem_key is None and claim_key is None
+            else self._state_keys(keys, idempotency_key, claim)
+        )
         parts.append(wire.failure_ranges(state_keys))
         return b"".join(parts)
 
@@ -548,39 +624,66 @@ class EtcdEventStore:
                 f"idempotency key {idempotency_key!r} was used for a different batch "
                 f"(seqs {record['first_seq']}..{record['last_seq']})"
             )
-        stored = await self._events_at(keys, record["first_seq"], record["last_seq"])
-        return [event_from_json(kv.value) for kv in stored]
+        events, _, _ = await self._read_at(keys, record["first_seq"], record["last_seq"], None)
+        return events
 
     # ----------------------------------------------------------------------------------------------
     # Reads
 
     async def _read_at(
         self, keys: SessionKeys, from_seq: int, to_seq: int | None, limit: int | None
-    ) -> tuple[list[Event], int]:
-        """Events in [from_seq, to_seq], page by page, and the revision of the last page: every event
-        written up to that revision is in the result or beyond to_seq/limit. Pages are not pinned
-        to one revision (events never change, so they need not be, and a pinned revision could be
-        compacted away mid-read); seqs are dense, so a later page can only find more events."""
-        revision = 0
-        events: list[Event] = []
-        start = keys.event(max(from_seq, 1))
+    ) -> tuple[list[Event], int, RecordCheck]:
+        """Events in [from_seq, to_seq], page by page, checked against the chain; the revision of
+        the last page: every event written up to that revision is in the result or beyond
+        to_seq/limit; and the check, to go on with events that follow. The first page is one
+        transaction with the head and the event before from_seq, so nothing in it may lie beyond
+        the head and a read to the end must reach it. Later pages are not pinned to one revision
+        (events never change, so they need not be, and a pinned revision could be compacted away
+        mid-read); seqs are dense, so a later page can only find more events."""
+        first = max(from_seq, 1)
+        stored: list[bytes] = []
+        start = keys.event(first)
         end = keys.event(to_seq + 1) if to_seq is not None else prefix_range_end(keys.events_prefix)
-        while limit is None or len(events) < limit:
-            page = READ_PAGE if limit is None else min(READ_PAGE, limit - len(events))
-            response = await self._retrying(functools.partial(self._range, start, end, limit=page))
-            revision = response.header.revision
-            events.extend(event_from_json(kv.value) for kv in response.kvs)
-            if not response.more or not response.kvs:
+        page = READ_PAGE if limit is None else min(READ_PAGE, limit)
+        reads = [
+            _range(keys.head),
+            rpc.RequestOp(request_range=rpc.RangeRequest(key=start, range_end=end, limit=page)),
+        ]
+        if first > 1:
+            reads.append(_range(keys.event(first - 1)))
+        response = await self._retrying(lambda: self._txn([], reads))
+        head_range, events_range = response.responses[0].response_range, response.responses[1].response_range
+        previous = response.responses[2].response_range.kvs if first > 1 else []
+        check = RecordCheck(
+            self.chain,
+            keys.session_id,
+            first,
+            previous[0].value if previous else None,
+            _head_from(head_range.kvs[0].value) if head_range.kvs else None,
+        )
+        revision = response.header.revision
+        kvs, more = events_range.kvs, events_range.more
+        while True:
+            for kv in kvs:
+                check.event(int(kv.key[-20:]), kv.value)
+                stored.append(kv.value)
+            if not more or not kvs or (limit is not None and len(stored) >= limit):
                 break
-            start = response.kvs[-1].key + b"\0"
-        return events, revision
+            check.head_is_current = False  # later pages may hold events appended since
+            page = READ_PAGE if limit is None else min(READ_PAGE, limit - len(stored))
+            start = kvs[-1].key + b"\0"
+            ranged = await self._retrying(functools.partial(self._range, start, end, limit=page))
+            revision, kvs, more = ranged.header.revision, ranged.kvs, ranged.more
+        if limit is None or len(stored) < limit:
+            check.ran_to(to_seq)
+        return _parse_events(stored), revision, check
 
     async def read(
         self, session_id: str, from_seq: int = 1, to_seq: int | None = None, limit: int | None = None
     ) -> list[Event]:
         if (to_seq is not None and to_seq < from_seq) or limit == 0:
             return []
-        events, _ = await self._read_at(SessionKeys.of(self.prefix, session_id), from_seq, to_seq, limit)
+        events, _, _ = await self._read_at(SessionKeys.of(self.prefix, session_id), from_seq, to_seq, limit)
         return events
 
     async def last_seq(self, session_id: str) -> int:
@@ -595,7 +698,7 @@ class EtcdEventStore:
         if not response.kvs:
             return []
         last = json.loads(response.kvs[0].value)["last_seq"]
-        events, _ = await self._read_at(keys, max(1, last - count + 1), last, None)
+        events, _, _ = await self._read_at(keys, max(1, last - count + 1), None, None)
         return events
 
     async def latest(self, session_id: str, event_type: str) -> Event | None:
@@ -604,8 +707,10 @@ class EtcdEventStore:
         if not response.kvs:
             return None
         seq = json.loads(response.kvs[0].value)["seq"]
-        events, _ = await self._read_at(keys, seq, seq, 1)
-        return events[0] if events else None
+        events, _, _ = await self._read_at(keys, seq, seq, None)
+        if not events or events[0].type != event_type:
+            raise RecordCorrupt(session_id, seq, f"the index of the latest {event_type} event is wrong")
+        return events[0]
 
     def _index_key(self, session_id: str) -> bytes:
         return f"{self.prefix}/index/{quote(session_id, safe='')}".encode()
@@ -689,7 +794,7 @@ class EtcdEventStore:
         incarnation = 0  # the session's, once seen
         while True:
             try:
-                events, revision = await self._read_at(keys, next_seq, None, None)
+                events, revision, check = await self._read_at(keys, next_seq, None, None)
                 # Read after the events: a head recreated since the session was first seen means
                 # the session was deleted, and these events may belong to its successor.
                 current = await self._incarnation(keys)
@@ -699,17 +804,20 @@ class EtcdEventStore:
                 for event in events:
                     yield event
                     next_seq = event.seq + 1
-                async for event in self._follow(keys, revision + 1):
-                    if event.seq < next_seq:
+                check.head_is_current = False  # what the watch brings was appended since
+                async for seq, value in self._follow(keys, revision + 1):
+                    if seq < next_seq:
                         continue
-                    if event.seq > next_seq:
+                    if seq > next_seq:
                         break
-                    yield event
+                    check.event(seq, value)
+                    yield _parse_events([value])[0]
                     next_seq += 1
             except (grpc.aio.AioRpcError, StoreUnavailable, _WatchCut):
                 await asyncio.sleep(0.1)
 
-    async def _follow(self, keys: SessionKeys, start_revision: int) -> AsyncIterator[Event]:
+    async def _follow(self, keys: SessionKeys, start_revision: int) -> AsyncIterator[tuple[int, bytes]]:
+        """(seq, stored bytes) of each event put from `start_revision` on."""
         _, watch_stub = self._stubs()
         # `hasleader` makes a member that lost its leader cancel the watch instead of going quiet.
         call = watch_stub.Watch(metadata=(("hasleader", "true"),))
@@ -728,7 +836,7 @@ class EtcdEventStore:
                     raise _WatchCut(response.cancel_reason or f"compacted at {response.compact_revision}")
                 for change in response.events:
                     if change.type == rpc.Event.PUT:
-                        yield event_from_json(change.kv.value)
+                        yield int(change.kv.key[-20:]), change.kv.value
                     else:  # events are never deleted one by one: the whole session was
                         raise SessionDeleted(f"session {keys.root.decode()} was deleted")
             raise _WatchCut("watch stream ended")
@@ -769,12 +877,18 @@ def _permanent(error: grpc.aio.AioRpcError) -> StoreError:
 
 def open_etcd_event_store(spec: dict[str, Any]) -> EtcdEventStore:
     """From a spec: `{"backend": "etcd", "endpoints": [...], "prefix": ...}` or
-    `{"backend": "etcd", "url": "etcd://host:port,host:port/prefix"}`; timeouts are optional keys."""
+    `{"backend": "etcd", "url": "etcd://host:port,host:port/prefix"}`; timeouts and
+    `record_key_file` are optional keys."""
     if "url" in spec:
         parts = urlsplit(spec["url"])
         endpoints = [f"http://{address}" for address in parts.netloc.split(",") if address]
         prefix = parts.path or "/belay"
     else:
         endpoints, prefix = spec["endpoints"], spec.get("prefix", "/belay")
-    options = {k: float(spec[k]) for k in ("request_timeout", "operation_timeout") if k in spec}
-    return EtcdEventStore(endpoints, prefix=prefix, **options)
+    return EtcdEventStore(
+        endpoints,
+        prefix=prefix,
+        request_timeout=float(spec.get("request_timeout", 2.0)),
+        operation_timeout=float(spec.get("operation_timeout", 15.0)),
+        record_key=record_key_for(spec) or b"",
+    )

@@ -3,7 +3,9 @@
 The harness, the CLI, the operator and the conformance suites all open stores here, so a store
 named in a config file, an environment variable or a child process's argv means the same thing
 everywhere. A spec is plain JSON (`{"backend": "sqlite", "path": "/var/lib/belay/events.db"}`),
-so it can be handed to another process.
+so it can be handed to another process. Every event store also takes `record_key_file`, the
+file holding the key of its hash chain (default: the file BELAY_RECORD_KEY_FILE names, if any;
+see `belay.stores.integrity`).
 
 URLs map to specs:
     sqlite:///abs/path/events.db   -> {"backend": "sqlite", "path": "/abs/path/events.db"}
@@ -89,10 +91,11 @@ def open_artifact_store(spec: StoreSpec | str) -> ArtifactStore:
 
 
 def open_sqlite_event_store(spec: dict[str, Any]) -> EventStore:
+    from belay.stores.integrity import record_key_for
     from belay.stores.sqlite import SqliteEventStore
 
     options = {k: v for k, v in spec.items() if k in ("synchronous", "busy_timeout_ms", "poll_interval")}
-    return SqliteEventStore(spec["path"], **options)
+    return SqliteEventStore(spec["path"], record_key=record_key_for(spec) or b"", **options)
 
 
 def open_filesystem_artifact_store(spec: dict[str, Any]) -> ArtifactStore:

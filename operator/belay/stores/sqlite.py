@@ -18,6 +18,11 @@ Why it is shaped this way:
   appends made by other processes. Each page it reads comes with the session's deletion count from
   the same read transaction, so a deleted session ends the watch (SessionDeleted).
 - `delete_session()` removes a session's rows from every table in one transaction.
+- Each event row holds its stored bytes with their link in the record's hash chain
+  (`belay.stores.integrity`), and the `sessions` row is the head: last seq, last link and seal,
+  written in the append's transaction. A read takes the head, the event before its range and the
+  range in one read transaction and checks them (RecordCorrupt).
+- A decision's claim is a `claims` row, looked up and inserted in the append's transaction.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import functools
 import queue
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,21 +47,24 @@ from belay.journal.events import (
     EventDraft,
     batch_digest,
     build_event,
-    event_from_json,
     now_utc,
 )
 from belay.stores.base import (
     MAX_PAYLOAD_BYTES,
+    ClaimTaken,
     IdempotencyConflict,
     Lease,
     PayloadTooLarge,
+    RecordCorrupt,
     SessionDeleted,
     StaleLease,
     StoreError,
     StoreUnavailable,
 )
+from belay.stores.integrity import GENESIS, Chain, Head, RecordCheck, record_key_for
 
-SCHEMA_VERSION = 1
+# 2: events carry their link in the hash chain, sessions are the chain's head, claims exist.
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -65,13 +73,24 @@ CREATE TABLE IF NOT EXISTS events (
     type            TEXT    NOT NULL,
     created_at      TEXT    NOT NULL,
     idempotency_key TEXT,
-    event_json      TEXT    NOT NULL,  -- the whole envelope, payload included
+    event_json      BLOB    NOT NULL,  -- the stored envelope (UTF-8 JSON): its chain link, then the rest
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
 
+-- The head of each session's hash chain: its last seq, that event's link, and the seal over both.
 CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT    NOT NULL PRIMARY KEY,
-    last_seq   INTEGER NOT NULL
+    last_seq   INTEGER NOT NULL,
+    chain      BLOB    NOT NULL,
+    seal       BLOB    NOT NULL
+) WITHOUT ROWID;
+
+-- One row per claim a batch took (`append(claim=...)`): seq is the batch's first event.
+CREATE TABLE IF NOT EXISTS claims (
+    session_id TEXT    NOT NULL,
+    claim      TEXT    NOT NULL,
+    seq        INTEGER NOT NULL,
+    PRIMARY KEY (session_id, claim)
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS idempotency (
@@ -117,13 +136,20 @@ Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 T = TypeVar("T")
 
 EVENT_LIST_ADAPTER: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
+# The tables a session's rows live in, all deleted together.
+SESSION_TABLES = ("events", "sessions", "idempotency", "leases", "latest_of_type", "claims")
 
 
-def _parse_events(rows: list[tuple[str]]) -> list[Event]:
-    if not rows:
+def _parse_events(stored: list[bytes]) -> list[Event]:
+    if not stored:
         return []
     # One validate_json over a JSON array is markedly cheaper than one call per row.
-    return EVENT_LIST_ADAPTER.validate_json("[" + ",".join(row[0] for row in rows) + "]")
+    return EVENT_LIST_ADAPTER.validate_json(b"[" + b",".join(stored) + b"]")
+
+
+def _as_bytes(value: bytes | str) -> bytes:
+    # Stored as a BLOB; a row rewritten by hand may come back as TEXT.
+    return value if isinstance(value, bytes) else value.encode()
 
 
 class SqliteEventStore:
@@ -131,6 +157,9 @@ class SqliteEventStore:
 
     `synchronous="FULL"` (the default) fsyncs the WAL at every commit, so an acknowledged append
     survives a power loss; "NORMAL" survives a process crash only, and is faster.
+
+    `record_key`: the key of the record's hash chain; by default the one BELAY_RECORD_KEY_FILE
+    names, if any (`belay.stores.integrity`). b"" for none, whatever the environment says.
     """
 
     def __init__(
@@ -141,8 +170,10 @@ class SqliteEventStore:
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         read_threads: int = 2,
+        record_key: bytes | None = None,
     ) -> None:
         self.path = Path(path)
+        self.chain = Chain(record_key if record_key is not None else record_key_for())
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
         self.poll_interval = poll_interval
@@ -192,6 +223,14 @@ class SqliteEventStore:
             if str(mode).lower() != "wal":
                 raise StoreUnavailable(f"{self.path}: cannot switch to WAL mode (got {mode})")
             conn.execute("BEGIN IMMEDIATE")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                conn.execute("ROLLBACK")
+                raise StoreError(
+                    f"{self.path} was written by an earlier Belay (schema {version}), before the record "
+                    f"had a hash chain, and cannot be read by this one (schema {SCHEMA_VERSION}): move "
+                    "it aside and start a new home"
+                )
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
@@ -233,6 +272,7 @@ class SqliteEventStore:
         *,
         idempotency_key: str | None = None,
         lease: int | None = None,
+        claim: str | None = None,
     ) -> list[Event]:
         if not session_id:
             raise ValueError("session_id must not be empty")
@@ -246,8 +286,11 @@ class SqliteEventStore:
                     "store the bytes as an artifact and reference them by hash"
                 )
         digest = batch_digest(drafts) if idempotency_key is not None else None
+        chain = self.chain
         return await self._write(
-            lambda conn: _append_within(conn, session_id, drafts, idempotency_key, digest, lease),
+            lambda conn: _append_within(
+                conn, chain, session_id, drafts, idempotency_key, digest, lease, claim
+            ),
             wakes=session_id,
         )
 
@@ -257,31 +300,41 @@ class SqliteEventStore:
     async def read(
         self, session_id: str, from_seq: int = 1, to_seq: int | None = None, limit: int | None = None
     ) -> list[Event]:
-        return await self._read(lambda conn: _events_in(conn, session_id, from_seq, to_seq, limit))
+        return await self._read(
+            lambda conn: _checked_events(conn, self.chain, session_id, from_seq, to_seq, limit)
+        )
 
     async def tail(self, session_id: str, count: int) -> list[Event]:
         if count <= 0:
             return []
 
         def query(conn: sqlite3.Connection) -> list[Event]:
-            rows = conn.execute(
-                "SELECT event_json FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT ?",
-                (session_id, count),
-            ).fetchall()
-            rows.reverse()
-            return _parse_events(rows)
+            with _read_transaction(conn):
+                head = _head(conn, session_id)
+                if head is not None:
+                    last = head.last_seq
+                else:  # no head: any event there is fails the check
+                    row = conn.execute("SELECT max(seq) FROM events WHERE session_id = ?", (session_id,))
+                    last = row.fetchone()[0] or 0
+                return _checked_events(conn, self.chain, session_id, max(1, last - count + 1))
 
         return await self._read(query)
 
     async def latest(self, session_id: str, event_type: str) -> Event | None:
         def query(conn: sqlite3.Connection) -> Event | None:
-            row = conn.execute(
-                "SELECT e.event_json FROM latest_of_type AS l "
-                "JOIN events AS e ON e.session_id = l.session_id AND e.seq = l.seq "
-                "WHERE l.session_id = ? AND l.type = ?",
-                (session_id, event_type),
-            ).fetchone()
-            return event_from_json(row[0]) if row is not None else None
+            with _read_transaction(conn):
+                row = conn.execute(
+                    "SELECT seq FROM latest_of_type WHERE session_id = ? AND type = ?",
+                    (session_id, event_type),
+                ).fetchone()
+                if row is None:
+                    return None
+                events = _checked_events(conn, self.chain, session_id, row[0], row[0])
+            if not events or events[0].type != event_type:
+                raise RecordCorrupt(
+                    session_id, row[0], f"the index of the latest {event_type} event is wrong"
+                )
+            return events[0]
 
         return await self._read(query)
 
@@ -313,7 +366,7 @@ class SqliteEventStore:
             self._add_waiter(session_id, woken)
             try:
                 page, count = await self._read(
-                    functools.partial(_watch_page, session_id=session_id, from_seq=next_seq)
+                    functools.partial(_watch_page, chain=self.chain, session_id=session_id, from_seq=next_seq)
                 )
                 if deletions is None:
                     deletions = count
@@ -408,38 +461,79 @@ class SqliteEventStore:
             conn.close()
 
 
-def _watch_page(conn: sqlite3.Connection, session_id: str, from_seq: int) -> tuple[list[Event], int]:
+def _watch_page(
+    conn: sqlite3.Connection, chain: Chain, session_id: str, from_seq: int
+) -> tuple[list[Event], int]:
     """A page of events and the session's deletion count, from one read transaction (one snapshot)."""
-    conn.execute("BEGIN")
-    try:
+    with _read_transaction(conn):
         row = conn.execute("SELECT count FROM deletions WHERE session_id = ?", (session_id,)).fetchone()
-        events = _events_in(conn, session_id, from_seq, limit=WATCH_PAGE)
-    finally:
-        conn.execute("COMMIT")
+        events = _checked_events(conn, chain, session_id, from_seq, limit=WATCH_PAGE)
     return events, int(row[0]) if row is not None else 0
 
 
-def _events_in(
+@contextlib.contextmanager
+def _read_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One snapshot for every statement inside; within an open transaction (the writer's), that one."""
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")
+
+
+def _head(conn: sqlite3.Connection, session_id: str) -> Head | None:
+    row = conn.execute(
+        "SELECT last_seq, chain, seal FROM sessions WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    return None if row is None else Head(int(row[0]), _as_bytes(row[1]), _as_bytes(row[2]))
+
+
+def _checked_events(
     conn: sqlite3.Connection,
+    chain: Chain,
     session_id: str,
     from_seq: int,
     to_seq: int | None = None,
     limit: int | None = None,
 ) -> list[Event]:
-    """The session's events with from_seq <= seq (<= to_seq), in seq order, at most `limit`."""
-    sql = "SELECT event_json FROM events WHERE session_id = ? AND seq >= ?"
-    params: tuple[object, ...] = (session_id, from_seq)
+    """The session's events with from_seq <= seq (<= to_seq), in seq order, at most `limit`, read
+    in one snapshot with the event before them and the head, and checked against the chain."""
+    first = max(from_seq, 1)
+    if (to_seq is not None and to_seq < first) or limit == 0:
+        return []
+    sql = "SELECT seq, event_json FROM events WHERE session_id = ? AND seq >= ?"
+    params: tuple[object, ...] = (session_id, first)
     if to_seq is not None:
         sql += " AND seq <= ?"
         params += (to_seq,)
     sql += " ORDER BY seq LIMIT ?"
     params += (limit if limit is not None else -1,)  # SQLite: a negative LIMIT means no limit
-    return _parse_events(conn.execute(sql, params).fetchall())
+    with _read_transaction(conn):
+        head = _head(conn, session_id)
+        previous = None
+        if first > 1:
+            row = conn.execute(
+                "SELECT event_json FROM events WHERE session_id = ? AND seq = ?", (session_id, first - 1)
+            ).fetchone()
+            previous = None if row is None else _as_bytes(row[0])
+        rows = conn.execute(sql, params).fetchall()
+    check = RecordCheck(chain, session_id, first, previous, head)
+    stored = []
+    for seq, value in rows:
+        value = _as_bytes(value)
+        check.event(seq, value)
+        stored.append(value)
+    if limit is None or len(rows) < limit:
+        check.ran_to(to_seq)
+    return _parse_events(stored)
 
 
 def _delete_within(conn: sqlite3.Connection, session_id: str) -> None:
     """Every row of one session, inside the writer's open transaction (see GroupCommitWriter)."""
-    for table in ("events", "sessions", "idempotency", "leases", "latest_of_type"):
+    for table in SESSION_TABLES:
         conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
     conn.execute(
         "INSERT INTO deletions (session_id, count) VALUES (?, 1) "
@@ -450,11 +544,13 @@ def _delete_within(conn: sqlite3.Connection, session_id: str) -> None:
 
 def _append_within(
     conn: sqlite3.Connection,
+    chain: Chain,
     session_id: str,
     drafts: list[EventDraft],
     idempotency_key: str | None,
     digest: str | None,
     lease: int | None,
+    claim: str | None,
 ) -> list[Event]:
     """One append, inside the writer's open transaction (see GroupCommitWriter)."""
     if idempotency_key is not None:
@@ -470,7 +566,7 @@ def _append_within(
                     f"for a different batch (seq {first_seq}..{last_seq})"
                 )
             # A replay writes nothing, so it needs no fencing: the original append was fenced.
-            return _events_in(conn, session_id, first_seq, last_seq)
+            return _checked_events(conn, chain, session_id, first_seq, last_seq)
     if lease is not None:
         row = conn.execute("SELECT number FROM leases WHERE session_id = ?", (session_id,)).fetchone()
         current = row[0] if row is not None else 0
@@ -478,41 +574,43 @@ def _append_within(
             raise StaleLease(
                 f"append to session {session_id!r} under lease {lease}; the current lease is {current}"
             )
-    row = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
-    base = row[0] if row is not None else 0
+    if claim is not None:
+        row = conn.execute(
+            "SELECT seq FROM claims WHERE session_id = ? AND claim = ?", (session_id, claim)
+        ).fetchone()
+        if row is not None:
+            raise ClaimTaken(session_id, claim, int(row[0]))
+    row = conn.execute("SELECT last_seq, chain FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+    base, link = (row[0], _as_bytes(row[1])) if row is not None else (0, GENESIS)
     created_at = now_utc()
-    events = [
-        build_event(
-            draft,
-            seq=base + offset,
-            session_id=session_id,
-            created_at=created_at,
-            idempotency_key=idempotency_key,
-        )
-        for offset, draft in enumerate(drafts, start=1)
-    ]
     envelope = EnvelopeJson(session_id, created_at, idempotency_key)
     created_text = created_at.isoformat()
+    events = []
+    rows = []
+    for seq, draft in enumerate(drafts, start=base + 1):
+        stored, link = chain.stored(link, envelope.fields(draft, seq))
+        events.append(
+            build_event(
+                draft,
+                seq=seq,
+                session_id=session_id,
+                created_at=created_at,
+                idempotency_key=idempotency_key,
+                chain=link.decode(),
+            )
+        )
+        rows.append((session_id, seq, draft.type, created_text, idempotency_key, stored))
     conn.executemany(
         "INSERT INTO events (session_id, seq, type, created_at, idempotency_key, event_json) "
         "VALUES (?, ?, ?, ?, ?, ?)",
-        [
-            (
-                session_id,
-                event.seq,
-                event.type,
-                created_text,
-                idempotency_key,
-                envelope.around(draft, event.seq),
-            )
-            for event, draft in zip(events, drafts, strict=True)
-        ],
+        rows,
     )
     last = events[-1].seq
     conn.execute(
-        "INSERT INTO sessions (session_id, last_seq) VALUES (?, ?) "
-        "ON CONFLICT (session_id) DO UPDATE SET last_seq = excluded.last_seq",
-        (session_id, last),
+        "INSERT INTO sessions (session_id, last_seq, chain, seal) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (session_id) DO UPDATE "
+        "SET last_seq = excluded.last_seq, chain = excluded.chain, seal = excluded.seal",
+        (session_id, last, link, chain.seal(last, link)),
     )
     newest_by_type = {event.type: event.seq for event in events}
     conn.executemany(
@@ -524,6 +622,10 @@ def _append_within(
         conn.execute(
             "INSERT INTO idempotency (session_id, key, digest, first_seq, last_seq) VALUES (?, ?, ?, ?, ?)",
             (session_id, idempotency_key, digest, base + 1, last),
+        )
+    if claim is not None:
+        conn.execute(
+            "INSERT INTO claims (session_id, claim, seq) VALUES (?, ?, ?)", (session_id, claim, base + 1)
         )
     return events
 
@@ -544,6 +646,12 @@ class GroupCommitWriter:
     IdempotencyConflict, a bad draft) is rolled back alone and the others commit; a database
     failure (busy beyond the timeout, I/O) rolls back the whole group and every write in it fails
     with StoreUnavailable, having written nothing. Results are released only after the COMMIT.
+
+    A caller may be cancelled while its write waits (its future is then cancelled too). The
+    thread claims each future before running its write (`set_running_or_notify_cancel`): a write
+    whose future was cancelled first is skipped, and one already claimed can no longer be
+    cancelled, so its result is always deliverable. Setting a result on a cancelled future raises,
+    and would end this thread and leave every later write waiting forever.
     """
 
     def __init__(
@@ -606,7 +714,10 @@ class GroupCommitWriter:
             self._conn.close()
             self._conn = None
 
-    def _commit(self, group: list[_WriteJob]) -> None:
+    def _commit(self, queued: list[_WriteJob]) -> None:
+        group = [job for job in queued if job.result.set_running_or_notify_cancel()]
+        if not group:
+            return
         outcomes: list[tuple[bool, Any]] = []
         try:
             if self._conn is None:
