@@ -4,8 +4,9 @@
 -- only the status the operator writes (phase, observedGeneration, conditions) and maps it:
 --   the operator has not seen this generation yet     -> Progressing
 --   Succeeded                                          -> Healthy
---   Failed, or Stalled=True                            -> Degraded
---   Recovering=True (a new harness attempt restores)   -> Progressing
+--   Failed, or Stalled=True (RecoveryFailed, Interrupted) -> Degraded
+--   Recovering=True (the operator replaces a lost or silent attempt, or a new one restores)
+--                                                      -> Progressing
 --   WaitingOnUser=True (an approval, a decision)       -> Suspended: a person has to act
 --   WaitingOnExternal=True                             -> Progressing
 --   ReadyForReview                                     -> Healthy: the deliverable can be reviewed

@@ -113,3 +113,80 @@ def test_an_amendment_is_the_request_after_the_change_as_a_merge_patch() -> None
         amended_request(request, None, ["novalue"], [], None)
     with pytest.raises(PluginError, match="not both"):
         amended_request(request, "g", [], [], manifest)
+
+
+def test_briefing_of_a_recovering_session_names_the_silent_attempt_and_the_resources() -> None:
+    status = {
+        **STATUS,
+        "phase": "Recovering",
+        "interruption": {
+            "attempt": 3,
+            "since": "2026-11-29T10:00:00Z",
+            "why": "attempt 3 stopped renewing its lease (last renewal 2026-11-29 10:00:00 UTC)",
+            "doing": "step implementer/publish; 1 operation(s) without a result",
+            "next": "the operator records attempt 3 lost, fences it and starts attempt 4",
+            "operations": [
+                {
+                    "operationId": "implementer.publish.3",
+                    "tool": "publish_deliverable",
+                    "effect": "idempotent",
+                    "subagent": "implementer",
+                    "action": "rerun",
+                    "settled": "interrupted, will be settled by the next attempt: idempotent: runs again",
+                }
+            ],
+        },
+        "counts": {"modelCalls": 31, "tokens": 0},
+    }
+    session = {
+        "metadata": {"name": "parser-fix"},
+        "spec": {
+            "request": {"goal": "Fix the parser."},
+            "subagents": [{"name": "implementer", "networkProfile": "none"}],
+            "budgets": {"maxModelCalls": 200},
+        },
+        "status": status,
+    }
+    checkpoints = [
+        CHECKPOINT,
+        {
+            "metadata": {"name": "cp-30"},
+            "spec": {
+                "checkpointId": "researcher/report",
+                "seq": 30,
+                "verified": True,
+                "subagent": "researcher",
+            },
+        },
+        {
+            "metadata": {"name": "cp-45"},
+            "spec": {
+                "checkpointId": "implementer/verify",
+                "seq": 45,
+                "verified": False,
+                "subagent": "implementer",
+            },
+        },
+        {
+            "metadata": {"name": "cp-41"},
+            "spec": {
+                "checkpointId": "implementer/fix",
+                "seq": 41,
+                "verified": True,
+                "subagent": "implementer",
+            },
+        },
+    ]
+    lines = briefing(session, checkpoints).splitlines()
+    assert lines[0] == "parser-fix: Recovering"
+    assert lines[1] == "Recovering since 2026-11-29T10:00:00Z: " + status["interruption"]["why"]
+    text = "\n".join(lines)
+    assert (
+        "  operation implementer.publish.3 (publish_deliverable [implementer]): interrupted, will be settled "
+        "by the next attempt" in text
+    )
+    assert "  next: the operator records attempt 3 lost" in text
+    assert "implementer: 4/5 tasks done, pod s-sbx-implementer-3 (Running), profile none" in text
+    assert "budget maxModelCalls: 31 used, 169 left of 200" in text
+    assert "last verified checkpoint of implementer: implementer/fix (seq 41)" in text
+    assert "last verified checkpoint of researcher: researcher/report (seq 30)" in text

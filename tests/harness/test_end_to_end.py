@@ -110,7 +110,7 @@ def test_events_json_lines_and_sessions(finished: tuple[Path, str, list[Event]])
     assert {"seq", "type", "created_at", "actor", "payload"} <= set(lines[0])
     assert lines[0]["type"] == "user_input" and "confparse" in lines[0]["payload"]["goal"]
     listing = run_belay(home, "sessions")
-    assert "parser-fix" in listing.stdout and "Completed" in listing.stdout
+    assert "parser-fix" in listing.stdout and "Succeeded" in listing.stdout
     again = run_belay(
         home, "run", str(Path(__file__).resolve().parents[2] / "examples/parser-fix/session.yaml")
     )

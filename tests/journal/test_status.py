@@ -25,9 +25,13 @@ from belay.journal.status import (
     STATUS_LIST_LIMIT,
     Condition,
     ConditionType,
+    Liveness,
     Phase,
     Reason,
     SessionStatus,
+    attempt_alive,
+    interruption_of,
+    phase_of,
     session_status,
     with_transition_times,
 )
@@ -161,7 +165,7 @@ def test_a_failed_recovery_is_stalled_with_its_reason() -> None:
             detail="verification differs after restore",
         ),
     )
-    assert status.phase == Phase.RECOVERING
+    assert status.phase == Phase.RECOVERY_FAILED
     c = conditions(status)
     assert c["Stalled"] == ("True", "UndeclaredState")
     assert c["Ready"] == ("False", Reason.RECOVERY_FAILED)
@@ -243,3 +247,196 @@ def test_transition_time_moves_only_when_the_status_changes() -> None:
     merged = {c.type: c for c in with_transition_times(before, now, later)}
     assert merged[ConditionType.READY].last_transition_time == NOW
     assert merged[ConditionType.RECOVERING].last_transition_time == later
+
+
+# --------------------------------------------------------------------------------------------------
+# Liveness: the phase of a session whose attempt stopped proving it is alive
+
+
+def running_log(*payloads: Payload) -> LogBuilder:
+    """Attempt 1 (lease 1) running step t1, then `payloads`; events one minute apart from START."""
+    log = LogBuilder()
+    log.add(UserInput(goal="do it"))
+    log.add(Lifecycle(kind=LifecycleKind.HARNESS_STARTED, attempt=1, lease=1))
+    log.add(Task(task_id="t1", title="step one", status=TaskStatus.RUNNING, owner="worker"))
+    for payload in payloads:
+        log.add(payload)
+    return log
+
+
+def live(log: LogBuilder, **changes: object) -> Liveness:
+    """Lease 1, renewed a second after the last event, looked at ten seconds later."""
+    renewed = log.events[-1].created_at + timedelta(seconds=1)
+    fields: dict[str, object] = {
+        "now": renewed + timedelta(seconds=10),
+        "lease": 1,
+        "holder": "harness process 4242",
+        "renewed_lease": 1,
+        "renewed_at": renewed,
+        "holder_alive": True,
+    }
+    return Liveness.model_validate({**fields, **changes})
+
+
+OPEN_OPERATIONS = [
+    ToolRequest(operation_id="op-read", tool="read_file", effect=EffectClass.READ_ONLY, subagent="worker"),
+    ToolRequest(operation_id="op-write", tool="write_file", effect=EffectClass.IDEMPOTENT, step="t1"),
+    ToolRequest(operation_id="op-push", tool="git_push", effect=EffectClass.KEYED, idempotency_key="k-1"),
+    ToolRequest(operation_id="op-ticket", tool="create_ticket", effect=EffectClass.UNSAFE, subagent="worker"),
+]
+
+
+def test_a_live_attempt_keeps_the_phase_the_record_shows() -> None:
+    log = running_log(*OPEN_OPERATIONS)
+    state = fold(log.events)
+    assert phase_of(state, live(log)) == Phase.RUNNING == phase_of(state)
+    assert attempt_alive(state, live(log))
+    assert interruption_of(state, live(log)) is None
+    # An attempt that took the lease a moment ago and has not renewed yet, its process seen alive.
+    assert phase_of(state, live(log, lease=2, renewed_lease=1)) == Phase.RUNNING
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"holder_alive": False}, "attempt 1 is gone: its harness process 4242 no longer exists"),
+        ({"holder_alive": None, "now": NOW}, "attempt 1 stopped renewing its lease"),
+        ({"holder_alive": True, "now": NOW}, "attempt 1 stopped renewing its lease"),
+    ],
+    ids=["process-gone", "renewal-overdue", "frozen-process"],
+)
+def test_an_attempt_that_stopped_proving_it_is_alive_is_interrupted(
+    changes: dict[str, object], why: str
+) -> None:
+    log = running_log(*OPEN_OPERATIONS)
+    state = fold(log.events)
+    liveness = live(log, **changes)
+    assert not attempt_alive(state, liveness)
+    assert phase_of(state, liveness) == Phase.INTERRUPTED
+    gone = interruption_of(state, liveness)
+    assert gone is not None and gone.why.startswith(why)
+    assert gone.command == "belay resume parser-fix"
+    # Its last sign of life: the renewal a second after the last event.
+    assert gone.since == log.events[-1].created_at + timedelta(seconds=1)
+    assert "step t1" in gone.doing and "4 operation(s) without a result" in gone.doing
+
+
+def test_each_interrupted_operation_says_what_resume_will_do_by_its_effect_class() -> None:
+    log = running_log(*OPEN_OPERATIONS, OperationOutcome(operation_id="op-old", outcome="unknown"))
+    state = fold(log.events)
+    gone = interruption_of(state, live(log, holder_alive=False))
+    assert gone is not None
+    settled = {o.operation_id: o.settled for o in gone.operations}
+    prefix = "interrupted, will be settled on resume: "
+    assert settled == {
+        "op-read": prefix + "read_only: runs again under the same operation id",
+        "op-write": prefix + "idempotent: runs again under the same operation id",
+        "op-push": prefix + "keyed: runs again with the same idempotency key (k-1)",
+        "op-ticket": prefix + "unsafe: never repeated; its outcome is recorded unknown and probed, "
+        "and if the probe cannot tell, you reconcile it",
+    }
+    # An outcome already unknown waits on a person (a reconciliation), not on resume.
+    assert "op-old" not in settled
+
+
+def test_an_interrupted_session_stalls_until_resumed_and_still_shows_its_approvals() -> None:
+    log = running_log(
+        *OPEN_OPERATIONS,
+        ApprovalRequest(
+            approval_id="apr-1",
+            operation_id="op-ticket",
+            tool="create_ticket",
+            payload_sha256=PUBLISH_SHA,
+            summary="file a ticket",
+        ),
+    )
+    status = session_status(fold(log.events), liveness=live(log, holder_alive=False))
+    assert status.phase == Phase.INTERRUPTED
+    assert status.waiting_on == "belay resume parser-fix"
+    c = conditions(status)
+    assert c["Ready"] == ("False", Reason.INTERRUPTED)
+    assert c["Stalled"] == ("True", Reason.INTERRUPTED)
+    assert c["Recovering"] == ("False", Reason.NOT_RECOVERING)
+    assert "Reconciling" not in c
+    # The approval still waits on the person, and still says so.
+    assert c["WaitingOnUser"] == ("True", Reason.AWAITING_APPROVAL)
+    assert [a.approval_id for a in status.pending_approvals] == ["apr-1"]
+    assert status.interruption is not None and status.interruption.command == "belay resume parser-fix"
+
+
+def test_an_attempt_that_finished_without_ending_the_session_is_interrupted_with_its_reason() -> None:
+    log = running_log(
+        Lifecycle(
+            kind=LifecycleKind.HARNESS_FINISHED, attempt=1, detail="deliverables not published: fix.patch"
+        )
+    )
+    state = fold(log.events)
+    # The process still exists and renewed a moment ago: the record says the attempt is over.
+    liveness = live(log)
+    assert phase_of(state, liveness) == Phase.INTERRUPTED
+    gone = interruption_of(state, liveness)
+    assert gone is not None
+    assert gone.why == "attempt 1 stopped without ending the session: deliverables not published: fix.patch"
+
+
+def test_a_request_no_attempt_took_up_is_interrupted_locally_and_pending_in_a_cluster() -> None:
+    log = LogBuilder()
+    log.add(UserInput(goal="do it"))
+    state = fold(log.events)
+    nobody = Liveness(now=NOW)
+    assert phase_of(state, nobody) == Phase.INTERRUPTED
+    gone = interruption_of(state, nobody)
+    assert gone is not None and gone.why == "no harness attempt has started on the recorded request"
+    assert phase_of(state, nobody.model_copy(update={"recovered_by": "operator"})) == Phase.PENDING
+    assert phase_of(fold([]), nobody) == Phase.PENDING  # nothing asked yet
+
+
+def test_in_a_cluster_a_silent_attempt_is_recovering_by_the_operator() -> None:
+    log = running_log(*OPEN_OPERATIONS)
+    state = fold(log.events)
+    silent = live(log, holder="pod:s-harness-1", holder_alive=None, recovered_by="operator", now=NOW)
+    status = session_status(state, liveness=silent)
+    assert status.phase == Phase.RECOVERING
+    c = conditions(status)
+    assert c["Ready"] == ("False", Reason.HARNESS_SILENT)
+    assert c["Recovering"] == ("True", Reason.HARNESS_SILENT)
+    assert c["Reconciling"] == ("True", Reason.RESTORING)
+    assert status.interruption is not None and status.interruption.command is None
+    assert "the operator records attempt 1 lost" in status.interruption.next
+    assert status.interruption.operations[0].settled.startswith(
+        "interrupted, will be settled by the next attempt"
+    )
+    # Once recorded lost, the reason is the loss; the new attempt restoring is not interrupted.
+    lost = running_log(Lifecycle(kind=LifecycleKind.HARNESS_LOST, attempt=1))
+    fenced = live(
+        lost, lease=2, renewed_lease=1, holder="belay-operator", holder_alive=None, recovered_by="operator"
+    )
+    assert conditions(session_status(fold(lost.events), liveness=fenced))["Ready"] == (
+        "False",
+        Reason.HARNESS_LOST,
+    )
+
+
+def test_recovery_failed_is_its_own_phase_whatever_the_liveness() -> None:
+    log = running_log(
+        Lifecycle(kind=LifecycleKind.HARNESS_LOST, attempt=1),
+        Lifecycle(kind=LifecycleKind.HARNESS_STARTED, attempt=2, lease=2),
+        Lifecycle(
+            kind=LifecycleKind.RECOVERY_FAILED, attempt=2, reason="UndeclaredState", detail="exit 1, not 0"
+        ),
+        Lifecycle(kind=LifecycleKind.HARNESS_FINISHED, attempt=2, reason="UndeclaredState"),
+    )
+    state = fold(log.events)
+    for liveness in (None, live(log, holder_alive=False), live(log, recovered_by="operator")):
+        assert phase_of(state, liveness) == Phase.RECOVERY_FAILED
+        assert interruption_of(state, liveness) is None
+    status = session_status(state, liveness=live(log, holder_alive=False))
+    assert status.waiting_on == "recovery failed: UndeclaredState"
+    assert conditions(status)["Stalled"] == ("True", "UndeclaredState")
+
+
+def test_ended_sessions_ignore_liveness() -> None:
+    done = running_log(Lifecycle(kind=LifecycleKind.SESSION_COMPLETED))
+    failed = running_log(Lifecycle(kind=LifecycleKind.SESSION_FAILED, reason="MaxAttempts"))
+    assert phase_of(fold(done.events), live(done, holder_alive=False)) == Phase.SUCCEEDED
+    assert phase_of(fold(failed.events), live(failed, holder_alive=False)) == Phase.FAILED

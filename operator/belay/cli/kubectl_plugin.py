@@ -74,11 +74,65 @@ def _conditions_line(status: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _interruption_lines(status: dict[str, Any]) -> list[str]:
+    """The attempt that stopped proving it is alive, as the operator's status tells it."""
+    gone = status.get("interruption")
+    if not gone:
+        return []
+    since = gone.get("since") or "an unknown time"
+    lines = [f"{status.get('phase', 'Recovering')} since {since}: {gone['why']}"]
+    lines.append(f"  it was doing: {gone['doing']}")
+    for op in gone.get("operations", []):
+        who = f" [{op['subagent']}]" if op.get("subagent") else ""
+        lines.append(f"  operation {op['operationId']} ({op['tool']}{who}): {op['settled']}")
+    if gone.get("operationsOmitted"):
+        lines.append(f"  ... and {gone['operationsOmitted']} more operations")
+    lines.append(f"  next: {gone['next']}")
+    return lines
+
+
+USED_BY_BUDGET = {"maxModelCalls": "modelCalls", "maxTokens": "tokens"}
+
+
+def _resource_lines(
+    session: dict[str, Any], status: dict[str, Any], checkpoints: list[dict[str, Any]]
+) -> list[str]:
+    """Each subagent's sandbox pod and network profile, the budgets used and left, and every
+    subagent's last verified checkpoint."""
+    lines = []
+    profiles = {s["name"]: s.get("networkProfile", "none") for s in session["spec"].get("subagents", [])}
+    subagents = {s["name"]: s for s in status.get("subagents", [])}
+    pods = {s["subagent"]: s for s in status.get("sandboxes", [])}
+    names = sorted(set(subagents) | set(pods) | set(profiles))
+    if names:
+        lines.append("subagents:")
+    for sub in names:
+        record = subagents.get(sub, {})
+        pod = pods.get(sub)
+        where = f", pod {pod['pod']} ({pod['phase']})" if pod else ", no sandbox pod"
+        profile = f", profile {profiles[sub]}" if sub in profiles else ""
+        lines.append(f"  {sub}: {record.get('done', 0)}/{record.get('tasks', 0)} tasks done{where}{profile}")
+    counts = status.get("counts", {})
+    for budget, limit in sorted((session["spec"].get("budgets") or {}).items()):
+        if budget in USED_BY_BUDGET:
+            used = int(counts.get(USED_BY_BUDGET[budget], 0))
+            lines.append(f"budget {budget}: {used} used, {max(0, limit - used)} left of {limit}")
+    last_verified: dict[str, dict[str, Any]] = {}
+    for cp in sorted(checkpoints, key=lambda c: c["spec"]["seq"]):
+        if cp["spec"]["verified"]:
+            last_verified[cp["spec"].get("subagent") or "the session"] = cp["spec"]
+    for sub, spec in sorted(last_verified.items()):
+        after = f", next: {spec['nextStep']}" if spec.get("nextStep") else ""
+        lines.append(f"last verified checkpoint of {sub}: {spec['checkpointId']} (seq {spec['seq']}{after})")
+    return lines
+
+
 def briefing(session: dict[str, Any], checkpoints: list[dict[str, Any]]) -> str:
     """The page a person reads: pure, from the AgentSession and its Checkpoints."""
     name = session["metadata"]["name"]
     status = session.get("status") or {}
     lines = [f"{name}: {status.get('phase', 'Pending')}"]
+    lines += _interruption_lines(status)
     goal = session["spec"]["request"]["goal"].strip()
     lines.append(f"  goal: {goal}")
     if status.get("currentStep"):
@@ -118,15 +172,7 @@ def briefing(session: dict[str, Any], checkpoints: list[dict[str, Any]]) -> str:
                 lines.append(
                     f'    to have it redone: kubectl belay reject {name} {item["name"]} --reason "..."'
                 )
-    subagents = {s["name"]: s for s in status.get("subagents", [])}
-    pods = {s["subagent"]: s for s in status.get("sandboxes", [])}
-    if subagents or pods:
-        lines.append("subagents:")
-        for sub in sorted(set(subagents) | set(pods)):
-            record = subagents.get(sub, {})
-            pod = pods.get(sub)
-            where = f", pod {pod['pod']} ({pod['phase']})" if pod else ""
-            lines.append(f"  {sub}: {record.get('done', 0)}/{record.get('tasks', 0)} tasks done{where}")
+    lines += _resource_lines(session, status, checkpoints)
     if checkpoints:
         ordered = sorted(checkpoints, key=lambda c: c["spec"]["seq"], reverse=True)
         lines.append(f"checkpoints ({len(ordered)}, newest first):")

@@ -1,7 +1,8 @@
 """`belay`: run agent sessions on the embedded runtime and ask them where they stand.
 
 Every command reads or writes the session record in the home directory (`--home`, `BELAY_HOME`,
-default `./.belay`); nothing here keeps state of its own.
+default `./.belay`); nothing here keeps state of its own. Every command first stops the sandbox
+servers that attempts whose harness process is gone left running, and says so on stderr.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,6 +21,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from belay.api.agentsession import ManifestError, load_manifest
+from belay.harness.attempt import HarnessResult
 from belay.journal.events import (
     Actor,
     Approval,
@@ -35,6 +38,9 @@ from belay.journal.events import (
     scope_claim,
     wait_claim,
 )
+from belay.journal.state import SessionState
+from belay.journal.status import Liveness, Phase, interruption_of, phase_of, waiting_on
+from belay.local.liveness import local_liveness, observed_sandboxes, reap_orphans
 from belay.local.runtime import HOME_ENV, LocalHome, install_session, load_installed, read_state, run_local
 from belay.stores.base import ClaimTaken, RecordCorrupt, StoreError
 
@@ -82,6 +88,14 @@ def main(
     ] = None,
 ) -> None:
     Context.home = LocalHome.resolve(home)
+    stop_orphans(Context.home)
+
+
+def stop_orphans(home: LocalHome) -> None:
+    """Stop the sandbox servers of dead attempts before doing anything else, and say so."""
+    found = asyncio.run(reap_orphans(home.root / "sessions", home.open_event_store))
+    for reaped in found:
+        typer.echo(reaped.message(), err=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -132,17 +146,30 @@ def print_progress(event: Event) -> None:
 def _run(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None:
     home = Context.home
     session = load_installed(home, session_id)
-    try:
-        result = asyncio.run(
-            run_local(
-                home,
-                session,
-                on_event=None if quiet else print_progress,
-                with_ticket_service=with_ticket_service,
-            )
+    stopped_by: list[signal.Signals] = []
+
+    async def attempt() -> HarnessResult:
+        # A termination request cancels the attempt, which stops its sandboxes on the way out.
+        # (A SIGKILL leaves no way out: the next `belay` command stops them.)
+        running = asyncio.current_task()
+        assert running is not None
+
+        def stop(number: signal.Signals) -> None:
+            stopped_by.append(number)
+            running.cancel()
+
+        for number in (signal.SIGTERM, signal.SIGHUP):
+            asyncio.get_running_loop().add_signal_handler(number, stop, number)
+        return await run_local(
+            home, session, on_event=None if quiet else print_progress, with_ticket_service=with_ticket_service
         )
-    except KeyboardInterrupt:
-        raise fail(f"interrupted; continue with `belay resume {session_id}`", 130) from None
+
+    try:
+        result = asyncio.run(attempt())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        how = f"stopped by {stopped_by[0].name}" if stopped_by else "interrupted"
+        code = 128 + stopped_by[0] if stopped_by else 130
+        raise fail(f"{how}; continue with `belay resume {session_id}`", code) from None
     except RecordCorrupt as error:
         raise fail(str(error)) from None
     except Exception as error:
@@ -220,15 +247,15 @@ def sessions() -> None:
     """List the sessions in this home and where each stands."""
     from belay.journal.state import fold
 
-    async def load() -> list[tuple[str, Any]]:
+    async def load() -> list[tuple[str, SessionState | RecordCorrupt, Liveness | None]]:
         store = Context.home.open_event_store()
-        loaded: list[tuple[str, Any]] = []
+        loaded: list[tuple[str, SessionState | RecordCorrupt, Liveness | None]] = []
         try:
             for sid in await store.list_sessions():
                 try:
-                    loaded.append((sid, fold(await store.read(sid))))
+                    loaded.append((sid, fold(await store.read(sid)), await local_liveness(store, sid)))
                 except RecordCorrupt as error:
-                    loaded.append((sid, error))
+                    loaded.append((sid, error, None))
         finally:
             await store.close()
         return loaded
@@ -238,16 +265,17 @@ def sessions() -> None:
         return
     table = Table("SESSION", "PHASE", "STEP", "WAITS ON", "DELIVERABLES", "EVENTS")
     corrupt: list[RecordCorrupt] = []
-    for session_id, state in asyncio.run(load()):
+    for session_id, state, liveness in asyncio.run(load()):
         if isinstance(state, RecordCorrupt):
             corrupt.append(state)
             table.add_row(session_id, f"RecordCorrupt (seq {state.seq})", "-", "-", "-", "-")
             continue
+        phase = phase_of(state, liveness)
         table.add_row(
             session_id,
-            phase_of(state),
+            phase.value,
             state.current_step or "-",
-            ", ".join(sorted(state.pending_approvals) + sorted(state.open_waits)) or "-",
+            waiting_on(state, phase, interruption_of(state, liveness)) or "-",
             ", ".join(sorted(state.deliverables)) or "-",
             str(state.last_seq),
         )
@@ -259,32 +287,30 @@ def sessions() -> None:
         raise typer.Exit(1)
 
 
-def phase_of(state: Any) -> str:
-    lifecycle = state.lifecycle
-    if lifecycle.completed:
-        return "Completed"
-    if lifecycle.failed:
-        return f"Failed ({lifecycle.end_reason})" if lifecycle.end_reason else "Failed"
-    latest_start = max((e.seq for e in lifecycle.recent if e.kind == "harness_started"), default=0)
-    failure = lifecycle.last_recovery_failure
-    if failure is not None and failure.seq > latest_start:
-        return f"RecoveryFailed ({failure.reason})"
-    if state.pending_approvals or any(w.kind == "on_user" for w in state.open_wait_records()):
-        return "WaitingOnUser"
-    if lifecycle.harness_running:
-        return "Running"
-    return "Stopped"
-
-
-def render_brief(state: Any, style: str) -> str:
+def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> str:
     from belay.journal.briefing import briefing, render_json, render_markdown, render_text
 
-    store = Context.home.open_artifact_store()
+    home = Context.home
+    store = home.open_artifact_store()
 
     def locate(ref: ArtifactRef) -> str:
         return store.location(ref.sha256) if store.exists(ref.sha256) else ref.uri
 
-    brief = briefing(state, locate=locate, artifact_store=str(Context.home.artifacts_dir))
+    sandboxes = []
+    budgets: dict[str, int] = {}
+    if home.session_exists(state.session_id):
+        spec = load_installed(home, state.session_id).spec
+        profiles = {sub.name: sub.network_profile for sub in spec.subagents}
+        sandboxes = observed_sandboxes(home.sandboxes_dir(state.session_id), profiles)
+        budgets = spec.budgets.model_dump(by_alias=True, exclude_none=True)
+    brief = briefing(
+        state,
+        locate=locate,
+        artifact_store=str(home.artifacts_dir),
+        liveness=liveness,
+        sandboxes=sandboxes,
+        budgets=budgets,
+    )
     if style == "json-lines":  # one compact object per line, for a follower's stream
         return brief.model_dump_json()
     render = {"json": render_json, "markdown": render_markdown, "text": render_text}[style]
@@ -293,7 +319,18 @@ def render_brief(state: Any, style: str) -> str:
 
 def print_brief(session_id: str, style: str) -> None:
     state, _ = _known_state(session_id)
-    sys.stdout.write(render_brief(state, style) + "\n")
+    sys.stdout.write(render_brief(state, style, read_liveness(session_id)) + "\n")
+
+
+def read_liveness(session_id: str) -> Liveness:
+    async def read() -> Liveness:
+        store = Context.home.open_event_store()
+        try:
+            return await local_liveness(store, session_id)
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
 
 
 # A follower prints once per burst of events, not once per event.
@@ -301,17 +338,19 @@ FOLLOW_SETTLE_S = 0.3
 
 
 async def follow_brief(session_id: str, style: str) -> None:
-    """Print the briefing, then again whenever the record moves on, until the session ends. The
-    state is folded incrementally from the store's watch, which re-reads after any cut."""
+    """Print the briefing, then again whenever the record moves on or the phase changes without
+    an event (an attempt that stops proving it is alive), until the session ends. The state is
+    folded incrementally from the store's watch, which re-reads after any cut."""
     from belay.journal.state import apply
-    from belay.journal.status import Phase, phase_of
+    from belay.journal.status import HEARTBEAT_INTERVAL_S
 
     state, known = await read_state(Context.home, session_id)
     if not known:
         raise fail(f"unknown session {session_id!r} in {Context.home.root}")
-    sys.stdout.write(render_brief(state, style) + "\n")
-    sys.stdout.flush()
     store = Context.home.open_event_store()
+    liveness = await local_liveness(store, session_id)
+    sys.stdout.write(render_brief(state, style, liveness) + "\n")
+    sys.stdout.flush()
     arrived: asyncio.Queue[Event | None] = asyncio.Queue()
     first_new_seq = state.last_seq + 1
 
@@ -332,15 +371,24 @@ async def follow_brief(session_id: str, style: str) -> None:
         return event
 
     pumping = asyncio.create_task(pump())
+    shown = phase_of(state, liveness)
     try:
-        while phase_of(state) not in (Phase.SUCCEEDED, Phase.FAILED):
-            state = apply(state, await next_event())
-            with contextlib.suppress(TimeoutError):
-                while True:
-                    state = apply(state, await next_event(FOLLOW_SETTLE_S))
+        while shown not in (Phase.SUCCEEDED, Phase.FAILED):
+            try:
+                state = apply(state, await next_event(HEARTBEAT_INTERVAL_S))
+            except TimeoutError:
+                liveness = await local_liveness(store, session_id)
+                if phase_of(state, liveness) == shown:
+                    continue
+            else:
+                with contextlib.suppress(TimeoutError):
+                    while True:
+                        state = apply(state, await next_event(FOLLOW_SETTLE_S))
+                liveness = await local_liveness(store, session_id)
             separator = "" if style == "json-lines" else f"--- seq {state.last_seq} ---\n"
-            sys.stdout.write(separator + render_brief(state, style) + "\n")
+            sys.stdout.write(separator + render_brief(state, style, liveness) + "\n")
             sys.stdout.flush()
+            shown = phase_of(state, liveness)
     finally:
         pumping.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from belay.api.agentsession import AgentSession, SubagentSpec
-from belay.controller import desired
+from belay.controller import desired, names
 from belay.executors import executor_factory_for
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.loop import Harness
@@ -121,7 +121,7 @@ async def run_attempt(environment: Mapping[str, str]) -> bool:
             executors=executor_factory_for(session),
             tickets=LocalTickets(tickets_url) if tickets_url else None,
             inputs=read_inputs(session),
-            holder=f"pod:{pod_name}",
+            holder=names.harness_holder(pod_name),
             model_id=initial_model_id(session),
             runtime_image=environment.get("BELAY_RUNTIME_IMAGE", "harness-pod"),
         )

@@ -80,3 +80,9 @@ def sandbox_selector(session: str, subagent: str | None = None) -> dict[str, str
     if subagent is not None:
         selector[LABEL_SUBAGENT] = subagent
     return selector
+
+
+def harness_holder(pod_name: str) -> str:
+    """The fencing-lease holder name the harness in a pod takes: the operator compares it with the
+    pod it sees, to tell whose lease renewals stopped."""
+    return f"pod:{pod_name}"

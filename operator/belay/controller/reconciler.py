@@ -58,6 +58,7 @@ from belay.controller.settings import OperatorSettings
 from belay.controller.status import OperatorProblem, TransitionEvent, session_status_patch, transition_events
 from belay.journal.events import ArtifactRef, CheckpointEvent
 from belay.journal.state import EMPTY, SessionState, apply
+from belay.journal.status import Liveness
 from belay.stores.base import ArtifactStore, ClaimTaken, EventStore, RecordCorrupt, StoreUnavailable
 from belay.stores.factory import open_artifact_store, open_event_store
 
@@ -231,6 +232,19 @@ class SessionReconciler:
             await asyncio.to_thread(self.kube.apply_status, meta["namespace"], meta["name"], status)
             memory.status = status
 
+    async def _liveness(self, store: EventStore, session: str) -> Liveness:
+        """The session's lease and its last renewal, now; the operator recovers lost attempts."""
+        lease = await store.current_lease(session)
+        renewal = await store.lease_renewal(session)
+        return Liveness(
+            now=datetime.now(UTC),
+            lease=lease.number if lease else 0,
+            holder=lease.holder if lease else "",
+            renewed_lease=renewal.number if renewal else 0,
+            renewed_at=renewal.renewed_at if renewal else None,
+            recovered_by="operator",
+        )
+
     async def _write(self, store: EventStore, session: str, write: RecordWrite) -> None:
         try:
             await store.append(
@@ -278,9 +292,9 @@ class SessionReconciler:
         memory: SessionMemory,
         pods: list[Any],
     ) -> HarnessDecision:
-        lease = await store.current_lease(ref.name)
+        liveness = await self._liveness(store, ref.name)
         decision = decide_harness(
-            memory.state, harness_pods(pods), lease.number if lease else 0, spec.recovery.max_attempts
+            memory.state, harness_pods(pods), liveness.lease, spec.recovery.max_attempts, liveness
         )
         if decision.action == Action.KEEP and decision.index is not None:
             await self._record_lost_sandboxes(store, ref, spec, memory, pods, decision.index)
@@ -430,10 +444,8 @@ class SessionReconciler:
         objects = desired_children(ref, spec, self.settings, decision.index, replacements)
         await self._apply_children(ref, objects, pods, memory)
 
-        lease = await store.current_lease(ref.name)
-        harness, sandboxes = self._pod_statuses(
-            ref, spec, decision, pods, lease.number if lease else 0, replacements
-        )
+        liveness = await self._liveness(store, ref.name)
+        harness, sandboxes = self._pod_statuses(ref, spec, decision, pods, liveness.lease, replacements)
 
         def locate(artifact: ArtifactRef) -> str:
             return artifacts.location(artifact.sha256)
@@ -451,6 +463,7 @@ class SessionReconciler:
             problem=OperatorProblem(OperatorReason.FORK_SOURCE_MISSING, memory.fork_error)
             if memory.fork_error
             else None,
+            liveness=liveness,
         )
         status_body = status.to_status()
         transitions: list[TransitionEvent] = []

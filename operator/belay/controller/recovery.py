@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from belay.api.status import PodPhase
+from belay.controller import names
 from belay.journal.state import SessionState
-from belay.journal.status import Phase, phase_of
+from belay.journal.status import Liveness, Phase, phase_of, recovery_failed
 
 LIVE_PHASES: tuple[PodPhase, ...] = ("Pending", "Running", "Unknown")
 
@@ -55,25 +56,32 @@ class HarnessDecision:
     why: str = ""
 
 
-def recovery_failed(state: SessionState) -> bool:
-    """A recovery failed (for instance on undeclared state) and no restore succeeded since: another
-    attempt would fail the same way."""
-    failure = state.lifecycle.last_recovery_failure
-    if failure is None:
-        return False
-    return not any(e.kind == "restored" and e.seq > failure.seq for e in state.lifecycle.recent)
-
-
 def current_pod(pods: list[HarnessPod]) -> HarnessPod | None:
     return max(pods, key=lambda p: p.index, default=None)
 
 
+def silent_attempt(state: SessionState, pod: HarnessPod, liveness: Liveness | None) -> str:
+    """Why the pod's attempt counts as lost although its pod looks alive: it holds the lease, the
+    record shows it running, and it stopped renewing the lease. "" when it does not."""
+    if liveness is None or not state.lifecycle.harness_running:
+        return ""
+    if liveness.holder != names.harness_holder(pod.name) or not liveness.renewal_overdue():
+        return ""
+    last = liveness.renewed_at.isoformat() if liveness.renewed_at else "never"
+    return f"attempt {state.lifecycle.attempt} stopped renewing its lease (last renewal {last})"
+
+
 def decide_harness(
-    state: SessionState, pods: list[HarnessPod], lease: int, max_attempts: int
+    state: SessionState,
+    pods: list[HarnessPod],
+    lease: int,
+    max_attempts: int,
+    liveness: Liveness | None = None,
 ) -> HarnessDecision:
     """`lease` is the session's current fencing lease in the event store (0 before any attempt).
     With REPLACE, the caller advances the lease and runs the next attempt at the new lease's number,
-    so every attempt index is higher than the lease of every attempt before it."""
+    so every attempt index is higher than the lease of every attempt before it. With `liveness`, a
+    live pod whose attempt stopped renewing its lease is lost too."""
     phase = phase_of(state)
     if phase in (Phase.SUCCEEDED, Phase.FAILED):
         return HarnessDecision(Action.STOP, None, why=f"the session {phase.value.lower()}")
@@ -81,7 +89,8 @@ def decide_harness(
         return HarnessDecision(Action.STOP, None, why="recovery failed; a person has to look")
 
     current = current_pod(pods)
-    if current is not None and current.live:
+    silent = silent_attempt(state, current, liveness) if current is not None and current.live else ""
+    if current is not None and current.live and not silent:
         return HarnessDecision(Action.KEEP, current.index)
     if current is None and lease == 0 and state.lifecycle.harness_starts == 0:
         return HarnessDecision(Action.START, 0)
@@ -89,7 +98,9 @@ def decide_harness(
         return HarnessDecision(Action.GIVE_UP, None, why=f"{state.lifecycle.harness_lost} attempts lost")
 
     reopened = state.lifecycle.reopened_seq
-    if reopened is not None and not any(
+    if silent:
+        why = silent
+    elif reopened is not None and not any(
         e.kind == "harness_started" and e.seq > reopened for e in state.lifecycle.recent
     ):
         why = "a scope change or a rejection reopened the finished session"

@@ -18,7 +18,7 @@ from belay.api.status import (
     SandboxPodStatus,
 )
 from belay.journal.state import SessionState
-from belay.journal.status import ArtifactLocator, session_status, with_transition_times
+from belay.journal.status import ArtifactLocator, Liveness, session_status, with_transition_times
 
 # Conditions whose turning True deserves a Warning event rather than a Normal one.
 WARNING_CONDITIONS = {ConditionType.STALLED, ConditionType.RECOVERING}
@@ -62,10 +62,16 @@ def session_status_patch(
     forked_from: ForkStatus | None = None,
     locate: ArtifactLocator | None = None,
     problem: OperatorProblem | None = None,
+    liveness: Liveness | None = None,
 ) -> AgentSessionStatus:
     """With `problem`, Ready turns False and Stalled or Reconciling True with its reason, whatever
-    the record shows."""
-    projected = session_status(state, locate=locate) if locate else session_status(state)
+    the record shows. `liveness` (the store's lease and its last renewal, with the operator as the
+    one who recovers) decides, with the record, whether the attempt is alive: the same
+    `phase_of` as every other view."""
+    if locate is not None:
+        projected = session_status(state, locate=locate, liveness=liveness)
+    else:
+        projected = session_status(state, liveness=liveness)
     current = list(projected.conditions)
     if problem is not None:
         flagged = ConditionType.STALLED if problem.stalls else ConditionType.RECONCILING

@@ -2,14 +2,18 @@
 
 An attempt takes the next lease on the session; every append it makes carries that lease, so a
 newer attempt's lease refuses the writes of an older one that is still running (frozen, or cut off
-and not dead). The attempt folds the record incrementally and keeps nothing the record does not
-also hold: a harness killed at any point is replaced by a new attempt that reads the record and
-continues.
+and not dead). While it runs it renews the lease every few seconds (`EventStore.renew_lease`, one
+record per session, never an event): that renewal is how every view tells a live attempt from a
+dead one (`belay.journal.status.phase_of`).
+
+The attempt folds the record incrementally and keeps nothing the record does not also hold: a
+harness killed at any point is replaced by a new attempt that reads the record and continues.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import Callable, Sequence
@@ -30,7 +34,8 @@ from belay.journal.events import (
     ToolRequestEvent,
 )
 from belay.journal.state import EMPTY, SessionState, apply
-from belay.stores.base import EventStore, StaleLease
+from belay.journal.status import HEARTBEAT_INTERVAL_S
+from belay.stores.base import EventStore, StaleLease, StoreError
 
 HARNESS_VERSION = f"belay-harness/{__version__}"
 # Fault injection for the interruption tests and the drill: a comma-separated list of
@@ -73,6 +78,7 @@ class Attempt:
     _state_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _append_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _fault_points: frozenset[str] = field(default_factory=frozenset)
+    _heartbeat: asyncio.Task[None] | None = None
 
     @property
     def session_id(self) -> str:
@@ -84,6 +90,26 @@ class Attempt:
         lease = await self.store.acquire_lease(self.session_id, self.holder)
         self.lease = lease.number
         self.number = lease.number
+        await self.store.renew_lease(self.session_id, self.lease)
+        self._heartbeat = asyncio.create_task(self._keep_renewing(), name=f"heartbeat-{self.session_id}")
+
+    async def _keep_renewing(self, interval_s: float = HEARTBEAT_INTERVAL_S) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.store.renew_lease(self.session_id, self.lease)
+            except StaleLease:
+                return  # superseded: the attempt learns it at its next append or lease check
+            except StoreError:
+                continue  # unreachable for now: readers see the renewal age, the next beat retries
+
+    async def release(self) -> None:
+        """Stop renewing the lease: from now on nothing proves this attempt alive."""
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
+            self._heartbeat = None
 
     async def check_lease(self) -> None:
         """Raise StaleLease when a newer attempt holds the session. Starting a sandbox stops what

@@ -103,6 +103,7 @@ class Harness:
             )
         finally:
             await self.recovery.stop_all()
+            await self.attempt.release()
 
     async def attempt_session(self) -> HarnessResult:
         attempt = self.attempt

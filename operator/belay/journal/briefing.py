@@ -8,7 +8,10 @@ they bind, decisions, reconciliations) with the exact command to act; what needs
 or unknown external effects, a reopened session no attempt has taken up); the effects made in the
 world; what waits on an external condition; what is ready for review and where to download it;
 which findings are hypotheses and which are accepted decisions; and the attempts, recoveries and
-unknown outcomes.
+unknown outcomes. When no attempt proves it is alive it says so first: since when, what the
+attempt was doing, what will happen to each operation it left without a result, and the exact
+command that continues the session. Its resources: each subagent's sandbox (where, network
+profile, alive or not), the budgets used and left, and every subagent's last verified checkpoint.
 
 `briefing(state)` builds the `Briefing` model (its JSON is the JSON renderer); `render_text` and
 `render_markdown` print it. Every list is capped so a long session still fits on a page.
@@ -16,7 +19,7 @@ unknown outcomes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
@@ -26,13 +29,14 @@ from belay.journal import commands
 from belay.journal.events import ArtifactRef, LifecycleKind, NoteKind, TaskStatus, WaitKind
 from belay.journal.state import (
     ApprovalRecord,
+    CheckpointRecord,
     NoteRecord,
     OperationRecord,
     ResultRecord,
     SessionState,
     TaskRecord,
 )
-from belay.journal.status import Phase, phase_of
+from belay.journal.status import Interruption, Liveness, Phase, interruption_of, phase_of
 
 LIST_LIMIT = 8  # entries per section before "... and N more"
 STEP_LIMIT = 12
@@ -198,7 +202,8 @@ class UnknownOutcomeItem(Model):
 class RecoveryItem(Model):
     attempt: int
     harness_lost: int
-    restores: int
+    restores: int  # every restore, the first seeding of each sandbox included
+    recovery_restores: int = 0  # restores into a sandbox that replaced an earlier one
     sandbox_replaced: int
     recovery_failures: int
     last_failure: str | None = None
@@ -209,10 +214,30 @@ class RecoveryItem(Model):
 
 class CheckpointItem(Model):
     checkpoint_id: str
+    subagent: str | None = None
     seq: int
     covers_seq: int
     verification: str | None
     next_step: str | None
+
+
+class SandboxItem(Model):
+    """One subagent's sandbox: where it runs, its network profile, and whether it is alive."""
+
+    subagent: str
+    where: str = ""  # a local workspace (and pid), or a pod
+    network_profile: str = ""
+    alive: bool | None = None  # None: not observed by whoever built the briefing
+    started_by_attempt: int | None = None
+    recorded: str = ""  # what its start recorded: pid, profile, isolation
+    restored_from: str | None = None
+
+
+class BudgetItem(Model):
+    name: str  # as in spec.budgets
+    limit: int
+    used: int
+    left: int
 
 
 class Briefing(Model):
@@ -247,7 +272,10 @@ class Briefing(Model):
     decisions_omitted: int = 0
     findings_omitted: int = 0
     recovery: RecoveryItem
-    checkpoint: CheckpointItem | None
+    interruption: Interruption | None = None  # no attempt proves it is alive
+    sandboxes: list[SandboxItem] = []
+    budgets: list[BudgetItem] = []
+    checkpoints: list[CheckpointItem] = []  # every subagent's last verified checkpoint
 
 
 T = TypeVar("T")
@@ -530,9 +558,15 @@ def briefing(
     *,
     locate: Callable[[ArtifactRef], str] | None = None,
     artifact_store: str = "",
+    liveness: Liveness | None = None,
+    sandboxes: Sequence[SandboxItem] = (),
+    budgets: Mapping[str, int] | None = None,
 ) -> Briefing:
     """`locate` turns an artifact ref into a download location (a path, or a presigned URL);
-    without it the ref's own uri is shown. `artifact_store` names the store for the reader."""
+    without it the ref's own uri is shown. `artifact_store` names the store for the reader.
+    `liveness` says whether an attempt is alive (without it the record alone decides);
+    `sandboxes` are the sandboxes as the caller observes them, one per subagent; `budgets` the
+    limits of `spec.budgets` that are set, by their manifest name."""
     sid = state.session_id
     tasks = sorted(state.tasks.values(), key=lambda t: (t.first_seq, t.task_id))
     shown, omitted = _select_steps(tasks, STEP_LIMIT)
@@ -617,6 +651,10 @@ def briefing(
             )
         )
 
+    interruption = interruption_of(state, liveness)
+    if interruption is not None:
+        running = []  # nothing runs: what the dead attempt left open is listed under the interruption
+
     external = [
         ExternalItem(wait_id=w.wait_id, reason=w.reason, condition=w.condition)
         for w in state.open_wait_records()
@@ -663,6 +701,7 @@ def briefing(
         attempt=lc.attempt,
         harness_lost=lc.harness_lost,
         restores=lc.restores,
+        recovery_restores=lc.recovery_restores,
         sandbox_replaced=lc.sandbox_replaced,
         recovery_failures=lc.recovery_failures,
         last_failure=f"{failure.reason}: {failure.detail}".strip(": ") if failure else None,
@@ -676,25 +715,9 @@ def briefing(
         reconciled=sorted(state.reconciled_operations),
     )
 
-    verified = state.latest_verified_checkpoint
-    if verified is not None and not state.checkpoint_valid(verified.checkpoint):
-        # Its work was made invalid: the newest verified checkpoint still valid, of any subagent.
-        valid = [state.last_valid_checkpoint(name, verified=True) for name in state.subagent_checkpoints]
-        verified = max((v for v in valid if v is not None), key=lambda v: v.seq, default=None)
-    checkpoint = None
-    if verified is not None:
-        cp = verified.checkpoint
-        checkpoint = CheckpointItem(
-            checkpoint_id=cp.checkpoint_id,
-            seq=verified.seq,
-            covers_seq=cp.covers_seq,
-            verification=cp.verification.command if cp.verification else None,
-            next_step=cp.next_step,
-        )
-
     return Briefing(
         session_id=sid,
-        phase=phase_of(state),
+        phase=phase_of(state, liveness),
         current_step=state.current_step,
         last_seq=state.last_seq,
         goal=state.request.goal,
@@ -726,8 +749,84 @@ def briefing(
         decisions_omitted=d_omitted,
         findings_omitted=f_omitted,
         recovery=recovery,
-        checkpoint=checkpoint,
+        interruption=interruption,
+        sandboxes=_sandbox_items(state, sandboxes),
+        budgets=_budget_items(state, budgets or {}, liveness.now if liveness else None),
+        checkpoints=_checkpoint_items(state),
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# Liveness and resources
+
+
+def _sandbox_items(state: SessionState, observed: Sequence[SandboxItem]) -> list[SandboxItem]:
+    """The observed sandboxes, with what the record says of each (who started it, what its start
+    recorded, what it was restored from); subagents the caller did not observe are listed from the
+    record alone."""
+    by_name = {item.subagent: item for item in observed}
+    names = sorted(set(by_name) | set(state.subagents))
+    items = []
+    for name in names:
+        record = state.subagents.get(name)
+        item = by_name.get(name) or SandboxItem(subagent=name)
+        if record is not None and record.sandbox_starts:
+            item = item.model_copy(
+                update={
+                    "started_by_attempt": record.sandbox_attempt,
+                    "recorded": record.sandbox_detail,
+                    # The first restore only seeds a sandbox; a later one recovered it.
+                    "restored_from": record.last_restored_from if record.sandbox_starts > 1 else None,
+                }
+            )
+        items.append(item)
+    return items
+
+
+def _budget_items(state: SessionState, limits: Mapping[str, int], now: datetime | None) -> list[BudgetItem]:
+    """Each budget that is set, with what the record shows used (model calls and tokens as
+    recorded, steps completed, wall clock since the first event)."""
+    finished_steps = sum(
+        t.status in (TaskStatus.DONE, TaskStatus.VERIFIED)
+        for t in state.tasks.values()
+        if t.task_id != t.owner
+    )
+    used: dict[str, int | None] = {
+        "maxModelCalls": state.model_calls,
+        "maxTokens": state.input_tokens + state.output_tokens,
+        "maxSteps": finished_steps,
+        "maxWallClockS": int((now - state.started_at).total_seconds()) if now and state.started_at else None,
+    }
+    items = []
+    for name, limit in limits.items():
+        amount = used.get(name)
+        if amount is None:
+            continue
+        items.append(BudgetItem(name=name, limit=limit, used=amount, left=max(0, limit - amount)))
+    return items
+
+
+def _checkpoint_items(state: SessionState) -> list[CheckpointItem]:
+    items = []
+    for key in sorted(state.verified_checkpoints):
+        record: CheckpointRecord | None = state.verified_checkpoints[key]
+        if record is not None and not state.checkpoint_valid(record.checkpoint):
+            # Its work was made invalid: the subagent's newest verified checkpoint still valid.
+            record = state.last_valid_checkpoint(key, verified=True)
+        if record is None:
+            continue
+        cp = record.checkpoint
+        items.append(
+            CheckpointItem(
+                checkpoint_id=cp.checkpoint_id,
+                subagent=cp.subagent,
+                seq=record.seq,
+                covers_seq=cp.covers_seq,
+                verification=cp.verification.command if cp.verification else None,
+                next_step=cp.next_step,
+            )
+        )
+    return items
 
 
 # --------------------------------------------------------------------------------------------------
@@ -775,6 +874,7 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
 
     step = f", step {b.current_step}" if b.current_step else ""
     head(f"Session {b.session_id}: {b.phase.value} (attempt {b.recovery.attempt}{step}, seq {b.last_seq})")
+    rows += _interruption_rows(b)
     head(f"Asked (request v{b.request_version})")
     item(b.goal or "(no request recorded)")
     for name, text in b.request_parts.items():
@@ -854,7 +954,9 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
     for r in b.running:
         who = f" [{r.subagent}]" if r.subagent else ""
         item(f"{r.kind} {r.id}: {r.description}{who}")
-    if not b.running:
+    if b.interruption is not None:
+        item(f"nothing: attempt {b.interruption.attempt} is interrupted (see above)")
+    elif not b.running:
         item("nothing")
 
     head("Waiting on you")
@@ -921,29 +1023,112 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
         if not notes:
             item("none")
 
+    rows += _recovery_rows(b)
+    rows += _resource_rows(b)
+    return rows
+
+
+Row = tuple[int, str, str]
+
+
+def _when_exactly(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M:%S %Z").strip() if moment else "an unknown time"
+
+
+def _interruption_rows(b: Briefing) -> list[Row]:
+    """First thing after the heading: no attempt is alive, since when, and what to do."""
+    gone = b.interruption
+    if gone is None:
+        return []
+    title = f"{b.phase.value} since {_when_exactly(gone.since)}: {gone.why}"
+    rows: list[Row] = [(0, title, title)]
+    rows.append((1, "", f"it was doing: {gone.doing}"))
+    for op in gone.operations:
+        who = f" [{op.subagent}]" if op.subagent else ""
+        rows.append((1, "", f"operation {op.operation_id} ({op.tool}{who}): {op.settled}"))
+    if gone.operations_omitted:
+        rows.append((1, "", f"... and {gone.operations_omitted} more operations"))
+    rows.append((1, "", f"next: {gone.next}"))
+    if gone.command:
+        rows.append((2, "", f"run: {gone.command}"))
+    return rows
+
+
+def _recovery_rows(b: Briefing) -> list[Row]:
+    """What happened to the attempts: only what did happen."""
     rec = b.recovery
-    head("Attempts and recovery")
-    restored = f" from {rec.restored_from}" if rec.restored_from else ""
-    item(
-        f"attempt {rec.attempt}; harness lost {rec.harness_lost}x; restored {rec.restores}x{restored}; "
-        f"sandboxes replaced {rec.sandbox_replaced}x; recovery failures {rec.recovery_failures}"
-    )
+    rows: list[Row] = [(0, "Attempts and recovery", "Attempts and recovery")]
+    happened = []
+    if rec.harness_lost:
+        happened.append(f"harness lost {rec.harness_lost}x")
+    if rec.sandbox_replaced:
+        happened.append(f"sandboxes replaced {rec.sandbox_replaced}x")
+    if rec.recovery_restores:
+        restored = ""
+        if rec.restored_from:
+            restored = (
+                f" from {rec.restored_from}"
+                if rec.recovery_restores == 1
+                else f" (last from {rec.restored_from})"
+            )
+        happened.append(f"restored {rec.recovery_restores}x{restored}")
+    if rec.recovery_failures:
+        happened.append(f"recovery failures {rec.recovery_failures}")
+    attempt = f"attempt {rec.attempt}" + (" (interrupted, see above)" if b.interruption else "")
+    happened = happened or ["no attempt lost, no sandbox replaced"]
+    rows.append((1, "", f"{attempt}; " + "; ".join(happened)))
     if rec.last_failure:
-        item(f"last recovery failure: {rec.last_failure}", 2)
+        rows.append((2, "", f"last recovery failure: {rec.last_failure}"))
     if rec.unknown_outcomes:
-        item(
-            "unknown outcomes to reconcile: "
-            + ", ".join(f"{u.operation_id} ({u.tool})" for u in rec.unknown_outcomes)
+        rows.append(
+            (
+                1,
+                "",
+                "unknown outcomes to reconcile: "
+                + ", ".join(f"{u.operation_id} ({u.tool})" for u in rec.unknown_outcomes),
+            )
         )
     if rec.reconciled:
-        item("reconciled: " + ", ".join(rec.reconciled))
-    if b.checkpoint is not None:
-        cp = b.checkpoint
+        rows.append((1, "", "reconciled: " + ", ".join(rec.reconciled)))
+    for cp in b.checkpoints:
         verification = f", verified by `{cp.verification}`" if cp.verification else ""
         nxt = f", next step {cp.next_step}" if cp.next_step else ""
-        item(f"last verified checkpoint {cp.checkpoint_id} (covers seq {cp.covers_seq}{verification}{nxt})")
-    else:
-        item("no verified checkpoint yet")
+        owner = f"{cp.subagent}: " if cp.subagent else ""
+        rows.append(
+            (
+                1,
+                "",
+                f"last verified checkpoint {owner}{cp.checkpoint_id} "
+                f"(covers seq {cp.covers_seq}{verification}{nxt})",
+            )
+        )
+    if not b.checkpoints:
+        rows.append((1, "", "no verified checkpoint yet"))
+    return rows
+
+
+def _resource_rows(b: Briefing) -> list[Row]:
+    """Each subagent's sandbox and the budgets."""
+    if not b.sandboxes and not b.budgets:
+        return []
+    rows: list[Row] = [(0, "Resources", "Resources")]
+    for sandbox in b.sandboxes:
+        state = {True: "alive", False: "not running", None: "not observed"}[sandbox.alive]
+        facts = [
+            f
+            for f in (sandbox.where, f"profile {sandbox.network_profile}" if sandbox.network_profile else "")
+            if f
+        ]
+        started = f"; started by attempt {sandbox.started_by_attempt}" if sandbox.started_by_attempt else ""
+        restored = f", restored from {sandbox.restored_from}" if sandbox.restored_from else ""
+        text = f"sandbox {sandbox.subagent}: {state}" + (f" ({', '.join(facts)})" if facts else "")
+        rows.append((1, "", text + started + restored))
+        if sandbox.recorded:
+            rows.append((2, "", f"recorded: {sandbox.recorded}"))
+    for budget in b.budgets:
+        rows.append(
+            (1, "", f"budget {budget.name}: {budget.used} used, {budget.left} left of {budget.limit}")
+        )
     return rows
 
 

@@ -33,3 +33,8 @@ def download(session_id: str, name: str) -> str:
 def fetch(session_id: str, sha256: str, filename: str) -> str:
     """Downloads one blob the session's record names, by its hash."""
     return f"belay artifacts get {session_id} sha256:{sha256} -o {posixpath.basename(filename) or filename}"
+
+
+def resume(session_id: str) -> str:
+    """A new harness attempt that recovers the session from its record and continues it."""
+    return f"belay resume {session_id}"

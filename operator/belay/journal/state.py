@@ -276,6 +276,9 @@ class Lifecycle(Record):
     # Subagents whose sandbox was lost under a running attempt and is not restored yet.
     lost_sandboxes: tuple[str, ...] = ()
     restores: int = 0
+    # Restores into a sandbox that replaced an earlier one (a new attempt's, or a lost sandbox's
+    # replacement): the recoveries. The first restore of each subagent only seeds it.
+    recovery_restores: int = 0
     recovery_failures: int = 0
     last_recovery_failure: LifecycleEntry | None = None
     recovering: bool = False  # a harness or a sandbox was lost and no restore has succeeded since
@@ -298,6 +301,9 @@ class SubagentRecord(Record):
     # The last scope change or rejection that reopened one of its steps: a sandbox prepared before
     # it holds work that is invalid now.
     reopened_seq: int | None = None
+    sandbox_attempt: int | None = None  # the attempt that started the current sandbox
+    sandbox_detail: str = ""  # what that start recorded (pid, profile, isolation)
+    last_restored_from: str | None = None  # the checkpoint the current sandbox was restored from
 
 
 # --------------------------------------------------------------------------------------------------
@@ -346,6 +352,8 @@ class SessionState(BaseModel):
 
     latest_checkpoint: CheckpointRecord | None = None
     latest_verified_checkpoint: CheckpointRecord | None = None
+    # subagent -> its latest verified checkpoint ("" for checkpoints that name no subagent)
+    verified_checkpoints: Map[str, CheckpointRecord] = _empty_map()
     checkpoint_count: int = 0
     subagent_checkpoints: Map[str, tuple[CheckpointRecord, ...]] = _empty_map()  # one per step
 
@@ -357,8 +365,14 @@ class SessionState(BaseModel):
     result_of_artifact: Map[str, str] = _empty_map()  # artifact sha256 -> producing result id
 
     latest_summary_seq: int | None = None
+    model_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    # When the first and the last event were recorded: the record's own first and last signs of
+    # life, for views that ask "since when" (a view compares them with its own `now`; the fold
+    # never reads a clock).
+    started_at: datetime | None = None
+    last_event_at: datetime | None = None
 
     # ---- queries that read indexes only (cheap at any history length)
 
@@ -779,12 +793,11 @@ def _on_scope_change(s: SessionState, e: Any) -> Updates:
 
 def _on_model_output(s: SessionState, e: Any) -> Updates:
     p = e.payload
-    if not (p.input_tokens or p.output_tokens):
-        return {}
-    return {
-        "input_tokens": s.input_tokens + p.input_tokens,
-        "output_tokens": s.output_tokens + p.output_tokens,
-    }
+    updates: Updates = {"model_calls": s.model_calls + 1}
+    if p.input_tokens or p.output_tokens:
+        updates["input_tokens"] = s.input_tokens + p.input_tokens
+        updates["output_tokens"] = s.output_tokens + p.output_tokens
+    return updates
 
 
 def _on_tool_request(s: SessionState, e: Any) -> Updates:
@@ -1081,6 +1094,7 @@ def _on_checkpoint(s: SessionState, e: Any) -> Updates:
     updates: Updates = {"latest_checkpoint": record, "checkpoint_count": s.checkpoint_count + 1}
     if record.verified:
         updates["latest_verified_checkpoint"] = record
+        updates["verified_checkpoints"] = s.verified_checkpoints.set(p.subagent or "", record)
     owner = p.subagent or e.actor.subagent
     if owner:
         previous = s.subagent_checkpoints.get(owner, ())
@@ -1265,6 +1279,9 @@ def _on_lifecycle(s: SessionState, e: Any) -> Updates:
                 {
                     "sandbox_starts": sub.sandbox_starts + 1,
                     "sandbox_replacements": sub.sandbox_replacements + int(replaced),
+                    "sandbox_attempt": p.attempt,
+                    "sandbox_detail": p.detail,
+                    "last_restored_from": None,
                 },
             )
             updates["subagents"] = subagents.set(p.subagent, sub)
@@ -1284,6 +1301,15 @@ def _on_lifecycle(s: SessionState, e: Any) -> Updates:
                 fields["recovering"] = True
     elif kind == LifecycleKind.RESTORED:
         fields["restores"] = lc.restores + 1
+        restored = s.subagents.get(p.subagent) if p.subagent else None
+        if restored is not None:
+            if restored.sandbox_starts > 1:
+                fields["recovery_restores"] = lc.recovery_restores + 1
+            updates["subagents"] = s.subagents.set(
+                p.subagent, _replace(restored, {"last_restored_from": p.checkpoint_id})
+            )
+        elif lc.harness_starts > 1 or lc.harness_lost:
+            fields["recovery_restores"] = lc.recovery_restores + 1
         remaining = tuple(name for name in lc.lost_sandboxes if name != p.subagent)
         fields["lost_sandboxes"] = remaining
         fields["recovering"] = bool(remaining)
@@ -1339,6 +1365,9 @@ def apply(state: SessionState, event: Event) -> SessionState:
     updates["session_id"] = event.session_id
     updates["last_seq"] = event.seq
     updates["event_count"] = state.event_count + 1
+    updates["last_event_at"] = event.created_at
+    if state.started_at is None:
+        updates["started_at"] = event.created_at
     return _replace(state, updates)
 
 

@@ -1,4 +1,12 @@
-"""`AgentSession.status` as a pure projection of the folded state, for `kubectl get`.
+"""The phase of a session, and `AgentSession.status` as a pure projection of the folded state.
+
+`phase_of` is the one place a phase is decided; every view calls it (`belay brief` and `belay
+sessions`, the AgentSession status and its printer columns, `kubectl belay`). Whether the attempt
+the record shows running is still alive is not in the record: the caller passes a `Liveness` (the
+store's lease and its last renewal, the caller's `now`, and, on one machine, whether the holder's
+process still exists), so the fold stays pure. An attempt that stopped proving it is alive is
+`Interrupted` where a person resumes it (`belay resume`), and `Recovering` where the operator
+starts the next attempt itself.
 
 Every list is bounded (`STATUS_LIST_LIMIT` entries plus a count of the rest), so the object stays
 small at any history length. Conditions follow the Kubernetes API conventions and kstatus:
@@ -11,7 +19,7 @@ carried over from the previous status by `with_transition_times`, which the cont
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Literal, TypeVar
 
@@ -19,10 +27,15 @@ from pydantic import AliasGenerator, BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from belay.journal import commands
-from belay.journal.events import ArtifactRef, TaskStatus, WaitKind
+from belay.journal.events import ArtifactRef, EffectClass, LifecycleKind, TaskStatus, WaitKind
+from belay.journal.recovery import RecoveryAction, RecoveryActionKind, recovery_plan
 from belay.journal.state import SessionState
 
 STATUS_LIST_LIMIT = 20
+# A running attempt renews its lease this often; one silent for LIVENESS_TIMEOUT_S (ten missed
+# renewals) has stopped proving it is alive.
+HEARTBEAT_INTERVAL_S = 3.0
+LIVENESS_TIMEOUT_S = 30.0
 
 
 class Phase(StrEnum):
@@ -31,7 +44,12 @@ class Phase(StrEnum):
     WAITING_ON_USER = "WaitingOnUser"
     WAITING_ON_EXTERNAL = "WaitingOnExternal"
     READY_FOR_REVIEW = "ReadyForReview"
+    # No live attempt, and only a person can start the next one (`belay resume`).
+    INTERRUPTED = "Interrupted"
+    # The operator replaces a lost attempt, or a sandbox is being restored.
     RECOVERING = "Recovering"
+    # A recovery failed (e.g. UndeclaredState): another attempt would fail the same way.
+    RECOVERY_FAILED = "RecoveryFailed"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
@@ -53,6 +71,8 @@ class Reason(StrEnum):
     COMPLETED = "Completed"
     FAILED = "Failed"
     HARNESS_LOST = "HarnessLost"
+    HARNESS_SILENT = "HarnessSilent"  # its lease is no longer renewed; not yet recorded as lost
+    INTERRUPTED = "Interrupted"
     SANDBOX_REPLACED = "SandboxReplaced"
     RESTORING = "Restoring"
     RECOVERY_FAILED = "RecoveryFailed"
@@ -154,6 +174,61 @@ class Counts(StatusModel):
     invalid_results: int = 0
     checkpoints: int = 0
     notes: int = 0
+    model_calls: int = 0
+    tokens: int = 0  # input and output, as the model adapters recorded them
+
+
+RecoveredBy = Literal["resume", "operator"]
+
+
+class Liveness(StatusModel):
+    """What is known, at `now`, about the attempt holding the session's lease: not folded from
+    the record (that would need a clock), passed in by the view."""
+
+    now: datetime
+    lease: int = 0  # the session's current fencing lease (0: no attempt ever took one)
+    holder: str = ""  # who holds it, for a person to read
+    renewed_lease: int = 0  # the lease the last renewal was for
+    renewed_at: datetime | None = None
+    # Whether the holder's process exists, where the caller can see it (one machine); None where
+    # it cannot (a cluster), and the renewal alone decides.
+    holder_alive: bool | None = None
+    # Who starts the next attempt: a person (`belay resume`), or the operator.
+    recovered_by: RecoveredBy = "resume"
+    timeout_s: float = LIVENESS_TIMEOUT_S
+
+    @property
+    def renewed_current_lease(self) -> bool:
+        return self.lease > 0 and self.renewed_lease == self.lease and self.renewed_at is not None
+
+    def renewal_overdue(self) -> bool:
+        """The current lease was renewed, but not within the timeout."""
+        if not self.renewed_current_lease or self.renewed_at is None:
+            return False
+        return self.now - self.renewed_at > timedelta(seconds=self.timeout_s)
+
+
+class InterruptedOperation(StatusModel):
+    operation_id: str
+    tool: str
+    effect: EffectClass
+    subagent: str | None = None
+    step: str | None = None
+    action: RecoveryActionKind
+    settled: str  # "interrupted, will be settled on resume: <effect class and what it does>"
+
+
+class Interruption(StatusModel):
+    """The attempt that stopped proving it is alive: since when, what it was doing, what comes next."""
+
+    attempt: int
+    since: datetime | None = None  # its last sign of life: the later of its last renewal and event
+    why: str
+    doing: str
+    command: str | None = None  # the exact command a person runs next; None when the operator acts
+    next: str  # what happens next, in words
+    operations: list[InterruptedOperation] = []
+    operations_omitted: int = 0
 
 
 class SessionStatus(StatusModel):
@@ -167,6 +242,7 @@ class SessionStatus(StatusModel):
     restores: int = 0
     harness_lost: int = 0
     conditions: list[Condition]
+    interruption: Interruption | None = None  # set while no attempt proves it is alive
     counts: Counts
     last_checkpoint: CheckpointStatus | None = None
     last_verified_checkpoint: CheckpointStatus | None = None
@@ -203,13 +279,149 @@ def _bounded(items: Sequence[T], limit: int) -> tuple[list[T], int]:
     return list(items[:limit]), max(0, len(items) - limit)
 
 
-def phase_of(state: SessionState) -> Phase:
+# --------------------------------------------------------------------------------------------------
+# Liveness: is the attempt the record shows running still alive?
+
+
+def attempt_alive(state: SessionState, liveness: Liveness) -> bool:
+    """Whether an attempt is alive: it holds the current lease, its holder's process (where that
+    can be seen) exists, and it renewed the lease within the timeout. An attempt whose end the
+    record shows (it finished without ending the session) is not, unless a newer one took the
+    lease since."""
+    lifecycle = state.lifecycle
+    if liveness.lease == 0 or liveness.holder_alive is False:
+        return False
+    if not lifecycle.harness_running and liveness.lease <= lifecycle.lease:
+        return False
+    if liveness.renewed_current_lease:
+        return not liveness.renewal_overdue()
+    # Not renewed yet: an attempt that just took the lease, if its process is seen to exist.
+    return liveness.holder_alive is True
+
+
+def _settles(action: RecoveryAction, by: RecoveredBy) -> str:
+    when = "on resume" if by == "resume" else "by the next attempt"
+    match action.action:
+        case RecoveryActionKind.RERUN:
+            what = f"{action.effect.value}: runs again under the same operation id"
+        case RecoveryActionKind.RERUN_WITH_KEY:
+            what = f"keyed: runs again with the same idempotency key ({action.idempotency_key})"
+        case RecoveryActionKind.SKIP_COMPLETED_STEP:
+            what = f"{action.effect.value}: not run again, step {action.step} is complete"
+        case _:
+            what = (
+                f"{action.effect.value}: never repeated; its outcome is recorded unknown and probed, "
+                "and if the probe cannot tell, you reconcile it"
+            )
+    return f"interrupted, will be settled {when}: {what}"
+
+
+def _last_end(state: SessionState) -> str:
+    """Why the last attempt that finished without ending the session stopped, if it did."""
+    for entry in reversed(state.lifecycle.recent):
+        if entry.kind == LifecycleKind.HARNESS_FINISHED:
+            return entry.detail or entry.reason or "no reason recorded"
+        if entry.kind == LifecycleKind.HARNESS_STARTED:
+            break
+    return ""
+
+
+def interruption_of(state: SessionState, liveness: Liveness | None) -> Interruption | None:
+    """What a session without a live attempt was doing, and what happens next; None while an
+    attempt is alive, before one has started, or once the session ended or its recovery failed."""
+    phase = phase_of(state, liveness)
+    if liveness is None or phase not in (Phase.INTERRUPTED, Phase.RECOVERING):
+        return None
+    if phase == Phase.RECOVERING and attempt_alive(state, liveness):
+        return None  # a live attempt is restoring; nothing is interrupted
+    lifecycle = state.lifecycle
+    attempt = lifecycle.attempt
+    signs = [t for t in (liveness.renewed_at, state.last_event_at) if t is not None]
+    since = max(signs) if signs else None
+    ended = _last_end(state) if not lifecycle.harness_running else ""
+    if lifecycle.harness_starts == 0:
+        why = "no harness attempt has started on the recorded request"
+    elif ended:
+        why = f"attempt {attempt} stopped without ending the session: {ended}"
+    elif liveness.holder_alive is False:
+        why = f"attempt {attempt} is gone: its {liveness.holder or 'harness'} no longer exists"
+    elif liveness.renewal_overdue() and liveness.renewed_at is not None:
+        last = liveness.renewed_at.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+        why = f"attempt {attempt} stopped renewing its lease (last renewal {last})"
+    elif liveness.lease > lifecycle.lease and not liveness.renewed_current_lease:
+        why = f"attempt {attempt} was fenced (lease {liveness.lease}); its replacement has not started yet"
+    else:
+        why = f"attempt {attempt} is not renewing its lease"
+    running = sorted(t.task_id for t in state.tasks.values() if t.status == TaskStatus.RUNNING)
+    doing_parts = []
+    if state.current_step:
+        doing_parts.append(f"step {state.current_step}")
+    if running:
+        doing_parts.append("running " + ", ".join(running[:5]) + (" ..." if len(running) > 5 else ""))
+    plan = recovery_plan(state)
+    actions = [a for a in plan.actions if a.operation_id not in state.unknown_outcomes]
+    if actions:
+        doing_parts.append(f"{len(actions)} operation(s) without a result")
+    doing = "; ".join(doing_parts) or "nothing recorded in progress"
+    shown, omitted = _bounded(actions, STATUS_LIST_LIMIT)
+    if liveness.recovered_by == "resume":
+        command: str | None = commands.resume(state.session_id)
+        step = f", from step {plan.next_step}" if plan.next_step else ""
+        next_text = (
+            f"run `{command}`: a new attempt takes the next lease, restores every subagent from its "
+            f"last verified checkpoint{step}, and settles the interrupted operations"
+        )
+    else:
+        command = None
+        next_text = (
+            f"the operator records attempt {attempt} lost, fences it and starts attempt "
+            f"{max(attempt, liveness.lease) + 1}, which restores from the last verified checkpoint"
+        )
+    return Interruption(
+        attempt=attempt,
+        since=since,
+        why=why,
+        doing=doing,
+        command=command,
+        next=next_text,
+        operations=[
+            InterruptedOperation(
+                operation_id=a.operation_id,
+                tool=a.tool,
+                effect=a.effect,
+                subagent=a.subagent,
+                step=a.step,
+                action=a.action,
+                settled=_settles(a, liveness.recovered_by),
+            )
+            for a in shown
+        ],
+        operations_omitted=omitted,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# The phase
+
+
+def phase_of(state: SessionState, liveness: Liveness | None = None) -> Phase:
+    """The one phase every view shows. Without `liveness` the record alone decides (an attempt it
+    shows running is taken to be alive)."""
     lc = state.lifecycle
     if lc.failed:
         return Phase.FAILED
     if lc.completed:
         return Phase.SUCCEEDED
-    if lc.recovering or _recovery_stalled(state):
+    if recovery_failed(state):
+        return Phase.RECOVERY_FAILED
+    if liveness is not None and not attempt_alive(state, liveness):
+        if liveness.recovered_by == "operator":
+            # The operator starts the first attempt, and replaces a lost one.
+            first = lc.harness_starts == 0 and lc.harness_lost == 0
+            return Phase.PENDING if first else Phase.RECOVERING
+        # Nobody but a person starts the next attempt here.
+        return Phase.INTERRUPTED if state.request.goal else Phase.PENDING
+    if lc.recovering:
         return Phase.RECOVERING
     if state.pending_approvals or state.unknown_outcomes or _open_waits(state, WaitKind.ON_USER):
         return Phase.WAITING_ON_USER
@@ -230,8 +442,9 @@ def _open_waits(state: SessionState, kind: WaitKind) -> list[str]:
     return [w.wait_id for w in state.open_wait_records() if w.kind == kind]
 
 
-def _recovery_stalled(state: SessionState) -> bool:
-    """A recovery failed and no restore has succeeded since."""
+def recovery_failed(state: SessionState) -> bool:
+    """A recovery failed (for instance on undeclared state) and no restore has succeeded since:
+    another attempt would fail the same way."""
     failure = state.lifecycle.last_recovery_failure
     if failure is None:
         return False
@@ -239,12 +452,23 @@ def _recovery_stalled(state: SessionState) -> bool:
     return not later_restore
 
 
-def conditions_of(state: SessionState, phase: Phase) -> list[Condition]:
+def _recovering_reason(state: SessionState, interruption: Interruption | None) -> Reason:
+    if state.lifecycle.lost_sandboxes:
+        return Reason.SANDBOX_REPLACED
+    if state.lifecycle.recovering or interruption is None:
+        return Reason.HARNESS_LOST  # recorded lost; its replacement restores
+    return Reason.HARNESS_SILENT  # not renewing its lease; the operator records it lost next
+
+
+def conditions_of(
+    state: SessionState, phase: Phase, interruption: Interruption | None = None
+) -> list[Condition]:
     lc = state.lifecycle
     conditions: list[Condition] = []
 
-    stalled = _recovery_stalled(state)
+    stalled = phase == Phase.RECOVERY_FAILED
     failure = lc.last_recovery_failure
+    recovering_reason = _recovering_reason(state, interruption)
     if phase == Phase.FAILED:
         ready = Condition(
             type=ConditionType.READY, status="False", reason=Reason.FAILED, message=lc.end_reason
@@ -260,13 +484,27 @@ def conditions_of(state: SessionState, phase: Phase) -> list[Condition]:
             reason=Reason.RECOVERY_FAILED,
             message=f"{failure.reason}: {failure.detail}".strip(": "),
         )
-    elif phase == Phase.RECOVERING and lc.lost_sandboxes:
+    elif phase == Phase.INTERRUPTED and interruption is not None:
+        ready = Condition(
+            type=ConditionType.READY,
+            status="False",
+            reason=Reason.INTERRUPTED,
+            message=f"{interruption.why}; {interruption.next}",
+        )
+    elif phase == Phase.RECOVERING and recovering_reason == Reason.SANDBOX_REPLACED:
         ready = Condition(
             type=ConditionType.READY,
             status="False",
             reason=Reason.SANDBOX_REPLACED,
             message=f"sandbox of {', '.join(lc.lost_sandboxes)} lost; the same harness attempt restores "
             "its replacement from the last verified checkpoint",
+        )
+    elif phase == Phase.RECOVERING and recovering_reason == Reason.HARNESS_SILENT and interruption:
+        ready = Condition(
+            type=ConditionType.READY,
+            status="False",
+            reason=Reason.HARNESS_SILENT,
+            message=f"{interruption.why}; {interruption.next}",
         )
     elif phase == Phase.RECOVERING:
         ready = Condition(
@@ -280,13 +518,13 @@ def conditions_of(state: SessionState, phase: Phase) -> list[Condition]:
             type=ConditionType.READY,
             status="False",
             reason=Reason.INITIALIZING,
-            message="no request recorded yet",
+            message="no request recorded yet" if not state.request.goal else "no harness attempt started yet",
         )
     else:
         ready = Condition(type=ConditionType.READY, status="True", reason=Reason.RUNNING, message=phase.value)
     conditions.append(ready)
 
-    if phase == Phase.PENDING or (phase == Phase.RECOVERING and not stalled):
+    if phase in (Phase.PENDING, Phase.RECOVERING):
         reason = Reason.INITIALIZING if phase == Phase.PENDING else Reason.RESTORING
         conditions.append(
             Condition(type=ConditionType.RECONCILING, status="True", reason=reason, message=ready.message)
@@ -298,6 +536,13 @@ def conditions_of(state: SessionState, phase: Phase) -> list[Condition]:
                 status="True",
                 reason=failure.reason or Reason.RECOVERY_FAILED,
                 message=failure.detail or "recovery failed",
+            )
+        )
+    elif phase == Phase.INTERRUPTED:
+        # Nothing goes on until a person resumes the session.
+        conditions.append(
+            Condition(
+                type=ConditionType.STALLED, status="True", reason=Reason.INTERRUPTED, message=ready.message
             )
         )
     elif phase == Phase.FAILED:
@@ -367,16 +612,17 @@ def conditions_of(state: SessionState, phase: Phase) -> list[Condition]:
         )
 
     if phase == Phase.RECOVERING or stalled:
-        recovering_reason = Reason.RESTORING
         if stalled:
-            recovering_reason = Reason.RECOVERY_FAILED
-        elif lc.lost_sandboxes:
-            recovering_reason = Reason.SANDBOX_REPLACED
+            shown_reason = Reason.RECOVERY_FAILED
+        elif recovering_reason == Reason.HARNESS_LOST:
+            shown_reason = Reason.RESTORING
+        else:
+            shown_reason = recovering_reason
         conditions.append(
             Condition(
                 type=ConditionType.RECOVERING,
                 status="True",
-                reason=recovering_reason,
+                reason=shown_reason,
                 message=ready.message,
             )
         )
@@ -387,7 +633,12 @@ def conditions_of(state: SessionState, phase: Phase) -> list[Condition]:
     return conditions
 
 
-def _waiting_on(state: SessionState, phase: Phase) -> str:
+def waiting_on(state: SessionState, phase: Phase, interruption: Interruption | None = None) -> str:
+    """One line for a table column: what the session waits on."""
+    if phase == Phase.INTERRUPTED and interruption is not None:
+        return interruption.command or "resume"
+    if phase == Phase.RECOVERY_FAILED and state.lifecycle.last_recovery_failure is not None:
+        return f"recovery failed: {state.lifecycle.last_recovery_failure.reason}"
     if phase == Phase.WAITING_ON_USER:
         if state.pending_approvals:
             return f"approval {state.pending_approval_records()[0].approval_id}"
@@ -415,8 +666,14 @@ def _checkpoint_status(state: SessionState, verified: bool) -> CheckpointStatus 
     )
 
 
-def session_status(state: SessionState, *, locate: ArtifactLocator = _default_location) -> SessionStatus:
-    phase = phase_of(state)
+def session_status(
+    state: SessionState,
+    *,
+    locate: ArtifactLocator = _default_location,
+    liveness: Liveness | None = None,
+) -> SessionStatus:
+    phase = phase_of(state, liveness)
+    interruption = interruption_of(state, liveness)
     tasks = list(state.tasks.values())
 
     approvals, approvals_omitted = _bounded(state.pending_approval_records(), STATUS_LIST_LIMIT)
@@ -457,11 +714,13 @@ def session_status(state: SessionState, *, locate: ArtifactLocator = _default_lo
         invalid_results=sum(not r.valid for r in state.results.values()),
         checkpoints=state.checkpoint_count,
         notes=len(state.notes),
+        model_calls=state.model_calls,
+        tokens=state.input_tokens + state.output_tokens,
     )
 
     return SessionStatus(
         phase=phase,
-        waiting_on=_waiting_on(state, phase),
+        waiting_on=waiting_on(state, phase, interruption),
         current_step=state.current_step,
         request_version=state.request.version,
         last_seq=state.last_seq,
@@ -469,7 +728,8 @@ def session_status(state: SessionState, *, locate: ArtifactLocator = _default_lo
         lease=state.lifecycle.lease,
         restores=state.lifecycle.restores,
         harness_lost=state.lifecycle.harness_lost,
-        conditions=conditions_of(state, phase),
+        conditions=conditions_of(state, phase, interruption),
+        interruption=interruption,
         counts=counts,
         last_checkpoint=_checkpoint_status(state, verified=False),
         last_verified_checkpoint=_checkpoint_status(state, verified=True),

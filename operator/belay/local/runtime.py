@@ -30,6 +30,7 @@ from belay.harness.declared import input_files
 from belay.harness.loop import Harness
 from belay.journal.events import Actor, Event, EventDraft, UserInput
 from belay.journal.state import SessionState
+from belay.local.liveness import GuardedSandboxProvider, this_holder
 from belay.stores.base import ArtifactStore, EventStore
 
 DEFAULT_HOME = ".belay"
@@ -203,11 +204,14 @@ async def run_local(
             session=session,
             store=store,
             artifacts=artifacts,
-            sandboxes=LocalSandboxProvider(home.sandboxes_dir(session.session_id)),
+            sandboxes=GuardedSandboxProvider(
+                LocalSandboxProvider(home.sandboxes_dir(session.session_id)),
+                home.session_dir(session.session_id),
+            ),
             executors=executor_factory_for(session),
             tickets=tickets,
             inputs=read_inputs(session),
-            holder=f"local:{os.getpid()}",
+            holder=this_holder(),
             model_id=initial_model_id(session),
             on_event=record_and_forward,
         )

@@ -7,6 +7,7 @@ every backend (SQLite and etcd for events; a local directory and S3 for artifact
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
 
@@ -88,6 +89,15 @@ class Lease(Frozen):
     holder: str
 
 
+class LeaseRenewal(Frozen):
+    """The last proof of life of a lease's holder: one record per session, overwritten by each
+    renewal, so it costs the same however long the attempt runs (no event per beat)."""
+
+    session_id: str
+    number: int  # the lease that was renewed; compare with `current_lease`
+    renewed_at: datetime  # the renewer's clock, UTC
+
+
 @runtime_checkable
 class EventStore(Protocol):
     """An ordered, append-only log per session with dense seqs assigned at append."""
@@ -164,6 +174,16 @@ class EventStore(Protocol):
         ...
 
     async def current_lease(self, session_id: str) -> Lease | None: ...
+
+    async def renew_lease(self, session_id: str, lease: int) -> LeaseRenewal:
+        """Record that the holder of `lease` is alive now, replacing the previous renewal. Refused
+        (StaleLease) unless `lease` is the session's current lease, checked in the same
+        transaction. `delete_session` removes the renewal with the rest of the session."""
+        ...
+
+    async def lease_renewal(self, session_id: str) -> LeaseRenewal | None:
+        """The last renewal, whichever lease it renewed (None: never renewed)."""
+        ...
 
     async def close(self) -> None: ...
 

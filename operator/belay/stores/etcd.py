@@ -9,6 +9,7 @@ path segment):
     <prefix>/sessions/<id>/idem/<key>         {"digest": ..., "first_seq": a, "last_seq": b}
     <prefix>/sessions/<id>/claims/<claim>     {"seq": n}: the first event of the batch that took it
     <prefix>/sessions/<id>/lease              {"number": n, "holder": ...}
+    <prefix>/sessions/<id>/renewal            {"number": n, "renewed_at": ...}: the last lease renewal
     <prefix>/sessions/<id>/latest/<type>      {"seq": n}: the newest event of that type
     <prefix>/index/<id>                       empty; one per session, for list_sessions
 
@@ -43,6 +44,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote, urlsplit
 
@@ -66,6 +68,7 @@ from belay.stores.base import (
     ClaimTaken,
     IdempotencyConflict,
     Lease,
+    LeaseRenewal,
     PayloadTooLarge,
     RecordCorrupt,
     SessionDeleted,
@@ -193,6 +196,10 @@ class SessionKeys:
     def event(self, seq: int) -> bytes:
         # Twenty digits: key order is seq order for every seq a 64-bit counter can hold.
         return b"%s%020d" % (self.events_prefix, seq)
+
+    @property
+    def renewal(self) -> bytes:
+        return self.root + b"renewal"
 
     def idem(self, key: str) -> bytes:
         return self.root + b"idem/" + quote(key, safe="").encode()
@@ -781,6 +788,50 @@ class EtcdEventStore:
         if record is None:
             return None
         return Lease(session_id=session_id, number=record["number"], holder=record["holder"])
+
+    async def renew_lease(self, session_id: str, lease: int) -> LeaseRenewal:
+        keys = SessionKeys.of(self.prefix, session_id)
+        deadline = time.monotonic() + self.operation_timeout
+        last_error: BaseException | None = None
+        while time.monotonic() < deadline:
+            try:
+                response = await self._range(keys.lease)
+                current, mod_revision = (
+                    (json.loads(response.kvs[0].value), response.kvs[0].mod_revision)
+                    if response.kvs
+                    else (None, 0)
+                )
+                if current is None or current["number"] != lease:
+                    held = current["number"] if current else 0
+                    raise StaleLease(
+                        f"renewal of lease {lease} of session {session_id!r}; the current lease is {held}"
+                    )
+                renewal = LeaseRenewal(session_id=session_id, number=lease, renewed_at=now_utc())
+                record = {"number": lease, "renewed_at": renewal.renewed_at.isoformat()}
+                # Written only while the lease is the one just read: a renewal never lands after
+                # a newer attempt took the session.
+                written = await self._txn(
+                    [_mod_revision_is(keys.lease, mod_revision)], [_put(keys.renewal, canonical_json(record))]
+                )
+                if written.succeeded:
+                    return renewal
+                continue  # the lease moved since it was read: read it again
+            except grpc.aio.AioRpcError as error:
+                if error.code() not in TRANSIENT_CODES:
+                    raise _permanent(error) from error
+                last_error = error
+                await asyncio.sleep(0.05)
+        raise self._unavailable(last_error)
+
+    async def lease_renewal(self, session_id: str) -> LeaseRenewal | None:
+        record, _ = await self._get_json(SessionKeys.of(self.prefix, session_id).renewal)
+        if record is None:
+            return None
+        return LeaseRenewal(
+            session_id=session_id,
+            number=record["number"],
+            renewed_at=datetime.fromisoformat(record["renewed_at"]),
+        )
 
     # ----------------------------------------------------------------------------------------------
     # Followers

@@ -36,6 +36,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -54,6 +55,7 @@ from belay.stores.base import (
     ClaimTaken,
     IdempotencyConflict,
     Lease,
+    LeaseRenewal,
     PayloadTooLarge,
     RecordCorrupt,
     SessionDeleted,
@@ -124,6 +126,15 @@ CREATE TABLE IF NOT EXISTS latest_of_type (
 ) WITHOUT ROWID;
 """
 
+# The last renewal of each session's lease: one row per session, overwritten by every renewal.
+LEASE_RENEWAL_SCHEMA = """
+CREATE TABLE IF NOT EXISTS lease_renewals (
+    session_id TEXT    NOT NULL PRIMARY KEY,
+    number     INTEGER NOT NULL,
+    renewed_at TEXT    NOT NULL
+) WITHOUT ROWID;
+"""
+
 # How often a caught-up watch re-reads, to see appends made by other processes or instances.
 DEFAULT_POLL_INTERVAL = 0.05
 # How long a writer waits for another process's write lock before giving up (StoreUnavailable).
@@ -137,7 +148,7 @@ T = TypeVar("T")
 
 EVENT_LIST_ADAPTER: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
 # The tables a session's rows live in, all deleted together.
-SESSION_TABLES = ("events", "sessions", "idempotency", "leases", "latest_of_type", "claims")
+SESSION_TABLES = ("events", "sessions", "idempotency", "leases", "latest_of_type", "claims", "lease_renewals")
 
 
 def _parse_events(stored: list[bytes]) -> list[Event]:
@@ -231,7 +242,7 @@ class SqliteEventStore:
                     f"had a hash chain, and cannot be read by this one (schema {SCHEMA_VERSION}): move "
                     "it aside and start a new home"
                 )
-            for statement in SCHEMA.split(";"):
+            for statement in (SCHEMA + LEASE_RENEWAL_SCHEMA).split(";"):
                 if statement.strip():
                     conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -441,6 +452,38 @@ class SqliteEventStore:
             if row is None:
                 return None
             return Lease(session_id=session_id, number=int(row[0]), holder=row[1])
+
+        return await self._read(query)
+
+    async def renew_lease(self, session_id: str, lease: int) -> LeaseRenewal:
+        def renew(conn: sqlite3.Connection) -> LeaseRenewal:
+            row = conn.execute("SELECT number FROM leases WHERE session_id = ?", (session_id,)).fetchone()
+            current = row[0] if row is not None else 0
+            if row is None or lease != current:
+                raise StaleLease(
+                    f"renewal of lease {lease} of session {session_id!r}; the current lease is {current}"
+                )
+            renewal = LeaseRenewal(session_id=session_id, number=lease, renewed_at=now_utc())
+            conn.execute(
+                "INSERT INTO lease_renewals (session_id, number, renewed_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (session_id) DO UPDATE "
+                "SET number = excluded.number, renewed_at = excluded.renewed_at",
+                (session_id, lease, renewal.renewed_at.isoformat()),
+            )
+            return renewal
+
+        return await self._write(renew)
+
+    async def lease_renewal(self, session_id: str) -> LeaseRenewal | None:
+        def query(conn: sqlite3.Connection) -> LeaseRenewal | None:
+            row = conn.execute(
+                "SELECT number, renewed_at FROM lease_renewals WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            return LeaseRenewal(
+                session_id=session_id, number=int(row[0]), renewed_at=datetime.fromisoformat(row[1])
+            )
 
         return await self._read(query)
 
