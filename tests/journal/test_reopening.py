@@ -28,6 +28,7 @@ from belay.journal.events import (
     WaitKind,
 )
 from belay.journal.state import SessionState, fold
+from belay.journal.status import Liveness, Phase, interruption_of, phase_of
 from tests.journal.fixtures import LogBuilder, sha
 
 DANA = Actor(kind="user", name="dana")
@@ -41,6 +42,7 @@ class Session:
     def __init__(self) -> None:
         self.log = LogBuilder()
         self.log.add(UserInput(goal="fix the parser", parts={"repository": "repo"}))
+        self.log.add(Lifecycle(kind=LifecycleKind.HARNESS_STARTED, attempt=1, lease=1))
         self.log.add(Task(task_id="impl", status=TaskStatus.RUNNING, owner="impl"))
         self.base = self.checkpoint("impl/inputs", None, parts=None)
         self.step("impl/test", ("goal",), 1)
@@ -123,8 +125,10 @@ def test_a_scope_change_reopens_the_steps_it_invalidated_and_the_finished_sessio
     assert state.tasks["impl"].status == TaskStatus.PLANNED
     assert not state.lifecycle.completed and state.lifecycle.reopened == 1
     assert "fix.patch" not in state.deliverables and "review-fix.patch" not in state.open_waits
-    # The inputs stay a restore point; the reopened steps' checkpoints do not.
+    # The inputs stay a restore point; the reopened steps' checkpoints do not, for every view.
     assert state.last_valid_checkpoint("impl", verified=True).checkpoint.checkpoint_id == "impl/inputs"
+    assert state.verified_checkpoints["impl"].checkpoint.checkpoint_id == "impl/inputs"
+    assert state.latest_verified_checkpoint.checkpoint.checkpoint_id == "impl/inputs"
 
 
 def test_a_change_of_a_part_nothing_used_reopens_nothing() -> None:
@@ -282,10 +286,19 @@ def test_an_approval_says_how_to_fetch_what_it_binds() -> None:
     assert "run: belay approve parser-fix approve-op-p" in waiting
 
 
-def test_a_reopened_session_no_attempt_took_up_says_how_to_resume() -> None:
+def test_a_reopened_session_no_attempt_took_up_is_interrupted_with_the_reason_and_resume() -> None:
     session = Session()
-    session.log.add(Rejection(name="fix.patch", sha256=PATCH.sha256, reason="no"))
-    attention = render_text(briefing(session.state())).split("Needs attention")[1]
-    assert "the finished session was reopened" in attention and "run: belay resume parser-fix" in attention
+    session.log.add(Lifecycle(kind=LifecycleKind.HARNESS_FINISHED, attempt=1))
+    session.log.add(Rejection(name="fix.patch", sha256=PATCH.sha256, reason="no", by="dana"))
+    state = session.state()
+    liveness = Liveness(now=session.log.events[-1].created_at, lease=1)
+    assert phase_of(state, liveness) == Phase.INTERRUPTED
+    interruption = interruption_of(state, liveness)
+    assert interruption is not None and interruption.command == "belay resume parser-fix"
+    assert interruption.why == (
+        "the session ended and was reopened (fix.patch rejected by dana: no); no attempt has run since"
+    )
     session.log.add(Lifecycle(kind=LifecycleKind.HARNESS_STARTED, attempt=2, lease=2))
-    assert "reopened" not in render_text(briefing(session.state())).split("Needs attention")[1].split("\n")[1]
+    session.log.add(Lifecycle(kind=LifecycleKind.HARNESS_FINISHED, attempt=2, detail="stopped"))
+    later = interruption_of(session.state(), liveness.model_copy(update={"lease": 2}))
+    assert later is not None and "reopened" not in later.why  # taken up since: not the reason now

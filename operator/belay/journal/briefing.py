@@ -5,7 +5,7 @@ scope change since (when, by whom, the difference in the request, and under it w
 and what stays reusable, and why); what was rejected and is being redone; which steps are done and
 verified; what is running; what waits on the person (approvals, with the command that fetches what
 they bind, decisions, reconciliations) with the exact command to act; what needs attention (failed
-or unknown external effects, a reopened session no attempt has taken up); the effects made in the
+or unknown external effects, with what to do); the effects made in the
 world; what waits on an external condition; what is ready for review and where to download it;
 which findings are hypotheses and which are accepted decisions; and the attempts, recoveries and
 unknown outcomes. When no attempt proves it is alive it says so first: since when, what the
@@ -26,10 +26,9 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from belay.journal import commands
-from belay.journal.events import ArtifactRef, LifecycleKind, NoteKind, TaskStatus, WaitKind
+from belay.journal.events import ArtifactRef, NoteKind, TaskStatus, WaitKind
 from belay.journal.state import (
     ApprovalRecord,
-    CheckpointRecord,
     NoteRecord,
     OperationRecord,
     ResultRecord,
@@ -150,7 +149,7 @@ class ActionItem(Model):
 class AttentionItem(Model):
     """Something that went wrong or is left hanging, what it is, and what to do about it."""
 
-    kind: Literal["failed_effect", "unknown_effect", "reopened"]
+    kind: Literal["failed_effect", "unknown_effect"]
     id: str
     summary: str
     command: str | None = None
@@ -535,21 +534,6 @@ def _attention(state: SessionState) -> list[AttentionItem]:
                     alternative=commands.reject(sid, retry.approval_id) + "  (go on without it)",
                 )
             )
-    lc = state.lifecycle
-    if lc.reopened_seq is not None and not lc.completed and not lc.failed:
-        started_since = any(
-            e.kind == LifecycleKind.HARNESS_STARTED and e.seq > (lc.reopened_seq or 0) for e in lc.recent
-        )
-        if not started_since and not lc.harness_running:
-            items.append(
-                AttentionItem(
-                    kind="reopened",
-                    id=sid,
-                    summary="the finished session was reopened (a scope change or a rejection made work "
-                    "invalid) and no attempt has run since; in a cluster the operator starts one",
-                    command=f"belay resume {sid}",
-                )
-            )
     return items
 
 
@@ -809,12 +793,7 @@ def _budget_items(state: SessionState, limits: Mapping[str, int], now: datetime 
 def _checkpoint_items(state: SessionState) -> list[CheckpointItem]:
     items = []
     for key in sorted(state.verified_checkpoints):
-        record: CheckpointRecord | None = state.verified_checkpoints[key]
-        if record is not None and not state.checkpoint_valid(record.checkpoint):
-            # Its work was made invalid: the subagent's newest verified checkpoint still valid.
-            record = state.last_valid_checkpoint(key, verified=True)
-        if record is None:
-            continue
+        record = state.verified_checkpoints[key]
         cp = record.checkpoint
         items.append(
             CheckpointItem(

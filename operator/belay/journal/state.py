@@ -289,6 +289,7 @@ class Lifecycle(Record):
     # A completed session whose work a scope change or a rejection invalidated is open again.
     reopened: int = 0
     reopened_seq: int | None = None
+    reopened_because: str = ""
 
 
 class SubagentRecord(Record):
@@ -707,10 +708,32 @@ def _reopen(
         updates["deliverables"], updates["waits"], updates["open_waits"] = deliverables, waits, open_waits
     lc: Lifecycle = updates.get("lifecycle", s.lifecycle)
     if reopened and lc.completed:
-        updates["lifecycle"] = _replace(
-            lc, {"completed": False, "end_reason": "", "reopened": lc.reopened + 1, "reopened_seq": seq}
-        )
+        reopen = {"reopened": lc.reopened + 1, "reopened_seq": seq, "reopened_because": because}
+        updates["lifecycle"] = _replace(lc, {"completed": False, "end_reason": "", **reopen})
+    _forget_invalid_checkpoints(s, updates, results)
     return tuple(t.task_id for t in reopened)
+
+
+def _forget_invalid_checkpoints(s: SessionState, updates: Updates, results: Map[str, ResultRecord]) -> None:
+    """A verified checkpoint whose work is invalid now is no restore point: each subagent's last
+    verified checkpoint, and the session's, fall back to the newest one still valid."""
+
+    def valid(record: CheckpointRecord) -> bool:
+        result = results.get(record.checkpoint.result_id) if record.checkpoint.result_id else None
+        return result is None or result.valid
+
+    verified = s.verified_checkpoints
+    for owner, record in s.verified_checkpoints.items():
+        if valid(record):
+            continue
+        earlier = [r for r in s.subagent_checkpoints.get(owner, ()) if r.verified and valid(r)]
+        verified = verified.set(owner, earlier[-1]) if earlier else verified.delete(owner)
+    if verified is s.verified_checkpoints:
+        return
+    updates["verified_checkpoints"] = verified
+    latest = s.latest_verified_checkpoint
+    if latest is not None and not valid(latest):
+        updates["latest_verified_checkpoint"] = max(verified.values(), key=lambda r: r.seq, default=None)
 
 
 def _note_subagent(s: SessionState, updates: dict[str, Any], name: str | None, seq: int) -> None:

@@ -339,8 +339,14 @@ def interruption_of(state: SessionState, liveness: Liveness | None) -> Interrupt
     signs = [t for t in (liveness.renewed_at, state.last_event_at) if t is not None]
     since = max(signs) if signs else None
     ended = _last_end(state) if not lifecycle.harness_running else ""
+    reopened = lifecycle.reopened_seq is not None and not any(
+        e.kind == LifecycleKind.HARNESS_STARTED and e.seq > (lifecycle.reopened_seq or 0)
+        for e in lifecycle.recent
+    )
     if lifecycle.harness_starts == 0:
         why = "no harness attempt has started on the recorded request"
+    elif reopened and not lifecycle.harness_running:
+        why = f"the session ended and was reopened ({lifecycle.reopened_because}); no attempt has run since"
     elif ended:
         why = f"attempt {attempt} stopped without ending the session: {ended}"
     elif liveness.holder_alive is False:
