@@ -7,7 +7,9 @@ export BELAY_CACHE ?= $(HOME)/.cache/belay
 
 .PHONY: setup demo test lint typecheck bench crds testenv-build testenv-up testenv-down clean
 
+# Local sandboxes need bubblewrap: installed here as root, or named as missing otherwise.
 setup: $(VENV)/.installed
+	@bash hack/install-sandbox-tools.sh
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -13,7 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib.sh"
 
 # Debian packages the tests use at run time, installed only when missing (CI runs as root).
-apt_packages=()
+apt_packages=("${sandbox_apt_packages[@]}")
 ensure_debian_packages "${apt_packages[@]}"
 
 command -v go >/dev/null || { log "go is not on PATH; the components are built from Go modules"; exit 1; }

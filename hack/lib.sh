@@ -71,6 +71,10 @@ record_build_time() {
   mv "$BELAY_CACHE/build-times/$name.seconds.partial" "$BELAY_CACHE/build-times/$name.seconds"
 }
 
+# Debian packages a local sandbox needs at run time: bubblewrap builds its walls (see
+# docs/security.md). Installed by `make setup` as root and by hack/build-all.sh.
+sandbox_apt_packages=(bubblewrap)
+
 # Installs the named Debian packages that are missing (CI runs as root; elsewhere through sudo). With
 # everything installed it only asks dpkg, which takes a few milliseconds per package.
 ensure_debian_packages() {

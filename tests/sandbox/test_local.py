@@ -6,7 +6,8 @@ import pytest
 
 from belay.sandbox.client import SandboxUnavailable
 from belay.sandbox.local import LocalSandbox, ServerRecord, processes_with_marker, stop_recorded_servers
-from tests.sandbox.helpers import eventually_gone, is_running
+from belay.sandbox.walls import WALLS_ENV
+from tests.sandbox.helpers import eventually_gone, host_pid, is_running
 
 
 async def test_start_gives_an_empty_workspace_and_a_healthy_server(tmp_path: Path) -> None:
@@ -16,7 +17,8 @@ async def test_start_gives_an_empty_workspace_and_a_healthy_server(tmp_path: Pat
         assert list(sandbox.workspace.iterdir()) == []
         assert is_running(sandbox.pid)
         assert sandbox.endpoint.startswith("unix://")
-        assert (await sandbox.client.health()).workspace == str(sandbox.workspace.resolve())
+        assert sandbox.walls_in_force
+        assert (await sandbox.client.health()).workspace == "/workspace"
     finally:
         await sandbox.stop()
 
@@ -31,37 +33,42 @@ async def test_replace_gives_a_clean_workspace(tmp_path: Path) -> None:
         assert second.token != first.token
         assert (await second.client.call("list_files", {}))["output"]["files"] == []
         assert not is_running(first.pid)
+        assert first.pid_namespace is not None and first.pid_namespace.processes() == []
         with pytest.raises(SandboxUnavailable):
             await old_client.health()
     finally:
         await second.stop()
 
 
-async def test_stop_leaves_no_process(tmp_path: Path) -> None:
+async def test_stop_leaves_no_process_in_the_sandbox_pid_namespace(tmp_path: Path) -> None:
     sandbox = await LocalSandbox.start(tmp_path, "worker", "none")
     result = await sandbox.client.call(
         "run_command",
-        # setsid puts the sleeper in a session of its own, outside the command's process group.
-        {"command": "setsid sleep 300 > /dev/null 2>&1 & echo $!", "timeout_s": 10},
+        # Its own session, no environment: neither the process group nor the marker finds it.
+        {"command": "env -i setsid sleep 300 > /dev/null 2>&1 & echo $!", "timeout_s": 10},
     )
-    escaped = int(result["output"]["stdout"])
-    assert is_running(escaped)
+    escaped = host_pid(sandbox, int(result["output"]["stdout"]))
+    assert escaped is not None and is_running(escaped)
+    assert sandbox.pid_namespace is not None
+    assert escaped in sandbox.pid_namespace.processes()
     await sandbox.stop()
-    assert await eventually_gone(escaped)
+    assert not is_running(escaped)
+    assert sandbox.pid_namespace.processes() == []
     assert not is_running(sandbox.pid)
-    assert processes_with_marker(sandbox.instance) == []
     assert not (sandbox.sandbox_dir / "server.json").exists()
     assert not Path(sandbox.endpoint.removeprefix("unix://")).exists()
 
 
-async def test_a_server_left_by_a_killed_harness_is_stopped_by_the_next_start(tmp_path: Path) -> None:
+async def test_a_server_left_by_a_frozen_harness_is_stopped_by_the_next_start(tmp_path: Path) -> None:
     abandoned = await LocalSandbox.start(tmp_path, "worker", "none")
-    # The harness that started it dies without calling stop(); a resumed harness starts again.
+    # The harness that started it never calls stop() (it was frozen, not killed: a killed one takes
+    # its sandboxes along); a resumed harness starts again.
     replacement = await LocalSandbox.start(tmp_path, "worker", "none")
     try:
         assert await eventually_gone(abandoned.pid)
+        assert abandoned.pid_namespace is not None and abandoned.pid_namespace.processes() == []
         assert replacement.workspace.name == "workspace-2"
-        assert (await replacement.client.health()).pid == replacement.pid
+        assert (await replacement.client.health()).instance == replacement.instance
     finally:
         await replacement.stop()
         await abandoned.client.close()
@@ -70,7 +77,7 @@ async def test_a_server_left_by_a_killed_harness_is_stopped_by_the_next_start(tm
 async def test_a_server_whose_start_was_cut_short_is_stopped_by_the_next_start(tmp_path: Path) -> None:
     abandoned = await LocalSandbox.start(tmp_path, "worker", "none")
     # What a harness killed between spawning the server and its first answer leaves on disk: the
-    # instance marker only, no pid or endpoint yet.
+    # instance marker only, no pid or namespace yet.
     record = tmp_path / "worker" / "server.json"
     record.write_text(
         ServerRecord(instance=abandoned.instance, workspace=str(abandoned.workspace)).model_dump_json()
@@ -89,16 +96,19 @@ async def test_unknown_profile_is_refused(tmp_path: Path) -> None:
         await LocalSandbox.start(tmp_path, "worker", "everything")
 
 
+@pytest.mark.parametrize("walls", ["on", "off"])
 async def test_sandbox_does_not_inherit_the_harness_credentials(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    walls: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv(WALLS_ENV, walls)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "also-secret")
-    sandbox = await LocalSandbox.start(tmp_path, "worker", "none")
+    sandbox = await LocalSandbox.start(tmp_path, "worker", "none", isolation_level="best-effort")
     try:
         result = await sandbox.client.call("run_command", {"command": ["env"], "timeout_s": 10})
     finally:
         await sandbox.stop()
+    assert sandbox.walls_in_force is (walls == "on")
     environment = result["output"]["stdout"]
     assert "PATH=" in environment
     assert "sk-must-not-leak" not in environment
@@ -112,7 +122,8 @@ async def test_a_long_base_path_still_gets_a_working_socket(tmp_path: Path) -> N
     try:
         assert len(str(socket_path)) < 108
         assert (await sandbox.client.health()).ok
-        assert (sandbox.sandbox_dir / "token").stat().st_mode & 0o777 == 0o600
+        # The token reaches the server through a pipe: no file holds it.
+        assert not (sandbox.sandbox_dir / "token").exists()
     finally:
         await sandbox.stop()
     assert not socket_path.parent.exists()
@@ -121,11 +132,39 @@ async def test_a_long_base_path_still_gets_a_working_socket(tmp_path: Path) -> N
 async def test_a_new_attempt_stops_every_server_the_killed_one_left(tmp_path: Path) -> None:
     researcher = await LocalSandbox.start(tmp_path, "researcher", "none")
     implementer = await LocalSandbox.start(tmp_path, "implementer", "none")
-    # The harness is killed; the next attempt clears the field before starting anything.
+    # The harness is gone; the next attempt clears the field before starting anything.
     assert stop_recorded_servers(tmp_path) == ["implementer", "researcher"]
     assert await eventually_gone(researcher.pid)
     assert await eventually_gone(implementer.pid)
-    assert processes_with_marker(researcher.instance) == processes_with_marker(implementer.instance) == []
+    for sandbox in (researcher, implementer):
+        assert sandbox.pid_namespace is not None and sandbox.pid_namespace.processes() == []
     assert stop_recorded_servers(tmp_path) == []
     await researcher.client.close()
     await implementer.client.close()
+
+
+# Without walls (a subagent that accepted `isolation: best-effort`): the server is a plain process
+# of the harness's user, found and stopped through its marker.
+
+
+async def test_without_walls_stop_kills_what_carries_the_marker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(WALLS_ENV, "off")
+    sandbox = await LocalSandbox.start(tmp_path, "worker", "none", isolation_level="best-effort")
+    assert sandbox.pid_namespace is None and not sandbox.walls_in_force
+    assert sandbox.walls.startswith("NONE: switched off")
+    result = await sandbox.client.call(
+        "run_command",
+        # setsid puts the sleeper in a session of its own, outside the command's process group.
+        {"command": "setsid sleep 300 > /dev/null 2>&1 & echo $!", "timeout_s": 10},
+    )
+    escaped = int(result["output"]["stdout"])
+    assert is_running(escaped)
+    assert (await sandbox.client.health()).workspace == str(sandbox.workspace.resolve())
+    assert (sandbox.sandbox_dir / "token").stat().st_mode & 0o777 == 0o600
+    await sandbox.stop()
+    assert await eventually_gone(escaped)
+    assert not is_running(sandbox.pid)
+    assert processes_with_marker(sandbox.instance) == []
+    assert not (sandbox.sandbox_dir / "server.json").exists()

@@ -4,6 +4,7 @@ and the health report says plainly when isolation is not in force."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -15,6 +16,7 @@ from belay.sandbox import isolation
 from belay.sandbox.client import SandboxClient
 from belay.sandbox.local import LocalSandbox
 from belay.sandbox.protocol import ReadyFile
+from belay.sandbox.walls import WALLS_ENV
 from tests.sandbox.helpers import eventually_gone
 
 
@@ -50,10 +52,13 @@ def connect_command(port: int) -> list[str]:
     return ["python", "-c", code]
 
 
+@pytest.mark.parametrize("walls", ["on", "off"])
 async def test_profile_none_blocks_the_host_loopback_when_isolated(
-    tmp_path: Path, host_listener: HostListener
+    walls: str, tmp_path: Path, host_listener: HostListener, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sandbox = await LocalSandbox.start(tmp_path, "isolated", "none")
+    """With walls, bwrap's network namespace; without, the server re-executed under unshare."""
+    monkeypatch.setenv(WALLS_ENV, walls)
+    sandbox = await LocalSandbox.start(tmp_path, "isolated", "none", isolation_level="best-effort")
     try:
         health = await sandbox.client.health()
         assert health.network_isolated == sandbox.network_isolated
@@ -74,8 +79,9 @@ async def test_profile_none_blocks_the_host_loopback_when_isolated(
 async def test_health_says_so_when_isolation_is_unavailable(
     tmp_path: Path, host_listener: HostListener, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv(WALLS_ENV, "off")
     monkeypatch.setenv(isolation.UNSHARE_ENV, str(tmp_path / "no-unshare-here"))
-    sandbox = await LocalSandbox.start(tmp_path, "open", "none")
+    sandbox = await LocalSandbox.start(tmp_path, "open", "none", isolation_level="best-effort")
     try:
         health = await sandbox.client.health()
         assert health.network_isolated is False
@@ -95,8 +101,9 @@ async def test_health_gives_the_reason_when_unshare_is_refused(
     refusing = tmp_path / "unshare"
     refusing.write_text("#!/bin/sh\necho 'unshare: unshare failed: Operation not permitted' >&2\nexit 1\n")
     refusing.chmod(0o755)
+    monkeypatch.setenv(WALLS_ENV, "off")
     monkeypatch.setenv(isolation.UNSHARE_ENV, str(refusing))
-    sandbox = await LocalSandbox.start(tmp_path, "restricted", "none")
+    sandbox = await LocalSandbox.start(tmp_path, "restricted", "none", isolation_level="best-effort")
     try:
         health = await sandbox.client.health()
         assert health.network_isolated is False
@@ -107,12 +114,19 @@ async def test_health_gives_the_reason_when_unshare_is_refused(
         await sandbox.stop()
 
 
-async def test_profile_internet_is_reported_as_not_isolated(tmp_path: Path) -> None:
+async def test_profile_internet_is_the_host_network_inside_the_other_walls(
+    tmp_path: Path, host_listener: HostListener
+) -> None:
     sandbox = await LocalSandbox.start(tmp_path, "online", "internet")
     try:
         health = await sandbox.client.health()
         assert (health.profile, health.network_isolated) == ("internet", False)
         assert "profile internet" in health.detail
+        assert "shares the host's net" in health.detail and "own pid, mnt" in health.detail
+        assert sandbox.walls_in_force and "net" not in sandbox.walls.split("own ")[1].split(" namespaces")[0]
+        result = await sandbox.client.call("run_command", {"command": connect_command(host_listener.port)})
+        assert result["output"]["stdout"] == "connected\n", result
+        assert host_listener.connections == 1
     finally:
         await sandbox.stop()
 
@@ -151,6 +165,10 @@ async def test_tcp_server_isolates_each_command(tmp_path: Path, host_listener: H
             if not health.network_isolated:
                 pytest.skip(f"this machine cannot isolate the sandbox network: {health.detail}")
             assert "each command" in health.detail
+            # No bubblewrap here: the report names what stands in for the walls, and what it lacks.
+            assert (
+                "walls: no bubblewrap walls" in health.detail and "can read its token file" in health.detail
+            )
             result = await client.call("run_command", {"command": connect_command(host_listener.port)})
             assert result["output"]["exit_code"] != 0
             assert host_listener.connections == 0
@@ -165,3 +183,85 @@ async def test_tcp_server_isolates_each_command(tmp_path: Path, host_listener: H
         process.terminate()
         await process.wait()
         assert await eventually_gone(process.pid)
+
+
+class HttpListener(HostListener):
+    """Answers every HTTP request with `hello from <address>`."""
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        with contextlib.suppress(asyncio.IncompleteReadError):
+            await reader.readuntil(b"\r\n\r\n")
+            body = f"hello from {writer.get_extra_info('sockname')[0]}".encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+            )
+            await writer.drain()
+        writer.close()
+
+
+@pytest.fixture
+async def web_servers() -> AsyncIterator[tuple[HttpListener, HttpListener]]:
+    """The same port on two loopback addresses: one the allowlist opens, one it does not."""
+    allowed, refused = HttpListener(), HttpListener()
+    allowed.server = await asyncio.start_server(allowed.handle, "127.0.0.2", 0)
+    port = allowed.server.sockets[0].getsockname()[1]
+    refused.server = await asyncio.start_server(refused.handle, "127.0.0.3", port)
+    allowed.port = refused.port = port
+    yield allowed, refused
+    for listener in (allowed, refused):
+        assert listener.server is not None
+        listener.server.close()
+        await listener.server.wait_closed()
+
+
+FETCH = """
+import socket, sys, urllib.request
+port = int(sys.argv[1])
+for host in ("127.0.0.2", "127.0.0.3"):
+    try:
+        print(host, urllib.request.urlopen(f"http://{host}:{port}/", timeout=10).read().decode())
+    except Exception as error:
+        print(host, "refused:", error)
+try:
+    socket.create_connection(("127.0.0.2", port), timeout=5)
+    print("direct connected")
+except OSError as error:
+    print("direct failed:", error)
+# A listed host name, through the proxy by hand (the proxy variables skip localhost).
+with socket.create_connection(("127.0.0.1", 3128)) as proxy:
+    proxy.sendall(f"GET http://localhost:{port}/ HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n".encode())
+    print("by name:", proxy.makefile("rb").read().decode().split("\\r\\n\\r\\n", 1)[1])
+"""
+
+
+async def test_profile_allowlist_opens_only_what_it_lists(
+    tmp_path: Path, web_servers: tuple[HttpListener, HttpListener]
+) -> None:
+    allowed, refused = web_servers
+    localhost = HttpListener()
+    localhost.server = await asyncio.start_server(localhost.handle, "127.0.0.1", allowed.port)
+    sandbox = await LocalSandbox.start(
+        tmp_path, "fetcher", "allowlist", allowlist=["127.0.0.2", "localhost", "not a host"]
+    )
+    try:
+        health = await sandbox.client.health()
+        assert health.network_isolated is True
+        assert "opens only localhost, 127.0.0.2/32 (any port)" in health.detail
+        assert "ignored entries (neither a host name nor an address): not a host" in health.detail
+        await sandbox.client.call("write_file", {"path": "fetch.py", "content": FETCH})
+        result = await sandbox.client.call(
+            "run_command", {"command": ["python", "fetch.py", str(allowed.port)]}
+        )
+        lines = result["output"]["stdout"].splitlines()
+    finally:
+        await sandbox.stop()
+        localhost.server.close()
+        await localhost.server.wait_closed()
+    assert lines[0] == "127.0.0.2 hello from 127.0.0.2", result
+    assert lines[1].startswith("127.0.0.3 refused: HTTP Error 403"), result
+    assert lines[2].startswith("direct failed:"), result
+    assert lines[3] == "by name: hello from 127.0.0.1", result
+    assert (allowed.connections, refused.connections, localhost.connections) == (1, 0, 1)
+    log = (sandbox.sandbox_dir / "egress-1.log").read_text()
+    assert "opened: 127.0.0.2" in log and "refused: 127.0.0.3" in log

@@ -9,7 +9,7 @@ import pytest
 from belay.sandbox.client import SandboxError
 from belay.sandbox.local import LocalSandbox
 from belay.sandbox.protocol import MAX_OUTPUT_BYTES
-from tests.sandbox.helpers import eventually_gone
+from tests.sandbox.helpers import eventually_gone_inside
 
 # Each test here touches only its own paths, so the module shares one sandbox.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -26,7 +26,7 @@ async def test_run_command_string_runs_in_a_shell_in_the_workspace(sandbox: Loca
     )
     assert result["ok"] is True
     assert result["output"]["exit_code"] == 3
-    assert result["output"]["stdout"].strip() == str(sandbox.workspace.resolve())
+    assert result["output"]["stdout"].strip() == "/workspace"
     assert result["output"]["stderr"].strip() == "oops"
 
 
@@ -58,7 +58,7 @@ async def test_run_command_timeout_kills_the_whole_group(sandbox: LocalSandbox) 
     assert result["output"]["exit_code"] != 0
     assert "timed out" in result["output"]["stderr"]
     sleeper = int((sandbox.workspace / "sleeper.pid").read_text())
-    assert await eventually_gone(sleeper)
+    assert await eventually_gone_inside(sandbox, sleeper)
 
 
 async def test_missing_program_is_a_result_not_a_crash(sandbox: LocalSandbox) -> None:

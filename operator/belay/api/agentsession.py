@@ -99,6 +99,9 @@ class SubagentSpec(ApiModel):
     image: str | None = None
     network_profile: Literal["none", "allowlist", "internet"] = "none"
     allowlist: list[str] = Field(default_factory=list)
+    # A local sandbox refuses to start without its walls (bubblewrap) unless this is "best-effort";
+    # a sandbox pod's walls are its security context and NetworkPolicy, always in force.
+    isolation: Literal["required", "best-effort"] = "required"
     deliverable: str | None = None
     inputs: list[SubagentInput] = Field(default_factory=list)
     # Workspace paths (glob patterns) that make up the subagent's declared state: only these

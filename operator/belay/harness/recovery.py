@@ -111,6 +111,10 @@ class Recovery:
         self.handles[sub.name] = handle
         isolation = "network isolated" if handle.network_isolated else "network NOT isolated"
         detail = f"clean workspace, pid {handle.pid}, profile {sub.network_profile}, {isolation}"
+        # A local sandbox says which walls it observed around itself (or why there are none).
+        walls = getattr(handle, "walls", "")
+        if walls:
+            detail += f"; walls: {walls}"
         if lost is not None:
             detail = (
                 f"replaces instance {lost.instance}, lost under attempt {attempt.number} ({why}); {detail}"

@@ -94,7 +94,13 @@ class LocalSandboxProvider:
         """A fresh server and workspace; a lost one (`replacing`) was already stopped."""
         from belay.sandbox.local import LocalSandbox
 
-        return await LocalSandbox.start(self.base_dir, subagent.name, subagent.network_profile)
+        return await LocalSandbox.start(
+            self.base_dir,
+            subagent.name,
+            subagent.network_profile,
+            isolation_level=subagent.isolation,
+            allowlist=subagent.allowlist,
+        )
 
 
 class LocalTickets:

@@ -1,25 +1,30 @@
-"""Network isolation for sandboxes with profile `none`, and an honest report of whether it holds.
+"""What a sandbox server reports about its isolation: the network, and the walls around it.
 
-Locally the server listens on a Unix socket, which is reachable from any network namespace, so
-the whole server re-executes itself under `unshare --net`: it and every command it runs then see
-only a loopback interface of their own. When the server must listen on TCP (a sandbox pod), it
-cannot leave the pod's namespace, so each command runs under `unshare --net` instead.
+A local sandbox's server runs inside walls bubblewrap built (`belay.sandbox.walls`): its own
+network namespace came with them, and `walled_report` describes what the server observes there.
 
-Whatever happens, the report says what was observed (namespace ids, interfaces), never what was
-merely attempted.
+Without those walls (a sandbox pod, or a local sandbox whose subagent accepted weaker walls),
+profile `none` is enforced with `unshare --net`. A server on a Unix socket (reachable from any
+network namespace) re-executes itself under it: it and every command it runs then see only a
+loopback interface of their own. A server on TCP (a sandbox pod) cannot leave the pod's namespace,
+so each command runs under `unshare --net` instead.
+
+Whatever happens, the report says what was observed (namespace ids, interfaces, uids), never what
+was merely attempted.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import socket
 import struct
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from belay.sandbox import walls
 
 NETWORK_PROFILES: tuple[str, ...] = ("none", "allowlist", "internet")
 
@@ -42,10 +47,7 @@ class IsolationReport:
 
 
 def unshare_binary() -> str | None:
-    configured = os.environ.get(UNSHARE_ENV)
-    if configured is not None:
-        return configured if Path(configured).is_file() and os.access(configured, os.X_OK) else None
-    return shutil.which("unshare")
+    return walls.configured_binary(UNSHARE_ENV, "unshare")
 
 
 def current_netns() -> str:
@@ -156,3 +158,53 @@ def plan_isolation(profile: str, listens_on_tcp: bool) -> tuple[IsolationReport,
             None,
         )
     return IsolationReport(False, "re-executing in a new network namespace"), prefix
+
+
+def walled_report(
+    profile: str, host_namespaces: dict[str, int], egress_socket: str | None, egress_rules: str
+) -> IsolationReport:
+    """Called by a server inside a local sandbox's walls: the network it observes, then the walls."""
+    isolated, network = observe_walled_network(
+        profile, host_namespaces.get("net"), egress_socket, egress_rules
+    )
+    return IsolationReport(isolated, f"{network}; walls: {walls.observe_walls(host_namespaces)}")
+
+
+def observe_walled_network(
+    profile: str, host_netns: int | None, egress_socket: str | None, egress_rules: str
+) -> tuple[bool, str]:
+    own = walls.own_namespace("net")
+    if profile == "internet":
+        return False, "profile internet: the host's network namespace, not restricted by the sandbox"
+    if own == host_netns:
+        return False, f"profile {profile} requested but the sandbox is still in the host's network namespace"
+    outside = [name for name in interfaces() if name != "lo"]
+    if outside:
+        return False, f"profile {profile}: own network namespace {own} but it has interfaces {outside}"
+    if profile == "none":
+        return True, f"own network namespace {own} (only lo): no network"
+    if egress_socket is None or not Path(egress_socket).exists():
+        return False, "profile allowlist: own network namespace (only lo) but the harness's proxy is missing"
+    return True, (
+        f"profile allowlist: own network namespace {own} (only lo); HTTP and HTTPS go only through the "
+        f"harness's filtering proxy at 127.0.0.1:{walls.PROXY_PORT} (HTTP_PROXY, HTTPS_PROXY), which "
+        f"{egress_rules}; every other connection fails"
+    )
+
+
+def without_walls(report: IsolationReport, *, listens_on_tcp: bool, token_file: Path) -> IsolationReport:
+    """The report of a server that runs without walls of its own, saying what stands in for them."""
+    uid = os.getuid()
+    if listens_on_tcp:
+        text = (
+            "no bubblewrap walls: commands run beside the server, with its uid "
+            f"{uid}, and can read its token file {token_file}; in a sandbox pod the container's "
+            "security context (non-root, read-only root filesystem, no capabilities) and the "
+            "session's NetworkPolicy are the walls"
+        )
+    else:
+        text = (
+            f"NONE: commands run as uid {uid} with the host's whole filesystem and processes "
+            "visible, as the harness does"
+        )
+    return replace(report, detail=f"{report.detail}; walls: {text}")

@@ -1,15 +1,27 @@
 """Local sandbox processes: one sandbox server per subagent, each with its own workspace.
 
-Layout under `base_dir/<name>/`: `workspace-<n>/` (a fresh one per start), `token`, `server.json`
-(the running server's pid and instance marker) and `server-<n>.log`. The server runs in its own
-session and process group, so killing the harness's process group leaves it alive; the next start
-for the same name (a resumed harness) finds it through `server.json` and stops it first.
+Layout under `base_dir/<name>/`: `workspace-<n>/` (a fresh one per start), `run-<n>/` (the
+server's socket and ready file), `server.json` (what the next start needs to stop this server) and
+`server-<n>.log`. With profile `allowlist`, `egress-<n>/` holds the harness's proxy socket and
+`egress-<n>.log` what it opened and refused.
+
+The server runs inside walls (`belay.sandbox.walls`): its own PID namespace, so stopping it kills
+the namespace's first process and the kernel kills everything else in it; `--die-with-parent`
+ends it with the harness process that started it. A harness that was frozen rather than killed
+leaves its sandboxes running: the next start for the same name (a resumed harness) finds the
+namespace through `server.json` and kills it.
+
+Without walls (a subagent with `isolation: best-effort` on a machine that cannot build them, or
+`BELAY_SANDBOX_WALLS=off` in the security tests), the server is a plain process as the harness's
+user: every process it starts inherits an instance marker in its environment, and stopping it
+kills whatever still carries the marker, which a process that clears its environment escapes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -19,19 +31,22 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
-from belay.sandbox import isolation
+from belay.sandbox import isolation, walls
 from belay.sandbox.client import SandboxClient, SandboxUnavailable
+from belay.sandbox.egress import Allowlist, EgressProxy, proxy_environment
 from belay.sandbox.isolation import NETWORK_PROFILES
 from belay.sandbox.protocol import INSTANCE_ENV, ReadyFile
+from belay.sandbox.walls import ISOLATION_LEVELS, WALLS_ENV, WallsUnavailable
 
-# Every process a local sandbox starts inherits INSTANCE_ENV, so stop() can find them all, even
-# those that left the server's process group; the server reports it as its instance id.
-# What a sandbox inherits from the harness's environment: enough to run programs, never the
-# harness's credentials (model API keys, store secrets).
+# What a sandbox without walls inherits from the harness's environment: enough to run programs,
+# never the harness's credentials (model API keys, store secrets).
 INHERITED_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM", "PYTHONPATH")
 START_TIMEOUT_S = 20.0
 STOP_GRACE_S = 3.0
@@ -41,10 +56,19 @@ TEMPORARY_SOCKET_PREFIX = "belay-sbx-"
 
 
 class ServerRecord(BaseModel):
-    instance: str  # the marker in the server's environment: enough to find and stop it
+    instance: str  # the marker in the server's environment
     workspace: str
     pid: int | None = None  # known once spawned
     endpoint: str | None = None  # known once ready
+    # A sandbox in walls: its PID namespace and that namespace's first process (host pid, start).
+    pid_namespace: int | None = None
+    first_pid: int | None = None
+    first_start: int | None = None
+
+    def namespace(self) -> walls.PidNamespace | None:
+        if self.pid_namespace is None or self.first_pid is None:
+            return None
+        return walls.PidNamespace(self.pid_namespace, self.first_pid, self.first_start)
 
 
 def processes_with_marker(instance: str) -> list[int]:
@@ -93,11 +117,82 @@ def next_workspace_number(sandbox_dir: Path) -> int:
     return max(numbers, default=0) + 1
 
 
+def short_directory(preferred: Path, socket_name: str) -> Path:
+    """`preferred`, or a short temporary directory when a socket in it would exceed the limit."""
+    if len(str(preferred / socket_name)) <= MAX_SOCKET_PATH:
+        preferred.mkdir(mode=0o700)
+        return preferred
+    return Path(tempfile.mkdtemp(prefix=TEMPORARY_SOCKET_PREFIX))
+
+
 def socket_path_for(sandbox_dir: Path, number: int) -> Path:
     preferred = sandbox_dir / f"sandbox-{number}.sock"
     if len(str(preferred)) <= MAX_SOCKET_PATH:
         return preferred
     return Path(tempfile.mkdtemp(prefix=TEMPORARY_SOCKET_PREFIX)) / "s.sock"
+
+
+@dataclass(frozen=True)
+class WallsChoice:
+    walled: bool
+    description: str  # what is in force, or why nothing is, for the record
+    version: str = ""
+
+
+def choose_walls(name: str, isolation_level: str) -> WallsChoice:
+    """Walls when the machine can build them; otherwise only what the subagent's isolation accepts."""
+    if isolation_level not in ISOLATION_LEVELS:
+        raise ValueError(f"unknown isolation {isolation_level!r}; expected one of {ISOLATION_LEVELS}")
+    switch = os.environ.get(WALLS_ENV)
+    if switch not in (None, "", "on", "off"):
+        raise WallsUnavailable(
+            f"{WALLS_ENV}={switch!r} is not understood; leave it unset (or 'off' in tests)"
+        )
+    if switch == "off":
+        if isolation_level != "best-effort":
+            raise WallsUnavailable(
+                f"subagent {name}: {WALLS_ENV}=off would remove the walls its `isolation: required` "
+                f"demands; the switch is for the security tests, unset it"
+            )
+        return WallsChoice(
+            False,
+            f"NONE: switched off by {WALLS_ENV}=off (a test switch; the subagent's isolation is best-effort)",
+        )
+    found = walls.availability()
+    if found.available:
+        return WallsChoice(True, "", found.version)
+    if isolation_level == "required":
+        raise WallsUnavailable(
+            f"subagent {name} needs walls around its sandbox, but {found.reason}: install Debian's "
+            "bubblewrap (`apt-get install bubblewrap`; `make setup` does so as root) or accept a sandbox "
+            "without walls with `isolation: best-effort` on the subagent"
+        )
+    return WallsChoice(False, f"NONE: {found.reason}; the subagent's `isolation: best-effort` accepted that")
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    choice: WallsChoice
+    sandbox_dir: Path
+    number: int  # of the workspace, and of everything else this start makes
+    workspace: Path
+    token: str
+    profile: str
+    allowlist: tuple[str, ...]
+    record: ServerRecord
+    log_path: Path
+
+
+@dataclass
+class Started:
+    process: asyncio.subprocess.Process  # bwrap, or the server itself without walls
+    record: ServerRecord
+    endpoint: str = ""  # as the harness reaches it
+    ready: ReadyFile | None = None  # the server's own report, once it accepts requests
+    walls: str = ""
+    walls_in_force: bool = False
+    run_dir: Path | None = None
+    proxy: EgressProxy | None = None
 
 
 class LocalSandbox:
@@ -107,27 +202,32 @@ class LocalSandbox:
         base_dir: Path,
         name: str,
         profile: str,
+        isolation_level: str,
+        allowlist: tuple[str, ...],
         workspace: Path,
-        endpoint: str,
         token: str,
-        pid: int,
         instance: str,
-        network_isolated: bool,
-        isolation_detail: str,
-        process: asyncio.subprocess.Process,
+        started: Started,
     ) -> None:
         self.base_dir = base_dir
         self.name = name
         self.profile = profile
+        self.isolation_level = isolation_level
+        self.allowlist = allowlist
         self.workspace = workspace
-        self.endpoint = endpoint
+        self.endpoint = started.endpoint
         self.token = token
-        self.pid = pid
+        # The process the harness started and stops: bwrap, or the server itself without walls.
+        self.pid = started.process.pid
         self.instance = instance
-        self.network_isolated = network_isolated
-        self.isolation_detail = isolation_detail
-        self.client = SandboxClient(endpoint, token, instance=instance)
-        self._process = process
+        assert started.ready is not None
+        self.network_isolated = started.ready.network_isolated
+        self.isolation_detail = started.ready.detail
+        self.walls = started.walls
+        self.walls_in_force = started.walls_in_force
+        self.pid_namespace = started.record.namespace()
+        self.client = SandboxClient(started.endpoint, token, instance=instance)
+        self._started = started
 
     def __repr__(self) -> str:
         return f"LocalSandbox(name={self.name!r}, pid={self.pid}, workspace={str(self.workspace)!r})"
@@ -137,10 +237,19 @@ class LocalSandbox:
         return self.base_dir / self.name
 
     @classmethod
-    async def start(cls, base_dir: Path, name: str, profile: str) -> LocalSandbox:
+    async def start(
+        cls,
+        base_dir: Path,
+        name: str,
+        profile: str,
+        *,
+        isolation_level: str = "required",
+        allowlist: Sequence[str] = (),
+    ) -> LocalSandbox:
         """Start a server on a fresh, empty workspace and wait until it answers /healthz."""
         if profile not in NETWORK_PROFILES:
             raise ValueError(f"unknown network profile {profile!r}; expected one of {NETWORK_PROFILES}")
+        choice = choose_walls(name, isolation_level)
         base_dir = base_dir.absolute()
         sandbox_dir = base_dir / name
         sandbox_dir.mkdir(parents=True, exist_ok=True)
@@ -149,60 +258,27 @@ class LocalSandbox:
         workspace = sandbox_dir / f"workspace-{number}"
         workspace.mkdir()
         token = secrets.token_urlsafe(32)
-        token_file = sandbox_dir / "token"
-        write_private(token_file, token)
-        socket_path = socket_path_for(sandbox_dir, number)
-        ready_file = sandbox_dir / f"ready-{number}.json"
-        ready_file.unlink(missing_ok=True)
         instance = uuid.uuid4().hex
         record_path = sandbox_dir / "server.json"
         # Recorded before the spawn: a harness killed while the server starts still leaves a
         # record the next start uses to stop it.
-        record_path.write_text(ServerRecord(instance=instance, workspace=str(workspace)).model_dump_json())
-        log_path = sandbox_dir / f"server-{number}.log"
-        with log_path.open("ab") as log:
-            process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "belay.sandbox.server",
-                "--workspace",
-                str(workspace),
-                "--socket",
-                str(socket_path),
-                "--token-file",
-                str(token_file),
-                "--network-profile",
-                profile,
-                "--ready-file",
-                str(ready_file),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=sandbox_environment(instance),
-                start_new_session=True,
-            )
-        try:
-            ready = await wait_until_ready(process, ready_file, log_path)
-        except BaseException:
-            kill_instance(instance)
-            await process.wait()
-            raise
-        record = ServerRecord(
-            instance=instance, workspace=str(workspace), pid=process.pid, endpoint=ready.endpoint
-        )
+        record = ServerRecord(instance=instance, workspace=str(workspace))
         record_path.write_text(record.model_dump_json())
+        log_path = sandbox_dir / f"server-{number}.log"
+        request = StartRequest(
+            choice, sandbox_dir, number, workspace, token, profile, tuple(allowlist), record, log_path
+        )
+        started = await (start_walled if choice.walled else start_plain)(request)
         sandbox = cls(
             base_dir=base_dir,
             name=name,
             profile=profile,
+            isolation_level=isolation_level,
+            allowlist=tuple(allowlist),
             workspace=workspace,
-            endpoint=ready.endpoint,
             token=token,
-            pid=process.pid,
             instance=instance,
-            network_isolated=ready.network_isolated,
-            isolation_detail=ready.detail,
-            process=process,
+            started=started,
         )
         try:
             await sandbox.client.health()
@@ -216,17 +292,12 @@ class LocalSandbox:
         await self.client.close()
         # Nothing to shut down gracefully: the server answers a write only once it is on disk, so
         # killing it loses nothing, and is much quicker than an orderly interpreter exit.
-        kill_instance(self.instance)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signal.SIGKILL)
-        await self._process.wait()
-        deadline = time.monotonic() + STOP_GRACE_S
-        while processes_with_marker(self.instance) and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        socket_path = Path(self.endpoint.removeprefix("unix://"))
-        socket_path.unlink(missing_ok=True)
-        if socket_path.parent.name.startswith(TEMPORARY_SOCKET_PREFIX):
-            shutil.rmtree(socket_path.parent, ignore_errors=True)
+        await kill_started(self._started)
+        if self._started.run_dir is None:
+            socket_path = Path(self.endpoint.removeprefix("unix://"))
+            socket_path.unlink(missing_ok=True)
+            if socket_path.parent.name.startswith(TEMPORARY_SOCKET_PREFIX):
+                shutil.rmtree(socket_path.parent, ignore_errors=True)
         record = self.sandbox_dir / "server.json"
         with contextlib.suppress(FileNotFoundError, ValueError):
             if ServerRecord.model_validate_json(record.read_text()).instance == self.instance:
@@ -235,7 +306,205 @@ class LocalSandbox:
     async def replace(self) -> LocalSandbox:
         """Stop this sandbox and start a clean one (a new, empty workspace) under the same name."""
         await self.stop()
-        return await LocalSandbox.start(self.base_dir, self.name, self.profile)
+        return await LocalSandbox.start(
+            self.base_dir,
+            self.name,
+            self.profile,
+            isolation_level=self.isolation_level,
+            allowlist=self.allowlist,
+        )
+
+
+async def kill_started(started: Started) -> None:
+    record = started.record
+    namespace = record.namespace()
+    if namespace is not None:
+        namespace.kill()
+    kill_instance(record.instance)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(started.process.pid, signal.SIGKILL)
+    await started.process.wait()
+    if namespace is not None:
+        await asyncio.to_thread(namespace.wait_until_gone)
+    else:
+        deadline = time.monotonic() + STOP_GRACE_S
+        while processes_with_marker(record.instance) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+    if started.proxy is not None:
+        await started.proxy.stop()
+        shutil.rmtree(started.proxy.socket_path.parent, ignore_errors=True)
+    if started.run_dir is not None:
+        shutil.rmtree(started.run_dir, ignore_errors=True)
+
+
+async def start_plain(request: StartRequest) -> Started:
+    """The server as a plain process of the harness's user: no walls but the network namespace."""
+    sandbox_dir, number, record = request.sandbox_dir, request.number, request.record
+    token_file = sandbox_dir / "token"
+    write_private(token_file, request.token)
+    socket_path = socket_path_for(sandbox_dir, number)
+    ready_file = sandbox_dir / f"ready-{number}.json"
+    ready_file.unlink(missing_ok=True)
+    with request.log_path.open("ab") as log:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "belay.sandbox.server",
+            "--workspace",
+            str(request.workspace),
+            "--socket",
+            str(socket_path),
+            "--token-file",
+            str(token_file),
+            "--network-profile",
+            request.profile,
+            "--ready-file",
+            str(ready_file),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=sandbox_environment(record.instance),
+            start_new_session=True,
+        )
+    started = Started(process, record, walls=request.choice.description)
+    try:
+        started.ready = await wait_until_ready(process, ready_file, request.log_path)
+    except BaseException:
+        await kill_started(started)
+        raise
+    started.endpoint = started.ready.endpoint
+    record.pid, record.endpoint = process.pid, started.endpoint
+    (sandbox_dir / "server.json").write_text(record.model_dump_json())
+    return started
+
+
+async def start_walled(request: StartRequest) -> Started:
+    """The server inside bubblewrap (see belay.sandbox.walls)."""
+    sandbox_dir, number, record = request.sandbox_dir, request.number, request.record
+    bwrap = walls.bubblewrap_binary()
+    if bwrap is None:
+        raise WallsUnavailable("bubblewrap (bwrap) disappeared since it was found")
+    run_dir = short_directory(sandbox_dir / f"run-{number}", "server.sock")
+    walls.give_to_sandbox_user(run_dir)
+    walls.give_to_sandbox_user(request.workspace)
+    proxy = None
+    egress_environment: dict[str, str] = {}
+    if request.profile == "allowlist":
+        rules = Allowlist.parse(request.allowlist)
+        egress_dir = short_directory(sandbox_dir / f"egress-{number}", "proxy.sock")
+        proxy = await EgressProxy(
+            rules, egress_dir / "proxy.sock", sandbox_dir / f"egress-{number}.log"
+        ).start()
+        egress_environment = {
+            **proxy_environment(walls.PROXY_PORT),
+            walls.EGRESS_SOCKET_ENV: walls.EGRESS_SOCKET,
+            walls.EGRESS_RULES_ENV: rules.describe(),
+        }
+    launch = walls.build_launch(
+        bwrap=bwrap,
+        profile=request.profile,
+        workspace=request.workspace,
+        run_dir=run_dir,
+        token=request.token,
+        instance_env={INSTANCE_ENV: record.instance},
+        egress_socket=proxy.socket_path if proxy is not None else None,
+        egress_environment=egress_environment,
+    )
+    try:
+        with request.log_path.open("ab") as log:
+            process = await asyncio.create_subprocess_exec(
+                *launch.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=launch.pass_fds,
+                start_new_session=True,
+                cwd="/",
+            )
+    except BaseException:
+        os.close(launch.status_fd)
+        if proxy is not None:
+            await proxy.stop()
+        raise
+    finally:
+        for descriptor in launch.pass_fds:
+            os.close(descriptor)
+    started = Started(
+        process, record, endpoint=f"unix://{run_dir / 'server.sock'}", run_dir=run_dir, proxy=proxy
+    )
+    try:
+        status = await asyncio.wait_for(read_status(launch.status_fd), START_TIMEOUT_S)
+        record.pid = process.pid
+        if status is not None:
+            record.pid_namespace = int(status["pid-namespace"])
+            record.first_pid = int(status["child-pid"])
+            record.first_start = walls.start_ticks(record.first_pid)
+        (sandbox_dir / "server.json").write_text(record.model_dump_json())
+        started.ready = await wait_until_ready(process, run_dir / "ready.json", request.log_path)
+        started.walls = describe_walls(request.choice, status, request.profile)
+        started.walls_in_force = True
+    except BaseException:
+        await kill_started(started)
+        raise
+    record.endpoint = started.endpoint
+    (sandbox_dir / "server.json").write_text(record.model_dump_json())
+    return started
+
+
+async def read_status(descriptor: int) -> dict[str, Any] | None:
+    """bwrap's first JSON status document (the sandbox's first pid and its namespaces), or None when
+    bwrap ended before writing it."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(descriptor, "rb", buffering=0)
+    )
+    decoder = json.JSONDecoder()
+    data = b""
+    try:
+        while chunk := await reader.read(4096):
+            data += chunk
+            try:
+                status, _ = decoder.raw_decode(data.decode().lstrip())
+            except ValueError:
+                continue
+            return status if isinstance(status, dict) else None
+        return None
+    finally:
+        transport.close()
+
+
+def describe_walls(choice: WallsChoice, status: dict[str, Any] | None, profile: str) -> str:
+    """The walls as observed from outside: the namespaces the sandbox does not share with the
+    harness, and the uid its server runs as on the host."""
+    if status is None:
+        raise SandboxUnavailable("bwrap ended before reporting the sandbox's namespaces")
+    first_pid = int(status["child-pid"])
+    kinds = ("pid", "mnt", "ipc", "uts", "net")
+    # bwrap names only the namespaces it created.
+    own = [
+        kind
+        for kind in kinds
+        if int(status.get(f"{kind}-namespace", walls.own_namespace(kind))) != walls.own_namespace(kind)
+    ]
+    if "pid" not in own or "mnt" not in own:
+        raise SandboxUnavailable(f"bwrap did not give the sandbox its own pid and mount namespaces: {status}")
+    if profile != "internet" and "net" not in own:
+        raise SandboxUnavailable(f"bwrap did not give the sandbox its own network namespace: {status}")
+    servers = walls.children_in_namespace(int(status["pid-namespace"]), first_pid)
+    uid = walls.host_uid(servers[0]) if servers else None
+    expected = walls.SANDBOX_UID if walls.privileged() else os.geteuid()
+    if uid != expected:
+        raise SandboxUnavailable(f"the sandbox server runs as host uid {uid}, expected {expected}")
+    who = (
+        f"uid {walls.SANDBOX_UID} on the host"
+        if walls.privileged()
+        else f"uid {walls.SANDBOX_UID} inside, the harness's own uid {uid} on the host (it has no other)"
+    )
+    return (
+        f"{choice.version}: {walls.WORKSPACE} the only writable path, system directories read-only, "
+        f"private /tmp, own {', '.join(own)} namespaces, {who}, clean environment"
+    )
 
 
 def stop_recorded_servers(base_dir: Path) -> list[str]:
@@ -251,13 +520,18 @@ def stop_recorded_servers(base_dir: Path) -> list[str]:
 
 
 def stop_recorded_server(sandbox_dir: Path) -> None:
-    """Kill a server left running by an earlier harness process (killed before it could stop it)."""
+    """Kill a server left running by an earlier harness process (killed or frozen before it could
+    stop it): its whole PID namespace when it ran in walls, whatever carries its marker otherwise."""
     record_path = sandbox_dir / "server.json"
     try:
         record = ServerRecord.model_validate_json(record_path.read_text())
     except (FileNotFoundError, ValueError):
         return
     kill_instance(record.instance)
+    namespace = record.namespace()
+    if namespace is not None:
+        namespace.kill()
+        namespace.wait_until_gone()
     record_path.unlink(missing_ok=True)
 
 

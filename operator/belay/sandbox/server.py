@@ -3,9 +3,10 @@
     python -m belay.sandbox.server --workspace DIR (--socket PATH | --port N) --token-file FILE \
         --network-profile none|allowlist|internet [--ready-file FILE]
 
-The same code serves a sandbox pod (TCP) and a local sandbox process (a Unix socket). Endpoints:
+The same code serves a sandbox pod (TCP) and a local sandbox (a Unix socket); a local sandbox's
+server runs inside its walls (`belay.sandbox.walls`), which it observes and reports. Endpoints:
 
-    GET  /healthz                 profile and whether network isolation is really in force
+    GET  /healthz                 profile, and which network isolation and walls are really in force
     POST /v1/tools/{tool}         run_command, read_file, write_file, list_files
     PUT  /v1/files/{path}         raw bytes, verified against X-Content-Sha256, written atomically
     GET  /v1/files/{path}         raw bytes
@@ -23,7 +24,7 @@ from pathlib import Path
 
 # Only light imports here: with profile `none` this module runs twice (before and after entering
 # the new network namespace), and aiohttp and pydantic are imported once, after the re-exec.
-from belay.sandbox import isolation
+from belay.sandbox import isolation, walls
 
 
 def parse_arguments(argv: list[str]) -> argparse.Namespace:
@@ -42,6 +43,17 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     arguments = sys.argv[1:] if argv is None else argv
     options = parse_arguments(arguments)
+    started_from = os.environ.pop(walls.HOST_NAMESPACES_ENV, None)
+    if started_from is not None:
+        # Inside the walls of a local sandbox (see belay.sandbox.walls): bwrap made the namespaces.
+        walls.make_undumpable()
+        egress_socket = os.environ.pop(walls.EGRESS_SOCKET_ENV, None)
+        egress_rules = os.environ.pop(walls.EGRESS_RULES_ENV, "")
+        report = isolation.walled_report(
+            options.network_profile, walls.parse_host_namespaces(started_from), egress_socket, egress_rules
+        )
+        asyncio.run(serve_walled(options, report, egress_socket))
+        return
     host_netns = os.environ.get(isolation.HOST_NETNS_ENV)
     if host_netns is not None:
         # We are the re-executed server inside the new namespace.
@@ -55,7 +67,28 @@ def main(argv: list[str] | None = None) -> None:
             os.execv(reexec_with[0], isolation.reexec_argv(reexec_with, sys.executable, arguments))
     from belay.sandbox.app import serve
 
+    report = isolation.without_walls(
+        report, listens_on_tcp=options.socket is None, token_file=options.token_file
+    )
     asyncio.run(serve(options, report))
+
+
+async def serve_walled(
+    options: argparse.Namespace, report: isolation.IsolationReport, egress_socket: str | None
+) -> None:
+    from belay.sandbox.app import serve
+
+    forwarder = None
+    if egress_socket is not None:
+        from belay.sandbox.egress import forward_to_proxy
+
+        # Listening before the server writes its ready file: a ready sandbox can reach the proxy.
+        forwarder = await forward_to_proxy(walls.PROXY_PORT, egress_socket)
+    try:
+        await serve(options, report)
+    finally:
+        if forwarder is not None:
+            forwarder.close()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,244 @@
+"""Network profile `allowlist` for a local sandbox: a filtering proxy on the harness's side.
+
+The sandbox has a network namespace of its own with only `lo`, so nothing it sends leaves it except
+through a Unix socket bound into it: the harness's `EgressProxy`, which opens a connection only to
+an allowlisted destination. Inside, the sandbox server forwards `127.0.0.1:3128` to that socket,
+and commands find it through `HTTP_PROXY`/`HTTPS_PROXY` (and the lowercase names), so HTTP and HTTPS
+clients that honour those variables work; any other connection fails, as with profile `none`.
+
+The proxy speaks HTTP `CONNECT host:port` (HTTPS, or any TCP protocol a client tunnels) and plain
+HTTP requests in absolute form (`GET http://host/path`). An allowlist entry is a host name (that
+name exactly, any port) or an IP address or range (any port). A name that is not listed is still
+opened when it resolves into a listed range. The cloud metadata address is never opened. The
+destination is resolved once, on the harness's side, and the connection goes to that address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+import re
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from belay.controller.desired import METADATA_ADDRESSES
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+MAX_REQUEST_HEAD = 64 * 1024
+CONNECT_TIMEOUT_S = 30.0
+HOST_NAME = re.compile(
+    r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
+)
+
+
+@dataclass(frozen=True)
+class Allowlist:
+    names: frozenset[str]
+    networks: tuple[IPNetwork, ...]
+    ignored: tuple[str, ...]  # entries that are neither a host name nor an address or range
+
+    @classmethod
+    def parse(cls, entries: Sequence[str]) -> Allowlist:
+        names, networks, ignored = set(), [], []
+        for entry in entries:
+            text = entry.strip().lower().rstrip(".")
+            try:
+                networks.append(ipaddress.ip_network(text, strict=False))
+                continue
+            except ValueError:
+                pass
+            if HOST_NAME.match(text):
+                names.add(text)
+            else:
+                ignored.append(entry)
+        return cls(frozenset(names), tuple(networks), tuple(ignored))
+
+    def describe(self) -> str:
+        opened = sorted(self.names) + [str(network) for network in self.networks]
+        text = f"opens only {', '.join(opened)} (any port)" if opened else "opens nothing (empty allowlist)"
+        if self.ignored:
+            text += f"; ignored entries (neither a host name nor an address): {', '.join(self.ignored)}"
+        return text + "; never the metadata address"
+
+    def admits_address(self, address: IPAddress) -> bool:
+        if is_metadata(address):
+            return False
+        return any(address.version == network.version and address in network for network in self.networks)
+
+
+def is_metadata(address: IPAddress) -> bool:
+    return any(address.version == network.version and address in network for network in METADATA_ADDRESSES)
+
+
+class Refused(Exception):
+    pass
+
+
+def parse_target(head: bytes) -> tuple[str, int, bytes | None]:
+    """(host, port, bytes to send first) of a request head; None to send means CONNECT."""
+    try:
+        request_line, _, rest = head.decode("latin-1").partition("\r\n")
+        method, target, version = request_line.split(" ")
+    except ValueError as error:
+        raise Refused("malformed request line") from error
+    if method == "CONNECT":
+        host, _, port = target.rpartition(":")
+        if not host or not port.isdigit():
+            raise Refused(f"CONNECT needs host:port, got {target!r}")
+        return host.strip("[]").lower(), int(port), None
+    url = urlsplit(target)
+    if url.scheme != "http" or not url.hostname:
+        raise Refused(f"only CONNECT and http:// requests in absolute form go through, got {target!r}")
+    path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+    forwarded = f"{method} {path} {version}\r\n{rest}".encode("latin-1")
+    return url.hostname.lower(), url.port or 80, forwarded
+
+
+async def splice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while chunk := await reader.read(65536):
+            writer.write(chunk)
+            await writer.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            if writer.can_write_eof():
+                writer.write_eof()
+
+
+async def join(
+    left: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    right: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+) -> None:
+    try:
+        await asyncio.gather(splice(left[0], right[1]), splice(right[0], left[1]))
+    finally:
+        for writer in (left[1], right[1]):
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+class EgressProxy:
+    """The harness's side of profile `allowlist`: a proxy on a Unix socket, one per sandbox."""
+
+    def __init__(self, allowlist: Allowlist, socket_path: Path, log_path: Path) -> None:
+        self.allowlist = allowlist
+        self.socket_path = socket_path
+        self.log_path = log_path
+        self.opened = 0
+        self.refused = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> EgressProxy:
+        self.socket_path.unlink(missing_ok=True)
+        self._server = await asyncio.start_unix_server(
+            self.handle, str(self.socket_path), limit=MAX_REQUEST_HEAD
+        )
+        # Bound into one sandbox only; its uid differs from the harness's when belay runs as root.
+        os.chmod(self.socket_path, 0o666)
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+        self.socket_path.unlink(missing_ok=True)
+
+    def log(self, line: str) -> None:
+        with self.log_path.open("a") as handle:
+            handle.write(line + "\n")
+
+    async def resolve(self, host: str, port: int) -> list[IPAddress]:
+        """Addresses of the destination this allowlist opens, empty when it opens none."""
+        with contextlib.suppress(ValueError):
+            literal = ipaddress.ip_address(host)
+            return [literal] if self.allowlist.admits_address(literal) else []
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as error:
+            raise Refused(f"cannot resolve {host}: {error}") from error
+        addresses = list(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
+        if host in self.allowlist.names:
+            return [address for address in addresses if not is_metadata(address)]
+        return [address for address in addresses if self.allowlist.admits_address(address)]
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            host, port, first = parse_target(head)
+            addresses = await self.resolve(host, port)
+            if not addresses:
+                raise Refused(
+                    f"{host}:{port} is not in this sandbox's allowlist ({self.allowlist.describe()})"
+                )
+            upstream = await self.connect(addresses, port)
+        except (Refused, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError) as error:
+            self.refused += 1
+            self.log(f"refused: {error}")
+            message = f"belay egress proxy: {error}\n".encode()
+            with contextlib.suppress(Exception):
+                writer.write(
+                    b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\n"
+                    + f"Content-Length: {len(message)}\r\nConnection: close\r\n\r\n".encode()
+                    + message
+                )
+                await writer.drain()
+            writer.close()
+            return
+        self.opened += 1
+        self.log(f"opened: {host}:{port}")
+        if first is None:
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        else:
+            upstream[1].write(first)
+        await join((reader, writer), upstream)
+
+    @staticmethod
+    async def connect(
+        addresses: list[IPAddress], port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        failures = []
+        for address in addresses:
+            try:
+                return await asyncio.wait_for(asyncio.open_connection(str(address), port), CONNECT_TIMEOUT_S)
+            except (OSError, TimeoutError) as error:
+                failures.append(f"{address}: {error}")
+        raise OSError(f"cannot connect: {'; '.join(failures)}")
+
+
+async def forward_to_proxy(port: int, socket_path: str) -> asyncio.Server:
+    """Inside the sandbox: `127.0.0.1:port` forwards every connection to the proxy's socket."""
+
+    async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            upstream = await asyncio.open_unix_connection(socket_path)
+        except OSError:
+            writer.close()
+            return
+        await join((reader, writer), upstream)
+
+    return await asyncio.start_server(forward, "127.0.0.1", port)
+
+
+def proxy_environment(port: int) -> dict[str, str]:
+    url = f"http://127.0.0.1:{port}"
+    local = "localhost,127.0.0.1,::1"
+    return {
+        "HTTP_PROXY": url,
+        "HTTPS_PROXY": url,
+        "http_proxy": url,
+        "https_proxy": url,
+        "NO_PROXY": local,
+        "no_proxy": local,
+    }
