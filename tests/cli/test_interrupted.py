@@ -41,6 +41,8 @@ from tests.harness.example import MANIFEST, SESSION, run_example
 
 KILLS = 20
 SEED_ENV = "BELAY_KILL_SEED"
+# How long the kernel may take to kill a walled sandbox after its harness died.
+DEATH_SETTLE_S = 5.0
 STOP_TIMEOUT_S = 120.0  # a guard against a hang, never a timing assertion
 RESUME = f"belay resume {SESSION}"
 SETTLED_ON_RESUME = "interrupted, will be settled on resume: "
@@ -155,7 +157,13 @@ def kill_run_at(point: str, home: Path, *style: str) -> Kill:
         if process.poll() is None:
             process.kill()
             process.wait()
+    # A walled sandbox dies with the harness (bubblewrap's --die-with-parent): the kernel delivers
+    # that kill on its own time, so let it land before asking who is left for `belay` to stop.
     after = still_alive(before)
+    deadline = time.monotonic() + DEATH_SETTLE_S
+    while after and time.monotonic() < deadline:
+        time.sleep(0.05)
+        after = still_alive(before)
     brief = run_belay(home, "brief", SESSION, *style)
     return Kill(point, before, after, brief, read_events(home, SESSION))
 

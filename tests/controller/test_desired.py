@@ -1,13 +1,19 @@
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from belay.controller import names
 from belay.controller.desired import (
     BLOCKED_IPV4,
+    ENV_SANDBOX_TOKEN_DIR,
+    HARNESS_TOKENS_MOUNT,
+    TOKEN_KEY,
+    TOKEN_MOUNT,
     desired_children,
     harness_pod,
     sandbox_endpoint,
+    sandbox_token_secret,
 )
 from belay.controller.settings import EgressTarget, OperatorSettings
 from tests.controller.sessions import REF, spec_with, subagent
@@ -109,6 +115,109 @@ def test_harness_pod_gets_the_spec_endpoints_and_secrets_never_inline_credential
         {"secretRef": {"name": "model-keys"}},
     ]
     assert not any("KEY" in name or "SECRET" in name for name in env)
+
+
+def secret_names(pod: dict[str, Any]) -> set[str]:
+    """Every Secret a pod can read: volumes (plain and projected), env and envFrom."""
+    found = set()
+    for volume in pod["spec"]["volumes"]:
+        if "secret" in volume:
+            found.add(volume["secret"]["secretName"])
+        for source in volume.get("projected", {}).get("sources", []):
+            if "secret" in source:
+                found.add(source["secret"]["name"])
+    for container in pod["spec"]["containers"]:
+        found |= {s["secretRef"]["name"] for s in container.get("envFrom", []) if "secretRef" in s}
+        for item in container.get("env", []):
+            if "secretKeyRef" in item.get("valueFrom", {}):
+                found.add(item["valueFrom"]["secretKeyRef"]["name"])
+    return found
+
+
+def test_each_sandbox_pod_can_read_its_own_token_and_nothing_that_reaches_the_record() -> None:
+    spec = spec_with(stores={"secretRef": "model-keys"})
+    for replacements in ({}, {"researcher": 2}):
+        pods = by_kind(desired_children(REF, spec, SETTINGS, 3, replacements), "Pod")
+        sandboxes = {
+            p["metadata"]["labels"][names.LABEL_SUBAGENT]: p for n, p in pods.items() if "-sbx-" in n
+        }
+        assert sorted(sandboxes) == ["implementer", "researcher"]
+        for name, pod in sandboxes.items():
+            own = names.sandbox_token_secret_name("parser-fix", name)
+            assert secret_names(pod) == {own}
+            [token] = [v for v in pod["spec"]["volumes"] if "secret" in v]
+            assert token["secret"] == {"secretName": own, "defaultMode": 0o400}
+            (container,) = pod["spec"]["containers"]
+            assert f"{TOKEN_MOUNT}/{TOKEN_KEY}" in container["command"]
+            # No store location or credential, no service account token, no API address.
+            assert "env" not in container and "envFrom" not in container
+            assert pod["spec"]["automountServiceAccountToken"] is False
+            assert pod["spec"]["enableServiceLinks"] is False
+            text = json.dumps(pod)
+            for reaching in (SETTINGS.event_store, SETTINGS.artifact_store, "belay-stores", "model-keys"):
+                assert reaching not in text
+        assert secret_names(sandboxes["researcher"]) != secret_names(sandboxes["implementer"])
+
+
+def test_the_harness_reads_every_sandbox_token_one_file_each() -> None:
+    pod = harness_pod(REF, spec_with(), SETTINGS, 0)
+    [tokens] = [v for v in pod["spec"]["volumes"] if v["name"] == "sandbox-tokens"]
+    assert tokens["projected"]["sources"] == [
+        {
+            "secret": {
+                "name": names.sandbox_token_secret_name("parser-fix", sub),
+                "items": [{"key": TOKEN_KEY, "path": sub}],
+            }
+        }
+        for sub in ("researcher", "implementer")
+    ]
+    (container,) = pod["spec"]["containers"]
+    assert {"name": "sandbox-tokens", "mountPath": HARNESS_TOKENS_MOUNT, "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    assert {"name": ENV_SANDBOX_TOKEN_DIR, "value": HARNESS_TOKENS_MOUNT} in container["env"]
+
+
+def test_every_subagent_gets_a_token_secret_of_its_own() -> None:
+    first = sandbox_token_secret(REF, "researcher", "t1")
+    second = sandbox_token_secret(REF, "implementer", "t2")
+    assert first["metadata"]["name"] != second["metadata"]["name"]
+    assert first["metadata"]["name"] == names.sandbox_token_secret_name("parser-fix", "researcher")
+    assert first["stringData"] == {TOKEN_KEY: "t1"}
+    assert first["metadata"]["ownerReferences"] == [REF.owner_reference()]
+    assert names.sandbox_token_secret_name("s" * 60, "a" * 40) != names.sandbox_token_secret_name(
+        "s" * 60, "a" * 39 + "b"
+    )
+
+
+def test_no_sandbox_egress_reaches_a_store_named_by_address() -> None:
+    settings = SETTINGS.model_copy(
+        update={
+            "store_egress": [
+                EgressTarget(cidr="198.51.100.9/32", ports=[2379]),
+                EgressTarget(cidr="2001:db8::5/128", ports=[443]),
+                EgressTarget(cidr="10.20.0.5/32", ports=[9000]),
+            ]
+        }
+    )
+    subagents = [
+        subagent("web", "internet"),
+        subagent("fetch", "allowlist", ["198.51.100.0/24", "198.51.100.9", "203.0.113.0/24"]),
+    ]
+    objects = desired_children(REF, spec_with(subagents=subagents), settings, 0)
+    policies = by_kind(objects, "NetworkPolicy")
+
+    def blocks(name: str) -> list[dict[str, Any]]:
+        egress = policies[name]["spec"]["egress"]
+        return [peer["ipBlock"] for rule in egress for peer in rule["to"] if "ipBlock" in peer]
+
+    internet = {b["cidr"]: b["except"] for b in blocks("parser-fix-sbx-web")}
+    assert internet["0.0.0.0/0"] == [*BLOCKED_IPV4, "198.51.100.9/32"]  # 10.20.0.5 is already cut
+    assert "2001:db8::5/128" in internet["::/0"]
+    assert blocks("parser-fix-sbx-fetch") == [
+        {"cidr": "198.51.100.0/24", "except": ["198.51.100.9/32"]},
+        {"cidr": "203.0.113.0/24"},
+    ]
 
 
 def _policy(spec_subagents: list[dict[str, Any]], name: str) -> dict[str, Any]:

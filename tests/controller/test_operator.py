@@ -7,6 +7,7 @@ session removes its pods but keeps its record."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import copy
 import json
@@ -16,6 +17,8 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -671,6 +674,86 @@ async def test_a_lost_sandbox_pod_is_replaced_and_restored_in_the_same_attempt(
         ]
         assert steps_run_twice(events) == []
         assert deliverables(events) == uninterrupted_deliverables
+    finally:
+        await store.close()
+        kube.kubectl("delete", "agentsession", name, "-n", NAMESPACE, "--timeout=120s", check=False)
+
+
+def sandbox_answers(port: int, token: str) -> int:
+    """The HTTP status a sandbox server gives a request with this token."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/healthz", headers={"Authorization": f"Bearer {token}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+async def test_each_sandbox_pod_holds_only_its_own_token_and_refuses_the_others(
+    e2e_cluster: ControlPlane,
+    operator: OperatorProcess,
+    stores: tuple[str, str],
+    tickets: str,
+    tmp_path: Path,
+) -> None:
+    kube = e2e_cluster
+    name = "tokens"
+    subagents = ("implementer", "researcher")
+    describe = lambda: f"operator log:\n{operator.log()[-4000:]}\npods: {sorted(pods(kube, name))}"  # noqa: E731
+    api = load_api_client(str(kube.kubeconfig))
+    store = open_event_store(stores[0])
+    # The harness stops itself after the first checkpoint; the sandbox pods go on serving.
+    pod_env = harness_env(tickets, "checkpoint:researcher/reproduce")
+    try:
+        with LocalKubelet(api, NAMESPACE, tmp_path / "kubelet", extra_env=pod_env) as kubelet:
+            kube.kubectl("apply", "-f", "-", input=json.dumps(cluster_manifest(name)))
+            await wait_for_checkpoint(store, name, "researcher/reproduce", describe)
+
+            # One Secret per subagent, each with a token of its own.
+            listed = kubectl_json(
+                kube, "get", "secrets", "-n", NAMESPACE, "-l", f"{names.LABEL_SESSION}={name}"
+            )
+            tokens = {
+                s["metadata"]["labels"][names.LABEL_SUBAGENT]: base64.b64decode(s["data"]["token"]).decode()
+                for s in listed["items"]
+            }
+            assert sorted(s["metadata"]["name"] for s in listed["items"]) == sorted(
+                names.sandbox_token_secret_name(name, sub) for sub in subagents
+            )
+            assert sorted(tokens) == list(subagents) and len(set(tokens.values())) == 2
+
+            running = pods(kube, name)
+            for sub in subagents:
+                other = next(o for o in subagents if o != sub)
+                pod_name = f"{name}-sbx-{sub}-0"
+                spec = running[pod_name]["spec"]
+                assert spec["automountServiceAccountToken"] is False
+                (container,) = spec["containers"]
+                assert "envFrom" not in container and "env" not in container
+                assert [v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v] == [
+                    names.sandbox_token_secret_name(name, sub)
+                ]
+                assert not [v for v in spec["volumes"] if "projected" in v]
+                # What the pod's process can read: its own token, and no file holding the other's.
+                volumes = kubelet.pods[pod_name].root / "volumes"
+                files = {
+                    f.relative_to(volumes).as_posix(): f.read_bytes()
+                    for f in volumes.rglob("*")
+                    if f.is_file()
+                }
+                assert files["sandbox-token/token"].decode() == tokens[sub]
+                assert sorted(f for f in files if f.startswith("sandbox-token/")) == ["sandbox-token/token"]
+                assert not [f for f, content in files.items() if tokens[other].encode() in content]
+                # Its server takes its own token only.
+                port = kubelet.pods[pod_name].ports["http"]
+                assert sandbox_answers(port, tokens[sub]) == 200
+                assert sandbox_answers(port, tokens[other]) == 401
+
+            # The harness holds every sandbox's token, one file each.
+            harness_tokens = kubelet.pods[f"{name}-harness-0"].root / "volumes" / "sandbox-tokens"
+            assert {f.name: f.read_text() for f in harness_tokens.iterdir()} == tokens
     finally:
         await store.close()
         kube.kubectl("delete", "agentsession", name, "-n", NAMESPACE, "--timeout=120s", check=False)

@@ -3,9 +3,11 @@
 - A harness pod per attempt and a sandbox pod per subagent per attempt: a new attempt starts from
   clean sandboxes and restores only the declared state into them.
 - A Service per sandbox, so the harness reaches it by a stable name across attempts.
+- A token per sandbox, in a Secret per subagent: a sandbox pod mounts its own and nothing else (no
+  other token, no store credentials, no service account token); the harness mounts all of them.
 - NetworkPolicies: everything of the session denied by default; a sandbox accepts traffic only from
-  its own session's harness and reaches only what its network profile allows; the harness reaches
-  its sandboxes, the stores and the model endpoint.
+  its own session's harness and reaches only what its network profile allows, never the stores;
+  the harness reaches its sandboxes, the stores and the model endpoint.
 - Every pod meets the "restricted" Pod Security profile and is owned by the AgentSession.
 """
 
@@ -27,8 +29,10 @@ BLOCKED_IPV4 = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.169.25
 BLOCKED_IPV6 = ["fc00::/7", "fe80::/10", "fd00:ec2::254/128"]
 METADATA_ADDRESSES = [ipaddress.ip_network("169.254.169.254/32"), ipaddress.ip_network("fd00:ec2::254/128")]
 
+# A sandbox pod's own token; the harness has every sandbox's, one file per subagent.
 TOKEN_MOUNT = "/var/run/belay/sandbox-token"
 TOKEN_KEY = "token"
+HARNESS_TOKENS_MOUNT = "/var/run/belay/sandbox-tokens"
 WORKSPACE = "/workspace"
 HARNESS_MODULE = "belay.controller.harness_pod"
 
@@ -40,7 +44,7 @@ ENV_EVENT_STORE = "BELAY_EVENT_STORE"
 ENV_ARTIFACT_STORE = "BELAY_ARTIFACT_STORE"
 ENV_SESSION_SPEC = "BELAY_SESSION_SPEC"
 ENV_SANDBOX_ENDPOINTS = "BELAY_SANDBOX_ENDPOINTS"
-ENV_SANDBOX_TOKEN_FILE = "BELAY_SANDBOX_TOKEN_FILE"
+ENV_SANDBOX_TOKEN_DIR = "BELAY_SANDBOX_TOKEN_DIR"
 
 
 @dataclass(frozen=True)
@@ -129,11 +133,26 @@ def _pod(
     }
 
 
-def _token_volume(ref: SessionRef) -> dict[str, Any]:
+def _sandbox_token_volume(ref: SessionRef, subagent: str) -> dict[str, Any]:
+    """One sandbox's own token and nothing else."""
     return {
         "name": "sandbox-token",
-        "secret": {"secretName": names.token_secret_name(ref.name), "defaultMode": 0o400},
+        "secret": {"secretName": names.sandbox_token_secret_name(ref.name, subagent), "defaultMode": 0o400},
     }
+
+
+def _harness_tokens_volume(ref: SessionRef, spec: AgentSessionSpec) -> dict[str, Any]:
+    """Every sandbox's token, as `<subagent>` files in one directory."""
+    sources = [
+        {
+            "secret": {
+                "name": names.sandbox_token_secret_name(ref.name, sub.name),
+                "items": [{"key": TOKEN_KEY, "path": sub.name}],
+            }
+        }
+        for sub in spec.subagents
+    ]
+    return {"name": "sandbox-tokens", "projected": {"sources": sources, "defaultMode": 0o400}}
 
 
 def _scratch(name: str) -> dict[str, Any]:
@@ -163,7 +182,7 @@ def harness_pod(
         ENV_SANDBOX_ENDPOINTS: json.dumps(
             {s.name: sandbox_endpoint(ref, s.name, settings) for s in spec.subagents}, sort_keys=True
         ),
-        ENV_SANDBOX_TOKEN_FILE: f"{TOKEN_MOUNT}/{TOKEN_KEY}",
+        ENV_SANDBOX_TOKEN_DIR: HARNESS_TOKENS_MOUNT,
     }
     secrets = [s for s in (settings.store_secret, spec.stores.secret_ref) if s]
     container: dict[str, Any] = {
@@ -172,7 +191,7 @@ def harness_pod(
         "command": ["python", "-m", HARNESS_MODULE],
         "env": _env(env),
         "volumeMounts": [
-            {"name": "sandbox-token", "mountPath": TOKEN_MOUNT, "readOnly": True},
+            {"name": "sandbox-tokens", "mountPath": HARNESS_TOKENS_MOUNT, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
@@ -184,7 +203,7 @@ def harness_pod(
         name=names.harness_pod_name(ref.name, index),
         labels={**names.harness_selector(ref.name), names.LABEL_ATTEMPT: str(index)},
         container=container,
-        volumes=[_token_volume(ref), _scratch("tmp")],
+        volumes=[_harness_tokens_volume(ref, spec), _scratch("tmp")],
     )
 
 
@@ -227,7 +246,7 @@ def sandbox_pod(
             names.LABEL_REPLACEMENT: str(replacement),
         },
         container=container,
-        volumes=[_token_volume(ref), _scratch("workspace"), _scratch("tmp")],
+        volumes=[_sandbox_token_volume(ref, subagent.name), _scratch("workspace"), _scratch("tmp")],
     )
 
 
@@ -268,12 +287,17 @@ def sandbox_service(
     }
 
 
-def token_secret(ref: SessionRef, token: str) -> dict[str, Any]:
-    """The per-session token every sandbox requires; created once, never rewritten."""
+def sandbox_token_secret(ref: SessionRef, subagent: str, token: str) -> dict[str, Any]:
+    """The token one subagent's sandbox requires, for every attempt and replacement of it; created
+    once, never rewritten. Only that sandbox's pods and the harness mount it."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(ref, names.token_secret_name(ref.name), {}),
+        "metadata": _metadata(
+            ref,
+            names.sandbox_token_secret_name(ref.name, subagent),
+            {names.LABEL_COMPONENT: names.COMPONENT_SANDBOX, names.LABEL_SUBAGENT: subagent},
+        ),
         "type": "Opaque",
         "stringData": {TOKEN_KEY: token},
     }
@@ -301,35 +325,57 @@ def egress_rule(target: EgressTarget) -> dict[str, Any]:
     return rule
 
 
-def internet_rules() -> list[dict[str, Any]]:
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def store_networks(settings: OperatorSettings) -> list[Network]:
+    """The store endpoints named by address: no sandbox egress may reach them. (A store named by
+    pod labels runs in the cluster, whose private ranges `internet` egress never reaches.)"""
+    return [ipaddress.ip_network(t.cidr, strict=False) for t in settings.store_egress if t.cidr is not None]
+
+
+def _outside(network: Network, blocked: list[Network]) -> list[str]:
+    """The blocked networks inside `network`, to cut out of it (CIDR ranges nest or are disjoint)."""
     return [
-        {
-            "to": [
-                {"ipBlock": {"cidr": "0.0.0.0/0", "except": BLOCKED_IPV4}},
-                {"ipBlock": {"cidr": "::/0", "except": BLOCKED_IPV6}},
-            ]
-        }
+        str(b)
+        for b in blocked
+        if b.version == network.version and b != network and b.subnet_of(network)  # type: ignore[arg-type]
     ]
 
 
-def allowlist_rules(entries: list[str]) -> list[dict[str, Any]]:
-    """Addresses and ranges from the allowlist, the metadata address cut out of any range that holds
-    it. Host names cannot be expressed in a NetworkPolicy, so they are not opened here: a policy
-    only ever allows what it can name exactly."""
+def internet_rules(stores: list[Network] | None = None) -> list[dict[str, Any]]:
+    """Everything but the cluster's private ranges, the metadata address and the stores."""
+    blocks = []
+    for everything, always in (
+        (ipaddress.ip_network("0.0.0.0/0"), BLOCKED_IPV4),
+        (ipaddress.ip_network("::/0"), BLOCKED_IPV6),
+    ):
+        ranges = [ipaddress.ip_network(r) for r in always]
+        extra = [
+            str(n)
+            for n in stores or []
+            if n.version == everything.version and not any(n.subnet_of(r) for r in ranges)  # type: ignore[arg-type]
+        ]
+        blocks.append({"ipBlock": {"cidr": str(everything), "except": [*always, *extra]}})
+    return [{"to": blocks}]
+
+
+def allowlist_rules(entries: list[str], stores: list[Network] | None = None) -> list[dict[str, Any]]:
+    """Addresses and ranges from the allowlist, the metadata address and the stores cut out of any
+    range that holds them (an entry inside one of them is dropped). Host names cannot be expressed
+    in a NetworkPolicy, so they are not opened here: a policy only ever allows what it can name
+    exactly."""
+    blocked: list[Network] = [*METADATA_ADDRESSES, *(stores or [])]
     peers = []
     for entry in entries:
         try:
             network = ipaddress.ip_network(entry, strict=False)
         except ValueError:
             continue
-        if any(network == metadata for metadata in METADATA_ADDRESSES):
+        if any(b.version == network.version and network.subnet_of(b) for b in blocked):  # type: ignore[arg-type]
             continue
         block: dict[str, Any] = {"cidr": str(network)}
-        excluded = [
-            str(m)
-            for m in METADATA_ADDRESSES
-            if m.version == network.version and m.subnet_of(network)  # type: ignore[arg-type]
-        ]
+        excluded = _outside(network, blocked)
         if excluded:
             block["except"] = excluded
         peers.append({"ipBlock": block})
@@ -341,8 +387,8 @@ def sandbox_egress(subagent: SubagentSpec, settings: OperatorSettings) -> list[d
         return []
     dns = [egress_rule(settings.dns_egress)]
     if subagent.network_profile == "internet":
-        return dns + internet_rules()
-    return dns + allowlist_rules(subagent.allowlist)
+        return dns + internet_rules(store_networks(settings))
+    return dns + allowlist_rules(subagent.allowlist, store_networks(settings))
 
 
 def _policy(ref: SessionRef, name: str, selector: dict[str, str], spec: dict[str, Any]) -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """`python -m belay.controller.harness_pod`: the process a harness pod runs.
 
 It runs one harness attempt for the session named in its environment (written by the operator,
-see `belay.controller.desired.harness_pod`): the spec, the store locations, and the Service
-address of each subagent's sandbox pod. Sandboxes belong to the operator, which starts a clean set
-for every attempt; this process only connects to them. It exits 0 when the session completed and
-1 otherwise, so the pod's phase tells the operator whether the attempt ended the session.
+see `belay.controller.desired.harness_pod`): the spec, the store locations, the Service address of
+each subagent's sandbox pod, and the directory holding each sandbox's own token. Sandboxes belong
+to the operator, which starts a clean set for every attempt; this process only connects to them.
+It exits 0 when the session completed and 1 otherwise, so the pod's phase tells the operator
+whether the attempt ended the session.
 """
 
 from __future__ import annotations
@@ -58,12 +59,12 @@ class PodSandboxProvider:
     def __init__(
         self,
         endpoints: Mapping[str, str],
-        token: str,
+        tokens: Mapping[str, str],
         wait_s: float = SANDBOX_WAIT_S,
         replacement_wait_s: float = REPLACEMENT_WAIT_S,
     ) -> None:
         self.endpoints = dict(endpoints)
-        self.token = token
+        self.tokens = dict(tokens)  # by subagent: each sandbox accepts its own token only
         self.wait_s = wait_s
         self.replacement_wait_s = replacement_wait_s
 
@@ -71,16 +72,17 @@ class PodSandboxProvider:
         """Wait until the subagent's sandbox answers; the pod may still be starting. With
         `replacing` (a lost sandbox): until another instance answers, the operator's replacement."""
         endpoint = self.endpoints[subagent.name]
+        token = self.tokens[subagent.name]
         wait_s = self.wait_s if replacing is None else self.replacement_wait_s
         deadline = asyncio.get_running_loop().time() + wait_s
         while True:
-            probe = SandboxClient(endpoint, self.token)
+            probe = SandboxClient(endpoint, token)
             try:
                 health = await probe.health()
                 if replacing is not None and health.instance == replacing.instance:
                     raise SandboxUnavailable(f"instance {health.instance} still answers; it was lost")
                 return PodSandbox(
-                    subagent.name, endpoint, self.token, health.pid, health.instance, health.network_isolated
+                    subagent.name, endpoint, token, health.pid, health.instance, health.network_isolated
                 )
             except Exception as error:  # the Service has no ready endpoint yet, or the server starts
                 if asyncio.get_running_loop().time() > deadline:
@@ -90,6 +92,12 @@ class PodSandboxProvider:
                 await asyncio.sleep(0.5)
             finally:
                 await probe.close()
+
+
+def sandbox_tokens(directory: Path, subagents: list[str]) -> dict[str, str]:
+    """Each subagent's sandbox token, from the files the operator's Secrets project (one per
+    subagent, named after it)."""
+    return {name: (directory / name).read_text().strip() for name in subagents}
 
 
 def session_from_environment(environment: Mapping[str, str]) -> AgentSession:
@@ -107,7 +115,7 @@ def session_from_environment(environment: Mapping[str, str]) -> AgentSession:
 async def run_attempt(environment: Mapping[str, str]) -> bool:
     session = session_from_environment(environment)
     endpoints: dict[str, str] = json.loads(environment[desired.ENV_SANDBOX_ENDPOINTS])
-    token = Path(environment[desired.ENV_SANDBOX_TOKEN_FILE]).read_text().strip()
+    tokens = sandbox_tokens(Path(environment[desired.ENV_SANDBOX_TOKEN_DIR]), list(endpoints))
     store = open_event_store(environment[desired.ENV_EVENT_STORE])
     artifacts = open_artifact_store(environment[desired.ENV_ARTIFACT_STORE])
     tickets_url = environment.get(TICKETS_URL_ENV)
@@ -117,7 +125,7 @@ async def run_attempt(environment: Mapping[str, str]) -> bool:
             session=session,
             store=store,
             artifacts=artifacts,
-            sandboxes=PodSandboxProvider(endpoints, token),
+            sandboxes=PodSandboxProvider(endpoints, tokens),
             executors=executor_factory_for(session),
             tickets=LocalTickets(tickets_url) if tickets_url else None,
             inputs=read_inputs(session),

@@ -59,8 +59,9 @@ def sandbox_service_name(session: str, subagent: str) -> str:
     return dns_label("sbx", session, subagent)
 
 
-def token_secret_name(session: str) -> str:
-    return dns_label(session, "sandbox-token")
+def sandbox_token_secret_name(session: str, subagent: str) -> str:
+    """Each subagent's sandbox has a token of its own, in a Secret of its own."""
+    return dns_label(session, "sbx", subagent, "token")
 
 
 def checkpoint_object_name(session: str, seq: int) -> str:

@@ -30,7 +30,7 @@ from belay.api.status import (
 )
 from belay.controller import names
 from belay.controller.checkpoints import checkpoint_object
-from belay.controller.desired import SessionRef, desired_children, token_secret
+from belay.controller.desired import SessionRef, desired_children, sandbox_token_secret
 from belay.controller.kube import KubeClient
 from belay.controller.record import (
     ForkSourceMissing,
@@ -80,7 +80,7 @@ class SessionMemory:
     status: dict[str, Any] | None = None
     forked_from: ForkStatus | None = None
     fork_error: str = ""
-    token_created: bool = False
+    tokens_created: frozenset[str] = frozenset()  # subagents whose sandbox token Secret exists
     # Current sandbox pods seen running or pending: one that disappears afterwards is lost.
     seen_sandboxes: set[str] = field(default_factory=set)
 
@@ -415,9 +415,11 @@ class SessionReconciler:
         store = self.event_store(spec)
         artifacts = self.artifact_store(spec)
 
-        if not memory.token_created:
-            await asyncio.to_thread(self.kube.ensure_secret, token_secret(ref, secrets.token_urlsafe(32)))
-            memory.token_created = True
+        for sub in spec.subagents:
+            if sub.name not in memory.tokens_created:
+                token = sandbox_token_secret(ref, sub.name, secrets.token_urlsafe(32))
+                await asyncio.to_thread(self.kube.ensure_secret, token)
+                memory.tokens_created |= {sub.name}
         await self._fork(store, ref, spec, memory)
         await self._follow(store, ref, memory)
 

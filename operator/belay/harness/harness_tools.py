@@ -52,9 +52,12 @@ HarnessTool = Callable[["ToolRuntime", SubagentSpec, ToolRequest], Awaitable[lis
 async def run_in_harness(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
     handler = HARNESS_TOOLS[request.tool]
     try:
-        return await handler(runtime, sub, request)
+        payloads = await handler(runtime, sub, request)
     except (KeyError, ValueError, TypeError) as error:
-        return [ToolResult(operation_id=request.operation_id, ok=False, error=f"bad arguments: {error}")]
+        payloads = [ToolResult(operation_id=request.operation_id, ok=False, error=f"bad arguments: {error}")]
+    # What a sandbox or an external service answered (an error text, a ticket) is scanned like
+    # every other tool's result.
+    return [await runtime.redacted_result(p) if isinstance(p, ToolResult) else p for p in payloads]
 
 
 async def approved(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:

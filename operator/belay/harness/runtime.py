@@ -16,14 +16,20 @@ that is still valid before anything else runs there.
 
 The tools that run in the harness itself (deliverables, notes, plan steps and their checkpoints,
 waits, tickets) are in `belay.harness.harness_tools`.
+
+Two guards stand between a tool and the record or the world: what a tool is asked and what it
+answers pass through the redactor (`belay.harness.redaction`) before they are recorded, and a
+`keyed` or `unsafe` call is made only after the attempt has checked, right then, that it still
+holds the session's lease (`fence`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -31,6 +37,7 @@ from belay.api.agentsession import ApprovalGrant, SubagentSpec
 from belay.harness.attempt import Attempt
 from belay.harness.models.base import ToolCall
 from belay.harness.recovery import Recovery
+from belay.harness.redaction import Redactor
 from belay.harness.tools import ToolSpec, tool_spec
 from belay.journal.approvals import ApprovalState, approval_state
 from belay.journal.events import (
@@ -60,6 +67,10 @@ from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, ClaimTaken
 
 # A string argument above this size is stored as an artifact and referenced by hash.
 LARGE_ARGUMENT_BYTES = 16 * 1024
+# Test switch: `BELAY_EFFECT_FENCE=off` makes keyed and unsafe calls without checking the lease
+# first, so the frozen-harness test can show that its check finds the duplicate without the fence.
+FENCE_ENV = "BELAY_EFFECT_FENCE"
+FENCED_EFFECTS = (EffectClass.KEYED, EffectClass.UNSAFE)
 
 
 class TicketClient(Protocol):
@@ -75,6 +86,8 @@ class ToolRuntime:
     recovery: Recovery
     tickets: TicketClient | None = None
     poll_interval_s: float = 0.05
+    redactor: Redactor = field(default_factory=Redactor.from_environment)
+    fenced: bool = field(default_factory=lambda: os.environ.get(FENCE_ENV) != "off")
 
     @property
     def session_id(self) -> str:
@@ -106,7 +119,9 @@ class ToolRuntime:
                 except SandboxError:
                     pass
                 break
-        arguments = await externalize_arguments(self.artifacts, arguments)
+        # The request runs as it is recorded: a secret in it is replaced before either.
+        redacted = await asyncio.to_thread(self.redactor.arguments, arguments)
+        arguments = await externalize_arguments(self.artifacts, redacted.value)
         return ToolRequest(
             operation_id=operation_id,
             tool=spec.name,
@@ -116,6 +131,7 @@ class ToolRuntime:
             subagent=sub.name,
             idempotency_key=operation_id if spec.effect == EffectClass.KEYED else None,
             payload_sha256=operation_payload_sha256(spec.name, arguments),
+            redactions=redacted.count,
         )
 
     def needs_approval(self, sub: SubagentSpec, tool: str) -> bool:
@@ -180,6 +196,7 @@ class ToolRuntime:
         spec = tool_spec(request.tool)
         while True:
             try:
+                await self.fence(spec)
                 if spec.where == "sandbox":
                     payloads = await self.run_in_sandbox(sub, request)
                 else:
@@ -226,6 +243,15 @@ class ToolRuntime:
                 return []
             await asyncio.sleep(self.poll_interval_s)
 
+    async def fence(self, spec: ToolSpec) -> None:
+        """Right before a keyed or unsafe call: raise StaleLease if a newer attempt holds the
+        session. The store refuses a superseded attempt's appends, but not its calls to the world:
+        an attempt that was frozen and woke up beside its replacement would otherwise create the
+        ticket its replacement already created. What remains is the time between this read and
+        the call (docs/security.md, "Fenced effects")."""
+        if self.fenced and spec.effect in FENCED_EFFECTS:
+            await self.attempt.check_lease()
+
     async def run_in_sandbox(self, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
         arguments = await resolve_arguments(self.artifacts, request.arguments)
         response = await self.recovery.handle(sub.name).client.call(request.tool, arguments)
@@ -238,12 +264,30 @@ class ToolRuntime:
     async def tool_result(
         self, operation_id: str, ok: bool, output: Any, error: str | None = None
     ) -> ToolResult:
+        redacted = await asyncio.to_thread(self.redactor.output, [output, error])
+        output, error = redacted.value
         body = canonical_json(output)
         if len(body) > MAX_PAYLOAD_BYTES // 2:
             ref = await asyncio.to_thread(self.artifacts.put, body, media_type="application/json")
             summary = {"stored_as_artifact": ref.sha256, "size": ref.size}
-            return ToolResult(operation_id=operation_id, ok=ok, output=summary, error=error, output_ref=ref)
-        return ToolResult(operation_id=operation_id, ok=ok, output=output, error=error)
+            return ToolResult(
+                operation_id=operation_id,
+                ok=ok,
+                output=summary,
+                error=error,
+                output_ref=ref,
+                redactions=redacted.count,
+            )
+        return ToolResult(
+            operation_id=operation_id, ok=ok, output=output, error=error, redactions=redacted.count
+        )
+
+    async def redacted_result(self, result: ToolResult) -> ToolResult:
+        """A result a harness tool built, with the redaction `tool_result` gives every other."""
+        redacted = await asyncio.to_thread(self.redactor.output, [result.output, result.error])
+        output, error = redacted.value
+        update = {"output": output, "error": error, "redactions": result.redactions + redacted.count}
+        return result.model_copy(update=update)
 
     # ---------------------------------------------------------------------------------------------
     # Unsafe operations whose outcome is unknown
@@ -271,16 +315,7 @@ class ToolRuntime:
             return recorded + await self.wait_for_reconciliation(sub, op, request)
         if probe:
             return recorded + await attempt.record(
-                [
-                    OperationOutcome(
-                        operation_id=op.operation_id,
-                        outcome="reconciled",
-                        succeeded=True,
-                        detail=f"{spec.reconcile_probe} found it: {probe[0]}",
-                        by="probe",
-                    ),
-                    ToolResult(operation_id=op.operation_id, ok=True, output=probe[0]),
-                ],
+                await self.probe_found(op.operation_id, spec, probe),
                 subagent=sub.name,
                 parent_seq=op.request_seq,
             )
@@ -299,6 +334,27 @@ class ToolRuntime:
             parent_seq=op.request_seq,
         )
         return recorded + await self.execute(sub, op.request_seq, request)
+
+    async def probe_found(
+        self, operation_id: str, spec: ToolSpec, effects: list[dict[str, Any]]
+    ) -> list[Payload]:
+        """What a probe that found the operation's effect records: the effect as its result. An
+        operation that took effect more than once (a superseded attempt's call that got through
+        between its lease check and the call) has every effect recorded, in the outcome and the
+        result, and the briefing shows it for a person to undo the extra ones."""
+        output = effects[0] if len(effects) == 1 else {"effects": effects}
+        names = tuple(effect_name(effect, index) for index, effect in enumerate(effects))
+        found = f"{len(effects)} effects" if len(effects) > 1 else "it"
+        outcome = OperationOutcome(
+            operation_id=operation_id,
+            outcome="reconciled",
+            succeeded=True,
+            detail=f"{spec.reconcile_probe} found {found}: {', '.join(names)}",
+            by="probe",
+            effects=names,
+        )
+        result = await self.tool_result(operation_id, True, output)
+        return [outcome, result]
 
     async def probe(self, spec: ToolSpec, operation_id: str) -> list[dict[str, Any]] | None:
         """What the reconcile probe finds, or None when there is no probe or it cannot answer."""
@@ -397,6 +453,12 @@ async def resolve_arguments(artifacts: ArtifactStore, arguments: dict[str, Any])
             data = await asyncio.to_thread(artifacts.get, value[ARTIFACT_ARGUMENT])
             result[key] = data.decode()
     return result
+
+
+def effect_name(effect: dict[str, Any], index: int) -> str:
+    """How a probe's finding is named in the outcome: the id the external system gave it, or its
+    place in what the probe found. Never its content, which is recorded (redacted) in the result."""
+    return str(effect.get("id") or f"effect {index + 1}")
 
 
 def declared_grant(

@@ -4,14 +4,15 @@ It answers the questions of DESIGN.md section 1 from the folded state: what was 
 scope change since (when, by whom, the difference in the request, and under it what became invalid
 and what stays reusable, and why); what was rejected and is being redone; which steps are done and
 verified; what is running; what waits on the person (approvals, with the command that fetches what
-they bind, decisions, reconciliations) with the exact command to act; what needs attention (failed
-or unknown external effects, with what to do); the effects made in the
-world; what waits on an external condition; what is ready for review and where to download it;
-which findings are hypotheses and which are accepted decisions; and the attempts, recoveries and
-unknown outcomes. When no attempt proves it is alive it says so first: since when, what the
-attempt was doing, what will happen to each operation it left without a result, and the exact
-command that continues the session. Its resources: each subagent's sandbox (where, network
-profile, alive or not), the budgets used and left, and every subagent's last verified checkpoint.
+they bind, decisions, reconciliations) with the exact command to act; what needs attention (an
+external effect that failed, whose outcome is unknown, or that took effect more than once, with
+what to do); the effects made in the world; what waits on an external condition; what is ready for
+review and where to download it; which findings are hypotheses and which are accepted decisions;
+the attempts, recoveries and unknown outcomes; and how many secrets were redacted before they were
+recorded. When no attempt proves it is alive it says so first: since when, what the attempt was
+doing, what will happen to each operation it left without a result, and the exact command that
+continues the session. Its resources: each subagent's sandbox (where, network profile, alive or
+not), the budgets used and left, and every subagent's last verified checkpoint.
 
 `briefing(state)` builds the `Briefing` model (its JSON is the JSON renderer); `render_text` and
 `render_markdown` print it. Every list is capped so a long session still fits on a page.
@@ -147,13 +148,14 @@ class ActionItem(Model):
 
 
 class AttentionItem(Model):
-    """Something that went wrong or is left hanging, what it is, and what to do about it."""
+    """An external effect that went wrong, what it is, and what to do about it."""
 
-    kind: Literal["failed_effect", "unknown_effect"]
-    id: str
+    kind: Literal["failed_effect", "unknown_effect", "repeated_effect"]
+    id: str  # the operation
     summary: str
     command: str | None = None
     alternative: str | None = None
+    effects: list[str] = []  # a repeated effect: what each time made, as the external system names it
 
 
 class EffectItem(Model):
@@ -275,6 +277,7 @@ class Briefing(Model):
     sandboxes: list[SandboxItem] = []
     budgets: list[BudgetItem] = []
     checkpoints: list[CheckpointItem] = []  # every subagent's last verified checkpoint
+    secrets_redacted: int = 0
 
 
 T = TypeVar("T")
@@ -485,7 +488,8 @@ def _effect_item(state: SessionState, op: OperationRecord) -> EffectItem:
     if op.operation_id in state.unknown_outcomes:
         return EffectItem(**base, outcome="unknown", detail=op.outcome_detail)
     if op.has_result and op.ok:
-        return EffectItem(**base, outcome="made", ref=op.effect_ref, at=op.result_at)
+        ref = ", ".join(op.effects) if op.effects else op.effect_ref
+        return EffectItem(**base, outcome="made", ref=ref, at=op.result_at)
     if op.has_result:
         detail = op.error or ""
         retry = _latest_retry(state, op.operation_id)
@@ -505,6 +509,19 @@ def _effect_item(state: SessionState, op: OperationRecord) -> EffectItem:
 def _attention(state: SessionState) -> list[AttentionItem]:
     sid = state.session_id
     items: list[AttentionItem] = []
+    # A reconcile probe found several effects of one operation: a person undoes the extra ones.
+    for op_id in sorted(state.repeated_effects, key=lambda o: (state.repeated_effects[o], o)):
+        op = state.operations[op_id]
+        made = list(op.effects)
+        items.append(
+            AttentionItem(
+                kind="repeated_effect",
+                id=op_id,
+                summary=f"{op.tool or 'operation'} {op_id} took effect {len(made)} times "
+                f"({', '.join(made)}): undo the extra ones in that system by hand",
+                effects=made,
+            )
+        )
     for op in state.external_operation_records():
         if op.operation_id in state.unknown_outcomes:
             items.append(
@@ -737,6 +754,7 @@ def briefing(
         sandboxes=_sandbox_items(state, sandboxes),
         budgets=_budget_items(state, budgets or {}, liveness.now if liveness else None),
         checkpoints=_checkpoint_items(state),
+        secrets_redacted=state.secrets_redacted,
     )
 
 
@@ -1004,6 +1022,7 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
 
     rows += _recovery_rows(b)
     rows += _resource_rows(b)
+    rows += _redaction_rows(b)
     return rows
 
 
@@ -1109,6 +1128,18 @@ def _resource_rows(b: Briefing) -> list[Row]:
             (1, "", f"budget {budget.name}: {budget.used} used, {budget.left} left of {budget.limit}")
         )
     return rows
+
+
+def _redaction_rows(b: Briefing) -> list[Row]:
+    """A line for the secrets kept out of the record (`belay.harness.redaction`), when any were."""
+    if not b.secrets_redacted:
+        return []
+    count = b.secrets_redacted
+    what = f"{count} secret{'s' if count != 1 else ''} redacted"
+    return [
+        (0, "Secrets", "Secrets"),
+        (1, "", f"{what} from tool requests and results before they were recorded"),
+    ]
 
 
 def render_text(b: Briefing) -> str:

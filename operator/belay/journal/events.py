@@ -131,6 +131,7 @@ class ToolRequest(Payload):
     subagent: str | None = None
     idempotency_key: str | None = None  # passed to `keyed` tools
     payload_sha256: str = ""
+    redactions: int = 0  # secrets replaced in the arguments before they were recorded
 
 
 class ToolResult(Payload):
@@ -142,6 +143,7 @@ class ToolResult(Payload):
     output_ref: ArtifactRef | None = None
     result_id: str | None = None
     derived_from: DerivedFrom | None = None
+    redactions: int = 0  # secrets replaced in the output and error before they were recorded
 
 
 class ApprovalRequest(Payload):
@@ -289,6 +291,9 @@ class OperationOutcome(Payload):
     succeeded: bool | None = None
     detail: str = ""
     by: str = ""
+    # What a reconcile probe found, by the names the external system gave them: more than one is
+    # an operation that took effect more than once.
+    effects: tuple[str, ...] = ()
 
 
 class LifecycleKind(StrEnum):

@@ -159,6 +159,7 @@ class OperationRecord(Record):
     outcome_seq: int | None = None
     reconciled_succeeded: bool | None = None
     outcome_detail: str = ""
+    effects: tuple[str, ...] = ()  # what a reconcile probe found
 
     @property
     def has_result(self) -> bool:
@@ -337,6 +338,7 @@ class SessionState(BaseModel):
     external_operations: Map[str, int] = _empty_map()  # unsafe or keyed: effects in the world
     unknown_outcomes: Map[str, int] = _empty_map()  # operation id -> seq marked unknown
     reconciled_operations: Map[str, int] = _empty_map()  # operation id -> seq reconciled
+    repeated_effects: Map[str, int] = _empty_map()  # operation id -> seq of a probe that found several
 
     approvals: Map[str, ApprovalRecord] = _empty_map()
     approvals_by_operation: Map[str, tuple[str, ...]] = _empty_map()
@@ -369,6 +371,7 @@ class SessionState(BaseModel):
     model_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    secrets_redacted: int = 0  # in tool requests and results, before they were recorded
     # When the first and the last event were recorded: the record's own first and last signs of
     # life, for views that ask "since when" (a view compares them with its own `now`; the fold
     # never reads a clock).
@@ -847,6 +850,8 @@ def _on_tool_request(s: SessionState, e: Any) -> Updates:
         updates["external_operations"] = s.external_operations.set(p.operation_id, e.seq)
     if p.step:
         updates["current_step"] = p.step
+    if p.redactions:
+        updates["secrets_redacted"] = s.secrets_redacted + p.redactions
     _note_subagent(s, updates, subagent, e.seq)
     return updates
 
@@ -883,6 +888,8 @@ def _on_tool_result(s: SessionState, e: Any) -> Updates:
     updates: Updates = {"operations": s.operations.set(p.operation_id, record)}
     if p.operation_id in s.open_operations:
         updates["open_operations"] = s.open_operations.delete(p.operation_id)
+    if p.redactions:
+        updates["secrets_redacted"] = s.secrets_redacted + p.redactions
     if p.result_id:
         _register_result(
             s,
@@ -1245,9 +1252,12 @@ def _on_operation_outcome(s: SessionState, e: Any) -> Updates:
             "outcome_seq": e.seq,
             "reconciled_succeeded": p.succeeded if p.outcome == "reconciled" else None,
             "outcome_detail": p.detail,
+            "effects": p.effects or existing.effects,
         },
     )
     updates: Updates = {"operations": s.operations.set(p.operation_id, record)}
+    if len(p.effects) > 1:
+        updates["repeated_effects"] = s.repeated_effects.set(p.operation_id, e.seq)
     if p.outcome == "unknown":
         updates["unknown_outcomes"] = s.unknown_outcomes.set(p.operation_id, e.seq)
     else:

@@ -1,0 +1,381 @@
+"""Secrets never reach the record: what a tool is asked and what it answers is scanned before it is
+recorded, and every secret found is replaced by a marker naming its kind, `[REDACTED:<kind>]`.
+
+Two sources say what a secret is:
+
+- **What the harness holds** (`held_secrets`): the exact values of its own credentials, taken from
+  its environment. A variable whose name says it is a credential (a part such as KEY, SECRET,
+  TOKEN, PASSWORD, CREDENTIALS, AUTH: `AWS_SECRET_ACCESS_KEY`, `GITHUB_TOKEN`, `OPENAI_API_KEY`)
+  is held whole; one whose name also ends in `_FILE` or `_DIR` names files read from a Secret
+  (the sandbox tokens, the record key), and their contents are held. The marker names the
+  variable. A credential inside any other variable (a password in a store URL) is found by the
+  detectors below and held too.
+- **What looks like one** (`detect-secrets`, Yelp's scanner): its token-format
+  detectors (AWS access key ids, GitHub, GitLab, OpenAI, Slack, Stripe, SendGrid, npm, PyPI,
+  Twilio, Discord and Telegram tokens, JWTs, private keys (the whole block), passwords in URLs, Azure
+  storage keys, ...), and for tool output its keyword detector for assignments (`password = x`,
+  `aws_secret_access_key: x`, `DB_PASSWORD=x` in a `.env` file) with the library's filters for
+  what is not a value (`secret = get_secret()`, `${SECRET}`, `<password>`), plus the values it
+  misses because they begin with punctuation. The marker names the detector's secret type.
+
+What a tool is asked is scanned without the keyword detector: a request runs exactly as recorded
+(a resumed attempt repeats it from the record), so a false positive there would change what
+runs, and the keyword heuristic has many (any string assigned to a `password` variable in code).
+The entropy detectors are not used at all: every hash and checksum looks like a secret to them.
+
+Everything here is a pure function of its inputs except `Redactor.from_environment`, which reads
+the environment and the files it names.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import string
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Test switch: `BELAY_REDACTION=off` records tool requests and results as they are, so the
+# security tests can show that their check finds a leak when the redaction is gone.
+REDACTION_ENV = "BELAY_REDACTION"
+# A held value shorter than this is not redacted: it would match ordinary text everywhere.
+MIN_HELD_LENGTH = 8
+# Files named by a credential variable ending in _FILE or _DIR: larger ones are not credentials.
+MAX_SECRET_FILE_BYTES = 64 * 1024
+
+CREDENTIAL_NAME_PARTS = frozenset(
+    {
+        "KEY",
+        "KEYS",
+        "APIKEY",
+        "ACCESSKEY",
+        "SECRETKEY",
+        "SECRET",
+        "SECRETS",
+        "TOKEN",
+        "TOKENS",
+        "AUTHTOKEN",
+        "PAT",
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "PASSPHRASE",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "CREDS",
+        "AUTH",
+        "PRIVATE",
+    }
+)
+FILE_NAME_SUFFIXES = ("_FILE", "_DIR")
+
+
+def marker(kind: str) -> str:
+    return f"[REDACTED:{kind}]"
+
+
+@dataclass(frozen=True)
+class HeldSecret:
+    value: str
+    kind: str  # the environment variable it came from
+
+
+@dataclass(frozen=True)
+class Redaction:
+    """One result of scanning: the value with every secret replaced, and how many were."""
+
+    value: Any
+    count: int
+
+
+# --------------------------------------------------------------------------------------------------
+# The detectors of detect-secrets, as (kind, pattern, secret group) for exact spans
+
+
+@dataclass(frozen=True)
+class _Detector:
+    kind: str
+    pattern: re.Pattern[str]
+    # The group holding the secret (the keyword patterns'); None: the token itself (`_span`), or
+    # for Belay's punctuated assignment its named group `quoted` or `bare`.
+    group: int | None
+
+
+# Public IP addresses are not credentials, and hiding them would blind every network diagnosis.
+_NOT_SECRETS = frozenset({"Public IP (ipv4)"})
+# What a token-format pattern may take in around the token itself (a leading space or `=`).
+_SEPARATORS = " \t\r\n=:\"'"
+# What may still belong to a token after a pattern stopped matching: a pattern that ends lazily
+# (the JWT one stops before the signature) must not leave the rest of the token in the record.
+_TOKEN_TAIL = re.compile(r"[A-Za-z0-9_\-.+/=]*")
+_PRIVATE_KEY = "Private Key"
+_PRIVATE_KEY_END = re.compile(r"-----END[^\n]*")
+
+
+@functools.cache
+def _format_detectors() -> tuple[_Detector, ...]:
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.plugins.base import RegexBasedDetector
+
+    found = []
+    plugins: dict[str, Any] = get_mapping_from_secret_type_to_class()
+    for kind, plugin in sorted(plugins.items()):
+        if not issubclass(plugin, RegexBasedDetector) or kind in _NOT_SECRETS:
+            continue
+        found += [_Detector(kind, pattern, None) for pattern in plugin.denylist]
+    return tuple(found)
+
+
+@functools.cache
+def _keyword_detectors() -> tuple[_Detector, ...]:
+    from detect_secrets.plugins.keyword import (
+        CONFIG_DENYLIST_REGEX_TO_GROUP,
+        DENYLIST_REGEX,
+        KeywordDetector,
+    )
+
+    # The library's value pattern must begin with a letter, digit or underscore, so it misses a
+    # value that begins with punctuation (`DB_PASSWORD=!x`, an AWS secret key starting with `/`
+    # or `+`). Belay's one addition: the same names and assignments, any such value (quoted: up
+    # to its quote; unquoted: up to a space or a comma) that is not already a marker.
+    punctuated = re.compile(
+        DENYLIST_REGEX
+        + r"""['"\]]{0,2}\s*(?::=|={1,3}|:)\s*(?!['"]?\[REDACTED:)"""
+        + r"""(?:(?P<quote>['"])(?P<quoted>[^\w\s'"][^'"]*)(?P=quote)|(?P<bare>[^\w\s'"][^\s'",]*))""",
+        re.IGNORECASE,
+    )
+    return (
+        *(
+            _Detector(KeywordDetector.secret_type, pattern, group)
+            for pattern, group in CONFIG_DENYLIST_REGEX_TO_GROUP.items()
+        ),
+        _Detector(KeywordDetector.secret_type, punctuated, None),
+    )
+
+
+@functools.cache
+def _keyword() -> re.Pattern[str]:
+    """Any of the keyword detector's names, in ASCII-lowercased text (`_ascii_lower`): only a
+    line holding one can hold an assignment. Matching lowercased text case-sensitively is some
+    20 times faster than the detector's own case-insensitive patterns, which then run on the few
+    lines found."""
+    from detect_secrets.plugins.keyword import DENYLIST
+
+    return re.compile("|".join(DENYLIST))
+
+
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase + "Ñ", string.ascii_lowercase + "ñ")
+
+
+def _ascii_lower(text: str) -> str:
+    """Lowercase that keeps every offset (`str.lower` may change the length of a string)."""
+    return text.translate(_ASCII_LOWER)
+
+
+def _span(match: re.Match[str]) -> tuple[int, int]:
+    """Where the secret is in a token-format match. Some patterns capture the secret itself (the
+    password of `scheme://user:password@`, the key after `aws_secret_access_key = '`): the widest
+    group of four characters or more is it. Others capture only a prefix (`ghp` of a GitHub
+    token) or nothing: the whole match is the secret, less any separator it took in around it."""
+    groups = [
+        match.span(index)
+        for index in range(1, (match.re.groups or 0) + 1)
+        if match.start(index) >= 0 and match.end(index) - match.start(index) >= 4
+    ]
+    if groups:
+        return max(groups, key=lambda span: span[1] - span[0])
+    start, end = match.span()
+    text = match.string
+    while start < end and text[start] in _SEPARATORS:
+        start += 1
+    while end > start and text[end - 1] in _SEPARATORS:
+        end -= 1
+    if start < end:
+        tail = _TOKEN_TAIL.match(text, end)
+        end = tail.end() if tail else end
+    return start, end
+
+
+def _private_key_block(text: str, start: int, end: int) -> tuple[int, int]:
+    """The private key detector finds the `BEGIN ... PRIVATE KEY` header; the key is the block
+    from that line to its END line (or to the end of a cut-off text)."""
+    line_start = text.rfind("\n", 0, start) + 1
+    footer = _PRIVATE_KEY_END.search(text, end)
+    return line_start, footer.end() if footer else len(text)
+
+
+def _is_not_a_value(secret: str, assignment: str) -> bool:
+    """detect-secrets' own filters for keyword matches that are code or placeholders."""
+    from detect_secrets.filters.heuristic import (
+        is_indirect_reference,
+        is_not_alphanumeric_string,
+        is_prefixed_with_dollar_sign,
+        is_templated_secret,
+    )
+
+    return (
+        is_templated_secret(secret)
+        or is_prefixed_with_dollar_sign(secret)
+        or is_not_alphanumeric_string(secret)
+        or is_indirect_reference(assignment)
+    )
+
+
+def detect(text: str, *, assignments: bool) -> list[tuple[int, int, str]]:
+    """(start, end, kind) of every secret the detectors find in `text`, overlaps merged (the
+    earlier finding names the merged span)."""
+    found: list[tuple[int, int, str]] = []
+    for detector in _format_detectors():
+        for match in detector.pattern.finditer(text):
+            if detector.kind == _PRIVATE_KEY:
+                start, end = _private_key_block(text, *match.span())
+            else:
+                start, end = _span(match)
+            if end > start:
+                found.append((start, end, detector.kind))
+    if assignments:
+        found += _assignments(text)
+    return _merged(found)
+
+
+def _assignments(text: str) -> Iterator[tuple[int, int, str]]:
+    lines_seen = set()
+    for hit in _keyword().finditer(_ascii_lower(text)):
+        line_start = text.rfind("\n", 0, hit.start()) + 1
+        if line_start in lines_seen:
+            continue
+        lines_seen.add(line_start)
+        line_end = text.find("\n", hit.end())
+        line = text[line_start : len(text) if line_end == -1 else line_end].rstrip("\r")
+        for detector in _keyword_detectors():
+            for match in detector.pattern.finditer(line):
+                group: int | str = detector.group or ("bare" if match.group("quoted") is None else "quoted")
+                start, end = match.span(group)
+                # The filters read the assignment and the rest of its line (`f(x["secret"])`).
+                if end <= start or _is_not_a_value(match.group(group), line[match.start() :]):
+                    continue
+                yield line_start + start, line_start + end, detector.kind
+
+
+def _merged(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    merged: list[tuple[int, int, str]] = []
+    for start, end, kind in sorted(spans):
+        if merged and start < merged[-1][1]:
+            last_start, last_end, last_kind = merged[-1]
+            merged[-1] = (last_start, max(last_end, end), last_kind)
+        else:
+            merged.append((start, end, kind))
+    return merged
+
+
+# --------------------------------------------------------------------------------------------------
+# Redacting
+
+
+def redact_text(text: str, held: tuple[HeldSecret, ...], *, assignments: bool) -> tuple[str, int]:
+    """`text` with every held value and every detected secret replaced by its marker."""
+    count = 0
+    for secret in held:  # longest first, so a held value inside another is not split
+        occurrences = text.count(secret.value)
+        if occurrences:
+            count += occurrences
+            text = text.replace(secret.value, marker(secret.kind))
+    spans = detect(text, assignments=assignments)
+    if not spans:
+        return text, count
+    pieces, position = [], 0
+    for start, end, kind in spans:
+        pieces += [text[position:start], marker(kind)]
+        position = end
+    pieces.append(text[position:])
+    return "".join(pieces), count + len(spans)
+
+
+def redact_value(value: Any, held: tuple[HeldSecret, ...], *, assignments: bool) -> Redaction:
+    """Every string inside `value` (dict values, list and tuple items, nested) redacted; keys and
+    other types are kept as they are."""
+    total = 0
+
+    def walk(item: Any) -> Any:
+        nonlocal total
+        if isinstance(item, str):
+            text, count = redact_text(item, held, assignments=assignments)
+            total += count
+            return text
+        if isinstance(item, dict):
+            return {key: walk(inner) for key, inner in item.items()}
+        if isinstance(item, list | tuple):
+            return type(item)(walk(inner) for inner in item)
+        return item
+
+    return Redaction(walk(value), total)
+
+
+# --------------------------------------------------------------------------------------------------
+# What the harness holds
+
+
+def is_credential_name(name: str) -> bool:
+    return any(part in CREDENTIAL_NAME_PARTS for part in name.upper().split("_"))
+
+
+def held_secrets(
+    environment: Mapping[str, str], read_files: Callable[[str], list[str]] | None = None
+) -> tuple[HeldSecret, ...]:
+    """The credentials in an environment, longest value first. `read_files(path)` gives the
+    contents of the file, or of each file in the directory, a `*_FILE`/`*_DIR` credential variable
+    names (default: read them from disk)."""
+    read = read_files or _read_secret_files
+    found: dict[str, str] = {}
+    for name, value in sorted(environment.items()):
+        if is_credential_name(name) and name.upper().endswith(FILE_NAME_SUFFIXES):
+            for content in read(value):
+                found.setdefault(content.strip(), name)
+        elif is_credential_name(name):
+            found.setdefault(value.strip(), name)
+        else:
+            for start, end, _ in detect(value, assignments=False):
+                found.setdefault(value[start:end], name)
+    held = [HeldSecret(value, kind) for value, kind in found.items() if len(value) >= MIN_HELD_LENGTH]
+    return tuple(sorted(held, key=lambda secret: (-len(secret.value), secret.value)))
+
+
+def _read_secret_files(path: str) -> list[str]:
+    place = Path(path)
+    try:
+        files = sorted(p for p in place.iterdir() if p.is_file()) if place.is_dir() else [place]
+        contents = []
+        for file in files:
+            if file.stat().st_size <= MAX_SECRET_FILE_BYTES:
+                contents.append(file.read_bytes().decode())
+        return contents
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+@dataclass(frozen=True)
+class Redactor:
+    """What the tool runtime applies to requests (`arguments`) and results (`output`)."""
+
+    held: tuple[HeldSecret, ...] = ()
+    enabled: bool = True
+
+    @classmethod
+    def from_environment(cls, environment: Mapping[str, str] | None = None) -> Redactor:
+        env = os.environ if environment is None else environment
+        if env.get(REDACTION_ENV) == "off":
+            return cls(enabled=False)
+        return cls(held=held_secrets(env))
+
+    def arguments(self, arguments: dict[str, Any]) -> Redaction:
+        if not self.enabled:
+            return Redaction(arguments, 0)
+        return redact_value(arguments, self.held, assignments=False)
+
+    def output(self, output: Any) -> Redaction:
+        if not self.enabled:
+            return Redaction(output, 0)
+        return redact_value(output, self.held, assignments=True)
