@@ -870,13 +870,14 @@ async def test_kubectl_belay_reject_and_amend_redo_exactly_the_steps_they_invali
     assert rejection.by == "reviewer"  # the kubeconfig user kubectl belay wrote it for
     [change] = state.scope_changes
     assert change.by == "kubectl-belay/reviewer" and change.changes[0].after == goal
-    assert change.reopened_steps == (
+    # In plan order within each subagent; the two subagents interleave as they ran.
+    assert [s for s in change.reopened_steps if s.startswith("implementer/")] == [
         "implementer/regression-test",
         "implementer/fix",
-        "researcher/report",
         "implementer/verify",
         "implementer/publish",
-    )
+    ]
+    assert [s for s in change.reopened_steps if s.startswith("researcher/")] == ["researcher/report"]
     # The reused steps ran once; the amended ones once more, in the attempt the operator started.
     verified = [
         e.payload.task_id for e in events if isinstance(e, TaskEvent) and e.payload.status == "verified"

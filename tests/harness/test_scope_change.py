@@ -64,7 +64,7 @@ def test_amending_the_goal_redoes_only_what_depended_on_it(tmp_path: Path) -> No
     assert (change["by"], change["summary"]) == ("dana", "refuse duplicate keys")
     assert change["changes"] == [{"part": "goal", "before": goal, "after": goal + ADDED}]
     invalid = {v["step"]: v["why"] for v in change["invalid_steps"]}
-    assert list(invalid) == REDONE
+    assert sorted(invalid) == sorted(REDONE)  # the subagents' steps interleave as they ran
     assert invalid["implementer/fix"] == "depends on goal, changed in v2"
     assert invalid["implementer/verify"] == "built on implementer/fix"
     assert {o["label"] for o in change["invalid_outputs"]} >= {"fix.patch", "report.md"}
