@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export BELAY_CACHE ?= $(HOME)/.cache/belay
 
-.PHONY: setup demo test lint typecheck bench crds testenv-build testenv-up testenv-down clean
+.PHONY: setup demo test lint typecheck bench crds testenv-build testenv-up testenv-down kind-demo clean
 
 # Local sandboxes need bubblewrap: installed here as root, or named as missing otherwise.
 setup: $(VENV)/.installed
@@ -39,6 +39,10 @@ testenv-up: setup testenv-build
 
 testenv-down: setup
 	$(BIN)/python -m tests.testenv down
+
+# For a machine with a registry: the example session on a kind cluster (docs/quickstart-kind.md).
+kind-demo:
+	bash hack/kind-demo.sh
 
 # pytest exits 5 when it collected nothing; that is a failure here, never a pass.
 test: setup testenv-build lint typecheck

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds (or finds in $BELAY_CACHE) every real component the tests start: etcd and the S3 server
-# first (the store tests need them), then the Kubernetes control plane, then helm. One at a time:
-# each Go build already uses every core. Then the Belay image (hack/build-harness-image.sh), which
+# first (the store tests need them), then the Kubernetes control plane, then helm, then the node
+# (kubelet, kube-proxy, kube-router, CoreDNS, crictl). One at a time: each Go build already uses
+# every core. Then the Belay image (hack/build-harness-image.sh), which
 # needs root for its Docker engine; without root it is left out and the tests that run it skip.
 #
 # A cached run only checks that the binaries exist and takes well under a second. Each script that
@@ -12,13 +13,16 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib.sh"
 
-# Debian packages the tests use at run time, installed only when missing (CI runs as root).
-apt_packages=("${sandbox_apt_packages[@]}")
+# Debian packages the tests use at run time, installed only when missing (CI runs as root): the
+# local sandboxes' walls, and the node's container runtime, its CNI plugins, and the tools
+# kube-proxy and kube-router program the kernel with.
+apt_packages=("${sandbox_apt_packages[@]}" containerd runc containernetworking-plugins iptables nftables ipset conntrack)
 ensure_debian_packages "${apt_packages[@]}"
 
 command -v go >/dev/null || { log "go is not on PATH; the components are built from Go modules"; exit 1; }
 
-scripts=(build-etcd.sh build-s3.sh build-kube.sh build-helm.sh)
+scripts=(build-etcd.sh build-s3.sh build-kube.sh build-helm.sh
+         build-kube-node.sh build-kube-router.sh build-coredns.sh build-crictl.sh)
 cold=1
 [[ -d $BELAY_CACHE/bin ]] && [[ -n $(ls -A "$BELAY_CACHE/bin" 2>/dev/null) ]] && cold=0
 

@@ -29,7 +29,7 @@ input_hash() {
   (
     cd "$repo"
     find harness-image/Dockerfile harness-image/Dockerfile.dockerignore harness-image/build-local-base.sh \
-      pyproject.toml README.md operator -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*' -print0 \
+      pyproject.toml README.md operator examples -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*' -print0 \
       | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16
   )
 }

@@ -16,6 +16,11 @@ BELAY_ETCD_VERSION=v3.6.16
 BELAY_HELM_VERSION=v3.19.5
 # The S3 server is versitygw (Apache-2.0) with its posix backend: a real S3 gateway, one static binary.
 BELAY_S3_VERSION=v1.8.0
+# The node: kubelet and kube-proxy come with BELAY_KUBE_VERSION; the NetworkPolicy enforcer, the
+# cluster DNS and the CRI client are pinned here.
+BELAY_KUBEROUTER_VERSION=v2.1.0
+BELAY_COREDNS_VERSION=v1.14.3
+BELAY_CRICTL_VERSION=v1.34.0
 
 log() { printf '[hack %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -50,10 +55,17 @@ begin_build() {
 }
 
 # ...and ends here: $bin_dir.partial becomes $bin_dir in one rename, so a cut build is never used.
+# Besides the wall time it records the CPU time of the build's processes (<label>.cpu.seconds),
+# which does not depend on what else the machine is doing.
 finish_build() {
-  local label=$1 bin_dir=$2
+  local label=$1 bin_dir=$2 cpu
   rm -rf "$bin_dir" && mv "$bin_dir.partial" "$bin_dir"
   record_build_time "$label" $((SECONDS - build_started))
+  # `times` prints the shell's own and its children's user and system time as "XmY.Zs"; in a pipe
+  # or $(...) it would run in a subshell and see no children, so it writes to a file.
+  times >"$work/times"
+  cpu=$(tail -1 "$work/times" | python3 -c 'import re,sys; print(round(sum(int(m)*60+float(s) for m,s in re.findall(r"(\d+)m([\d.]+)s", sys.stdin.read()))))')
+  record_build_time "$label.cpu" "$cpu"
   log "$label ready in $bin_dir"
 }
 
@@ -88,4 +100,44 @@ ensure_debian_packages() {
   [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# Go module proxy metadata: the go.mod of module@version (downloaded into the module cache).
+upstream_gomod() {
+  go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])'
+}
+
+# A wrapper module around k8s.io/kubernetes@$1, written to ./go.mod. `go install k8s.io/kubernetes/...`
+# fails: the module's go.mod replaces every staging module (k8s.io/api, k8s.io/apimachinery, ...) with
+# a local folder that is not in the module zip. The wrapper replaces each with its published v0.x
+# twin; the list is derived from the module's own go.mod, never typed by hand.
+write_kube_wrapper_module() {
+  local version=$1 module=$2 gomod
+  local staging_version="v0.${version#v1.}"
+  log "resolving k8s.io/kubernetes@$version"
+  gomod=$(upstream_gomod "k8s.io/kubernetes@$version")
+  {
+    echo "module $module"
+    echo
+    echo "go $(awk '/^go /{print $2; exit}' "$gomod")"
+    echo
+    echo "require k8s.io/kubernetes $version"
+    echo
+    # Each "k8s.io/foo => ./staging/src/k8s.io/foo" becomes "k8s.io/foo => k8s.io/foo v0.N.P".
+    awk -v sv="$staging_version" '
+      /=> \.\/staging\/src\// { for (i = 1; i <= NF; i++) if ($i == "=>") { print "replace " $(i-1) " => " $(i-1) " " sv } }
+    ' "$gomod"
+  } > go.mod
+  log "wrapper go.mod has $(grep -c '^replace' go.mod) staging replacements"
+}
+
+# The -ldflags that stamp a Kubernetes binary with its version, as a release build does. The same
+# flags for every Kubernetes binary, so they share the compiled packages in the build cache.
+kube_ldflags() {
+  local version=$1 ldflags="-s -w" kv
+  for kv in "gitVersion=$version" "gitMajor=1" "gitMinor=$(echo "$version" | cut -d. -f2)" \
+            "gitTreeState=clean" "gitCommit=module-$version" "buildDate=1970-01-01T00:00:00Z"; do
+    ldflags+=" -X k8s.io/component-base/version.$kv -X k8s.io/client-go/pkg/version.$kv"
+  done
+  echo "$ldflags"
 }

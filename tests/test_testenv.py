@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,8 +24,10 @@ from tests.testenv.binaries import REPO_ROOT, component, pinned_versions
 from tests.testenv.env import still_ours
 from tests.testenv.etcd import EtcdCluster
 from tests.testenv.fixtures import pytest_runtest_setup
+from tests.testenv.host import HostSnapshot
 from tests.testenv.kube import ControlPlane, KubectlError
 from tests.testenv.network import http_post_json
+from tests.testenv.node import acquire_node, node_missing_reason, read_owner, release_node, shim_pids
 from tests.testenv.processes import ManagedProcess, group_members, pid_alive, pid_start_ticks
 from tests.testenv.s3 import S3Server
 from tests.testenv.state import ProcessRecord, TestEnvState
@@ -381,7 +384,9 @@ def test_up_then_down_leaves_no_process_behind(tmp_path: Path) -> None:
     require_built("kubernetes", "etcd", "s3")
     env = {**os.environ, "BELAY_TESTENV_RUN": str(tmp_path / "run")}
     command = [sys.executable, "-m", "tests.testenv"]
-    up = subprocess.run([*command, "up"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    up = subprocess.run(
+        [*command, "up", "--no-node"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     state_file = tmp_path / "run" / "testenv.json"
     state = TestEnvState.read(state_file) if state_file.exists() else None
     try:
@@ -406,3 +411,50 @@ def test_up_then_down_leaves_no_process_behind(tmp_path: Path) -> None:
     assert not any(group_members(pid) for pid in pids)
     assert not state_file.exists()
     assert not Path(state.run_dir).exists()
+
+
+@pytest.mark.slow
+@pytest.mark.node
+def test_up_starts_a_ready_node_and_down_leaves_the_machine_as_it_was(tmp_path: Path) -> None:
+    """`up` with a node: the node is Ready and runs pods (CoreDNS); `down` stops every process and
+    puts back every mount, network namespace, link, nftables table, ipset, route, cgroup, folder
+    and sysctl the node changed: the machine's state afterwards is compared with before."""
+    require_built("kubernetes", "etcd", "s3")
+    reason = node_missing_reason()
+    if reason:
+        unavailable(reason)
+    env = {**os.environ, "BELAY_TESTENV_RUN": str(tmp_path / "run")}
+    command = [sys.executable, "-m", "tests.testenv"]
+    # Waits, like `up` itself, while another run's node holds the machine, so both compare the
+    # machine with no node on it.
+    acquire_node(tmp_path, tmp_path / "unused.sock", tmp_path / "unused")
+    before = HostSnapshot.take()
+    release_node()
+    up = subprocess.run([*command, "up"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    state_file = tmp_path / "run" / "testenv.json"
+    state = TestEnvState.read(state_file) if state_file.exists() else None
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert state is not None and state.node is not None
+        # What `up` printed: `kubectl get nodes`, with the node Ready.
+        assert re.search(rf"^{state.node.name}\s+Ready\s", up.stdout, flags=re.MULTILINE), up.stdout
+        kubectl = [state.kubectl, "--kubeconfig", state.kubeconfig]
+        pods = subprocess.run(
+            [*kubectl, "get", "pods", "-n", "kube-system", "-o", "json"],
+            capture_output=True, text=True, check=True, timeout=60,
+        )  # fmt: skip
+        (coredns,) = json.loads(pods.stdout)["items"]
+        assert coredns["status"]["phase"] == "Running" and coredns["spec"]["nodeName"] == state.node.name
+        pids = [p.pid for p in state.processes]
+        names = {p.name for p in state.processes}
+        assert {"containerd", "kubelet", "kube-proxy", "kube-router"} <= names
+    finally:
+        down = subprocess.run(
+            [*command, "down"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert not any(pid_alive(pid) for pid in pids)
+    assert not any(group_members(pid) for pid in pids)
+    assert shim_pids(state.node.containerd_socket) == []
+    assert before.differences(HostSnapshot.take(), own_paths=(state.run_dir,)) == []
+    assert read_owner() is None

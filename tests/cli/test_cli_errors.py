@@ -30,7 +30,8 @@ def test_a_bad_manifest_names_the_field_and_why(tmp_path: Path) -> None:
     manifest = write_manifest(tmp_path / "bad.yaml", {"networkProfile": "everything"})
     code, output = invoke(tmp_path / "home", "run", str(manifest))
     assert code != 0
-    assert "spec.subagents[0].networkProfile" in output and "'none', 'allowlist' or 'internet'" in output
+    assert 'spec.subagents[0].networkProfile: Unsupported value: "everything"' in output
+    assert 'supported values: "none", "allowlist", "internet"' in output
 
 
 def test_a_manifest_that_is_not_yaml_or_missing_is_refused(tmp_path: Path) -> None:

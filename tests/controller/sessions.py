@@ -20,6 +20,9 @@ REF = SessionRef(
 
 def spec_with(**changes: Any) -> AgentSessionSpec:
     raw = dict(EXAMPLE_MANIFEST["spec"])
+    if "subagents" in changes:
+        # The example's approval rule names one of its own subagents; other subagents drop it.
+        raw["approvalRequired"] = []
     raw.update(changes)
     return AgentSessionSpec.model_validate(raw)
 

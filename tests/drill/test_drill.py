@@ -29,7 +29,7 @@ EXPECTED_CHECKS = (
 def test_drill_json_passes_every_check(tmp_path: Path) -> None:
     result = run_belay(tmp_path / "home", "drill", str(MANIFEST), "--json", timeout=600)
     report = json.loads(result.stdout)
-    assert set(report) == {"passed", "checks"}
+    assert set(report) == {"passed", "checks", "executor", "points", "reference_run_s", "reference_events"}
     failed = [c for c in report["checks"] if not c["passed"]]
     assert not failed, failed
     assert report["passed"] is True and result.returncode == 0

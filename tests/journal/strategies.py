@@ -27,6 +27,8 @@ from belay.journal.events import (
     OperationOutcome,
     Payload,
     Rejection,
+    Remote,
+    RemoteKind,
     ScopeChange,
     Summary,
     Task,
@@ -174,6 +176,18 @@ payloads: st.SearchStrategy[Payload] = st.one_of(
     ),
     st.builds(Summary, covers_from_seq=st.just(1), covers_to_seq=st.just(1), text=st.text(max_size=5)),
     st.builds(Rejection, name=ids(["a.txt", "b.patch"]), sha256=ids(HASHES), reason=st.just("no")),
+    st.builds(
+        Remote,
+        kind=st.sampled_from(list(RemoteKind)),
+        executor=st.just("openai-agents"),
+        subagent=ids(["researcher", "implementer"]),
+        remote_session_id=ids(["sess_1", "sess_2"]),
+        resource=st.one_of(st.none(), ids(["agent", "environment"])),
+        resource_id=st.one_of(st.none(), ids(["agent_1", "env_1"])),
+        call_id=st.one_of(st.none(), ids(["call_1", "call_2"])),
+        operation_id=st.one_of(st.none(), ids(OPS)),
+        detail=st.text(max_size=3),
+    ),
 )
 
 

@@ -73,7 +73,26 @@ def components() -> dict[str, Component]:
         "etcd": Component("etcd", v["etcd"], f"etcd-{v['etcd']}", ("etcd", "etcdctl"), "build-etcd.sh"),
         "s3": Component("s3", v["s3"], f"versitygw-{v['s3']}", ("versitygw",), "build-s3.sh"),
         "helm": Component("helm", v["helm"], f"helm-{v['helm']}", ("helm",), "build-helm.sh"),
+        # The node (tests/testenv/node.py), beside Debian's containerd, runc and CNI plugins.
+        "node": Component(
+            "node", kube, f"kubernetes-node-{kube}", ("kubelet", "kube-proxy", "pause"), "build-kube-node.sh"
+        ),
+        "kube-router": Component(
+            "kube-router",
+            v["kuberouter"],
+            f"kube-router-{v['kuberouter']}",
+            ("kube-router",),
+            "build-kube-router.sh",
+        ),
+        "coredns": Component(
+            "coredns", v["coredns"], f"coredns-{v['coredns']}", ("coredns",), "build-coredns.sh"
+        ),
+        "crictl": Component("crictl", v["crictl"], f"crictl-{v['crictl']}", ("crictl",), "build-crictl.sh"),
     }
+
+
+# What a node needs beside the control plane (and the harness image, see docker_engine.py).
+NODE_COMPONENTS = ("node", "kube-router", "coredns", "crictl")
 
 
 def component(name: str) -> Component:

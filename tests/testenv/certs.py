@@ -143,13 +143,13 @@ def _write(path: Path, data: bytes, private: bool = False) -> Path:
     return path
 
 
-def write_pki(directory: Path, service_ip: str) -> ControlPlanePKI:
+def write_pki(directory: Path, service_ip: str, address: str = "127.0.0.1") -> ControlPlanePKI:
     directory.mkdir(parents=True, exist_ok=True)
     ca = TinyCA()
     serving = ca.issue(
         "kube-apiserver",
         dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
-        ips=("127.0.0.1", service_ip),
+        ips=tuple(dict.fromkeys(("127.0.0.1", address, service_ip))),
         server=True,
     )
     admin = ca.issue("belay-testenv-admin", organization="system:masters", client=True)

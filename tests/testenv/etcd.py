@@ -20,10 +20,12 @@ class EtcdMember:
     client_port: int = field(default_factory=free_port)
     peer_port: int = field(default_factory=free_port)
     process: ManagedProcess | None = None
+    # Where clients reach it: loopback, or the node's bridge address for pods (tests/testenv/node.py).
+    client_host: str = LOOPBACK
 
     @property
     def client_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.client_port}"
+        return f"http://{self.client_host}:{self.client_port}"
 
     @property
     def peer_url(self) -> str:
@@ -79,9 +81,11 @@ def _wait_ready(member: EtcdMember) -> None:
 class EtcdServer:
     """One etcd member. `endpoint` is its client URL."""
 
-    def __init__(self, run_dir: Path, name: str = "etcd", detached: bool = False) -> None:
+    def __init__(
+        self, run_dir: Path, name: str = "etcd", detached: bool = False, host: str = LOOPBACK
+    ) -> None:
         self.run_dir = run_dir
-        self.member = EtcdMember(name, run_dir / f"{name}.data")
+        self.member = EtcdMember(name, run_dir / f"{name}.data", client_host=host)
         self.detached = detached
 
     @property

@@ -1,6 +1,9 @@
 """A Kubernetes control plane on loopback: kube-apiserver (RBAC, default admission plugins, service
 account issuer and keys), kube-controller-manager and kube-scheduler, over an etcd of its own. No
-node is registered; objects are stored, validated and reconciled, pods stay Pending."""
+node is registered; objects are stored, validated and reconciled, pods stay Pending.
+
+With a node (tests/testenv/node.py) it listens on the node's bridge address instead, where pods
+reach it through the `kubernetes` Service, and its endpoint reconciler publishes that address."""
 
 from __future__ import annotations
 
@@ -27,9 +30,19 @@ class KubectlError(subprocess.CalledProcessError):
 
 
 class ControlPlane:
-    def __init__(self, run_dir: Path, detached: bool = False) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        detached: bool = False,
+        address: str = LOOPBACK,
+        service_cidr: str = SERVICE_CIDR,
+        service_ip: str = SERVICE_IP,
+    ) -> None:
         self.run_dir = run_dir
         self.detached = detached
+        self.address = address
+        self.service_cidr = service_cidr
+        self.service_ip = service_ip
         self.etcd = EtcdServer(run_dir, name="kube-etcd", detached=detached)
         self.apiserver_port = free_port()
         self.controller_manager_port = free_port()
@@ -41,22 +54,22 @@ class ControlPlane:
 
     @property
     def server(self) -> str:
-        return f"https://{LOOPBACK}:{self.apiserver_port}"
+        return f"https://{self.address}:{self.apiserver_port}"
 
     def _bin(self, name: str) -> str:
         return str(component("kubernetes").path(name))
 
     def _apiserver_argv(self, pki: ControlPlanePKI) -> list[str]:
-        return [
+        argv = [
             self._bin("kube-apiserver"),
             f"--etcd-servers={self.etcd.endpoint}",
-            f"--bind-address={LOOPBACK}",
-            f"--advertise-address={LOOPBACK}",
+            f"--bind-address={self.address}",
+            f"--advertise-address={self.address}",
             f"--secure-port={self.apiserver_port}",
             f"--tls-cert-file={pki.serving_cert}",
             f"--tls-private-key-file={pki.serving_key}",
             f"--client-ca-file={pki.ca_cert}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-cluster-ip-range={self.service_cidr}",
             f"--service-account-issuer={self.server}",
             f"--service-account-key-file={pki.service_account_pub}",
             f"--service-account-signing-key-file={pki.service_account_key}",
@@ -68,13 +81,20 @@ class ControlPlane:
             "--requestheader-username-headers=X-Remote-User",
             "--requestheader-group-headers=X-Remote-Group",
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-            # Endpoints may not hold a loopback address, so the `kubernetes` Service gets none
-            # instead of an error every ten seconds; nothing here runs in a pod to call it.
-            "--endpoint-reconciler-type=none",
+            # What `kubectl exec` and `logs` present to a node's kubelet, found at its address
+            # (its host name is in no resolver).
+            f"--kubelet-client-certificate={pki.admin_cert}",
+            f"--kubelet-client-key={pki.admin_key}",
+            "--kubelet-preferred-address-types=InternalIP",
             "--allow-privileged=true",
             f"--cert-dir={self.run_dir / 'apiserver-certs'}",
             "--v=0",
         ]
+        if self.address == LOOPBACK:
+            # Endpoints may not hold a loopback address, so the `kubernetes` Service gets none
+            # instead of an error every ten seconds; nothing here runs in a pod to call it.
+            argv.append("--endpoint-reconciler-type=none")
+        return argv
 
     def _component_argv(self, name: str, port: int, pki: ControlPlanePKI) -> list[str]:
         argv = [
@@ -95,7 +115,7 @@ class ControlPlane:
                 f"--root-ca-file={pki.ca_cert}",
                 f"--cluster-signing-cert-file={pki.ca_cert}",
                 f"--cluster-signing-key-file={pki.ca_key}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                f"--service-cluster-ip-range={self.service_cidr}",
             ]
         return argv
 
@@ -106,7 +126,7 @@ class ControlPlane:
 
     def start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        pki = self.pki = write_pki(self.run_dir / "pki", SERVICE_IP)
+        pki = self.pki = write_pki(self.run_dir / "pki", self.service_ip, self.address)
         self.kubeconfig.write_text(kubeconfig(self.server, pki))
         self.kubeconfig.chmod(0o600)
         self.etcd.start()

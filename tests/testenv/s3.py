@@ -27,8 +27,11 @@ class S3Server:
         access_key: str | None = None,
         secret_key: str | None = None,
         detached: bool = False,
+        host: str = LOOPBACK,
     ) -> None:
         self.run_dir = run_dir
+        # Loopback, or the node's bridge address, where pods reach it (tests/testenv/node.py).
+        self.host = host
         self.data_dir = run_dir / "s3.data"
         self.region = region
         self.port = port or free_port()
@@ -38,7 +41,7 @@ class S3Server:
             "versitygw",
             [
                 component("s3").path("versitygw"),
-                f"--port={LOOPBACK}:{self.port}",
+                f"--port={host}:{self.port}",
                 f"--region={self.region}",
                 f"--health={HEALTH_PATH}",
                 "posix",
@@ -52,7 +55,7 @@ class S3Server:
 
     @property
     def endpoint_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def is_healthy(self) -> bool:
         return healthy(f"{self.endpoint_url}{HEALTH_PATH}")

@@ -38,6 +38,16 @@ class S3Endpoint(BaseModel):
     region: str
 
 
+class NodeState(BaseModel):
+    """What `down` needs to stop a node: the runtime's socket (to remove its pods) and the folders
+    holding its mounts. The machine's state before it started is in the node's ownership file."""
+
+    name: str
+    run_dir: str
+    containerd_socket: str
+    kubelet_root: str
+
+
 class TestEnvState(BaseModel):
     __test__ = False  # not a pytest test class, despite the name
 
@@ -50,6 +60,7 @@ class TestEnvState(BaseModel):
     etcd_endpoint: str
     s3: S3Endpoint
     processes: list[ProcessRecord]
+    node: NodeState | None = None
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

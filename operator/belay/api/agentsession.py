@@ -3,29 +3,165 @@
 These models are the single source of truth for the manifest: `belay run` validates a YAML file
 against them, and the operator generates its CRD from them. Field names are snake_case in Python
 and camelCase on the wire, as Kubernetes expects.
+
+Every rule beyond types, enums and bounds is written twice, side by side: as a CEL rule the
+apiserver runs (`x-kubernetes-validations`) and as the pydantic validator `belay run` runs, with
+one message constant for both. Types are strict, as the apiserver's are (a quoted number is not a
+number), and a pydantic error is described in the apiserver's words (`describe_validation_error`),
+so a manifest is refused the same way, with the same message, wherever it is submitted. The shared
+table of invalid manifests in `tests/api/invalid_manifests.py` holds both to that.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    AliasGenerator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonDict
+from pydantic_core import PydanticCustomError
 
 from belay.api.status import AgentSessionStatus
+from belay.harness.tools import TOOLS
 
 API_VERSION = "belay.dev/v1alpha1"
 KIND = "AgentSession"
 
 # RFC 1123 label: the session id becomes part of object names in a cluster.
 SESSION_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+SESSION_NAME_MESSAGE = "metadata.name must be a DNS label (at most 63 lowercase letters, digits and '-')"
 SUBAGENT_NAME_MAX = 40
-# Bounds the CEL uniqueness check's cost, which the apiserver estimates from maxItems.
+# Bounds the CEL rules' cost, which the apiserver estimates from maxItems.
 SUBAGENTS_MAX = 32
+
+# The request is recorded as one event, and an event payload holds at most 64 KiB
+# (`belay.stores.base.MAX_PAYLOAD_BYTES`). These bounds keep it under that even when every
+# character takes the most JSON bytes it can (6, a control character escaped as \u00XX); longer
+# material belongs in an input directory.
+GOAL_MAX_CHARS = 8192
+PARTS_MAX = 8
+PART_NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+PART_NAME_MESSAGE = "request.parts names must be 1 to 63 letters, digits, '-', '_' or '.'"
+PART_MAX_CHARS = 256
+
+# A deliverable is downloaded by its name (`belay artifacts get SESSION NAME` writes ./NAME), and
+# the briefing prints that command: the name must be one plain file name, safe unquoted in a shell.
+PLAIN_FILE_NAME_PATTERN = r"^[A-Za-z0-9_][-A-Za-z0-9._+]*$"
+PLAIN_FILE_NAME_MAX = 128
+DELIVERABLE_MESSAGE = (
+    "deliverable must be a plain file name: letters, digits, '.', '_', '+' and '-', "
+    "not starting with '.', no '/'"
+)
+
+# A workspace path given in the manifest: relative, never climbing out with `..`.
+_CEL_NO_DOTDOT = "!{x}.startsWith('/') && !{x}.matches('(^|/)[.][.](/|$)')"
+INPUT_TARGET_MESSAGE = "inputs[].target must be a relative path inside the workspace, without '..'"
+DECLARED_MESSAGE = "declared patterns must be relative to the workspace, without '..'"
+ALLOWLIST_MESSAGE = "allowlist applies only to networkProfile 'allowlist'"
+
+# Who decides each subagent's next action. Self-hosted: Belay's own model loop (a scripted plan, or
+# a model through the OpenAI Responses or Anthropic Messages API). Managed: a provider's agent
+# session (OpenAI Agents API, Claude Managed Agents) whose tools Belay runs in its own sandboxes.
+SELF_HOSTED_EXECUTORS = ("scripted", "openai", "anthropic")
+MANAGED_EXECUTORS = ("openai-agents", "anthropic-managed")
+MODEL_EXECUTORS = ("openai", "anthropic", *MANAGED_EXECUTORS)
+# A plan is what `scripted` follows; for a managed executor, what the local stand-in's remote agent
+# follows when no provider is configured.
+PLAN_EXECUTORS = ("scripted", *MANAGED_EXECUTORS)
+PLAN_REQUIRED_MESSAGE = "executor.plan is required when executor.type is 'scripted'"
+MODEL_REQUIRED_MESSAGE = (
+    "executor.model is required when executor.type is 'openai', 'anthropic', 'openai-agents' or "
+    "'anthropic-managed'"
+)
+PLAN_ONLY_SCRIPTED_MESSAGE = (
+    "executor.plan applies only to executor.type 'scripted', 'openai-agents' or 'anthropic-managed'"
+)
+MODEL_ONLY_PROVIDERS_MESSAGE = "executor.model and executor.baseURL do not apply to executor.type 'scripted'"
+MANAGED_BASE_URL_MESSAGE = (
+    "executor.baseURL does not apply to managed executors: they read OPENAI_BASE_URL or "
+    "ANTHROPIC_BASE_URL (from executor.credentialsSecret in a cluster)"
+)
+CREDENTIALS_SECRET_MESSAGE = "executor.credentialsSecret does not apply to executor.type 'scripted'"
+BASE_URL_PATTERN = r"^https?://[^/?#\s]+([/?#]\S*)?$"
+BASE_URL_MESSAGE = "executor.baseURL must be an http:// or https:// URL"
+
+APPROVAL_NAMES_MESSAGE = "an approval needs operationId or approvalId"
+TOOL_NAMES = tuple(sorted(TOOLS))
+APPROVAL_TOOL_MESSAGE = (
+    "approvalRequired entries must be TOOL or SUBAGENT:TOOL, with TOOL one of: " + ", ".join(TOOL_NAMES)
+)
+APPROVAL_SUBAGENT_MESSAGE = "approvalRequired: SUBAGENT in SUBAGENT:TOOL must be one of spec.subagents"
+UNIQUE_SUBAGENTS_MESSAGE = "subagent names must be unique"
+FORK_IMMUTABLE_MESSAGE = "forkFrom is immutable"
+
+EVENTS_URL_PATTERN = r"^(sqlite|etcd)://.*$"
+ARTIFACTS_URL_PATTERN = r"^(file|s3)://.*$"
+EVENTS_URL_MESSAGE = "stores.events must be a sqlite:// or etcd:// URL"
+ARTIFACTS_URL_MESSAGE = "stores.artifacts must be a file:// or s3:// URL"
+# A Secret's name: a DNS subdomain.
+SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+def _cel_string(text: str) -> str:
+    """A CEL string literal: a regular expression's backslashes must be escaped once more."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _cel_list(values: tuple[str, ...]) -> str:
+    return "[" + ", ".join(_cel_string(value) for value in values) + "]"
+
+
+def _cel_matches(field: str, pattern: str, message: str) -> JsonDict:
+    """A CEL rule: the optional field, when set, matches the pattern (anchored at both ends);
+    `_matches` is the same rule for pydantic."""
+    return {
+        "rule": f"!has(self.{field}) || self.{field}.matches({_cel_string(pattern)})",
+        "message": message,
+        "fieldPath": f".{field}",
+    }
+
+
+def _matches(pattern: str, message: str) -> AfterValidator:
+    # fullmatch: with `$` alone, Python would also accept a trailing newline, which RE2 does not.
+    def check(value: str) -> str:
+        if not re.fullmatch(pattern, value):
+            raise ValueError(message)
+        return value
+
+    return AfterValidator(check)
+
+
+def is_plain_file_name(name: str) -> bool:
+    return len(name) <= PLAIN_FILE_NAME_MAX and re.fullmatch(PLAIN_FILE_NAME_PATTERN, name) is not None
+
+
+def check_deliverable_name(name: str) -> str:
+    """The name, when a deliverable may carry it; ValueError otherwise. The manifest, the harness
+    that records a deliverable and the CLI that downloads one all check with this."""
+    if not is_plain_file_name(name):
+        raise ValueError(f"{DELIVERABLE_MESSAGE} (at most {PLAIN_FILE_NAME_MAX} characters), got {name!r}")
+    return name
+
+
+def is_workspace_relative(path: str) -> bool:
+    return not path.startswith("/") and ".." not in path.split("/")
 
 
 class ApiModel(BaseModel):
@@ -34,79 +170,220 @@ class ApiModel(BaseModel):
         populate_by_name=True,
         extra="forbid",
         frozen=True,
+        # As the apiserver does: "3" is not a number, 3 is not a string.
+        strict=True,
     )
+
+
+def _no_number(value: Any) -> Any:
+    # A number would otherwise be read as a Unix time; the apiserver wants an RFC 3339 string.
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise PydanticCustomError("datetime_type", "Input should be an RFC 3339 date-time")
+    return value
+
+
+# Lax, so the RFC 3339 text of a manifest parses; never a number.
+Timestamp = Annotated[AwareDatetime, BeforeValidator(_no_number), Field(strict=False)]
 
 
 class ObjectMeta(BaseModel):
     # Kubernetes metadata carries many fields we do not interpret; keep them, never reject them.
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
 
-    name: str = Field(pattern=SESSION_NAME_PATTERN)
+    name: str
     namespace: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
 
+    @field_validator("name")
+    @classmethod
+    def _dns_label(cls, name: str) -> str:
+        if not re.fullmatch(SESSION_NAME_PATTERN, name):
+            raise ValueError(SESSION_NAME_MESSAGE)
+        return name
+
 
 class SessionRequest(ApiModel):
-    goal: str = Field(min_length=1)
-    parts: dict[str, str] = Field(default_factory=dict)
-
-
-class ExecutorSpec(ApiModel):
-    # Each CEL rule mirrors the pydantic validator below, so the apiserver refuses what `belay run`
-    # refuses, with the same message.
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "self.type != 'scripted' || has(self.plan)",
-                    "message": "executor.plan is required when executor.type is 'scripted'",
+                    "rule": "!has(self.parts) || self.parts.all(k, k.matches("
+                    + _cel_string(PART_NAME_PATTERN)
+                    + "))",
+                    "message": PART_NAME_MESSAGE,
+                    "fieldPath": ".parts",
+                }
+            ]
+        }
+    )
+
+    goal: str = Field(min_length=1, max_length=GOAL_MAX_CHARS)
+    parts: dict[str, Annotated[str, Field(max_length=PART_MAX_CHARS)]] = Field(
+        default_factory=dict, max_length=PARTS_MAX
+    )
+
+    @field_validator("parts")
+    @classmethod
+    def _part_names(cls, parts: dict[str, str]) -> dict[str, str]:
+        if not all(re.fullmatch(PART_NAME_PATTERN, name) for name in parts):
+            raise ValueError(PART_NAME_MESSAGE)
+        return parts
+
+
+class ExecutorSpec(ApiModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self.type != 'scripted' || has(self.plan)", "message": PLAN_REQUIRED_MESSAGE},
+                {
+                    "rule": f"!(self.type in {_cel_list(MODEL_EXECUTORS)}) || has(self.model)",
+                    "message": MODEL_REQUIRED_MESSAGE,
                 },
                 {
-                    "rule": "!(self.type in ['openai', 'anthropic']) || has(self.model)",
-                    "message": "executor.model is required when executor.type is 'openai' or 'anthropic'",
+                    "rule": f"!has(self.plan) || self.type in {_cel_list(PLAN_EXECUTORS)}",
+                    "message": PLAN_ONLY_SCRIPTED_MESSAGE,
+                },
+                {
+                    "rule": f"self.type in {_cel_list(MODEL_EXECUTORS)} || "
+                    "(!has(self.model) && !has(self.baseURL))",
+                    "message": MODEL_ONLY_PROVIDERS_MESSAGE,
+                },
+                {
+                    "rule": f"!(self.type in {_cel_list(MANAGED_EXECUTORS)}) || !has(self.baseURL)",
+                    "message": MANAGED_BASE_URL_MESSAGE,
+                },
+                {
+                    "rule": "self.type != 'scripted' || !has(self.credentialsSecret)",
+                    "message": CREDENTIALS_SECRET_MESSAGE,
+                },
+                _cel_matches("baseURL", BASE_URL_PATTERN, BASE_URL_MESSAGE),
+            ]
+        }
+    )
+
+    # Only what runs today: a type that is not implemented is refused here, never at run time.
+    type: Literal["scripted", "openai", "anthropic", "openai-agents", "anthropic-managed"]
+    # The YAML plan for `scripted` (for a managed executor: what the local stand-in's remote agent
+    # follows): relative to the manifest for `belay run`; in a cluster, a path inside the harness
+    # image.
+    plan: str | None = Field(default=None, min_length=1, max_length=4096)
+    model: str | None = Field(default=None, min_length=1, max_length=256)
+    base_url: Annotated[str, Field(max_length=2048), _matches(BASE_URL_PATTERN, BASE_URL_MESSAGE)] | None = (
+        Field(default=None, alias="baseURL")
+    )
+    image: str | None = Field(default=None, min_length=1, max_length=512)
+    # In a cluster: the Secret whose OPENAI_API_KEY / OPENAI_BASE_URL (or ANTHROPIC_API_KEY /
+    # ANTHROPIC_BASE_URL) keys reach the harness pod's environment, and nothing else.
+    credentials_secret: str | None = Field(default=None, pattern=SECRET_NAME_PATTERN, max_length=253)
+
+    @property
+    def managed(self) -> bool:
+        return self.type in MANAGED_EXECUTORS
+
+    @model_validator(mode="after")
+    def _fields_of_the_type(self) -> ExecutorSpec:
+        if self.type == "scripted" and self.plan is None:
+            raise ValueError(PLAN_REQUIRED_MESSAGE)
+        if self.type in MODEL_EXECUTORS and self.model is None:
+            raise ValueError(MODEL_REQUIRED_MESSAGE)
+        if self.plan is not None and self.type not in PLAN_EXECUTORS:
+            raise ValueError(PLAN_ONLY_SCRIPTED_MESSAGE)
+        if self.type not in MODEL_EXECUTORS and (self.model is not None or self.base_url is not None):
+            raise ValueError(MODEL_ONLY_PROVIDERS_MESSAGE)
+        if self.type in MANAGED_EXECUTORS and self.base_url is not None:
+            raise ValueError(MANAGED_BASE_URL_MESSAGE)
+        if self.type == "scripted" and self.credentials_secret is not None:
+            raise ValueError(CREDENTIALS_SECRET_MESSAGE)
+        return self
+
+
+class SubagentInput(ApiModel):
+    """A directory copied into the subagent's workspace when the session starts."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": _CEL_NO_DOTDOT.format(x="self.target"),
+                    "message": INPUT_TARGET_MESSAGE,
+                    "fieldPath": ".target",
+                }
+            ]
+        }
+    )
+
+    # Relative to the manifest for `belay run`; in a cluster, a path inside the harness image.
+    source: str = Field(min_length=1, max_length=4096)
+    target: str = Field(min_length=1, max_length=1024)
+
+    @field_validator("target")
+    @classmethod
+    def _inside_workspace(cls, target: str) -> str:
+        if not is_workspace_relative(target):
+            raise ValueError(INPUT_TARGET_MESSAGE)
+        return target
+
+
+class SubagentSpec(ApiModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.allowlist) || size(self.allowlist) == 0 || "
+                    "self.networkProfile == 'allowlist'",
+                    "message": ALLOWLIST_MESSAGE,
+                    "fieldPath": ".allowlist",
+                },
+                _cel_matches("deliverable", PLAIN_FILE_NAME_PATTERN, DELIVERABLE_MESSAGE),
+                {
+                    "rule": "!has(self.declared) || self.declared.all(p, "
+                    + _CEL_NO_DOTDOT.format(x="p")
+                    + ")",
+                    "message": DECLARED_MESSAGE,
+                    "fieldPath": ".declared",
                 },
             ]
         }
     )
 
-    type: Literal["scripted", "openai", "anthropic", "managed"]
-    plan: str | None = None  # path of the YAML plan for `scripted`, relative to the manifest
-    model: str | None = None
-    base_url: str | None = Field(default=None, alias="baseURL")
-    image: str | None = None
-
-    @model_validator(mode="after")
-    def _plan_for_scripted(self) -> ExecutorSpec:
-        if self.type == "scripted" and not self.plan:
-            raise ValueError("executor.plan is required when executor.type is 'scripted'")
-        if self.type in ("openai", "anthropic") and not self.model:
-            raise ValueError(f"executor.model is required when executor.type is '{self.type}'")
-        return self
-
-
-class SubagentInput(ApiModel):
-    """A directory (relative to the manifest) copied into the subagent's workspace at start."""
-
-    source: str
-    target: str
-
-
-class SubagentSpec(ApiModel):
     # A label value and part of pod names, hence the length bound.
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=SUBAGENT_NAME_MAX)
-    role: str = ""
-    image: str | None = None
+    role: str = Field(default="", max_length=1024)
+    image: str | None = Field(default=None, min_length=1, max_length=512)
     network_profile: Literal["none", "allowlist", "internet"] = "none"
-    allowlist: list[str] = Field(default_factory=list)
+    allowlist: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
+        default_factory=list, max_length=64
+    )
     # A local sandbox refuses to start without its walls (bubblewrap) unless this is "best-effort";
     # a sandbox pod's walls are its security context and NetworkPolicy, always in force.
     isolation: Literal["required", "best-effort"] = "required"
-    deliverable: str | None = None
-    inputs: list[SubagentInput] = Field(default_factory=list)
+    deliverable: (
+        Annotated[
+            str, Field(max_length=PLAIN_FILE_NAME_MAX), _matches(PLAIN_FILE_NAME_PATTERN, DELIVERABLE_MESSAGE)
+        ]
+        | None
+    ) = None
+    inputs: list[SubagentInput] = Field(default_factory=list, max_length=16)
     # Workspace paths (glob patterns) that make up the subagent's declared state: only these
     # survive a sandbox replacement.
-    declared: list[str] = Field(default_factory=list)
+    declared: list[Annotated[str, Field(min_length=1, max_length=1024)]] = Field(
+        default_factory=list, max_length=64
+    )
+
+    @field_validator("allowlist")
+    @classmethod
+    def _allowlist_needs_its_profile(cls, allowlist: list[str], info: ValidationInfo) -> list[str]:
+        if allowlist and info.data.get("network_profile") != "allowlist":
+            raise ValueError(ALLOWLIST_MESSAGE)
+        return allowlist
+
+    @field_validator("declared")
+    @classmethod
+    def _declared_inside_workspace(cls, declared: list[str]) -> list[str]:
+        if not all(is_workspace_relative(pattern) for pattern in declared):
+            raise ValueError(DECLARED_MESSAGE)
+        return declared
 
 
 class ApprovalGrant(ApiModel):
@@ -115,23 +392,21 @@ class ApprovalGrant(ApiModel):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                {
-                    "rule": "has(self.operationId) || has(self.approvalId)",
-                    "message": "an approval needs operationId or approvalId",
-                }
+                {"rule": "has(self.operationId) || has(self.approvalId)", "message": APPROVAL_NAMES_MESSAGE}
             ]
         }
     )
 
-    operation_id: str | None = None
-    approval_id: str | None = None
+    operation_id: str | None = Field(default=None, min_length=1, max_length=512)
+    approval_id: str | None = Field(default=None, min_length=1, max_length=512)
     payload_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    expires_at: datetime | None = None
+    # RFC 3339 with a time zone: a time without one means a different instant on every machine.
+    expires_at: Timestamp | None = None
 
     @model_validator(mode="after")
     def _names_one_operation(self) -> ApprovalGrant:
         if not (self.operation_id or self.approval_id):
-            raise ValueError("an approval needs operationId or approvalId")
+            raise ValueError(APPROVAL_NAMES_MESSAGE)
         return self
 
 
@@ -147,10 +422,8 @@ class RejectionGrant(ApiModel):
 
 
 class Budgets(ApiModel):
-    max_steps: int | None = Field(default=None, ge=1)
+    # Only budgets the harness enforces: one it ignored would be a promise nobody keeps.
     max_model_calls: int | None = Field(default=None, ge=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_wall_clock_s: int | None = Field(default=None, ge=1)
 
 
 class RecoveryPolicy(ApiModel):
@@ -158,9 +431,23 @@ class RecoveryPolicy(ApiModel):
 
 
 class StoresSpec(ApiModel):
-    events: str | None = None  # e.g. "sqlite:///path" or "etcd://..." ; default: the local home
-    artifacts: str | None = None
-    secret_ref: str | None = None  # credentials come from a Secret, never inline
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                _cel_matches("events", EVENTS_URL_PATTERN, EVENTS_URL_MESSAGE),
+                _cel_matches("artifacts", ARTIFACTS_URL_PATTERN, ARTIFACTS_URL_MESSAGE),
+            ]
+        }
+    )
+
+    events: (
+        Annotated[str, Field(max_length=2048), _matches(EVENTS_URL_PATTERN, EVENTS_URL_MESSAGE)] | None
+    ) = None
+    artifacts: (
+        Annotated[str, Field(max_length=2048), _matches(ARTIFACTS_URL_PATTERN, ARTIFACTS_URL_MESSAGE)] | None
+    ) = None
+    # Credentials come from a Secret, never inline.
+    secret_ref: str | None = Field(default=None, max_length=253, pattern=SECRET_NAME_PATTERN)
 
 
 class ForkFrom(ApiModel):
@@ -168,13 +455,13 @@ class ForkFrom(ApiModel):
 
     model_config = ConfigDict(
         json_schema_extra={
-            "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "forkFrom is immutable"}]
+            "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": FORK_IMMUTABLE_MESSAGE}]
         }
     )
 
     session: str = Field(pattern=SESSION_NAME_PATTERN)
     # A checkpoint id from the source session; its last verified checkpoint when omitted.
-    checkpoint: str | None = None
+    checkpoint: str | None = Field(default=None, min_length=1, max_length=512)
 
 
 class RetentionPolicy(ApiModel):
@@ -185,15 +472,32 @@ class RetentionPolicy(ApiModel):
     artifacts: Literal["Retain", "Delete"] = "Retain"
 
 
+def _approval_tool(entry: str) -> str:
+    return entry.split(":", 1)[1] if ":" in entry else entry
+
+
 class AgentSessionSpec(ApiModel):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
                     "rule": "self.subagents.all(a, self.subagents.exists_one(b, b.name == a.name))",
-                    "message": "subagent names must be unique",
+                    "message": UNIQUE_SUBAGENTS_MESSAGE,
                     "fieldPath": ".subagents",
-                }
+                },
+                {
+                    "rule": "!has(self.approvalRequired) || self.approvalRequired.all(r, !r.contains(':') || "
+                    "self.subagents.exists(s, s.name == r.substring(0, r.indexOf(':'))))",
+                    "message": APPROVAL_SUBAGENT_MESSAGE,
+                    "fieldPath": ".approvalRequired",
+                },
+                {
+                    # The fork is decided when the session is created: a session that was not a
+                    # fork never becomes one, and a fork never stops being one.
+                    "rule": "has(self.forkFrom) == has(oldSelf.forkFrom)",
+                    "message": FORK_IMMUTABLE_MESSAGE,
+                    "fieldPath": ".forkFrom",
+                },
             ]
         }
     )
@@ -201,34 +505,60 @@ class AgentSessionSpec(ApiModel):
     request: SessionRequest
     executor: ExecutorSpec
     subagents: list[SubagentSpec] = Field(min_length=1, max_length=SUBAGENTS_MAX)
-    approvals: list[ApprovalGrant] = Field(default_factory=list)
-    rejections: list[RejectionGrant] = Field(default_factory=list)
+    approvals: list[ApprovalGrant] = Field(default_factory=list, max_length=256)
+    rejections: list[RejectionGrant] = Field(default_factory=list, max_length=256)
     # Tools whose calls wait for an approval: "tool" for every subagent, "subagent:tool" for one.
-    approval_required: list[str] = Field(default_factory=list)
+    approval_required: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=list,
+        max_length=64,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"self.all(r, r in {_cel_list(TOOL_NAMES)} || (r.contains(':') && "
+                    f"r.substring(r.indexOf(':') + 1) in {_cel_list(TOOL_NAMES)}))",
+                    "message": APPROVAL_TOOL_MESSAGE,
+                }
+            ]
+        },
+    )
     budgets: Budgets = Budgets()
     recovery: RecoveryPolicy = RecoveryPolicy()
     stores: StoresSpec = StoresSpec()
     fork_from: ForkFrom | None = None
     retention: RetentionPolicy = RetentionPolicy()
 
-    @model_validator(mode="after")
-    def _unique_subagents(self) -> AgentSessionSpec:
-        names = [s.name for s in self.subagents]
+    @field_validator("subagents")
+    @classmethod
+    def _unique_names(cls, subagents: list[SubagentSpec]) -> list[SubagentSpec]:
+        names = [s.name for s in subagents]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ValueError(f"subagent names must be unique, repeated: {', '.join(duplicates)}")
-        return self
+            raise ValueError(f"{UNIQUE_SUBAGENTS_MESSAGE}, repeated: {', '.join(duplicates)}")
+        return subagents
+
+    @field_validator("approval_required")
+    @classmethod
+    def _known_tools_and_subagents(cls, entries: list[str], info: ValidationInfo) -> list[str]:
+        # A misspelled tool or subagent would otherwise turn its gate off without a word.
+        if not all(_approval_tool(entry) in TOOLS for entry in entries):
+            raise ValueError(APPROVAL_TOOL_MESSAGE)
+        names = {s.name for s in info.data.get("subagents", [])}
+        if "subagents" in info.data and any(
+            ":" in entry and entry.split(":", 1)[0] not in names for entry in entries
+        ):
+            raise ValueError(APPROVAL_SUBAGENT_MESSAGE)
+        return entries
 
 
 class AgentSession(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", frozen=True, strict=True)
 
     api_version: Literal["belay.dev/v1alpha1"] = Field(default="belay.dev/v1alpha1", alias="apiVersion")
     kind: Literal["AgentSession"] = "AgentSession"
     metadata: ObjectMeta
     spec: AgentSessionSpec
     # Written by the operator; a manifest read back from the cluster carries it.
-    status: AgentSessionStatus | None = None
+    status: AgentSessionStatus | None = Field(default=None, strict=False)
 
     @property
     def session_id(self) -> str:
@@ -239,7 +569,7 @@ class AgentSession(BaseModel):
 
 
 class ManifestError(ValueError):
-    """A manifest that cannot be used, with every offending field named."""
+    """A manifest that cannot be used, with every offending field named, on one line."""
 
 
 def _field_path(location: tuple[int | str, ...]) -> str:
@@ -249,30 +579,132 @@ def _field_path(location: tuple[int | str, ...]) -> str:
     return path or "(root)"
 
 
+# The type names the apiserver reports a value's type with.
+_JSON_TYPES: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    (bool, "boolean"),
+    (int, "int64"),
+    (float, "float64"),
+    (str, "string"),
+    ((list, tuple), "array"),
+    (dict, "object"),
+)
+_EXPECTED_TYPES = {
+    "string_type": "string",
+    "int_type": "integer",
+    "list_type": "array",
+    "dict_type": "object",
+    "model_type": "object",
+    "model_attributes_type": "object",
+    "bool_type": "boolean",
+}
+# The apiserver quotes long values in full; one line stays readable.
+_VALUE_SHOWN = 80
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), type(value).__name__)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= _VALUE_SHOWN else text[: _VALUE_SHOWN - 4] + '..."'
+
+
+def describe_issue(issue: Any) -> str:
+    """One pydantic error, in the words the apiserver uses for the same schema constraint."""
+    path = _field_path(tuple(issue["loc"]))
+    kind, context, value = issue["type"], issue.get("ctx") or {}, issue.get("input")
+    match kind:
+        case "missing":
+            return f"{path}: Required value"
+        case "extra_forbidden":
+            return f'unknown field "{path}"'
+        case "literal_error":
+            allowed = ", ".join(f'"{v}"' for v in re.findall(r"'([^']*)'", str(context.get("expected", ""))))
+            return f"{path}: Unsupported value: {_shown(value)}: supported values: {allowed}"
+        case "string_too_long":
+            return f"{path}: Too long: may not be more than {context['max_length']} characters"
+        case "string_too_short":
+            return (
+                f"{path}: Invalid value: {_shown(value)}: {path} in body should be at least "
+                f"{context['min_length']} chars long"
+            )
+        case "too_long":
+            return f"{path}: Too many: {len(value)}: must have at most {context['max_length']} items"
+        case "too_short":
+            return (
+                f"{path}: Invalid value: {len(value)}: {path} in body should have at least "
+                f"{context['min_length']} items"
+            )
+        case "greater_than_equal":
+            return (
+                f"{path}: Invalid value: {_shown(value)}: {path} in body should be greater than or "
+                f"equal to {context['ge']}"
+            )
+        case "string_pattern_mismatch":
+            return (
+                f"{path}: Invalid value: {_shown(value)}: {path} in body should match '{context['pattern']}'"
+            )
+        case "timezone_aware" | "datetime_parsing" | "datetime_from_date_parsing" | "datetime_type":
+            shown = f'"{_json_type(value)}"' if not isinstance(value, str) else _shown(value)
+            return (
+                f"{path}: Invalid value: {shown}: {path} in body must be of type date-time: {shown} "
+                "(RFC 3339, with a time zone)"
+            )
+        case _ if kind in _EXPECTED_TYPES:
+            found = _json_type(value)
+            expected = _EXPECTED_TYPES[kind]
+            return f'{path}: Invalid value: "{found}": {path} in body must be of type {expected}: "{found}"'
+    return f"{path}: {re.sub(r'^Value error, ', '', issue['msg'])}"
+
+
 def describe_validation_error(error: ValidationError) -> str:
-    lines = []
-    for issue in error.errors():
-        message = re.sub(r"^Value error, ", "", issue["msg"])
-        lines.append(f"{_field_path(tuple(issue['loc']))}: {message}")
-    return "\n".join(lines)
+    return "; ".join(describe_issue(issue) for issue in error.errors())
+
+
+def _as_json_values(data: Any) -> Any:
+    """YAML's own types (timestamps, dates) as the text the apiserver would receive."""
+    if isinstance(data, dict):
+        return {key: _as_json_values(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_as_json_values(value) for value in data]
+    if isinstance(data, datetime | date):
+        return data.isoformat()
+    return data
 
 
 def parse_manifest(data: Any, *, source: str = "manifest") -> AgentSession:
     if not isinstance(data, dict):
         raise ManifestError(f"{source}: expected a YAML mapping with apiVersion, kind, metadata, spec")
     try:
-        return AgentSession.model_validate(data)
+        return AgentSession.model_validate(_as_json_values(data))
     except ValidationError as error:
-        raise ManifestError(f"{source}:\n{describe_validation_error(error)}") from None
+        raise ManifestError(f"{source}: {describe_validation_error(error)}") from None
 
 
-def load_manifest(path: Path) -> AgentSession:
+def read_manifest(path: Path) -> Any:
+    """The YAML of a manifest file, not yet validated."""
     try:
         text = path.read_text()
     except OSError as error:
-        raise ManifestError(f"{path}: cannot read: {error.strerror}") from None
+        raise ManifestError(f"{path}: cannot read: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise ManifestError(f"{path}: not a text file (not UTF-8)") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise ManifestError(f"{path}: not valid YAML: {error}") from None
-    return parse_manifest(data, source=str(path))
+        raise ManifestError(f"{path}: not valid YAML: {describe_yaml_error(error)}") from None
+
+
+def describe_yaml_error(error: yaml.YAMLError) -> str:
+    """A YAML error on one line: what and where."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{problem}{where}"
+
+
+def load_manifest(path: Path) -> AgentSession:
+    return parse_manifest(read_manifest(path), source=str(path))

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from belay.api.agentsession import KIND, SESSION_NAME_PATTERN, AgentSessionSpec
+from belay.api.agentsession import KIND, SESSION_NAME_MESSAGE, SESSION_NAME_PATTERN, AgentSessionSpec
 from belay.api.checkpoint import CHECKPOINT_KIND, CheckpointSpec
 from belay.api.status import AgentSessionStatus
 
@@ -167,7 +167,7 @@ def agentsession_crd() -> dict[str, Any]:
     name_rule = {
         # Session names become label values and parts of pod names.
         "rule": f"self.metadata.name.matches('{SESSION_NAME_PATTERN}')",
-        "message": "metadata.name must be a DNS label (at most 63 lowercase letters, digits and '-')",
+        "message": SESSION_NAME_MESSAGE,
     }
     return _crd(
         kind=KIND,

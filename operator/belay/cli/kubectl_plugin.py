@@ -25,6 +25,8 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from belay.cli import terminal
+
 GROUP, VERSION = "belay.dev", "v1alpha1"
 CONFLICT_RETRIES = 5
 
@@ -35,6 +37,12 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _printable(ctx: typer.Context) -> None:
+    ctx.with_resource(terminal.printable_output())
+
 
 Namespace = Annotated[
     str | None, typer.Option("--namespace", "-n", help="default: the kubeconfig's namespace")
@@ -200,7 +208,7 @@ def approval_grant(status: dict[str, Any], item_id: str) -> dict[str, str]:
 
 
 def _fail(error: PluginError) -> typer.Exit:
-    typer.echo(f"error: {error}", err=True)
+    typer.echo(f"error: {terminal.printable(terminal.one_line(str(error)))}", err=True)
     return typer.Exit(1)
 
 

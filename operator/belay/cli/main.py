@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 
-from belay.api.agentsession import ManifestError, load_manifest
+from belay.api.agentsession import ManifestError, is_plain_file_name, load_manifest
+from belay.cli import terminal
 from belay.harness.attempt import HarnessResult
 from belay.journal.events import (
     Actor,
@@ -41,21 +41,52 @@ from belay.journal.events import (
 from belay.journal.state import SessionState
 from belay.journal.status import Liveness, Phase, interruption_of, phase_of, waiting_on
 from belay.local.liveness import local_liveness, observed_sandboxes, reap_orphans
-from belay.local.runtime import HOME_ENV, LocalHome, install_session, load_installed, read_state, run_local
-from belay.stores.base import ClaimTaken, RecordCorrupt, StoreError
+from belay.local.runtime import (
+    HOME_ENV,
+    HomeError,
+    LocalHome,
+    install_session,
+    load_installed,
+    read_state,
+    run_local,
+)
+from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, ClaimTaken, RecordCorrupt, StoreError
 
 
-class StoreErrorsAsOneLine(TyperGroup):
-    """Every command reads the record through the store: a record that fails its integrity check
-    (RecordCorrupt), a record key that cannot be read, a store that does not answer, ends the
-    command with one `error:` line saying what to do, never a traceback."""
+def fail(message: str, code: int = 1) -> typer.Exit:
+    # Printable here too: an error can be raised after the command's output filter was removed.
+    typer.echo(f"error: {terminal.printable(terminal.one_line(message))}", err=True)
+    return typer.Exit(code)
+
+
+def artifact_problem(error: ArtifactCorrupted | ArtifactNotFound) -> str:
+    """What a failed artifact read means for the person, and what they can do."""
+    if isinstance(error, ArtifactCorrupted):
+        return (
+            f"the artifact store holds a corrupt blob: {error}, not the sha256 the record names; "
+            "restore the file from a backup (`belay artifacts SESSION` shows where each one lives)"
+        )
+    return (
+        f"the artifact store has lost a blob the record names ({error}): restore it from a backup, "
+        "or point --home at the home the session ran in"
+    )
+
+
+class UserErrorsAsOneLine(TyperGroup):
+    """Failures a person can cause in any command end it with one `error:` line saying what to do,
+    never a traceback: a home that is not one, an artifact store that lost or damaged a blob, and
+    every other store failure (a record that fails its integrity check, RecordCorrupt; a record key
+    that cannot be read; a store that does not answer)."""
 
     def invoke(self, ctx: Any) -> Any:  # typer's own click Context, whose module is private
         try:
             return super().invoke(ctx)
+        except HomeError as error:
+            raise fail(str(error)) from None
+        except (ArtifactCorrupted, ArtifactNotFound) as error:
+            raise fail(artifact_problem(error)) from None
         except StoreError as error:
-            typer.echo(f"error: {error}", err=True)
-            raise typer.Exit(1) from None
+            raise fail(str(error)) from None
 
 
 app = typer.Typer(
@@ -64,22 +95,18 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    cls=StoreErrorsAsOneLine,
+    cls=UserErrorsAsOneLine,
 )
-console = Console()
+console = terminal.console()
 
 
 class Context:
     home: LocalHome = LocalHome.resolve(None)
 
 
-def fail(message: str, code: int = 1) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code)
-
-
 @app.callback()
 def main(
+    ctx: typer.Context,
     home: Annotated[
         Path | None,
         typer.Option(
@@ -87,7 +114,9 @@ def main(
         ),
     ] = None,
 ) -> None:
+    ctx.with_resource(terminal.printable_output())
     Context.home = LocalHome.resolve(home)
+    Context.home.check()  # before any command reads or writes it; UserErrorsAsOneLine words a refusal
     stop_orphans(Context.home)
 
 
@@ -134,6 +163,12 @@ def progress_line(event: Event) -> str | None:
             return f"{event.seq:>4} {who}outcome {p.outcome} {p.operation_id}: {p.detail}"
         case "wait" if p.kind != "ready_for_review":
             return f"{event.seq:>4} {who}waits ({p.kind}) {p.reason}"
+        case "remote" if p.kind == "session":
+            return (
+                f"{event.seq:>4} {who}{p.executor} session {p.remote_session_id} at {p.endpoint} ({p.detail})"
+            )
+        case "remote" if p.kind in ("call_refused", "interrupted", "failed"):
+            return f"{event.seq:>4} {who}{p.executor} {p.kind} {p.operation_id or ''}: {p.detail}"
     return None
 
 
@@ -145,7 +180,10 @@ def print_progress(event: Event) -> None:
 
 def _run(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None:
     home = Context.home
-    session = load_installed(home, session_id)
+    try:
+        session = load_installed(home, session_id)
+    except ManifestError as error:
+        raise fail(str(error)) from None
     stopped_by: list[signal.Signals] = []
 
     async def attempt() -> HarnessResult:
@@ -170,8 +208,10 @@ def _run(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None
         how = f"stopped by {stopped_by[0].name}" if stopped_by else "interrupted"
         code = 128 + stopped_by[0] if stopped_by else 130
         raise fail(f"{how}; continue with `belay resume {session_id}`", code) from None
-    except RecordCorrupt as error:
+    except (RecordCorrupt, ManifestError) as error:
         raise fail(str(error)) from None
+    except (ArtifactCorrupted, ArtifactNotFound, HomeError):
+        raise  # a resume would fail the same way: UserErrorsAsOneLine says what to do instead
     except Exception as error:
         raise fail(
             f"the harness stopped: {type(error).__name__}: {error}; "
@@ -778,14 +818,15 @@ def artifacts(
         Path | None, typer.Option("--output", "-o", help="Where `get` writes the bytes.")
     ] = None,
 ) -> None:
-    """List a session's artifacts, or `artifacts get SESSION NAME -o PATH` to download one."""
+    """List a session's artifacts, or `artifacts get SESSION NAME [-o PATH]` to download one
+    (without -o, to ./NAME)."""
     if words[0] == "get":
         if len(words) != 3:
-            raise fail("usage: belay artifacts get SESSION NAME -o PATH")
+            raise fail("usage: belay artifacts get SESSION NAME [-o PATH]")
         _get_artifact(words[1], words[2], output)
         return
     if len(words) != 1:
-        raise fail("usage: belay artifacts SESSION  |  belay artifacts get SESSION NAME -o PATH")
+        raise fail("usage: belay artifacts SESSION  |  belay artifacts get SESSION NAME [-o PATH]")
     state, _ = _known_state(words[0])
     table = Table("NAME", "DELIVERABLE", "SUBAGENT", "SIZE", "SHA256", "LOCATION")
     store = Context.home.open_artifact_store()
@@ -816,10 +857,19 @@ def _get_artifact(session_id: str, name: str, output: Path | None) -> None:
         if record is None:
             known = ", ".join(sorted(state.artifacts)) or "none"
             raise fail(f"session {session_id} has no artifact {name!r} (artifacts: {known})")
+        if output is None and not is_plain_file_name(name):
+            # A name chosen by a model may be `../../x` or `/abs/x`: only -o says where to write it.
+            raise fail(
+                f"artifact {name!r} is not a plain file name, so it is not written into the working "
+                f"directory by its name: choose where with -o PATH"
+            )
         sha256, target = record.ref.sha256, output or Path(name)
     data = Context.home.open_artifact_store().get(sha256)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(data)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    except OSError as error:
+        raise fail(f"cannot write {target}: {error.strerror or error}; choose another -o PATH") from None
     typer.echo(f"wrote {target} ({len(data)} bytes, sha256 {sha256})", err=True)
 
 
@@ -845,16 +895,29 @@ def blobs_named(state: Any) -> set[str]:
 def drill(
     manifest: Annotated[Path | None, typer.Argument(help="Default: examples/parser-fix/session.yaml")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            "--executor",
+            help="self-hosted (the plan as a scripted model), openai-agents or anthropic-managed (against "
+            "the local stand-in). Default: the manifest's own.",
+        ),
+    ] = None,
 ) -> None:
     """Interrupt a short session on purpose and check that the resumed session makes sense."""
-    from belay.local.drill import DEFAULT_MANIFEST, run_drill
+    from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, run_drill
 
     path = manifest or DEFAULT_MANIFEST
+    if executor is not None and executor not in EXECUTORS:
+        raise fail(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     try:
         load_manifest(path)
     except ManifestError as error:
         raise fail(f"bad manifest: {error}") from None
-    report = run_drill(path, Context.home.root / "drill", progress=not as_json)
+    try:
+        report = run_drill(path, Context.home.root / "drill", progress=not as_json, executor=executor)
+    except ValueError as error:
+        raise fail(str(error)) from None
     if as_json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
     else:

@@ -45,6 +45,14 @@ ENV_ARTIFACT_STORE = "BELAY_ARTIFACT_STORE"
 ENV_SESSION_SPEC = "BELAY_SESSION_SPEC"
 ENV_SANDBOX_ENDPOINTS = "BELAY_SANDBOX_ENDPOINTS"
 ENV_SANDBOX_TOKEN_DIR = "BELAY_SANDBOX_TOKEN_DIR"
+# What `executor.credentialsSecret` may give the harness pod: the provider SDK's standard variables,
+# each from the key of the same name, and nothing else of the Secret.
+PROVIDER_VARIABLES = {
+    "openai": ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    "openai-agents": ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+    "anthropic-managed": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+}
 
 
 @dataclass(frozen=True)
@@ -197,6 +205,15 @@ def harness_pod(
     }
     if secrets:
         container["envFrom"] = [{"secretRef": {"name": name}} for name in dict.fromkeys(secrets)]
+    credentials = spec.executor.credentials_secret
+    if credentials:  # the harness pod only: sandbox pods never see a provider's key
+        container["env"] += [
+            {
+                "name": variable,
+                "valueFrom": {"secretKeyRef": {"name": credentials, "key": variable, "optional": True}},
+            }
+            for variable in PROVIDER_VARIABLES.get(spec.executor.type, ())
+        ]
     return _pod(
         ref,
         settings,

@@ -1,24 +1,52 @@
 """Executors: whoever decides the next action, each behind `belay.executors.base.Executor`.
 
-One module per executor; no provider type appears outside its module.
+One module per executor; no provider type appears outside its module. `self_hosted` is Belay's own
+model loop; `openai_agents` and `anthropic_managed` are providers' managed agent sessions, over
+what they share in `managed`.
 """
 
 from __future__ import annotations
 
+import os
+
 from belay.api.agentsession import AgentSession
-from belay.executors.base import ExecutorContext, ExecutorFactory
+from belay.executors.base import ExecutorContext, ExecutorFactory, ExecutorUnavailable
+from belay.executors.managed import Endpoint
 
 
-def executor_factory_for(session: AgentSession) -> ExecutorFactory:
-    """The executor each subagent of this session gets, by `spec.executor.type`."""
+def executor_factory_for(session: AgentSession, endpoint: Endpoint | None = None) -> ExecutorFactory:
+    """The executor each subagent of this session gets, by `spec.executor.type`. A managed
+    executor talks to `endpoint`, else to what the SDK's standard variables configure."""
     from belay.executors.self_hosted import SELF_HOSTED_TYPES, SelfHostedExecutor, model_factory_for
 
     executor_type = session.spec.executor.type
     if executor_type in SELF_HOSTED_TYPES:
         models = model_factory_for(session)
         return lambda ctx: SelfHostedExecutor(ctx, models(ctx))
-    # Validation refuses every type not implemented here, so this is a programming error.
-    raise ValueError(f"executor type {executor_type!r} has no executor")
+    if executor_type == "openai-agents":
+        from belay.executors import openai_agents as managed
+    elif executor_type == "anthropic-managed":
+        from belay.executors import anthropic_managed as managed  # type: ignore[no-redef]
+    else:
+        # Validation refuses every type not implemented here, so this is a programming error.
+        raise ValueError(f"executor type {executor_type!r} has no executor")
+
+    from belay.executors.endpoints import PROVIDERS, default_endpoint
+
+    variables = PROVIDERS[executor_type]
+    where = endpoint or default_endpoint(executor_type, os.environ)
+
+    def start(ctx: ExecutorContext) -> managed.ManagedExecutor:
+        try:
+            return managed.executor_for(ctx, where)
+        except Exception as error:  # the SDK refuses to build a client: no key configured
+            raise ExecutorUnavailable(
+                "ProviderUnavailable",
+                f"{executor_type}: {error} (set {variables.api_key}, or {variables.base_url} for "
+                "another server that speaks its API)",
+            ) from None
+
+    return start
 
 
-__all__ = ["ExecutorContext", "ExecutorFactory", "executor_factory_for"]
+__all__ = ["Endpoint", "ExecutorContext", "ExecutorFactory", "executor_factory_for"]

@@ -25,6 +25,21 @@ from belay.journal.state import SessionState
 from belay.stores.base import ArtifactStore, EventStore
 
 
+class ExecutorFailed(Exception):
+    """The executor cannot go on, ever (a remote session failed, terminated or deleted): the session
+    fails with this reason. The executor has recorded what it saw."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class ExecutorUnavailable(ExecutorFailed):
+    """The executor cannot go on now (the provider does not answer, refuses the credentials): this
+    attempt ends without failing the session, and a later attempt may go on."""
+
+
 class Decision(BaseModel):
     """One turn of an executor: the calls it wants run, or none when the subagent's work is done."""
 

@@ -28,6 +28,7 @@ from belay.journal.events import (
     Lifecycle,
     LifecycleKind,
     Payload,
+    Remote,
     Task,
     TaskStatus,
     ToolRequest,
@@ -217,6 +218,17 @@ class Attempt:
         )
         return HarnessResult(False, detail, self.number)
 
+    async def stop(self, reason: str, detail: str) -> HarnessResult:
+        """End this attempt without ending the session: a later attempt goes on from the record."""
+        await self.record(
+            [
+                Lifecycle(
+                    kind=LifecycleKind.HARNESS_FINISHED, attempt=self.number, reason=reason, detail=detail
+                )
+            ]
+        )
+        return HarnessResult(False, detail, self.number)
+
     async def finish(self) -> HarnessResult:
         state = await self.state()
         missing = [
@@ -248,6 +260,8 @@ class Attempt:
 def fault_key(event: Event) -> str:
     """`<type>:<identity>`: names an event the same way in every run, whatever its seq."""
     payload = event.payload
+    if isinstance(payload, Remote):  # several kinds name one operation: the kind tells them apart
+        return f"{event.type}:{payload.kind}:{payload.operation_id or payload.subagent}"
     for attribute in (
         "operation_id",
         "checkpoint_id",

@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from belay.api.agentsession import SubagentSpec
+from belay.api.agentsession import SubagentSpec, check_deliverable_name
 from belay.harness.declared import declared_paths
 from belay.harness.recovery import inputs_checkpoint, verify
 from belay.harness.revision import RevisionError, dependency_manifests, make_revision
@@ -66,7 +66,7 @@ async def approved(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest
 
 async def publish_deliverable(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
     path = request.arguments["path"]
-    name = request.arguments.get("name") or path.rsplit("/", 1)[-1]
+    name = check_deliverable_name(request.arguments.get("name") or path.rsplit("/", 1)[-1])
     try:
         data = await runtime.recovery.handle(sub.name).client.get_file(path)
     except SandboxUnavailable:

@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from belay.api.agentsession import AgentSession, SubagentSpec
-from belay.executors.base import Executor, ExecutorContext, ExecutorFactory, ToolOutcome
+from belay.executors.base import (
+    Executor,
+    ExecutorContext,
+    ExecutorFactory,
+    ExecutorFailed,
+    ExecutorUnavailable,
+    ToolOutcome,
+)
 from belay.harness.attempt import Attempt, BudgetExhausted, HarnessResult, RecoveryFailed
 from belay.harness.harness_tools import DONE_STATUSES
 from belay.harness.recovery import Recovery, SandboxProvider
@@ -96,6 +103,10 @@ class Harness:
             return HarnessResult(False, str(failure), self.attempt.number)
         except BudgetExhausted as exhausted:
             return await self.attempt.fail_session("BudgetExhausted", str(exhausted))
+        except ExecutorUnavailable as unavailable:
+            return await self.attempt.stop(unavailable.reason, unavailable.detail)
+        except ExecutorFailed as failure:
+            return await self.attempt.fail_session(failure.reason, failure.detail)
         except StaleLease:
             # A newer attempt holds the lease: this one must not write another event.
             return HarnessResult(
@@ -145,6 +156,9 @@ class Harness:
     async def run_subagent(self, sub: SubagentSpec) -> None:
         attempt, runtime = self.attempt, self.runtime
         await self.recovery.settle_open_operations(sub)
+        finished = (await attempt.state()).tasks.get(sub.name)
+        if finished is not None and finished.status in DONE_STATUSES:
+            return  # nothing to decide: its executor (and what it holds remotely) is left alone
         executor = self.executor_for(sub)
         try:
             state = await attempt.state()

@@ -25,13 +25,17 @@ class ToolSpec:
     parameters: dict[str, Any] = field(default_factory=dict)
     reconcile_probe: str | None = None  # how an unknown outcome is settled without repeating it
     needs_approval: bool = False
+    required: tuple[str, ...] = ()  # arguments a call must give
 
     def schema(self) -> ToolSchema:
-        return ToolSchema(
-            name=self.name,
-            description=self.description,
-            parameters={"type": "object", "properties": self.parameters, "additionalProperties": True},
-        )
+        parameters: dict[str, Any] = {
+            "type": "object",
+            "properties": self.parameters,
+            "additionalProperties": True,
+        }
+        if self.required:
+            parameters["required"] = list(self.required)
+        return ToolSchema(name=self.name, description=self.description, parameters=parameters)
 
 
 def _string(description: str) -> dict[str, Any]:
@@ -47,9 +51,15 @@ TOOLS: dict[str, ToolSpec] = {
             "sandbox",
             "Run a shell command in the workspace; returns exit_code, stdout, stderr.",
             {"command": _string("the command line"), "timeout_s": {"type": "integer"}, "cwd": _string("")},
+            required=("command",),
         ),
         ToolSpec(
-            "read_file", EffectClass.READ_ONLY, "sandbox", "Read a workspace file.", {"path": _string("")}
+            "read_file",
+            EffectClass.READ_ONLY,
+            "sandbox",
+            "Read a workspace file.",
+            {"path": _string("")},
+            required=("path",),
         ),
         ToolSpec(
             "write_file",
@@ -57,6 +67,7 @@ TOOLS: dict[str, ToolSpec] = {
             "sandbox",
             "Write a workspace file (whole content).",
             {"path": _string(""), "content": _string("")},
+            required=("path", "content"),
         ),
         ToolSpec(
             "list_files", EffectClass.READ_ONLY, "sandbox", "List workspace files.", {"path": _string("")}
@@ -67,6 +78,7 @@ TOOLS: dict[str, ToolSpec] = {
             "harness",
             "Copy a workspace file out of the sandbox into the artifact store as a deliverable.",
             {"path": _string("workspace path"), "name": _string("deliverable name")},
+            required=("path",),
         ),
         ToolSpec(
             "record_note",
@@ -78,7 +90,13 @@ TOOLS: dict[str, ToolSpec] = {
                 "kind": _string("hypothesis | decision | finding"),
                 "text": _string(""),
                 "status": _string("open | supported | rejected | accepted | superseded"),
+                "evidence": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "the files, tests or outputs behind it",
+                },
             },
+            required=("note_id", "text"),
         ),
         ToolSpec(
             "update_plan",
@@ -86,6 +104,7 @@ TOOLS: dict[str, ToolSpec] = {
             "harness",
             "Start or finish a step of your plan; finishing a step checkpoints the workspace.",
             {"step": _string("step id"), "title": _string(""), "status": _string("running | done")},
+            required=("step",),
         ),
         ToolSpec(
             "wait_on_user",
@@ -108,6 +127,7 @@ TOOLS: dict[str, ToolSpec] = {
             "Open a ticket in the team's tracker. Not deduplicated by the tracker.",
             {"title": _string(""), "body": _string("")},
             reconcile_probe="find_tickets",
+            required=("title",),
         ),
         ToolSpec(
             "request_approval",

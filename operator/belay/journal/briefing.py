@@ -241,6 +241,20 @@ class BudgetItem(Model):
     left: int
 
 
+class RemoteSessionItem(Model):
+    """A provider's session a managed executor holds for one subagent."""
+
+    subagent: str
+    executor: str
+    remote_session_id: str
+    endpoint: str
+    calls: int
+    delivered: int
+    refused: int
+    interruptions: int
+    failure: str = ""
+
+
 class Briefing(Model):
     session_id: str
     phase: Phase
@@ -278,6 +292,7 @@ class Briefing(Model):
     budgets: list[BudgetItem] = []
     checkpoints: list[CheckpointItem] = []  # every subagent's last verified checkpoint
     secrets_redacted: int = 0
+    remote_sessions: list[RemoteSessionItem] = []
 
 
 T = TypeVar("T")
@@ -755,6 +770,20 @@ def briefing(
         budgets=_budget_items(state, budgets or {}, liveness.now if liveness else None),
         checkpoints=_checkpoint_items(state),
         secrets_redacted=state.secrets_redacted,
+        remote_sessions=[
+            RemoteSessionItem(
+                subagent=r.subagent,
+                executor=r.executor,
+                remote_session_id=r.remote_session_id,
+                endpoint=r.endpoint,
+                calls=r.calls,
+                delivered=r.delivered,
+                refused=r.refused,
+                interruptions=r.interruptions,
+                failure=r.failure,
+            )
+            for r in sorted(state.remote_sessions.values(), key=lambda r: r.subagent)
+        ],
     )
 
 
@@ -1023,6 +1052,7 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
     rows += _recovery_rows(b)
     rows += _resource_rows(b)
     rows += _redaction_rows(b)
+    rows += _remote_rows(b)
     return rows
 
 
@@ -1140,6 +1170,22 @@ def _redaction_rows(b: Briefing) -> list[Row]:
         (0, "Secrets", "Secrets"),
         (1, "", f"{what} from tool requests and results before they were recorded"),
     ]
+
+
+def _remote_rows(b: Briefing) -> list[Row]:
+    """Each managed executor's remote session: its id, the endpoint used, what went through it."""
+    if not b.remote_sessions:
+        return []
+    rows: list[Row] = [(0, "Managed executors", "Managed executors")]
+    for remote in b.remote_sessions:
+        where = f"{remote.executor} session {remote.remote_session_id} at {remote.endpoint}"
+        rows.append((1, "", f"{remote.subagent}: {where}"))
+        counts = (
+            f"{remote.calls} calls asked for, {remote.delivered} results delivered, "
+            f"{remote.refused} refused for their arguments, {remote.interruptions} interruptions"
+        )
+        rows.append((2, "", counts + (f"; failed: {remote.failure}" if remote.failure else "")))
+    return rows
 
 
 def render_text(b: Briefing) -> str:

@@ -128,6 +128,8 @@ def render_event(event: Event) -> str:
             body = f"seq {p.covers_from_seq}-{p.covers_to_seq}: {p.text}"
         case "rejection":
             body = f"{p.name} (sha256:{p.sha256[:12]}) rejected by {p.by or '?'}: {p.reason}"
+        case "remote":
+            body = f"{p.executor} {p.kind.value} {p.operation_id or p.remote_session_id} {p.detail}".rstrip()
         case _:
             body = ""
     return _clip(f"{head} {body}".rstrip())

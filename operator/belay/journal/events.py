@@ -333,6 +333,45 @@ class Rejection(Payload):
     by: str = ""
 
 
+class RemoteKind(StrEnum):
+    # Something the executor created at the provider before its session (an agent, an
+    # environment), named by `resource` and `resource_id`.
+    RESOURCE = "resource"
+    # The provider's session this subagent's executor holds (created, or found by its metadata).
+    SESSION = "session"
+    # The remote agent asked for a call; recorded before the call's tool request, so a resumed
+    # attempt gives it the same operation id.
+    CALL = "call"
+    # A call whose arguments do not fit its tool's schema: never run; an error result is posted.
+    CALL_REFUSED = "call_refused"
+    # The provider accepted a result (or a refusal) for a call, under `idempotency_key`.
+    RESULT_DELIVERED = "result_delivered"
+    # The connection to the provider was cut or answered an error, and the executor went on.
+    INTERRUPTED = "interrupted"
+    # The remote session cannot go on (failed, terminated, deleted): the reason is in `detail`.
+    FAILED = "failed"
+
+
+class Remote(Payload):
+    """What a managed executor did with the provider's session: the remote ids a resumed attempt
+    settles against. Never a credential: `endpoint` is the provider's base URL without user info."""
+
+    EVENT_TYPE: ClassVar[str] = "remote"
+    kind: RemoteKind
+    executor: str  # the executor type, e.g. "openai-agents"
+    subagent: str
+    remote_session_id: str = ""
+    endpoint: str = ""
+    resource: str | None = None
+    resource_id: str | None = None
+    turn_id: str | None = None
+    call_id: str | None = None
+    operation_id: str | None = None
+    tool: str | None = None
+    idempotency_key: str | None = None
+    detail: str = ""
+
+
 class Summary(Payload):
     """A compaction of earlier events; it never replaces them."""
 
@@ -359,6 +398,7 @@ PAYLOAD_TYPES: tuple[type[Payload], ...] = (
     Lifecycle,
     Rejection,
     Summary,
+    Remote,
 )
 PAYLOAD_BY_TYPE: dict[str, type[Payload]] = {p.EVENT_TYPE: p for p in PAYLOAD_TYPES}
 EVENT_TYPES: tuple[str, ...] = tuple(PAYLOAD_BY_TYPE)
@@ -459,6 +499,11 @@ class SummaryEvent(EventBase):
     payload: Summary
 
 
+class RemoteEvent(EventBase):
+    type: Literal["remote"] = "remote"
+    payload: Remote
+
+
 Event = Annotated[
     UserInputEvent
     | ScopeChangeEvent
@@ -475,7 +520,8 @@ Event = Annotated[
     | OperationOutcomeEvent
     | LifecycleEvent
     | RejectionEvent
-    | SummaryEvent,
+    | SummaryEvent
+    | RemoteEvent,
     Field(discriminator="type"),
 ]
 

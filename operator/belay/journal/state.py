@@ -38,6 +38,7 @@ from belay.journal.events import (
     Event,
     LifecycleKind,
     NoteKind,
+    RemoteKind,
     TaskStatus,
     WaitKind,
     sha256_of,
@@ -308,6 +309,41 @@ class SubagentRecord(Record):
     last_restored_from: str | None = None  # the checkpoint the current sandbox was restored from
 
 
+class RemoteSessionRecord(Record):
+    """The provider's session a managed executor holds for one subagent."""
+
+    subagent: str
+    executor: str
+    remote_session_id: str
+    endpoint: str = ""
+    seq: int  # where it was recorded
+    calls: int = 0  # calls the remote agent asked for
+    refused: int = 0  # of which refused for arguments that do not fit
+    delivered: int = 0  # results (and refusals) the provider accepted
+    interruptions: int = 0  # cut streams and errors the executor went on after
+    failure: str = ""  # why the remote session cannot go on, when it cannot
+    last_detail: str = ""
+
+
+class RemoteCallRecord(Record):
+    """One call a remote agent asked for, by the operation id its tool request carries."""
+
+    operation_id: str
+    subagent: str
+    call_id: str
+    turn_id: str | None = None
+    tool: str | None = None
+    seq: int
+    refused_seq: int | None = None
+    refusal: str = ""
+    delivered_seq: int | None = None
+    idempotency_key: str | None = None  # the key the result was delivered under
+
+    @property
+    def delivered(self) -> bool:
+        return self.delivered_seq is not None
+
+
 # --------------------------------------------------------------------------------------------------
 # The state
 
@@ -366,6 +402,11 @@ class SessionState(BaseModel):
     results: Map[str, ResultRecord] = _empty_map()
     recent_results: tuple[str, ...] = ()
     result_of_artifact: Map[str, str] = _empty_map()  # artifact sha256 -> producing result id
+
+    # Managed executors: the remote session of each subagent, and the remote calls by operation id.
+    remote_sessions: Map[str, RemoteSessionRecord] = _empty_map()
+    remote_calls: Map[str, RemoteCallRecord] = _empty_map()
+    remote_resources: Map[str, str] = _empty_map()  # "<subagent>/<resource>" -> its remote id
 
     latest_summary_seq: int | None = None
     model_calls: int = 0
@@ -1361,6 +1402,67 @@ def _on_summary(s: SessionState, e: Any) -> Updates:
     return {"latest_summary_seq": e.seq}
 
 
+def _on_remote(s: SessionState, e: Any) -> Updates:
+    p = e.payload
+    updates: Updates = {}
+    if p.kind == RemoteKind.RESOURCE and p.resource and p.resource_id:
+        updates["remote_resources"] = s.remote_resources.set(f"{p.subagent}/{p.resource}", p.resource_id)
+        return updates
+    if p.kind == RemoteKind.SESSION:
+        previous = s.remote_sessions.get(p.subagent)
+        if previous is not None and previous.remote_session_id == p.remote_session_id:
+            session = _replace(
+                previous, {"endpoint": p.endpoint or previous.endpoint, "last_detail": p.detail}
+            )
+        else:
+            session = _new(
+                RemoteSessionRecord,
+                subagent=p.subagent,
+                executor=p.executor,
+                remote_session_id=p.remote_session_id,
+                endpoint=p.endpoint,
+                seq=e.seq,
+                last_detail=p.detail,
+            )
+        updates["remote_sessions"] = s.remote_sessions.set(p.subagent, session)
+        _note_subagent(s, updates, p.subagent, e.seq)
+        return updates
+    calls = s.remote_calls
+    call = calls.get(p.operation_id) if p.operation_id else None
+    counter: str | None = None  # the remote session's count this event adds one to
+    if p.kind == RemoteKind.CALL and p.operation_id and call is None:
+        call = _new(
+            RemoteCallRecord,
+            operation_id=p.operation_id,
+            subagent=p.subagent,
+            call_id=p.call_id or "",
+            turn_id=p.turn_id,
+            tool=p.tool,
+            seq=e.seq,
+        )
+        updates["remote_calls"] = calls.set(p.operation_id, call)
+        counter = "calls"
+    elif p.kind == RemoteKind.CALL_REFUSED and call is not None:
+        changed = {"refused_seq": e.seq, "refusal": p.detail}
+        updates["remote_calls"] = calls.set(p.operation_id, _replace(call, changed))
+        counter = "refused"
+    elif p.kind == RemoteKind.RESULT_DELIVERED and call is not None and call.delivered_seq is None:
+        changed = {"delivered_seq": e.seq, "idempotency_key": p.idempotency_key}
+        updates["remote_calls"] = calls.set(p.operation_id, _replace(call, changed))
+        counter = "delivered"
+    elif p.kind == RemoteKind.INTERRUPTED:
+        counter = "interruptions"
+    known = s.remote_sessions.get(p.subagent)
+    if known is not None:
+        fields: dict[str, Any] = {"last_detail": p.detail}
+        if counter is not None:
+            fields[counter] = getattr(known, counter) + 1
+        if p.kind == RemoteKind.FAILED:
+            fields["failure"] = p.detail
+        updates["remote_sessions"] = s.remote_sessions.set(p.subagent, _replace(known, fields))
+    return updates
+
+
 _HANDLERS: dict[str, Callable[[SessionState, Any], Updates]] = {
     "user_input": _on_user_input,
     "scope_change": _on_scope_change,
@@ -1378,6 +1480,7 @@ _HANDLERS: dict[str, Callable[[SessionState, Any], Updates]] = {
     "lifecycle": _on_lifecycle,
     "rejection": _on_rejection,
     "summary": _on_summary,
+    "remote": _on_remote,
 }
 
 

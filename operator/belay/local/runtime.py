@@ -5,7 +5,7 @@ Home layout (`--home`, `BELAY_HOME`, default `./.belay`):
     <home>/events.db                  the session record (SQLite), every session
     <home>/artifacts/                 content-addressed artifact store
     <home>/sessions/<id>/session.yaml the manifest as run (plan path made absolute)
-    <home>/sessions/<id>/plan.yaml    the scripted plan as run
+    <home>/sessions/<id>/plan.yaml    the plan as run (scripted, or the local stand-in's)
     <home>/sessions/<id>/sandboxes/   one directory per subagent sandbox (workspaces, logs)
     <home>/sessions/<id>/tickets.json the local ticket service's state
     <home>/sessions/<id>/logs/harness.log  one line per event the harness recorded
@@ -13,17 +13,24 @@ Home layout (`--home`, `BELAY_HOME`, default `./.belay`):
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from belay.api.agentsession import AgentSession, ManifestError, SubagentSpec, load_manifest
-from belay.executors import executor_factory_for
+from belay.api.agentsession import (
+    AgentSession,
+    ManifestError,
+    StoresSpec,
+    SubagentSpec,
+    load_manifest,
+    parse_manifest,
+)
+from belay.executors import Endpoint, executor_factory_for
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult, fault_key
 from belay.harness.declared import input_files
@@ -35,6 +42,12 @@ from belay.stores.base import ArtifactStore, EventStore
 
 DEFAULT_HOME = ".belay"
 HOME_ENV = "BELAY_HOME"
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+class HomeError(Exception):
+    """The home directory cannot be used as one (a file in its place, a record that is no
+    database); the message says which and what to do."""
 
 
 @dataclass(frozen=True)
@@ -71,10 +84,36 @@ class LocalHome:
     def logs_dir(self, session_id: str) -> Path:
         return self.session_dir(session_id) / "logs"
 
+    def check(self) -> None:
+        """Refuse a home that exists but is not one, before any command reads or writes it. Only
+        before a store is open: closing any descriptor of a SQLite file drops every lock this
+        process holds on it, the open store's included."""
+        advice = f"point --home (or {HOME_ENV}) at a Belay home directory, or at a new one"
+        if self.root.exists() and not self.root.is_dir():
+            raise HomeError(f"home {self.root} is not a directory; {advice}")
+        for directory in (self.artifacts_dir, self.root / "sessions"):
+            if directory.exists() and not directory.is_dir():
+                raise HomeError(f"home {self.root}: {directory} is not a directory; {advice}")
+        if self.events_db.exists():
+            try:
+                with self.events_db.open("rb") as handle:
+                    header = handle.read(len(SQLITE_HEADER))
+            except OSError as error:
+                raise HomeError(f"home {self.root}: cannot read {self.events_db}: {error.strerror}") from None
+            if header and header != SQLITE_HEADER:
+                raise HomeError(
+                    f"home {self.root}: {self.events_db} is not a session record (not SQLite); {advice}"
+                )
+
     def open_event_store(self) -> EventStore:
         from belay.stores.sqlite import SqliteEventStore
 
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise HomeError(
+                f"cannot create home {self.root}: {error.strerror}; choose another --home"
+            ) from None
         return SqliteEventStore(self.events_db)
 
     def open_artifact_store(self) -> ArtifactStore:
@@ -121,33 +160,141 @@ class LocalTickets:
         return [t.model_dump(mode="json") for t in await find_tickets(self.url, client_ref)]
 
 
-def install_session(home: LocalHome, manifest_path: Path) -> AgentSession:
-    """Validate a manifest and keep a copy (and its plan) in the session's home directory."""
+@dataclass(frozen=True)
+class Installation:
+    """A manifest checked for the embedded runtime, in the form it is stored, not yet written."""
+
+    session: AgentSession
+    manifest: dict[str, Any]  # the plan path and input sources made absolute
+    plan: bytes | None  # the scripted plan's bytes
+
+
+def prepare_session(home: LocalHome, manifest_path: Path) -> Installation:
+    """Everything `belay run` can check before it writes anything: the manifest against the API
+    models, then what only this machine can see (the plan file and its contents, the input
+    directories) and what the embedded runtime does not do (forkFrom, spec.stores)."""
     session = load_manifest(manifest_path)
-    session_dir = home.session_dir(session.session_id)
-    session_dir.mkdir(parents=True, exist_ok=True)
+    where, spec = str(manifest_path), session.spec
+    if spec.fork_from is not None:
+        raise ManifestError(
+            f"{where}: spec.forkFrom: the embedded runtime does not fork sessions; "
+            "apply the manifest to a cluster, or remove forkFrom"
+        )
+    if spec.stores != StoresSpec():
+        raise ManifestError(
+            f"{where}: spec.stores: the embedded runtime keeps the record and artifacts in its home "
+            f"({home.root}); remove spec.stores, or apply the manifest to a cluster"
+        )
     manifest = session.to_manifest()
-    executor = session.spec.executor
-    if executor.type == "scripted" and executor.plan:
-        plan_source = (manifest_path.parent / executor.plan).resolve()
-        if not plan_source.is_file():
-            raise ManifestError(f"{manifest_path}: spec.executor.plan: {plan_source} does not exist")
-        shutil.copyfile(plan_source, home.plan_file(session.session_id))
+    plan = None
+    if spec.executor.plan:  # scripted: the plan it follows; managed: what the local stand-in follows
+        plan = _read_plan(manifest_path.parent / spec.executor.plan, session, where)
         manifest["spec"]["executor"]["plan"] = str(home.plan_file(session.session_id))
-    for sub in manifest["spec"]["subagents"]:
-        for item in sub.get("inputs", []):
-            source = (manifest_path.parent / item["source"]).resolve()
-            if not source.is_dir():
-                raise ManifestError(f"{manifest_path}: input directory {item['source']} does not exist")
-            item["source"] = str(source)
-    home.manifest_file(session.session_id).write_text(yaml.safe_dump(manifest, sort_keys=False))
-    return load_manifest(home.manifest_file(session.session_id))
+    for sub_index, sub in enumerate(manifest["spec"]["subagents"]):
+        for input_index, item in enumerate(sub.get("inputs", [])):
+            field = f"spec.subagents[{sub_index}].inputs[{input_index}].source"
+            item["source"] = str(_input_directory(manifest_path.parent / item["source"], f"{where}: {field}"))
+    return Installation(parse_manifest(manifest, source=where), manifest, plan)
+
+
+def _read_plan(path: Path, session: AgentSession, where: str) -> bytes:
+    from belay.harness.models.scripted import PlanError, parse_plan, plan_problems
+
+    field = f"{where}: spec.executor.plan"
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ManifestError(f"{field}: cannot read {path}: {error.strerror or error}") from None
+    try:
+        plan = parse_plan(data, source=str(path))
+    except PlanError as error:
+        raise ManifestError(f"{field}: {error}") from None
+    problems = plan_problems(plan, [sub.name for sub in session.spec.subagents])
+    if problems:
+        raise ManifestError(f"{field}: {path}: {'; '.join(problems)}")
+    return data
+
+
+def _input_directory(path: Path, field: str) -> Path:
+    """The absolute input directory, refused when it is missing or holds a symlink: inputs are
+    copied file by file, and a link would copy whatever it points at, inside the directory or not."""
+    if not path.is_dir():
+        raise ManifestError(f"{field}: {path} is not a directory")
+    for directory, subdirectories, files in os.walk(path):
+        for name in sorted(subdirectories + files):
+            if (Path(directory) / name).is_symlink():
+                link = (Path(directory) / name).relative_to(path)
+                raise ManifestError(
+                    f"{field}: {path} contains a symlink, {link}; inputs are copied file by file: "
+                    "replace the link with what it points at, or move it out of the directory"
+                )
+    return path.resolve()
+
+
+def install_session(home: LocalHome, manifest_path: Path) -> AgentSession:
+    """Validate a manifest and keep a copy (and its plan) in the session's home directory. Nothing
+    is written when anything is refused, and a stored session keeps the manifest and plan it was
+    started with: a different one under its name is refused."""
+    installation = prepare_session(home, manifest_path)
+    session_id = installation.session.session_id
+    if home.session_exists(session_id):
+        difference = _stored_difference(home, installation)
+        if difference:
+            raise ManifestError(
+                f"{manifest_path}: session {session_id} already exists in {home.root} with {difference}; "
+                f"continue it with `belay resume {session_id}`, or run this manifest under another "
+                "metadata.name or another --home"
+            )
+        return installation.session
+    home.session_dir(session_id).mkdir(parents=True, exist_ok=True)
+    if installation.plan is not None:
+        _write_atomically(home.plan_file(session_id), installation.plan)
+    _write_atomically(
+        home.manifest_file(session_id), yaml.safe_dump(installation.manifest, sort_keys=False).encode()
+    )
+    return installation.session
+
+
+def _stored_difference(home: LocalHome, installation: Installation) -> str:
+    """How the stored manifest and plan differ from these ("" when they do not)."""
+    session_id = installation.session.session_id
+    try:
+        stored = load_installed(home, session_id)
+    except ManifestError:
+        return "a stored manifest that cannot be read"
+    if stored.to_manifest() != installation.session.to_manifest():
+        return "a different manifest"
+    if installation.plan is not None:
+        try:
+            if home.plan_file(session_id).read_bytes() != installation.plan:
+                return "a different plan"
+        except OSError:
+            return "a stored plan that cannot be read"
+    return ""
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
 
 
 def load_installed(home: LocalHome, session_id: str) -> AgentSession:
+    """The manifest a session was started with, and its plan, both still usable."""
+    from belay.harness.models.scripted import PlanError, load_plan
+
     if not home.session_exists(session_id):
         raise ManifestError(f"unknown session {session_id!r} in {home.root}")
-    return load_manifest(home.manifest_file(session_id))
+    advice = "`belay run` wrote it: restore it from a backup, or run the session again under another --home"
+    try:
+        session = load_manifest(home.manifest_file(session_id))
+        if session.spec.executor.type == "scripted":
+            load_plan(Path(session.spec.executor.plan or ""))
+    except (ManifestError, PlanError) as error:
+        raise ManifestError(
+            f"the stored manifest of session {session_id} cannot be used: {error}; {advice}"
+        ) from None
+    return session
 
 
 def read_inputs(session: AgentSession) -> dict[str, list[tuple[str, bytes]]]:
@@ -200,28 +347,29 @@ async def run_local(
 
     harness: Harness | None = None
     try:
-        if with_ticket_service:
-            from belay.local.tickets import TicketService
+        async with provider_endpoint(session) as endpoint:
+            if with_ticket_service:
+                from belay.local.tickets import TicketService
 
-            service = await TicketService(home.tickets_file(session.session_id)).start()
-            tickets = LocalTickets(service.url)
-        await record_request(store, session)
-        harness = Harness(
-            session=session,
-            store=store,
-            artifacts=artifacts,
-            sandboxes=GuardedSandboxProvider(
-                LocalSandboxProvider(home.sandboxes_dir(session.session_id)),
-                home.session_dir(session.session_id),
-            ),
-            executors=executor_factory_for(session),
-            tickets=tickets,
-            inputs=read_inputs(session),
-            holder=this_holder(),
-            model_id=initial_model_id(session),
-            on_event=record_and_forward,
-        )
-        return await harness.run()
+                service = await TicketService(home.tickets_file(session.session_id)).start()
+                tickets = LocalTickets(service.url)
+            await record_request(store, session)
+            harness = Harness(
+                session=session,
+                store=store,
+                artifacts=artifacts,
+                sandboxes=GuardedSandboxProvider(
+                    LocalSandboxProvider(home.sandboxes_dir(session.session_id)),
+                    home.session_dir(session.session_id),
+                ),
+                executors=executor_factory_for(session, endpoint),
+                tickets=tickets,
+                inputs=read_inputs(session),
+                holder=this_holder(),
+                model_id=initial_model_id(session),
+                on_event=record_and_forward,
+            )
+            return await harness.run()
     finally:
         # Only the newest attempt may clean up: a superseded one must not stop its replacement's
         # sandboxes.
@@ -235,6 +383,30 @@ async def run_local(
         log.close()
         if newest:
             stop_leftover_sandboxes(home, session)
+
+
+@contextlib.asynccontextmanager
+async def provider_endpoint(session: AgentSession) -> AsyncIterator[Endpoint | None]:
+    """A managed executor's provider: the one the SDK's standard variables configure, else the
+    local stand-in on loopback following the manifest's plan, for the run. None: self-hosted."""
+    from belay.executors.endpoints import PROVIDERS, configured_endpoint, local_standin
+
+    executor = session.spec.executor
+    if not executor.managed:
+        yield None
+        return
+    endpoint = configured_endpoint(executor.type, os.environ)
+    if endpoint is not None:
+        yield endpoint
+        return
+    if not executor.plan:
+        variables = PROVIDERS[executor.type]
+        raise ManifestError(
+            f"{executor.type}: no provider is configured ({variables.api_key} and {variables.base_url} "
+            "are unset) and the manifest has no executor.plan for the local stand-in: set one of them"
+        )
+    async with local_standin(executor.type, Path(executor.plan)) as standin:
+        yield standin
 
 
 def stop_leftover_sandboxes(home: LocalHome, session: AgentSession) -> None:

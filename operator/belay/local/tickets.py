@@ -29,13 +29,18 @@ import aiohttp
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+# What one request may carry, and one ticket: a tracker keeps tickets, not files.
+MAX_REQUEST_BYTES = 256 * 1024
+MAX_TITLE_CHARS = 512
+MAX_BODY_CHARS = 64 * 1024
+
 
 class TicketDraft(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    title: str = Field(min_length=1)
-    body: str = ""
-    client_ref: str | None = None
+    title: str = Field(min_length=1, max_length=MAX_TITLE_CHARS)
+    body: str = Field(default="", max_length=MAX_BODY_CHARS)
+    client_ref: str | None = Field(default=None, max_length=512)
 
 
 class Ticket(TicketDraft):
@@ -50,6 +55,12 @@ class TicketFile(BaseModel):
 
 class TicketServiceError(Exception):
     """The ticket service refused a request or could not be reached."""
+
+
+class TicketRefused(TicketServiceError, ValueError):
+    """The service answered that the ticket is not acceptable (a 4xx): nothing was created, so the
+    call can fail with this reason instead of leaving an unknown outcome. A ValueError, which the
+    harness records as a failed tool result."""
 
 
 _TICKETS = TypeAdapter(list[Ticket])
@@ -117,7 +128,7 @@ class TicketService:
         return f"http://{self.host}:{self.port}"
 
     def app(self) -> web.Application:
-        application = web.Application()
+        application = web.Application(client_max_size=MAX_REQUEST_BYTES)
         application.router.add_post("/tickets", self._create)
         application.router.add_get("/tickets", self._list)
         application.router.add_get("/tickets/{ticket_id}", self._get)
@@ -144,10 +155,16 @@ class TicketService:
         await self.stop()
 
     async def _create(self, request: web.Request) -> web.Response:
+        too_large = {"error": f"request body above the ticket service's limit of {MAX_REQUEST_BYTES} bytes"}
+        if request.content_length is not None and request.content_length > MAX_REQUEST_BYTES:
+            return web.json_response(too_large, status=413)
         try:
             draft = TicketDraft.model_validate_json(await request.read())
+        except web.HTTPRequestEntityTooLarge:
+            return web.json_response(too_large, status=413)
         except ValidationError as error:
-            return web.json_response({"error": f"invalid ticket: {error}"}, status=400)
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            return web.json_response({"error": f"invalid ticket: {problems}"}, status=400)
         ticket = await asyncio.to_thread(add_ticket, self.state_file, draft)
         return web.json_response(ticket.model_dump(mode="json"), status=201)
 
@@ -184,8 +201,10 @@ async def create_ticket(url: str, title: str, body: str = "", client_ref: str | 
     """Create a ticket. Not idempotent: calling it twice creates two tickets."""
     draft = TicketDraft(title=title, body=body, client_ref=client_ref)
     status, content = await _request("POST", f"{url.rstrip('/')}/tickets", json=draft.model_dump())
+    if 400 <= status < 500:
+        raise TicketRefused(f"ticket service refused the ticket ({status}): {content.decode()[:500]}")
     if status != 201:
-        raise TicketServiceError(f"ticket service refused the ticket ({status}): {content.decode()[:500]}")
+        raise TicketServiceError(f"ticket service failed ({status}): {content.decode()[:500]}")
     return Ticket.model_validate_json(content)
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import hmac
 import json
 import os
 import signal
 import sys
+import tempfile
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,6 +25,7 @@ from belay.sandbox.protocol import (
     INSTANCE_ENV,
     INSTANCE_HEADER,
     INSTANCE_MISMATCH_STATUS,
+    MAX_COMMAND_BYTES,
     MAX_OUTPUT_BYTES,
     MODE_HEADER,
     SHA256_HEADER,
@@ -39,10 +42,17 @@ from belay.sandbox.protocol import (
     ToolResponse,
     WriteFileArgs,
     WriteFileOutput,
+    command_size,
 )
 from belay.stores.base import UnsafePath
 
-MAX_UPLOAD_BYTES = 1024 * 1024 * 1024
+# A JSON request (a tool call, a manifest) is read whole: this bounds what one request can make
+# the server hold. A larger file goes through PUT /v1/files, which streams.
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+# One file put: streamed to disk as it arrives, refused once it passes this.
+MAX_FILE_BYTES = 1024 * 1024 * 1024
+# A file put is kept in memory up to this size, on disk beyond.
+SPOOL_BYTES = 1024 * 1024
 # After a timeout kill, how long to wait for pipes held open by processes that left the group.
 DRAIN_AFTER_KILL_S = 2.0
 
@@ -51,8 +61,27 @@ class BinaryContent(ValueError):
     """read_file was asked for bytes that are not text."""
 
 
+class CommandTooLong(ValueError):
+    """run_command was given a command above MAX_COMMAND_BYTES."""
+
+
 # Failures that are the tool's answer to bad arguments, not a server fault.
-TOOL_ERRORS = (UnsafePath, FileNotFoundError, IsADirectoryError, NotADirectoryError, BinaryContent)
+TOOL_ERRORS = (
+    UnsafePath,
+    FileNotFoundError,
+    IsADirectoryError,
+    NotADirectoryError,
+    BinaryContent,
+    CommandTooLong,
+)
+
+
+def too_large(limit: int) -> web.Response:
+    return json_error(
+        413,
+        f"request body above the sandbox's limit of {limit} bytes; a large file goes in with PUT /v1/files "
+        f"(at most {MAX_FILE_BYTES} bytes)",
+    )
 
 
 def json_error(status: int, message: str) -> web.Response:
@@ -121,7 +150,9 @@ class SandboxServer:
     # ---------------------------------------------------------------------------------------- app
 
     def app(self) -> web.Application:
-        application = web.Application(middlewares=[self.require_token], client_max_size=MAX_UPLOAD_BYTES)
+        application = web.Application(
+            middlewares=[self.require_token, self.limit_body], client_max_size=MAX_REQUEST_BYTES
+        )
         application.router.add_get("/healthz", self.health)
         application.router.add_post("/v1/tools/{tool}", self.call_tool)
         application.router.add_put("/v1/files/{path:.+}", self.put_file)
@@ -143,6 +174,20 @@ class SandboxServer:
                 f"this is sandbox instance {self.instance}; the request was meant for {meant_for}",
             )
         return await handler(request)
+
+    @web.middleware
+    async def limit_body(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """A declared body above the limit is refused before a byte of it is read; an undeclared
+        one (chunked) when reading passes the limit."""
+        limit = MAX_FILE_BYTES if request.method == "PUT" else MAX_REQUEST_BYTES
+        if request.content_length is not None and request.content_length > limit:
+            return too_large(limit)
+        try:
+            return await handler(request)
+        except web.HTTPRequestEntityTooLarge:
+            return too_large(limit)
 
     async def health(self, request: web.Request) -> web.Response:
         body = Health(
@@ -193,15 +238,25 @@ class SandboxServer:
             workspace.resolve_in_workspace(self.root, name)
         except UnsafePath as error:
             return json_error(400, str(error))
-        data = await request.read()
-        actual = workspace.sha256_bytes(data)
-        if actual != expected:
-            return json_error(400, f"sha256 mismatch for {name!r}: header says {expected}, body is {actual}")
-        try:
-            await asyncio.to_thread(workspace.write_atomically, self.root, name, data, mode)
-            entry = await asyncio.to_thread(workspace.describe, self.root, name)
-        except TOOL_ERRORS as error:
-            return json_error(400, str(error))
+        with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as body:
+            hasher, size = hashlib.sha256(), 0
+            async for chunk in request.content.iter_chunked(65536):
+                size += len(chunk)
+                if size > MAX_FILE_BYTES:
+                    return too_large(MAX_FILE_BYTES)
+                hasher.update(chunk)
+                body.write(chunk)
+            actual = hasher.hexdigest()
+            if actual != expected:
+                return json_error(
+                    400, f"sha256 mismatch for {name!r}: header says {expected}, body is {actual}"
+                )
+            body.seek(0)
+            try:
+                await asyncio.to_thread(workspace.write_atomically, self.root, name, body, mode)
+                entry = await asyncio.to_thread(workspace.describe, self.root, name)
+            except TOOL_ERRORS as error:
+                return json_error(400, str(error))
         return web.json_response(entry.model_dump(mode="json"))
 
     async def get_file(self, request: web.Request) -> web.StreamResponse:
@@ -248,6 +303,11 @@ class SandboxServer:
         if not cwd.is_dir():
             raise NotADirectoryError(f"cwd {arguments.cwd!r} is not a directory in the workspace")
         command = arguments.command
+        if command_size(command) > MAX_COMMAND_BYTES:
+            raise CommandTooLong(
+                f"the command is {command_size(command)} bytes, above the sandbox's limit of "
+                f"{MAX_COMMAND_BYTES}: write it to a script with write_file and run the script"
+            )
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         if not argv:
             raise FileNotFoundError("empty command")

@@ -25,6 +25,19 @@ INSTANCE_ENV = "BELAY_SANDBOX_INSTANCE"
 
 # Captured output above this many bytes per stream is cut, and the result says so.
 MAX_OUTPUT_BYTES = 1024 * 1024
+# Linux refuses a single exec argument above 128 KiB (MAX_ARG_STRLEN), and `sh -c COMMAND` passes
+# the whole command as one; the sandbox's own wrapper needs room beside it. A longer command is
+# refused with this limit named: a script written with write_file has no such bound.
+MAX_COMMAND_BYTES = 64 * 1024
+
+
+def command_size(command: object) -> int:
+    """Bytes of a command line (a string, or an argv list), as the limit counts them."""
+    if isinstance(command, str):
+        return len(command.encode())
+    if isinstance(command, list):
+        return sum(len(str(part).encode()) + 1 for part in command)
+    return 0
 
 
 class Arguments(BaseModel):

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path, PurePosixPath
+from typing import IO
 
 from belay.journal.events import DeclaredArtifact
 from belay.stores.base import UnsafePath
@@ -51,9 +53,10 @@ def read_bytes(root: Path, name: str) -> bytes:
     return path.read_bytes()
 
 
-def write_atomically(root: Path, name: str, data: bytes, mode: int | None = None) -> Path:
+def write_atomically(root: Path, name: str, data: bytes | IO[bytes], mode: int | None = None) -> Path:
     """Write through a temporary file in the same directory and rename, so a reader never sees a
-    half-written file and a crash leaves either the old or the new content."""
+    half-written file and a crash leaves either the old or the new content. `data` is the bytes,
+    or a binary file read to its end."""
     path = resolve_in_workspace(root, name)
     if path == root.resolve():
         raise UnsafePath("cannot write to the workspace root")
@@ -67,7 +70,10 @@ def write_atomically(root: Path, name: str, data: bytes, mode: int | None = None
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
+            if isinstance(data, bytes):
+                handle.write(data)
+            else:
+                shutil.copyfileobj(data, handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(temporary, mode)
@@ -103,10 +109,14 @@ def describe(root: Path, name: str) -> DeclaredArtifact:
     path = resolve_in_workspace(root, name)
     if not path.is_file():
         raise FileNotFoundError(f"declared file {name!r} is missing from the workspace")
-    data = path.read_bytes()
+    hasher, size = hashlib.sha256(), 0
+    with path.open("rb") as handle:
+        while chunk := handle.read(1024 * 1024):
+            hasher.update(chunk)
+            size += len(chunk)
     return DeclaredArtifact(
         name=check_relative_name(name).as_posix(),
-        sha256=sha256_bytes(data),
-        size=len(data),
+        sha256=hasher.hexdigest(),
+        size=size,
         mode=stat.S_IMODE(path.stat().st_mode),
     )

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from belay.harness.models.base import ModelRequest, ModelTurn, ToolCall
 from belay.harness.tools import TOOLS
 from belay.journal.state import EMPTY, SessionState, TaskRecord
+from belay.sandbox.protocol import MAX_COMMAND_BYTES, command_size
 
 SCRIPTED_MODEL_ID = "scripted/v1"
 
@@ -109,28 +110,69 @@ class PlanError(ValueError):
 
 def load_plan(path: Path) -> ScriptedPlan:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = path.read_bytes()
     except OSError as error:
-        raise PlanError(f"{path}: cannot read: {error.strerror}") from None
-    except yaml.YAMLError as error:
-        raise PlanError(f"{path}: not valid YAML: {error}") from None
+        raise PlanError(f"{path}: cannot read: {error.strerror or error}") from None
+    return parse_plan(data, source=str(path))
+
+
+def parse_plan(data: bytes, *, source: str) -> ScriptedPlan:
     try:
-        plan = ScriptedPlan.model_validate(data)
+        loaded = yaml.safe_load(data.decode())
+    except UnicodeDecodeError:
+        raise PlanError(f"{source}: not a text file (not UTF-8)") from None
+    except yaml.YAMLError as error:
+        where = getattr(error, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        raise PlanError(f"{source}: not valid YAML{at}") from None
+    try:
+        plan = ScriptedPlan.model_validate(loaded)
     except ValidationError as error:
-        issues = "\n".join(
+        issues = "; ".join(
             f"{'.'.join(str(p) for p in issue['loc'])}: {issue['msg']}" for issue in error.errors()
         )
-        raise PlanError(f"{path}:\n{issues}") from None
-    for name, subplan in plan.subagents.items():
-        ids = [step.id for step in subplan.steps]
-        if len(set(ids)) != len(ids):
-            raise PlanError(f"{path}: subagents.{name}: step ids repeat: {', '.join(ids)}")
-        for step in subplan.steps:
-            actions = [*step.actions, *(a for v in step.variants for a in v.actions)]
-            for action in actions:
-                if action.tool not in TOOLS:
-                    raise PlanError(f"{path}: subagents.{name}.{step.id}: unknown tool {action.tool!r}")
+        raise PlanError(f"{source}: {issues}") from None
+    problems = plan_problems(plan)
+    if problems:
+        raise PlanError(f"{source}: {'; '.join(problems)}")
     return plan
+
+
+def plan_problems(plan: ScriptedPlan, subagents: list[str] | None = None) -> list[str]:
+    """Everything that would make the plan fail once it runs, found before it runs. With
+    `subagents` (the manifest's), the plan must have steps for each of them and no other."""
+    problems = []
+    if subagents is not None:
+        problems += [
+            f"the plan has no steps for subagent {n!r}" for n in subagents if n not in plan.subagents
+        ]
+        problems += [
+            f"the plan has steps for {n!r}, which is not a subagent of the manifest"
+            for n in plan.subagents
+            if n not in subagents
+        ]
+    for name, subplan in plan.subagents.items():
+        step_ids = [step.id for step in subplan.steps]
+        problems += [
+            f"subagents.{name}: step id {step!r} is used twice"
+            for step in sorted({s for s in step_ids if step_ids.count(s) > 1})
+        ]
+        for step in subplan.steps:
+            where = f"subagents.{name}.{step.id}"
+            verifies = [step.verify, *(v.verify for v in step.variants)]
+            if any(v is not None and command_size(v.command) > MAX_COMMAND_BYTES for v in verifies):
+                problems.append(f"{where}: the verify command is above {MAX_COMMAND_BYTES} bytes")
+            actions = [*step.actions, *(a for v in step.variants for a in v.actions)]
+            for index, action in enumerate(actions, start=1):
+                if action.tool not in TOOLS:
+                    problems.append(f"{where}: unknown tool {action.tool!r}")
+                elif action.tool == "run_command" and command_size(action.arguments.get("command")) > (
+                    MAX_COMMAND_BYTES
+                ):
+                    problems.append(
+                        f"{where}: action {index}: the command is above {MAX_COMMAND_BYTES} bytes"
+                    )
+    return problems
 
 
 # The next step of the last one: what the harness records as the checkpoint's next step.

@@ -1,0 +1,74 @@
+"""Everything `belay` and `kubectl belay` print goes through here: each command runs inside
+`printable_output`, entered by the app's callback.
+
+Goals, notes, titles, reasons and names come from manifests, from people and from models, and a
+model's text is hostile input: raw control bytes in it (ESC starts a terminal escape sequence, CR
+rewrites a line) could repaint or corrupt a person's terminal. `printable` shows every control
+character except newline and tab as `\\uXXXX`, which is also how JSON spells it, so a JSON line stays
+valid and means the same. No styles either: with `color_system=None` rich emits no escape sequence
+of its own, so nothing that reaches the terminal is one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import sys
+from collections.abc import Iterator
+from typing import TextIO
+
+from rich.console import Console
+
+# C0 except tab and newline, DEL, C1.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    return _CONTROL.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+def one_line(text: str) -> str:
+    """A message as one line: an `error:` line never spans several."""
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+class PrintableStream(io.TextIOBase):
+    """A text stream that escapes control characters on their way to another."""
+
+    def __init__(self, target: TextIO) -> None:
+        super().__init__()
+        self.target = target
+
+    def write(self, text: str) -> int:
+        self.target.write(printable(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.target.flush()
+
+    def isatty(self) -> bool:
+        return self.target.isatty()
+
+    def fileno(self) -> int:
+        return self.target.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # TextIOBase's is a read-only None
+        return getattr(self.target, "encoding", None) or "utf-8"
+
+
+@contextlib.contextmanager
+def printable_output() -> Iterator[None]:
+    """stdout and stderr through `printable` while a command runs."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = PrintableStream(saved[0]), PrintableStream(saved[1])
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def console() -> Console:
+    """A rich console that writes plain text to whatever `sys.stdout` is when it prints."""
+    return Console(color_system=None, highlight=False)

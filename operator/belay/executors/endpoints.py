@@ -1,0 +1,78 @@
+"""Which provider endpoint a managed executor talks to, from the SDKs' standard variables only.
+
+- `*_BASE_URL` set: that server (any server that speaks the provider's API), with `*_API_KEY`.
+- Only `*_API_KEY` set: the provider's own API.
+- Neither: no provider is configured; `belay run` starts the local stand-in on loopback (with the
+  manifest's `executor.plan`) for the run, and stops it after.
+
+In a cluster the harness pod's environment carries the variables from `executor.credentialsSecret`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from belay.executors.managed import Endpoint, endpoint_label
+
+
+@dataclass(frozen=True)
+class ProviderVariables:
+    api_key: str
+    base_url: str
+    default_base_url: str
+    provider: str
+    standin_module: str
+
+
+PROVIDERS = {
+    "openai-agents": ProviderVariables(
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "https://api.openai.com/v1",
+        "the OpenAI API",
+        "belay.executors.standins.openai_agents",
+    ),
+    "anthropic-managed": ProviderVariables(
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "https://api.anthropic.com",
+        "the Anthropic API",
+        "belay.executors.standins.anthropic_managed",
+    ),
+}
+# A server named by `*_BASE_URL` may need no key; the SDKs insist on one.
+NO_KEY = "belay-no-key"
+STANDIN_KEY = "belay-local-standin"
+
+
+def configured_endpoint(executor_type: str, environ: Mapping[str, str]) -> Endpoint | None:
+    """The endpoint the environment configures, or None when it configures none."""
+    variables = PROVIDERS[executor_type]
+    base_url = environ.get(variables.base_url)
+    api_key = environ.get(variables.api_key)
+    if base_url:
+        return Endpoint(base_url, api_key or NO_KEY, endpoint_label(base_url, variables.base_url))
+    if api_key:
+        return Endpoint(None, api_key, endpoint_label(variables.default_base_url, variables.provider))
+    return None
+
+
+def default_endpoint(executor_type: str, environ: Mapping[str, str]) -> Endpoint:
+    """What the environment configures; with nothing configured, the provider's API, where the SDK
+    will ask for the key that is missing."""
+    variables = PROVIDERS[executor_type]
+    configured = configured_endpoint(executor_type, environ)
+    return configured or Endpoint(label=endpoint_label(variables.default_base_url, variables.provider))
+
+
+@contextlib.asynccontextmanager
+async def local_standin(executor_type: str, plan: Path) -> AsyncIterator[Endpoint]:
+    """The provider's stand-in on loopback for the block, its remote agent following `plan`."""
+    import importlib
+
+    module = importlib.import_module(PROVIDERS[executor_type].standin_module)
+    async with module.running(plan) as standin:
+        yield Endpoint(standin.base_url, STANDIN_KEY, endpoint_label(standin.base_url, "the local stand-in"))

@@ -1,0 +1,815 @@
+"""What every managed executor shares: a provider's agent session decides, Belay runs every tool.
+
+A managed executor holds one remote session per subagent at a provider (`openai_agents`,
+`anthropic_managed`). The remote agent asks for calls; each is a function (custom) tool that Belay
+records and runs through its own tool runtime, under its effect class, approvals and
+reconciliation, in its own sandbox; the recorded result goes back to the provider. The record is
+the truth and the provider is settled against it:
+
+- The remote session is recorded (`remote` event, kind `session`) with its id. It is created once:
+  before creating one, the executor looks for a session carrying this subagent's metadata
+  (`belay_session`, `belay_subagent`, `belay_record`), since creation has no idempotency key.
+- Each call the remote agent asks for is recorded (kind `call`: call id, turn id, tool) before its
+  tool request, and gets a stable operation id (`<subagent>.remote-<n>`, n counting the calls the
+  record holds), so a resumed attempt gives it the same one.
+- A call whose arguments do not fit its tool's schema is recorded as refused and answered with an
+  error result; it never runs and never stops the session.
+- A result goes back under a key derived from the record (session id, record tag, and the seq of
+  the event that caused it: the result, the refusal or the reconciliation), and its acceptance is
+  recorded (kind `result_delivered`). A resumed attempt delivers every recorded result the
+  provider still waits for; a call the record never saw is recorded, then run.
+- A remote session that failed, was terminated or deleted ends the Belay session with that reason
+  (recorded). A cut event stream is reopened and the session read again; a request the provider
+  may retry safely is retried; the rest is checked against the remote state before it is sent
+  again. A provider that does not answer ends the attempt (not the session) with the reason.
+- When the remote agent is done, its outputs (files, artifacts) are copied into the artifact store
+  with their sha256 and recorded as deliverables, with the same fetch command as any other.
+
+No credential is ever recorded: the endpoint is the base URL without user info.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import functools
+import hashlib
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from belay.executors.base import (
+    Decision,
+    ExecutorContext,
+    ExecutorFailed,
+    ExecutorUnavailable,
+    RemoteResource,
+    ToolOutcome,
+)
+from belay.harness.models.base import ToolCall
+from belay.harness.tools import TOOLS, ToolSpec
+from belay.journal import commands
+from belay.journal.events import (
+    Artifact,
+    ArtifactRef,
+    Payload,
+    Remote,
+    RemoteKind,
+    ToolResult,
+    ToolResultEvent,
+    Wait,
+    WaitKind,
+)
+from belay.journal.state import RemoteCallRecord, SessionState
+
+METADATA_SESSION = "belay_session"
+METADATA_SUBAGENT = "belay_subagent"
+METADATA_RECORD = "belay_record"
+
+# A fresh look at the remote session even when its event stream says nothing.
+POLL_S = 5.0
+# Tries of one request before the provider counts as unavailable (the SDK retries inside each
+# try what the API marks safe to retry).
+TRIES = 5
+BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 4.0)
+# After a create whose answer was lost: how long to look for the session before creating again.
+FIND_AFTER_LOST_CREATE_S = (0.2, 0.5, 1.0)
+# A result is handed to the remote agent as text, at most this long.
+MAX_RESULT_CHARS = 32_000
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the provider is. A None field: the SDK reads its standard variable (`OPENAI_BASE_URL`,
+    `OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`)."""
+
+    base_url: str | None = None
+    api_key: str | None = None
+    label: str = ""  # what the record and the briefing say; never a credential
+
+
+def endpoint_label(base_url: str, what: str) -> str:
+    """A base URL fit for the record: user info (a credential) and query dropped."""
+    parts = urlsplit(base_url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return f"{urlunsplit((parts.scheme, host, parts.path, '', ''))} ({what})"
+
+
+@dataclass(frozen=True)
+class RemoteCall:
+    """A call the remote agent waits on, as the provider shows it."""
+
+    call_id: str
+    name: str
+    arguments: Any  # a JSON string (OpenAI) or an object (Anthropic), as the provider sent it
+    turn_id: str | None = None
+
+
+class RemoteStatus(StrEnum):
+    WORKING = "working"  # the remote agent is busy (or the provider reschedules it)
+    WAITING = "waiting"  # it waits on the calls in `pending`
+    DONE = "done"  # its turn ended with an answer and nothing is pending
+    FAILED = "failed"  # it cannot go on: `failure` says why
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    status: RemoteStatus
+    pending: tuple[RemoteCall, ...] = ()
+    text: str = ""
+    model: str = ""
+    failure: str = ""
+
+
+@dataclass(frozen=True)
+class RemoteOutput:
+    output_id: str
+    name: str
+    media_type: str = "application/octet-stream"
+
+
+@dataclass(frozen=True)
+class ResultToDeliver:
+    call: RemoteCallRecord
+    ok: bool
+    output: str
+    error: str | None
+    key: str  # derived from the record: the same for every attempt that delivers it
+
+
+class Delivery(StrEnum):
+    ACCEPTED = "accepted"
+    ALREADY_ANSWERED = "already_answered"  # the provider holds a result for the call already
+
+
+@dataclass(frozen=True)
+class TaskBrief:
+    """What the remote agent is told: its instructions, the first message, its tools."""
+
+    model: str
+    name: str
+    instructions: str
+    message: str
+    tools: tuple[ToolSpec, ...]
+
+
+class RemoteGone(Exception):
+    """The remote session no longer exists (deleted at the provider)."""
+
+
+class RemoteRefused(Exception):
+    """The provider refused a request for good (a 4xx that is not a conflict or a rate limit)."""
+
+
+class RemoteTransient(Exception):
+    """The provider did not answer, or answered an error it may not repeat (5xx, 408, 409, 429)."""
+
+
+class ManagedProvider(abc.ABC):
+    """One provider's wire format, through its official SDK. Methods raise `RemoteGone`,
+    `RemoteRefused` or `RemoteTransient` (see `classify`) for what the provider answers."""
+
+    kind: str
+    waking_events: frozenset[str]  # the stream's event types that may change what comes next
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.client = self.new_client(endpoint)
+        # For what must not be sent twice without a look first: the SDK's automatic retry is off.
+        self.once = self.client.with_options(max_retries=0)
+
+    @abc.abstractmethod
+    def new_client(self, endpoint: Endpoint) -> Any:
+        """The SDK's async client for the endpoint (None fields: the SDK's own variables)."""
+
+    @abc.abstractmethod
+    async def find_session(self, metadata: dict[str, str], resources: dict[str, str]) -> str | None:
+        """The id of a remote session carrying exactly this metadata, if there is one."""
+
+    @abc.abstractmethod
+    async def create_session(
+        self,
+        metadata: dict[str, str],
+        brief: TaskBrief,
+        resources: dict[str, str],
+        record_resource: Callable[[str, str], Awaitable[None]],
+    ) -> str:
+        """Create the remote session (and what it needs first, recorded through `record_resource`
+        before it is used), with the first message; returns its id. Sent once: never retried."""
+
+    @abc.abstractmethod
+    async def snapshot(self, session_id: str) -> Snapshot: ...
+
+    @abc.abstractmethod
+    async def deliver(self, session_id: str, result: ResultToDeliver) -> Delivery: ...
+
+    @abc.abstractmethod
+    async def cancel(self, session_id: str, key: str) -> None: ...
+
+    @abc.abstractmethod
+    async def open_stream(self, session_id: str) -> Any:
+        """The session's live event stream (the SDK's async stream), open."""
+
+    async def events(self, session_id: str) -> AsyncIterator[None]:
+        """Yields once the live event stream is open, then once per event that may change what
+        the executor does next; ends or raises when the stream is cut."""
+        stream = await self.open_stream(session_id)
+        try:
+            yield
+            async for event in stream:
+                if event.type in self.waking_events:
+                    yield
+        finally:
+            await stream.close()
+
+    @abc.abstractmethod
+    async def outputs(self, session_id: str) -> list[RemoteOutput]: ...
+
+    @abc.abstractmethod
+    async def download(self, session_id: str, output: RemoteOutput) -> bytes: ...
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+def classify(error: BaseException, connection_errors: tuple[type[BaseException], ...]) -> Exception | None:
+    """The provider's answer as one of `RemoteGone`, `RemoteRefused`, `RemoteTransient`, or None
+    when the error is not the provider's (a bug, which must surface as one)."""
+    status = getattr(error, "status_code", None)
+    if isinstance(status, int):
+        text = f"HTTP {status}: {_message_of(error)}"
+        if status == 404:
+            return RemoteGone(text)
+        if status in (408, 409, 429) or status >= 500:
+            return RemoteTransient(text)
+        return RemoteRefused(text)
+    if isinstance(error, connection_errors):
+        return RemoteTransient(f"{type(error).__name__}: {error}")
+    return None
+
+
+def _message_of(error: BaseException) -> str:
+    body = getattr(error, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+    return str(getattr(error, "message", "") or error)
+
+
+async def translated(call: Awaitable[T], connection_errors: tuple[type[BaseException], ...]) -> T:
+    """Await a provider call, raising the provider's answer as one of the three exceptions."""
+    try:
+        return await call
+    except (RemoteGone, RemoteRefused, RemoteTransient):
+        raise
+    except Exception as error:
+        mapped = classify(error, connection_errors)
+        if mapped is None:
+            raise
+        raise mapped from error
+
+
+# --------------------------------------------------------------------------------------------------
+# Arguments that fit a tool's schema
+
+
+def check_arguments(name: str, raw: Any) -> tuple[dict[str, Any], str | None]:
+    """The call's arguments as an object, and why they do not fit the tool's schema (None when
+    they fit): unknown tool, not a JSON object, a required argument missing, a wrong type."""
+    spec = TOOLS.get(name)
+    if spec is None:
+        return {}, f"unknown tool {name!r}; the tools are: {', '.join(sorted(TOOLS))}"
+    arguments = raw
+    if isinstance(raw, str):
+        try:
+            arguments = json.loads(raw) if raw.strip() else {}
+        except ValueError as error:
+            return {}, f"{name}: the arguments are not valid JSON ({error})"
+    if not isinstance(arguments, dict):
+        return {}, f"{name}: the arguments must be a JSON object, got {type(arguments).__name__}"
+    missing = [key for key in spec.required if key not in arguments]
+    if missing:
+        return arguments, f"{name}: missing required argument {', '.join(missing)}"
+    for key, schema in spec.parameters.items():
+        if key in arguments and not _fits(arguments[key], schema):
+            return arguments, f"{name}: argument {key!r} must be of type {schema.get('type')}"
+    return arguments, None
+
+
+_JSON_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+}
+
+
+def _fits(value: Any, schema: dict[str, Any]) -> bool:
+    check = _JSON_TYPES.get(str(schema.get("type")))
+    if check is None:
+        return True
+    if not check(value):
+        return False
+    items = schema.get("items")
+    if isinstance(value, list) and isinstance(items, dict):
+        return all(_fits(item, items) for item in value)
+    return True
+
+
+# --------------------------------------------------------------------------------------------------
+# What the remote agent is told
+
+
+def task_brief(context: ExecutorContext, state: SessionState) -> TaskBrief:
+    session, sub = context.session, context.subagent
+    executor = session.spec.executor
+    instructions = (
+        f"You are {sub.name}, one subagent of the Belay session {session.session_id}"
+        + (f": {sub.role}." if sub.role else ".")
+        + " Every tool you call runs in your own sandboxed workspace, recorded, under Belay's "
+        "effect classes and approvals. Frame each step of your work with update_plan (running, "
+        "then done with a verification command). Record hypotheses, decisions and findings with "
+        "record_note, citing the file, test or output behind each in its evidence."
+        + (
+            f" Publish your deliverable {sub.deliverable} with publish_deliverable."
+            if sub.deliverable
+            else ""
+        )
+    )
+    lines = [f"Goal: {state.request.goal}"]
+    lines += [f"{name}: {text}" for name, text in sorted(state.request.parts.items())]
+    if sub.deliverable:
+        lines.append(f"Your deliverable: {sub.deliverable}")
+    return TaskBrief(
+        model=executor.model or "",
+        name=f"belay-{session.session_id}-{sub.name}",
+        instructions=instructions,
+        message="\n".join(lines),
+        tools=tuple(TOOLS.values()),
+    )
+
+
+def result_text(output: Any) -> str:
+    text = output if isinstance(output, str) else json.dumps(output, sort_keys=True, default=str)
+    if len(text) > MAX_RESULT_CHARS:
+        text = text[:MAX_RESULT_CHARS] + f"\n[... {len(text) - MAX_RESULT_CHARS} more characters]"
+    return text
+
+
+def plain_name(name: str) -> str:
+    """A remote file's base name as a deliverable name: one plain file name."""
+    base = name.rstrip("/").rsplit("/", 1)[-1]
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", base).lstrip(".") or "output"
+
+
+# --------------------------------------------------------------------------------------------------
+# Waking up when the remote session moves
+
+
+class Signal:
+    """A counter of "something may have changed", and a wait for it to move past a value."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def bump(self) -> None:
+        self.generation += 1
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_past(self, generation: int, timeout: float) -> None:
+        if self.generation > generation:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiter, timeout)
+
+
+# --------------------------------------------------------------------------------------------------
+# The executor
+
+
+class ManagedExecutor:
+    """The executor protocol over one provider's remote session, for one subagent."""
+
+    def __init__(
+        self,
+        context: ExecutorContext,
+        provider: ManagedProvider,
+        connection_errors: tuple[type[BaseException], ...],
+    ) -> None:
+        self.context = context
+        self.provider = provider
+        self.kind = provider.kind
+        self.connection_errors = connection_errors
+        self.sub = context.subagent.name
+        self.remote_id = ""
+        self.record_tag = ""
+        self.signal = Signal()
+        self._watcher: asyncio.Task[None] | None = None
+
+    # ---- the protocol
+
+    async def start(self, state: SessionState) -> None:
+        await self.attach(state)
+
+    async def resume(self, state: SessionState) -> None:
+        await self.attach(state)
+        await self.settle(await self.context.read_state(), await self.look())
+
+    async def next_actions(self, state: SessionState) -> Decision:
+        while True:
+            generation = self.signal.generation
+            snapshot = await self.look()
+            if snapshot.status == RemoteStatus.FAILED:
+                await self.fail("RemoteSessionFailed", snapshot.failure)
+            state = await self.context.read_state()
+            if await self.settle(state, snapshot):
+                continue
+            calls, recorded = await self.take_calls(state, snapshot)
+            if calls:
+                return Decision(tool_calls=calls, model_id=snapshot.model)
+            if recorded:  # refused calls were recorded: their error results go out first
+                continue
+            if snapshot.status == RemoteStatus.DONE:
+                await self.copy_outputs(await self.context.read_state())
+                return Decision(text=snapshot.text, model_id=snapshot.model)
+            await self.signal.wait_past(generation, POLL_S)
+
+    async def deliver_results(self, outcomes: Sequence[ToolOutcome]) -> None:
+        state = await self.context.read_state()
+        for outcome in outcomes:
+            call = state.remote_calls.get(outcome.request.operation_id)
+            if call is None or call.delivered:
+                continue
+            result = await self.result_for(call, outcome.result, outcome.result_seq)
+            await self.deliver(result)
+
+    async def interrupt(self) -> None:
+        if not self.remote_id:
+            return
+        [event] = await self.context.record(
+            [self.remote(RemoteKind.INTERRUPTED, detail="Belay interrupts the remote agent (cancel)")]
+        )
+        await self.retrying("cancel", lambda: self.provider.cancel(self.remote_id, self.key(event.seq)))
+
+    async def remote_resources(self) -> list[RemoteResource]:
+        state = await self.context.read_state()
+        held = [
+            RemoteResource(kind=resource.split("/", 1)[1], id=remote_id, detail=self.provider.endpoint.label)
+            for resource, remote_id in state.remote_resources.items()
+            if resource.startswith(f"{self.sub}/")
+        ]
+        if self.remote_id:
+            held.append(
+                RemoteResource(kind="session", id=self.remote_id, detail=self.provider.endpoint.label)
+            )
+        return held
+
+    async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._watcher
+            self._watcher = None
+        await self.provider.close()
+
+    # ---- the remote session
+
+    async def attach(self, state: SessionState) -> None:
+        """Find the remote session in the record, else at the provider by its metadata, else
+        create it; then follow its events."""
+        self.record_tag = await self.tag()
+        known = state.remote_sessions.get(self.sub)
+        if known is not None and known.failure:
+            raise ExecutorFailed("RemoteSessionFailed", known.failure)
+        if known is not None:
+            self.remote_id = known.remote_session_id
+        else:
+            metadata = self.metadata()
+            resources = self.resources(state)
+            found = await self.retrying("find", lambda: self.provider.find_session(metadata, resources))
+            how = "found by its metadata: an earlier attempt created it before recording it"
+            if found is None:
+                found, how = await self.create(metadata, state)
+            self.remote_id = found
+            await self.context.record([self.remote(RemoteKind.SESSION, detail=how)])
+        self._watcher = asyncio.create_task(self.watch(), name=f"{self.kind}-{self.sub}-events")
+
+    async def create(self, metadata: dict[str, str], state: SessionState) -> tuple[str, str]:
+        """The new remote session's id, and how it was come by."""
+        brief = task_brief(self.context, state)
+        for attempt in range(TRIES):
+            resources = self.resources(await self.context.read_state())
+            try:
+                created = await translated(
+                    self.provider.create_session(metadata, brief, resources, self.record_resource),
+                    self.connection_errors,
+                )
+                return created, "created"
+            except RemoteTransient as lost:
+                await self.note_interruption(
+                    f"creating the remote session: {lost}; looking for it before creating it again"
+                )
+            except (RemoteRefused, RemoteGone) as refused:
+                await self.unavailable(f"the provider refused to create the remote session: {refused}")
+            # The create may have taken effect with its answer lost: it has no idempotency key.
+            for delay in FIND_AFTER_LOST_CREATE_S:
+                await asyncio.sleep(delay)
+                resources = self.resources(await self.context.read_state())
+                found = await self.retrying(
+                    "find", functools.partial(self.provider.find_session, metadata, resources)
+                )
+                if found is not None:
+                    return found, "found by its metadata after the answer to its creation was lost"
+            await asyncio.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+        await self.unavailable(f"the remote session could not be created in {TRIES} tries")
+        raise AssertionError("unreachable")
+
+    async def record_resource(self, resource: str, resource_id: str) -> None:
+        await self.context.record(
+            [
+                Remote(
+                    kind=RemoteKind.RESOURCE,
+                    executor=self.kind,
+                    subagent=self.sub,
+                    endpoint=self.provider.endpoint.label,
+                    resource=resource,
+                    resource_id=resource_id,
+                )
+            ]
+        )
+
+    def resources(self, state: SessionState) -> dict[str, str]:
+        prefix = f"{self.sub}/"
+        return {
+            name.removeprefix(prefix): remote_id
+            for name, remote_id in state.remote_resources.items()
+            if name.startswith(prefix)
+        }
+
+    def metadata(self) -> dict[str, str]:
+        return {
+            METADATA_SESSION: self.context.session.session_id,
+            METADATA_SUBAGENT: self.sub,
+            METADATA_RECORD: self.record_tag,
+        }
+
+    async def tag(self) -> str:
+        """Names this record apart from any other of the same session name (another home, a
+        re-created AgentSession): its first event's time."""
+        first = await self.context.store.read(self.context.session.session_id, 1, 1)
+        stamp = first[0].created_at.isoformat() if first else ""
+        return hashlib.sha256(f"{self.context.session.session_id}/{stamp}".encode()).hexdigest()[:16]
+
+    def key(self, seq: int) -> str:
+        return f"belay-{self.context.session.session_id}-{self.record_tag}-{seq}"
+
+    async def look(self) -> Snapshot:
+        return await self.retrying("read the remote session", lambda: self.provider.snapshot(self.remote_id))
+
+    # ---- calls
+
+    async def take_calls(self, state: SessionState, snapshot: Snapshot) -> tuple[list[ToolCall], bool]:
+        """The pending calls to run: recorded now if the record never saw them. Returns them and
+        whether anything was recorded."""
+        mine = [c for c in state.remote_calls.values() if c.subagent == self.sub]
+        by_call_id = {c.call_id: c for c in mine}
+        count = len(mine)
+        decided: list[ToolCall] = []
+        payloads: list[Payload] = []
+        for call in snapshot.pending:
+            arguments, problem = check_arguments(call.name, call.arguments)
+            known = by_call_id.get(call.call_id)
+            if known is not None:
+                # Recorded, but its request is not: an attempt stopped in between. Same id again.
+                if known.refused_seq is None and known.operation_id not in state.operations:
+                    decided.append(ToolCall(call_id=known.operation_id, name=call.name, arguments=arguments))
+                continue
+            count += 1
+            operation_id = f"{self.sub}.remote-{count}"
+            payloads.append(
+                self.remote(
+                    RemoteKind.CALL,
+                    call_id=call.call_id,
+                    turn_id=call.turn_id,
+                    operation_id=operation_id,
+                    tool=call.name,
+                )
+            )
+            if problem is not None:
+                payloads.append(
+                    self.remote(
+                        RemoteKind.CALL_REFUSED,
+                        call_id=call.call_id,
+                        operation_id=operation_id,
+                        tool=call.name,
+                        detail=problem,
+                    )
+                )
+            else:
+                decided.append(ToolCall(call_id=operation_id, name=call.name, arguments=arguments))
+        if payloads:
+            await self.context.record(payloads)
+        return decided, bool(payloads)
+
+    async def settle(self, state: SessionState, snapshot: Snapshot) -> bool:
+        """Deliver what the record holds for calls the provider still waits on: a result recorded
+        but never delivered (or delivered and not acknowledged), a refusal, a reconciliation.
+        Returns whether anything was delivered."""
+        delivered = False
+        for pending in snapshot.pending:
+            call = next(
+                (
+                    c
+                    for c in state.remote_calls.values()
+                    if c.subagent == self.sub and c.call_id == pending.call_id
+                ),
+                None,
+            )
+            if call is None or call.delivered:
+                continue
+            result = await self.recorded_result(state, call)
+            if result is not None:
+                await self.deliver(result)
+                delivered = True
+        return delivered
+
+    async def recorded_result(self, state: SessionState, call: RemoteCallRecord) -> ResultToDeliver | None:
+        if call.refused_seq is not None:
+            return ResultToDeliver(call, False, "", call.refusal, self.key(call.refused_seq))
+        operation = state.operations.get(call.operation_id)
+        if operation is None:
+            return None
+        if operation.result_seq is not None:
+            [event] = await self.context.store.read(
+                self.context.session.session_id, operation.result_seq, operation.result_seq
+            )
+            assert isinstance(event, ToolResultEvent)
+            return await self.result_for(call, event.payload, event.seq)
+        if operation.outcome == "reconciled" and operation.reconciled_succeeded and operation.outcome_seq:
+            # Settled by a person (or a probe) as having taken effect, with no result recorded.
+            output = {"reconciled": True, "detail": operation.outcome_detail}
+            return ResultToDeliver(call, True, result_text(output), None, self.key(operation.outcome_seq))
+        return None
+
+    async def result_for(self, call: RemoteCallRecord, result: ToolResult, seq: int) -> ResultToDeliver:
+        output: Any = result.output
+        if result.output_ref is not None:
+            data = await asyncio.to_thread(self.context.artifacts.get, result.output_ref.sha256)
+            output = data.decode(errors="replace")
+        if result.ok:
+            return ResultToDeliver(call, True, result_text(output), None, self.key(seq))
+        return ResultToDeliver(
+            call, False, result_text(output) if output else "", result.error or "failed", self.key(seq)
+        )
+
+    async def deliver(self, result: ResultToDeliver) -> None:
+        answer = await self.retrying(
+            f"deliver the result of {result.call.operation_id}",
+            lambda: self.provider.deliver(self.remote_id, result),
+        )
+        detail = "accepted" if answer == Delivery.ACCEPTED else "the provider already held a result for it"
+        await self.context.record(
+            [
+                self.remote(
+                    RemoteKind.RESULT_DELIVERED,
+                    call_id=result.call.call_id,
+                    turn_id=result.call.turn_id,
+                    operation_id=result.call.operation_id,
+                    tool=result.call.tool,
+                    idempotency_key=result.key,
+                    detail=detail,
+                )
+            ]
+        )
+
+    # ---- outputs
+
+    async def copy_outputs(self, state: SessionState) -> None:
+        """Every output of the remote session into the artifact store, once, as a deliverable."""
+        session_id = self.context.session.session_id
+        outputs = await self.retrying(
+            "list the remote outputs", lambda: self.provider.outputs(self.remote_id)
+        )
+        for output in outputs:
+            result_id = f"remote:{self.kind}:{output.output_id}"
+            if result_id in state.results:
+                continue
+            data = await self.retrying(
+                f"download {output.name}", functools.partial(self.provider.download, self.remote_id, output)
+            )
+            stored = await asyncio.to_thread(self.context.artifacts.put, data, media_type=output.media_type)
+            location = await asyncio.to_thread(self.context.artifacts.location, stored.sha256)
+            name = plain_name(output.name)
+            ref = ArtifactRef(
+                sha256=stored.sha256,
+                size=stored.size,
+                media_type=stored.media_type,
+                uri=stored.uri or location,
+            )
+            await self.context.record(
+                [
+                    Artifact(
+                        name=name,
+                        ref=ref,
+                        deliverable=True,
+                        subagent=self.sub,
+                        description=f"{self.sub}: {output.name} from {self.kind} session {self.remote_id}",
+                        result_id=result_id,
+                    ),
+                    Wait(
+                        wait_id=f"review-{name}",
+                        kind=WaitKind.READY_FOR_REVIEW,
+                        reason=f"{name} is ready for review: {commands.download(session_id, name)}",
+                        artifact=name,
+                    ),
+                ]
+            )
+
+    # ---- following the remote session
+
+    async def watch(self) -> None:
+        """Wake `next_actions` on every event that may matter; reopen a cut stream."""
+        delay = BACKOFF_S[0]
+        while True:
+            try:
+                async for _ in self.provider.events(self.remote_id):
+                    self.signal.bump()
+                    delay = BACKOFF_S[0]
+                why = "ended"
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                mapped = classify(error, self.connection_errors)
+                if isinstance(mapped, RemoteGone):
+                    self.signal.bump()  # the next look records why
+                    return
+                why = f"was cut ({mapped or f'{type(error).__name__}: {error}'})"
+            self.signal.bump()
+            with contextlib.suppress(Exception):
+                await self.note_interruption(
+                    f"the event stream {why}; it is reopened and the session read again"
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, BACKOFF_S[-1])
+
+    # ---- talking to the provider
+
+    async def retrying(self, what: str, request: Callable[[], Awaitable[T]]) -> T:
+        """A request the provider may take again safely (a read, a keyed post, a post checked
+        against the remote state first), tried until it is answered or TRIES have failed."""
+        for attempt in range(TRIES):
+            try:
+                return await translated(request(), self.connection_errors)
+            except RemoteTransient as failure:
+                if attempt + 1 == TRIES:
+                    await self.unavailable(f"{what}: {failure} ({TRIES} tries)")
+                await self.note_interruption(f"{what}: {failure}; tried again")
+                await asyncio.sleep(BACKOFF_S[attempt])
+            except RemoteRefused as refused:
+                await self.unavailable(f"{what}: the provider refused: {refused}")
+            except RemoteGone as gone:
+                await self.fail(
+                    "RemoteSessionDeleted", f"the remote session {self.remote_id} no longer exists ({gone})"
+                )
+        raise AssertionError("unreachable")
+
+    async def note_interruption(self, detail: str) -> None:
+        await self.context.record([self.remote(RemoteKind.INTERRUPTED, detail=detail)])
+
+    async def unavailable(self, detail: str) -> None:
+        await self.note_interruption(detail)
+        raise ExecutorUnavailable(
+            "ProviderUnavailable", f"{self.kind} at {self.provider.endpoint.label}: {detail}"
+        )
+
+    async def fail(self, reason: str, detail: str) -> None:
+        await self.context.record([self.remote(RemoteKind.FAILED, detail=detail)])
+        raise ExecutorFailed(reason, f"{self.sub}: {detail}")
+
+    def remote(self, kind: RemoteKind, **fields: Any) -> Remote:
+        return Remote(
+            kind=kind,
+            executor=self.kind,
+            subagent=self.sub,
+            remote_session_id=self.remote_id,
+            endpoint=self.provider.endpoint.label,
+            **fields,
+        )

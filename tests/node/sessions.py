@@ -1,0 +1,186 @@
+"""The example session run by the operator on the real node: the stores on the node's address, a
+ticket service there too, and the operator's settings that point the pods at them."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import secrets
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from belay.controller import names
+from belay.controller.settings import EgressTarget, OperatorSettings
+from belay.journal.events import Event
+from belay.local.tickets import TicketService, load_tickets
+from belay.stores.factory import open_event_store
+from tests.api.kubehelpers import REPO_ROOT
+from tests.controller.operator_process import agentsession_status, kubectl_json
+from tests.controller.sessions import EXAMPLE_MANIFEST
+from tests.node.cluster import RESTRICTED, NodeCluster
+from tests.testenv.node import NODE_IP
+
+SESSION = "parser-fix"
+STORE_SECRET = "belay-stores"
+# The example for a cluster: its plan and repository are read from the image.
+CLUSTER_MANIFEST = REPO_ROOT / "examples/parser-fix/cluster-session.yaml"
+GRANT = EXAMPLE_MANIFEST["spec"]["approvals"][0]
+APPROVAL_ID = f"approve-{GRANT['operationId']}"
+
+
+@contextmanager
+def ticket_service(state_file: Path) -> Iterator[TicketService]:
+    """The ticket service the example's tools call, on the node's address (where the harness pod
+    reaches it), on a loop of its own: the test's own loop waits on kubectl."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    service = asyncio.run_coroutine_threadsafe(TicketService(state_file, host=NODE_IP).start(), loop).result(
+        30
+    )
+    try:
+        yield service
+    finally:
+        asyncio.run_coroutine_threadsafe(service.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+@dataclass
+class SessionSetup:
+    """One session's namespace, stores and settings on the node."""
+
+    cluster: NodeCluster
+    namespace: str
+    events_url: str
+    bucket: str
+    tickets: TicketService
+    tickets_file: Path
+    operator_log: Callable[[], str] = lambda: ""
+
+    @property
+    def etcd_port(self) -> int:
+        return int(self.cluster.env.etcd.endpoint.rsplit(":", 1)[1])
+
+    def settings(self) -> OperatorSettings:
+        node = f"{NODE_IP}/32"
+        return OperatorSettings(
+            harness_image=self.cluster.image,
+            sandbox_image=self.cluster.image,
+            image_pull_policy="Never",
+            event_store=self.events_url,
+            artifact_store=f"s3://{self.bucket}",
+            store_secret=STORE_SECRET,
+            store_egress=[EgressTarget(cidr=node, ports=[self.etcd_port, self.cluster.env.s3.port])],
+            model_egress=[EgressTarget(cidr=node, ports=[self.tickets.port])],
+        )
+
+    def store_environment(self) -> dict[str, str]:
+        """What the store Secret gives every harness (and the operator): S3 credentials and
+        endpoint, and the ticket service's address."""
+        s3 = self.cluster.env.s3
+        return {
+            "AWS_ACCESS_KEY_ID": s3.access_key,
+            "AWS_SECRET_ACCESS_KEY": s3.secret_key,
+            "AWS_ENDPOINT_URL": s3.endpoint_url,
+            "AWS_DEFAULT_REGION": s3.region,
+            "BELAY_TICKETS_URL": self.tickets.url,
+        }
+
+    def prepare(self) -> None:
+        self.cluster.create_namespace(self.namespace, RESTRICTED)
+        self.cluster.env.s3.client().create_bucket(Bucket=self.bucket)
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": STORE_SECRET, "namespace": self.namespace},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in self.store_environment().items()},
+        }
+        self.cluster.apply([secret])
+
+    def events(self) -> list[Event]:
+        """The session's record as it is now, read from its event store."""
+
+        async def read() -> list[Event]:
+            store = open_event_store(self.events_url)
+            try:
+                return list(await store.read(SESSION))
+            finally:
+                await store.close()
+
+        return asyncio.run(read())
+
+    def tickets_filed(self) -> int:
+        return len(load_tickets(self.tickets_file)) if self.tickets_file.exists() else 0
+
+    # ---- the session
+
+    def manifest(self, approved: bool = False) -> dict[str, Any]:
+        """examples/parser-fix/cluster-session.yaml in this namespace. Without its approval it
+        stops before publishing the patch and waits, with its pods running, until it is given."""
+        manifest: dict[str, Any] = yaml.safe_load(CLUSTER_MANIFEST.read_text())
+        manifest["metadata"]["namespace"] = self.namespace
+        if not approved:
+            manifest["spec"].pop("approvals")
+        return manifest
+
+    def approve(self) -> None:
+        """What `kubectl belay approve` writes."""
+        patch = {"spec": {"approvals": [GRANT]}}
+        self.cluster.kube.kubectl(
+            "patch", "agentsession", SESSION, "-n", self.namespace, "--type=merge", "-p", json.dumps(patch)
+        )
+
+    def status(self) -> dict[str, Any]:
+        return agentsession_status(self.cluster.kube, self.namespace, SESSION)
+
+    def waiting_for_approval(self) -> dict[str, Any] | None:
+        status = self.status()
+        pending = [p.get("approvalId") for p in status.get("pendingApprovals") or []]
+        return status if APPROVAL_ID in pending else None
+
+    def pods(self) -> dict[str, dict[str, Any]]:
+        listed = kubectl_json(
+            self.cluster.kube, "get", "pods", "-n", self.namespace, "-l", f"{names.LABEL_SESSION}={SESSION}"
+        )
+        return {p["metadata"]["name"]: p for p in listed.get("items", [])}
+
+    def running_pods(self) -> dict[str, dict[str, Any]]:
+        return {
+            n: p
+            for n, p in self.pods().items()
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        }
+
+    def describe(self) -> str:
+        kube = self.cluster.kube
+        return "\n".join(
+            [
+                kube.kubectl("get", "pods", "-n", self.namespace, "-o", "wide", check=False).stdout,
+                json.dumps(self.status(), indent=1)[-3000:],
+            ]
+        )
+
+
+def new_setup(
+    cluster: NodeCluster, namespace: str, tickets: TicketService, tickets_file: Path
+) -> SessionSetup:
+    etcd = cluster.env.etcd.endpoint.removeprefix("http://")
+    setup = SessionSetup(
+        cluster=cluster,
+        namespace=namespace,
+        events_url=f"etcd://{etcd}/{namespace}-{secrets.token_hex(4)}",
+        bucket=f"{namespace}-{secrets.token_hex(4)}",
+        tickets=tickets,
+        tickets_file=tickets_file,
+    )
+    setup.prepare()
+    return setup
