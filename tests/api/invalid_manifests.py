@@ -491,9 +491,12 @@ CLI_ONLY: list[Case] = [
         reason=_RUNTIME_REASON,
     ),
     Case(
-        "stores-on-the-embedded-runtime",
-        changed("stores", **{"spec.stores": {"events": "sqlite:///tmp/other.db"}}),
-        "the embedded runtime keeps the record and artifacts in its home",
+        "store-secret-on-the-embedded-runtime",
+        changed(
+            "store-secret-ref",
+            **{"spec.stores": {"events": "etcd://127.0.0.1:2379/belay", "secretRef": "stores"}},
+        ),
+        "spec.stores.secretRef: the embedded runtime reads no Kubernetes Secret",
         reason=_RUNTIME_REASON,
     ),
     Case(

@@ -77,7 +77,7 @@ def take_lease(home: LocalHome, holder: str) -> None:
 
 
 def reap(home: LocalHome) -> list[str]:
-    found = asyncio.run(reap_orphans(home.root / "sessions", home.open_event_store))
+    found = asyncio.run(reap_orphans(home.root / "sessions", lambda _: home.open_event_store()))
     return [r.message() for r in found]
 
 

@@ -1,7 +1,8 @@
 """`belay`: run agent sessions on the embedded runtime and ask them where they stand.
 
 Every command reads or writes the session record in the home directory (`--home`, `BELAY_HOME`,
-default `./.belay`); nothing here keeps state of its own. Every command first stops the sandbox
+default `./.belay`), or in the stores the session's manifest names (`spec.stores`) or `--events` /
+`--artifacts` name; nothing here keeps state of its own. Every command first stops the sandbox
 servers that attempts whose harness process is gone left running, and says so on stderr.
 """
 
@@ -42,6 +43,8 @@ from belay.journal.state import SessionState
 from belay.journal.status import Liveness, Phase, interruption_of, phase_of, waiting_on
 from belay.local.liveness import local_liveness, observed_sandboxes, reap_orphans
 from belay.local.runtime import (
+    ARTIFACTS_ENV,
+    EVENTS_ENV,
     HOME_ENV,
     HomeError,
     LocalHome,
@@ -104,6 +107,12 @@ class Context:
     home: LocalHome = LocalHome.resolve(None)
 
 
+def home_of(session_id: str) -> LocalHome:
+    """Where the session's record and artifacts are: the stores its manifest names, else those
+    `--events` / `--artifacts` name, else the home's own."""
+    return Context.home.for_session(session_id)
+
+
 @app.callback()
 def main(
     ctx: typer.Context,
@@ -113,16 +122,36 @@ def main(
             "--home", envvar=HOME_ENV, help="Home directory of the embedded runtime (default ./.belay)."
         ),
     ] = None,
+    events_url: Annotated[
+        str | None,
+        typer.Option(
+            "--events",
+            envvar=EVENTS_ENV,
+            help="Event store URL (etcd://HOST:PORT/PREFIX) in place of the home's events.db.",
+        ),
+    ] = None,
+    artifacts_url: Annotated[
+        str | None,
+        typer.Option(
+            "--artifacts",
+            envvar=ARTIFACTS_ENV,
+            help="Artifact store URL (s3://BUCKET/PREFIX) in place of the home's artifacts/.",
+        ),
+    ] = None,
 ) -> None:
     ctx.with_resource(terminal.printable_output())
-    Context.home = LocalHome.resolve(home)
+    Context.home = LocalHome.resolve(home, events_url, artifacts_url)
     Context.home.check()  # before any command reads or writes it; UserErrorsAsOneLine words a refusal
     stop_orphans(Context.home)
 
 
 def stop_orphans(home: LocalHome) -> None:
     """Stop the sandbox servers of dead attempts before doing anything else, and say so."""
-    found = asyncio.run(reap_orphans(home.root / "sessions", home.open_event_store))
+    found = asyncio.run(
+        reap_orphans(
+            home.root / "sessions", lambda session_id: home.for_session(session_id).open_event_store()
+        )
+    )
     for reaped in found:
         typer.echo(reaped.message(), err=True)
 
@@ -179,7 +208,7 @@ def print_progress(event: Event) -> None:
 
 
 def _run(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None:
-    home = Context.home
+    home = home_of(session_id)
     try:
         session = load_installed(home, session_id)
     except ManifestError as error:
@@ -235,7 +264,7 @@ def run(
         session = install_session(home, manifest)
     except ManifestError as error:
         raise fail(f"bad manifest: {error}") from None
-    state, _ = asyncio.run(read_state(home, session.session_id))
+    state, _ = asyncio.run(read_state(home_of(session.session_id), session.session_id))
     if state.lifecycle.completed:
         typer.echo(
             f"session {session.session_id} already completed in {home.root}; its briefing follows "
@@ -267,7 +296,7 @@ def resume(
     except ManifestError as error:
         raise fail(str(error)) from None
     # The whole record is checked before a new attempt takes the session over (RecordCorrupt).
-    asyncio.run(read_state(Context.home, session_id))
+    asyncio.run(read_state(home_of(session_id), session_id))
     _run(session_id, quiet, with_ticket_service=not no_ticket_service)
 
 
@@ -275,10 +304,15 @@ def resume(
 # Reading the record
 
 
+def _record_place(home: LocalHome) -> str:
+    return home.events_url or str(home.root)
+
+
 def _known_state(session_id: str) -> tuple[Any, list[Event]]:
-    state, events = asyncio.run(read_state(Context.home, session_id))
+    home = home_of(session_id)
+    state, events = asyncio.run(read_state(home, session_id))
     if not events:
-        raise fail(f"unknown session {session_id!r} in {Context.home.root}")
+        raise fail(f"unknown session {session_id!r} in {_record_place(home)}")
     return state, events
 
 
@@ -300,7 +334,7 @@ def sessions() -> None:
             await store.close()
         return loaded
 
-    if not Context.home.events_db.exists():
+    if Context.home.events_url is None and not Context.home.events_db.exists():
         console.print(f"no sessions in {Context.home.root}")
         return
     table = Table("SESSION", "PHASE", "STEP", "WAITS ON", "DELIVERABLES", "EVENTS")
@@ -330,7 +364,7 @@ def sessions() -> None:
 def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> str:
     from belay.journal.briefing import briefing, render_json, render_markdown, render_text
 
-    home = Context.home
+    home = home_of(state.session_id)
     store = home.open_artifact_store()
 
     def locate(ref: ArtifactRef) -> str:
@@ -346,7 +380,8 @@ def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> 
     brief = briefing(
         state,
         locate=locate,
-        artifact_store=str(home.artifacts_dir),
+        artifact_store=home.artifacts_location,
+        record=home.events_location if home.stores_elsewhere else "",
         liveness=liveness,
         sandboxes=sandboxes,
         budgets=budgets,
@@ -364,7 +399,7 @@ def print_brief(session_id: str, style: str) -> None:
 
 def read_liveness(session_id: str) -> Liveness:
     async def read() -> Liveness:
-        store = Context.home.open_event_store()
+        store = home_of(session_id).open_event_store()
         try:
             return await local_liveness(store, session_id)
         finally:
@@ -384,10 +419,11 @@ async def follow_brief(session_id: str, style: str) -> None:
     from belay.journal.state import apply
     from belay.journal.status import HEARTBEAT_INTERVAL_S
 
-    state, known = await read_state(Context.home, session_id)
+    home = home_of(session_id)
+    state, known = await read_state(home, session_id)
     if not known:
-        raise fail(f"unknown session {session_id!r} in {Context.home.root}")
-    store = Context.home.open_event_store()
+        raise fail(f"unknown session {session_id!r} in {_record_place(home)}")
+    store = home.open_event_store()
     liveness = await local_liveness(store, session_id)
     sys.stdout.write(render_brief(state, style, liveness) + "\n")
     sys.stdout.flush()
@@ -768,7 +804,7 @@ def _append(session_id: str, drafts: list[EventDraft], claim: str) -> None:
     with what they decided."""
 
     async def write() -> str | None:
-        store = Context.home.open_event_store()
+        store = home_of(session_id).open_event_store()
         try:
             await store.append(session_id, drafts, claim=claim)
         except ClaimTaken as taken:
@@ -829,7 +865,7 @@ def artifacts(
         raise fail("usage: belay artifacts SESSION  |  belay artifacts get SESSION NAME [-o PATH]")
     state, _ = _known_state(words[0])
     table = Table("NAME", "DELIVERABLE", "SUBAGENT", "SIZE", "SHA256", "LOCATION")
-    store = Context.home.open_artifact_store()
+    store = home_of(words[0]).open_artifact_store()
     for record in sorted(state.artifacts.values(), key=lambda r: r.seq):
         table.add_row(
             record.name,
@@ -864,7 +900,7 @@ def _get_artifact(session_id: str, name: str, output: Path | None) -> None:
                 f"directory by its name: choose where with -o PATH"
             )
         sha256, target = record.ref.sha256, output or Path(name)
-    data = Context.home.open_artifact_store().get(sha256)
+    data = home_of(session_id).open_artifact_store().get(sha256)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)

@@ -279,6 +279,7 @@ class Briefing(Model):
     waiting_on_external: list[ExternalItem]
     ready_for_review: list[ReviewItem]
     artifact_store: str = ""
+    record: str = ""  # where the event record is, when not in the home's own events.db
     hypotheses: list[NoteItem]
     decisions: list[NoteItem]
     findings: list[NoteItem]
@@ -574,15 +575,17 @@ def briefing(
     *,
     locate: Callable[[ArtifactRef], str] | None = None,
     artifact_store: str = "",
+    record: str = "",
     liveness: Liveness | None = None,
     sandboxes: Sequence[SandboxItem] = (),
     budgets: Mapping[str, int] | None = None,
 ) -> Briefing:
     """`locate` turns an artifact ref into a download location (a path, or a presigned URL);
-    without it the ref's own uri is shown. `artifact_store` names the store for the reader.
-    `liveness` says whether an attempt is alive (without it the record alone decides);
-    `sandboxes` are the sandboxes as the caller observes them, one per subagent; `budgets` the
-    limits of `spec.budgets` that are set, by their manifest name."""
+    without it the ref's own uri is shown. `artifact_store` names the store for the reader,
+    `record` the event store when the reader would not look for it in the home. `liveness` says
+    whether an attempt is alive (without it the record alone decides); `sandboxes` are the
+    sandboxes as the caller observes them, one per subagent; `budgets` the limits of
+    `spec.budgets` that are set, by their manifest name."""
     sid = state.session_id
     tasks = sorted(state.tasks.values(), key=lambda t: (t.first_seq, t.task_id))
     shown, omitted = _select_steps(tasks, STEP_LIMIT)
@@ -757,6 +760,7 @@ def briefing(
         waiting_on_external=external,
         ready_for_review=reviews,
         artifact_store=artifact_store,
+        record=record,
         hypotheses=hypotheses,
         decisions=decisions,
         findings=findings,
@@ -901,6 +905,10 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
     step = f", step {b.current_step}" if b.current_step else ""
     head(f"Session {b.session_id}: {b.phase.value} (attempt {b.recovery.attempt}{step}, seq {b.last_seq})")
     rows += _interruption_rows(b)
+    if b.record:
+        head("Record")
+        item(f"events: {b.record}")
+        item(f"artifacts: {b.artifact_store}")
     head(f"Asked (request v{b.request_version})")
     item(b.goal or "(no request recorded)")
     for name, text in b.request_parts.items():

@@ -219,10 +219,11 @@ class Reaped:
 
 
 async def reap_orphans(
-    sessions_dir: Path, store_for: Callable[[], EventStore], sessions: Sequence[str] | None = None
+    sessions_dir: Path, store_for: Callable[[str], EventStore], sessions: Sequence[str] | None = None
 ) -> list[Reaped]:
     """Stop the sandbox servers of every session (or of `sessions`) whose lease holder is gone.
-    Records of servers already dead are removed silently; only live processes are reported."""
+    Records of servers already dead are removed silently; only live processes are reported.
+    `store_for(session_id)` opens the store holding that session's lease (its record's store)."""
     candidates = [
         directory.parent
         for directory in sorted(sessions_dir.glob("*/sandboxes"))
@@ -232,29 +233,29 @@ async def reap_orphans(
     if not candidates:
         return []
     reaped = []
-    store = store_for()
-    try:
-        for session_dir in candidates:
-            with sandbox_lock(session_dir, exclusive=True) as taken:
-                if not taken:
-                    continue  # a sandbox is starting: its attempt is alive
+    for session_dir in candidates:
+        with sandbox_lock(session_dir, exclusive=True) as taken:
+            if not taken:
+                continue  # a sandbox is starting: its attempt is alive
+            store = store_for(session_dir.name)
+            try:
                 lease = await store.current_lease(session_dir.name)
-                if lease is not None and holder_alive(lease.holder) is not False:
-                    continue  # a live attempt (or one this machine cannot see) owns them
-                servers = recorded_servers(session_dir / "sandboxes")
-                alive = {server.subagent: stop_server(server) for server in servers}
-                stopped = {name: pids for name, pids in alive.items() if pids}
-                if stopped:
-                    reaped.append(
-                        Reaped(
-                            session_id=session_dir.name,
-                            holder=lease.holder if lease else "",
-                            subagents=tuple(sorted(stopped)),
-                            processes=sum(len(pids) for pids in stopped.values()),
-                        )
+            finally:
+                await store.close()
+            if lease is not None and holder_alive(lease.holder) is not False:
+                continue  # a live attempt (or one this machine cannot see) owns them
+            servers = recorded_servers(session_dir / "sandboxes")
+            alive = {server.subagent: stop_server(server) for server in servers}
+            stopped = {name: pids for name, pids in alive.items() if pids}
+            if stopped:
+                reaped.append(
+                    Reaped(
+                        session_id=session_dir.name,
+                        holder=lease.holder if lease else "",
+                        subagents=tuple(sorted(stopped)),
+                        processes=sum(len(pids) for pids in stopped.values()),
                     )
-    finally:
-        await store.close()
+                )
     return reaped
 
 

@@ -9,11 +9,18 @@ Home layout (`--home`, `BELAY_HOME`, default `./.belay`):
     <home>/sessions/<id>/sandboxes/   one directory per subagent sandbox (workspaces, logs)
     <home>/sessions/<id>/tickets.json the local ticket service's state
     <home>/sessions/<id>/logs/harness.log  one line per event the harness recorded
+
+The record and the artifacts live elsewhere when the manifest names `spec.stores` (etcd:// and
+s3:// URLs, opened through `belay.stores.factory` with credentials from the environment), or when
+`--events` / `--artifacts` (`BELAY_EVENTS`, `BELAY_ARTIFACTS`) name stores: the session's entry in
+the home (its session.yaml) says where its record is, and those options let a home without that
+entry (another directory, another machine) read it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -25,7 +32,6 @@ import yaml
 from belay.api.agentsession import (
     AgentSession,
     ManifestError,
-    StoresSpec,
     SubagentSpec,
     load_manifest,
     parse_manifest,
@@ -42,6 +48,8 @@ from belay.stores.base import ArtifactStore, EventStore
 
 DEFAULT_HOME = ".belay"
 HOME_ENV = "BELAY_HOME"
+EVENTS_ENV = "BELAY_EVENTS"
+ARTIFACTS_ENV = "BELAY_ARTIFACTS"
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
@@ -53,10 +61,47 @@ class HomeError(Exception):
 @dataclass(frozen=True)
 class LocalHome:
     root: Path
+    # Store URLs (`belay.stores.factory`) in place of the home's own events.db and artifacts/.
+    events_url: str | None = None
+    artifacts_url: str | None = None
 
     @classmethod
-    def resolve(cls, home: str | Path | None) -> LocalHome:
-        return cls(Path(home or os.environ.get(HOME_ENV) or DEFAULT_HOME).absolute())
+    def resolve(
+        cls, home: str | Path | None, events_url: str | None = None, artifacts_url: str | None = None
+    ) -> LocalHome:
+        return cls(
+            Path(home or os.environ.get(HOME_ENV) or DEFAULT_HOME).absolute(),
+            events_url or os.environ.get(EVENTS_ENV) or None,
+            artifacts_url or os.environ.get(ARTIFACTS_ENV) or None,
+        )
+
+    def for_session(self, session_id: str) -> LocalHome:
+        """This home with the stores the session's stored manifest names (`spec.stores`), which
+        take the place of the home's own and of `--events` / `--artifacts`. A stored manifest that
+        cannot be read changes nothing here: the command that needs it says what is wrong."""
+        if not self.session_exists(session_id):
+            return self
+        try:
+            stores = load_manifest(self.manifest_file(session_id)).spec.stores
+        except ManifestError:
+            return self
+        return dataclasses.replace(
+            self,
+            events_url=stores.events or self.events_url,
+            artifacts_url=stores.artifacts or self.artifacts_url,
+        )
+
+    @property
+    def events_location(self) -> str:
+        return self.events_url or str(self.events_db)
+
+    @property
+    def artifacts_location(self) -> str:
+        return self.artifacts_url or str(self.artifacts_dir)
+
+    @property
+    def stores_elsewhere(self) -> bool:
+        return bool(self.events_url or self.artifacts_url)
 
     @property
     def events_db(self) -> Path:
@@ -108,6 +153,9 @@ class LocalHome:
     def open_event_store(self) -> EventStore:
         from belay.stores.sqlite import SqliteEventStore
 
+        if self.events_url:
+            return _open_store("event", self.events_url)
+
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -119,10 +167,26 @@ class LocalHome:
     def open_artifact_store(self) -> ArtifactStore:
         from belay.stores.filesystem import FilesystemArtifactStore
 
+        if self.artifacts_url:
+            return _open_store("artifact", self.artifacts_url)
+
         return FilesystemArtifactStore(self.artifacts_dir)
 
     def session_exists(self, session_id: str) -> bool:
         return self.manifest_file(session_id).is_file()
+
+
+def _open_store(kind: str, url: str) -> Any:
+    from belay.stores import factory
+
+    opener = factory.open_event_store if kind == "event" else factory.open_artifact_store
+    try:
+        return opener(url)
+    except (ValueError, KeyError) as error:
+        option = "--events" if kind == "event" else "--artifacts"
+        raise HomeError(
+            f"cannot open the {kind} store {url}: {error}; check {option} or spec.stores"
+        ) from None
 
 
 class LocalSandboxProvider:
@@ -172,7 +236,7 @@ class Installation:
 def prepare_session(home: LocalHome, manifest_path: Path) -> Installation:
     """Everything `belay run` can check before it writes anything: the manifest against the API
     models, then what only this machine can see (the plan file and its contents, the input
-    directories) and what the embedded runtime does not do (forkFrom, spec.stores)."""
+    directories) and what the embedded runtime does not do (forkFrom, a Secret for the stores)."""
     session = load_manifest(manifest_path)
     where, spec = str(manifest_path), session.spec
     if spec.fork_from is not None:
@@ -180,10 +244,11 @@ def prepare_session(home: LocalHome, manifest_path: Path) -> Installation:
             f"{where}: spec.forkFrom: the embedded runtime does not fork sessions; "
             "apply the manifest to a cluster, or remove forkFrom"
         )
-    if spec.stores != StoresSpec():
+    if spec.stores.secret_ref is not None:
         raise ManifestError(
-            f"{where}: spec.stores: the embedded runtime keeps the record and artifacts in its home "
-            f"({home.root}); remove spec.stores, or apply the manifest to a cluster"
+            f"{where}: spec.stores.secretRef: the embedded runtime reads no Kubernetes Secret; "
+            "remove secretRef and give the stores' credentials in the environment "
+            "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL for S3)"
         )
     manifest = session.to_manifest()
     plan = None
