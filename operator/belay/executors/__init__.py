@@ -7,6 +7,7 @@ what they share in `managed`.
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from belay.api.agentsession import AgentSession
@@ -22,7 +23,8 @@ def executor_factory_for(session: AgentSession, endpoint: Endpoint | None = None
     executor_type = session.spec.executor.type
     if executor_type in SELF_HOSTED_TYPES:
         models = model_factory_for(session)
-        return lambda ctx: SelfHostedExecutor(ctx, models(ctx))
+        compaction_lock = asyncio.Lock()  # one summary at a time for all the subagents
+        return lambda ctx: SelfHostedExecutor(ctx, models(ctx), compaction_lock)
     if executor_type == "openai-agents":
         from belay.executors import openai_agents as managed
     elif executor_type == "anthropic-managed":

@@ -4,7 +4,8 @@
 - the folded `SessionState` (goal, request parts, latest checkpoint, the capped "recent" lists and
   the open-item indexes),
 - `EventStore.tail(n)` for the recent events,
-- `EventStore.latest("summary")` for the newest compaction,
+- `EventStore.latest("summary")` for the newest compaction (`belay.journal.compaction`), which
+  stands for every event before it covers up to,
 - `EventStore.read(seq, seq)` for at most `EVIDENCE_LIMIT` result events chosen from state,
 so its cost depends on the budget and the caps, never on the number of events in the log.
 
@@ -209,9 +210,14 @@ async def build_context(
     parts = dict(sorted(state.request.parts.items()))
     checkpoint = _checkpoint_line(state)
     summary_event = await store.latest(session_id, "summary")
-    summary = (
-        _clip(summary_event.payload.text, 4 * LINE_CHARS) if isinstance(summary_event, SummaryEvent) else None
-    )
+    summary = None
+    if isinstance(summary_event, SummaryEvent):
+        covered = summary_event.payload
+        summary = _clip(
+            f"seq {covered.covers_from_seq}-{covered.covers_to_seq} (summary at seq {summary_event.seq}): "
+            f"{covered.text}",
+            4 * LINE_CHARS,
+        )
 
     context = ModelContext(
         session_id=session_id,

@@ -373,12 +373,22 @@ class Remote(Payload):
 
 
 class Summary(Payload):
-    """A compaction of earlier events; it never replaces them."""
+    """A compaction of earlier events; it never replaces them. Each summary folds in the one before
+    it (`previous_seq`), so the newest covers every event from `covers_from_seq` (the first) to
+    `covers_to_seq`, and the model's context needs only the newest."""
 
     EVENT_TYPE: ClassVar[str] = "summary"
     covers_from_seq: int
     covers_to_seq: int
     text: str
+    previous_seq: int | None = None  # the summary this one folds in
+    # What it relies on, for a reader who wants the full story: the events it draws on (steps
+    # finished, notes, artifacts, checkpoints, decisions), and the sha256 of the artifacts.
+    event_seqs: tuple[int, ...] = ()
+    artifacts: tuple[str, ...] = ()
+    made_by: str = ""  # the model that wrote the text, or "deterministic"
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 PAYLOAD_TYPES: tuple[type[Payload], ...] = (
