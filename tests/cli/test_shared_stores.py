@@ -32,7 +32,7 @@ def s3_environment(s3: S3Server) -> dict[str, str]:
 
 
 def test_run_on_shared_stores_and_brief_from_elsewhere(
-    tmp_path: Path, etcd_endpoint: str, s3_server: S3Server
+    tmp_path: Path, etcd_endpoint: str, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prefix = f"run-{secrets.token_hex(4)}"
     bucket = f"belay-{prefix}"
@@ -62,7 +62,9 @@ def test_run_on_shared_stores_and_brief_from_elsewhere(
     events = asyncio.run(read_record())
     state = fold(events)
     assert state.lifecycle.completed
-    artifacts = open_artifact_store({"backend": "s3", "url": artifacts_url, **_s3_keys(s3_server)})
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    artifacts = open_artifact_store(artifacts_url)
     for name in ("report.md", "fix.patch"):
         assert artifacts.exists(state.artifacts[name].ref.sha256)
 
@@ -115,15 +117,6 @@ def test_run_on_shared_stores_and_brief_from_elsewhere(
     )
     assert fetched.returncode == 0, fetched.stderr
     assert (tmp_path / "fix.patch").read_bytes() == artifacts.get(state.artifacts["fix.patch"].ref.sha256)
-
-
-def _s3_keys(s3: S3Server) -> dict[str, str]:
-    return {
-        "endpoint_url": s3.endpoint_url,
-        "access_key": s3.access_key,
-        "secret_key": s3.secret_key,
-        "region": s3.region,
-    }
 
 
 def test_a_bad_store_url_is_one_error_line(tmp_path: Path) -> None:

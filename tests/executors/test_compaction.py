@@ -88,7 +88,7 @@ class RecordingModel:
     """The model behind the executor: it records each request and ends the subagent's turn. What
     the model decides is not under test here; what it is shown is."""
 
-    def __init__(self, text: str = "") -> None:
+    def __init__(self) -> None:
         self.requests: list[ModelRequest] = []
 
     async def complete(self, request: ModelRequest) -> ModelTurn:
@@ -181,6 +181,19 @@ def executor_for(
     return SelfHostedExecutor(context, model)
 
 
+def folded(store: SqliteEventStore, session_id: str) -> Callable[[], Awaitable[SessionState]]:
+    """The state as a harness attempt keeps it: folded incrementally from the record."""
+    state = SessionState(session_id=session_id)
+
+    async def current() -> SessionState:
+        nonlocal state
+        for event in await store.read(session_id, state.last_seq + 1):
+            state = apply(state, event)
+        return state
+
+    return current
+
+
 def record_part(request: ModelRequest) -> str:
     return request.system.split(RECORD_MARKER, 1)[1]
 
@@ -192,20 +205,13 @@ async def test_a_long_scripted_session_compacts_and_keeps_every_event(tmp_path: 
     user = Actor(kind="user", name="belay run")
     written: list[Payload] = [UserInput(goal=GOAL, parts=dict(session.spec.request.parts))]
     await store.append(sid, [EventDraft(payload=written[0], actor=user)])
-    state = SessionState(session_id=sid)
-
-    async def current_state() -> SessionState:
-        nonlocal state
-        for event in await store.read(sid, state.last_seq + 1):
-            state = apply(state, event)
-        return state
-
+    current_state = folded(store, sid)
     model = RecordingModel()
     executor = executor_for(session, store, tmp_path, model, current_state)
     actor = Actor(kind="harness", attempt=1, subagent=SUBAGENT, model_id="scripted/v1")
     index = 0
     try:
-        while state.last_seq < EVENTS_WANTED:
+        while (await current_state()).last_seq < EVENTS_WANTED:
             index += 1
             payloads = step_payloads(index)
             await store.append(sid, [EventDraft(payload=p, actor=actor) for p in payloads])
@@ -269,14 +275,7 @@ async def test_a_long_scripted_session_compacts_and_keeps_every_event(tmp_path: 
 
     # A new attempt: a new connection to the record, a new executor, state folded from scratch.
     resumed_store = SqliteEventStore(tmp_path / "events.db")
-    resumed_state = SessionState(session_id=sid)
-
-    async def resumed_current() -> SessionState:
-        nonlocal resumed_state
-        for event in await resumed_store.read(sid, resumed_state.last_seq + 1):
-            resumed_state = apply(resumed_state, event)
-        return resumed_state
-
+    resumed_current = folded(resumed_store, sid)
     resumed_model = RecordingModel()
     try:
         resumed = executor_for(session, resumed_store, tmp_path, resumed_model, resumed_current)
