@@ -3,6 +3,7 @@ Checkpoint objects only (no store credentials, no pods).
 
     kubectl belay brief NAME [-n NAMESPACE]     where the session stands, from its status
     kubectl belay approve NAME ID [-n NAMESPACE]  approve one pending operation, bound to its payload hash
+    kubectl belay report NAME [-o FILE]         the timeline as one HTML file
 
 An approval is written into the session's spec (`spec.approvals`), exactly as a GitOps change
 would: the operator records it in the session record, and only for the payload hash the pending
@@ -11,6 +12,8 @@ request carries, so a payload that changed since is not approved.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any, cast
 
 import typer
@@ -18,6 +21,17 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from belay.cli import terminal
+from belay.journal.report import (
+    DeliverableEntry,
+    Gap,
+    Mark,
+    Row,
+    SessionReport,
+    StepEntry,
+    WaitEntry,
+    WaitEntryKind,
+    render_html,
+)
 
 GROUP, VERSION = "belay.dev", "v1alpha1"
 CONFLICT_RETRIES = 5
@@ -193,22 +207,33 @@ def _fail(error: PluginError) -> typer.Exit:
     return typer.Exit(1)
 
 
-@app.command()
-def brief(name: str, namespace: Namespace = None, kubeconfig: Kubeconfig = None) -> None:
-    """Where the session stands: phase, what it waits on, approvals, deliverables, checkpoints."""
+def _session_and_checkpoints(
+    name: str, namespace: str | None, kubeconfig: str | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The AgentSession and its Checkpoints: all that a user with access to those reads."""
+    api, default_namespace = _api(kubeconfig)
+    namespace = namespace or default_namespace
+    session = _get(api, namespace, "agentsessions", name)
     try:
-        api, default_namespace = _api(kubeconfig)
-        namespace = namespace or default_namespace
-        session = _get(api, namespace, "agentsessions", name)
         listed = cast(
             dict[str, Any],
             api.list_namespaced_custom_object(
                 GROUP, VERSION, namespace, "checkpoints", label_selector=f"belay.dev/session={name}"
             ),
         )
+    except ApiException as error:
+        raise PluginError(f"cannot list the checkpoints of {name}: {error.status} {error.reason}") from None
+    return session, list(listed.get("items", []))
+
+
+@app.command()
+def brief(name: str, namespace: Namespace = None, kubeconfig: Kubeconfig = None) -> None:
+    """Where the session stands: phase, what it waits on, approvals, deliverables, checkpoints."""
+    try:
+        session, checkpoints = _session_and_checkpoints(name, namespace, kubeconfig)
     except PluginError as error:
         raise _fail(error) from None
-    typer.echo(briefing(session, list(listed.get("items", []))))
+    typer.echo(briefing(session, checkpoints))
 
 
 @app.command()
@@ -248,6 +273,141 @@ def _same_grant(existing: dict[str, Any], grant: dict[str, str]) -> bool:
         or existing.get("operationId") == grant["operationId"]
     )
     return names_it and existing.get("payloadSha256") == grant["payloadSha256"]
+
+
+# --------------------------------------------------------------------------------------------------
+# The timeline report, from what the status and the Checkpoints hold
+
+
+def _moment(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def status_report(
+    session: dict[str, Any], checkpoints: list[dict[str, Any]], *, now: datetime
+) -> SessionReport:
+    """The report of a session as a user with AgentSession and Checkpoint access sees it: the
+    status keeps no history, so the timeline has each checkpoint (when its object was created),
+    the interruption under way, and what waits now; the briefing is `kubectl belay brief`'s."""
+    name = session["metadata"]["name"]
+    status = session.get("status") or {}
+    by_subagent: dict[str, list[dict[str, Any]]] = {}
+    for cp in sorted(checkpoints, key=lambda c: c["spec"]["seq"]):
+        by_subagent.setdefault(cp["spec"].get("subagent") or "", []).append(cp)
+    rows = [Row(kind="session", label="attempts")]
+    steps = []
+    for subagent, owned in by_subagent.items():
+        rows.append(Row(kind="subagent", label=subagent or "the session"))
+        for cp in owned:
+            spec = cp["spec"]
+            created = _moment(cp["metadata"].get("creationTimestamp"))
+            verified = "verified" if spec["verified"] else "not verified"
+            marks = []
+            if created is not None:
+                label = f"checkpoint {spec['checkpointId']} (seq {spec['seq']}, {verified})"
+                marks.append(Mark(kind="checkpoint", at=created, label=label, ok=spec["verified"]))
+            rows.append(Row(kind="step", label=spec["checkpointId"], marks=marks))
+            steps.append(
+                StepEntry(
+                    step_id=spec["checkpointId"],
+                    subagent=subagent,
+                    title=f"checkpoint at seq {spec['seq']}",
+                    status=verified,
+                    ended=created,
+                )
+            )
+    gaps = []
+    gone = status.get("interruption")
+    since = _moment(gone.get("since")) if gone else None
+    if gone and since is not None:
+        gaps.append(Gap(attempt=gone["attempt"], start=since, why=gone["why"], doing=gone["doing"]))
+    waits = [
+        WaitEntry(
+            wait_id=item["approvalId"],
+            kind="approval",
+            on=f"you: approve {item['tool']}",
+            reason=item.get("summary", ""),
+        )
+        for item in status.get("pendingApprovals", [])
+    ]
+    kinds: dict[str, WaitEntryKind] = {
+        "on_user": "on_user",
+        "on_external": "on_external",
+        "ready_for_review": "review",
+    }
+    waits += [
+        WaitEntry(
+            wait_id=wait["waitId"],
+            kind=kinds.get(wait["kind"], "on_user"),
+            on=wait.get("condition") or ("your review" if wait["kind"] == "ready_for_review" else "you"),
+            reason=wait.get("reason", ""),
+        )
+        for wait in status.get("waits", [])
+    ]
+    deliverables = [
+        DeliverableEntry(
+            name=item["name"],
+            subagent=item.get("subagent") or "",
+            size=item.get("size"),
+            sha256=item.get("sha256", ""),
+            command=item.get("command", ""),
+            location=item.get("location", ""),
+            ready_for_review=bool(item.get("readyForReview")),
+        )
+        for item in status.get("deliverables", [])
+    ]
+    lines = briefing(session, checkpoints).splitlines()
+    return SessionReport(
+        session_id=name,
+        phase=status.get("phase", "Pending"),
+        goal=session["spec"]["request"]["goal"].strip(),
+        now=now,
+        source=(
+            f"the AgentSession's status and its {len(checkpoints)} Checkpoint objects, which keep no history "
+            "of steps, calls and waits (`belay report` where the record can be read shows them)"
+        ),
+        rows=rows,
+        gaps=gaps,
+        scope_changes=[],
+        steps=steps,
+        waits=waits,
+        deliverables=deliverables,
+        briefing=[((len(line) - len(line.lstrip(" "))) // 2, line.strip()) for line in lines],
+        harness_lost_untimed=int(status.get("harnessLost", 0)),
+    )
+
+
+@app.command()
+def report(
+    name: str,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Where to write the page (default ./NAME-report.html)."),
+    ] = None,
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """The session's timeline as one HTML file that opens without a network, from what
+    `kubectl belay brief` reads: the status and the Checkpoints."""
+    try:
+        session, checkpoints = _session_and_checkpoints(name, namespace, kubeconfig)
+    except PluginError as error:
+        raise _fail(error) from None
+    page = render_html([status_report(session, checkpoints, now=datetime.now(UTC))]).encode()
+    target = output or Path(f"{name}-report.html")
+    try:
+        target.write_bytes(page)
+    except OSError as error:
+        raise _fail(
+            PluginError(f"cannot write {target}: {error.strerror or error}; choose another -o PATH")
+        ) from None
+    typer.echo(f"wrote {target} ({len(page)} bytes); open it in a browser, it needs no network", err=True)
 
 
 def main() -> None:

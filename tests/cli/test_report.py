@@ -1,0 +1,251 @@
+"""`belay report` of the example after a kill and a resume, opened in headless Chromium with no
+network.
+
+The example runs through the real CLI with two waits a person ends: the patch's approval (the
+manifest's grant is removed, so it waits on the user) and an external condition (a copy of the
+plan waits for CI before the verification step finishes). `belay run` is killed right after it
+asks to file the ticket, `belay resume` continues it, the waits are answered while it runs, and
+the session completes. The report is then opened in Debian's Chromium inside a new network
+namespace (`unshare --net`: no interface but a loopback that is down), a screenshot is taken
+where pytest keeps the test's files (its path is printed), and the page's text, as Chromium built
+it (`--dump-dom`), is checked for every step and every wait in the record, and for the
+interruption.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import yaml
+
+from belay.harness.attempt import fault_key
+from belay.journal.events import Event
+from belay.journal.report import duration
+from belay.journal.state import fold
+from belay.local.drill import is_stopped, read_events, run_belay, start_belay
+from tests.harness.example import EXAMPLE, SESSION, manifest_copy
+
+KILL_AT = "tool_request:researcher.diagnose.4"  # create_ticket: unsafe, settled by a probe on resume
+CI_WAIT = "wait-implementer.verify.3"
+APPROVAL = "approve-implementer.publish.3"
+STEP_TIMEOUT_S = 180.0  # a guard against a hang, never a timing assertion
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+)
+
+
+def chromium() -> str:
+    """Debian's Chromium, which `hack/build-all.sh` installs; a test skips without it only where
+    it could not have been installed (not root)."""
+    found = shutil.which("chromium")
+    if found:
+        return found
+    if os.geteuid() != 0:
+        pytest.skip("chromium is not installed and installing it needs root: `sudo apt-get install chromium`")
+    pytest.fail("chromium is not installed: `make testenv-build` (hack/build-all.sh) installs it")
+
+
+def offline(*command: str) -> list[str]:
+    """A command in a new network namespace: it can reach nothing, not even loopback."""
+    return ["unshare", "--net", "--", *command]
+
+
+def open_in_chromium(page: Path, workdir: Path, *mode: str) -> subprocess.CompletedProcess[str]:
+    profile = workdir / f"chromium-profile-{len(list(workdir.glob('chromium-profile-*')))}"
+    profile.mkdir(parents=True)  # a new, empty profile for every start
+    return subprocess.run(
+        offline(chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *mode, page.as_uri()),
+        capture_output=True,
+        text=True,
+        timeout=STEP_TIMEOUT_S,
+        check=False,
+    )
+
+
+class PageText(HTMLParser):
+    """The text a person can read or hover over: every text node outside <style>, and the
+    elements the page has (no <script> may be among them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chunks: list[str] = []
+        self.tags: set[str] = set()
+        self.references: list[str] = []  # attributes that would make a browser fetch something
+        self._in_style = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        self._in_style = tag == "style"
+        for name, value in attrs:
+            if name in ("src", "srcset", "poster", "data") or (
+                name == "href" and tag in ("link", "image", "use")
+            ):
+                self.references.append(f"{tag} {name}={value}")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "style":
+            self._in_style = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_style:
+            if "url(" in data or "@import" in data:
+                self.references.append("a style that fetches")
+            return
+        self.chunks.append(data)
+
+    @property
+    def text(self) -> str:
+        return re.sub(r"\s+", " ", " ".join(self.chunks))
+
+
+def read_page(html: str) -> PageText:
+    parser = PageText()
+    parser.feed(html)
+    return parser
+
+
+# --------------------------------------------------------------------------------------------------
+# The example, killed, resumed, with two waits a person ends
+
+
+def plan_with_a_ci_wait(directory: Path) -> Path:
+    """The example's plan, with the implementer waiting for CI before its verification finishes."""
+    plan = yaml.safe_load((EXAMPLE / "plan.yaml").read_text())
+    verify = next(s for s in plan["subagents"]["implementer"]["steps"] if s["id"] == "verify")
+    verify["actions"].append(
+        {
+            "tool": "wait_on_external",
+            "text": "CI runs the whole suite on the fix branch.",
+            "arguments": {
+                "reason": "CI must pass on the fix branch",
+                "condition": "ci/parser-fix == success",
+            },
+        }
+    )
+    path = directory / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan, sort_keys=False))
+    return path
+
+
+def until(home: Path, wanted: str, process: subprocess.Popen[bytes] | None = None) -> list[Event]:
+    """The record once it holds an event whose fault key starts with `wanted`."""
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    while True:
+        events = read_events(home, SESSION)
+        if any(fault_key(e).startswith(wanted) for e in events):
+            return events
+        if process is not None:
+            assert process.poll() is None, (
+                f"ended before {wanted}: {(home / 'belay.log').read_text()[-2000:]}"
+            )
+        assert time.monotonic() < deadline, f"{wanted} not recorded in {STEP_TIMEOUT_S}s"
+        time.sleep(0.05)
+
+
+def interrupted_and_resumed(home: Path) -> list[Event]:
+    """Run the example until it asks to file the ticket, kill -9 it, resume it, answer its waits
+    while it runs, and return the record of the completed session."""
+    manifest = manifest_copy(home.parent / "manifest", approvals=[])
+    spec = yaml.safe_load(manifest.read_text())
+    spec["spec"]["executor"]["plan"] = str(plan_with_a_ci_wait(home.parent / "manifest"))
+    manifest.write_text(yaml.safe_dump(spec, sort_keys=False))
+
+    run = start_belay(home, "run", "--quiet", str(manifest), stop_after=KILL_AT)
+    try:
+        deadline = time.monotonic() + STEP_TIMEOUT_S
+        while not is_stopped(run.pid):
+            assert run.poll() is None, f"the run ended before {KILL_AT}"
+            assert time.monotonic() < deadline, f"{KILL_AT} not reached"
+            time.sleep(0.005)
+        os.kill(run.pid, signal.SIGKILL)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        run.wait()
+
+    resume = start_belay(home, "resume", "--quiet", SESSION)
+    try:
+        until(home, f"wait:{CI_WAIT}", resume)
+        answer = run_belay(home, "approve", SESSION, CI_WAIT, "--by", "ci", "-m", "suite green")
+        assert answer.returncode == 0, answer.stderr
+        until(home, "approval_request:implementer.publish.3", resume)
+        answer = run_belay(home, "approve", SESSION, APPROVAL, "--by", "dana")
+        assert answer.returncode == 0, answer.stderr
+        assert resume.wait(timeout=STEP_TIMEOUT_S) == 0, (home / "belay.log").read_text()[-2000:]
+    finally:
+        if resume.poll() is None:
+            os.killpg(resume.pid, signal.SIGKILL)
+            resume.wait()
+    return read_events(home, SESSION)
+
+
+@pytest.mark.slow
+def test_the_report_of_an_interrupted_session_opens_offline_and_shows_every_step_and_wait(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    events = interrupted_and_resumed(home)
+    state = fold(events)
+    assert state.lifecycle.completed and state.lifecycle.harness_lost == 1
+
+    page = tmp_path / "report.html"
+    written = run_belay(home, "report", SESSION, "-o", str(page))
+    assert written.returncode == 0, written.stderr
+    assert f"wrote {page}" in written.stderr
+
+    static = read_page(page.read_text())
+    assert "script" not in static.tags and not static.references, static.references
+
+    screenshot = tmp_path / "report.png"
+    shot = open_in_chromium(page, tmp_path, "--window-size=1400,1000", f"--screenshot={screenshot}")
+    assert shot.returncode == 0 and screenshot.stat().st_size > 10_000, shot.stderr[-2000:]
+    print(f"screenshot of the report: {screenshot}")
+
+    dumped = open_in_chromium(page, tmp_path, "--dump-dom")
+    assert dumped.returncode == 0, dumped.stderr[-2000:]
+    rendered = read_page(dumped.stdout)
+    text = rendered.text
+    assert "script" not in rendered.tags
+
+    # Every step of the record, with how long it took, and every wait, with how long it lasted.
+    for task in state.tasks.values():
+        assert task.task_id in text, task.task_id
+    for wait in [*state.waits, *state.approvals]:
+        assert wait in text, wait
+    assert "approve-implementer.publish.3" in text and "granted by dana" in text
+    assert CI_WAIT in text and "answered by ci" in text
+    assert "ci/parser-fix == success" in text
+    # The interruption: where, how long, and who resumed it.
+    [lost] = [e for e in events if e.type == "lifecycle" and e.payload.kind == "harness_lost"]
+    [resumed] = [
+        e
+        for e in events
+        if e.type == "lifecycle" and e.payload.kind == "harness_started" and e.payload.attempt == 2
+    ]
+    last_of_first = max(e.created_at for e in events if e.actor.kind == "harness" and e.actor.attempt == 1)
+    gap = duration((resumed.created_at - last_of_first).total_seconds())
+    assert f"\u26a1 interrupted {gap}" in text, gap
+    assert f"Interrupted {gap} while running " in text and "researcher/diagnose" in text
+    assert "attempt 2 resumed it" in text
+    assert lost.payload.detail in text or lost.payload.reason in text
+    # Where to fetch each deliverable.
+    for name in state.deliverables:
+        assert f"belay artifacts get {SESSION} {name} -o {name}" in text
+    assert json.dumps(sorted(state.deliverables)) == '["fix.patch", "report.md"]'
