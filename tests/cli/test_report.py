@@ -19,7 +19,9 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -37,6 +39,7 @@ from tests.harness.example import EXAMPLE, SESSION, manifest_copy
 KILL_AT = "tool_request:researcher.diagnose.4"  # create_ticket: unsafe, settled by a probe on resume
 CI_WAIT = "wait-implementer.verify.3"
 APPROVAL = "approve-implementer.publish.3"
+ROOT = Path(__file__).resolve().parents[2]
 STEP_TIMEOUT_S = 180.0  # a guard against a hang, never a timing assertion
 CHROMIUM_FLAGS = (
     "--headless",
@@ -52,19 +55,27 @@ CHROMIUM_FLAGS = (
 
 
 def chromium() -> str:
-    """Debian's Chromium, which `hack/build-all.sh` installs; a test skips without it only where
-    it could not have been installed (not root)."""
+    """Debian's Chromium, which `make setup` installs (hack/install-report-tools.sh). Where it is
+    missing the script is run once more; the test skips only where it cannot install (not root,
+    or no apt-get), and fails where it could have and did not."""
     found = shutil.which("chromium")
     if found:
         return found
-    if os.geteuid() != 0:
-        pytest.skip("chromium is not installed and installing it needs root: `sudo apt-get install chromium`")
-    pytest.fail("chromium is not installed: `make testenv-build` (hack/build-all.sh) installs it")
+    script = ROOT / "hack" / "install-report-tools.sh"
+    installed = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+    found = shutil.which("chromium")
+    if found:
+        return found
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.skip(f"chromium cannot be installed here (needs root and apt-get): {installed.stderr.strip()}")
+    pytest.fail(f"chromium is not installed and {script.name} failed: {installed.stderr[-2000:]}")
 
 
 def offline(*command: str) -> list[str]:
-    """A command in a new network namespace: it can reach nothing, not even loopback."""
-    return ["unshare", "--net", "--", *command]
+    """A command in a new network namespace: it can reach nothing, not even loopback (whose
+    interface is down). Without root the namespace needs a user namespace of its own."""
+    user_namespace = [] if os.geteuid() == 0 else ["--map-root-user"]
+    return ["unshare", *user_namespace, "--net", "--", *command]
 
 
 def open_in_chromium(page: Path, workdir: Path, *mode: str) -> subprocess.CompletedProcess[str]:
@@ -119,6 +130,21 @@ def read_page(html: str) -> PageText:
     parser = PageText()
     parser.feed(html)
     return parser
+
+
+def test_the_browser_namespace_reaches_nothing() -> None:
+    """The wall the report test leans on: a server listening on this machine's loopback is reached
+    from here and not from inside `offline(...)`."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        reach = [
+            sys.executable,
+            "-c",
+            f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5)",
+        ]
+        assert subprocess.run(reach, capture_output=True, check=False).returncode == 0
+        walled = subprocess.run(offline(*reach), capture_output=True, text=True, check=False)
+        assert walled.returncode != 0 and "Network is unreachable" in walled.stderr, walled.stderr
 
 
 # --------------------------------------------------------------------------------------------------
@@ -245,6 +271,20 @@ def test_the_report_of_an_interrupted_session_opens_offline_and_shows_every_step
     assert f"Interrupted {gap} while running " in text and "researcher/diagnose" in text
     assert "attempt 2 resumed it" in text
     assert lost.payload.detail in text or lost.payload.reason in text
+    # The recovery: each sandbox restored from the checkpoint its subagent had reached when the
+    # run was killed (which one depends on how far it got), the ticket settled by a probe.
+    assert "Recovery by attempt 2" in text
+    restores = [
+        e.payload
+        for e in events
+        if e.type == "lifecycle" and e.payload.kind == "restored" and e.actor.attempt == 2
+    ]
+    assert sorted(p.subagent for p in restores) == ["implementer", "researcher"]
+    for restored in restores:
+        expected = f"new sandbox for {restored.subagent}, restored from checkpoint {restored.checkpoint_id}"
+        assert expected in text, expected
+    assert "create_ticket (researcher.diagnose.4) was in flight: its outcome was unknown" in text
+    assert "create_ticket (researcher.diagnose.4) reconciled: it did not take effect, by probe" in text
     # Where to fetch each deliverable.
     for name in state.deliverables:
         assert f"belay artifacts get {SESSION} {name} -o {name}" in text

@@ -107,6 +107,17 @@ class Gap(Model):
     doing: str = ""  # the steps that were running
 
 
+class RecoveryLine(Model):
+    """One thing an attempt did to recover, or found it could not: a sandbox lost, a new sandbox
+    restored from a checkpoint, an operation whose outcome was unknown and how it was settled."""
+
+    at: datetime
+    attempt: int | None = None  # None or 0: a person
+    text: str
+    detail: str = ""
+    ok: bool = True
+
+
 class ScopeLine(Model):
     at: datetime
     request_version: int
@@ -159,6 +170,7 @@ class SessionReport(Model):
     rows: list[Row]
     gaps: list[Gap]
     scope_changes: list[ScopeLine]
+    recoveries: list[RecoveryLine] = []
     steps: list[StepEntry]
     waits: list[WaitEntry]
     deliverables: list[DeliverableEntry]
@@ -216,6 +228,8 @@ class _Scan:
     lost: dict[int, str] = field(default_factory=dict)  # attempt -> why it was recorded lost
     gaps: list[Gap] = field(default_factory=list)
     scope_changes: list[ScopeLine] = field(default_factory=list)
+    recoveries: list[RecoveryLine] = field(default_factory=list)
+    unsettled: dict[str, int] = field(default_factory=dict)  # operation -> its "unknown" recovery line
     running: dict[str, str] = field(default_factory=dict)  # subagent -> its running step
     sandbox_starts: dict[str, int] = field(default_factory=dict)
     ended: bool = False
@@ -271,6 +285,7 @@ def session_report(
         rows=rows,
         gaps=scan.gaps,
         scope_changes=scan.scope_changes,
+        recoveries=scan.recoveries,
         steps=steps,
         waits=waits,
         deliverables=_deliverables(state, locate),
@@ -317,6 +332,24 @@ def _scan_event(scan: _Scan, state: SessionState, event: Event) -> None:
                     }
                 )
         case "operation_outcome":
+            call = scan.calls.get(p.operation_id)
+            what = f"{call.label} ({p.operation_id})" if call is not None else p.operation_id
+            if p.outcome == "unknown":
+                # Not a failure yet: it is one only while nothing reconciles it.
+                scan.unsettled[p.operation_id] = len(scan.recoveries)
+                line = f"{what} was in flight: its outcome was unknown"
+            else:
+                line = f"{what} reconciled: it {'took' if p.succeeded else 'did not take'} effect" + (
+                    f", by {p.by}" if p.by else ""
+                )
+                unknown = scan.unsettled.pop(p.operation_id, None)
+                if unknown is not None:
+                    scan.recoveries[unknown] = scan.recoveries[unknown].model_copy(update={"ok": True})
+            scan.recoveries.append(
+                RecoveryLine(
+                    at=at, attempt=actor.attempt, text=line, detail=p.detail, ok=p.outcome != "unknown"
+                )
+            )
             if p.outcome == "unknown":
                 mark = Mark(kind="unknown", at=at, label=f"{p.operation_id}: outcome unknown", ok=False)
                 call = scan.calls.get(p.operation_id)
@@ -486,23 +519,21 @@ def _scan_lifecycle(scan: _Scan, event: Event) -> None:
         # A replacement shows as the restore into it that follows.
         scan.sandbox_starts[p.subagent] = scan.sandbox_starts.get(p.subagent, 0) + 1
     elif p.kind == LifecycleKind.SANDBOX_LOST and p.subagent:
+        label = f"sandbox of {p.subagent} lost: {p.detail or p.reason}"
         scan.subagent_marks.setdefault(p.subagent, []).append(
-            Mark(
-                kind="sandbox", at=at, label=f"sandbox of {p.subagent} lost: {p.detail or p.reason}", ok=False
-            )
+            Mark(kind="sandbox", at=at, label=label, ok=False)
         )
+        scan.recoveries.append(RecoveryLine(at=at, attempt=event.actor.attempt, text=label, ok=False))
     elif p.kind == LifecycleKind.RESTORED and p.subagent and scan.sandbox_starts.get(p.subagent, 0) > 1:
+        label = f"new sandbox for {p.subagent}, restored from checkpoint {p.checkpoint_id}"
         scan.subagent_marks.setdefault(p.subagent, []).append(
-            Mark(
-                kind="restored",
-                at=at,
-                label=f"new sandbox for {p.subagent}, restored from {p.checkpoint_id}: {p.detail}",
-            )
+            Mark(kind="restored", at=at, label=f"{label}: {p.detail}")
         )
+        scan.recoveries.append(RecoveryLine(at=at, attempt=event.actor.attempt, text=label, detail=p.detail))
     elif p.kind == LifecycleKind.RECOVERY_FAILED:
-        scan.session_marks.append(
-            Mark(kind="recovery_failed", at=at, label=f"recovery failed: {p.reason}: {p.detail}", ok=False)
-        )
+        label = f"recovery failed: {p.reason}: {p.detail}"
+        scan.session_marks.append(Mark(kind="recovery_failed", at=at, label=label, ok=False))
+        scan.recoveries.append(RecoveryLine(at=at, attempt=event.actor.attempt, text=label, ok=False))
 
 
 def _mark_operation(scan: _Scan, operation_id: str, mark: Mark) -> None:
@@ -837,6 +868,7 @@ ROW_H = 20
 GROUP_GAP = 8
 CALL_BUCKET_PX = 2  # tool calls starting this close are drawn as one tick
 CALLS_NAMED = 8  # calls a merged tick names on hover
+MARK_SPACING = 10  # the least distance between two marks in a row
 
 STEP_FILL = {
     "verified": "#2e7d32",
@@ -920,15 +952,22 @@ def _axis_svg(axis: Axis, height: int) -> str:
     parts = []
     same_day = axis.start.date() == axis.end.date()
     fmt = "%H:%M:%S" if same_day else "%m-%d %H:%M"
+    # A session of a few seconds needs tenths, or neighbouring ticks read the same.
+    tenths = same_day and (axis.end - axis.start).total_seconds() < 60
     placed: list[float] = []
+    labels: set[str] = set()
     candidates = [PLOT_X0 + PLOT_W * i / 6 for i in range(7)]
     for _, _, bx0, bx1 in axis.breaks:
         candidates += [bx0, bx1]
     for x in sorted(candidates):
         if any(abs(x - other) < 70 for other in placed):
             continue
+        moment = axis.time_at(x)
+        label = moment.strftime(fmt) + (f".{moment.microsecond // 100_000}" if tenths else "")
+        if label in labels:
+            continue
         placed.append(x)
-        label = axis.time_at(x).strftime(fmt)
+        labels.add(label)
         anchor = "end" if x > PLOT_X0 + PLOT_W - 30 else "middle"
         parts.append(
             f'<line x1="{x:.1f}" x2="{x:.1f}" y1="16" y2="{height}" class="tick"/>'
@@ -963,8 +1002,14 @@ def _row(row: Row, y: int, axis: Axis, now: datetime) -> str:
         else:
             parts.append(_bar(bar, y, axis, now))
     parts += [_calls(bucket, y, axis, now) for bucket in calls.values()]
-    for mark in row.marks:
-        parts.append(_mark(mark, y, axis))
+    placed: list[float] = []
+    for mark in sorted(row.marks, key=lambda m: m.at):
+        # Marks a few pixels apart would print over each other: each moves right of the one before.
+        x = axis.x(mark.at)
+        if placed and x < placed[-1] + MARK_SPACING:
+            x = placed[-1] + MARK_SPACING
+        placed.append(x)
+        parts.append(_mark(mark, y, x))
     parts.append("</g>")
     return "".join(parts)
 
@@ -1038,8 +1083,7 @@ def _bar(bar: Bar, y: int, axis: Axis, now: datetime) -> str:
     )
 
 
-def _mark(mark: Mark, y: int, axis: Axis) -> str:
-    x = axis.x(mark.at)
+def _mark(mark: Mark, y: int, x: float) -> str:
     tip = f"<title>{_text(mark.label)}</title>"
     cy = y + 8
     match mark.kind:
@@ -1095,9 +1139,26 @@ def _glance(report: SessionReport) -> list[tuple[str, str]]:
         lines.append(
             ("bad", f"Harness attempts lost: {report.harness_lost_untimed} (times not in the status).")
         )
+    for attempt, group in itertools.groupby(report.recoveries, key=lambda line: line.attempt):
+        recovered = list(group)
+        who = f"attempt {attempt}" if attempt else "a person"
+        css = "recovery" if all(line.ok for line in recovered) else "bad"
+        lines.append(
+            (
+                css,
+                f"Recovery by {who}, from {_clock(recovered[0].at)}: "
+                + "; ".join(r.text for r in recovered)
+                + ".",
+            )
+        )
+    for line in report.scope_changes:
+        lines.append(
+            ("scope", f"Scope changed at {_clock(line.at)} (request v{line.request_version}): {line.summary}")
+        )
     for kinds, css, whom in (
         (_ON_YOU, "user", "you"),
         (("on_external",), "ext", "external conditions"),
+        (("review",), "review", "your review"),
     ):
         waits = [w for w in report.waits if w.kind in kinds]
         if not waits:
@@ -1147,6 +1208,9 @@ ul.glance li.bad{border-color:#c62828;background:#ffebee}
 ul.glance li.user{border-color:#ef6c00;background:#fff3e0}
 ul.glance li.ext{border-color:#8e24aa;background:#f3e5f5}
 ul.glance li.good{border-color:#2e7d32;background:#e8f5e9}
+ul.glance li.review{border-color:#00897b;background:#e0f2f1}
+ul.glance li.recovery{border-color:#1565c0;background:#e3f2fd}
+ul.glance li.scope{border-color:#1565c0;background:#fff}
 .layout{display:grid;grid-template-columns:minmax(0,7fr) minmax(260px,3fr);gap:16px;align-items:start}
 .panel{background:#fff;border:1px solid #e0e0e0;border-radius:4px;padding:8px 10px}
 .legend{font-size:11px;color:#424242;margin:0 0 4px}
@@ -1180,7 +1244,36 @@ LEGEND = (
     ("#8e24aa", "waits on external"),
     ("#00897b", "ready for review"),
     ("#455a64", "harness attempt"),
+    ("#90a4ae", "subagent at work"),
 )
+
+
+# What each glyph on the chart means, shown in the legend only where the chart has one.
+GLYPHS: tuple[tuple[MarkKind, bool | None, str], ...] = (
+    ("checkpoint", True, '<b style="color:#1b5e20">\u25c6</b> verified checkpoint'),
+    ("checkpoint", False, '<b style="color:#1b5e20">\u25c7</b> checkpoint, not verified'),
+    ("deliverable", None, '<b style="color:#f9a825">\u2605</b> deliverable published'),
+    ("sandbox", None, '<b style="color:#c62828">\u21ba</b> sandbox lost'),
+    ("restored", None, '<b style="color:#1565c0">\u21ba</b> new sandbox restored from a checkpoint'),
+    ("unknown", None, '<b style="color:#ef6c00">?</b> outcome unknown after an interruption'),
+    ("reconciled", None, '<b style="color:#2e7d32">\u2713</b> outcome reconciled'),
+    ("recovery_failed", None, '<b style="color:#c62828">\u2716</b> recovery failed'),
+    ("asked", None, '<b style="color:#2e7d32">\u25cf</b> asked'),
+    ("ended", None, '<b style="color:#2e7d32">\u25cf</b> session ended'),
+)
+
+
+def _legend(report: SessionReport) -> str:
+    shown = [f'<span><i class="sw" style="background:{color}"></i>{label}</span>' for color, label in LEGEND]
+    marks = {(m.kind, m.ok) for row in report.rows for m in row.marks}
+    for kind, ok, label in GLYPHS:
+        if any(k == kind and (ok is None or o == ok) for k, o in marks):
+            shown.append(f"<span>{label}</span>")
+    if report.scope_changes:
+        shown.append('<span><b style="color:#1565c0">\u2506</b> scope change</span>')
+    if report.gaps:
+        shown.append('<span class="flag">\u26a1 interrupted: no attempt alive (hatched)</span>')
+    return "".join(shown)
 
 
 def render_html(reports: Sequence[SessionReport], *, title: str | None = None) -> str:
@@ -1254,13 +1347,7 @@ def _session_section(report: SessionReport, axis: Axis, *, single: bool) -> str:
     ]
     parts += [f'<li class="{css_class}">{_text(text)}</li>' for css_class, text in _glance(report)]
     parts.append("</ul>")
-    legend = "".join(
-        f'<span><i class="sw" style="background:{color}"></i>{label}</span>' for color, label in LEGEND
-    )
-    legend += (
-        "<span>\u25c6 verified checkpoint</span><span>\u2605 deliverable</span><span>\u21ba restored</span>"
-        '<span class="flag">\u26a1 interrupted (hatched)</span>'
-    )
+    legend = _legend(report)
     parts.append('<div class="layout"><div class="panel timeline"><h2>Timeline</h2>')
     parts.append(f'<p class="legend">{legend}</p>')
     parts.append(_chart(report, axis))
@@ -1294,6 +1381,29 @@ def _tables(report: SessionReport) -> str:
         parts.append("</table>")
     else:
         parts.append('<p class="muted">none</p>')
+
+    parts.append("<h2>Recoveries</h2>")
+    if report.recoveries:
+        parts.append("<table><tr><th>at</th><th>by</th><th>what</th></tr>")
+        for line in report.recoveries:
+            who = f"attempt {line.attempt}" if line.attempt else "a person"
+            css = "" if line.ok else ' class="flag"'
+            detail = f'<br><span class="muted">{_text(line.detail)}</span>' if line.detail else ""
+            parts.append(
+                f"<tr><td>{_clock(line.at)}</td><td>{who}</td><td{css}>{_text(line.text)}{detail}</td></tr>"
+            )
+        parts.append("</table>")
+    else:
+        parts.append('<p class="muted">none</p>')
+
+    if report.scope_changes:
+        parts.append("<h2>Scope changes</h2><table><tr><th>at</th><th>request</th><th>what changed</th></tr>")
+        for change in report.scope_changes:
+            parts.append(
+                f"<tr><td>{_clock(change.at)}</td><td>v{change.request_version}</td>"
+                f"<td>{_text(change.summary)}</td></tr>"
+            )
+        parts.append("</table>")
 
     parts.append("<h2>Waits and approvals</h2>")
     if report.waits:
