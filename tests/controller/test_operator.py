@@ -457,6 +457,17 @@ async def test_approvals_from_gitops_and_kubectl_belay_are_bound_to_the_payload_
         assert pending["payloadSha256"] in brief.stdout
         assert f"kubectl belay approve {name} {pending['approvalId']}" in brief.stdout
 
+        # The timeline page, from what the same reviewer may read: the wait and every checkpoint.
+        page = tmp_path / "report.html"
+        drawn = kubectl_belay(config_file, "report", name, "-o", str(page))
+        assert drawn.returncode == 0, drawn.stderr
+        html = page.read_text()
+        assert pending["approvalId"] in html and "Waited on you" in html
+        listed = kubectl_json(kube, "get", "checkpoints", "-n", NAMESPACE, "-l", f"belay.dev/session={name}")
+        assert listed["items"]
+        for checkpoint in listed["items"]:
+            assert f"checkpoint {checkpoint['spec']['checkpointId']} (seq {checkpoint['spec']['seq']}" in html
+
         refused = kubectl_belay(config_file, "approve", name, "no-such-approval")
         assert refused.returncode == 1 and "no pending approval" in refused.stderr
         approved = kubectl_belay(config_file, "approve", name, pending["approvalId"])

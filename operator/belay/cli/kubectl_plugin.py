@@ -28,7 +28,10 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from belay.cli import terminal
+from belay.journal.commands import download
 from belay.journal.report import (
+    WAIT_BAR_KIND,
+    Bar,
     DeliverableEntry,
     Gap,
     Mark,
@@ -497,36 +500,66 @@ def status_report(
     since = _moment(gone.get("since")) if gone else None
     if gone and since is not None:
         gaps.append(Gap(attempt=gone["attempt"], start=since, why=gone["why"], doing=gone["doing"]))
+    # The status has no time for a single wait; its condition says since when the session has
+    # waited on that kind, which is when the first of those waits opened.
+    waiting_since = {
+        c["type"]: _moment(c.get("lastTransitionTime"))
+        for c in status.get("conditions", [])
+        if c.get("status") == "True"
+    }
     waits = [
         WaitEntry(
             wait_id=item["approvalId"],
             kind="approval",
             on=f"you: approve {item['tool']}",
             reason=item.get("summary", ""),
+            opened=waiting_since.get("WaitingOnUser"),
         )
         for item in status.get("pendingApprovals", [])
     ]
-    kinds: dict[str, WaitEntryKind] = {
-        "on_user": "on_user",
-        "on_external": "on_external",
-        "ready_for_review": "review",
+    kinds: dict[str, tuple[WaitEntryKind, str]] = {
+        "on_user": ("on_user", "WaitingOnUser"),
+        "on_external": ("on_external", "WaitingOnExternal"),
+        "ready_for_review": ("review", "ReadyForReview"),
     }
-    waits += [
-        WaitEntry(
-            wait_id=wait["waitId"],
-            kind=kinds.get(wait["kind"], "on_user"),
-            on=wait.get("condition") or ("your review" if wait["kind"] == "ready_for_review" else "you"),
-            reason=wait.get("reason", ""),
+    for wait in status.get("waits", []):
+        kind, condition = kinds.get(wait["kind"], ("on_user", "WaitingOnUser"))
+        waits.append(
+            WaitEntry(
+                wait_id=wait["waitId"],
+                kind=kind,
+                on=wait.get("condition") or ("your review" if kind == "review" else "you"),
+                reason=wait.get("reason", ""),
+                opened=waiting_since.get(condition),
+            )
         )
-        for wait in status.get("waits", [])
-    ]
+    waiting = [w for w in waits if w.opened is not None]
+    if waiting:
+        rows.append(Row(kind="subagent", label="waiting now"))
+        rows += [
+            Row(
+                kind="wait",
+                label=w.wait_id,
+                title=f"{w.wait_id}: {w.reason}",
+                bars=[
+                    Bar(
+                        kind=WAIT_BAR_KIND[w.kind],
+                        label=w.wait_id,
+                        start=w.opened,
+                        detail=f"waits on {w.on} (at most this long: since the session began waiting on it)",
+                    )
+                ],
+            )
+            for w in waiting
+            if w.opened is not None
+        ]
     deliverables = [
         DeliverableEntry(
             name=item["name"],
             subagent=item.get("subagent") or "",
             size=item.get("size"),
             sha256=item.get("sha256", ""),
-            command=item.get("command", ""),
+            command=download(name, item["name"]),
             location=item.get("location", ""),
             ready_for_review=bool(item.get("readyForReview")),
         )
@@ -540,7 +573,8 @@ def status_report(
         now=now,
         source=(
             f"the AgentSession's status and its {len(checkpoints)} Checkpoint objects, which keep no history "
-            "of steps, calls and waits (`belay report` where the record can be read shows them)"
+            "of steps, calls and waits: a wait's length is since its condition turned true "
+            "(`belay report` where the record can be read shows every step, call and wait)"
         ),
         rows=rows,
         gaps=gaps,

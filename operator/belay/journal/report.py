@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict
 
 from belay.journal import commands
-from belay.journal.events import ArtifactRef, Event, LifecycleKind, TaskStatus, WaitKind
+from belay.journal.events import Actor, ArtifactRef, Event, LifecycleKind, TaskStatus, WaitKind
 from belay.journal.state import SessionState, fold
 from belay.journal.status import Liveness, interruption_of, phase_of
 
@@ -61,6 +61,7 @@ MarkKind = Literal[
     "recovery_failed",
     "unknown",
     "reconciled",
+    "rejected",
 ]
 
 
@@ -112,7 +113,7 @@ class RecoveryLine(Model):
     restored from a checkpoint, an operation whose outcome was unknown and how it was settled."""
 
     at: datetime
-    attempt: int | None = None  # None or 0: a person
+    by: str  # "attempt 2", or the person or component that did it
     text: str
     detail: str = ""
     ok: bool = True
@@ -122,6 +123,16 @@ class ScopeLine(Model):
     at: datetime
     request_version: int
     summary: str
+    by: str = ""
+
+
+class RejectionLine(Model):
+    """A person turned down a published deliverable: the step that made it is redone."""
+
+    at: datetime
+    name: str
+    by: str
+    reason: str
 
 
 class StepEntry(Model):
@@ -171,6 +182,7 @@ class SessionReport(Model):
     gaps: list[Gap]
     scope_changes: list[ScopeLine]
     recoveries: list[RecoveryLine] = []
+    rejections: list[RejectionLine] = []
     steps: list[StepEntry]
     waits: list[WaitEntry]
     deliverables: list[DeliverableEntry]
@@ -230,6 +242,8 @@ class _Scan:
     scope_changes: list[ScopeLine] = field(default_factory=list)
     recoveries: list[RecoveryLine] = field(default_factory=list)
     unsettled: dict[str, int] = field(default_factory=dict)  # operation -> its "unknown" recovery line
+    rejections: list[RejectionLine] = field(default_factory=list)
+    published_by: dict[str, tuple[str, str]] = field(default_factory=dict)  # deliverable -> (subagent, step)
     running: dict[str, str] = field(default_factory=dict)  # subagent -> its running step
     sandbox_starts: dict[str, int] = field(default_factory=dict)
     ended: bool = False
@@ -286,6 +300,7 @@ def session_report(
         gaps=scan.gaps,
         scope_changes=scan.scope_changes,
         recoveries=scan.recoveries,
+        rejections=scan.rejections,
         steps=steps,
         waits=waits,
         deliverables=_deliverables(state, locate),
@@ -305,7 +320,19 @@ def _scan_event(scan: _Scan, state: SessionState, event: Event) -> None:
                 Mark(kind="asked", at=at, label=f"asked (request v{p.request_version})")
             )
         case "scope_change":
-            scan.scope_changes.append(ScopeLine(at=at, request_version=p.request_version, summary=p.summary))
+            by = p.by or actor.name or actor.kind
+            scan.scope_changes.append(
+                ScopeLine(at=at, request_version=p.request_version, summary=p.summary, by=by)
+            )
+        case "rejection":
+            by = p.by or actor.name or actor.kind
+            scan.rejections.append(RejectionLine(at=at, name=p.name, by=by, reason=p.reason))
+            mark = Mark(kind="rejected", at=at, label=f"{p.name} rejected by {by}: {p.reason}", ok=False)
+            subagent, step = scan.published_by.get(p.name, ("", ""))
+            if step:
+                scan.steps[step].marks.append(mark)
+            else:
+                scan.subagent_marks.setdefault(subagent, []).append(mark)
         case "task":
             _scan_task(scan, state, p.task_id, p.status, at)
         case "tool_request":
@@ -346,9 +373,7 @@ def _scan_event(scan: _Scan, state: SessionState, event: Event) -> None:
                 if unknown is not None:
                     scan.recoveries[unknown] = scan.recoveries[unknown].model_copy(update={"ok": True})
             scan.recoveries.append(
-                RecoveryLine(
-                    at=at, attempt=actor.attempt, text=line, detail=p.detail, ok=p.outcome != "unknown"
-                )
+                RecoveryLine(at=at, by=_who(actor), text=line, detail=p.detail, ok=p.outcome != "unknown")
             )
             if p.outcome == "unknown":
                 mark = Mark(kind="unknown", at=at, label=f"{p.operation_id}: outcome unknown", ok=False)
@@ -399,9 +424,10 @@ def _scan_event(scan: _Scan, state: SessionState, event: Event) -> None:
         case "artifact" if p.deliverable:
             subagent = p.subagent or actor.subagent or ""
             mark = Mark(kind="deliverable", at=at, label=f"deliverable {p.name} published")
-            step = scan.running.get(subagent)
-            if step is not None:
-                scan.steps[step].marks.append(mark)
+            producing = scan.running.get(subagent)
+            scan.published_by[p.name] = (subagent, producing or "")
+            if producing is not None:
+                scan.steps[producing].marks.append(mark)
             else:
                 scan.subagent_marks.setdefault(subagent, []).append(mark)
         case "checkpoint":
@@ -523,17 +549,23 @@ def _scan_lifecycle(scan: _Scan, event: Event) -> None:
         scan.subagent_marks.setdefault(p.subagent, []).append(
             Mark(kind="sandbox", at=at, label=label, ok=False)
         )
-        scan.recoveries.append(RecoveryLine(at=at, attempt=event.actor.attempt, text=label, ok=False))
+        scan.recoveries.append(RecoveryLine(at=at, by=_who(event.actor), text=label, ok=False))
     elif p.kind == LifecycleKind.RESTORED and p.subagent and scan.sandbox_starts.get(p.subagent, 0) > 1:
         label = f"new sandbox for {p.subagent}, restored from checkpoint {p.checkpoint_id}"
         scan.subagent_marks.setdefault(p.subagent, []).append(
             Mark(kind="restored", at=at, label=f"{label}: {p.detail}")
         )
-        scan.recoveries.append(RecoveryLine(at=at, attempt=event.actor.attempt, text=label, detail=p.detail))
+        scan.recoveries.append(RecoveryLine(at=at, by=_who(event.actor), text=label, detail=p.detail))
     elif p.kind == LifecycleKind.RECOVERY_FAILED:
         label = f"recovery failed: {p.reason}: {p.detail}"
         scan.session_marks.append(Mark(kind="recovery_failed", at=at, label=label, ok=False))
-        scan.recoveries.append(RecoveryLine(at=at, attempt=event.actor.attempt, text=label, ok=False))
+        scan.recoveries.append(RecoveryLine(at=at, by=_who(event.actor), text=label, ok=False))
+
+
+def _who(actor: Actor) -> str:
+    if actor.kind == "harness" and actor.attempt:
+        return f"attempt {actor.attempt}"
+    return actor.name or ("the harness" if actor.kind == "harness" else f"the {actor.kind}")
 
 
 def _mark_operation(scan: _Scan, operation_id: str, mark: Mark) -> None:
@@ -631,7 +663,7 @@ def _subagent_rows(scan: _Scan, state: SessionState, subagent: str, task_ids: li
     for wait_id, wait in scan.waits.items():
         if wait.subagent != subagent:
             continue
-        kind = _WAIT_BAR[wait.kind]
+        kind = WAIT_BAR_KIND[wait.kind]
         rows.append(
             Row(
                 kind="wait",
@@ -652,7 +684,7 @@ def _subagent_rows(scan: _Scan, state: SessionState, subagent: str, task_ids: li
     return rows
 
 
-_WAIT_BAR: dict[str, BarKind] = {
+WAIT_BAR_KIND: dict[str, BarKind] = {
     "on_user": "wait_user",
     "approval": "approval",
     "on_external": "wait_external",
@@ -1102,6 +1134,8 @@ def _mark(mark: Mark, y: int, x: float) -> str:
             return f'<text x="{x:.1f}" y="{cy + 5}" class="glyph" fill="#ef6c00">?{tip}</text>'
         case "reconciled":
             return f'<text x="{x:.1f}" y="{cy + 5}" class="glyph" fill="#2e7d32">\u2713{tip}</text>'
+        case "rejected":
+            return f'<text x="{x:.1f}" y="{cy + 5}" class="glyph" fill="#c62828">\u2718{tip}</text>'
         case "recovery_failed":
             return f'<text x="{x:.1f}" y="{cy + 5}" class="glyph" fill="#c62828">\u2716{tip}</text>'
     color = "#2e7d32" if mark.ok else "#c62828"
@@ -1139,9 +1173,8 @@ def _glance(report: SessionReport) -> list[tuple[str, str]]:
         lines.append(
             ("bad", f"Harness attempts lost: {report.harness_lost_untimed} (times not in the status).")
         )
-    for attempt, group in itertools.groupby(report.recoveries, key=lambda line: line.attempt):
+    for who, group in itertools.groupby(report.recoveries, key=lambda line: line.by):
         recovered = list(group)
-        who = f"attempt {attempt}" if attempt else "a person"
         css = "recovery" if all(line.ok for line in recovered) else "bad"
         lines.append(
             (
@@ -1151,9 +1184,20 @@ def _glance(report: SessionReport) -> list[tuple[str, str]]:
                 + ".",
             )
         )
+    for rejection in report.rejections:
+        lines.append(
+            (
+                "bad",
+                f"Rejected {rejection.name} at {_clock(rejection.at)} by {rejection.by}: {rejection.reason}.",
+            )
+        )
     for line in report.scope_changes:
         lines.append(
-            ("scope", f"Scope changed at {_clock(line.at)} (request v{line.request_version}): {line.summary}")
+            (
+                "scope",
+                f"Scope changed at {_clock(line.at)} by {line.by} (request v{line.request_version}): "
+                f"{line.summary}",
+            )
         )
     for kinds, css, whom in (
         (_ON_YOU, "user", "you"),
@@ -1258,6 +1302,7 @@ GLYPHS: tuple[tuple[MarkKind, bool | None, str], ...] = (
     ("unknown", None, '<b style="color:#ef6c00">?</b> outcome unknown after an interruption'),
     ("reconciled", None, '<b style="color:#2e7d32">\u2713</b> outcome reconciled'),
     ("recovery_failed", None, '<b style="color:#c62828">\u2716</b> recovery failed'),
+    ("rejected", None, '<b style="color:#c62828">\u2718</b> deliverable rejected'),
     ("asked", None, '<b style="color:#2e7d32">\u25cf</b> asked'),
     ("ended", None, '<b style="color:#2e7d32">\u25cf</b> session ended'),
 )
@@ -1386,22 +1431,34 @@ def _tables(report: SessionReport) -> str:
     if report.recoveries:
         parts.append("<table><tr><th>at</th><th>by</th><th>what</th></tr>")
         for line in report.recoveries:
-            who = f"attempt {line.attempt}" if line.attempt else "a person"
             css = "" if line.ok else ' class="flag"'
             detail = f'<br><span class="muted">{_text(line.detail)}</span>' if line.detail else ""
             parts.append(
-                f"<tr><td>{_clock(line.at)}</td><td>{who}</td><td{css}>{_text(line.text)}{detail}</td></tr>"
+                f"<tr><td>{_clock(line.at)}</td><td>{_text(line.by)}</td><td{css}>{_text(line.text)}{detail}</td></tr>"
             )
         parts.append("</table>")
     else:
         parts.append('<p class="muted">none</p>')
 
     if report.scope_changes:
-        parts.append("<h2>Scope changes</h2><table><tr><th>at</th><th>request</th><th>what changed</th></tr>")
+        parts.append(
+            "<h2>Scope changes</h2>"
+            "<table><tr><th>at</th><th>request</th><th>by</th><th>what changed</th></tr>"
+        )
         for change in report.scope_changes:
             parts.append(
-                f"<tr><td>{_clock(change.at)}</td><td>v{change.request_version}</td>"
+                f"<tr><td>{_clock(change.at)}</td><td>v{change.request_version}</td><td>{_text(change.by)}</td>"
                 f"<td>{_text(change.summary)}</td></tr>"
+            )
+        parts.append("</table>")
+    if report.rejections:
+        parts.append(
+            "<h2>Rejections</h2><table><tr><th>at</th><th>deliverable</th><th>by</th><th>reason</th></tr>"
+        )
+        for rejection in report.rejections:
+            parts.append(
+                f"<tr><td>{_clock(rejection.at)}</td><td>{_text(rejection.name)}</td><td>{_text(rejection.by)}</td>"
+                f"<td>{_text(rejection.reason)}</td></tr>"
             )
         parts.append("</table>")
 
