@@ -1139,7 +1139,7 @@ def _mark(mark: Mark, y: int, x: float) -> str:
         case "recovery_failed":
             return f'<text x="{x:.1f}" y="{cy + 5}" class="glyph" fill="#c62828">\u2716{tip}</text>'
     color = "#2e7d32" if mark.ok else "#c62828"
-    return f'<circle cx="{x:.1f}" cy="{cy}" r="3.5" fill="{color}">{tip}</circle>'
+    return f'<circle cx="{x:.1f}" cy="{cy}" r="3.5" fill="{color}" stroke="#fff">{tip}</circle>'
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1267,7 +1267,8 @@ svg .ticklabel{font-size:10px;fill:#616161}
 svg .breaklabel{font-size:10px;fill:#455a64;text-anchor:middle}
 svg .gaplabel{font-size:11px;font-weight:bold;fill:#c62828}svg .scopelabel{font-size:10px;fill:#1565c0}
 svg .waitlabel{font-size:10px;fill:#424242}svg .inbar{font-size:10px;fill:#fff}
-svg .glyph{font-size:12px;text-anchor:middle}svg .star{fill:#f9a825;stroke:#6d4c00;stroke-width:.4}
+svg .glyph{font-size:13px;font-weight:bold;text-anchor:middle;paint-order:stroke;stroke:#fff;stroke-width:3px}
+svg .star{fill:#f9a825}
 aside .brief{font-size:11.5px;line-height:1.35;overflow-wrap:anywhere}
 aside .brief .l0{font-weight:bold;margin-top:7px}aside .brief .l1{padding-left:10px}
 aside .brief .l2{padding-left:22px;color:#424242}
