@@ -239,3 +239,4 @@ def test_the_report_from_the_status_shows_the_interruption_waits_and_checkpoints
     assert "checkpoint implementer/fix (seq 40, verified)" in html
     assert "belay artifacts get parser-fix report.md -o report.md" in html
     assert "keep no history of steps, calls and waits" in html
+    assert "Done: implementer 4 of 5 tasks" in html and 'class="label label-session"' not in html

@@ -140,3 +140,21 @@ def test_several_sessions_share_one_page_with_a_table_of_them_on_top() -> None:
     assert page.text.strip().startswith("2 sessions: timeline 2 sessions")
     assert page.links[:2] == ["#session-parser-fix", "#session-parser-docs"]
     assert html.count('<section class="session"') == 2 and html.count('<svg class="chart"') == 2
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [
+        (0.042, "0.04 s"),
+        (0.999, "1.0 s"),
+        (4.21, "4.2 s"),
+        (9.96, "10 s"),
+        (59.6, "1 min 0 s"),
+        (184, "3 min 4 s"),
+        (3599.7, "1 h 0 min"),
+        (8040, "2 h 14 min"),
+        (273600, "3 d 4 h"),
+    ],
+)
+def test_a_duration_reads_as_a_person_would_say_it(seconds: float, words: str) -> None:
+    assert report_module.duration(seconds) == words

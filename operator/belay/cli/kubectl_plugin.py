@@ -473,7 +473,7 @@ def status_report(
     by_subagent: dict[str, list[dict[str, Any]]] = {}
     for cp in sorted(checkpoints, key=lambda c: c["spec"]["seq"]):
         by_subagent.setdefault(cp["spec"].get("subagent") or "", []).append(cp)
-    rows = [Row(kind="session", label="attempts")]
+    rows: list[Row] = []  # the status has no attempt's start or end: no attempts row
     steps = []
     for subagent, owned in by_subagent.items():
         rows.append(Row(kind="subagent", label=subagent or "the session"))
@@ -584,6 +584,10 @@ def status_report(
         deliverables=deliverables,
         briefing=[((len(line) - len(line.lstrip(" "))) // 2, line.strip()) for line in lines],
         harness_lost_untimed=int(status.get("harnessLost", 0)),
+        progress=", ".join(
+            f"{s['name']} {s.get('done', 0)} of {s.get('tasks', 0)} tasks"
+            for s in status.get("subagents", [])
+        ),
     )
 
 
@@ -605,6 +609,8 @@ def report(
         raise _fail(error) from None
     page = render_html([status_report(session, checkpoints, now=datetime.now(UTC))]).encode()
     target = output or Path(f"{name}-report.html")
+    if target.is_dir():
+        target = target / f"{name}-report.html"
     try:
         target.write_bytes(page)
     except OSError as error:

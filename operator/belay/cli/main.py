@@ -13,7 +13,7 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -22,7 +22,6 @@ from typer.core import TyperGroup
 from belay.api.agentsession import ManifestError, is_plain_file_name, load_manifest
 from belay.cli import terminal
 from belay.harness.attempt import HarnessResult
-from belay.journal.briefing import Briefing
 from belay.journal.events import (
     Actor,
     Approval,
@@ -52,6 +51,9 @@ from belay.local.runtime import (
     run_local,
 )
 from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, ClaimTaken, RecordCorrupt, StoreError
+
+if TYPE_CHECKING:
+    from belay.journal.briefing import Briefing
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -521,6 +523,8 @@ def report(
         brief = render_rows(session_briefing(state, liveness))
         reports.append(session_report(events, state, liveness=liveness, briefing=brief, locate=locate))
     target = output or Path(f"{session_ids[0]}-report.html")
+    if target.is_dir():
+        target = target / f"{session_ids[0]}-report.html"
     page = render_html(reports).encode()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -188,6 +188,7 @@ class SessionReport(Model):
     deliverables: list[DeliverableEntry]
     briefing: list[tuple[int, str]] = []  # (level, text): 0 a heading, 1 an entry, 2 a detail
     harness_lost_untimed: int = 0  # losses the source names without their times
+    progress: str = ""  # the steps done, in words, where the source counts them without the steps
 
 
 # --------------------------------------------------------------------------------------------------
@@ -776,13 +777,14 @@ def _short(text: str, limit: int) -> str:
 def duration(seconds: float) -> str:
     """A length of time for a person: 0.04 s, 4.2 s, 42 s, 3 min 4 s, 2 h 14 min, 3 d 4 h."""
     seconds = max(0.0, seconds)
-    if seconds < 1:
+    # Each form is chosen by the value it prints, so 0.999 s is "1.0 s", never "1.00 s".
+    if round(seconds, 2) < 1:
         return f"{seconds:.2f} s"
-    if seconds < 10:
+    if round(seconds, 1) < 10:
         return f"{seconds:.1f} s"
-    if seconds < 60:
+    if round(seconds) < 60:
         return f"{seconds:.0f} s"
-    whole = int(seconds)
+    whole = round(seconds)
     if whole < 3600:
         return f"{whole // 60} min {whole % 60} s"
     if whole < 86400:
@@ -1226,6 +1228,9 @@ def _glance(report: SessionReport) -> list[tuple[str, str]]:
     verified = sum(s.status == "verified" for s in steps)
     running = [s.step_id for s in steps if s.status == "running"]
     text = f"Done: {done} of {len(steps)} steps ({verified} verified)"
+    complete = done == len(steps) and bool(steps)
+    if report.progress:
+        text, complete = f"Done: {report.progress}", report.phase == "Succeeded"
     if running:
         text += "; running: " + ", ".join(running)
     if report.deliverables:
@@ -1233,7 +1238,7 @@ def _glance(report: SessionReport) -> list[tuple[str, str]]:
             d.name + (" (ready for review)" if d.ready_for_review else "") for d in report.deliverables
         )
         text += f"; deliverables: {names}"
-    lines.append(("good" if done == len(steps) and steps else "info", text + "."))
+    lines.append(("good" if complete else "info", text + "."))
     return lines
 
 
@@ -1279,17 +1284,21 @@ th{background:#eceff1}td.num{text-align:right}code{font-size:11.5px;overflow-wra
 section.session{margin-bottom:28px}footer{color:#757575;font-size:11px;margin-top:16px}
 """
 
-LEGEND = (
-    ("#2e7d32", "step verified"),
-    ("#81c784", "step done"),
-    ("#1e88e5", "step running"),
-    ("#c62828", "failed"),
-    ("#546e7a", "tool call"),
-    ("#ef6c00", "waits on you / approval"),
-    ("#8e24aa", "waits on external"),
-    ("#00897b", "ready for review"),
-    ("#455a64", "harness attempt"),
-    ("#90a4ae", "subagent at work"),
+# Each colour, and the bars (kind, status; None: any status) it is shown for in the legend.
+LEGEND: tuple[tuple[str, str, tuple[tuple[BarKind, str | None], ...]], ...] = (
+    ("#2e7d32", "step verified", (("step", "verified"),)),
+    ("#81c784", "step done", (("step", "done"),)),
+    ("#1e88e5", "step running", (("step", "running"),)),
+    ("#f9a825", "step blocked", (("step", "blocked"),)),
+    ("#9e9e9e", "step cancelled", (("step", "cancelled"),)),
+    ("#c62828", "failed", (("step", "failed"), ("call", "failed"))),
+    ("#546e7a", "tool call", (("call", None),)),
+    ("#ff8f00", "tool call without a result", (("call", "open"), ("call", "unknown"))),
+    ("#ef6c00", "waits on you / approval", (("wait_user", None), ("approval", None))),
+    ("#8e24aa", "waits on external", (("wait_external", None),)),
+    ("#00897b", "ready for review", (("review", None),)),
+    ("#455a64", "harness attempt", (("attempt", None),)),
+    ("#90a4ae", "subagent at work", (("subagent", None),)),
 )
 
 
@@ -1310,7 +1319,12 @@ GLYPHS: tuple[tuple[MarkKind, bool | None, str], ...] = (
 
 
 def _legend(report: SessionReport) -> str:
-    shown = [f'<span><i class="sw" style="background:{color}"></i>{label}</span>' for color, label in LEGEND]
+    bars = {(bar.kind, bar.status) for row in report.rows for bar in row.bars}
+    shown = [
+        f'<span><i class="sw" style="background:{color}"></i>{label}</span>'
+        for color, label, kinds in LEGEND
+        if any(kind == k and status in (None, s) for kind, status in kinds for k, s in bars)
+    ]
     marks = {(m.kind, m.ok) for row in report.rows for m in row.marks}
     for kind, ok, label in GLYPHS:
         if any(k == kind and (ok is None or o == ok) for k, o in marks):
