@@ -56,6 +56,15 @@ if TYPE_CHECKING:
     from belay.journal.briefing import Briefing
 
 
+def write_output(target: Path, data: bytes) -> None:
+    """Writes what a command was asked for with -o, or ends it with one error line."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    except OSError as error:
+        raise fail(f"cannot write {target}: {error.strerror or error}; choose another -o PATH") from None
+
+
 def fail(message: str, code: int = 1) -> typer.Exit:
     # Printable here too: an error can be raised after the command's output filter was removed.
     typer.echo(f"error: {terminal.printable(terminal.one_line(message))}", err=True)
@@ -526,11 +535,7 @@ def report(
     if target.is_dir():
         target = target / f"{session_ids[0]}-report.html"
     page = render_html(reports).encode()
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(page)
-    except OSError as error:
-        raise fail(f"cannot write {target}: {error.strerror or error}; choose another -o PATH") from None
+    write_output(target, page)
     typer.echo(f"wrote {target} ({len(page)} bytes); open it in a browser, it needs no network", err=True)
 
 
@@ -914,11 +919,7 @@ def _get_artifact(session_id: str, name: str, output: Path | None) -> None:
             )
         sha256, target = record.ref.sha256, output or Path(name)
     data = Context.home.open_artifact_store().get(sha256)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    except OSError as error:
-        raise fail(f"cannot write {target}: {error.strerror or error}; choose another -o PATH") from None
+    write_output(target, data)
     typer.echo(f"wrote {target} ({len(data)} bytes, sha256 {sha256})", err=True)
 
 

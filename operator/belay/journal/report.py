@@ -1117,29 +1117,30 @@ def _bar(bar: Bar, y: int, axis: Axis, now: datetime) -> str:
     )
 
 
+# The marks drawn as one character: the character and its colour.
+TEXT_GLYPHS: dict[str, tuple[str, str]] = {
+    "deliverable": ("\u2605", "#f9a825"),
+    "restored": ("\u21ba", "#1565c0"),
+    "sandbox": ("\u21ba", "#c62828"),
+    "unknown": ("?", "#ef6c00"),
+    "reconciled": ("\u2713", "#2e7d32"),
+    "rejected": ("\u2718", "#c62828"),
+    "recovery_failed": ("\u2716", "#c62828"),
+}
+
+
 def _mark(mark: Mark, y: int, x: float) -> str:
     tip = f"<title>{_text(mark.label)}</title>"
     cy = y + 8
-    match mark.kind:
-        case "checkpoint":
-            fill = "#1b5e20" if mark.ok else "#ffffff"
-            return (
-                f'<path d="M{x:.1f} {cy - 5} L{x + 5:.1f} {cy} L{x:.1f} {cy + 5} L{x - 5:.1f} {cy} Z" '
-                f'fill="{fill}" stroke="#1b5e20" stroke-width="1.2">{tip}</path>'
-            )
-        case "deliverable":
-            return f'<text x="{x:.1f}" y="{cy + 5}" class="glyph star">\u2605{tip}</text>'
-        case "restored" | "sandbox":
-            color = "#1565c0" if mark.ok else "#c62828"
-            return f'<text x="{x:.1f}" y="{cy + 5}" class="glyph" fill="{color}">\u21ba{tip}</text>'
-        case "unknown":
-            return f'<text x="{x:.1f}" y="{cy + 5}" class="glyph" fill="#ef6c00">?{tip}</text>'
-        case "reconciled":
-            return f'<text x="{x:.1f}" y="{cy + 5}" class="glyph" fill="#2e7d32">\u2713{tip}</text>'
-        case "rejected":
-            return f'<text x="{x:.1f}" y="{cy + 5}" class="glyph" fill="#c62828">\u2718{tip}</text>'
-        case "recovery_failed":
-            return f'<text x="{x:.1f}" y="{cy + 5}" class="glyph" fill="#c62828">\u2716{tip}</text>'
+    if mark.kind == "checkpoint":
+        fill = "#1b5e20" if mark.ok else "#ffffff"
+        return (
+            f'<path d="M{x:.1f} {cy - 5} L{x + 5:.1f} {cy} L{x:.1f} {cy + 5} L{x - 5:.1f} {cy} Z" '
+            f'fill="{fill}" stroke="#1b5e20" stroke-width="1.2">{tip}</path>'
+        )
+    if mark.kind in TEXT_GLYPHS:
+        char, color = TEXT_GLYPHS[mark.kind]
+        return f'<text x="{x:.1f}" y="{cy + 5}" class="glyph" fill="{color}">{char}{tip}</text>'
     color = "#2e7d32" if mark.ok else "#c62828"
     return f'<circle cx="{x:.1f}" cy="{cy}" r="3.5" fill="{color}" stroke="#fff">{tip}</circle>'
 
@@ -1273,7 +1274,6 @@ svg .breaklabel{font-size:10px;fill:#455a64;text-anchor:middle}
 svg .gaplabel{font-size:11px;font-weight:bold;fill:#c62828}svg .scopelabel{font-size:10px;fill:#1565c0}
 svg .waitlabel{font-size:10px;fill:#424242}svg .inbar{font-size:10px;fill:#fff}
 svg .glyph{font-size:13px;font-weight:bold;text-anchor:middle;paint-order:stroke;stroke:#fff;stroke-width:3px}
-svg .star{fill:#f9a825}
 aside .brief{font-size:11.5px;line-height:1.35;overflow-wrap:anywhere}
 aside .brief .l0{font-weight:bold;margin-top:7px}aside .brief .l1{padding-left:10px}
 aside .brief .l2{padding-left:22px;color:#424242}
@@ -1423,117 +1423,115 @@ def _session_section(report: SessionReport, axis: Axis, *, single: bool) -> str:
     return "".join(parts)
 
 
+Cell = str | tuple[str, str]  # HTML, or (HTML, the cell's class)
+
+
+def _table(title: str, heads: Sequence[str], rows: Sequence[Sequence[Cell]], empty: str | None) -> str:
+    """A titled table of rows of cells that are already HTML; with no rows, `empty` in words (None:
+    the table is left out)."""
+    if not rows:
+        return "" if empty is None else f'<h2>{title}</h2><p class="muted">{empty}</p>'
+    head = "".join(f"<th>{h}</th>" for h in heads)
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td>{c}</td>" if isinstance(c, str) else f'<td class="{c[1]}">{c[0]}</td>' for c in row)
+        + "</tr>"
+        for row in rows
+    )
+    return f"<h2>{title}</h2><table><tr>{head}</tr>{body}</table>"
+
+
 def _tables(report: SessionReport) -> str:
     now = report.now
-    parts = ["<h2>Interruptions</h2>"]
-    if report.gaps:
-        parts.append(
-            "<table><tr><th>attempt</th><th>last recorded event</th><th>resumed</th><th>for</th>"
-            "<th>why</th><th>running then</th></tr>"
+    interruptions: list[list[Cell]] = [
+        [
+            str(gap.attempt),
+            _clock(gap.start),
+            _text(f"{_clock(gap.end)} by attempt {gap.resumed_by}" if gap.resumed_by else "not yet"),
+            (duration(_span(gap.start, gap.end, now)), "num"),
+            _text(gap.why),
+            _text(gap.doing or "-"),
+        ]
+        for gap in report.gaps
+    ]
+    recoveries: list[list[Cell]] = [
+        [
+            _clock(line.at),
+            _text(line.by),
+            (
+                _text(line.text)
+                + (f'<br><span class="muted">{_text(line.detail)}</span>' if line.detail else ""),
+                "" if line.ok else "flag",
+            ),
+        ]
+        for line in report.recoveries
+    ]
+    scope = [
+        [_clock(c.at), f"v{c.request_version}", _text(c.by), _text(c.summary)] for c in report.scope_changes
+    ]
+    rejections = [[_clock(r.at), _text(r.name), _text(r.by), _text(r.reason)] for r in report.rejections]
+    waits: list[list[Cell]] = [
+        [
+            _text(w.wait_id),
+            _text(w.subagent or "-"),
+            _text(w.on),
+            _clock(w.opened),
+            ("-" if w.opened is None else duration(_span(w.opened, w.resolved, now)), "num"),
+            _text(f"{w.outcome} by {w.by} at {_clock(w.resolved)}" if w.resolved else "still open"),
+            _text(w.reason),
+        ]
+        for w in report.waits
+    ]
+    steps: list[list[Cell]] = [
+        [
+            _text(s.step_id),
+            _text(s.subagent or "-"),
+            _text(s.title),
+            _text(s.status),
+            _clock(s.started),
+            ("-" if s.started is None else duration(_span(s.started, s.ended, now)), "num"),
+            (f"{s.calls}" + (f" ({s.failed_calls} failed)" if s.failed_calls else ""), "num"),
+            '<span class="flag">\u26a1 interrupted</span>' if s.interrupted else "",
+        ]
+        for s in report.steps
+    ]
+    deliverables: list[list[Cell]] = []
+    for d in report.deliverables:
+        link = _href(d.location) if d.location else None
+        where = f'<br><a href="{link}">{_text(d.location)}</a>' if link else ""
+        where = where or (f"<br>{_text(d.location)}" if d.location else "")
+        deliverables.append(
+            [
+                _text(d.name) + (" (ready for review)" if d.ready_for_review else ""),
+                _text(d.subagent or "-"),
+                ("-" if d.size is None else f"{d.size} bytes", "num"),
+                f"<code>{_text(d.sha256)}</code>",
+                f"<code>{_text(d.command)}</code>{where}",
+            ]
         )
-        for gap in report.gaps:
-            resumed = f"{_clock(gap.end)} by attempt {gap.resumed_by}" if gap.resumed_by else "not yet"
-            parts.append(
-                f"<tr><td>{gap.attempt}</td><td>{_clock(gap.start)}</td><td>{_text(resumed)}</td>"
-                f'<td class="num">{duration(_span(gap.start, gap.end, now))}</td><td>{_text(gap.why)}</td>'
-                f"<td>{_text(gap.doing or '-')}</td></tr>"
-            )
-        parts.append("</table>")
-    else:
-        parts.append('<p class="muted">none</p>')
-
-    parts.append("<h2>Recoveries</h2>")
-    if report.recoveries:
-        parts.append("<table><tr><th>at</th><th>by</th><th>what</th></tr>")
-        for line in report.recoveries:
-            css = "" if line.ok else ' class="flag"'
-            detail = f'<br><span class="muted">{_text(line.detail)}</span>' if line.detail else ""
-            parts.append(
-                f"<tr><td>{_clock(line.at)}</td><td>{_text(line.by)}</td><td{css}>{_text(line.text)}{detail}</td></tr>"
-            )
-        parts.append("</table>")
-    else:
-        parts.append('<p class="muted">none</p>')
-
-    if report.scope_changes:
-        parts.append(
-            "<h2>Scope changes</h2>"
-            "<table><tr><th>at</th><th>request</th><th>by</th><th>what changed</th></tr>"
-        )
-        for change in report.scope_changes:
-            parts.append(
-                f"<tr><td>{_clock(change.at)}</td><td>v{change.request_version}</td><td>{_text(change.by)}</td>"
-                f"<td>{_text(change.summary)}</td></tr>"
-            )
-        parts.append("</table>")
-    if report.rejections:
-        parts.append(
-            "<h2>Rejections</h2><table><tr><th>at</th><th>deliverable</th><th>by</th><th>reason</th></tr>"
-        )
-        for rejection in report.rejections:
-            parts.append(
-                f"<tr><td>{_clock(rejection.at)}</td><td>{_text(rejection.name)}</td><td>{_text(rejection.by)}</td>"
-                f"<td>{_text(rejection.reason)}</td></tr>"
-            )
-        parts.append("</table>")
-
-    parts.append("<h2>Waits and approvals</h2>")
-    if report.waits:
-        parts.append(
-            "<table><tr><th>wait</th><th>subagent</th><th>on</th><th>opened</th><th>for</th>"
-            "<th>ended</th><th>reason</th></tr>"
-        )
-        for w in report.waits:
-            length = "-" if w.opened is None else duration(_span(w.opened, w.resolved, now))
-            ended = f"{w.outcome} by {w.by} at {_clock(w.resolved)}" if w.resolved else "still open"
-            parts.append(
-                f"<tr><td>{_text(w.wait_id)}</td><td>{_text(w.subagent or '-')}</td><td>{_text(w.on)}</td>"
-                f'<td>{_clock(w.opened)}</td><td class="num">{length}</td><td>{_text(ended)}</td>'
-                f"<td>{_text(w.reason)}</td></tr>"
-            )
-        parts.append("</table>")
-    else:
-        parts.append('<p class="muted">none</p>')
-
-    parts.append("<h2>Steps</h2>")
-    if report.steps:
-        parts.append(
-            "<table><tr><th>step</th><th>subagent</th><th>title</th><th>status</th><th>started</th>"
-            "<th>took</th><th>tool calls</th><th></th></tr>"
-        )
-        for s in report.steps:
-            took = "-" if s.started is None else duration(_span(s.started, s.ended, now))
-            failed = f" ({s.failed_calls} failed)" if s.failed_calls else ""
-            flag = '<span class="flag">\u26a1 interrupted</span>' if s.interrupted else ""
-            parts.append(
-                f"<tr><td>{_text(s.step_id)}</td><td>{_text(s.subagent or '-')}</td><td>{_text(s.title)}</td>"
-                f'<td>{_text(s.status)}</td><td>{_clock(s.started)}</td><td class="num">{took}</td>'
-                f'<td class="num">{s.calls}{failed}</td><td>{flag}</td></tr>'
-            )
-        parts.append("</table>")
-    else:
-        parts.append('<p class="muted">no step recorded</p>')
-
-    parts.append("<h2>Deliverables</h2>")
-    if report.deliverables:
-        parts.append(
-            "<table><tr><th>name</th><th>subagent</th><th>size</th><th>sha256</th><th>fetch</th></tr>"
-        )
-        for d in report.deliverables:
-            link = _href(d.location) if d.location else None
-            where = (
-                f'<br><a href="{link}">{_text(d.location)}</a>'
-                if link
-                else (f"<br>{_text(d.location)}" if d.location else "")
-            )
-            review = " (ready for review)" if d.ready_for_review else ""
-            size = "-" if d.size is None else f"{d.size} bytes"
-            parts.append(
-                f"<tr><td>{_text(d.name)}{review}</td><td>{_text(d.subagent or '-')}</td>"
-                f'<td class="num">{size}</td><td><code>{_text(d.sha256)}</code></td>'
-                f"<td><code>{_text(d.command)}</code>{where}</td></tr>"
-            )
-        parts.append("</table>")
-    else:
-        parts.append('<p class="muted">none yet</p>')
-    return "".join(parts)
+    return "".join(
+        [
+            _table(
+                "Interruptions",
+                ["attempt", "last recorded event", "resumed", "for", "why", "running then"],
+                interruptions,
+                "none",
+            ),
+            _table("Recoveries", ["at", "by", "what"], recoveries, "none"),
+            _table("Scope changes", ["at", "request", "by", "what changed"], scope, None),
+            _table("Rejections", ["at", "deliverable", "by", "reason"], rejections, None),
+            _table(
+                "Waits and approvals",
+                ["wait", "subagent", "on", "opened", "for", "ended", "reason"],
+                waits,
+                "none",
+            ),
+            _table(
+                "Steps",
+                ["step", "subagent", "title", "status", "started", "took", "tool calls", ""],
+                steps,
+                "no step recorded",
+            ),
+            _table("Deliverables", ["name", "subagent", "size", "sha256", "fetch"], deliverables, "none yet"),
+        ]
+    )
