@@ -8,22 +8,20 @@ asks to file the ticket, `belay resume` continues it, the waits are answered whi
 the session completes. The report is then opened in Debian's Chromium inside a new network
 namespace (`unshare --net`: no interface but a loopback that is down), a screenshot is taken
 where pytest keeps the test's files (its path is printed), and the page's text, as Chromium built
-it (`--dump-dom`), is checked for every step and every wait in the record, and for the
-interruption.
+it (`--dump-dom`), is checked for every step and every wait in the record, the interruption, the
+recovery, and the command that fetches each deliverable.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -35,6 +33,7 @@ from belay.journal.report import duration
 from belay.journal.state import fold
 from belay.local.drill import is_stopped, read_events, run_belay, start_belay
 from tests.harness.example import EXAMPLE, SESSION, manifest_copy
+from tests.journal.fixtures import ReadPage
 
 KILL_AT = "tool_request:researcher.diagnose.4"  # create_ticket: unsafe, settled by a probe on resume
 CI_WAIT = "wait-implementer.verify.3"
@@ -88,48 +87,6 @@ def open_in_chromium(page: Path, workdir: Path, *mode: str) -> subprocess.Comple
         timeout=STEP_TIMEOUT_S,
         check=False,
     )
-
-
-class PageText(HTMLParser):
-    """The text a person can read or hover over: every text node outside <style>, and the
-    elements the page has (no <script> may be among them)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.chunks: list[str] = []
-        self.tags: set[str] = set()
-        self.references: list[str] = []  # attributes that would make a browser fetch something
-        self._in_style = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.add(tag)
-        self._in_style = tag == "style"
-        for name, value in attrs:
-            if name in ("src", "srcset", "poster", "data") or (
-                name == "href" and tag in ("link", "image", "use")
-            ):
-                self.references.append(f"{tag} {name}={value}")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "style":
-            self._in_style = False
-
-    def handle_data(self, data: str) -> None:
-        if self._in_style:
-            if "url(" in data or "@import" in data:
-                self.references.append("a style that fetches")
-            return
-        self.chunks.append(data)
-
-    @property
-    def text(self) -> str:
-        return re.sub(r"\s+", " ", " ".join(self.chunks))
-
-
-def read_page(html: str) -> PageText:
-    parser = PageText()
-    parser.feed(html)
-    return parser
 
 
 def test_the_browser_namespace_reaches_nothing() -> None:
@@ -236,8 +193,8 @@ def test_the_report_of_an_interrupted_session_opens_offline_and_shows_every_step
     assert written.returncode == 0, written.stderr
     assert f"wrote {page}" in written.stderr
 
-    static = read_page(page.read_text())
-    assert "script" not in static.tags and not static.references, static.references
+    static = ReadPage(page.read_text())
+    assert "script" not in static.tags and not static.fetches, static.fetches
 
     screenshot = tmp_path / "report.png"
     shot = open_in_chromium(page, tmp_path, "--window-size=1400,1000", f"--screenshot={screenshot}")
@@ -246,7 +203,7 @@ def test_the_report_of_an_interrupted_session_opens_offline_and_shows_every_step
 
     dumped = open_in_chromium(page, tmp_path, "--dump-dom")
     assert dumped.returncode == 0, dumped.stderr[-2000:]
-    rendered = read_page(dumped.stdout)
+    rendered = ReadPage(dumped.stdout)
     text = rendered.text
     assert "script" not in rendered.tags
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from html.parser import HTMLParser
 
 import pytest
 
@@ -13,43 +12,15 @@ from belay.journal import report as report_module
 from belay.journal.events import Actor, Artifact, ArtifactRef, Rejection, Task, TaskStatus, Wait, WaitKind
 from belay.journal.report import render_html, session_report
 from belay.journal.state import fold
-from tests.journal.fixtures import IMPLEMENTER, USER, LogBuilder, realistic_log, sha
+from tests.journal.fixtures import IMPLEMENTER, USER, LogBuilder, ReadPage, realistic_log, sha
 
 HOSTILE = '<script>alert(1)</script><img src="http://evil.test/x.png">'
-
-
-class Page(HTMLParser):
-    """The page's readable text, its elements, and every attribute that links or fetches."""
-
-    def __init__(self, html: str) -> None:
-        super().__init__()
-        self.chunks: list[str] = []
-        self.tags: set[str] = set()
-        self.links: list[str] = []
-        self._in_style = False
-        self.feed(html)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.add(tag)
-        self._in_style = tag == "style"
-        self.links += [value or "" for name, value in attrs if name in ("href", "src", "srcset")]
-
-    def handle_endtag(self, tag: str) -> None:
-        self._in_style = self._in_style and tag != "style"
-
-    def handle_data(self, data: str) -> None:
-        if not self._in_style:
-            self.chunks.append(data)
-
-    @property
-    def text(self) -> str:
-        return re.sub(r"\s+", " ", " ".join(self.chunks))
 
 
 def test_every_step_wait_recovery_and_scope_change_of_a_record_is_on_the_page() -> None:
     events = realistic_log()
     state = fold(events)
-    page = Page(render_html([session_report(events, state)]))
+    page = ReadPage(render_html([session_report(events, state)]))
     text = page.text
     for task_id in state.tasks:
         assert task_id in text, task_id
@@ -75,7 +46,7 @@ def test_a_rejected_deliverable_is_marked_where_it_was_made_and_says_why() -> No
         Rejection(name="fix.patch", sha256=ref.sha256, reason="it drops the header", by="dana"), actor=USER
     )
     html = render_html([session_report(log.events)])
-    text = Page(html).text
+    text = ReadPage(html).text
     assert "Rejected fix.patch at 2026-11-29 09:05:00 UTC by dana: it drops the header." in text
     patch_row = re.search(r'<g class="row row-step">.*?</g>', html)
     assert patch_row is not None and "fix.patch rejected by dana: it drops the header" in patch_row.group()
@@ -106,8 +77,12 @@ def test_record_text_never_becomes_markup_a_script_or_a_fetch(
         monkeypatch.setattr(report_module, "_href", lambda url: url)
     events = _hostile_log()
     report = session_report(events, locate=lambda ref: "javascript:alert(1)")
-    page = Page(render_html([report]))
-    unsafe = {"script", "img"} & page.tags or [link for link in page.links if not link.startswith("#")]
+    page = ReadPage(render_html([report]))
+    unsafe = (
+        {"script", "img"} & page.tags
+        or page.fetches
+        or [link for link in page.links if not link.startswith("#")]
+    )
     if wall:
         assert not unsafe, unsafe
         assert HOSTILE in page.text and "javascript:alert(1)" in page.text
@@ -126,8 +101,8 @@ def test_a_night_spent_waiting_is_a_labelled_break_in_the_axis() -> None:
     )
     log.add(Task(task_id="x", status=TaskStatus.DONE), actor=IMPLEMENTER)
     html = render_html([session_report(log.events)])
-    assert "\u2248 9 h 1 min" in Page(html).text
-    assert "9 h 1 min, answered by dana" in Page(html).text
+    assert "\u2248 9 h 1 min" in ReadPage(html).text
+    assert "9 h 1 min, answered by dana" in ReadPage(html).text
 
 
 def test_several_sessions_share_one_page_with_a_table_of_them_on_top() -> None:
@@ -136,7 +111,7 @@ def test_several_sessions_share_one_page_with_a_table_of_them_on_top() -> None:
     second.add(Task(task_id="docs", title="Docs", status=TaskStatus.PLANNED, owner="implementer"))
     second.add(Task(task_id="docs", status=TaskStatus.RUNNING), actor=IMPLEMENTER)
     html = render_html([session_report(first), session_report(second.events)])
-    page = Page(html)
+    page = ReadPage(html)
     assert page.text.strip().startswith("2 sessions: timeline 2 sessions")
     assert page.links[:2] == ["#session-parser-fix", "#session-parser-docs"]
     assert html.count('<section class="session"') == 2 and html.count('<svg class="chart"') == 2
