@@ -1279,7 +1279,7 @@ aside .brief .l0{font-weight:bold;margin-top:7px}aside .brief .l1{padding-left:1
 aside .brief .l2{padding-left:22px;color:#424242}
 table{border-collapse:collapse;background:#fff;font-size:12px;margin-bottom:6px}
 th,td{border:1px solid #e0e0e0;padding:3px 6px;text-align:left;vertical-align:top}
-th{background:#eceff1}td.num{text-align:right}code{font-size:11.5px;overflow-wrap:anywhere}
+th{background:#eceff1}td.num{text-align:right;white-space:nowrap}td.when{white-space:nowrap}code{font-size:11.5px;overflow-wrap:anywhere}
 .flag{color:#c62828;font-weight:bold}.muted{color:#757575}
 section.session{margin-bottom:28px}footer{color:#757575;font-size:11px;margin-top:16px}
 """
@@ -1446,7 +1446,7 @@ def _tables(report: SessionReport) -> str:
     interruptions: list[list[Cell]] = [
         [
             str(gap.attempt),
-            _clock(gap.start),
+            (_clock(gap.start), "when"),
             _text(f"{_clock(gap.end)} by attempt {gap.resumed_by}" if gap.resumed_by else "not yet"),
             (duration(_span(gap.start, gap.end, now)), "num"),
             _text(gap.why),
@@ -1456,7 +1456,7 @@ def _tables(report: SessionReport) -> str:
     ]
     recoveries: list[list[Cell]] = [
         [
-            _clock(line.at),
+            (_clock(line.at), "when"),
             _text(line.by),
             (
                 _text(line.text)
@@ -1466,16 +1466,19 @@ def _tables(report: SessionReport) -> str:
         ]
         for line in report.recoveries
     ]
-    scope = [
-        [_clock(c.at), f"v{c.request_version}", _text(c.by), _text(c.summary)] for c in report.scope_changes
+    scope: list[list[Cell]] = [
+        [(_clock(c.at), "when"), f"v{c.request_version}", _text(c.by), _text(c.summary)]
+        for c in report.scope_changes
     ]
-    rejections = [[_clock(r.at), _text(r.name), _text(r.by), _text(r.reason)] for r in report.rejections]
+    rejections: list[list[Cell]] = [
+        [(_clock(r.at), "when"), _text(r.name), _text(r.by), _text(r.reason)] for r in report.rejections
+    ]
     waits: list[list[Cell]] = [
         [
             _text(w.wait_id),
             _text(w.subagent or "-"),
             _text(w.on),
-            _clock(w.opened),
+            (_clock(w.opened), "when"),
             ("-" if w.opened is None else duration(_span(w.opened, w.resolved, now)), "num"),
             _text(f"{w.outcome} by {w.by} at {_clock(w.resolved)}" if w.resolved else "still open"),
             _text(w.reason),
@@ -1488,12 +1491,13 @@ def _tables(report: SessionReport) -> str:
             _text(s.subagent or "-"),
             _text(s.title),
             _text(s.status),
-            _clock(s.started),
+            (_clock(s.started), "when"),
             ("-" if s.started is None else duration(_span(s.started, s.ended, now)), "num"),
             (f"{s.calls}" + (f" ({s.failed_calls} failed)" if s.failed_calls else ""), "num"),
             '<span class="flag">\u26a1 interrupted</span>' if s.interrupted else "",
         ]
         for s in report.steps
+        if s.step_id != s.subagent  # a subagent's own task is its row in the chart
     ]
     deliverables: list[list[Cell]] = []
     for d in report.deliverables:
