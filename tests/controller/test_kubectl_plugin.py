@@ -237,6 +237,14 @@ def test_the_report_from_the_status_shows_the_interruption_waits_and_checkpoints
     assert "Interrupted 30 min 0 s" in html and "not resumed yet" in html
     assert "Waited on you 1 h 0 min in 1 wait(s), 1 still open" in html
     assert "checkpoint implementer/fix (seq 40, verified)" in html
-    assert "belay artifacts get parser-fix report.md -o report.md" in html
+    assert '<a href="file:///store/ab">file:///store/ab</a>' in html
     assert "keep no history of steps, calls and waits" in html
     assert "Done: implementer 4 of 5 tasks" in html and 'class="label label-session"' not in html
+
+
+def test_the_report_from_the_status_fetches_a_deliverable_by_its_presigned_url_quoted() -> None:
+    url = "https://s3.example/b/ab?X-Amz-Signature=1&X-Amz-Expires=900"
+    deliverable = {"name": "out/x; rm -rf ~", "sha256": "ab" * 32, "size": 3, "location": url}
+    session = {**SESSION, "status": {**STATUS, "deliverables": [deliverable]}}
+    [entry] = status_report(session, [], now=datetime(2026, 11, 29, tzinfo=UTC)).deliverables
+    assert entry.command == f"curl -fsSL -o 'x; rm -rf ~' '{url}'"

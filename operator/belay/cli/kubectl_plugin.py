@@ -18,6 +18,8 @@ the operator records as who changed the request.
 
 from __future__ import annotations
 
+import posixpath
+import shlex
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, cast
@@ -28,7 +30,6 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from belay.cli import terminal
-from belay.journal.commands import download
 from belay.journal.report import (
     WAIT_BAR_KIND,
     Bar,
@@ -559,7 +560,7 @@ def status_report(
             subagent=item.get("subagent") or "",
             size=item.get("size"),
             sha256=item.get("sha256", ""),
-            command=download(name, item["name"]),
+            command=_fetch_command(item),
             location=item.get("location", ""),
             ready_for_review=bool(item.get("readyForReview")),
         )
@@ -589,6 +590,16 @@ def status_report(
             for s in status.get("subagents", [])
         ),
     )
+
+
+def _fetch_command(deliverable: dict[str, Any]) -> str:
+    """How a cluster user fetches a deliverable: the presigned URL the status carries, with curl
+    (quoted: the name is a model's choice); a location that is no URL is shown as it is."""
+    location = str(deliverable.get("location", ""))
+    if not location.startswith(("https://", "http://")):
+        return ""
+    target = posixpath.basename(str(deliverable["name"])) or "deliverable"
+    return f"curl -fsSL -o {shlex.quote(target)} {shlex.quote(location)}"
 
 
 @app.command()
