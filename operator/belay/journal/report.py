@@ -4,9 +4,9 @@
 grouped by subagent, with its tool calls, checkpoints and deliverables; a row per wait (on the
 user, an approval, an external condition, a review) with how long it lasted and who ended it;
 the attempts, and the stretches between an attempt's last recorded event and the start of the
-next (the interruptions); recoveries and scope changes. `render_html(reports)` draws one or
-several reports (an objective's sessions) on one time axis, with each session's briefing beside
-its timeline and a link to fetch each deliverable.
+next (the interruptions); recoveries, rejections and scope changes. `render_html(reports)` draws
+one or several reports (an objective's sessions) on one time axis, with each session's briefing
+beside its timeline and a link to fetch each deliverable.
 
 Both are pure: the caller reads the record, the liveness and the artifact store, and passes them
 in. The page is one file: inline CSS and SVG, no script, no font, nothing fetched, and a
