@@ -395,6 +395,7 @@ async def test_approvals_from_gitops_and_kubectl_belay_are_bound_to_the_payload_
     name = "needs-approval"
     manifest = cluster_manifest(name)
     del manifest["spec"]["approvals"]
+    manifest["metadata"]["labels"] = {"team": "parsers"}  # for `kubectl belay report -l`
     config_file = reviewer_kubeconfig(kube, tmp_path / "reviewer.kubeconfig")
     for resource in ("pods", "secrets"):
         allowed = kube.kubectl(
@@ -467,6 +468,9 @@ async def test_approvals_from_gitops_and_kubectl_belay_are_bound_to_the_payload_
         assert listed["items"]
         for checkpoint in listed["items"]:
             assert f"checkpoint {checkpoint['spec']['checkpointId']} (seq {checkpoint['spec']['seq']}" in html
+        picked = kubectl_belay(config_file, "report", "-l", "team=parsers", "-o", str(tmp_path))
+        assert picked.returncode == 0, picked.stderr
+        assert pending["approvalId"] in (tmp_path / f"{name}-report.html").read_text()
 
         refused = kubectl_belay(config_file, "approve", name, "no-such-approval")
         assert refused.returncode == 1 and "no pending approval" in refused.stderr

@@ -6,7 +6,7 @@ Checkpoint objects only (no store credentials, no pods).
     kubectl belay reject NAME ID --reason TEXT    turn down a pending operation or a published deliverable
     kubectl belay amend NAME [--goal TEXT] [--part KEY=VALUE] [--remove-part KEY] [-f MANIFEST]
                                                 change the request: request version N+1
-    kubectl belay report NAME [-o FILE]         the timeline as one HTML file
+    kubectl belay report NAME... | -l SELECTOR [-o FILE]  the timeline as one HTML file
 
 An approval or a rejection is written into the session's spec (`spec.approvals`,
 `spec.rejections`), exactly as a GitOps change would: the operator records it in the session
@@ -602,9 +602,44 @@ def _fetch_command(deliverable: dict[str, Any]) -> str:
     return f"curl -fsSL -o {shlex.quote(target)} {shlex.quote(location)}"
 
 
+def _sessions_named(
+    names: list[str], selector: str | None, namespace: str | None, kubeconfig: str | None
+) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Each session named, or each that the label selector picks, with its Checkpoints."""
+    if bool(names) == bool(selector):
+        raise PluginError(
+            "name the sessions, or pick them with -l SELECTOR (such as -l team=parsers), not both"
+        )
+    if selector:
+        api, default_namespace, _ = _connect(kubeconfig)
+        try:
+            listed = cast(
+                dict[str, Any],
+                api.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace or default_namespace, "agentsessions", label_selector=selector
+                ),
+            )
+        except ApiException as error:
+            raise PluginError(
+                f"cannot list AgentSessions with {selector!r}: {error.status} {error.reason}"
+            ) from None
+        names = sorted(item["metadata"]["name"] for item in listed.get("items", []))
+        if not names:
+            raise PluginError(
+                f"no AgentSession matches -l {selector!r} in namespace {namespace or default_namespace!r}"
+            )
+    return [_session_and_checkpoints(name, namespace, kubeconfig) for name in dict.fromkeys(names)]
+
+
 @app.command()
 def report(
-    name: str,
+    names: Annotated[
+        list[str] | None, typer.Argument(metavar="NAME...", help="One session or several.")
+    ] = None,
+    selector: Annotated[
+        str | None,
+        typer.Option("--selector", "-l", help="The sessions with these labels, e.g. -l team=parsers."),
+    ] = None,
     output: Annotated[
         Path | None,
         typer.Option("--output", "-o", help="Where to write the page (default ./NAME-report.html)."),
@@ -612,16 +647,20 @@ def report(
     namespace: Namespace = None,
     kubeconfig: Kubeconfig = None,
 ) -> None:
-    """The session's timeline as one HTML file that opens without a network, from what
-    `kubectl belay brief` reads: the status and the Checkpoints."""
+    """The timeline as one HTML file that opens without a network, from what `kubectl belay brief`
+    reads: the status and the Checkpoints. Several sessions share one time axis."""
     try:
-        session, checkpoints = _session_and_checkpoints(name, namespace, kubeconfig)
+        found = _sessions_named(names or [], selector, namespace, kubeconfig)
     except PluginError as error:
         raise _fail(error) from None
-    page = render_html([status_report(session, checkpoints, now=datetime.now(UTC))]).encode()
-    target = output or Path(f"{name}-report.html")
+    now = datetime.now(UTC)
+    page = render_html(
+        [status_report(session, checkpoints, now=now) for session, checkpoints in found]
+    ).encode()
+    first = found[0][0]["metadata"]["name"]
+    target = output or Path(f"{first}-report.html")
     if target.is_dir():
-        target = target / f"{name}-report.html"
+        target = target / f"{first}-report.html"
     try:
         target.write_bytes(page)
     except OSError as error:
