@@ -234,7 +234,10 @@ def test_the_report_from_the_status_shows_the_interruption_waits_and_checkpoints
     [gap] = report.gaps
     assert gap.attempt == 3 and gap.end is None
     html = render_html([report])
-    assert "Interrupted 30 min 0 s" in html and "not resumed yet" in html
+    assert (
+        "Interrupted 30 min 0 s: attempt 3 stopped renewing. It was doing: step implementer/publish." in html
+    )
+    assert "not resumed yet. Next: the operator starts attempt 4." in html
     assert "Waited on you 1 h 0 min in 1 wait(s), 1 still open" in html
     assert "checkpoint implementer/fix (seq 40, verified)" in html
     assert '<a href="file:///store/ab">file:///store/ab</a>' in html

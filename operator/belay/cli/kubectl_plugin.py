@@ -500,7 +500,15 @@ def status_report(
     gone = status.get("interruption")
     since = _moment(gone.get("since")) if gone else None
     if gone and since is not None:
-        gaps.append(Gap(attempt=gone["attempt"], start=since, why=gone["why"], doing=gone["doing"]))
+        gaps.append(
+            Gap(
+                attempt=gone["attempt"],
+                start=since,
+                why=gone["why"],
+                doing=gone["doing"],
+                next=gone.get("next", ""),
+            )
+        )
     # The status has no time for a single wait; its condition says since when the session has
     # waited on that kind, which is when the first of those waits opened.
     waiting_since = {

@@ -105,7 +105,8 @@ class Gap(Model):
     end: datetime | None = None
     resumed_by: int | None = None
     why: str = ""
-    doing: str = ""  # the steps that were running
+    doing: str = ""  # the steps that were running, in words
+    next: str = ""  # for one not resumed yet: what happens next, with the command a person runs
 
 
 class RecoveryLine(Model):
@@ -274,7 +275,9 @@ def session_report(
     if gone is not None and state.lifecycle.attempt in scan.attempts:
         current = scan.attempts[state.lifecycle.attempt]
         since = gone.since or current.last_seen
-        scan.gaps.append(Gap(attempt=gone.attempt, start=min(since, now), why=gone.why, doing=gone.doing))
+        scan.gaps.append(
+            Gap(attempt=gone.attempt, start=min(since, now), why=gone.why, doing=gone.doing, next=gone.next)
+        )
     rows = _rows(scan, state, now, alive=gone is None)
     steps = _step_entries(scan, state)
     waits = [
@@ -953,13 +956,14 @@ def _chart(report: SessionReport, axis: Axis) -> str:
         length = duration(_span(gap.start, gap.end, report.now))
         state = f"resumed by attempt {gap.resumed_by}" if gap.resumed_by else "not resumed yet"
         tip = f"interrupted {length}: {gap.why}; {state}" + (
-            f"; it was running {gap.doing}" if gap.doing else ""
+            f"; it was doing: {gap.doing}" if gap.doing else ""
         )
         over.append(
             f'<g class="gap"><title>{_text(tip)}</title>'
             f'<rect x="{x0:.1f}" y="{AXIS_H - 10}" width="{x1 - x0:.1f}" height="{height - AXIS_H + 10}" '
             f'fill="url(#hatch)" fill-opacity="0.6" stroke="#c62828" stroke-width="1"/>'
-            f'<text x="{x1 + 3:.1f}" y="{AXIS_H - 2}" class="gaplabel">\u26a1 interrupted {length}</text></g>'
+            + _gap_label(x0, x1, f"\u26a1 interrupted {length}")
+            + "</g>"
         )
     for line in report.scope_changes:
         x = axis.x(line.at)
@@ -980,6 +984,13 @@ def _chart(report: SessionReport, axis: Axis) -> str:
         + "".join(over)
         + "</svg>"
     )
+
+
+def _gap_label(x0: float, x1: float, words: str) -> str:
+    """Right of the band, or left of it where the right would run off the chart."""
+    if x1 + 3 + 6.5 * len(words) <= VIEW_W:
+        return f'<text x="{x1 + 3:.1f}" y="{AXIS_H - 2}" class="gaplabel">{_text(words)}</text>'
+    return f'<text x="{x0 - 3:.1f}" y="{AXIS_H - 2}" class="gaplabel" text-anchor="end">{_text(words)}</text>'
 
 
 def _axis_svg(axis: Axis, height: int) -> str:
@@ -1159,17 +1170,16 @@ def _glance(report: SessionReport) -> list[tuple[str, str]]:
     lines: list[tuple[str, str]] = []
     for gap in report.gaps:
         length = duration(_span(gap.start, gap.end, now))
-        where = f" while running {gap.doing}" if gap.doing else ""
-        after = (
-            f"; attempt {gap.resumed_by} resumed it at {_clock(gap.end)}"
-            if gap.resumed_by
-            else "; not resumed yet"
-        )
+        doing = f" It was doing: {gap.doing}." if gap.doing else ""
+        if gap.resumed_by:
+            after = f"; attempt {gap.resumed_by} resumed it at {_clock(gap.end)}."
+        else:
+            after = "; not resumed yet." + (f" Next: {gap.next}." if gap.next else "")
         lines.append(
             (
                 "bad",
-                f"Interrupted {length}{where}: {gap.why}. Attempt {gap.attempt}'s last recorded event was at "
-                f"{_clock(gap.start)}{after}.",
+                f"Interrupted {length}: {gap.why}.{doing} Attempt {gap.attempt}'s last recorded event was at "
+                f"{_clock(gap.start)}{after}",
             )
         )
     if report.harness_lost_untimed:
