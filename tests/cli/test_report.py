@@ -32,7 +32,7 @@ from belay.harness.attempt import fault_key
 from belay.journal.events import Event
 from belay.journal.report import duration
 from belay.journal.state import fold
-from belay.local.drill import is_stopped, read_events, run_belay, start_belay
+from belay.local.drill import read_events, run_belay, run_until, start_belay
 from tests.harness.example import EXAMPLE, SESSION, manifest_copy
 from tests.journal.fixtures import ReadPage
 
@@ -151,18 +151,8 @@ def interrupted_and_resumed(home: Path) -> list[Event]:
     spec["spec"]["executor"]["plan"] = str(plan_with_a_ci_wait(home.parent / "manifest"))
     manifest.write_text(yaml.safe_dump(spec, sort_keys=False))
 
-    run = start_belay(home, "run", "--quiet", str(manifest), stop_after=KILL_AT)
-    try:
-        deadline = time.monotonic() + STEP_TIMEOUT_S
-        while not is_stopped(run.pid):
-            assert run.poll() is None, f"the run ended before {KILL_AT}"
-            assert time.monotonic() < deadline, f"{KILL_AT} not reached"
-            time.sleep(0.005)
-        os.kill(run.pid, signal.SIGKILL)
-    finally:
-        if run.poll() is None:
-            run.kill()
-        run.wait()
+    reached, _ = run_until(home, ["run", "--quiet", str(manifest)], KILL_AT, timeout=STEP_TIMEOUT_S)
+    assert reached, f"the run ended before {KILL_AT}"
 
     resume = start_belay(home, "resume", "--quiet", SESSION)
     try:
