@@ -14,7 +14,7 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -52,8 +52,21 @@ from belay.local.runtime import (
     load_installed,
     read_state,
     run_local,
+    unknown_session,
 )
 from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, ClaimTaken, RecordCorrupt, StoreError
+
+if TYPE_CHECKING:
+    from belay.journal.briefing import Briefing
+
+
+def write_output(target: Path, data: bytes) -> None:
+    """Writes what a command was asked for with -o, or ends it with one error line."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    except OSError as error:
+        raise fail(f"cannot write {target}: {error.strerror or error}; choose another -o PATH") from None
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -75,11 +88,38 @@ def artifact_problem(error: ArtifactCorrupted | ArtifactNotFound) -> str:
     )
 
 
+def global_options_first(args: list[str], names: tuple[str, ...]) -> list[str]:
+    """`belay brief NAME --home DIR` means `belay --home DIR brief NAME`: click reads a group's
+    options only before the subcommand, and a person types them where they think of them. Each
+    of `names` takes one value; nothing after `--` moves."""
+    moved: list[str] = []
+    rest: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == "--":
+            rest.extend(args[index:])
+            break
+        if arg in names and index + 1 < len(args):
+            moved.extend(args[index : index + 2])
+            index += 2
+            continue
+        if arg.partition("=")[0] in names and "=" in arg:
+            moved.append(arg)
+        else:
+            rest.append(arg)
+        index += 1
+    return moved + rest
+
+
 class UserErrorsAsOneLine(TyperGroup):
     """Failures a person can cause in any command end it with one `error:` line saying what to do,
     never a traceback: a home that is not one, an artifact store that lost or damaged a blob, and
     every other store failure (a record that fails its integrity check, RecordCorrupt; a record key
     that cannot be read; a store that does not answer)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, global_options_first(args, ("--home", "--events", "--artifacts")))
 
     def invoke(self, ctx: Any) -> Any:  # typer's own click Context, whose module is private
         try:
@@ -304,15 +344,11 @@ def resume(
 # Reading the record
 
 
-def _record_place(home: LocalHome) -> str:
-    return home.events_url or str(home.root)
-
-
 def _known_state(session_id: str) -> tuple[Any, list[Event]]:
     home = home_of(session_id)
     state, events = asyncio.run(read_state(home, session_id))
     if not events:
-        raise fail(f"unknown session {session_id!r} in {_record_place(home)}")
+        raise fail(unknown_session(session_id, home))
     return state, events
 
 
@@ -361,8 +397,9 @@ def sessions() -> None:
         raise typer.Exit(1)
 
 
-def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> str:
-    from belay.journal.briefing import briefing, render_json, render_markdown, render_text
+def session_briefing(state: SessionState, liveness: Liveness | None) -> Briefing:
+    """The briefing as this home sees it: artifact locations, observed sandboxes, budgets."""
+    from belay.journal.briefing import briefing
 
     home = home_of(state.session_id)
     store = home.open_artifact_store()
@@ -377,7 +414,7 @@ def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> 
         profiles = {sub.name: sub.network_profile for sub in spec.subagents}
         sandboxes = observed_sandboxes(home.sandboxes_dir(state.session_id), profiles)
         budgets = spec.budgets.model_dump(by_alias=True, exclude_none=True)
-    brief = briefing(
+    return briefing(
         state,
         locate=locate,
         artifact_store=home.artifacts_location,
@@ -386,6 +423,12 @@ def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> 
         sandboxes=sandboxes,
         budgets=budgets,
     )
+
+
+def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> str:
+    from belay.journal.briefing import render_json, render_markdown, render_text
+
+    brief = session_briefing(state, liveness)
     if style == "json-lines":  # one compact object per line, for a follower's stream
         return brief.model_dump_json()
     render = {"json": render_json, "markdown": render_markdown, "text": render_text}[style]
@@ -422,7 +465,7 @@ async def follow_brief(session_id: str, style: str) -> None:
     home = home_of(session_id)
     state, known = await read_state(home, session_id)
     if not known:
-        raise fail(f"unknown session {session_id!r} in {_record_place(home)}")
+        raise fail(unknown_session(session_id, home))
     store = home.open_event_store()
     liveness = await local_liveness(store, session_id)
     sys.stdout.write(render_brief(state, style, liveness) + "\n")
@@ -519,6 +562,50 @@ def events(
         else:
             line = progress_line(event) or f"{event.seq:>4} {event.type}"
             console.print(line, highlight=False, markup=False)
+
+
+@app.command()
+def report(
+    session_ids: Annotated[
+        list[str], typer.Argument(metavar="SESSION...", help="A session, or the sessions of one objective.")
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Where to write the page (default ./SESSION-report.html)."),
+    ] = None,
+) -> None:
+    """A timeline of the session as one HTML file that opens without a network: per subagent its
+    steps, tool calls, checkpoints, waits and approvals, the interruptions and recoveries, the
+    briefing beside it, and how to fetch each deliverable. Several sessions share one time axis."""
+    from belay.journal.briefing import render_rows
+    from belay.journal.report import render_html, session_report
+
+    def locator(session_id: str) -> Any:
+        home = home_of(session_id)
+        store = home.open_artifact_store()
+
+        def locate(ref: ArtifactRef) -> str | None:
+            if not store.exists(ref.sha256):
+                return None
+            where = store.location(ref.sha256)
+            return where if home.artifacts_url else Path(where).as_uri()  # a presigned URL, or a file
+
+        return locate
+
+    reports = []
+    for session_id in dict.fromkeys(session_ids):
+        state, events = _known_state(session_id)
+        liveness = read_liveness(session_id)
+        brief = render_rows(session_briefing(state, liveness))
+        reports.append(
+            session_report(events, state, liveness=liveness, briefing=brief, locate=locator(session_id))
+        )
+    target = output or Path(f"{session_ids[0]}-report.html")
+    if target.is_dir():
+        target = target / f"{session_ids[0]}-report.html"
+    page = render_html(reports).encode()
+    write_output(target, page)
+    typer.echo(f"wrote {target} ({len(page)} bytes); open it in a browser, it needs no network", err=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -901,11 +988,7 @@ def _get_artifact(session_id: str, name: str, output: Path | None) -> None:
             )
         sha256, target = record.ref.sha256, output or Path(name)
     data = home_of(session_id).open_artifact_store().get(sha256)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    except OSError as error:
-        raise fail(f"cannot write {target}: {error.strerror or error}; choose another -o PATH") from None
+    write_output(target, data)
     typer.echo(f"wrote {target} ({len(data)} bytes, sha256 {sha256})", err=True)
 
 
