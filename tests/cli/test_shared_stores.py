@@ -79,13 +79,13 @@ def test_run_on_shared_stores_and_brief_from_elsewhere(
 
     brief = run_belay(
         elsewhere,
+        "brief",
+        SESSION,
+        "--json",
         "--events",
         events_url,
         "--artifacts",
         artifacts_url,
-        "brief",
-        SESSION,
-        "--json",
         environment=environment,
     )
     assert brief.returncode == 0, brief.stderr
@@ -116,6 +116,17 @@ def test_run_on_shared_stores_and_brief_from_elsewhere(
         environment=environment,
     )
     assert fetched.returncode == 0, fetched.stderr
+    page = tmp_path / "report.html"
+    reported = run_belay(
+        elsewhere,
+        "report",
+        SESSION,
+        "-o",
+        str(page),
+        environment={**environment, "BELAY_EVENTS": events_url, "BELAY_ARTIFACTS": artifacts_url},
+    )
+    assert reported.returncode == 0, reported.stderr
+    assert f"{s3_server.endpoint_url}/{bucket}/artifacts/" in page.read_text()  # presigned links
     assert (tmp_path / "fix.patch").read_bytes() == artifacts.get(state.artifacts["fix.patch"].ref.sha256)
 
 
