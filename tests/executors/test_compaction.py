@@ -9,7 +9,8 @@ context stays within its token budget and holds the goal and the newest summary,
 written is still in the record, each summary covers the history before its window and links what
 it relies on, a scripted summary is reproducible from the record, and a new attempt (a new store
 connection, a new executor) builds the same model request. A model executor's summary is written
-by the model, through a stand-in that speaks the OpenAI Responses wire format.
+by the model, through a stand-in that speaks the OpenAI Responses wire format. And `belay run` of a
+scripted plan long enough to compact records its summaries through the real harness.
 """
 
 from __future__ import annotations
@@ -59,12 +60,14 @@ from belay.journal.events import (
     Verification,
 )
 from belay.journal.state import SessionState, apply
+from belay.local.drill import read_events, run_belay
 from belay.stores.filesystem import FilesystemArtifactStore
 from belay.stores.sqlite import SqliteEventStore
 from tests.harness.example import MANIFEST
 from tests.models.conftest import ProviderStandIn
 from tests.models.conftest import provider as provider  # the stand-in fixture
 from tests.models.test_openai_responses import response_body
+from tests.scripted import write_scripted_session
 
 SUBAGENT = "researcher"
 GOAL = "Keep the parser green while its grammar grows, one rule at a time."
@@ -345,3 +348,45 @@ async def test_a_model_executor_has_the_model_write_the_summary(
     finally:
         await model.close()
         await store.close()
+
+
+def test_belay_run_of_a_long_plan_records_summaries_and_every_event(tmp_path: Path) -> None:
+    """The same through the real harness: `belay run` of a scripted plan of 60 one-note steps."""
+    steps = [
+        {
+            "id": f"s{i}",
+            "title": f"Step {i}",
+            "verify": {"command": "true", "exit_code": 0},
+            "actions": [
+                {
+                    "tool": "record_note",
+                    "text": f"Step {i}.",
+                    "arguments": {
+                        "note_id": f"n{i}",
+                        "kind": "finding",
+                        "status": "supported",
+                        "text": f"{i}",
+                    },
+                }
+            ],
+        }
+        for i in range(60)
+    ]
+    manifest = write_scripted_session(
+        tmp_path / "session",
+        "long-run",
+        GOAL,
+        [{"name": "worker", "role": "works", "networkProfile": "none"}],
+        {"worker": steps},
+    )
+    result = run_belay(tmp_path / "home", "run", "--quiet", str(manifest))
+    assert result.returncode == 0, result.stderr
+    events = read_events(tmp_path / "home", "long-run")
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert sum(e.type == "tool_result" for e in events) == 3 * 60  # update_plan twice and the note
+    summaries = [e for e in events if isinstance(e, SummaryEvent)]
+    assert len(summaries) >= (len(events) - RECENT_WINDOW_EVENTS) // (COMPACT_AFTER_EVENTS + 10)
+    for summary in summaries:
+        assert summary.payload.covers_from_seq == 1
+        assert summary.payload.covers_to_seq == summary.seq - 1 - RECENT_WINDOW_EVENTS
+        assert summary.actor.subagent == "worker"
