@@ -181,3 +181,17 @@ async def test_a_remote_session_that_cannot_go_on_fails_the_session_with_its_rea
     ended = [e.payload for e in events if e.type == "lifecycle" and e.payload.kind == "session_failed"]
     assert [e.reason for e in ended] == [reason]
     assert words in ended[0].detail
+
+
+async def test_a_provider_compaction_is_recorded_as_what_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result, events, stats = await run_with(
+        "anthropic-managed", tmp_path, monkeypatch, when=after_first_result("compact_context")
+    )
+    assert result.completed, result.detail
+    [compacted] = remote(events, "compacted")
+    assert compacted.detail.startswith("agent.thread_context_compacted sevt_")
+    assert compacted.remote_session_id == remote_id(events)
+    assert not [e for e in events if e.type == "summary"]  # Belay's own record is not compacted
+    assert provider_problems(stats, subagents=1) == []

@@ -72,6 +72,7 @@ def connection_errors() -> tuple[type[BaseException], ...]:
 class AnthropicManagedProvider(ManagedProvider):
     kind = KIND
     waking_events = WAKING_EVENTS
+    compaction_events = frozenset({"agent.thread_context_compacted"})
 
     def new_client(self, endpoint: Endpoint) -> Any:
         from anthropic import AsyncAnthropic

@@ -180,6 +180,7 @@ class ManagedProvider(abc.ABC):
 
     kind: str
     waking_events: frozenset[str]  # the stream's event types that may change what comes next
+    compaction_events: frozenset[str] = frozenset()  # the provider compacted its conversation
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
@@ -219,15 +220,18 @@ class ManagedProvider(abc.ABC):
     async def open_stream(self, session_id: str) -> Any:
         """The session's live event stream (the SDK's async stream), open."""
 
-    async def events(self, session_id: str) -> AsyncIterator[None]:
-        """Yields once the live event stream is open, then once per event that may change what
-        the executor does next; ends or raises when the stream is cut."""
+    async def events(self, session_id: str) -> AsyncIterator[str | None]:
+        """Yields None once the live event stream is open, then once per event that may change
+        what the executor does next; for a compaction of the remote conversation, its type and id
+        instead. Ends or raises when the stream is cut."""
         stream = await self.open_stream(session_id)
         try:
-            yield
+            yield None
             async for event in stream:
-                if event.type in self.waking_events:
-                    yield
+                if event.type in self.compaction_events:
+                    yield f"{event.type} {getattr(event, 'id', '')}".rstrip()
+                elif event.type in self.waking_events:
+                    yield None
         finally:
             await stream.close()
 
@@ -750,7 +754,10 @@ class ManagedExecutor:
         delay = BACKOFF_S[0]
         while True:
             try:
-                async for _ in self.provider.events(self.remote_id):
+                async for compaction in self.provider.events(self.remote_id):
+                    if compaction is not None:
+                        await self.context.record([self.remote(RemoteKind.COMPACTED, detail=compaction)])
+                        continue
                     self.signal.bump()
                     delay = BACKOFF_S[0]
                 why = "ended"

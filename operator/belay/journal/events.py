@@ -350,6 +350,9 @@ class RemoteKind(StrEnum):
     INTERRUPTED = "interrupted"
     # The remote session cannot go on (failed, terminated, deleted): the reason is in `detail`.
     FAILED = "failed"
+    # The provider compacted the remote session's own context (its summary, in its records, not
+    # Belay's); `detail` names the provider's event. Belay's record is not compacted by it.
+    COMPACTED = "compacted"
 
 
 class Remote(Payload):

@@ -34,6 +34,8 @@ Fault hooks (see `belay.executors.standins.common` for the shared ones):
   `events.list`), or at once with `{"kind": "recover_session", "session_id": S}`.
 - `{"kind": "terminate_session", "session_id": S}`: the session ends for good (`session.error`
   terminal, `session.status_terminated`); sends answer 400. Archiving does the same.
+- `{"kind": "compact_context", "session_id": S}`: the remote agent compacts its context now
+  (`agent.thread_context_compacted`, the event the real API sends when it summarises).
 - `delete_session` (streams receive `session.deleted`, then end), `cut_stream`, `server_error`,
   `duplicate_event` as described in the common module.
 """
@@ -53,6 +55,7 @@ from belay.executors.standins import common
 from belay.executors.standins.common import (
     SUBAGENT_METADATA_KEY,
     ApiError,
+    CompactContext,
     DeleteSession,
     Fault,
     Frame,
@@ -137,7 +140,7 @@ class StoredFile:
 
 class AnthropicManagedStandin(StandinServer[RemoteSession]):
     provider: ClassVar[str] = "anthropic-managed"
-    session_faults = (DeleteSession, RescheduleSession, RecoverSession, TerminateSession)
+    session_faults = (DeleteSession, RescheduleSession, RecoverSession, CompactContext, TerminateSession)
     base_path: ClassVar[str] = ""
 
     def __init__(
@@ -209,6 +212,8 @@ class AnthropicManagedStandin(StandinServer[RemoteSession]):
             self._recover(session)
         elif isinstance(fault, TerminateSession):
             self._terminate(session, "The session was terminated (stand-in fault).")
+        elif isinstance(fault, CompactContext):
+            self._emit(session, {"type": "agent.thread_context_compacted"})
 
     # --------------------------------------------------------------------- agents, environments
 

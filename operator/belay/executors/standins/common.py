@@ -35,7 +35,7 @@ server, or `RunningStandin.add_fault(...)`. Each is one of:
 - `{"kind": "delete_session", "session_id": S}`: the session is gone, as if deleted through the
   API: its streams end and every request about it answers 404.
 - Provider-specific session faults (`fail_session`; `reschedule_session`, `recover_session`,
-  `terminate_session`) are described in each provider's module.
+  `terminate_session`, `compact_context`) are described in each provider's module.
 
 `GET /_standin/faults` lists the armed faults and those served. Nothing under `/_standin/` is part
 of either provider's API, and nothing there needs a key.
@@ -265,6 +265,13 @@ class RecoverSession(_Fault):
     session_id: str
 
 
+class CompactContext(_Fault):
+    """Anthropic only: the remote agent compacts its context now (`agent.thread_context_compacted`)."""
+
+    kind: Literal["compact_context"] = "compact_context"
+    session_id: str
+
+
 class TerminateSession(_Fault):
     """Anthropic only: the session ends for good (`terminated`)."""
 
@@ -280,11 +287,14 @@ Fault = Annotated[
     | FailSession
     | RescheduleSession
     | RecoverSession
+    | CompactContext
     | TerminateSession,
     Field(discriminator="kind"),
 ]
 FAULT = TypeAdapter(Fault)
-SessionFault = DeleteSession | FailSession | RescheduleSession | RecoverSession | TerminateSession
+SessionFault = (
+    DeleteSession | FailSession | RescheduleSession | RecoverSession | CompactContext | TerminateSession
+)
 StreamFaultT = TypeVar("StreamFaultT", CutStream, DuplicateEvent)
 
 
