@@ -9,9 +9,9 @@ whole history before the window; the record keeps every event it covers, and the
 them (its seq range) and links the events and artifacts it draws on.
 
 A compaction reads only the events it adds (at most the window, the threshold and one turn's
-events), so its cost, like the context's, does not grow with the length of the record. The text is
-made by the model for model executors (`belay.executors.self_hosted`), and deterministically from the events
-for the scripted one (`deterministic_text`), so a scripted session's record is reproducible.
+events), so its cost, like the context's, does not grow with the length of the record. The text
+is made by the model for model executors (`belay.executors.self_hosted`), and from the events for
+the scripted one (`deterministic_text`), so a scripted session's record is reproducible.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
@@ -93,11 +94,11 @@ class LocalHome:
 
     @property
     def events_location(self) -> str:
-        return self.events_url or str(self.events_db)
+        return _shown(self.events_url) if self.events_url else str(self.events_db)
 
     @property
     def artifacts_location(self) -> str:
-        return self.artifacts_url or str(self.artifacts_dir)
+        return _shown(self.artifacts_url) if self.artifacts_url else str(self.artifacts_dir)
 
     @property
     def stores_elsewhere(self) -> bool:
@@ -176,6 +177,12 @@ class LocalHome:
         return self.manifest_file(session_id).is_file()
 
 
+def _shown(url: str) -> str:
+    """A store URL as a briefing shows it: without user info, which could hold a password."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 def _open_store(kind: str, url: str) -> Any:
     from belay.stores import factory
 
@@ -185,7 +192,7 @@ def _open_store(kind: str, url: str) -> Any:
     except (ValueError, KeyError) as error:
         option = "--events" if kind == "event" else "--artifacts"
         raise HomeError(
-            f"cannot open the {kind} store {url}: {error}; check {option} or spec.stores"
+            f"cannot open the {kind} store {_shown(url)}: {error}; check {option} or spec.stores"
         ) from None
 
 
