@@ -32,7 +32,7 @@ from belay.harness.recovery import SandboxHandle, SandboxProvider
 from belay.journal.briefing import SandboxItem
 from belay.journal.events import now_utc
 from belay.journal.status import Liveness
-from belay.stores.base import EventStore, Lease
+from belay.stores.base import EventStore, Lease, StoreError
 
 LOCAL_HOLDER_PREFIX = "local:"
 SANDBOX_LOCK = "sandboxes.lock"
@@ -237,11 +237,14 @@ async def reap_orphans(
         with sandbox_lock(session_dir, exclusive=True) as taken:
             if not taken:
                 continue  # a sandbox is starting: its attempt is alive
-            store = store_for(session_dir.name)
             try:
-                lease = await store.current_lease(session_dir.name)
-            finally:
-                await store.close()
+                store = store_for(session_dir.name)
+                try:
+                    lease = await store.current_lease(session_dir.name)
+                finally:
+                    await store.close()
+            except StoreError:
+                continue  # its record's store does not answer: a live attempt may own them
             if lease is not None and holder_alive(lease.holder) is not False:
                 continue  # a live attempt (or one this machine cannot see) owns them
             servers = recorded_servers(session_dir / "sandboxes")
