@@ -103,26 +103,28 @@ def step_payloads(index: int) -> list[Payload]:
     """One step as a scripted session records it: about ten events."""
     step = f"{SUBAGENT}/rule-{index}"
     run, write, done = (f"{SUBAGENT}.rule-{index}.{n}" for n in (1, 2, 3))
-    payloads: list[Payload] = [
-        ModelOutput(text=f"Rule {index}: add it to the grammar.", tool_calls=(run,)),
-        ToolRequest(
-            operation_id=run,
-            tool="update_plan",
-            arguments={"step": f"rule-{index}", "status": "running"},
-            effect=EffectClass.IDEMPOTENT,
+
+    def request(operation_id: str, tool: str, arguments: dict[str, Any], effect: EffectClass) -> ToolRequest:
+        return ToolRequest(
+            operation_id=operation_id,
+            tool=tool,
+            arguments=arguments,
+            effect=effect,
             step=step,
             subagent=SUBAGENT,
-        ),
+        )
+
+    payloads: list[Payload] = [
+        ModelOutput(text=f"Rule {index}: add it to the grammar.", tool_calls=(run,)),
+        request(run, "update_plan", {"step": f"rule-{index}", "status": "running"}, EffectClass.IDEMPOTENT),
         ToolResult(operation_id=run, ok=True, output={"step": f"rule-{index}"}),
         Task(task_id=step, title=f"Rule {index}", status=TaskStatus.RUNNING, owner=SUBAGENT),
         ModelOutput(text="Write the rule and its test.", tool_calls=(write,)),
-        ToolRequest(
-            operation_id=write,
-            tool="run_command",
-            arguments={"command": f"python -m unittest tests.test_rule_{index}"},
-            effect=EffectClass.READ_ONLY,
-            step=step,
-            subagent=SUBAGENT,
+        request(
+            write,
+            "run_command",
+            {"command": f"python -m unittest tests.test_rule_{index}"},
+            EffectClass.READ_ONLY,
         ),
         ToolResult(
             operation_id=write,
@@ -133,14 +135,7 @@ def step_payloads(index: int) -> list[Payload]:
         Note(
             note_id=f"finding-{index}", kind=NoteKind.FINDING, text=f"rule {index} parses", status="supported"
         ),
-        ToolRequest(
-            operation_id=done,
-            tool="update_plan",
-            arguments={"step": f"rule-{index}", "status": "done"},
-            effect=EffectClass.IDEMPOTENT,
-            step=step,
-            subagent=SUBAGENT,
-        ),
+        request(done, "update_plan", {"step": f"rule-{index}", "status": "done"}, EffectClass.IDEMPOTENT),
         Task(task_id=step, status=TaskStatus.VERIFIED, owner=SUBAGENT),
     ]
     if index % 25 == 0:
