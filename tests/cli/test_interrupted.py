@@ -108,7 +108,10 @@ def run_processes(home: Path, *, besides: set[int]) -> set[Process]:
     table = process_table()
     recorded = set()
     for record in home.glob("sessions/*/sandboxes/*/server.json"):
-        pid = json.loads(record.read_text()).get("pid")
+        try:
+            pid = json.loads(record.read_text()).get("pid")
+        except (OSError, ValueError):  # being written or removed: the other signs still count
+            continue
         if pid in table:
             recorded.add(pid)
     found = recorded | {pid for pid in table if lies_in(pid, home)}

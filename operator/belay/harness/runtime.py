@@ -28,6 +28,7 @@ from belay.harness.attempt import Attempt
 from belay.harness.models.base import ToolCall
 from belay.harness.recovery import Recovery
 from belay.harness.redaction import Redactor
+from belay.harness.stopping import InFlight
 from belay.harness.tools import ToolSpec, tool_spec
 from belay.journal.approvals import ApprovalState, approval_state
 from belay.journal.events import (
@@ -74,6 +75,7 @@ class ToolRuntime:
     poll_interval_s: float = 0.05
     redactor: Redactor = field(default_factory=Redactor.from_environment)
     fenced: bool = field(default_factory=lambda: os.environ.get(FENCE_ENV) != "off")
+    in_flight: InFlight = field(default_factory=InFlight)
 
     @property
     def session_id(self) -> str:
@@ -129,8 +131,6 @@ class ToolRuntime:
 
     async def execute(self, sub: SubagentSpec, request_seq: int, request: ToolRequest) -> list[Event]:
         """Run one recorded request to its recorded end; returns what was recorded for it."""
-        from belay.harness.harness_tools import run_in_harness
-
         spec = tool_spec(request.tool)
         state = await self.attempt.state()
         if request.operation_id in state.approvals_by_operation or self.needs_approval(sub, request.tool):
@@ -143,12 +143,9 @@ class ToolRuntime:
                 )
         while True:
             try:
-                await self.fence(spec)
-                if spec.where == "sandbox":
-                    payloads = await self.run_in_sandbox(sub, request)
-                else:
-                    payloads = await run_in_harness(self, sub, request)
-                break
+                return await self.in_flight.run(
+                    request.operation_id, request.tool, self.dispatch(sub, request_seq, request)
+                )
             except SandboxUnavailable as lost:
                 await self.recovery.replace_sandbox(sub, lost)
             # The answer was lost with the sandbox: the effect table decides, as after a lost
@@ -157,6 +154,18 @@ class ToolRuntime:
             if spec.effect == EffectClass.UNSAFE:
                 op = (await self.attempt.state()).operations[request.operation_id]
                 return await self.reconcile_unsafe(sub, op, request)
+
+    async def dispatch(self, sub: SubagentSpec, request_seq: int, request: ToolRequest) -> list[Event]:
+        """The call itself and its recorded result: once begun, a stop lets it finish (within the
+        stop's bound, belay.harness.stopping)."""
+        from belay.harness.harness_tools import run_in_harness
+
+        spec = tool_spec(request.tool)
+        await self.fence(spec)
+        if spec.where == "sandbox":
+            payloads = await self.run_in_sandbox(sub, request)
+        else:
+            payloads = await run_in_harness(self, sub, request)
         return await self.attempt.record(payloads, subagent=sub.name, parent_seq=request_seq)
 
     async def fence(self, spec: ToolSpec) -> None:
