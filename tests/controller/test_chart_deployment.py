@@ -200,9 +200,10 @@ async def test_chart_deployment_elects_one_leader_and_a_lost_leader_is_replaced_
             # until the Lease runs out; then another replica takes it and recovers the session alone.
             # That is the standby or the pod the ReplicaSet made in the leader's place, whichever
             # candidate polls first after the expiry.
-            kube.kubectl("delete", "pod", "-n", OPERATOR_NAMESPACE, leader, "--wait=false")
+            lost = ("--wait=false", "--grace-period=0", "--force")  # no SIGTERM first: a lost node
+            kube.kubectl("delete", "pod", "-n", OPERATOR_NAMESPACE, leader, *lost)
             wait_for(lambda: leader not in operators.pods, "the leader's process to be killed", timeout=30)
-            kube.kubectl("delete", "pod", "-n", SESSIONS_NAMESPACE, f"{SESSION}-harness-0", "--wait=false")
+            kube.kubectl("delete", "pod", "-n", SESSIONS_NAMESPACE, f"{SESSION}-harness-0", *lost)
             new_leader = wait_for(
                 lambda: (holder := lease_holder(kube)) != leader and holder,
                 "another replica to take the Lease",
