@@ -56,9 +56,11 @@ def become_subreaper() -> bool:
     return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
-def _parents() -> dict[int, int]:
-    """pid -> parent pid of every live process (a zombie is dead: it cannot fork or hold a file)."""
-    parents = {}
+def process_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, start time in clock ticks since boot) of every live process (a zombie is
+    dead: it cannot fork or hold a file). The start time tells a process from a later one that
+    was given the same pid."""
+    table = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -67,15 +69,15 @@ def _parents() -> dict[int, int]:
         except OSError:
             continue
         if fields[0] not in ("Z", "X"):
-            parents[int(entry.name)] = int(fields[1])
-    return parents
+            table[int(entry.name)] = (int(fields[1]), int(fields[19]))
+    return table
 
 
 def descendants(pid: int | None = None) -> list[int]:
     """Live descendants of `pid` (default: this process), found from each process's parent."""
     root = os.getpid() if pid is None else pid
     children: dict[int, list[int]] = {}
-    for child, parent in _parents().items():
+    for child, (parent, _) in process_table().items():
         children.setdefault(parent, []).append(child)
     found: list[int] = []
     frontier = [root]

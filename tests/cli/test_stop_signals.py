@@ -28,6 +28,7 @@ import signal
 import subprocess
 import termios
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,12 +132,15 @@ def reap(process: subprocess.Popen[bytes]) -> int:
             process.wait()
 
 
-def stop_with_sigterm(home: Path, point: str) -> Stopped:
-    process = start_run(home, point)
+def signal_stopped_run(
+    process: subprocess.Popen[bytes], home: Path, point: str, deliver: Callable[[], None]
+) -> tuple[int, float, set[Process]]:
+    """Once the run stopped itself at `point`: `deliver` the signal, let it go on, and wait for it.
+    Returns its exit status, the time from the signal to its exit, and its processes left alive."""
     try:
         wait_until_stopped(process, point)
         before = run_processes(home, besides={os.getpid(), process.pid})
-        os.kill(process.pid, signal.SIGTERM)
+        deliver()
         signalled = time.monotonic()
         os.kill(process.pid, signal.SIGCONT)
         status = reap(process)
@@ -145,7 +149,14 @@ def stop_with_sigterm(home: Path, point: str) -> Stopped:
         if process.poll() is None:
             process.kill()
             process.wait()
-    left = still_alive(before) | run_processes(home, besides={os.getpid()})
+    return status, took, still_alive(before) | run_processes(home, besides={os.getpid()})
+
+
+def stop_with_sigterm(home: Path, point: str) -> Stopped:
+    process = start_run(home, point)
+    status, took, left = signal_stopped_run(
+        process, home, point, lambda: os.kill(process.pid, signal.SIGTERM)
+    )
     output = (home / "belay.log").read_text(errors="replace")
     return Stopped(point, status, took, output, left, read_events(home, SESSION))
 
@@ -163,32 +174,20 @@ def read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def stop_with_ctrl_c(home: Path, point: str, times: int = 1) -> Stopped:
+def stop_with_ctrl_c(home: Path, point: str) -> Stopped:
     leader, follower = pty.openpty()
     try:
         interrupt = termios.tcgetattr(follower)[6][termios.VINTR]
         process = start_run(home, point, terminal=follower)
         os.close(follower)
-        follower = -1
-        try:
-            wait_until_stopped(process, point)
-            before = run_processes(home, besides={os.getpid(), process.pid})
-            for _ in range(times):
-                os.write(leader, interrupt)  # Ctrl-C, typed at the run's terminal
-            signalled = time.monotonic()
-            os.kill(process.pid, signal.SIGCONT)
-            status = reap(process)
-            took = time.monotonic() - signalled
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+
+        def type_ctrl_c() -> None:  # at the run's terminal, as a person does
+            os.write(leader, interrupt)
+
+        status, took, left = signal_stopped_run(process, home, point, type_ctrl_c)
         output = read_all(leader).decode(errors="replace")
     finally:
         os.close(leader)
-        if follower >= 0:
-            os.close(follower)
-    left = still_alive(before) | run_processes(home, besides={os.getpid()})
     return Stopped(point, status, took, output, left, read_events(home, SESSION))
 
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from belay.lifetime import descendants, die_with_parent
+from belay.lifetime import descendants, die_with_parent, process_table
 from tests.api.kubehelpers import REPO_ROOT
-from tests.cli.test_interrupted import Process, lies_in, process_table, still_alive
+from tests.cli.test_interrupted import Process, lies_in, still_alive
 
 pytestmark = [pytest.mark.testenv, pytest.mark.slow]
 
