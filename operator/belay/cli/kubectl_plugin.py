@@ -3,21 +3,46 @@ Checkpoint objects only (no store credentials, no pods).
 
     kubectl belay brief NAME [-n NAMESPACE]     where the session stands, from its status
     kubectl belay approve NAME ID [-n NAMESPACE]  approve one pending operation, bound to its payload hash
+    kubectl belay reject NAME ID --reason TEXT    turn down a pending operation or a published deliverable
+    kubectl belay amend NAME [--goal TEXT] [--part KEY=VALUE] [--remove-part KEY] [-f MANIFEST]
+                                                change the request: request version N+1
+    kubectl belay report NAME... | -l SELECTOR [-o FILE]  the timeline as one HTML file
 
-An approval is written into the session's spec (`spec.approvals`), exactly as a GitOps change
-would: the operator records it in the session record, and only for the payload hash the pending
-request carries, so a payload that changed since is not approved.
+An approval or a rejection is written into the session's spec (`spec.approvals`,
+`spec.rejections`), exactly as a GitOps change would: the operator records it in the session
+record, and only for the hash the pending request or the published deliverable carries, so a
+payload that changed since is neither approved nor rejected. A rejected step is redone with the
+reason. An amendment edits `spec.request` under the field manager `kubectl-belay/<user>`, which
+the operator records as who changed the request.
 """
 
 from __future__ import annotations
 
+import posixpath
+import shlex
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any, cast
 
 import typer
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from belay.cli import terminal
+from belay.journal.report import (
+    WAIT_BAR_KIND,
+    Bar,
+    DeliverableEntry,
+    Gap,
+    Mark,
+    Row,
+    SessionReport,
+    StepEntry,
+    WaitEntry,
+    WaitEntryKind,
+    render_html,
+)
 
 GROUP, VERSION = "belay.dev", "v1alpha1"
 CONFLICT_RETRIES = 5
@@ -46,14 +71,16 @@ class PluginError(Exception):
     pass
 
 
-def _api(kubeconfig: str | None) -> tuple[client.CustomObjectsApi, str]:
+def _connect(kubeconfig: str | None) -> tuple[client.CustomObjectsApi, str, str]:
+    """The API, the context's namespace, and its user (who an approval or a change is by)."""
     try:
         api_client = config.new_client_from_config(config_file=kubeconfig)
         _, context = config.list_kube_config_contexts(config_file=kubeconfig)
     except (config.ConfigException, FileNotFoundError) as error:
         raise PluginError(f"cannot load kubeconfig: {error}") from None
-    namespace = (context or {}).get("context", {}).get("namespace") or "default"
-    return client.CustomObjectsApi(api_client), namespace
+    details = (context or {}).get("context", {})
+    namespace = details.get("namespace") or "default"
+    return client.CustomObjectsApi(api_client), namespace, str(details.get("user") or "unknown")
 
 
 def _get(api: client.CustomObjectsApi, namespace: str, plural: str, name: str) -> dict[str, Any]:
@@ -147,11 +174,16 @@ def briefing(session: dict[str, Any], checkpoints: list[dict[str, Any]]) -> str:
     if pending:
         lines.append("pending approvals:")
         for item in pending:
-            lines.append(
-                f"  {item['approvalId']}: {item['tool']} {item.get('summary', '')}".rstrip()
-                + f"\n    payload sha256 {item['payloadSha256']}"
-                + f"\n    kubectl belay approve {name} {item['approvalId']}"
-            )
+            lines.append(f"  {item['approvalId']}: {item['tool']} {item.get('summary', '')}".rstrip())
+            lines.append(f"    payload sha256 {item['payloadSha256']}")
+            if item.get("contentLocation"):
+                lines.append(
+                    f"    read what it sends out (sha256 {item['contentSha256']}): {item['contentLocation']}"
+                )
+            if item.get("payloadLocation"):
+                lines.append(f"    read the operation as approved: {item['payloadLocation']}")
+            lines.append(f"    kubectl belay approve {name} {item['approvalId']}")
+            lines.append(f'    (or: kubectl belay reject {name} {item["approvalId"]} --reason "...")')
     for wait in status.get("waits", []):
         lines.append(f"waits: {wait['kind']} {wait['waitId']}: {wait['reason']}")
     deliverables = status.get("deliverables", [])
@@ -161,6 +193,10 @@ def briefing(session: dict[str, Any], checkpoints: list[dict[str, Any]]) -> str:
             review = " (ready for review)" if item.get("readyForReview") else ""
             lines.append(f"  {item['name']}{review}: {item['size']} bytes, sha256 {item['sha256']}")
             lines.append(f"    {item['location']}")
+            if item.get("readyForReview"):
+                lines.append(
+                    f'    to have it redone: kubectl belay reject {name} {item["name"]} --reason "..."'
+                )
     lines += _resource_lines(session, status, checkpoints)
     if checkpoints:
         ordered = sorted(checkpoints, key=lambda c: c["spec"]["seq"], reverse=True)
@@ -193,51 +229,214 @@ def _fail(error: PluginError) -> typer.Exit:
     return typer.Exit(1)
 
 
-@app.command()
-def brief(name: str, namespace: Namespace = None, kubeconfig: Kubeconfig = None) -> None:
-    """Where the session stands: phase, what it waits on, approvals, deliverables, checkpoints."""
+def _session_and_checkpoints(
+    name: str, namespace: str | None, kubeconfig: str | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The AgentSession and its Checkpoints: all that a user with access to those reads."""
+    api, default_namespace, _ = _connect(kubeconfig)
+    namespace = namespace or default_namespace
+    session = _get(api, namespace, "agentsessions", name)
     try:
-        api, default_namespace = _api(kubeconfig)
-        namespace = namespace or default_namespace
-        session = _get(api, namespace, "agentsessions", name)
         listed = cast(
             dict[str, Any],
             api.list_namespaced_custom_object(
                 GROUP, VERSION, namespace, "checkpoints", label_selector=f"belay.dev/session={name}"
             ),
         )
+    except ApiException as error:
+        raise PluginError(f"cannot list the checkpoints of {name}: {error.status} {error.reason}") from None
+    return session, list(listed.get("items", []))
+
+
+@app.command()
+def brief(name: str, namespace: Namespace = None, kubeconfig: Kubeconfig = None) -> None:
+    """Where the session stands: phase, what it waits on, approvals, deliverables, checkpoints."""
+    try:
+        session, checkpoints = _session_and_checkpoints(name, namespace, kubeconfig)
     except PluginError as error:
         raise _fail(error) from None
-    typer.echo(briefing(session, list(listed.get("items", []))))
+    typer.echo(briefing(session, checkpoints))
 
 
 @app.command()
 def approve(name: str, item_id: str, namespace: Namespace = None, kubeconfig: Kubeconfig = None) -> None:
     """Approve one pending operation for exactly the payload it asked for."""
     try:
-        api, default_namespace = _api(kubeconfig)
+        api, default_namespace, user = _connect(kubeconfig)
         namespace = namespace or default_namespace
-        for _ in range(CONFLICT_RETRIES):
-            session = _get(api, namespace, "agentsessions", name)
-            grant = approval_grant(session.get("status") or {}, item_id)
+        grant: dict[str, str] = {}
+
+        def change(session: dict[str, Any]) -> dict[str, Any] | None:
+            grant.update(approval_grant(session.get("status") or {}, item_id))
             approvals = list(session["spec"].get("approvals") or [])
             if any(_same_grant(existing, grant) for existing in approvals):
-                typer.echo(f"{grant['approvalId']} is already approved in the spec")
-                return
-            patch = {
-                # The resourceVersion makes this a compare-and-swap: a concurrent edit is retried.
-                "metadata": {"resourceVersion": session["metadata"]["resourceVersion"]},
-                "spec": {"approvals": [*approvals, grant]},
-            }
-            try:
-                api.patch_namespaced_custom_object(GROUP, VERSION, namespace, "agentsessions", name, patch)
-            except ApiException as error:
-                if error.status == 409:
-                    continue
-                raise PluginError(f"cannot update {name}: {error.status} {error.reason}") from None
-            typer.echo(f"approved {grant['approvalId']} for payload sha256 {grant['payloadSha256']}")
+                return None
+            return {"approvals": [*approvals, grant]}
+
+        if _update_spec(api, namespace, name, change, f"kubectl-belay/{user}") is None:
+            typer.echo(f"{grant['approvalId']} is already approved in the spec")
             return
-        raise PluginError(f"{name} kept changing; try again")
+        typer.echo(f"approved {grant['approvalId']} for payload sha256 {grant['payloadSha256']}")
+    except PluginError as error:
+        raise _fail(error) from None
+
+
+def rejection_entry(status: dict[str, Any], item_id: str, reason: str, by: str) -> dict[str, str]:
+    """The spec rejection for one pending approval (by approval or operation id) or one published
+    deliverable (by name), bound to the hash the status shows for it now."""
+    if not reason.strip():
+        raise PluginError('say why with --reason "...": the step is redone with it')
+    for item in status.get("pendingApprovals", []):
+        if item_id in (item["approvalId"], item["operationId"]):
+            return {"item": item["approvalId"], "sha256": item["payloadSha256"], "reason": reason, "by": by}
+    for item in status.get("deliverables", []):
+        if item_id == item["name"]:
+            return {"item": item["name"], "sha256": item["sha256"], "reason": reason, "by": by}
+    pending = [i["approvalId"] for i in status.get("pendingApprovals", [])]
+    published = [i["name"] for i in status.get("deliverables", [])]
+    known = ", ".join(pending + published) or "none"
+    raise PluginError(f"no pending approval or deliverable {item_id!r} (there are: {known})")
+
+
+def amended_request(
+    request: dict[str, Any],
+    goal: str | None,
+    parts: list[str],
+    removed: list[str],
+    manifest: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The request after the change; raises when it is malformed or changes nothing."""
+    if manifest is not None:
+        if goal is not None or parts or removed:
+            raise PluginError("give either -f MANIFEST or --goal/--part/--remove-part, not both")
+        wanted = (manifest.get("spec") or {}).get("request")
+        if not isinstance(wanted, dict) or not wanted.get("goal"):
+            raise PluginError("the manifest has no spec.request.goal")
+        new = {"goal": wanted["goal"], "parts": dict(wanted.get("parts") or {})}
+    else:
+        new = {"goal": request["goal"], "parts": dict(request.get("parts") or {})}
+    if goal is not None:
+        if not goal.strip():
+            raise PluginError("--goal cannot be empty")
+        new["goal"] = goal
+    for item in parts:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise PluginError(f"--part {item!r}: expected KEY=VALUE")
+        new["parts"][key.strip()] = value
+    for key in removed:
+        if key not in new["parts"]:
+            raise PluginError(f"--remove-part {key!r}: the request has no such part")
+        del new["parts"][key]
+    if new == {"goal": request["goal"], "parts": dict(request.get("parts") or {})}:
+        raise PluginError("nothing changes: the request is already that")
+    return new
+
+
+def _request_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch from one request to another: a removed part is set to null."""
+    parts: dict[str, Any] = dict(new["parts"])
+    for key in old.get("parts") or {}:
+        parts.setdefault(key, None)
+    return {"goal": new["goal"], "parts": parts}
+
+
+def _update_spec(
+    api: client.CustomObjectsApi,
+    namespace: str,
+    name: str,
+    change: Any,
+    field_manager: str,
+) -> dict[str, Any] | None:
+    """Read the session, let `change(session)` give the spec patch (None: nothing to do), apply it
+    as a compare-and-swap on the resourceVersion; a concurrent edit is read again and retried."""
+    for _ in range(CONFLICT_RETRIES):
+        session = _get(api, namespace, "agentsessions", name)
+        spec_patch = change(session)
+        if spec_patch is None:
+            return None
+        patch = {"metadata": {"resourceVersion": session["metadata"]["resourceVersion"]}, "spec": spec_patch}
+        try:
+            api.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, "agentsessions", name, patch, field_manager=field_manager
+            )
+        except ApiException as error:
+            if error.status == 409:
+                continue
+            raise PluginError(f"cannot update {name}: {error.status} {error.reason}") from None
+        return session
+    raise PluginError(f"{name} kept changing; try again")
+
+
+@app.command()
+def reject(
+    name: str,
+    item_id: str,
+    reason: Annotated[
+        str, typer.Option("--reason", "-m", help="Why: whoever redoes the step reads it.")
+    ] = "",
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Turn down a pending operation or a published deliverable: its step is redone with the reason."""
+    try:
+        api, default_namespace, user = _connect(kubeconfig)
+        namespace = namespace or default_namespace
+        entry: dict[str, str] = {}
+
+        def change(session: dict[str, Any]) -> dict[str, Any] | None:
+            entry.update(rejection_entry(session.get("status") or {}, item_id, reason, user))
+            existing = list(session["spec"].get("rejections") or [])
+            if any((r.get("item"), r.get("sha256")) == (entry["item"], entry["sha256"]) for r in existing):
+                return None
+            return {"rejections": [*existing, entry]}
+
+        if _update_spec(api, namespace, name, change, f"kubectl-belay/{user}") is None:
+            typer.echo(f"{entry['item']} (sha256 {entry['sha256']}) is already rejected in the spec")
+            return
+        typer.echo(
+            f"rejected {entry['item']} (sha256 {entry['sha256']}); the operator records it and the step is "
+            f"redone with your reason: kubectl belay brief {name}"
+        )
+    except PluginError as error:
+        raise _fail(error) from None
+
+
+@app.command()
+def amend(
+    name: str,
+    goal: Annotated[str | None, typer.Option("--goal", help="The new goal.")] = None,
+    parts: Annotated[list[str] | None, typer.Option("--part", metavar="KEY=VALUE")] = None,
+    removed: Annotated[list[str] | None, typer.Option("--remove-part", metavar="KEY")] = None,
+    manifest: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Take spec.request from a manifest.")
+    ] = None,
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Change the request (request version N+1): the work that depended on what changed is redone."""
+    try:
+        loaded = None
+        if manifest is not None:
+            try:
+                loaded = yaml.safe_load(manifest.read_text())
+            except (OSError, yaml.YAMLError) as error:
+                raise PluginError(f"cannot read {manifest}: {error}") from None
+            if not isinstance(loaded, dict):
+                raise PluginError(f"{manifest}: not a manifest")
+        api, default_namespace, user = _connect(kubeconfig)
+        namespace = namespace or default_namespace
+
+        def change(session: dict[str, Any]) -> dict[str, Any]:
+            old = session["spec"]["request"]
+            new = amended_request(old, goal, parts or [], removed or [], loaded)
+            return {"request": _request_patch(old, new)}
+
+        _update_spec(api, namespace, name, change, f"kubectl-belay/{user}")
+        typer.echo(
+            f"changed the request of {name} (by kubectl-belay/{user}); the operator records the next request "
+            f"version, and the work that depended on what changed is redone: kubectl belay brief {name}"
+        )
     except PluginError as error:
         raise _fail(error) from None
 
@@ -248,6 +447,235 @@ def _same_grant(existing: dict[str, Any], grant: dict[str, str]) -> bool:
         or existing.get("operationId") == grant["operationId"]
     )
     return names_it and existing.get("payloadSha256") == grant["payloadSha256"]
+
+
+# --------------------------------------------------------------------------------------------------
+# The timeline report, from what the status and the Checkpoints hold
+
+
+def _moment(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def status_report(
+    session: dict[str, Any], checkpoints: list[dict[str, Any]], *, now: datetime
+) -> SessionReport:
+    """The report of a session as a user with AgentSession and Checkpoint access sees it: the
+    status keeps no history, so the timeline has each checkpoint (when its object was created),
+    the interruption under way, and what waits now; the briefing is `kubectl belay brief`'s."""
+    name = session["metadata"]["name"]
+    status = session.get("status") or {}
+    by_subagent: dict[str, list[dict[str, Any]]] = {}
+    for cp in sorted(checkpoints, key=lambda c: c["spec"]["seq"]):
+        by_subagent.setdefault(cp["spec"].get("subagent") or "", []).append(cp)
+    rows: list[Row] = []  # the status has no attempt's start or end: no attempts row
+    steps = []
+    for subagent, owned in by_subagent.items():
+        rows.append(Row(kind="subagent", label=subagent or "the session"))
+        for cp in owned:
+            spec = cp["spec"]
+            created = _moment(cp["metadata"].get("creationTimestamp"))
+            verified = "verified" if spec["verified"] else "not verified"
+            marks = []
+            if created is not None:
+                label = f"checkpoint {spec['checkpointId']} (seq {spec['seq']}, {verified})"
+                marks.append(Mark(kind="checkpoint", at=created, label=label, ok=spec["verified"]))
+            rows.append(Row(kind="step", label=spec["checkpointId"], marks=marks))
+            steps.append(
+                StepEntry(
+                    step_id=spec["checkpointId"],
+                    subagent=subagent,
+                    title=f"checkpoint at seq {spec['seq']}",
+                    status=verified,
+                    ended=created,
+                )
+            )
+    gaps = []
+    gone = status.get("interruption")
+    since = _moment(gone.get("since")) if gone else None
+    if gone and since is not None:
+        gaps.append(
+            Gap(
+                attempt=gone["attempt"],
+                start=since,
+                why=gone["why"],
+                doing=gone["doing"],
+                next=gone.get("next", ""),
+            )
+        )
+    # The status has no time for a single wait; its condition says since when the session has
+    # waited on that kind, which is when the first of those waits opened.
+    waiting_since = {
+        c["type"]: _moment(c.get("lastTransitionTime"))
+        for c in status.get("conditions", [])
+        if c.get("status") == "True"
+    }
+    waits = [
+        WaitEntry(
+            wait_id=item["approvalId"],
+            kind="approval",
+            on=f"you: approve {item['tool']}",
+            reason=item.get("summary", ""),
+            opened=waiting_since.get("WaitingOnUser"),
+        )
+        for item in status.get("pendingApprovals", [])
+    ]
+    kinds: dict[str, tuple[WaitEntryKind, str]] = {
+        "on_user": ("on_user", "WaitingOnUser"),
+        "on_external": ("on_external", "WaitingOnExternal"),
+        "ready_for_review": ("review", "ReadyForReview"),
+    }
+    for wait in status.get("waits", []):
+        kind, condition = kinds.get(wait["kind"], ("on_user", "WaitingOnUser"))
+        waits.append(
+            WaitEntry(
+                wait_id=wait["waitId"],
+                kind=kind,
+                on=wait.get("condition") or ("your review" if kind == "review" else "you"),
+                reason=wait.get("reason", ""),
+                opened=waiting_since.get(condition),
+            )
+        )
+    waiting = [w for w in waits if w.opened is not None]
+    if waiting:
+        rows.append(Row(kind="subagent", label="waiting now"))
+        rows += [
+            Row(
+                kind="wait",
+                label=w.wait_id,
+                title=f"{w.wait_id}: {w.reason}",
+                bars=[
+                    Bar(
+                        kind=WAIT_BAR_KIND[w.kind],
+                        label=w.wait_id,
+                        start=w.opened,
+                        detail=f"waits on {w.on} (at most this long: since the session began waiting on it)",
+                    )
+                ],
+            )
+            for w in waiting
+            if w.opened is not None
+        ]
+    deliverables = [
+        DeliverableEntry(
+            name=item["name"],
+            subagent=item.get("subagent") or "",
+            size=item.get("size"),
+            sha256=item.get("sha256", ""),
+            command=_fetch_command(item),
+            location=item.get("location", ""),
+            ready_for_review=bool(item.get("readyForReview")),
+        )
+        for item in status.get("deliverables", [])
+    ]
+    lines = briefing(session, checkpoints).splitlines()
+    return SessionReport(
+        session_id=name,
+        phase=status.get("phase", "Pending"),
+        goal=session["spec"]["request"]["goal"].strip(),
+        now=now,
+        source=(
+            f"the AgentSession's status and its {len(checkpoints)} Checkpoint objects, which keep no history "
+            "of steps, calls and waits: a wait's length is since its condition turned true "
+            "(`belay report` where the record can be read shows every step, call and wait)"
+        ),
+        rows=rows,
+        gaps=gaps,
+        scope_changes=[],
+        steps=steps,
+        waits=waits,
+        deliverables=deliverables,
+        briefing=[((len(line) - len(line.lstrip(" "))) // 2, line.strip()) for line in lines],
+        harness_lost_untimed=int(status.get("harnessLost", 0)),
+        progress=", ".join(
+            f"{s['name']} {s.get('done', 0)} of {s.get('tasks', 0)} tasks"
+            for s in status.get("subagents", [])
+        ),
+    )
+
+
+def _fetch_command(deliverable: dict[str, Any]) -> str:
+    """How a cluster user fetches a deliverable: the presigned URL the status carries, with curl
+    (quoted: the name is a model's choice); a location that is no URL is shown as it is."""
+    location = str(deliverable.get("location", ""))
+    if not location.startswith(("https://", "http://")):
+        return ""
+    target = posixpath.basename(str(deliverable["name"])) or "deliverable"
+    return f"curl -fsSL -o {shlex.quote(target)} {shlex.quote(location)}"
+
+
+def _sessions_named(
+    names: list[str], selector: str | None, namespace: str | None, kubeconfig: str | None
+) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Each session named, or each that the label selector picks, with its Checkpoints."""
+    if bool(names) == bool(selector):
+        raise PluginError(
+            "name the sessions, or pick them with -l SELECTOR (such as -l team=parsers), not both"
+        )
+    if selector:
+        api, default_namespace, _ = _connect(kubeconfig)
+        try:
+            listed = cast(
+                dict[str, Any],
+                api.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace or default_namespace, "agentsessions", label_selector=selector
+                ),
+            )
+        except ApiException as error:
+            raise PluginError(
+                f"cannot list AgentSessions with {selector!r}: {error.status} {error.reason}"
+            ) from None
+        names = sorted(item["metadata"]["name"] for item in listed.get("items", []))
+        if not names:
+            raise PluginError(
+                f"no AgentSession matches -l {selector!r} in namespace {namespace or default_namespace!r}"
+            )
+    return [_session_and_checkpoints(name, namespace, kubeconfig) for name in dict.fromkeys(names)]
+
+
+@app.command()
+def report(
+    names: Annotated[
+        list[str] | None, typer.Argument(metavar="NAME...", help="One session or several.")
+    ] = None,
+    selector: Annotated[
+        str | None,
+        typer.Option("--selector", "-l", help="The sessions with these labels, e.g. -l team=parsers."),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Where to write the page (default ./NAME-report.html)."),
+    ] = None,
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """The timeline as one HTML file that opens without a network, from what `kubectl belay brief`
+    reads: the status and the Checkpoints. Several sessions share one time axis."""
+    try:
+        found = _sessions_named(names or [], selector, namespace, kubeconfig)
+    except PluginError as error:
+        raise _fail(error) from None
+    now = datetime.now(UTC)
+    page = render_html(
+        [status_report(session, checkpoints, now=now) for session, checkpoints in found]
+    ).encode()
+    first = found[0][0]["metadata"]["name"]
+    target = output or Path(f"{first}-report.html")
+    if target.is_dir():
+        target = target / f"{first}-report.html"
+    try:
+        target.write_bytes(page)
+    except OSError as error:
+        raise _fail(
+            PluginError(f"cannot write {target}: {error.strerror or error}; choose another -o PATH")
+        ) from None
+    typer.echo(f"wrote {target} ({len(page)} bytes); open it in a browser, it needs no network", err=True)
 
 
 def main() -> None:

@@ -118,8 +118,13 @@ def decide_harness(
         return HarnessDecision(Action.GIVE_UP, None, why=f"{state.lifecycle.harness_lost} attempts lost")
 
     stopped = clean_stop(state)
+    reopened = state.lifecycle.reopened_seq
     if silent:
         why = silent
+    elif reopened is not None and not any(
+        e.kind == "harness_started" and e.seq > reopened for e in state.lifecycle.recent
+    ):
+        why = "a scope change or a rejection reopened the finished session"
     elif stopped:
         why = f"attempt {state.lifecycle.attempt} stopped cleanly {stopped}"
     elif current is None:
