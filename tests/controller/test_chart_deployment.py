@@ -220,8 +220,13 @@ async def test_chart_deployment_elects_one_leader_and_a_lost_leader_is_replaced_
 
             # Two replicas again: the standby and the ReplicaSet's replacement for the deleted pod.
             # The new leader's kopf took the health port over from its candidate phase and did the
-            # recovery; the other replica did nothing.
-            replicas = set(operators.pods)
+            # recovery; the other replica did nothing. A surplus pod the ReplicaSet made meanwhile
+            # is deleted gracefully: it runs until its operator has stopped on SIGTERM.
+            replicas = wait_for(
+                lambda: len(operators.pods) == 2 and set(operators.pods),
+                "two replicas, a surplus one stopped",
+                describe=describe,
+            )
             assert new_leader in replicas and len(replicas) == 2 and leader not in replicas
             assert lease_holder(kube) == new_leader
             new_leader_ports = operators.pods[new_leader].ports
@@ -236,7 +241,7 @@ async def test_chart_deployment_elects_one_leader_and_a_lost_leader_is_replaced_
 
             # The chart's RBAC was enough: no replica's request was refused.
             logs = {log.parent.name: log.read_text() for log in (tmp_path / "operator-node").glob("*/log")}
-            assert len(logs) == 3
+            assert len(logs) >= 3  # the two first replicas, the replacement, any surplus one
             assert [name for name, text in logs.items() if "forbidden" in text.lower()] == []
 
             kube.kubectl("delete", "agentsession", SESSION, "-n", SESSIONS_NAMESPACE, "--timeout=60s")
