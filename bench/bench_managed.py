@@ -134,7 +134,7 @@ async def through_adapter(directory: Path, name: str, endpoint: Endpoint) -> flo
 
 
 async def on_self_hosted(directory: Path, name: str, endpoint: Endpoint) -> float:
-    plan_file = directory.parent / "plan.yaml"
+    plan_file = directory.parent / "plan.yaml"  # the one the stand-in follows, written by run()
     return await through_harness(
         directory, session_named(name, {"type": "scripted", "plan": str(plan_file)}), endpoint
     )
