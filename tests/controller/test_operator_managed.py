@@ -1,10 +1,11 @@
 """A managed executor in a cluster: the operator runs the parser-review example with
 `executor.type: openai-agents` (and `anthropic-managed`) against the provider's stand-in on loopback,
 the provider's key and address coming from the Secret named in `executor.credentialsSecret`. The
-first harness pod stops itself once the unsafe `create_ticket` has run and its result is recorded,
-but before the result is posted; the test deletes the pod, as an eviction would. The next attempt
-goes on with the same remote session: the result is posted once, nothing completed is run again,
-one ticket, the deliverable the uninterrupted plan writes, and the key stays in the harness pods.
+first harness pod stops itself at a boundary of the unsafe `create_ticket` the remote agent asked
+for: its tool request recorded (the ticket not created yet), or its result recorded but not posted;
+the test deletes the pod, as an eviction would. The next attempt goes on with the same remote
+session: the ticket's result is posted once, nothing completed is run again, one ticket, the
+deliverable the uninterrupted plan writes, and the key stays in the harness pods.
 """
 
 from __future__ import annotations
@@ -95,9 +96,17 @@ def operations_requested(events: list[Event], after_seq: int = 0) -> list[str]:
     return [e.payload.operation_id for e in events if isinstance(e, ToolRequestEvent) and e.seq > after_seq]
 
 
-@pytest.mark.parametrize("executor", ["openai-agents", "anthropic-managed"])
+@pytest.mark.parametrize(
+    ("executor", "boundary"),
+    [
+        ("openai-agents", "tool_request"),
+        ("openai-agents", "tool_result"),
+        ("anthropic-managed", "tool_result"),
+    ],
+)
 async def test_a_managed_session_survives_its_harness_pod_and_keeps_its_remote_session(
     executor: str,
+    boundary: str,
     e2e_cluster: ControlPlane,  # noqa: F811
     operator: OperatorProcess,  # noqa: F811
     stores: tuple[str, str],  # noqa: F811
@@ -109,7 +118,8 @@ async def test_a_managed_session_survives_its_harness_pod_and_keeps_its_remote_s
     key = f"sk-cluster-{secrets.token_hex(16)}"  # the stand-in accepts this key and no other
     standin = StandinProcess(executor, PLAN, tmp_path / "standin", api_key=key)
     ticket_op = ticket_operation()
-    point = f"tool_result:{ticket_op}"
+    point = f"{boundary}:{ticket_op}"
+    ticket_ran = boundary == "tool_result"
     api = load_api_client(str(kube.kubeconfig))
     kubelet = LocalKubelet(api, NAMESPACE, tmp_path / "kubelet", extra_env=harness_env(tickets, point))
 
@@ -127,7 +137,7 @@ async def test_a_managed_session_survives_its_harness_pod_and_keeps_its_remote_s
             kube.kubectl("apply", "-f", "-", input=json.dumps(provider_secret(standin)))
             kube.kubectl("apply", "-f", "-", input=json.dumps(cluster_manifest(executor)))
 
-            # The first attempt: it stops itself with the ticket's result recorded, not posted.
+            # The first attempt: it stops itself at the boundary, the ticket's call still open.
             await wait_for_event(store, point, describe)
             first = kubelet.started_pods[FIRST_HARNESS]
             wait_for(lambda: is_stopped(first.process.pid), "the first harness to stop itself", 60, describe)
@@ -136,10 +146,11 @@ async def test_a_managed_session_survives_its_harness_pod_and_keeps_its_remote_s
             assert list(held) == [SUBAGENT]
             assert deliveries(before, ticket_op) == []
             done_before = {e.payload.operation_id for e in before if isinstance(e, ToolResultEvent)}
-            assert ticket_op in done_before
-            assert len(load_tickets(tmp_path / "tickets.json")) == 1
+            assert (ticket_op in done_before) == ticket_ran
+            assert ticket_op in operations_requested(before)
+            assert len(load_tickets(tmp_path / "tickets.json")) == ticket_ran
             waiting = standin.stats()["sessions"][held[SUBAGENT]]
-            assert waiting["calls_requested"] == len(done_before)  # the ticket's call is still open
+            assert waiting["calls_requested"] == len(done_before | {ticket_op})
 
             kube.kubectl("delete", "pod", "-n", NAMESPACE, FIRST_HARNESS, "--wait=false")
             done = wait_for_session_end(kube, NAMESPACE, SESSION, timeout=600, describe=describe)
