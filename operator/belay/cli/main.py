@@ -49,6 +49,7 @@ from belay.local.runtime import (
     load_installed,
     read_state,
     run_local,
+    unknown_session,
 )
 from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, ClaimTaken, RecordCorrupt, StoreError
 
@@ -72,11 +73,38 @@ def artifact_problem(error: ArtifactCorrupted | ArtifactNotFound) -> str:
     )
 
 
+def global_options_first(args: list[str], names: tuple[str, ...]) -> list[str]:
+    """`belay brief NAME --home DIR` means `belay --home DIR brief NAME`: click reads a group's
+    options only before the subcommand, and a person types them where they think of them. Each
+    of `names` takes one value; nothing after `--` moves."""
+    moved: list[str] = []
+    rest: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == "--":
+            rest.extend(args[index:])
+            break
+        if arg in names and index + 1 < len(args):
+            moved.extend(args[index : index + 2])
+            index += 2
+            continue
+        if arg.partition("=")[0] in names and "=" in arg:
+            moved.append(arg)
+        else:
+            rest.append(arg)
+        index += 1
+    return moved + rest
+
+
 class UserErrorsAsOneLine(TyperGroup):
     """Failures a person can cause in any command end it with one `error:` line saying what to do,
     never a traceback: a home that is not one, an artifact store that lost or damaged a blob, and
     every other store failure (a record that fails its integrity check, RecordCorrupt; a record key
     that cannot be read; a store that does not answer)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, global_options_first(args, ("--home",)))
 
     def invoke(self, ctx: Any) -> Any:  # typer's own click Context, whose module is private
         try:
@@ -278,7 +306,7 @@ def resume(
 def _known_state(session_id: str) -> tuple[Any, list[Event]]:
     state, events = asyncio.run(read_state(Context.home, session_id))
     if not events:
-        raise fail(f"unknown session {session_id!r} in {Context.home.root}")
+        raise fail(unknown_session(session_id, Context.home))
     return state, events
 
 
@@ -386,7 +414,7 @@ async def follow_brief(session_id: str, style: str) -> None:
 
     state, known = await read_state(Context.home, session_id)
     if not known:
-        raise fail(f"unknown session {session_id!r} in {Context.home.root}")
+        raise fail(unknown_session(session_id, Context.home))
     store = Context.home.open_event_store()
     liveness = await local_liveness(store, session_id)
     sys.stdout.write(render_brief(state, style, liveness) + "\n")

@@ -1,18 +1,19 @@
 """The briefing: what a person coming back needs, without reading the conversation.
 
-It answers the questions of DESIGN.md section 1 from the folded state: what was asked and every
-scope change since (when, by whom, the difference in the request, and under it what became invalid
-and what stays reusable, and why); what was rejected and is being redone; which steps are done and
-verified; what is running; what waits on the person (approvals, with the command that fetches what
-they bind, decisions, reconciliations) with the exact command to act; what needs attention (an
-external effect that failed, whose outcome is unknown, or that took effect more than once, with
-what to do); the effects made in the world; what waits on an external condition; what is ready for
-review and where to download it; which findings are hypotheses and which are accepted decisions;
-the attempts, recoveries and unknown outcomes; and how many secrets were redacted before they were
-recorded. When no attempt proves it is alive it says so first: since when, what the attempt was
-doing, what will happen to each operation it left without a result, and the exact command that
-continues the session. Its resources: each subagent's sandbox (where, network profile, alive or
-not), the budgets used and left, and every subagent's last verified checkpoint.
+It answers, from the folded state, the questions a returning person asks (docs/cli.md, "Reading the
+record"): what was asked and every scope change since (when, by whom, the difference in the
+request, and under it what became invalid and what stays reusable, and why); what was rejected and
+is being redone; which steps are done and verified; what is running; what waits on the person
+(approvals, with the command that fetches what they bind, decisions, reconciliations) with the
+exact command to act; what needs attention (an external effect that failed, whose outcome is
+unknown, or that took effect more than once, with what to do); the effects made in the world; what
+waits on an external condition; what is ready for review and where to download it; which findings
+are hypotheses and which are accepted decisions; the attempts, recoveries and unknown outcomes; and
+how many secrets were redacted before they were recorded. When no attempt proves it is alive it
+says so first: since when, what the attempt was doing, what will happen to each operation it left
+without a result, and the exact command that continues the session. Its resources: each subagent's
+sandbox (where, network profile, alive or not), the budgets used and left, and every subagent's
+last verified checkpoint.
 
 `briefing(state)` builds the `Briefing` model (its JSON is the JSON renderer); `render_text` and
 `render_markdown` print it. Every list is capped so a long session still fits on a page.
