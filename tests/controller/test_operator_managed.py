@@ -50,13 +50,12 @@ from tests.controller.test_operator import (  # noqa: F401 (fixtures)
     stores,
     tickets,
 )
-from tests.executors.example import MANIFEST, PLAN, SESSION, SUBAGENT, example_plan, review_sha256
+from tests.executors.example import MANIFEST, PLAN, SUBAGENT, example_plan, review_sha256
 from tests.testenv.kube import ControlPlane
 
 pytestmark = pytest.mark.testenv
 
 SECRET = "provider-keys"
-FIRST_HARNESS = f"{SESSION}-harness-0"
 
 
 def ticket_operation() -> str:
@@ -67,10 +66,12 @@ def ticket_operation() -> str:
     return f"{SUBAGENT}.remote-{position}"
 
 
-def cluster_manifest(executor: str) -> dict[str, Any]:
-    """The example on `executor`, paths absolute, its credentials from the Secret."""
+def cluster_manifest(name: str, executor: str) -> dict[str, Any]:
+    """The example on `executor`, paths absolute, its credentials from the Secret. Each test names
+    its session apart: the objects of an earlier session of the same name (its sandbox token
+    Secret) may still be on their way out, collected after their owner."""
     manifest = manifest_for(yaml.safe_load(MANIFEST.read_text()), MANIFEST, executor)
-    manifest["metadata"] = {"name": SESSION, "namespace": NAMESPACE}
+    manifest["metadata"] = {"name": name, "namespace": NAMESPACE}
     manifest["spec"]["executor"]["credentialsSecret"] = SECRET
     return manifest
 
@@ -84,9 +85,11 @@ def provider_secret(standin: StandinProcess) -> dict[str, Any]:
     }
 
 
-async def wait_for_event(store: EventStore, key: str, describe: Callable[[], str], polls: int = 600) -> None:
+async def wait_for_event(
+    store: EventStore, session: str, key: str, describe: Callable[[], str], polls: int = 600
+) -> None:
     for _ in range(polls):
-        if any(fault_key(e) == key for e in await store.read(SESSION)):
+        if any(fault_key(e) == key for e in await store.read(session)):
             return
         await asyncio.sleep(0.3)
     raise AssertionError(f"the record never held {key}\n{describe()}")
@@ -120,6 +123,8 @@ async def test_a_managed_session_survives_its_harness_pod_and_keeps_its_remote_s
     ticket_op = ticket_operation()
     point = f"{boundary}:{ticket_op}"
     ticket_ran = boundary == "tool_result"
+    session = f"review-{executor.split('-')[0]}-{boundary.replace('_', '-')}"
+    first_harness = f"{session}-harness-0"
     api = load_api_client(str(kube.kubeconfig))
     kubelet = LocalKubelet(api, NAMESPACE, tmp_path / "kubelet", extra_env=harness_env(tickets, point))
 
@@ -135,13 +140,13 @@ async def test_a_managed_session_survives_its_harness_pod_and_keeps_its_remote_s
     try:
         with kubelet:
             kube.kubectl("apply", "-f", "-", input=json.dumps(provider_secret(standin)))
-            kube.kubectl("apply", "-f", "-", input=json.dumps(cluster_manifest(executor)))
+            kube.kubectl("apply", "-f", "-", input=json.dumps(cluster_manifest(session, executor)))
 
             # The first attempt: it stops itself at the boundary, the ticket's call still open.
-            await wait_for_event(store, point, describe)
-            first = kubelet.started_pods[FIRST_HARNESS]
+            await wait_for_event(store, session, point, describe)
+            first = kubelet.started_pods[first_harness]
             wait_for(lambda: is_stopped(first.process.pid), "the first harness to stop itself", 60, describe)
-            before = await store.read(SESSION)
+            before = await store.read(session)
             held = remote_sessions(before)
             assert list(held) == [SUBAGENT]
             assert deliveries(before, ticket_op) == []
@@ -152,8 +157,8 @@ async def test_a_managed_session_survives_its_harness_pod_and_keeps_its_remote_s
             waiting = standin.stats()["sessions"][held[SUBAGENT]]
             assert waiting["calls_requested"] == len(done_before | {ticket_op})
 
-            kube.kubectl("delete", "pod", "-n", NAMESPACE, FIRST_HARNESS, "--wait=false")
-            done = wait_for_session_end(kube, NAMESPACE, SESSION, timeout=600, describe=describe)
+            kube.kubectl("delete", "pod", "-n", NAMESPACE, first_harness, "--wait=false")
+            done = wait_for_session_end(kube, NAMESPACE, session, timeout=600, describe=describe)
             assert done["phase"] == "Succeeded", json.dumps(done, indent=1) + describe()
             assert done.get("harnessLost", 0) >= 1
 
@@ -170,7 +175,7 @@ async def test_a_managed_session_survives_its_harness_pod_and_keeps_its_remote_s
             sandboxes = [p for p in kubelet.started_pods.values() if p not in harnesses]
             assert sandboxes and all(key not in json.dumps(p.env) for p in sandboxes)
 
-        after = await store.read(SESSION)
+        after = await store.read(session)
         lost = harness_lost_seq(after)
         # Same remote session, nothing completed run again, the ticket's result posted once.
         assert remote_sessions(after) == held
@@ -188,12 +193,12 @@ async def test_a_managed_session_survives_its_harness_pod_and_keeps_its_remote_s
         record = Path(stores[0].removeprefix("sqlite://"))
         files = list(record.parent.glob(record.name + "*"))  # with its write-ahead log
         assert files and all(key.encode() not in f.read_bytes() for f in files)
-        session_object = kubectl_json(kube, "get", "agentsession", "-n", NAMESPACE, SESSION)
+        session_object = kubectl_json(kube, "get", "agentsession", "-n", NAMESPACE, session)
         assert key not in json.dumps(session_object)
     finally:
         await store.close()
         kube.kubectl(
-            "delete", "agentsession", "-n", NAMESPACE, SESSION, "--ignore-not-found", "--timeout=120s"
+            "delete", "agentsession", "-n", NAMESPACE, session, "--ignore-not-found", "--timeout=120s"
         )
         kube.kubectl("delete", "secret", "-n", NAMESPACE, SECRET, "--ignore-not-found")
         standin.stop()
