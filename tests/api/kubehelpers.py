@@ -13,20 +13,24 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO_ROOT / "crds"
 
 
-def install_crds(kube: ControlPlane, timeout_s: float = 60.0) -> None:
+def install_crds(kube: ControlPlane, timeout_s: float = 300) -> None:
+    """Apply the CRDs and wait until the apiserver serves them. Polls the conditions rather than
+    `kubectl wait`, which fails at once when the CRD is not yet visible to it and gives up after
+    its own timeout on a loaded machine."""
     kube.kubectl("apply", "--server-side", "--field-manager=belay-tests", "-f", str(CRD_DIR))
-    # Not `kubectl wait --for=condition=Established`: on a CRD so new that it has no conditions yet
-    # it fails ("status.conditions accessor error") instead of waiting.
     deadline = time.monotonic() + timeout_s
     for name in ("agentsessions.belay.dev", "checkpoints.belay.dev"):
-        while not is_established(get_json(kube, "crd", name)):
+        while not _established(kube, name):
             if time.monotonic() > deadline:
-                raise AssertionError(f"crd/{name} not Established after {timeout_s}s")
-            time.sleep(0.2)
+                raise TimeoutError(f"crd/{name} not Established after {timeout_s:.0f} s")
+            time.sleep(0.5)
 
 
-def is_established(crd: dict[str, Any]) -> bool:
-    conditions = (crd.get("status") or {}).get("conditions") or []
+def _established(kube: ControlPlane, name: str) -> bool:
+    result = kube.kubectl("get", f"crd/{name}", "-o", "json", check=False)
+    if result.returncode != 0:
+        return False
+    conditions = json.loads(result.stdout).get("status", {}).get("conditions", [])
     return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
