@@ -30,7 +30,6 @@ from belay.local.drill import (
     StandinProcess,
     deliverables,
     deliveries,
-    is_stopped,
     manifest_for,
     provider_problems,
     remote_sessions,
@@ -46,6 +45,7 @@ from tests.controller.test_operator import (  # noqa: F401 (fixtures)
     e2e_cluster,
     harness_env,
     harness_lost_seq,
+    is_stopped_pod,
     operator,
     stores,
     tickets,
@@ -145,7 +145,9 @@ async def test_a_managed_session_survives_its_harness_pod_and_keeps_its_remote_s
             # The first attempt: it stops itself at the boundary, the ticket's call still open.
             await wait_for_event(store, session, point, describe)
             first = kubelet.started_pods[first_harness]
-            wait_for(lambda: is_stopped(first.process.pid), "the first harness to stop itself", 60, describe)
+            wait_for(
+                lambda: is_stopped_pod(first.process.pid), "the first harness to stop itself", 60, describe
+            )
             before = await store.read(session)
             held = remote_sessions(before)
             assert list(held) == [SUBAGENT]
@@ -157,7 +159,9 @@ async def test_a_managed_session_survives_its_harness_pod_and_keeps_its_remote_s
             waiting = standin.stats()["sessions"][held[SUBAGENT]]
             assert waiting["calls_requested"] == len(done_before | {ticket_op})
 
-            kube.kubectl("delete", "pod", "-n", NAMESPACE, first_harness, "--wait=false")
+            # Frozen at the boundary, it cannot stop cleanly on the kubelet's SIGTERM: it is killed
+            # when its (here short) grace period is over.
+            kube.kubectl("delete", "pod", "-n", NAMESPACE, first_harness, "--wait=false", "--grace-period=1")
             done = wait_for_session_end(kube, NAMESPACE, session, timeout=600, describe=describe)
             assert done["phase"] == "Succeeded", json.dumps(done, indent=1) + describe()
             assert done.get("harnessLost", 0) >= 1
