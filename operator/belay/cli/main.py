@@ -43,7 +43,7 @@ from belay.local.runtime import (
     LocalHome,
     install_session,
     load_installed,
-    read_state,
+    load_session_state,
     run_local,
 )
 from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, ClaimTaken, RecordCorrupt, StoreError
@@ -231,7 +231,7 @@ def run(
         session = install_session(home, manifest)
     except ManifestError as error:
         raise fail(f"bad manifest: {error}") from None
-    state, _ = asyncio.run(read_state(home, session.session_id))
+    state = asyncio.run(load_session_state(home, session.session_id))
     if state.lifecycle.completed:
         typer.echo(
             f"session {session.session_id} already completed in {home.root}; its briefing follows "
@@ -262,8 +262,9 @@ def resume(
         load_installed(Context.home, session_id)
     except ManifestError as error:
         raise fail(str(error)) from None
-    # The whole record is checked before a new attempt takes the session over (RecordCorrupt).
-    asyncio.run(read_state(Context.home, session_id))
+    # The record is checked before a new attempt takes the session over (RecordCorrupt): the events
+    # after the latest snapshot here, those before it when the snapshot was taken.
+    asyncio.run(load_session_state(Context.home, session_id))
     _run(session_id, quiet, with_ticket_service=not no_ticket_service)
 
 
@@ -271,25 +272,27 @@ def resume(
 # Reading the record
 
 
-def _known_state(session_id: str) -> tuple[Any, list[Event]]:
-    state, events = asyncio.run(read_state(Context.home, session_id))
-    if not events:
+def _known_state(session_id: str) -> SessionState:
+    state = asyncio.run(load_session_state(Context.home, session_id))
+    if not state.last_seq:
         raise fail(f"unknown session {session_id!r} in {Context.home.root}")
-    return state, events
+    return state
 
 
 @app.command()
 def sessions() -> None:
     """List the sessions in this home and where each stands."""
-    from belay.journal.state import fold
+    from belay.journal.snapshots import load_state
 
     async def load() -> list[tuple[str, SessionState | RecordCorrupt, Liveness | None]]:
         store = Context.home.open_event_store()
+        artifacts = Context.home.open_artifact_store()
         loaded: list[tuple[str, SessionState | RecordCorrupt, Liveness | None]] = []
         try:
             for sid in await store.list_sessions():
                 try:
-                    loaded.append((sid, fold(await store.read(sid)), await local_liveness(store, sid)))
+                    state = (await load_state(store, artifacts, sid)).state
+                    loaded.append((sid, state, await local_liveness(store, sid)))
                 except RecordCorrupt as error:
                     loaded.append((sid, error, None))
         finally:
@@ -354,7 +357,7 @@ def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> 
 
 
 def print_brief(session_id: str, style: str) -> None:
-    state, _ = _known_state(session_id)
+    state = _known_state(session_id)
     sys.stdout.write(render_brief(state, style, read_liveness(session_id)) + "\n")
 
 
@@ -380,8 +383,8 @@ async def follow_brief(session_id: str, style: str) -> None:
     from belay.journal.state import apply
     from belay.journal.status import HEARTBEAT_INTERVAL_S
 
-    state, known = await read_state(Context.home, session_id)
-    if not known:
+    state = await load_session_state(Context.home, session_id)
+    if not state.last_seq:
         raise fail(f"unknown session {session_id!r} in {Context.home.root}")
     store = Context.home.open_event_store()
     liveness = await local_liveness(store, session_id)
@@ -457,10 +460,18 @@ def events(
     from_seq: Annotated[int, typer.Option("--from", help="First seq to print.")] = 1,
 ) -> None:
     """The session's events, in order."""
-    _, all_events = _known_state(session_id)
-    for event in all_events:
-        if event.seq < from_seq:
-            continue
+
+    async def read() -> tuple[int, list[Event]]:
+        store = Context.home.open_event_store()
+        try:
+            return await store.last_seq(session_id), await store.read(session_id, from_seq=max(from_seq, 1))
+        finally:
+            await store.close()
+
+    last_seq, found = asyncio.run(read())
+    if not last_seq:
+        raise fail(f"unknown session {session_id!r} in {Context.home.root}")
+    for event in found:
         if as_json:
             sys.stdout.write(
                 json.dumps(
@@ -488,7 +499,7 @@ def events(
 def decide(session_id: str, item_id: str, granted: bool, reason: str, by: str) -> str:
     """Record one decision under its claim, so that of two people deciding at once, one decision
     is recorded and the other person is told who decided first."""
-    state, _ = _known_state(session_id)
+    state = _known_state(session_id)
     user = Actor(kind="user", name=by)
     drafts: list[EventDraft] = []
     approval = state.approvals.get(item_id)
@@ -520,7 +531,7 @@ def decide(session_id: str, item_id: str, granted: bool, reason: str, by: str) -
         if wait.resolved:
             raise fail(f"{item_id} is already resolved")
         claim = wait_claim(item_id)
-        if wait.condition in state.unknown_outcomes:
+        if wait.condition is not None and wait.condition in state.unknown_outcomes:
             # The same claim as `belay reconcile` without a wait: one verdict per unknown outcome.
             claim = reconcile_claim(wait.condition, state.unknown_outcomes[wait.condition])
         if wait.kind == "on_user" and item_id.startswith("reconcile-") and wait.condition:
@@ -595,7 +606,7 @@ def reconcile(
     """Settle an operation whose outcome is unknown: it took effect (--succeeded) or not (--failed)."""
     if succeeded is None:
         raise fail("say whether it took effect: --succeeded or --failed")
-    state, _ = _known_state(session_id)
+    state = _known_state(session_id)
     if operation_id not in state.unknown_outcomes:
         unknown = ", ".join(sorted(state.unknown_outcomes)) or "none"
         raise fail(f"operation {operation_id!r} has no unknown outcome (unknown outcomes: {unknown})")
@@ -684,7 +695,7 @@ def artifacts(
         return
     if len(words) != 1:
         raise fail("usage: belay artifacts SESSION  |  belay artifacts get SESSION NAME [-o PATH]")
-    state, _ = _known_state(words[0])
+    state = _known_state(words[0])
     table = Table("NAME", "DELIVERABLE", "SUBAGENT", "SIZE", "SHA256", "LOCATION")
     store = Context.home.open_artifact_store()
     for record in sorted(state.artifacts.values(), key=lambda r: r.seq):
@@ -700,7 +711,7 @@ def artifacts(
 
 
 def _get_artifact(session_id: str, name: str, output: Path | None) -> None:
-    state, _ = _known_state(session_id)
+    state = _known_state(session_id)
     record = state.artifacts.get(name)
     if record is None:
         known = ", ".join(sorted(state.artifacts)) or "none"

@@ -1086,6 +1086,11 @@ def _on_remote(s: SessionState, e: Any) -> Updates:
     return updates
 
 
+def _on_state_snapshot(s: SessionState, e: Any) -> Updates:
+    # A snapshot of the state is not a fact about the session: folding it changes nothing.
+    return {}
+
+
 _HANDLERS: dict[str, Callable[[SessionState, Any], Updates]] = {
     "user_input": _on_user_input,
     "scope_change": _on_scope_change,
@@ -1103,6 +1108,7 @@ _HANDLERS: dict[str, Callable[[SessionState, Any], Updates]] = {
     "lifecycle": _on_lifecycle,
     "summary": _on_summary,
     "remote": _on_remote,
+    "state_snapshot": _on_state_snapshot,
 }
 
 
