@@ -28,7 +28,7 @@ from belay.cli import main as cli
 from belay.harness.attempt import Attempt
 from belay.journal import snapshots
 from belay.journal.briefing import briefing
-from belay.journal.events import Event, EventDraft, StateSnapshotEvent
+from belay.journal.events import Event, EventDraft, StateSnapshotEvent, ToolRequest
 from belay.journal.recovery import recovery_plan
 from belay.journal.snapshots import (
     SnapshotMap,
@@ -306,3 +306,38 @@ def test_belay_brief_reads_the_snapshot_and_says_what_the_whole_record_says(
     assert from_record.exit_code == 0, from_record.output
     assert used[0] is not None and used[-1] is None
     assert json.loads(from_snapshot.stdout) == json.loads(from_record.stdout)
+
+
+async def test_a_new_attempt_reads_the_tail_and_single_requests_never_the_whole_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = LocalHome(tmp_path / "home")
+    recorded = await record_as_an_attempt(home, monkeypatch)
+    covered = max(e.payload.covers_seq for e in recorded if isinstance(e, StateSnapshotEvent))
+    store = home.open_event_store()
+    reads: list[tuple[int, int | None]] = []
+    read = store.read
+
+    async def counted(
+        session_id: str, from_seq: int = 1, to_seq: int | None = None, **kwargs: Any
+    ) -> list[Event]:
+        reads.append((from_seq, to_seq))
+        return await read(session_id, from_seq, to_seq, **kwargs)
+
+    monkeypatch.setattr(store, "read", counted)
+    try:
+        attempt = Attempt(session=manifest(), store=store, artifacts=home.open_artifact_store())
+        state = await attempt.state()
+        operation = min(state.operations.values(), key=lambda op: op.request_seq)
+        request = await attempt.request_of(operation.operation_id)
+        assert request == next(
+            e.payload
+            for e in recorded
+            if e.seq == operation.request_seq and isinstance(e.payload, ToolRequest)
+        )
+        assert operation.request_seq <= covered
+        # Everything read before the snapshot's seq is a single event: the snapshot's and the request's.
+        assert all(to_seq == from_seq for from_seq, to_seq in reads if from_seq <= covered)
+        assert (operation.request_seq, operation.request_seq) in reads
+    finally:
+        await store.close()

@@ -43,7 +43,7 @@ from belay.journal.events import (
 from belay.journal.snapshots import FOLD_VERSION, load_state, snapshot_due, write_snapshot
 from belay.journal.state import EMPTY, SessionState, apply
 from belay.journal.status import HEARTBEAT_INTERVAL_S
-from belay.stores.base import ArtifactStore, EventStore, StaleLease, StoreError
+from belay.stores.base import ArtifactStore, EventStore, RecordCorrupt, StaleLease, StoreError
 
 HARNESS_VERSION = f"belay-harness/{__version__}"
 # Fault injection for the interruption tests and the drill: a comma-separated list of
@@ -220,13 +220,18 @@ class Attempt:
         # whatever another subagent recorded meanwhile.
         return rebased
 
-    async def events(self) -> list[Event]:
-        return await self.store.read(self.session_id)
-
-    async def requests_by_operation(self) -> dict[str, ToolRequest]:
-        return {
-            e.payload.operation_id: e.payload for e in await self.events() if isinstance(e, ToolRequestEvent)
-        }
+    async def request_of(self, operation_id: str) -> ToolRequest:
+        """An operation's recorded request, read at the seq the state keeps for it: recovery never
+        reads the whole record."""
+        seq = (await self.state()).operations[operation_id].request_seq
+        found = await self.store.read(self.session_id, seq, seq)
+        if (
+            not found
+            or not isinstance(found[0], ToolRequestEvent)
+            or found[0].payload.operation_id != operation_id
+        ):
+            raise RecordCorrupt(self.session_id, seq, f"the request of {operation_id} is not at this seq")
+        return found[0].payload
 
     # ---------------------------------------------------------------------------------------------
     # Beginning and end
