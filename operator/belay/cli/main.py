@@ -10,10 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -22,6 +21,7 @@ from typer.core import TyperGroup
 from belay.api.agentsession import ManifestError, is_plain_file_name, load_manifest
 from belay.cli import terminal
 from belay.harness.attempt import HarnessResult
+from belay.harness.stopping import StopRequest
 from belay.journal.events import (
     Actor,
     Approval,
@@ -48,10 +48,25 @@ from belay.local.runtime import (
     install_session,
     load_installed,
     load_session_state,
+    read_state,
     run_local,
     unknown_session,
 )
 from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, ClaimTaken, RecordCorrupt, StoreError
+
+STOP_AGAIN = "Ctrl-C or SIGTERM"
+
+if TYPE_CHECKING:
+    from belay.journal.briefing import Briefing
+
+
+def write_output(target: Path, data: bytes) -> None:
+    """Writes what a command was asked for with -o, or ends it with one error line."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    except OSError as error:
+        raise fail(f"cannot write {target}: {error.strerror or error}; choose another -o PATH") from None
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -210,32 +225,27 @@ def _run(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None
     home = Context.home
     try:
         session = load_installed(home, session_id)
-    except ManifestError as error:
+        stop = StopRequest(on_request=tell_stopping)
+    except (ManifestError, ValueError) as error:
         raise fail(str(error)) from None
-    stopped_by: list[signal.Signals] = []
 
     async def attempt() -> HarnessResult:
-        # A termination request cancels the attempt, which stops its sandboxes on the way out.
-        # (A SIGKILL leaves no way out: the next `belay` command stops them.)
-        running = asyncio.current_task()
-        assert running is not None
-
-        def stop(number: signal.Signals) -> None:
-            stopped_by.append(number)
-            running.cancel()
-
-        for number in (signal.SIGTERM, signal.SIGHUP):
-            asyncio.get_running_loop().add_signal_handler(number, stop, number)
+        # SIGTERM, Ctrl-C (SIGINT) and SIGHUP stop the attempt cleanly (belay.harness.stopping); a
+        # second one stops it at once. (A SIGKILL leaves no way out: the next `belay` command stops
+        # its sandboxes.)
+        stop.install(asyncio.get_running_loop(), hard_deadline=True)
         return await run_local(
-            home, session, on_event=None if quiet else print_progress, with_ticket_service=with_ticket_service
+            home,
+            session,
+            on_event=None if quiet else print_progress,
+            with_ticket_service=with_ticket_service,
+            stop=stop,
         )
 
     try:
         result = asyncio.run(attempt())
     except (KeyboardInterrupt, asyncio.CancelledError):
-        how = f"stopped by {stopped_by[0].name}" if stopped_by else "interrupted"
-        code = 128 + stopped_by[0] if stopped_by else 130
-        raise fail(f"{how}; continue with `belay resume {session_id}`", code) from None
+        raise fail(f"interrupted; continue with `belay resume {session_id}`", 130) from None
     except (RecordCorrupt, ManifestError) as error:
         raise fail(str(error)) from None
     except (ArtifactCorrupted, ArtifactNotFound, HomeError):
@@ -245,11 +255,32 @@ def _run(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None
             f"the harness stopped: {type(error).__name__}: {error}; "
             f"the record is intact, continue with `belay resume {session_id}`"
         ) from None
+    finally:
+        stop.disarm()
+    if result.stopped_by is not None:
+        typer.echo(f"belay: attempt {result.attempt} stopped cleanly: {result.detail}", err=True)
+        raise fail(
+            f"stopped by {result.stopped_by.name}; continue with `belay resume {session_id}`",
+            128 + result.stopped_by,
+        )
     if not quiet:
         console.print()
         print_brief(session_id, "text")
     if not result.completed:
         raise fail(f"session {session_id} did not complete: {result.detail}")
+
+
+def tell_stopping(stop: StopRequest, first: bool) -> None:
+    """What a person sees when a stop signal arrives (stderr, also with --quiet)."""
+    name = stop.received.name if stop.received is not None else "a signal"
+    if first:
+        message = (
+            f"belay: {name}: stopping; no new tool call is dispatched, calls in flight may finish "
+            f"for up to {stop.drain_s:g} s ({STOP_AGAIN} again to stop at once)"
+        )
+    else:
+        message = "belay: stopping at once: calls still in flight are cut off"
+    typer.echo(message, err=True)
 
 
 @app.command()
@@ -302,6 +333,14 @@ def resume(
 
 # --------------------------------------------------------------------------------------------------
 # Reading the record
+
+
+def _known_record(session_id: str) -> tuple[SessionState, list[Event]]:
+    """The whole record and its fold, for what shows every event (the report's timeline)."""
+    state, events = asyncio.run(read_state(Context.home, session_id))
+    if not events:
+        raise fail(unknown_session(session_id, Context.home))
+    return state, events
 
 
 def _known_state(session_id: str) -> SessionState:
@@ -358,8 +397,9 @@ def sessions() -> None:
         raise typer.Exit(1)
 
 
-def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> str:
-    from belay.journal.briefing import briefing, render_json, render_markdown, render_text
+def session_briefing(state: SessionState, liveness: Liveness | None) -> Briefing:
+    """The briefing as this home sees it: artifact locations, observed sandboxes, budgets."""
+    from belay.journal.briefing import briefing
 
     home = Context.home
     store = home.open_artifact_store()
@@ -374,7 +414,7 @@ def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> 
         profiles = {sub.name: sub.network_profile for sub in spec.subagents}
         sandboxes = observed_sandboxes(home.sandboxes_dir(state.session_id), profiles)
         budgets = spec.budgets.model_dump(by_alias=True, exclude_none=True)
-    brief = briefing(
+    return briefing(
         state,
         locate=locate,
         artifact_store=str(home.artifacts_dir),
@@ -382,6 +422,12 @@ def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> 
         sandboxes=sandboxes,
         budgets=budgets,
     )
+
+
+def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> str:
+    from belay.journal.briefing import render_json, render_markdown, render_text
+
+    brief = session_briefing(state, liveness)
     if style == "json-lines":  # one compact object per line, for a follower's stream
         return brief.model_dump_json()
     render = {"json": render_json, "markdown": render_markdown, "text": render_text}[style]
@@ -522,6 +568,41 @@ def events(
         else:
             line = progress_line(event) or f"{event.seq:>4} {event.type}"
             console.print(line, highlight=False, markup=False)
+
+
+@app.command()
+def report(
+    session_ids: Annotated[
+        list[str], typer.Argument(metavar="SESSION...", help="A session, or the sessions of one objective.")
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Where to write the page (default ./SESSION-report.html)."),
+    ] = None,
+) -> None:
+    """A timeline of the session as one HTML file that opens without a network: per subagent its
+    steps, tool calls, checkpoints, waits and approvals, the interruptions and recoveries, the
+    briefing beside it, and how to fetch each deliverable. Several sessions share one time axis."""
+    from belay.journal.briefing import render_rows
+    from belay.journal.report import render_html, session_report
+
+    store = Context.home.open_artifact_store()
+
+    def locate(ref: ArtifactRef) -> str | None:
+        return Path(store.location(ref.sha256)).as_uri() if store.exists(ref.sha256) else None
+
+    reports = []
+    for session_id in dict.fromkeys(session_ids):
+        state, events = _known_record(session_id)
+        liveness = read_liveness(session_id)
+        brief = render_rows(session_briefing(state, liveness))
+        reports.append(session_report(events, state, liveness=liveness, briefing=brief, locate=locate))
+    target = output or Path(f"{session_ids[0]}-report.html")
+    if target.is_dir():
+        target = target / f"{session_ids[0]}-report.html"
+    page = render_html(reports).encode()
+    write_output(target, page)
+    typer.echo(f"wrote {target} ({len(page)} bytes); open it in a browser, it needs no network", err=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -904,11 +985,7 @@ def _get_artifact(session_id: str, name: str, output: Path | None) -> None:
             )
         sha256, target = record.ref.sha256, output or Path(name)
     data = Context.home.open_artifact_store().get(sha256)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    except OSError as error:
-        raise fail(f"cannot write {target}: {error.strerror or error}; choose another -o PATH") from None
+    write_output(target, data)
     typer.echo(f"wrote {target} ({len(data)} bytes, sha256 {sha256})", err=True)
 
 

@@ -70,6 +70,8 @@ class HarnessResult:
     completed: bool
     detail: str
     attempt: int
+    # The signal the attempt was told to stop with, when it stopped on one (belay.harness.stopping).
+    stopped_by: signal.Signals | None = None
 
 
 @dataclass
@@ -93,6 +95,8 @@ class Attempt:
     _loaded: bool = False
     _snapshot_seq: int | None = None  # the latest snapshot event this attempt knows of
     _snapshot_covers: int = 0  # the seq that snapshot covers
+    # The seq of this attempt's harness_started; 0 until it is recorded.
+    started_seq: int = 0
 
     @property
     def session_id(self) -> str:
@@ -220,6 +224,11 @@ class Attempt:
         # whatever another subagent recorded meanwhile.
         return rebased
 
+    async def events(self) -> list[Event]:
+        """The whole record: only for what the state does not keep (a stop that cut off the code
+        noting the attempt's start)."""
+        return await self.store.read(self.session_id)
+
     async def request_of(self, operation_id: str) -> ToolRequest:
         """An operation's recorded request, read at the seq the state keeps for it: recovery never
         reads the whole record."""
@@ -266,7 +275,12 @@ class Attempt:
                         deliverable=sub.deliverable,
                     )
                 )
-        await self.record(payloads)
+        recorded = await self.record(payloads)
+        self.started_seq = next(
+            e.seq
+            for e in recorded
+            if isinstance(e.payload, Lifecycle) and e.payload.kind == LifecycleKind.HARNESS_STARTED
+        )
 
     async def fail_session(self, reason: str, detail: str) -> HarnessResult:
         await self.record(
