@@ -4,7 +4,14 @@ from typing import Any
 
 import pytest
 
-from belay.cli.kubectl_plugin import PluginError, approval_grant, briefing
+from belay.cli.kubectl_plugin import (
+    PluginError,
+    _request_patch,
+    amended_request,
+    approval_grant,
+    briefing,
+    rejection_entry,
+)
 
 HASH = "c188ef05cebdb6363660643c540c6ecabe0e3da64ccb272b018fbc5e7c3a7771"
 STATUS: dict[str, Any] = {
@@ -23,6 +30,8 @@ STATUS: dict[str, Any] = {
             "tool": "publish_deliverable",
             "payloadSha256": HASH,
             "summary": "publish fix.patch",
+            "contentSha256": "cd" * 32,
+            "contentLocation": "https://s3.example/blobs/cd?signature=x",
         }
     ],
     "deliverables": [
@@ -56,6 +65,9 @@ def test_briefing_says_what_waits_on_the_reader_and_how_to_answer() -> None:
     assert "waiting on: approval approve-implementer.publish.3" in text
     assert f"payload sha256 {HASH}" in text
     assert "kubectl belay approve parser-fix approve-implementer.publish.3" in text
+    assert f"read what it sends out (sha256 {'cd' * 32}): https://s3.example/blobs/cd?signature=x" in text
+    assert 'kubectl belay reject parser-fix approve-implementer.publish.3 --reason "..."' in text
+    assert 'to have it redone: kubectl belay reject parser-fix report.md --reason "..."' in text
     assert "report.md (ready for review): 812 bytes" in text
     assert "implementer: 4/5 tasks done, pod s-sbx-implementer-3 (Running)" in text
     assert "implementer/fix (seq 40, verified, next: verify)" in text
@@ -71,6 +83,36 @@ def test_a_grant_copies_the_pending_payload_hash_by_approval_or_operation_id() -
     assert approval_grant(STATUS, "implementer.publish.3") == expected
     with pytest.raises(PluginError, match="no pending approval 'other'"):
         approval_grant(STATUS, "other")
+
+
+def test_a_rejection_names_the_hash_the_status_shows_and_needs_a_reason() -> None:
+    assert rejection_entry(STATUS, "implementer.publish.3", "git format", "dana") == {
+        "item": "approve-implementer.publish.3",
+        "sha256": HASH,
+        "reason": "git format",
+        "by": "dana",
+    }
+    assert rejection_entry(STATUS, "report.md", "too long", "dana")["sha256"] == "ab" * 32
+    with pytest.raises(PluginError, match="--reason"):
+        rejection_entry(STATUS, "report.md", " ", "dana")
+    with pytest.raises(PluginError, match=r"no pending approval or deliverable 'fix\.patch'"):
+        rejection_entry(STATUS, "fix.patch", "why", "dana")
+
+
+def test_an_amendment_is_the_request_after_the_change_as_a_merge_patch() -> None:
+    request = {"goal": "Fix the parser.", "parts": {"repository": "repo", "deadline": "friday"}}
+    new = amended_request(request, "Fix the parser and the docs.", ["style=pep8"], ["deadline"], None)
+    assert new == {"goal": "Fix the parser and the docs.", "parts": {"repository": "repo", "style": "pep8"}}
+    # A removed part is a null in the merge patch.
+    assert _request_patch(request, new)["parts"] == {"repository": "repo", "style": "pep8", "deadline": None}
+    manifest = {"spec": {"request": {"goal": "Another goal."}}}
+    assert amended_request(request, None, [], [], manifest) == {"goal": "Another goal.", "parts": {}}
+    with pytest.raises(PluginError, match="nothing changes"):
+        amended_request(request, "Fix the parser.", [], [], None)
+    with pytest.raises(PluginError, match="expected KEY=VALUE"):
+        amended_request(request, None, ["novalue"], [], None)
+    with pytest.raises(PluginError, match="not both"):
+        amended_request(request, "g", [], [], manifest)
 
 
 def test_briefing_of_a_recovering_session_names_the_silent_attempt_and_the_resources() -> None:

@@ -410,6 +410,17 @@ class ApprovalGrant(ApiModel):
         return self
 
 
+class RejectionGrant(ApiModel):
+    """A rejection given declaratively (`kubectl belay reject` writes one): a published
+    deliverable, by name, or a pending approval, by id, bound to the exact bytes (the deliverable's
+    sha256) or payload (the approval's hash) rejected, with the reason the step is redone with."""
+
+    item: str = Field(min_length=1)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    reason: str = Field(min_length=1)
+    by: str | None = None
+
+
 class Budgets(ApiModel):
     # Only budgets the harness enforces: one it ignored would be a promise nobody keeps.
     max_model_calls: int | None = Field(default=None, ge=1)
@@ -495,6 +506,7 @@ class AgentSessionSpec(ApiModel):
     executor: ExecutorSpec
     subagents: list[SubagentSpec] = Field(min_length=1, max_length=SUBAGENTS_MAX)
     approvals: list[ApprovalGrant] = Field(default_factory=list, max_length=256)
+    rejections: list[RejectionGrant] = Field(default_factory=list, max_length=256)
     # Tools whose calls wait for an approval: "tool" for every subagent, "subagent:tool" for one.
     approval_required: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
         default_factory=list,

@@ -3,17 +3,25 @@ Checkpoint objects only (no store credentials, no pods).
 
     kubectl belay brief NAME [-n NAMESPACE]     where the session stands, from its status
     kubectl belay approve NAME ID [-n NAMESPACE]  approve one pending operation, bound to its payload hash
+    kubectl belay reject NAME ID --reason TEXT    turn down a pending operation or a published deliverable
+    kubectl belay amend NAME [--goal TEXT] [--part KEY=VALUE] [--remove-part KEY] [-f MANIFEST]
+                                                change the request: request version N+1
 
-An approval is written into the session's spec (`spec.approvals`), exactly as a GitOps change
-would: the operator records it in the session record, and only for the payload hash the pending
-request carries, so a payload that changed since is not approved.
+An approval or a rejection is written into the session's spec (`spec.approvals`,
+`spec.rejections`), exactly as a GitOps change would: the operator records it in the session
+record, and only for the hash the pending request or the published deliverable carries, so a
+payload that changed since is neither approved nor rejected. A rejected step is redone with the
+reason. An amendment edits `spec.request` under the field manager `kubectl-belay/<user>`, which
+the operator records as who changed the request.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, cast
 
 import typer
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -46,14 +54,16 @@ class PluginError(Exception):
     pass
 
 
-def _api(kubeconfig: str | None) -> tuple[client.CustomObjectsApi, str]:
+def _connect(kubeconfig: str | None) -> tuple[client.CustomObjectsApi, str, str]:
+    """The API, the context's namespace, and its user (who an approval or a change is by)."""
     try:
         api_client = config.new_client_from_config(config_file=kubeconfig)
         _, context = config.list_kube_config_contexts(config_file=kubeconfig)
     except (config.ConfigException, FileNotFoundError) as error:
         raise PluginError(f"cannot load kubeconfig: {error}") from None
-    namespace = (context or {}).get("context", {}).get("namespace") or "default"
-    return client.CustomObjectsApi(api_client), namespace
+    details = (context or {}).get("context", {})
+    namespace = details.get("namespace") or "default"
+    return client.CustomObjectsApi(api_client), namespace, str(details.get("user") or "unknown")
 
 
 def _get(api: client.CustomObjectsApi, namespace: str, plural: str, name: str) -> dict[str, Any]:
@@ -147,11 +157,16 @@ def briefing(session: dict[str, Any], checkpoints: list[dict[str, Any]]) -> str:
     if pending:
         lines.append("pending approvals:")
         for item in pending:
-            lines.append(
-                f"  {item['approvalId']}: {item['tool']} {item.get('summary', '')}".rstrip()
-                + f"\n    payload sha256 {item['payloadSha256']}"
-                + f"\n    kubectl belay approve {name} {item['approvalId']}"
-            )
+            lines.append(f"  {item['approvalId']}: {item['tool']} {item.get('summary', '')}".rstrip())
+            lines.append(f"    payload sha256 {item['payloadSha256']}")
+            if item.get("contentLocation"):
+                lines.append(
+                    f"    read what it sends out (sha256 {item['contentSha256']}): {item['contentLocation']}"
+                )
+            if item.get("payloadLocation"):
+                lines.append(f"    read the operation as approved: {item['payloadLocation']}")
+            lines.append(f"    kubectl belay approve {name} {item['approvalId']}")
+            lines.append(f'    (or: kubectl belay reject {name} {item["approvalId"]} --reason "...")')
     for wait in status.get("waits", []):
         lines.append(f"waits: {wait['kind']} {wait['waitId']}: {wait['reason']}")
     deliverables = status.get("deliverables", [])
@@ -161,6 +176,10 @@ def briefing(session: dict[str, Any], checkpoints: list[dict[str, Any]]) -> str:
             review = " (ready for review)" if item.get("readyForReview") else ""
             lines.append(f"  {item['name']}{review}: {item['size']} bytes, sha256 {item['sha256']}")
             lines.append(f"    {item['location']}")
+            if item.get("readyForReview"):
+                lines.append(
+                    f'    to have it redone: kubectl belay reject {name} {item["name"]} --reason "..."'
+                )
     lines += _resource_lines(session, status, checkpoints)
     if checkpoints:
         ordered = sorted(checkpoints, key=lambda c: c["spec"]["seq"], reverse=True)
@@ -197,7 +216,7 @@ def _fail(error: PluginError) -> typer.Exit:
 def brief(name: str, namespace: Namespace = None, kubeconfig: Kubeconfig = None) -> None:
     """Where the session stands: phase, what it waits on, approvals, deliverables, checkpoints."""
     try:
-        api, default_namespace = _api(kubeconfig)
+        api, default_namespace, _ = _connect(kubeconfig)
         namespace = namespace or default_namespace
         session = _get(api, namespace, "agentsessions", name)
         listed = cast(
@@ -215,29 +234,181 @@ def brief(name: str, namespace: Namespace = None, kubeconfig: Kubeconfig = None)
 def approve(name: str, item_id: str, namespace: Namespace = None, kubeconfig: Kubeconfig = None) -> None:
     """Approve one pending operation for exactly the payload it asked for."""
     try:
-        api, default_namespace = _api(kubeconfig)
+        api, default_namespace, user = _connect(kubeconfig)
         namespace = namespace or default_namespace
-        for _ in range(CONFLICT_RETRIES):
-            session = _get(api, namespace, "agentsessions", name)
-            grant = approval_grant(session.get("status") or {}, item_id)
+        grant: dict[str, str] = {}
+
+        def change(session: dict[str, Any]) -> dict[str, Any] | None:
+            grant.update(approval_grant(session.get("status") or {}, item_id))
             approvals = list(session["spec"].get("approvals") or [])
             if any(_same_grant(existing, grant) for existing in approvals):
-                typer.echo(f"{grant['approvalId']} is already approved in the spec")
-                return
-            patch = {
-                # The resourceVersion makes this a compare-and-swap: a concurrent edit is retried.
-                "metadata": {"resourceVersion": session["metadata"]["resourceVersion"]},
-                "spec": {"approvals": [*approvals, grant]},
-            }
-            try:
-                api.patch_namespaced_custom_object(GROUP, VERSION, namespace, "agentsessions", name, patch)
-            except ApiException as error:
-                if error.status == 409:
-                    continue
-                raise PluginError(f"cannot update {name}: {error.status} {error.reason}") from None
-            typer.echo(f"approved {grant['approvalId']} for payload sha256 {grant['payloadSha256']}")
+                return None
+            return {"approvals": [*approvals, grant]}
+
+        if _update_spec(api, namespace, name, change, f"kubectl-belay/{user}") is None:
+            typer.echo(f"{grant['approvalId']} is already approved in the spec")
             return
-        raise PluginError(f"{name} kept changing; try again")
+        typer.echo(f"approved {grant['approvalId']} for payload sha256 {grant['payloadSha256']}")
+    except PluginError as error:
+        raise _fail(error) from None
+
+
+def rejection_entry(status: dict[str, Any], item_id: str, reason: str, by: str) -> dict[str, str]:
+    """The spec rejection for one pending approval (by approval or operation id) or one published
+    deliverable (by name), bound to the hash the status shows for it now."""
+    if not reason.strip():
+        raise PluginError('say why with --reason "...": the step is redone with it')
+    for item in status.get("pendingApprovals", []):
+        if item_id in (item["approvalId"], item["operationId"]):
+            return {"item": item["approvalId"], "sha256": item["payloadSha256"], "reason": reason, "by": by}
+    for item in status.get("deliverables", []):
+        if item_id == item["name"]:
+            return {"item": item["name"], "sha256": item["sha256"], "reason": reason, "by": by}
+    pending = [i["approvalId"] for i in status.get("pendingApprovals", [])]
+    published = [i["name"] for i in status.get("deliverables", [])]
+    known = ", ".join(pending + published) or "none"
+    raise PluginError(f"no pending approval or deliverable {item_id!r} (there are: {known})")
+
+
+def amended_request(
+    request: dict[str, Any],
+    goal: str | None,
+    parts: list[str],
+    removed: list[str],
+    manifest: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The request after the change; raises when it is malformed or changes nothing."""
+    if manifest is not None:
+        if goal is not None or parts or removed:
+            raise PluginError("give either -f MANIFEST or --goal/--part/--remove-part, not both")
+        wanted = (manifest.get("spec") or {}).get("request")
+        if not isinstance(wanted, dict) or not wanted.get("goal"):
+            raise PluginError("the manifest has no spec.request.goal")
+        new = {"goal": wanted["goal"], "parts": dict(wanted.get("parts") or {})}
+    else:
+        new = {"goal": request["goal"], "parts": dict(request.get("parts") or {})}
+    if goal is not None:
+        if not goal.strip():
+            raise PluginError("--goal cannot be empty")
+        new["goal"] = goal
+    for item in parts:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise PluginError(f"--part {item!r}: expected KEY=VALUE")
+        new["parts"][key.strip()] = value
+    for key in removed:
+        if key not in new["parts"]:
+            raise PluginError(f"--remove-part {key!r}: the request has no such part")
+        del new["parts"][key]
+    if new == {"goal": request["goal"], "parts": dict(request.get("parts") or {})}:
+        raise PluginError("nothing changes: the request is already that")
+    return new
+
+
+def _request_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch from one request to another: a removed part is set to null."""
+    parts: dict[str, Any] = dict(new["parts"])
+    for key in old.get("parts") or {}:
+        parts.setdefault(key, None)
+    return {"goal": new["goal"], "parts": parts}
+
+
+def _update_spec(
+    api: client.CustomObjectsApi,
+    namespace: str,
+    name: str,
+    change: Any,
+    field_manager: str,
+) -> dict[str, Any] | None:
+    """Read the session, let `change(session)` give the spec patch (None: nothing to do), apply it
+    as a compare-and-swap on the resourceVersion; a concurrent edit is read again and retried."""
+    for _ in range(CONFLICT_RETRIES):
+        session = _get(api, namespace, "agentsessions", name)
+        spec_patch = change(session)
+        if spec_patch is None:
+            return None
+        patch = {"metadata": {"resourceVersion": session["metadata"]["resourceVersion"]}, "spec": spec_patch}
+        try:
+            api.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, "agentsessions", name, patch, field_manager=field_manager
+            )
+        except ApiException as error:
+            if error.status == 409:
+                continue
+            raise PluginError(f"cannot update {name}: {error.status} {error.reason}") from None
+        return session
+    raise PluginError(f"{name} kept changing; try again")
+
+
+@app.command()
+def reject(
+    name: str,
+    item_id: str,
+    reason: Annotated[
+        str, typer.Option("--reason", "-m", help="Why: whoever redoes the step reads it.")
+    ] = "",
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Turn down a pending operation or a published deliverable: its step is redone with the reason."""
+    try:
+        api, default_namespace, user = _connect(kubeconfig)
+        namespace = namespace or default_namespace
+        entry: dict[str, str] = {}
+
+        def change(session: dict[str, Any]) -> dict[str, Any] | None:
+            entry.update(rejection_entry(session.get("status") or {}, item_id, reason, user))
+            existing = list(session["spec"].get("rejections") or [])
+            if any((r.get("item"), r.get("sha256")) == (entry["item"], entry["sha256"]) for r in existing):
+                return None
+            return {"rejections": [*existing, entry]}
+
+        if _update_spec(api, namespace, name, change, f"kubectl-belay/{user}") is None:
+            typer.echo(f"{entry['item']} (sha256 {entry['sha256']}) is already rejected in the spec")
+            return
+        typer.echo(
+            f"rejected {entry['item']} (sha256 {entry['sha256']}); the operator records it and the step is "
+            f"redone with your reason: kubectl belay brief {name}"
+        )
+    except PluginError as error:
+        raise _fail(error) from None
+
+
+@app.command()
+def amend(
+    name: str,
+    goal: Annotated[str | None, typer.Option("--goal", help="The new goal.")] = None,
+    parts: Annotated[list[str] | None, typer.Option("--part", metavar="KEY=VALUE")] = None,
+    removed: Annotated[list[str] | None, typer.Option("--remove-part", metavar="KEY")] = None,
+    manifest: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Take spec.request from a manifest.")
+    ] = None,
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Change the request (request version N+1): the work that depended on what changed is redone."""
+    try:
+        loaded = None
+        if manifest is not None:
+            try:
+                loaded = yaml.safe_load(manifest.read_text())
+            except (OSError, yaml.YAMLError) as error:
+                raise PluginError(f"cannot read {manifest}: {error}") from None
+            if not isinstance(loaded, dict):
+                raise PluginError(f"{manifest}: not a manifest")
+        api, default_namespace, user = _connect(kubeconfig)
+        namespace = namespace or default_namespace
+
+        def change(session: dict[str, Any]) -> dict[str, Any]:
+            old = session["spec"]["request"]
+            new = amended_request(old, goal, parts or [], removed or [], loaded)
+            return {"request": _request_patch(old, new)}
+
+        _update_spec(api, namespace, name, change, f"kubectl-belay/{user}")
+        typer.echo(
+            f"changed the request of {name} (by kubectl-belay/{user}); the operator records the next request "
+            f"version, and the work that depended on what changed is redone: kubectl belay brief {name}"
+        )
     except PluginError as error:
         raise _fail(error) from None
 
