@@ -62,6 +62,7 @@ def test_unknown_session_and_unknown_ids(tmp_path: Path) -> None:
         ("artifacts", "get", "nope", "x", "-o", str(tmp_path / "x")),
         ("approve", "nope", "approve-x"),
         ("resume", "nope"),
+        ("report", "nope", "-o", str(tmp_path / "report.html")),
     ):
         code, output = invoke(home, *args)
         assert code != 0, args

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -11,7 +12,9 @@ from belay.cli.kubectl_plugin import (
     approval_grant,
     briefing,
     rejection_entry,
+    status_report,
 )
+from belay.journal.report import render_html
 
 HASH = "c188ef05cebdb6363660643c540c6ecabe0e3da64ccb272b018fbc5e7c3a7771"
 STATUS: dict[str, Any] = {
@@ -190,3 +193,61 @@ def test_briefing_of_a_recovering_session_names_the_silent_attempt_and_the_resou
     assert "budget maxModelCalls: 31 used, 169 left of 200" in text
     assert "last verified checkpoint of implementer: implementer/fix (seq 41)" in text
     assert "last verified checkpoint of researcher: researcher/report (seq 30)" in text
+
+
+def test_the_report_from_the_status_shows_the_interruption_waits_and_checkpoints() -> None:
+    status = {
+        **STATUS,
+        "conditions": [
+            {
+                "type": "WaitingOnUser",
+                "status": "True",
+                "reason": "AwaitingApproval",
+                "lastTransitionTime": "2026-11-29T10:00:00Z",
+            },
+            {
+                "type": "WaitingOnExternal",
+                "status": "False",
+                "reason": "NothingPending",
+                "lastTransitionTime": "2026-11-29T08:00:00Z",
+            },
+        ],
+        "interruption": {
+            "attempt": 3,
+            "since": "2026-11-29T10:30:00Z",
+            "why": "attempt 3 stopped renewing",
+            "doing": "step implementer/publish",
+            "next": "the operator starts attempt 4",
+        },
+    }
+    session = {**SESSION, "status": status}
+    checkpoint = {
+        **CHECKPOINT,
+        "metadata": {**CHECKPOINT["metadata"], "creationTimestamp": "2026-11-29T09:40:00Z"},
+    }
+    now = datetime(2026, 11, 29, 11, 0, tzinfo=UTC)
+    report = status_report(session, [checkpoint], now=now)
+    [approval] = report.waits
+    assert approval.wait_id == "approve-implementer.publish.3" and approval.opened == datetime(
+        2026, 11, 29, 10, 0, tzinfo=UTC
+    )
+    [gap] = report.gaps
+    assert gap.attempt == 3 and gap.end is None
+    html = render_html([report])
+    assert (
+        "Interrupted 30 min 0 s: attempt 3 stopped renewing. It was doing: step implementer/publish." in html
+    )
+    assert "not resumed yet. Next: the operator starts attempt 4." in html
+    assert "Waited on you 1 h 0 min in 1 wait(s), 1 still open" in html
+    assert "checkpoint implementer/fix (seq 40, verified)" in html
+    assert '<a href="file:///store/ab">file:///store/ab</a>' in html
+    assert "keep no history of steps, calls and waits" in html
+    assert "Done: implementer 4 of 5 tasks" in html and 'class="label label-session"' not in html
+
+
+def test_the_report_from_the_status_fetches_a_deliverable_by_its_presigned_url_quoted() -> None:
+    url = "https://s3.example/b/ab?X-Amz-Signature=1&X-Amz-Expires=900"
+    deliverable = {"name": "out/x; rm -rf ~", "sha256": "ab" * 32, "size": 3, "location": url}
+    session = {**SESSION, "status": {**STATUS, "deliverables": [deliverable]}}
+    [entry] = status_report(session, [], now=datetime(2026, 11, 29, tzinfo=UTC)).deliverables
+    assert entry.command == f"curl -fsSL -o 'x; rm -rf ~' '{url}'"

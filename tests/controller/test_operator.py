@@ -395,6 +395,7 @@ async def test_approvals_from_gitops_and_kubectl_belay_are_bound_to_the_payload_
     name = "needs-approval"
     manifest = cluster_manifest(name)
     del manifest["spec"]["approvals"]
+    manifest["metadata"]["labels"] = {"team": "parsers"}  # for `kubectl belay report -l`
     config_file = reviewer_kubeconfig(kube, tmp_path / "reviewer.kubeconfig")
     for resource in ("pods", "secrets"):
         allowed = kube.kubectl(
@@ -456,6 +457,20 @@ async def test_approvals_from_gitops_and_kubectl_belay_are_bound_to_the_payload_
         assert brief.returncode == 0, brief.stderr
         assert pending["payloadSha256"] in brief.stdout
         assert f"kubectl belay approve {name} {pending['approvalId']}" in brief.stdout
+
+        # The timeline page, from what the same reviewer may read: the wait and every checkpoint.
+        page = tmp_path / "report.html"
+        drawn = kubectl_belay(config_file, "report", name, "-o", str(page))
+        assert drawn.returncode == 0, drawn.stderr
+        html = page.read_text()
+        assert pending["approvalId"] in html and "Waited on you" in html
+        listed = kubectl_json(kube, "get", "checkpoints", "-n", NAMESPACE, "-l", f"belay.dev/session={name}")
+        assert listed["items"]
+        for checkpoint in listed["items"]:
+            assert f"checkpoint {checkpoint['spec']['checkpointId']} (seq {checkpoint['spec']['seq']}" in html
+        picked = kubectl_belay(config_file, "report", "-l", "team=parsers", "-o", str(tmp_path))
+        assert picked.returncode == 0, picked.stderr
+        assert pending["approvalId"] in (tmp_path / f"{name}-report.html").read_text()
 
         refused = kubectl_belay(config_file, "approve", name, "no-such-approval")
         assert refused.returncode == 1 and "no pending approval" in refused.stderr

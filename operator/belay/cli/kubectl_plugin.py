@@ -6,6 +6,7 @@ Checkpoint objects only (no store credentials, no pods).
     kubectl belay reject NAME ID --reason TEXT    turn down a pending operation or a published deliverable
     kubectl belay amend NAME [--goal TEXT] [--part KEY=VALUE] [--remove-part KEY] [-f MANIFEST]
                                                 change the request: request version N+1
+    kubectl belay report NAME... | -l SELECTOR [-o FILE]  the timeline as one HTML file
 
 An approval or a rejection is written into the session's spec (`spec.approvals`,
 `spec.rejections`), exactly as a GitOps change would: the operator records it in the session
@@ -17,6 +18,9 @@ the operator records as who changed the request.
 
 from __future__ import annotations
 
+import posixpath
+import shlex
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, cast
 
@@ -26,6 +30,19 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from belay.cli import terminal
+from belay.journal.report import (
+    WAIT_BAR_KIND,
+    Bar,
+    DeliverableEntry,
+    Gap,
+    Mark,
+    Row,
+    SessionReport,
+    StepEntry,
+    WaitEntry,
+    WaitEntryKind,
+    render_html,
+)
 
 GROUP, VERSION = "belay.dev", "v1alpha1"
 CONFLICT_RETRIES = 5
@@ -212,22 +229,33 @@ def _fail(error: PluginError) -> typer.Exit:
     return typer.Exit(1)
 
 
-@app.command()
-def brief(name: str, namespace: Namespace = None, kubeconfig: Kubeconfig = None) -> None:
-    """Where the session stands: phase, what it waits on, approvals, deliverables, checkpoints."""
+def _session_and_checkpoints(
+    name: str, namespace: str | None, kubeconfig: str | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The AgentSession and its Checkpoints: all that a user with access to those reads."""
+    api, default_namespace, _ = _connect(kubeconfig)
+    namespace = namespace or default_namespace
+    session = _get(api, namespace, "agentsessions", name)
     try:
-        api, default_namespace, _ = _connect(kubeconfig)
-        namespace = namespace or default_namespace
-        session = _get(api, namespace, "agentsessions", name)
         listed = cast(
             dict[str, Any],
             api.list_namespaced_custom_object(
                 GROUP, VERSION, namespace, "checkpoints", label_selector=f"belay.dev/session={name}"
             ),
         )
+    except ApiException as error:
+        raise PluginError(f"cannot list the checkpoints of {name}: {error.status} {error.reason}") from None
+    return session, list(listed.get("items", []))
+
+
+@app.command()
+def brief(name: str, namespace: Namespace = None, kubeconfig: Kubeconfig = None) -> None:
+    """Where the session stands: phase, what it waits on, approvals, deliverables, checkpoints."""
+    try:
+        session, checkpoints = _session_and_checkpoints(name, namespace, kubeconfig)
     except PluginError as error:
         raise _fail(error) from None
-    typer.echo(briefing(session, list(listed.get("items", []))))
+    typer.echo(briefing(session, checkpoints))
 
 
 @app.command()
@@ -419,6 +447,235 @@ def _same_grant(existing: dict[str, Any], grant: dict[str, str]) -> bool:
         or existing.get("operationId") == grant["operationId"]
     )
     return names_it and existing.get("payloadSha256") == grant["payloadSha256"]
+
+
+# --------------------------------------------------------------------------------------------------
+# The timeline report, from what the status and the Checkpoints hold
+
+
+def _moment(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def status_report(
+    session: dict[str, Any], checkpoints: list[dict[str, Any]], *, now: datetime
+) -> SessionReport:
+    """The report of a session as a user with AgentSession and Checkpoint access sees it: the
+    status keeps no history, so the timeline has each checkpoint (when its object was created),
+    the interruption under way, and what waits now; the briefing is `kubectl belay brief`'s."""
+    name = session["metadata"]["name"]
+    status = session.get("status") or {}
+    by_subagent: dict[str, list[dict[str, Any]]] = {}
+    for cp in sorted(checkpoints, key=lambda c: c["spec"]["seq"]):
+        by_subagent.setdefault(cp["spec"].get("subagent") or "", []).append(cp)
+    rows: list[Row] = []  # the status has no attempt's start or end: no attempts row
+    steps = []
+    for subagent, owned in by_subagent.items():
+        rows.append(Row(kind="subagent", label=subagent or "the session"))
+        for cp in owned:
+            spec = cp["spec"]
+            created = _moment(cp["metadata"].get("creationTimestamp"))
+            verified = "verified" if spec["verified"] else "not verified"
+            marks = []
+            if created is not None:
+                label = f"checkpoint {spec['checkpointId']} (seq {spec['seq']}, {verified})"
+                marks.append(Mark(kind="checkpoint", at=created, label=label, ok=spec["verified"]))
+            rows.append(Row(kind="step", label=spec["checkpointId"], marks=marks))
+            steps.append(
+                StepEntry(
+                    step_id=spec["checkpointId"],
+                    subagent=subagent,
+                    title=f"checkpoint at seq {spec['seq']}",
+                    status=verified,
+                    ended=created,
+                )
+            )
+    gaps = []
+    gone = status.get("interruption")
+    since = _moment(gone.get("since")) if gone else None
+    if gone and since is not None:
+        gaps.append(
+            Gap(
+                attempt=gone["attempt"],
+                start=since,
+                why=gone["why"],
+                doing=gone["doing"],
+                next=gone.get("next", ""),
+            )
+        )
+    # The status has no time for a single wait; its condition says since when the session has
+    # waited on that kind, which is when the first of those waits opened.
+    waiting_since = {
+        c["type"]: _moment(c.get("lastTransitionTime"))
+        for c in status.get("conditions", [])
+        if c.get("status") == "True"
+    }
+    waits = [
+        WaitEntry(
+            wait_id=item["approvalId"],
+            kind="approval",
+            on=f"you: approve {item['tool']}",
+            reason=item.get("summary", ""),
+            opened=waiting_since.get("WaitingOnUser"),
+        )
+        for item in status.get("pendingApprovals", [])
+    ]
+    kinds: dict[str, tuple[WaitEntryKind, str]] = {
+        "on_user": ("on_user", "WaitingOnUser"),
+        "on_external": ("on_external", "WaitingOnExternal"),
+        "ready_for_review": ("review", "ReadyForReview"),
+    }
+    for wait in status.get("waits", []):
+        kind, condition = kinds.get(wait["kind"], ("on_user", "WaitingOnUser"))
+        waits.append(
+            WaitEntry(
+                wait_id=wait["waitId"],
+                kind=kind,
+                on=wait.get("condition") or ("your review" if kind == "review" else "you"),
+                reason=wait.get("reason", ""),
+                opened=waiting_since.get(condition),
+            )
+        )
+    waiting = [w for w in waits if w.opened is not None]
+    if waiting:
+        rows.append(Row(kind="subagent", label="waiting now"))
+        rows += [
+            Row(
+                kind="wait",
+                label=w.wait_id,
+                title=f"{w.wait_id}: {w.reason}",
+                bars=[
+                    Bar(
+                        kind=WAIT_BAR_KIND[w.kind],
+                        label=w.wait_id,
+                        start=w.opened,
+                        detail=f"waits on {w.on} (at most this long: since the session began waiting on it)",
+                    )
+                ],
+            )
+            for w in waiting
+            if w.opened is not None
+        ]
+    deliverables = [
+        DeliverableEntry(
+            name=item["name"],
+            subagent=item.get("subagent") or "",
+            size=item.get("size"),
+            sha256=item.get("sha256", ""),
+            command=_fetch_command(item),
+            location=item.get("location", ""),
+            ready_for_review=bool(item.get("readyForReview")),
+        )
+        for item in status.get("deliverables", [])
+    ]
+    lines = briefing(session, checkpoints).splitlines()
+    return SessionReport(
+        session_id=name,
+        phase=status.get("phase", "Pending"),
+        goal=session["spec"]["request"]["goal"].strip(),
+        now=now,
+        source=(
+            f"the AgentSession's status and its {len(checkpoints)} Checkpoint objects, which keep no history "
+            "of steps, calls and waits: a wait's length is since its condition turned true "
+            "(`belay report` where the record can be read shows every step, call and wait)"
+        ),
+        rows=rows,
+        gaps=gaps,
+        scope_changes=[],
+        steps=steps,
+        waits=waits,
+        deliverables=deliverables,
+        briefing=[((len(line) - len(line.lstrip(" "))) // 2, line.strip()) for line in lines],
+        harness_lost_untimed=int(status.get("harnessLost", 0)),
+        progress=", ".join(
+            f"{s['name']} {s.get('done', 0)} of {s.get('tasks', 0)} tasks"
+            for s in status.get("subagents", [])
+        ),
+    )
+
+
+def _fetch_command(deliverable: dict[str, Any]) -> str:
+    """How a cluster user fetches a deliverable: the presigned URL the status carries, with curl
+    (quoted: the name is a model's choice); a location that is no URL is shown as it is."""
+    location = str(deliverable.get("location", ""))
+    if not location.startswith(("https://", "http://")):
+        return ""
+    target = posixpath.basename(str(deliverable["name"])) or "deliverable"
+    return f"curl -fsSL -o {shlex.quote(target)} {shlex.quote(location)}"
+
+
+def _sessions_named(
+    names: list[str], selector: str | None, namespace: str | None, kubeconfig: str | None
+) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Each session named, or each that the label selector picks, with its Checkpoints."""
+    if bool(names) == bool(selector):
+        raise PluginError(
+            "name the sessions, or pick them with -l SELECTOR (such as -l team=parsers), not both"
+        )
+    if selector:
+        api, default_namespace, _ = _connect(kubeconfig)
+        try:
+            listed = cast(
+                dict[str, Any],
+                api.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace or default_namespace, "agentsessions", label_selector=selector
+                ),
+            )
+        except ApiException as error:
+            raise PluginError(
+                f"cannot list AgentSessions with {selector!r}: {error.status} {error.reason}"
+            ) from None
+        names = sorted(item["metadata"]["name"] for item in listed.get("items", []))
+        if not names:
+            raise PluginError(
+                f"no AgentSession matches -l {selector!r} in namespace {namespace or default_namespace!r}"
+            )
+    return [_session_and_checkpoints(name, namespace, kubeconfig) for name in dict.fromkeys(names)]
+
+
+@app.command()
+def report(
+    names: Annotated[
+        list[str] | None, typer.Argument(metavar="NAME...", help="One session or several.")
+    ] = None,
+    selector: Annotated[
+        str | None,
+        typer.Option("--selector", "-l", help="The sessions with these labels, e.g. -l team=parsers."),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Where to write the page (default ./NAME-report.html)."),
+    ] = None,
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """The timeline as one HTML file that opens without a network, from what `kubectl belay brief`
+    reads: the status and the Checkpoints. Several sessions share one time axis."""
+    try:
+        found = _sessions_named(names or [], selector, namespace, kubeconfig)
+    except PluginError as error:
+        raise _fail(error) from None
+    now = datetime.now(UTC)
+    page = render_html(
+        [status_report(session, checkpoints, now=now) for session, checkpoints in found]
+    ).encode()
+    first = found[0][0]["metadata"]["name"]
+    target = output or Path(f"{first}-report.html")
+    if target.is_dir():
+        target = target / f"{first}-report.html"
+    try:
+        target.write_bytes(page)
+    except OSError as error:
+        raise _fail(
+            PluginError(f"cannot write {target}: {error.strerror or error}; choose another -o PATH")
+        ) from None
+    typer.echo(f"wrote {target} ({len(page)} bytes); open it in a browser, it needs no network", err=True)
 
 
 def main() -> None:

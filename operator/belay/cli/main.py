@@ -13,7 +13,7 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -52,6 +52,18 @@ from belay.local.runtime import (
     unknown_session,
 )
 from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, ClaimTaken, RecordCorrupt, StoreError
+
+if TYPE_CHECKING:
+    from belay.journal.briefing import Briefing
+
+
+def write_output(target: Path, data: bytes) -> None:
+    """Writes what a command was asked for with -o, or ends it with one error line."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    except OSError as error:
+        raise fail(f"cannot write {target}: {error.strerror or error}; choose another -o PATH") from None
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -355,8 +367,9 @@ def sessions() -> None:
         raise typer.Exit(1)
 
 
-def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> str:
-    from belay.journal.briefing import briefing, render_json, render_markdown, render_text
+def session_briefing(state: SessionState, liveness: Liveness | None) -> Briefing:
+    """The briefing as this home sees it: artifact locations, observed sandboxes, budgets."""
+    from belay.journal.briefing import briefing
 
     home = Context.home
     store = home.open_artifact_store()
@@ -371,7 +384,7 @@ def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> 
         profiles = {sub.name: sub.network_profile for sub in spec.subagents}
         sandboxes = observed_sandboxes(home.sandboxes_dir(state.session_id), profiles)
         budgets = spec.budgets.model_dump(by_alias=True, exclude_none=True)
-    brief = briefing(
+    return briefing(
         state,
         locate=locate,
         artifact_store=str(home.artifacts_dir),
@@ -379,6 +392,12 @@ def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> 
         sandboxes=sandboxes,
         budgets=budgets,
     )
+
+
+def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> str:
+    from belay.journal.briefing import render_json, render_markdown, render_text
+
+    brief = session_briefing(state, liveness)
     if style == "json-lines":  # one compact object per line, for a follower's stream
         return brief.model_dump_json()
     render = {"json": render_json, "markdown": render_markdown, "text": render_text}[style]
@@ -511,6 +530,41 @@ def events(
         else:
             line = progress_line(event) or f"{event.seq:>4} {event.type}"
             console.print(line, highlight=False, markup=False)
+
+
+@app.command()
+def report(
+    session_ids: Annotated[
+        list[str], typer.Argument(metavar="SESSION...", help="A session, or the sessions of one objective.")
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Where to write the page (default ./SESSION-report.html)."),
+    ] = None,
+) -> None:
+    """A timeline of the session as one HTML file that opens without a network: per subagent its
+    steps, tool calls, checkpoints, waits and approvals, the interruptions and recoveries, the
+    briefing beside it, and how to fetch each deliverable. Several sessions share one time axis."""
+    from belay.journal.briefing import render_rows
+    from belay.journal.report import render_html, session_report
+
+    store = Context.home.open_artifact_store()
+
+    def locate(ref: ArtifactRef) -> str | None:
+        return Path(store.location(ref.sha256)).as_uri() if store.exists(ref.sha256) else None
+
+    reports = []
+    for session_id in dict.fromkeys(session_ids):
+        state, events = _known_state(session_id)
+        liveness = read_liveness(session_id)
+        brief = render_rows(session_briefing(state, liveness))
+        reports.append(session_report(events, state, liveness=liveness, briefing=brief, locate=locate))
+    target = output or Path(f"{session_ids[0]}-report.html")
+    if target.is_dir():
+        target = target / f"{session_ids[0]}-report.html"
+    page = render_html(reports).encode()
+    write_output(target, page)
+    typer.echo(f"wrote {target} ({len(page)} bytes); open it in a browser, it needs no network", err=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -893,11 +947,7 @@ def _get_artifact(session_id: str, name: str, output: Path | None) -> None:
             )
         sha256, target = record.ref.sha256, output or Path(name)
     data = Context.home.open_artifact_store().get(sha256)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    except OSError as error:
-        raise fail(f"cannot write {target}: {error.strerror or error}; choose another -o PATH") from None
+    write_output(target, data)
     typer.echo(f"wrote {target} ({len(data)} bytes, sha256 {sha256})", err=True)
 
 

@@ -16,7 +16,8 @@ sandbox (where, network profile, alive or not), the budgets used and left, and e
 last verified checkpoint.
 
 `briefing(state)` builds the `Briefing` model (its JSON is the JSON renderer); `render_text` and
-`render_markdown` print it. Every list is capped so a long session still fits on a page.
+`render_markdown` print it, `render_rows` gives its rows to the HTML report. Every list is capped
+so a long session still fits on a page.
 """
 
 from __future__ import annotations
@@ -1187,6 +1188,12 @@ def _remote_rows(b: Briefing) -> list[Row]:
         )
         rows.append((2, "", counts + (f"; failed: {remote.failure}" if remote.failure else "")))
     return rows
+
+
+def render_rows(b: Briefing) -> list[tuple[int, str]]:
+    """(level, text) rows for a renderer elsewhere (the HTML report): level 0 is a section
+    heading, 1 an entry, 2 a detail under an entry."""
+    return [(level, text) for level, _, text in _lines(b)]
 
 
 def render_text(b: Briefing) -> str:
