@@ -47,6 +47,7 @@ from belay.journal.events import (
     ToolRequestEvent,
     ToolResultEvent,
 )
+from belay.lifetime import die_with_parent, tie_to_parent
 from belay.local.runtime import LocalHome
 
 DEFAULT_MANIFEST = Path(__file__).resolve().parents[3] / "examples" / "parser-fix" / "session.yaml"
@@ -127,6 +128,8 @@ def start_belay(
         stderr=subprocess.STDOUT,
         env=env,
         start_new_session=True,  # its own process group, killed as a whole
+        # ...and it dies with whoever started it (the drill, a test run), however that ends.
+        preexec_fn=die_with_parent() if tie_to_parent() else None,
     )
 
 
@@ -141,6 +144,7 @@ def run_belay(
         timeout=timeout,
         env=belay_environment(environment),
         check=False,
+        preexec_fn=die_with_parent(),  # waited for here: this thread outlives it
     )
 
 
@@ -234,10 +238,11 @@ def tickets_in(home: Path, session_id: str) -> int:
 
 
 class StandinProcess:
-    """`python -m <stand-in> --plan PLAN --port 0 --ready-file F` in its own process group."""
+    """`python -m <stand-in> --plan PLAN --port 0 --ready-file F` in its own process group;
+    with `api_key`, the only key it accepts (else any)."""
 
-    def __init__(self, executor_type: str, plan: Path, directory: Path) -> None:
-        from belay.executors.endpoints import PROVIDERS
+    def __init__(self, executor_type: str, plan: Path, directory: Path, api_key: str | None = None) -> None:
+        from belay.executors.endpoints import PROVIDERS, STANDIN_KEY
 
         self.variables = PROVIDERS[executor_type]
         directory.mkdir(parents=True, exist_ok=True)
@@ -245,12 +250,16 @@ class StandinProcess:
         ready.unlink(missing_ok=True)
         log = (directory / "standin.log").open("ab")
         command = [sys.executable, "-m", self.variables.standin_module, "--plan", str(plan), "--port", "0"]
+        if api_key is not None:
+            command += ["--api-key", api_key]
+        self.api_key = api_key or STANDIN_KEY
         self.process = subprocess.Popen(
             [*command, "--ready-file", str(ready)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent() if tie_to_parent() else None,
         )
         deadline = time.monotonic() + STANDIN_START_S
         while not ready.exists():
@@ -261,9 +270,7 @@ class StandinProcess:
         self.base_url = str(json.loads(ready.read_text())["base_url"])
 
     def environment(self) -> dict[str, str]:
-        from belay.executors.endpoints import STANDIN_KEY
-
-        return {self.variables.base_url: self.base_url, self.variables.api_key: STANDIN_KEY}
+        return {self.variables.base_url: self.base_url, self.variables.api_key: self.api_key}
 
     def stats(self) -> dict[str, Any]:
         origin = self.base_url.split("/v1", 1)[0].rstrip("/")
