@@ -50,6 +50,7 @@ from belay.local.runtime import (
     LocalHome,
     install_session,
     load_installed,
+    load_session_state,
     read_state,
     run_local,
     unknown_session,
@@ -322,7 +323,7 @@ def run(
         session = install_session(home, manifest)
     except ManifestError as error:
         raise fail(f"bad manifest: {error}") from None
-    state, _ = asyncio.run(read_state(home_of(session.session_id), session.session_id))
+    state = asyncio.run(load_session_state(home_of(session.session_id), session.session_id))
     if state.lifecycle.completed:
         typer.echo(
             f"session {session.session_id} already completed in {home.root}; its briefing follows "
@@ -353,8 +354,9 @@ def resume(
         load_installed(Context.home, session_id)
     except ManifestError as error:
         raise fail(str(error)) from None
-    # The whole record is checked before a new attempt takes the session over (RecordCorrupt).
-    asyncio.run(read_state(home_of(session_id), session_id))
+    # The record is checked before a new attempt takes the session over (RecordCorrupt): the events
+    # after the latest snapshot here, those before it when the snapshot was taken.
+    asyncio.run(load_session_state(home_of(session_id), session_id))
     _run(session_id, quiet, with_ticket_service=not no_ticket_service)
 
 
@@ -362,7 +364,8 @@ def resume(
 # Reading the record
 
 
-def _known_state(session_id: str) -> tuple[Any, list[Event]]:
+def _known_record(session_id: str) -> tuple[SessionState, list[Event]]:
+    """The whole record and its fold, for what shows every event (the report's timeline)."""
     home = home_of(session_id)
     state, events = asyncio.run(read_state(home, session_id))
     if not events:
@@ -370,18 +373,28 @@ def _known_state(session_id: str) -> tuple[Any, list[Event]]:
     return state, events
 
 
+def _known_state(session_id: str) -> SessionState:
+    home = home_of(session_id)
+    state = asyncio.run(load_session_state(home, session_id))
+    if not state.last_seq:
+        raise fail(unknown_session(session_id, home))
+    return state
+
+
 @app.command()
 def sessions() -> None:
     """List the sessions in this home and where each stands."""
-    from belay.journal.state import fold
+    from belay.journal.snapshots import load_state
 
     async def load() -> list[tuple[str, SessionState | RecordCorrupt, Liveness | None]]:
         store = Context.home.open_event_store()
+        artifacts = Context.home.open_artifact_store()
         loaded: list[tuple[str, SessionState | RecordCorrupt, Liveness | None]] = []
         try:
             for sid in await store.list_sessions():
                 try:
-                    loaded.append((sid, fold(await store.read(sid)), await local_liveness(store, sid)))
+                    state = (await load_state(store, artifacts, sid)).state
+                    loaded.append((sid, state, await local_liveness(store, sid)))
                 except RecordCorrupt as error:
                     loaded.append((sid, error, None))
         finally:
@@ -454,7 +467,7 @@ def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> 
 
 
 def print_brief(session_id: str, style: str) -> None:
-    state, _ = _known_state(session_id)
+    state = _known_state(session_id)
     sys.stdout.write(render_brief(state, style, read_liveness(session_id)) + "\n")
 
 
@@ -481,8 +494,8 @@ async def follow_brief(session_id: str, style: str) -> None:
     from belay.journal.status import HEARTBEAT_INTERVAL_S
 
     home = home_of(session_id)
-    state, known = await read_state(home, session_id)
-    if not known:
+    state = await load_session_state(home, session_id)
+    if not state.last_seq:
         raise fail(unknown_session(session_id, home))
     store = home.open_event_store()
     liveness = await local_liveness(store, session_id)
@@ -558,10 +571,20 @@ def events(
     from_seq: Annotated[int, typer.Option("--from", help="First seq to print.")] = 1,
 ) -> None:
     """The session's events, in order."""
-    _, all_events = _known_state(session_id)
-    for event in all_events:
-        if event.seq < from_seq:
-            continue
+
+    home = home_of(session_id)
+
+    async def read() -> tuple[int, list[Event]]:
+        store = home.open_event_store()
+        try:
+            return await store.last_seq(session_id), await store.read(session_id, from_seq=max(from_seq, 1))
+        finally:
+            await store.close()
+
+    last_seq, found = asyncio.run(read())
+    if not last_seq:
+        raise fail(unknown_session(session_id, home))
+    for event in found:
         if as_json:
             sys.stdout.write(
                 json.dumps(
@@ -612,7 +635,7 @@ def report(
 
     reports = []
     for session_id in dict.fromkeys(session_ids):
-        state, events = _known_state(session_id)
+        state, events = _known_record(session_id)
         liveness = read_liveness(session_id)
         brief = render_rows(session_briefing(state, liveness))
         reports.append(
@@ -633,7 +656,7 @@ def report(
 def decide(session_id: str, item_id: str, granted: bool, reason: str, by: str) -> str:
     """Record one decision under its claim, so that of two people deciding at once, one decision
     is recorded and the other person is told who decided first."""
-    state, _ = _known_state(session_id)
+    state = _known_state(session_id)
     user = Actor(kind="user", name=by)
     drafts: list[EventDraft] = []
     approval = state.approvals.get(item_id)
@@ -665,7 +688,7 @@ def decide(session_id: str, item_id: str, granted: bool, reason: str, by: str) -
         if wait.resolved:
             raise fail(f"{item_id} is already resolved")
         claim = wait_claim(item_id)
-        if wait.condition in state.unknown_outcomes:
+        if wait.condition is not None and wait.condition in state.unknown_outcomes:
             # The same claim as `belay reconcile` without a wait: one verdict per unknown outcome.
             claim = reconcile_claim(wait.condition, state.unknown_outcomes[wait.condition])
         if wait.kind == "on_user" and item_id.startswith("reconcile-") and wait.condition:
@@ -729,7 +752,7 @@ def reject(
 ) -> None:
     """Reject a published deliverable or a pending operation: the step that made it is redone
     with your reason. Or answer no to a wait."""
-    state, _ = _known_state(session_id)
+    state = _known_state(session_id)
     deliverable = _deliverable_named(state, item_id)
     # Plain echo, never wrapped: the output names commands to copy.
     if deliverable is not None:
@@ -756,7 +779,7 @@ def _deliverable_named(state: Any, item_id: str) -> str | None:
 
 
 def reject_deliverable(session_id: str, name: str, reason: str, by: str) -> str:
-    state, _ = _known_state(session_id)
+    state = _known_state(session_id)
     if not reason.strip():
         raise fail(f'say why with --reason "...": the step that made {name} is redone with it')
     sha256 = state.artifacts[name].ref.sha256
@@ -768,7 +791,7 @@ def reject_deliverable(session_id: str, name: str, reason: str, by: str) -> str:
 
 def _reopened_after(session_id: str, seq: int) -> str:
     """What a decision just recorded reopened, and how the work goes on."""
-    state, _ = _known_state(session_id)
+    state = _known_state(session_id)
     steps = [t.task_id for t in state.tasks.values() if t.reopened_seq is not None and t.reopened_seq > seq]
     if not steps:
         return ""
@@ -798,7 +821,7 @@ def amend(
 ) -> None:
     """Change the request: record request version N+1. The work that depended on what changed
     becomes invalid and is redone; the rest is reused."""
-    state, _ = _known_state(session_id)
+    state = _known_state(session_id)
     if state.request.version == 0:
         raise fail(f"session {session_id} has no request recorded yet")
     new_goal, new_parts = state.request.goal, dict(state.request.parts)
@@ -843,7 +866,7 @@ def amend(
     _append(session_id, [EventDraft(payload=change, actor=Actor(kind="user", name=by))], scope_claim(version))
     from belay.journal.briefing import briefing
 
-    after, _ = _known_state(session_id)
+    after = _known_state(session_id)
     recorded = briefing(after).scope_changes[-1]
     lines = [f"recorded request v{version} of {session_id} ({', '.join(touched)} changed, by {by})"]
     if recorded.invalid_steps or recorded.invalid_outputs:
@@ -873,7 +896,7 @@ def reconcile(
     """Settle an operation whose outcome is unknown: it took effect (--succeeded) or not (--failed)."""
     if succeeded is None:
         raise fail("say whether it took effect: --succeeded or --failed")
-    state, _ = _known_state(session_id)
+    state = _known_state(session_id)
     if operation_id not in state.unknown_outcomes:
         unknown = ", ".join(sorted(state.unknown_outcomes)) or "none"
         raise fail(f"operation {operation_id!r} has no unknown outcome (unknown outcomes: {unknown})")
@@ -968,7 +991,7 @@ def artifacts(
         return
     if len(words) != 1:
         raise fail("usage: belay artifacts SESSION  |  belay artifacts get SESSION NAME [-o PATH]")
-    state, _ = _known_state(words[0])
+    state = _known_state(words[0])
     table = Table("NAME", "DELIVERABLE", "SUBAGENT", "SIZE", "SHA256", "LOCATION")
     store = home_of(words[0]).open_artifact_store()
     for record in sorted(state.artifacts.values(), key=lambda r: r.seq):
@@ -984,7 +1007,7 @@ def artifacts(
 
 
 def _get_artifact(session_id: str, name: str, output: Path | None) -> None:
-    state, _ = _known_state(session_id)
+    state = _known_state(session_id)
     if name.startswith("sha256:"):
         sha256 = name.removeprefix("sha256:")
         if sha256 not in blobs_named(state):

@@ -7,7 +7,10 @@ record per session, never an event): that renewal is how every view tells a live
 dead one (`belay.journal.status.phase_of`).
 
 The attempt folds the record incrementally and keeps nothing the record does not also hold: a
-harness killed at any point is replaced by a new attempt that reads the record and continues.
+harness killed at any point is replaced by a new attempt that reads the record and continues. It
+starts from the latest usable state snapshot and folds only the events after it, and writes a new
+snapshot every `SNAPSHOT_EVERY` events, sooner after a verified checkpoint
+(`belay.journal.snapshots`), so the next attempt's start costs the same at any history length.
 """
 
 from __future__ import annotations
@@ -23,20 +26,24 @@ from belay import __version__
 from belay.api.agentsession import AgentSession
 from belay.journal.events import (
     Actor,
+    CheckpointEvent,
     Event,
     EventDraft,
     Lifecycle,
     LifecycleKind,
     Payload,
     Remote,
+    StateSnapshot,
+    StateSnapshotEvent,
     Task,
     TaskStatus,
     ToolRequest,
     ToolRequestEvent,
 )
+from belay.journal.snapshots import FOLD_VERSION, load_state, snapshot_due, write_snapshot
 from belay.journal.state import EMPTY, SessionState, apply
 from belay.journal.status import HEARTBEAT_INTERVAL_S
-from belay.stores.base import EventStore, StaleLease, StoreError
+from belay.stores.base import ArtifactStore, EventStore, RecordCorrupt, StaleLease, StoreError
 
 HARNESS_VERSION = f"belay-harness/{__version__}"
 # Fault injection for the interruption tests and the drill: a comma-separated list of
@@ -74,6 +81,9 @@ class Attempt:
     holder: str = "local"
     model_id: str = ""
     on_event: Callable[[Event], None] | None = None
+    # Where state snapshots are read from and written to; without one the attempt folds the
+    # whole record and writes none.
+    artifacts: ArtifactStore | None = None
 
     number: int = 0  # the attempt's number is its lease number
     lease: int = 0
@@ -82,6 +92,9 @@ class Attempt:
     _append_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _fault_points: frozenset[str] = field(default_factory=frozenset)
     _heartbeat: asyncio.Task[None] | None = None
+    _loaded: bool = False
+    _snapshot_seq: int | None = None  # the latest snapshot event this attempt knows of
+    _snapshot_covers: int = 0  # the seq that snapshot covers
     # The seq of this attempt's harness_started; 0 until it is recorded.
     started_seq: int = 0
 
@@ -159,22 +172,75 @@ class Attempt:
         return events
 
     async def state(self) -> SessionState:
-        """The fold of the record, brought up to date incrementally."""
+        """The fold of the record, brought up to date incrementally: the first call starts from
+        the latest usable snapshot, every later one folds only the events recorded since."""
         async with self._state_lock:
-            fresh = await self.store.read(self.session_id, from_seq=self._state.last_seq + 1)
-            state = self._state
-            for event in fresh:
-                state = apply(state, event)
+            if not self._loaded:
+                loaded = await load_state(self.store, self.artifacts, self.session_id)
+                self._loaded = True
+                state = loaded.state
+                self._snapshot_seq, self._snapshot_covers = loaded.snapshot_seq, loaded.snapshot_covers
+            else:
+                state = self._state
+                checkpointed = False
+                for event in await self.store.read(self.session_id, from_seq=state.last_seq + 1):
+                    state = apply(state, event)
+                    if isinstance(event, StateSnapshotEvent):
+                        self._snapshot_seq, self._snapshot_covers = event.seq, event.payload.covers_seq
+                    checkpointed = checkpointed or (
+                        isinstance(event, CheckpointEvent) and event.payload.verified
+                    )
+                if (
+                    self.artifacts is not None
+                    and self.lease
+                    and snapshot_due(state, self._snapshot_covers, checkpointed)
+                ):
+                    state = await self._write_snapshot(state, self.artifacts)
             self._state = state
             return state
 
+    async def _write_snapshot(self, state: SessionState, artifacts: ArtifactStore) -> SessionState:
+        """Store a snapshot of `state` and record the event that names it. A snapshot only saves
+        later readers work, so one that cannot be written is left for the next chance."""
+        try:
+            ref, rebased = await asyncio.to_thread(write_snapshot, state, artifacts)
+            [event] = await self.record(
+                [
+                    StateSnapshot(
+                        ref=ref,
+                        covers_seq=state.last_seq,
+                        fold_version=FOLD_VERSION,
+                        previous_seq=self._snapshot_seq,
+                    )
+                ]
+            )
+        except StaleLease:
+            raise
+        except (StoreError, OSError):
+            return state
+        self._snapshot_seq, self._snapshot_covers = event.seq, state.last_seq
+        # Go on from the state the snapshot was taken of, rebuilt on what was written, so the next
+        # snapshot writes only what changes from here; the next read folds the snapshot event and
+        # whatever another subagent recorded meanwhile.
+        return rebased
+
     async def events(self) -> list[Event]:
+        """The whole record: only for what the state does not keep (a stop that cut off the code
+        noting the attempt's start)."""
         return await self.store.read(self.session_id)
 
-    async def requests_by_operation(self) -> dict[str, ToolRequest]:
-        return {
-            e.payload.operation_id: e.payload for e in await self.events() if isinstance(e, ToolRequestEvent)
-        }
+    async def request_of(self, operation_id: str) -> ToolRequest:
+        """An operation's recorded request, read at the seq the state keeps for it: recovery never
+        reads the whole record."""
+        seq = (await self.state()).operations[operation_id].request_seq
+        found = await self.store.read(self.session_id, seq, seq)
+        if (
+            not found
+            or not isinstance(found[0], ToolRequestEvent)
+            or found[0].payload.operation_id != operation_id
+        ):
+            raise RecordCorrupt(self.session_id, seq, f"the request of {operation_id} is not at this seq")
+        return found[0].payload
 
     # ---------------------------------------------------------------------------------------------
     # Beginning and end

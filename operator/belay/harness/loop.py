@@ -80,6 +80,7 @@ class Harness:
             holder=self.holder,
             model_id=self.model_id,
             on_event=self.on_event,
+            artifacts=self.artifacts,
         )
         self.recovery = Recovery(
             attempt=self.attempt,
@@ -171,7 +172,7 @@ class Harness:
         if state.request.version == 0:
             # Whoever starts the harness records the request first (the operator, or `belay run`).
             return HarnessResult(False, "the record holds no request to work on", attempt.number)
-        self._model_calls = sum(1 for e in await attempt.events() if e.type == "model_output")
+        self._model_calls = state.model_calls
         await attempt.record_start(state)
         max_attempts = self.session.spec.recovery.max_attempts
         # An attempt that stopped cleanly when told to was not lost: it does not count.

@@ -359,9 +359,8 @@ class Recovery:
             ),
             key=lambda op: op.request_seq,
         )
-        requests = await self.attempt.requests_by_operation()
         for op in operations:
-            request = requests[op.operation_id]
+            request = await self.attempt.request_of(op.operation_id)
             await handle.client.call(request.tool, await resolve_arguments(self.artifacts, request.arguments))
         return len(operations)
 
@@ -373,11 +372,10 @@ class Recovery:
         runtime = self.runtime
         assert runtime is not None, "the tool runtime settles open requests"
         plan = recovery_plan(await self.attempt.state())
-        requests = await self.attempt.requests_by_operation()
         for action in plan.actions:
             if action.subagent != sub.name:
                 continue
-            request = requests[action.operation_id]
+            request = await self.attempt.request_of(action.operation_id)
             if action.action in (RecoveryActionKind.RERUN, RecoveryActionKind.RERUN_WITH_KEY):
                 await runtime.execute(sub, action.request_seq, request)
             elif action.action == RecoveryActionKind.AWAIT_RECONCILIATION:
@@ -392,7 +390,7 @@ class Recovery:
                 and op.reconciled_succeeded is False
                 and not op.has_result
             ):
-                await runtime.execute(sub, op.request_seq, requests[op.operation_id])
+                await runtime.execute(sub, op.request_seq, await self.attempt.request_of(op.operation_id))
         # An external effect that failed waits on a person: try it again, or go on without it.
         state = await self.attempt.state()
         for op in state.external_operation_records():
@@ -402,7 +400,9 @@ class Recovery:
             if retry.pending or (
                 retry.decision == "granted" and (retry.decided_seq or 0) > (op.result_seq or 0)
             ):
-                await runtime.await_retry(sub, op.request_seq, requests[op.operation_id], retry.approval_id)
+                await runtime.await_retry(
+                    sub, op.request_seq, await self.attempt.request_of(op.operation_id), retry.approval_id
+                )
 
 
 async def verify(handle: SandboxHandle, command: str, expected_exit: int) -> Verification:

@@ -400,6 +400,20 @@ class Summary(Payload):
     output_tokens: int = 0
 
 
+class StateSnapshot(Payload):
+    """The folded state through `covers_seq`, stored as a content-addressed artifact
+    (`belay.journal.snapshots`), so a reader folds only the events after it. It changes nothing
+    in the state: a snapshot the reader cannot use (missing, damaged, or written by another version
+    of the fold, `fold_version`) is passed over for the one before it (`previous_seq`), or for
+    the whole record."""
+
+    EVENT_TYPE: ClassVar[str] = "state_snapshot"
+    ref: ArtifactRef  # the snapshot's root document
+    covers_seq: int
+    fold_version: str  # the fold that wrote it (`belay.journal.snapshots.FOLD_VERSION`)
+    previous_seq: int | None = None  # the seq of the snapshot event before this one
+
+
 PAYLOAD_TYPES: tuple[type[Payload], ...] = (
     UserInput,
     ScopeChange,
@@ -418,6 +432,7 @@ PAYLOAD_TYPES: tuple[type[Payload], ...] = (
     Rejection,
     Summary,
     Remote,
+    StateSnapshot,
 )
 PAYLOAD_BY_TYPE: dict[str, type[Payload]] = {p.EVENT_TYPE: p for p in PAYLOAD_TYPES}
 EVENT_TYPES: tuple[str, ...] = tuple(PAYLOAD_BY_TYPE)
@@ -523,6 +538,11 @@ class RemoteEvent(EventBase):
     payload: Remote
 
 
+class StateSnapshotEvent(EventBase):
+    type: Literal["state_snapshot"] = "state_snapshot"
+    payload: StateSnapshot
+
+
 Event = Annotated[
     UserInputEvent
     | ScopeChangeEvent
@@ -540,7 +560,8 @@ Event = Annotated[
     | LifecycleEvent
     | RejectionEvent
     | SummaryEvent
-    | RemoteEvent,
+    | RemoteEvent
+    | StateSnapshotEvent,
     Field(discriminator="type"),
 ]
 

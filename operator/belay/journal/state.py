@@ -1469,6 +1469,11 @@ def _on_remote(s: SessionState, e: Any) -> Updates:
     return updates
 
 
+def _on_state_snapshot(s: SessionState, e: Any) -> Updates:
+    # A snapshot of the state is not a fact about the session: folding it changes nothing.
+    return {}
+
+
 _HANDLERS: dict[str, Callable[[SessionState, Any], Updates]] = {
     "user_input": _on_user_input,
     "scope_change": _on_scope_change,
@@ -1487,6 +1492,7 @@ _HANDLERS: dict[str, Callable[[SessionState, Any], Updates]] = {
     "rejection": _on_rejection,
     "summary": _on_summary,
     "remote": _on_remote,
+    "state_snapshot": _on_state_snapshot,
 }
 
 

@@ -507,6 +507,18 @@ def stop_leftover_sandboxes(home: LocalHome, session: AgentSession) -> None:
         stop_recorded_server(home.sandboxes_dir(session.session_id) / sub.name)
 
 
+async def load_session_state(home: LocalHome, session_id: str) -> SessionState:
+    """The session's state as a reader needs it: the latest usable snapshot plus the events after
+    it, so a command costs the same at any history length (`belay.journal.snapshots`)."""
+    from belay.journal.snapshots import load_state
+
+    store = home.open_event_store()
+    try:
+        return (await load_state(store, home.open_artifact_store(), session_id)).state
+    finally:
+        await store.close()
+
+
 async def read_state(home: LocalHome, session_id: str) -> tuple[SessionState, list[Event]]:
     from belay.journal.state import fold
 

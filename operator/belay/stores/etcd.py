@@ -24,6 +24,8 @@ session, or a guess of "new session"; when a compare fails (another writer got t
 transaction's failure branch returns the current state and the append tries again on it
 (optimistic concurrency, one round trip per try). etcd transactions are strict serializable, so
 the fencing lease is a number compared in the same transaction as the write, never an etcd lock.
+Appends of several sessions that come while another append's transaction is in flight go out
+together as one transaction, each still whole or not at all (`_send_queued`).
 
 Deleting a session is one transaction of two range deletes (`<prefix>/sessions/<id>/` and the index
 key), so no reader ever sees part of a session. A watch notices a deletion from the DELETE of an
@@ -84,6 +86,7 @@ T = TypeVar("T")
 # than --max-txn-ops operations (128 by default). A batch is one transaction, so it must fit both.
 MAX_BATCH_BYTES = 1024 * 1024
 MAX_BATCH_EVENTS = 100
+MAX_TXN_OPERATIONS = 128
 
 KNOWN_HEADS = 4096
 READ_PAGE = 500
@@ -227,6 +230,41 @@ class Snapshot:
     authoritative: bool = True
 
 
+@dataclass(slots=True)
+class QueuedAppend:
+    """An append's transaction waiting to go out with others (see `EtcdEventStore._send_queued`).
+    `operations`: how many compares, success puts and failure reads it adds to a transaction.
+    `outcome`: the transaction's response, where this append's failure reads start in it, and
+    whether the transaction held other appends too."""
+
+    session_id: str
+    request: bytes
+    operations: tuple[int, int, int]
+    outcome: asyncio.Future[tuple[Any, int, bool]]
+
+
+def queued_state_count(idempotency_key: str | None, claim: str | None) -> int:
+    """How many failure-branch reads an append's transaction carries (`_state_keys`)."""
+    return 2 + (idempotency_key is not None) + (claim is not None)
+
+
+def _operation_counts(
+    snapshot: Snapshot,
+    values: list[bytes],
+    drafts: list[EventDraft],
+    fenced: bool,
+    idempotency_key: str | None,
+    claim: str | None,
+) -> tuple[int, int, int]:
+    """The compares, success puts and failure reads of `_append_request` for these arguments."""
+    keyed = idempotency_key is not None
+    claimed = claim is not None
+    compares = 1 + fenced + keyed + claimed
+    puts = len(values) + 1 + len({draft.type for draft in drafts}) + keyed + claimed
+    puts += snapshot.head_mod_revision == 0  # the session index entry
+    return compares, puts, queued_state_count(idempotency_key, claim)
+
+
 @dataclass
 class UnsettledAttempt:
     """A transaction whose answer was lost: it may have been applied or not."""
@@ -288,6 +326,11 @@ class EtcdEventStore:
         self._encoded_txn: Any = None
         # The head this store last wrote, per session (insertion-ordered, oldest evicted first).
         self._known_heads: dict[str, Snapshot] = {}
+        # Appends share transactions while one is in flight (see `_send_queued`): how many append
+        # transactions are in flight or about to be sent, and the appends waiting for the next.
+        self._in_flight = 0
+        self._queued: list[QueuedAppend] = []
+        self._senders: set[asyncio.Task[None]] = set()
 
     # ----------------------------------------------------------------------------------------------
     # Connection and retries
@@ -374,10 +417,11 @@ class EtcdEventStore:
         return state
 
     @staticmethod
-    def _snapshot_from(response: Any, idempotency_key: str | None, claim: str | None) -> Snapshot:
-        """The state read from `_state_keys`, whether they ran as a transaction's success branch
-        (a plain read) or its failure branch (a write whose compares failed)."""
-        ranges = [op.response_range for op in response.responses]
+    def _snapshot_from(responses: Sequence[Any], idempotency_key: str | None, claim: str | None) -> Snapshot:
+        """The state read from `_state_keys` (the transaction's responses to those reads), whether
+        they ran as a transaction's success branch (a plain read) or its failure branch (a write
+        whose compares failed)."""
+        ranges = [op.response_range for op in responses]
         snapshot = Snapshot()
         if ranges[0].kvs:
             head = json.loads(ranges[0].kvs[0].value)
@@ -395,7 +439,7 @@ class EtcdEventStore:
 
     async def _snapshot(self, keys: SessionKeys, idempotency_key: str | None, claim: str | None) -> Snapshot:
         reads = [_range(key) for key in self._state_keys(keys, idempotency_key, claim)]
-        return self._snapshot_from(await self._txn([], reads), idempotency_key, claim)
+        return self._snapshot_from((await self._txn([], reads)).responses, idempotency_key, claim)
 
     def _remembered(self, session_id: str) -> Snapshot:
         # Never seen: guess a new session. If it is not, the write's compares fail and its
@@ -462,6 +506,7 @@ class EtcdEventStore:
         stored = self.chain.stored
         unsettled: list[UnsettledAttempt] = []
         checked = False
+        alone = False
         deadline = time.monotonic() + self.operation_timeout
         delay = 0.02
         last_error: BaseException | None = None
@@ -469,6 +514,7 @@ class EtcdEventStore:
         # guard it; when they fail, the failure branch carries the fresh state for the next try.
         snapshot: Snapshot | None = self._remembered(session_id)
         while time.monotonic() < deadline:
+            queued: QueuedAppend | None = None
             try:
                 if snapshot is None:
                     snapshot = await self._snapshot(keys, idempotency_key, claim)
@@ -516,12 +562,27 @@ class EtcdEventStore:
                 )
                 if self._encoded_txn is None:
                     self._stubs()
-                call = self._encoded_txn(request, timeout=self.request_timeout)
+                events = []
+                if self._in_flight == 0 or alone:
+                    # Nothing in flight (always so for a single writer): send it now, alone.
+                    self._in_flight += 1
+                    waiting: Any = self._encoded_txn(request, timeout=self.request_timeout)
+                else:
+                    # Another append's transaction is in flight: go out after it, with every
+                    # append queued meanwhile, in one transaction.
+                    counts = _operation_counts(
+                        snapshot, values, drafts, lease is not None, idempotency_key, claim
+                    )
+                    queued = QueuedAppend(
+                        session_id, request, counts, asyncio.get_running_loop().create_future()
+                    )
+                    self._queued.append(queued)
+                    waiting = queued.outcome
                 try:
-                    # Let the call's task send the request, then build the events to return while
-                    # the transaction is in flight: that work overlaps the round trip.
-                    await asyncio.sleep(0)
-                    events = []
+                    if queued is None:
+                        # Let the call's task send the request: building the events to return
+                        # then overlaps the round trip.
+                        await asyncio.sleep(0)
                     for seq, draft in enumerate(drafts, start=first_seq):
                         events.append(
                             build_event(
@@ -533,25 +594,43 @@ class EtcdEventStore:
                                 chain=links[seq - first_seq].decode(),
                             )
                         )
-                    response = await call
+                    answer = await waiting
                 except grpc.aio.AioRpcError as error:
                     if error.code() in TRANSIENT_CODES and not _never_sent(error):
                         unsettled.append(UnsettledAttempt(events, values))
                     raise
                 except BaseException:
                     # Cancelled before the answer (or anything else): cancel the RPC too, as
-                    # awaiting it would have.
-                    call.cancel()
+                    # awaiting it would have; an append still queued is dropped, and one that
+                    # went out with others is written with them or not at all.
+                    waiting.cancel()
                     raise
+                finally:
+                    if queued is None:
+                        if self._queued:
+                            self._transaction_done()
+                        else:  # the single writer's case, inline
+                            self._in_flight -= 1
+                response, failure_from, shared = (answer, 0, False) if queued is None else answer
                 if response.succeeded:
                     self._remember(session_id, snapshot, response.header.revision, events[-1].seq, link)
                     return events
                 # Another writer got there first (or the remembered state was stale): go again
-                # at once on the state the failure branch read.
-                snapshot = self._snapshot_from(response, idempotency_key, claim)
+                # at once on the state the failure branch read. After a shared transaction failed,
+                # the retry goes alone, so one contended session cannot keep failing the others.
+                failure_to = failure_from + queued_state_count(idempotency_key, claim)
+                snapshot = self._snapshot_from(
+                    response.responses[failure_from:failure_to], idempotency_key, claim
+                )
+                alone = shared
                 continue
             except grpc.aio.AioRpcError as error:
                 if error.code() not in TRANSIENT_CODES:
+                    if queued is not None and not alone:
+                        # Refused with others (say a cluster with lower limits than etcd's
+                        # defaults): nothing was written; try it alone before blaming this batch.
+                        alone = True
+                        continue
                     raise _permanent(error) from error
                 last_error = error
                 # After a lost answer nothing remembered can be trusted: read the state afresh.
@@ -566,6 +645,79 @@ class EtcdEventStore:
                 "written or not at all: retry with the same idempotency key to find out"
             )
         raise self._unavailable(last_error)
+
+    # ----------------------------------------------------------------------------------------------
+    # Appends sharing a transaction
+
+    def _transaction_done(self, shared: bool = False) -> None:
+        """An append transaction came back. Appends queued meanwhile go out together, one loop
+        turn later: the writers this answer wakes run first, and those that append again at once
+        (a writer per session in one process) join the same transaction. After a shared
+        transaction that turn is taken even with nothing queued yet: its writers are the ones
+        about to append."""
+        if self._queued or shared:
+            asyncio.get_running_loop().call_soon(self._send_queued)
+        else:
+            self._in_flight -= 1
+
+    def _send_queued(self) -> None:
+        """Send the queued appends as one transaction (its slot in `_in_flight` is already
+        counted). Why: with several writers in one process, the event loop's work per RPC, not
+        etcd, bounds the appends per second; one transaction for several appends pays it once.
+
+        Concatenated `TxnRequest` encodings are one `TxnRequest` whose compares, puts and reads
+        are those of each in turn (protobuf appends repeated fields), so each append's wire bytes
+        go in as they are. The transaction succeeds only if every append's compares hold; when
+        one fails, its failure branch reads every append's state and each takes its own slice.
+        At most one append per session goes in (etcd refuses a transaction that puts one key
+        twice), and the whole stays within etcd's limits on operations and request size."""
+        group: list[QueuedAppend] = []
+        waiting: list[QueuedAppend] = []
+        sessions: set[str] = set()
+        compares = puts = reads = size = 0
+        for queued in self._queued:
+            if queued.outcome.done():  # cancelled while it waited
+                continue
+            more_compares, more_puts, more_reads = queued.operations
+            fits = not group or (
+                max(compares + more_compares, puts + more_puts, reads + more_reads) <= MAX_TXN_OPERATIONS
+                and size + len(queued.request) <= MAX_BATCH_BYTES
+            )
+            if queued.session_id in sessions or not fits:
+                waiting.append(queued)
+                continue
+            group.append(queued)
+            sessions.add(queued.session_id)
+            compares, puts, reads = compares + more_compares, puts + more_puts, reads + more_reads
+            size += len(queued.request)
+        self._queued = waiting
+        if not group:
+            self._in_flight -= 1
+            return
+        task = asyncio.get_running_loop().create_task(self._answer_queued(group))
+        self._senders.add(task)  # a task nobody holds may be collected before it is done
+        task.add_done_callback(self._senders.discard)
+
+    async def _answer_queued(self, group: list[QueuedAppend]) -> None:
+        try:
+            request = b"".join(queued.request for queued in group)
+            response = await self._encoded_txn(request, timeout=self.request_timeout)
+        except Exception as error:  # each append decides what the failure means for it
+            for queued in group:
+                if not queued.outcome.done():
+                    queued.outcome.set_exception(error)
+        except BaseException:
+            for queued in group:
+                queued.outcome.cancel()
+            raise
+        else:
+            failure_from = 0
+            for queued in group:
+                if not queued.outcome.done():
+                    queued.outcome.set_result((response, failure_from, len(group) > 1))
+                failure_from += queued.operations[2]
+        finally:
+            self._transaction_done(len(group) > 1)
 
     def _append_request(
         self,
