@@ -11,6 +11,7 @@ request carries, so a payload that changed since is not approved.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated, Any, cast
 
 import typer
@@ -248,6 +249,161 @@ def _same_grant(existing: dict[str, Any], grant: dict[str, str]) -> bool:
         or existing.get("operationId") == grant["operationId"]
     )
     return names_it and existing.get("payloadSha256") == grant["payloadSha256"]
+
+
+# --------------------------------------------------------------------------------------------------
+# The fleet: many sessions at a glance, and an objective's sessions
+
+AllNamespaces = Annotated[bool, typer.Option("--all-namespaces", "-A", help="Sessions of every namespace.")]
+Selector = Annotated[str, typer.Option("--selector", "-l", help="A label selector, as kubectl takes it.")]
+
+
+def fleet_rows(items: list[dict[str, Any]], *, all_namespaces: bool, now: Any) -> list[Any]:
+    """The fleet rows of AgentSession objects: their status, as the operator projected it, with
+    every command spelled for kubectl (and `-n NAMESPACE` when listing every namespace)."""
+    from belay.journal import commands
+    from belay.journal.fleet import fleet_row
+
+    rows = []
+    for item in items:
+        meta = item["metadata"]
+        namespace = meta.get("namespace")
+
+        def style(command: str, namespace: str | None = namespace) -> str:
+            return commands.in_cluster(command, namespace if all_namespaces else None)
+
+        rows.append(
+            fleet_row(
+                meta["name"],
+                item.get("status"),
+                now=now,
+                labels=meta.get("labels") or {},
+                namespace=namespace if all_namespaces else None,
+                style=style,
+            )
+        )
+    return rows
+
+
+def _list_sessions(
+    api: client.CustomObjectsApi, namespace: str | None, selector: str
+) -> tuple[list[dict[str, Any]], str]:
+    """The AgentSessions (of one namespace, or of all with None) and the list's resourceVersion."""
+    try:
+        if namespace is None:
+            listed = api.list_cluster_custom_object(GROUP, VERSION, "agentsessions", label_selector=selector)
+        else:
+            listed = api.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, "agentsessions", label_selector=selector
+            )
+    except ApiException as error:
+        where = "every namespace" if namespace is None else f"namespace {namespace!r}"
+        raise PluginError(f"cannot list AgentSessions in {where}: {error.status} {error.reason}") from None
+    listed = cast(dict[str, Any], listed)
+    return list(listed.get("items", [])), str(listed.get("metadata", {}).get("resourceVersion", ""))
+
+
+def _show_fleet(
+    kubeconfig: str | None, namespace: str | None, all_namespaces: bool, selector: str, watch: bool, show: Any
+) -> None:
+    """Print once, or (watching) again on every change the apiserver reports, until Ctrl-C."""
+    from datetime import UTC, datetime
+
+    from kubernetes import watch as kube_watch
+
+    from belay.local.fleet import without_clock
+
+    api, default_namespace = _api(kubeconfig)
+    where = None if all_namespaces else (namespace or default_namespace)
+    items, version = _list_sessions(api, where, selector)
+
+    def render() -> tuple[str, list[dict[str, object]]]:
+        rows = fleet_rows(items, all_namespaces=all_namespaces, now=datetime.now(UTC))
+        return show(rows), without_clock(rows)
+
+    text, shown = render()
+    typer.echo(text)
+    if not watch:
+        return
+    by_key = {(i["metadata"].get("namespace"), i["metadata"]["name"]): i for i in items}
+    if where is None:
+        lister: Any = api.list_cluster_custom_object
+        args: tuple[Any, ...] = (GROUP, VERSION, "agentsessions")
+    else:
+        lister = api.list_namespaced_custom_object
+        args = (GROUP, VERSION, where, "agentsessions")
+    watcher = kube_watch.Watch()
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            try:
+                for change in watcher.stream(
+                    lister, *args, label_selector=selector, resource_version=version
+                ):
+                    obj = change["object"]
+                    key = (obj["metadata"].get("namespace"), obj["metadata"]["name"])
+                    version = obj["metadata"].get("resourceVersion", version)
+                    if change["type"] == "DELETED":
+                        by_key.pop(key, None)
+                    else:
+                        by_key[key] = obj
+                    items = list(by_key.values())
+                    text, rows = render()
+                    if rows != shown:
+                        shown = rows
+                        typer.echo(text)
+            except ApiException as error:
+                if error.status != 410:  # a resourceVersion too old: list again and go on
+                    raise PluginError(f"the watch ended: {error.status} {error.reason}") from None
+                items, version = _list_sessions(api, where, selector)
+                by_key = {(i["metadata"].get("namespace"), i["metadata"]["name"]): i for i in items}
+
+
+@app.command()
+def sessions(
+    namespace: Namespace = None,
+    all_namespaces: AllNamespaces = False,
+    selector: Selector = "",
+    as_json: Annotated[bool, typer.Option("--json", help="Rows and summary as JSON.")] = False,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Print again on every change, until Ctrl-C.")
+    ] = False,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Every session: phase, what it waits on (you, an external condition, your review), the
+    kubectl command that unblocks it, deliverables, age of the last event; and a summary."""
+    from belay.journal.fleet import fleet_view, render_fleet
+
+    def show(rows: list[Any]) -> str:
+        view = fleet_view(rows)
+        return view.model_dump_json() if as_json else render_fleet(view, with_namespace=all_namespaces)
+
+    try:
+        _show_fleet(kubeconfig, namespace, all_namespaces, selector, watch, show)
+    except PluginError as error:
+        raise _fail(error) from None
+
+
+@app.command()
+def objective(
+    name: Annotated[str, typer.Argument(metavar="OBJECTIVE", help="The belay.dev/objective label value.")],
+    namespace: Namespace = None,
+    all_namespaces: AllNamespaces = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    watch: Annotated[bool, typer.Option("--watch", "-w")] = False,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """The sessions that serve one objective: each one's part and deliverables, and what the
+    whole waits on."""
+    from belay.journal.fleet import OBJECTIVE_LABEL, objective_view, render_objective
+
+    def show(rows: list[Any]) -> str:
+        view = objective_view(name, rows)
+        return view.model_dump_json() if as_json else render_objective(view, with_namespace=all_namespaces)
+
+    try:
+        _show_fleet(kubeconfig, namespace, all_namespaces, f"{OBJECTIVE_LABEL}={name}", watch, show)
+    except PluginError as error:
+        raise _fail(error) from None
 
 
 def main() -> None:

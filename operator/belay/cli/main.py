@@ -35,7 +35,7 @@ from belay.journal.events import (
     wait_claim,
 )
 from belay.journal.state import SessionState
-from belay.journal.status import Liveness, Phase, interruption_of, phase_of, waiting_on
+from belay.journal.status import Liveness, Phase, phase_of
 from belay.local.liveness import local_liveness, observed_sandboxes, reap_orphans
 from belay.local.runtime import (
     HOME_ENV,
@@ -278,48 +278,81 @@ def _known_state(session_id: str) -> tuple[Any, list[Event]]:
     return state, events
 
 
+# How often `belay sessions --watch` and `belay objective --watch` look again.
+WATCH_INTERVAL_S = 1.0
+
+Selector = Annotated[
+    str,
+    typer.Option("--selector", "-l", help="Only sessions whose manifest labels match (k=v, k!=v, k, !k)."),
+]
+
+
 @app.command()
-def sessions() -> None:
-    """List the sessions in this home and where each stands."""
-    from belay.journal.state import fold
+def sessions(
+    as_json: Annotated[bool, typer.Option("--json", help="Rows and summary as JSON.")] = False,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Print again whenever a session moves on, until Ctrl-C.")
+    ] = False,
+    selector: Selector = "",
+) -> None:
+    """Every session in this home: phase, what it waits on (you, an external condition, your
+    review), the command that unblocks it, deliverables, age of the last event; and a summary."""
+    from belay.journal.fleet import fleet_view, render_fleet
 
-    async def load() -> list[tuple[str, SessionState | RecordCorrupt, Liveness | None]]:
-        store = Context.home.open_event_store()
-        loaded: list[tuple[str, SessionState | RecordCorrupt, Liveness | None]] = []
-        try:
-            for sid in await store.list_sessions():
-                try:
-                    loaded.append((sid, fold(await store.read(sid)), await local_liveness(store, sid)))
-                except RecordCorrupt as error:
-                    loaded.append((sid, error, None))
-        finally:
-            await store.close()
-        return loaded
+    def show(rows: list[Any]) -> str:
+        view = fleet_view(rows)
+        return view.model_dump_json() if as_json else render_fleet(view)
 
-    if not Context.home.events_db.exists():
-        console.print(f"no sessions in {Context.home.root}")
+    _show_fleet(selector, show, watch)
+
+
+@app.command()
+def objective(
+    name: Annotated[str, typer.Argument(metavar="OBJECTIVE", help="The belay.dev/objective label value.")],
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    watch: Annotated[bool, typer.Option("--watch", "-w")] = False,
+) -> None:
+    """The sessions that serve one objective (label belay.dev/objective): each one's part and
+    deliverables, and what the whole waits on."""
+    from belay.journal.fleet import OBJECTIVE_LABEL, objective_view, render_objective
+
+    def show(rows: list[Any]) -> str:
+        view = objective_view(name, rows)
+        return view.model_dump_json() if as_json else render_objective(view)
+
+    _show_fleet(f"{OBJECTIVE_LABEL}={name}", show, watch)
+
+
+def _show_fleet(selector: str, show: Any, watch: bool) -> None:
+    """Print the fleet once, or (watching) again whenever a row changes; a corrupt record ends a
+    one-off listing with its error after the others are shown."""
+    import time
+
+    from belay.journal.fleet import SelectorError
+    from belay.local.fleet import LocalFleet, without_clock
+
+    fleet = LocalFleet(Context.home, selector)
+    try:
+        rows = asyncio.run(fleet.rows())
+    except SelectorError as error:
+        raise fail(f"--selector: {error}") from None
+    sys.stdout.write(show(rows) + "\n")
+    sys.stdout.flush()
+    if watch:
+        shown = without_clock(rows)
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(WATCH_INTERVAL_S)
+                rows = asyncio.run(fleet.rows())
+                if without_clock(rows) != shown:
+                    shown = without_clock(rows)
+                    sys.stdout.write(show(rows) + "\n")
+                    sys.stdout.flush()
         return
-    table = Table("SESSION", "PHASE", "STEP", "WAITS ON", "DELIVERABLES", "EVENTS")
-    corrupt: list[RecordCorrupt] = []
-    for session_id, state, liveness in asyncio.run(load()):
-        if isinstance(state, RecordCorrupt):
-            corrupt.append(state)
-            table.add_row(session_id, f"RecordCorrupt (seq {state.seq})", "-", "-", "-", "-")
-            continue
-        phase = phase_of(state, liveness)
-        table.add_row(
-            session_id,
-            phase.value,
-            state.current_step or "-",
-            waiting_on(state, phase, interruption_of(state, liveness)) or "-",
-            ", ".join(sorted(state.deliverables)) or "-",
-            str(state.last_seq),
-        )
-    console.print(table)
-    if corrupt:
-        # The other sessions are listed; each corrupt one also ends the command with its error.
-        for error in corrupt:
-            typer.echo(f"error: {error}", err=True)
+    # The other sessions are listed; each corrupt record also ends the command with its error.
+    for corrupt in fleet.corrupt.values():
+        typer.echo(f"error: {corrupt}", err=True)
+    if fleet.corrupt:
         raise typer.Exit(1)
 
 

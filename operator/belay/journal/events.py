@@ -345,6 +345,28 @@ class Remote(Payload):
     detail: str = ""
 
 
+class SessionLinkKind(StrEnum):
+    # This session started `session` for one part of its objective (recorded by the parent's
+    # `start_session`), or learnt how that child ended (its `await_session`).
+    CHILD = "child"
+    # `session` started this one: recorded in the child's record with its request.
+    PARENT = "parent"
+
+
+class SessionLink(Payload):
+    """A link between a coordinating session and a session it started for one part of its
+    objective; each side records its half, so either record alone says who is whose."""
+
+    EVENT_TYPE: ClassVar[str] = "session_link"
+    kind: SessionLinkKind
+    session: str
+    part: str
+    objective: str = ""
+    operation_id: str = ""  # the parent's start_session operation
+    phase: str = ""  # for a child that ended: Succeeded or Failed
+    deliverables: dict[str, str] = Field(default_factory=dict)  # an ended child's: name -> sha256
+
+
 class Summary(Payload):
     """A compaction of earlier events; it never replaces them."""
 
@@ -371,6 +393,7 @@ PAYLOAD_TYPES: tuple[type[Payload], ...] = (
     Lifecycle,
     Summary,
     Remote,
+    SessionLink,
 )
 PAYLOAD_BY_TYPE: dict[str, type[Payload]] = {p.EVENT_TYPE: p for p in PAYLOAD_TYPES}
 EVENT_TYPES: tuple[str, ...] = tuple(PAYLOAD_BY_TYPE)
@@ -471,6 +494,11 @@ class RemoteEvent(EventBase):
     payload: Remote
 
 
+class SessionLinkEvent(EventBase):
+    type: Literal["session_link"] = "session_link"
+    payload: SessionLink
+
+
 Event = Annotated[
     UserInputEvent
     | ScopeChangeEvent
@@ -487,7 +515,8 @@ Event = Annotated[
     | OperationOutcomeEvent
     | LifecycleEvent
     | SummaryEvent
-    | RemoteEvent,
+    | RemoteEvent
+    | SessionLinkEvent,
     Field(discriminator="type"),
 ]
 
