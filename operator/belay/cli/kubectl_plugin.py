@@ -1,17 +1,35 @@
-"""`kubectl belay`: the person's view of sessions in a cluster, with access to AgentSession and
-Checkpoint objects only (no store credentials, no pods).
+"""`kubectl belay`: the person's view of sessions in a cluster, for someone who may read and patch
+AgentSessions and nothing else (no store credentials, no pods, no Secrets).
 
-    kubectl belay brief NAME [-n NAMESPACE]     where the session stands, from its status
-    kubectl belay approve NAME ID [-n NAMESPACE]  approve one pending operation, bound to its payload hash
+    kubectl belay sessions [-A] [-l SELECTOR] [--json] [--watch]   the fleet view
+    kubectl belay objective OBJECTIVE                              the sessions of one objective
+    kubectl belay brief NAME                                       where the session stands, from its status
+    kubectl belay approve NAME ID        approve one operation (its payload hash), or yes to a wait
+    kubectl belay reject NAME ID         reject one pending operation, or no to a wait
+    kubectl belay answer NAME WAIT TEXT  answer a wait on the user
+    kubectl belay reconcile NAME OPERATION --succeeded|--failed
+    kubectl belay amend NAME [--goal TEXT] [--part K=V] [--drop-part K]   change the request
+    kubectl belay artifacts NAME | artifacts get NAME FILE [-o PATH]
 
 An approval is written into the session's spec (`spec.approvals`), exactly as a GitOps change
 would: the operator records it in the session record, and only for the payload hash the pending
-request carries, so a payload that changed since is not approved.
+request carries, so a payload that changed since is not approved. The other decisions go into
+`spec.decisions`, which the operator records under the same claims the local commands take; an
+amended request is recorded as a scope change. A deliverable is fetched through the short-lived
+URL the operator publishes in the status (an S3 store's presigned URL), never with store
+credentials.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, cast
 
 import typer
@@ -19,6 +37,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from belay.cli import terminal
+from belay.journal.fleet import columns
 
 GROUP, VERSION = "belay.dev", "v1alpha1"
 CONFLICT_RETRIES = 5
@@ -41,6 +60,7 @@ Namespace = Annotated[
     str | None, typer.Option("--namespace", "-n", help="default: the kubeconfig's namespace")
 ]
 Kubeconfig = Annotated[str | None, typer.Option("--kubeconfig", envvar="KUBECONFIG", help="kubeconfig file")]
+By = Annotated[str, typer.Option("--by", help="Who decides, as the record names them.")]
 
 
 class PluginError(Exception):
@@ -201,46 +221,327 @@ def brief(name: str, namespace: Namespace = None, kubeconfig: Kubeconfig = None)
         api, default_namespace = _api(kubeconfig)
         namespace = namespace or default_namespace
         session = _get(api, namespace, "agentsessions", name)
-        listed = cast(
-            dict[str, Any],
-            api.list_namespaced_custom_object(
-                GROUP, VERSION, namespace, "checkpoints", label_selector=f"belay.dev/session={name}"
-            ),
-        )
+        checkpoints, note = _checkpoints(api, namespace, name)
     except PluginError as error:
         raise _fail(error) from None
-    typer.echo(briefing(session, list(listed.get("items", []))))
+    typer.echo(briefing(session, checkpoints) + note)
+
+
+def _checkpoints(api: client.CustomObjectsApi, namespace: str, name: str) -> tuple[list[dict[str, Any]], str]:
+    """The session's Checkpoint objects; a person allowed AgentSessions only is briefed without
+    them (the status still says each subagent's progress), and told so."""
+    try:
+        listed = api.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, "checkpoints", label_selector=f"belay.dev/session={name}"
+        )
+    except ApiException as error:
+        if error.status == 403:
+            return [], "\n(checkpoints not shown: you may not list Checkpoints in this namespace)"
+        raise PluginError(f"cannot list checkpoints of {name}: {error.status} {error.reason}") from None
+    return list(cast(dict[str, Any], listed).get("items", [])), ""
+
+
+def _patch_spec(
+    api: client.CustomObjectsApi,
+    namespace: str,
+    name: str,
+    change: Callable[[dict[str, Any]], dict[str, Any] | None],
+) -> bool:
+    """Merge `change(session)` into the spec as a compare-and-swap on the resourceVersion,
+    reading again after a concurrent edit; False when `change` had nothing to write."""
+    for _ in range(CONFLICT_RETRIES):
+        session = _get(api, namespace, "agentsessions", name)
+        spec_patch = change(session)
+        if spec_patch is None:
+            return False
+        patch = {"metadata": {"resourceVersion": session["metadata"]["resourceVersion"]}, "spec": spec_patch}
+        try:
+            api.patch_namespaced_custom_object(GROUP, VERSION, namespace, "agentsessions", name, patch)
+        except ApiException as error:
+            if error.status == 409:
+                continue
+            raise PluginError(f"cannot update {name}: {error.status} {_reason(error)}") from None
+        return True
+    raise PluginError(f"{name} kept changing; try again")
+
+
+def _reason(error: ApiException) -> str:
+    """The apiserver's own message (a validation rule's, say), else the HTTP reason."""
+    try:
+        return str(json.loads(error.body or "{}").get("message") or error.reason)
+    except (ValueError, AttributeError):
+        return str(error.reason)
+
+
+def _open_waits(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {w["waitId"]: w for w in status.get("waits") or []}
+
+
+def _waiting(status: dict[str, Any]) -> str:
+    items = [a["approvalId"] for a in status.get("pendingApprovals") or []] + sorted(_open_waits(status))
+    return ", ".join(items) or "nothing waits on you"
+
+
+def _decide(name: str, namespace: str | None, kubeconfig: str | None, decision: dict[str, str]) -> str:
+    """Write one decision into `spec.decisions`, for the operator to record under its claim."""
+    api, default_namespace = _api(kubeconfig)
+    namespace = namespace or default_namespace
+
+    def change(session: dict[str, Any]) -> dict[str, Any] | None:
+        decisions = list(session["spec"].get("decisions") or [])
+        earlier = next((d for d in decisions if d["id"] == decision["id"]), None)
+        if earlier is not None:
+            if earlier["verdict"] == decision["verdict"]:
+                return None
+            raise PluginError(f"{decision['id']} is already decided in the spec: {earlier['verdict']}")
+        return {"decisions": [*decisions, decision]}
+
+    written = _patch_spec(api, namespace, name, change)
+    said = f"{decision['verdict']} to {decision['id']}"
+    if not written:
+        return f"{said} is already in the spec"
+    return f"{said} written to spec.decisions; the operator records it in the session record"
+
+
+def _check_open(
+    api: client.CustomObjectsApi, namespace: str, name: str, item_id: str, *, approvals: bool = True
+) -> None:
+    status = _get(api, namespace, "agentsessions", name).get("status") or {}
+    pending = {a["approvalId"] for a in status.get("pendingApprovals") or []} if approvals else set()
+    if item_id not in pending and item_id not in _open_waits(status):
+        raise PluginError(f"nothing {item_id!r} waits in {name} (waiting: {_waiting(status)})")
 
 
 @app.command()
-def approve(name: str, item_id: str, namespace: Namespace = None, kubeconfig: Kubeconfig = None) -> None:
-    """Approve one pending operation for exactly the payload it asked for."""
+def approve(
+    name: str,
+    item_id: Annotated[str, typer.Argument(metavar="ID", help="An approval id, or a wait id (a yes).")],
+    namespace: Namespace = None,
+    by: By = "kubectl",
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Approve one pending operation for exactly the payload it asked for, or say yes to a wait."""
     try:
         api, default_namespace = _api(kubeconfig)
         namespace = namespace or default_namespace
-        for _ in range(CONFLICT_RETRIES):
-            session = _get(api, namespace, "agentsessions", name)
+        status = _get(api, namespace, "agentsessions", name).get("status") or {}
+        if item_id in _open_waits(status):
+            typer.echo(_decide(name, namespace, kubeconfig, {"id": item_id, "verdict": "yes", "by": by}))
+            return
+        approved: dict[str, str] = {}
+
+        def change(session: dict[str, Any]) -> dict[str, Any] | None:
             grant = approval_grant(session.get("status") or {}, item_id)
+            approved.update(grant)
             approvals = list(session["spec"].get("approvals") or [])
             if any(_same_grant(existing, grant) for existing in approvals):
-                typer.echo(f"{grant['approvalId']} is already approved in the spec")
-                return
-            patch = {
-                # The resourceVersion makes this a compare-and-swap: a concurrent edit is retried.
-                "metadata": {"resourceVersion": session["metadata"]["resourceVersion"]},
-                "spec": {"approvals": [*approvals, grant]},
-            }
-            try:
-                api.patch_namespaced_custom_object(GROUP, VERSION, namespace, "agentsessions", name, patch)
-            except ApiException as error:
-                if error.status == 409:
-                    continue
-                raise PluginError(f"cannot update {name}: {error.status} {error.reason}") from None
-            typer.echo(f"approved {grant['approvalId']} for payload sha256 {grant['payloadSha256']}")
+                return None
+            return {"approvals": [*approvals, grant]}
+
+        if not _patch_spec(api, namespace, name, change):
+            typer.echo(f"{approved['approvalId']} is already approved in the spec")
             return
-        raise PluginError(f"{name} kept changing; try again")
+        typer.echo(f"approved {approved['approvalId']} for payload sha256 {approved['payloadSha256']}")
     except PluginError as error:
         raise _fail(error) from None
+
+
+@app.command()
+def reject(
+    name: str,
+    item_id: Annotated[str, typer.Argument(metavar="ID", help="An approval id, or a wait id (a no).")],
+    reason: Annotated[str, typer.Option("--reason", "-m")] = "",
+    namespace: Namespace = None,
+    by: By = "kubectl",
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Reject one pending operation (it is never dispatched), or say no to a wait."""
+    try:
+        api, default_namespace = _api(kubeconfig)
+        _check_open(api, namespace or default_namespace, name, item_id)
+        decision = {"id": item_id, "verdict": "no", "text": reason, "by": by}
+        typer.echo(_decide(name, namespace, kubeconfig, decision))
+    except PluginError as error:
+        raise _fail(error) from None
+
+
+@app.command()
+def answer(
+    name: str,
+    wait_id: Annotated[str, typer.Argument(metavar="WAIT")],
+    text: Annotated[str, typer.Argument(help="Your answer.")],
+    namespace: Namespace = None,
+    by: By = "kubectl",
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Answer a wait on the user with text; the session goes on."""
+    try:
+        api, default_namespace = _api(kubeconfig)
+        _check_open(api, namespace or default_namespace, name, wait_id, approvals=False)
+        decision = {"id": wait_id, "verdict": "yes", "text": text, "by": by}
+        typer.echo(_decide(name, namespace, kubeconfig, decision))
+    except PluginError as error:
+        raise _fail(error) from None
+
+
+@app.command()
+def reconcile(
+    name: str,
+    operation_id: Annotated[str, typer.Argument(metavar="OPERATION")],
+    succeeded: Annotated[
+        bool | None, typer.Option("--succeeded/--failed", help="Did the operation take effect?")
+    ] = None,
+    detail: Annotated[str, typer.Option("--detail", "-m")] = "",
+    namespace: Namespace = None,
+    by: By = "kubectl",
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Settle an operation whose outcome is unknown: it took effect (--succeeded) or not (--failed)."""
+    try:
+        if succeeded is None:
+            raise PluginError("say whether it took effect: --succeeded or --failed")
+        api, default_namespace = _api(kubeconfig)
+        status = _get(api, namespace or default_namespace, "agentsessions", name).get("status") or {}
+        unknown = status.get("unknownOutcomes") or []
+        if operation_id not in unknown:
+            known = ", ".join(unknown) or "none"
+            raise PluginError(
+                f"operation {operation_id!r} has no unknown outcome (unknown outcomes: {known})"
+            )
+        verdict = "succeeded" if succeeded else "failed"
+        decision = {"id": operation_id, "verdict": verdict, "text": detail, "by": by}
+        typer.echo(_decide(name, namespace, kubeconfig, decision))
+    except PluginError as error:
+        raise _fail(error) from None
+
+
+@app.command()
+def amend(
+    name: str,
+    goal: Annotated[str | None, typer.Option("--goal", help="The new goal.")] = None,
+    part: Annotated[
+        list[str] | None, typer.Option("--part", help="KEY=VALUE: set one part of the request.")
+    ] = None,
+    drop_part: Annotated[list[str] | None, typer.Option("--drop-part", help="KEY: remove one part.")] = None,
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Change the request (goal, parts): the operator records the change as a scope change, which
+    the running attempt reads from the record."""
+    try:
+        changed: dict[str, Any] = {}
+        if goal is not None:
+            changed["goal"] = goal
+        parts: dict[str, str | None] = {}
+        for item in part or []:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise PluginError(f"--part {item!r}: write KEY=VALUE")
+            parts[key] = value
+        for key in drop_part or []:
+            parts[key] = None  # a merge patch removes a key set to null
+        if parts:
+            changed["parts"] = parts
+        if not changed:
+            raise PluginError("nothing to amend: give --goal, --part KEY=VALUE or --drop-part KEY")
+        api, default_namespace = _api(kubeconfig)
+        namespace = namespace or default_namespace
+
+        def change(session: dict[str, Any]) -> dict[str, Any] | None:
+            request = session["spec"]["request"]
+            current = request.get("parts") or {}
+            same_goal = "goal" not in changed or changed["goal"] == request["goal"]
+            same_parts = all(current.get(k) == v for k, v in parts.items())
+            return None if same_goal and same_parts else {"request": changed}
+
+        if _patch_spec(api, namespace, name, change):
+            typer.echo(f"amended the request of {name}; the operator records the scope change")
+        else:
+            typer.echo(f"the request of {name} already says that")
+    except PluginError as error:
+        raise _fail(error) from None
+
+
+@app.command()
+def artifacts(
+    words: Annotated[list[str], typer.Argument(metavar="NAME | get NAME FILE")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Where `get` writes the bytes.")
+    ] = None,
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """List a session's deliverables, or `artifacts get NAME FILE [-o PATH]` to download one
+    through the short-lived URL the operator publishes (no store credentials needed)."""
+    try:
+        if words[0] == "get":
+            if len(words) != 3:
+                raise PluginError("usage: kubectl belay artifacts get NAME FILE [-o PATH]")
+            _download(words[1], words[2], output, namespace, kubeconfig)
+            return
+        if len(words) != 1:
+            raise PluginError("usage: kubectl belay artifacts NAME  |  kubectl belay artifacts get NAME FILE")
+        api, default_namespace = _api(kubeconfig)
+        status = _get(api, namespace or default_namespace, "agentsessions", words[0]).get("status") or {}
+        rows = [
+            [
+                d["name"],
+                d.get("subagent") or "-",
+                str(d["size"]),
+                d["sha256"],
+                "yes" if d.get("readyForReview") else "-",
+                d.get("command") or "-",
+            ]
+            for d in status.get("deliverables") or []
+        ]
+        if not rows:
+            typer.echo(f"{words[0]} has published no deliverable yet")
+            return
+        typer.echo(columns(["NAME", "SUBAGENT", "SIZE", "SHA256", "REVIEW", "COMMAND"], rows))
+    except PluginError as error:
+        raise _fail(error) from None
+
+
+def _download(
+    name: str, file: str, output: Path | None, namespace: str | None, kubeconfig: str | None
+) -> None:
+    from belay.api.agentsession import is_plain_file_name
+
+    api, default_namespace = _api(kubeconfig)
+    status = _get(api, namespace or default_namespace, "agentsessions", name).get("status") or {}
+    deliverables = {d["name"]: d for d in status.get("deliverables") or []}
+    item = deliverables.get(file)
+    if item is None:
+        known = ", ".join(sorted(deliverables)) or "none"
+        raise PluginError(f"{name} has no deliverable {file!r} (deliverables: {known})")
+    if output is None and not is_plain_file_name(file):
+        raise PluginError(f"{file!r} is not a plain file name: choose where to write it with -o PATH")
+    location = str(item.get("location") or "")
+    if urllib.parse.urlsplit(location).scheme not in ("http", "https"):
+        raise PluginError(
+            f"{file} is in an artifact store that publishes no URL ({location}); "
+            "only an S3 store gives one that can be fetched from outside the cluster"
+        )
+    try:
+        with urllib.request.urlopen(location, timeout=60) as answer:
+            data = answer.read(int(item["size"]) + 1)
+    except (urllib.error.URLError, OSError) as error:
+        raise PluginError(
+            f"cannot fetch {file}: {error}; the URL lasts an hour and the operator renews it, so try again"
+        ) from None
+    if len(data) != int(item["size"]) or hashlib.sha256(data).hexdigest() != item["sha256"]:
+        raise PluginError(
+            f"{file} as fetched does not match its recorded sha256 {item['sha256']}; nothing written"
+        )
+    target = output or Path(file)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    except OSError as error:
+        raise PluginError(
+            f"cannot write {target}: {error.strerror or error}; choose another -o PATH"
+        ) from None
+    typer.echo(f"wrote {target} ({len(data)} bytes, sha256 {item['sha256']})", err=True)
 
 
 def _same_grant(existing: dict[str, Any], grant: dict[str, str]) -> bool:

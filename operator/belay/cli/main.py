@@ -22,17 +22,14 @@ from typer.core import TyperGroup
 from belay.api.agentsession import ManifestError, is_plain_file_name, load_manifest
 from belay.cli import terminal
 from belay.harness.attempt import HarnessResult
+from belay.journal.decisions import DecisionError, decision_write, reconcile_write
 from belay.journal.events import (
-    Actor,
     Approval,
     ArtifactRef,
     Event,
     EventDraft,
     OperationOutcome,
     Wait,
-    approval_claim,
-    reconcile_claim,
-    wait_claim,
 )
 from belay.journal.state import SessionState
 from belay.journal.status import Liveness, Phase, phase_of
@@ -522,75 +519,12 @@ def decide(session_id: str, item_id: str, granted: bool, reason: str, by: str) -
     """Record one decision under its claim, so that of two people deciding at once, one decision
     is recorded and the other person is told who decided first."""
     state, _ = _known_state(session_id)
-    user = Actor(kind="user", name=by)
-    drafts: list[EventDraft] = []
-    approval = state.approvals.get(item_id)
-    wait = state.waits.get(item_id)
-    if approval is not None:
-        claim = approval_claim(item_id)
-        if approval.decision is not None:
-            raise fail(
-                f"approval {item_id} was already {approval.decision} by {approval.decided_by or 'someone'}"
-            )
-        drafts.append(
-            EventDraft(
-                payload=Approval(
-                    approval_id=item_id,
-                    operation_id=approval.operation_id,
-                    payload_sha256=approval.payload_sha256,
-                    granted=granted,
-                    by=by,
-                    reason=reason,
-                ),
-                actor=user,
-                parent_seq=approval.requested_seq,
-            )
-        )
-        outcome = (
-            f"{'approved' if granted else 'rejected'} {item_id} (payload sha256 {approval.payload_sha256})"
-        )
-    elif wait is not None:
-        if wait.resolved:
-            raise fail(f"{item_id} is already resolved")
-        claim = wait_claim(item_id)
-        if wait.condition in state.unknown_outcomes:
-            # The same claim as `belay reconcile` without a wait: one verdict per unknown outcome.
-            claim = reconcile_claim(wait.condition, state.unknown_outcomes[wait.condition])
-        if wait.kind == "on_user" and item_id.startswith("reconcile-") and wait.condition:
-            verdict = "took effect" if granted else "did not take effect"
-            drafts.append(
-                EventDraft(
-                    payload=OperationOutcome(
-                        operation_id=wait.condition,
-                        outcome="reconciled",
-                        succeeded=granted,
-                        detail=f"{by}: it {verdict}. {reason}".strip(),
-                        by=by,
-                    ),
-                    actor=user,
-                )
-            )
-        drafts.append(
-            EventDraft(
-                payload=Wait(
-                    wait_id=item_id,
-                    kind=wait.kind,
-                    reason=f"{wait.reason} -> {'yes' if granted else 'no'} ({by}) {reason}".strip(),
-                    resolved=True,
-                    condition=wait.condition,
-                    artifact=wait.artifact,
-                ),
-                actor=user,
-            )
-        )
-        outcome = f"resolved {item_id}: {'yes' if granted else 'no'}"
-    else:
-        pending = sorted(state.pending_approvals) + sorted(state.open_waits)
-        known = ", ".join(pending) if pending else "nothing waits on you"
-        raise fail(f"no approval or wait {item_id!r} in session {session_id} (pending: {known})")
-
-    _append(session_id, drafts, claim)
-    return outcome
+    try:
+        write = decision_write(state, item_id, granted, reason, by)
+    except DecisionError as error:
+        raise fail(str(error)) from None
+    _append(session_id, list(write.drafts), write.claim)
+    return write.outcome
 
 
 @app.command()
@@ -629,23 +563,12 @@ def reconcile(
     if succeeded is None:
         raise fail("say whether it took effect: --succeeded or --failed")
     state, _ = _known_state(session_id)
-    if operation_id not in state.unknown_outcomes:
-        unknown = ", ".join(sorted(state.unknown_outcomes)) or "none"
-        raise fail(f"operation {operation_id!r} has no unknown outcome (unknown outcomes: {unknown})")
-    wait_id = next((w.wait_id for w in state.open_wait_records() if w.condition == operation_id), None)
-    if wait_id is not None:
-        console.print(decide(session_id, wait_id, succeeded, detail, by), highlight=False, markup=False)
-        return
-    outcome = OperationOutcome(
-        operation_id=operation_id,
-        outcome="reconciled",
-        succeeded=succeeded,
-        detail=f"{by}: {detail}".rstrip(": "),
-        by=by,
-    )
-    claim = reconcile_claim(operation_id, state.unknown_outcomes[operation_id])
-    _append(session_id, [EventDraft(payload=outcome, actor=Actor(kind="user", name=by))], claim)
-    console.print(f"reconciled {operation_id}: {'succeeded' if succeeded else 'failed'}", markup=False)
+    try:
+        write = reconcile_write(state, operation_id, succeeded, detail, by)
+    except DecisionError as error:
+        raise fail(str(error)) from None
+    _append(session_id, list(write.drafts), write.claim)
+    console.print(write.outcome, highlight=False, markup=False)
 
 
 @app.command()

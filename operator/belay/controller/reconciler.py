@@ -42,6 +42,7 @@ from belay.controller.record import (
     sandbox_lost_write,
     scope_change_write,
     spec_approval_writes,
+    spec_decision_writes,
 )
 from belay.controller.recovery import (
     Action,
@@ -428,7 +429,10 @@ class SessionReconciler:
                 await self._write(store, ref.name, request)
                 await self._follow(store, ref, memory)
 
-        writes = spec_approval_writes(ref.uid, spec, memory.state)
+        writes = [
+            *spec_approval_writes(ref.uid, spec, memory.state),
+            *spec_decision_writes(ref.uid, spec, memory.state),
+        ]
         scope = scope_change_write(ref.uid, ref.generation, spec, memory.state)
         for write in [*writes, *([scope] if scope else [])]:
             await self._write(store, ref.name, write)
