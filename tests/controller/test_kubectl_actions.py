@@ -18,10 +18,12 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from belay.controller.settings import OperatorSettings
 from belay.journal.events import (
@@ -109,6 +111,19 @@ def manifest() -> dict[str, Any]:
     return session
 
 
+def waits_metric(operator: OperatorProcess) -> tuple[float, ...]:
+    """belay_waits of the operator, by kind: (user, external, review)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    values = {
+        sample.labels["kind"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "belay_waits"
+    }
+    return tuple(values.get(kind, 0.0) for kind in ("user", "external", "review"))
+
+
 def kubectl_belay(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The plugin as its own program, with no store location or credential in its environment."""
     plugin = Path(sys.executable).with_name("kubectl-belay")
@@ -173,6 +188,12 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
         assert (
             status["deliverables"][0]["command"]
             == "kubectl belay artifacts get decide-all notes.md -o notes.md"
+        )
+
+        # The operator's gauges count what the session waits on: two approvals, the question and
+        # the unknown outcome are the user's; the CI condition is external.
+        assert wait_for(
+            lambda: waits_metric(operator) == (4, 1, 0) or None, "the waits gauges", describe=describe
         )
 
         brief = kubectl_belay(config_file, "brief", SESSION)
@@ -246,6 +267,9 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
         assert "Keep a Changelog" in state.waits["question-1"].reason
         assert state.request.goal == "Publish the release notes and the changelog."
         assert state.request.parts["scope"] == "docs"
+        assert wait_for(
+            lambda: waits_metric(operator) == (0, 0, 0) or None, "the gauges at 0", describe=describe
+        )
         spec = json.loads(kube.kubectl("get", "agentsession", SESSION, "-n", NAMESPACE, "-o", "json").stdout)[
             "spec"
         ]

@@ -133,6 +133,7 @@ async def session_worker(
             try:
                 outcome = await reconciler.reconcile(current)
                 metrics.RECONCILES.labels(result="ok").inc()
+                metrics.observe_session(key, outcome.status)
                 if outcome.decision.action == "replace":
                     metrics.HARNESS_REPLACEMENTS.inc()
             except Exception as error:
@@ -146,6 +147,7 @@ async def session_worker(
                 continue
         woken = await _sleep_until_woken(wake)
     metrics.SESSIONS.dec()
+    metrics.forget_session(key)
 
 
 async def _sleep_until_woken(wake: asyncio.Event) -> bool:
