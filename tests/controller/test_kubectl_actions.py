@@ -1,7 +1,7 @@
 """Every `kubectl belay` action, run by a person bound to a Role that grants AgentSession access
 and nothing else (checked with `kubectl auth can-i`), against the real operator with a real event
 store and a real S3 artifact store: brief, approve (an operation, and a yes to an external wait),
-reject, answer, reconcile, amend, artifacts and artifacts get. Each decision is written into the
+reject, answer, reconcile, amend, artifacts, artifacts get and events. Each decision is written into the
 AgentSession's spec and must arrive in the session record, recorded by the operator; the
 deliverable comes through the presigned URL the operator publishes, with no store credentials on
 the person's side (the plugin runs with none in its environment).
@@ -270,6 +270,18 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
         assert wait_for(
             lambda: waits_metric(operator) == (0, 0, 0) or None, "the gauges at 0", describe=describe
         )
+        # The record itself, exported by the operator on request and fetched through its URL.
+        exported = kubectl_belay(config_file, "events", SESSION, "--json")
+        assert exported.returncode == 0, exported.stderr
+        lines = [json.loads(line) for line in exported.stdout.splitlines()]
+        assert [line["seq"] for line in lines] == list(range(1, state.last_seq + 1))
+        assert lines[0]["payload"]["goal"] == GOAL
+        assert any(line["type"] == "scope_change" for line in lines)
+        text = kubectl_belay(config_file, "events", SESSION, "--from", "5")
+        assert text.returncode == 0, text.stderr
+        assert text.stdout.splitlines()[0].split()[0] == "5"
+        assert "approval approve-worker.push.2 rejected by kubectl" in text.stdout
+        assert "waits for approval approve-worker.publish.1: kubectl belay approve decide-all" in text.stdout
         spec = json.loads(kube.kubectl("get", "agentsession", SESSION, "-n", NAMESPACE, "-o", "json").stdout)[
             "spec"
         ]

@@ -54,11 +54,26 @@ class ForkStatus(StatusModel):
     covers_seq: int
 
 
+class EventsExport(StatusModel):
+    """The session's events from `fromSeq` to `lastSeq`, as `belay events --json` prints them,
+    exported on request (the annotation `belay.dev/events-request`, set by `kubectl belay
+    events`) into the artifact store and fetched through `location`."""
+
+    request: str
+    from_seq: int
+    last_seq: int
+    count: int
+    sha256: str
+    size: int
+    location: str
+
+
 class AgentSessionStatus(SessionStatus):
     observed_generation: int | None = None
     harness: HarnessPodStatus | None = None
     sandboxes: list[SandboxPodStatus] = []
     forked_from: ForkStatus | None = None
+    events_export: EventsExport | None = None
 
 
 __all__ = [
@@ -67,6 +82,7 @@ __all__ = [
     "ConditionStatus",
     "ConditionType",
     "Counts",
+    "EventsExport",
     "ForkStatus",
     "HarnessPodStatus",
     "OperatorReason",

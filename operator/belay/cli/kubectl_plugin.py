@@ -10,6 +10,7 @@ AgentSessions and nothing else (no store credentials, no pods, no Secrets).
     kubectl belay reconcile NAME OPERATION --succeeded|--failed
     kubectl belay amend NAME [--goal TEXT] [--part K=V] [--drop-part K]   change the request
     kubectl belay artifacts NAME | artifacts get NAME FILE [-o PATH]
+    kubectl belay events NAME [--json] [--from SEQ]
 
 An approval is written into the session's spec (`spec.approvals`), exactly as a GitOps change
 would: the operator records it in the session record, and only for the payload hash the pending
@@ -17,7 +18,8 @@ request carries, so a payload that changed since is not approved. The other deci
 `spec.decisions`, which the operator records under the same claims the local commands take; an
 amended request is recorded as a scope change. A deliverable is fetched through the short-lived
 URL the operator publishes in the status (an S3 store's presigned URL), never with store
-credentials.
+credentials; so are the events, which the operator exports when the annotation
+`belay.dev/events-request` asks for them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import secrets
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -37,6 +40,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from belay.cli import terminal
+from belay.cli.main import progress_line
+from belay.journal import commands
+from belay.journal.events import event_from_json
 from belay.journal.fleet import columns
 
 GROUP, VERSION = "belay.dev", "v1alpha1"
@@ -239,6 +245,98 @@ def _checkpoints(api: client.CustomObjectsApi, namespace: str, name: str) -> tup
             return [], "\n(checkpoints not shown: you may not list Checkpoints in this namespace)"
         raise PluginError(f"cannot list checkpoints of {name}: {error.status} {error.reason}") from None
     return list(cast(dict[str, Any], listed).get("items", [])), ""
+
+
+EVENTS_REQUEST_ANNOTATION = "belay.dev/events-request"
+EVENTS_WAIT_S = 120.0
+
+
+@app.command()
+def events(
+    name: str,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    from_seq: Annotated[int, typer.Option("--from", help="First seq to print.", min=1)] = 1,
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """The session's events, in order: asked of the operator with an annotation, which exports
+    them to the artifact store and publishes where to fetch them in the status."""
+    try:
+        api, default_namespace = _api(kubeconfig)
+        namespace = namespace or default_namespace
+        request = f"{from_seq}/{secrets.token_hex(8)}"
+        patch = {"metadata": {"annotations": {EVENTS_REQUEST_ANNOTATION: request}}}
+        try:
+            api.patch_namespaced_custom_object(GROUP, VERSION, namespace, "agentsessions", name, patch)
+        except ApiException as error:
+            if error.status == 404:
+                raise PluginError(f"no AgentSession {name!r} in namespace {namespace!r}") from None
+            raise PluginError(
+                f"cannot ask for the events of {name}: {error.status} {_reason(error)}"
+            ) from None
+        export = _await_export(api, namespace, name, request)
+        data = _fetch(export["location"], int(export["size"]), export["sha256"], f"the events of {name}")
+    except PluginError as error:
+        raise _fail(error) from None
+    for line in data.decode().splitlines():
+        if as_json:
+            typer.echo(line)
+            continue
+        event = event_from_json(_with_session(line, name))
+        shown = progress_line(event) or f"{event.seq:>4} {event.type}"
+        # The command a line names is spelled for kubectl here.
+        shown = shown.replace(": " + commands.LOCAL_CLI, ": " + commands.CLUSTER_CLI)
+        typer.echo(terminal.printable(shown))
+
+
+def _with_session(line: str, name: str) -> str:
+    """An exported line with the session id the event model requires (the export leaves it out)."""
+    item = json.loads(line)
+    item["session_id"] = name
+    return json.dumps(item)
+
+
+def _await_export(api: client.CustomObjectsApi, namespace: str, name: str, request: str) -> dict[str, Any]:
+    """Watch the session until its status answers the request."""
+    from kubernetes import watch as kube_watch
+
+    watcher = kube_watch.Watch()
+    for change in watcher.stream(
+        api.list_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        namespace,
+        "agentsessions",
+        field_selector=f"metadata.name={name}",
+        timeout_seconds=int(EVENTS_WAIT_S),
+    ):
+        export = (change["object"].get("status") or {}).get("eventsExport") or {}
+        if export.get("request") == request:
+            watcher.stop()
+            return cast(dict[str, Any], export)
+    raise PluginError(
+        f"the operator did not export the events of {name} within {EVENTS_WAIT_S:.0f} s; "
+        "is it running? (kubectl get agentsession shows whether it observes the session)"
+    )
+
+
+def _fetch(location: str, size: int, sha256: str, what: str) -> bytes:
+    """Bytes through a URL the operator published, checked against their recorded size and hash."""
+    if urllib.parse.urlsplit(location).scheme not in ("http", "https"):
+        raise PluginError(
+            f"{what} are in an artifact store that publishes no URL ({location}); "
+            "only an S3 store gives one that can be fetched from outside the cluster"
+        )
+    try:
+        with urllib.request.urlopen(location, timeout=60) as answer:  # http(s) only, checked above
+            data = bytes(answer.read(size + 1))
+    except (urllib.error.URLError, OSError) as error:
+        raise PluginError(
+            f"cannot fetch {what}: {error}; the URL is renewed by the operator, so try again"
+        ) from None
+    if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
+        raise PluginError(f"{what} as fetched do not match their recorded sha256 {sha256}; nothing written")
+    return data
 
 
 def _patch_spec(
@@ -516,23 +614,7 @@ def _download(
         raise PluginError(f"{name} has no deliverable {file!r} (deliverables: {known})")
     if output is None and not is_plain_file_name(file):
         raise PluginError(f"{file!r} is not a plain file name: choose where to write it with -o PATH")
-    location = str(item.get("location") or "")
-    if urllib.parse.urlsplit(location).scheme not in ("http", "https"):
-        raise PluginError(
-            f"{file} is in an artifact store that publishes no URL ({location}); "
-            "only an S3 store gives one that can be fetched from outside the cluster"
-        )
-    try:
-        with urllib.request.urlopen(location, timeout=60) as answer:
-            data = answer.read(int(item["size"]) + 1)
-    except (urllib.error.URLError, OSError) as error:
-        raise PluginError(
-            f"cannot fetch {file}: {error}; the URL lasts an hour and the operator renews it, so try again"
-        ) from None
-    if len(data) != int(item["size"]) or hashlib.sha256(data).hexdigest() != item["sha256"]:
-        raise PluginError(
-            f"{file} as fetched does not match its recorded sha256 {item['sha256']}; nothing written"
-        )
+    data = _fetch(str(item.get("location") or ""), int(item["size"]), item["sha256"], file)
     target = output or Path(file)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

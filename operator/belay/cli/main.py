@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
 import sys
 from pathlib import Path
@@ -30,6 +29,7 @@ from belay.journal.events import (
     EventDraft,
     OperationOutcome,
     Wait,
+    event_line,
 )
 from belay.journal.state import SessionState
 from belay.journal.status import Liveness, Phase, phase_of
@@ -492,20 +492,7 @@ def events(
         if event.seq < from_seq:
             continue
         if as_json:
-            sys.stdout.write(
-                json.dumps(
-                    {
-                        "seq": event.seq,
-                        "type": event.type,
-                        "created_at": event.created_at.isoformat(),
-                        "actor": event.actor.model_dump(mode="json"),
-                        "parent_seq": event.parent_seq,
-                        "payload": event.payload.model_dump(mode="json"),
-                    },
-                    sort_keys=True,
-                )
-                + "\n"
-            )
+            sys.stdout.write(event_line(event) + "\n")
         else:
             line = progress_line(event) or f"{event.seq:>4} {event.type}"
             console.print(line, highlight=False, markup=False)

@@ -21,6 +21,8 @@ LABEL_SUBAGENT = f"{GROUP}/subagent"
 LABEL_ATTEMPT = f"{GROUP}/attempt"
 LABEL_REPLACEMENT = f"{GROUP}/replacement"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+# `kubectl belay events` asks for the record with "<from seq>/<nonce>"; the status answers it.
+ANNOTATION_EVENTS_REQUEST = f"{GROUP}/events-request"
 MANAGED_BY = "belay-operator"
 
 COMPONENT_HARNESS = "harness"

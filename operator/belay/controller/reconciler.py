@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from belay.api.agentsession import AgentSessionSpec
 from belay.api.status import (
     AgentSessionStatus,
+    EventsExport,
     ForkStatus,
     HarnessPodStatus,
     OperatorReason,
@@ -55,7 +56,7 @@ from belay.controller.recovery import (
 )
 from belay.controller.settings import OperatorSettings
 from belay.controller.status import OperatorProblem, TransitionEvent, session_status_patch, transition_events
-from belay.journal.events import ArtifactRef, CheckpointEvent
+from belay.journal.events import ArtifactRef, CheckpointEvent, event_line
 from belay.journal.state import EMPTY, SessionState, apply
 from belay.journal.status import Liveness
 from belay.stores.base import ArtifactStore, ClaimTaken, EventStore, RecordCorrupt, StoreUnavailable
@@ -82,6 +83,8 @@ class SessionMemory:
     tokens_created: frozenset[str] = frozenset()  # subagents whose sandbox token Secret exists
     # Current sandbox pods seen running or pending: one that disappears afterwards is lost.
     seen_sandboxes: set[str] = field(default_factory=set)
+    # The last events export asked for with the annotation, and the blob that answers it.
+    events_export: tuple[EventsExport, ArtifactRef] | None = None
 
 
 @dataclass
@@ -255,6 +258,32 @@ class SessionReconciler:
             log.info(
                 "session %s: %s was decided at seq %s; not recorded again", session, taken.claim, taken.seq
             )
+
+    async def _export_events(
+        self, store: EventStore, artifacts: ArtifactStore, session: str, asked: str, memory: SessionMemory
+    ) -> None:
+        """Answer `kubectl belay events`: the events from the asked seq ("<seq>/<nonce>") as JSON
+        lines in the artifact store, published in the status; the previous export is deleted."""
+        first, _, _ = asked.partition("/")
+        from_seq = int(first) if first.isdigit() and int(first) > 0 else 1
+        events = await store.read(session, from_seq=from_seq)
+        data = "".join(event_line(e) + "\n" for e in events).encode()
+        blob = await asyncio.to_thread(artifacts.put, data, media_type="application/x-ndjson")
+        previous = memory.events_export
+        memory.events_export = (
+            EventsExport(
+                request=asked,
+                from_seq=from_seq,
+                last_seq=events[-1].seq if events else from_seq - 1,
+                count=len(events),
+                sha256=blob.sha256,
+                size=blob.size,
+                location="",
+            ),
+            blob,
+        )
+        if previous is not None and previous[1].sha256 != blob.sha256:
+            await asyncio.to_thread(artifacts.delete, previous[1].sha256)
 
     async def _follow(self, store: EventStore, ref: SessionRef, memory: SessionMemory) -> None:
         """Fold the events after the last one seen, and mirror the checkpoints among them."""
@@ -447,6 +476,10 @@ class SessionReconciler:
         objects = desired_children(ref, spec, self.settings, decision.index, replacements)
         await self._apply_children(ref, objects, pods, memory)
 
+        asked = (meta.get("annotations") or {}).get(names.ANNOTATION_EVENTS_REQUEST)
+        if asked and (memory.events_export is None or memory.events_export[0].request != asked):
+            await self._export_events(store, artifacts, ref.name, asked, memory)
+
         liveness = await self._liveness(store, ref.name)
         harness, sandboxes = self._pod_statuses(ref, spec, decision, pods, liveness.lease, replacements)
 
@@ -462,6 +495,11 @@ class SessionReconciler:
             harness=harness,
             sandboxes=sandboxes,
             forked_from=memory.forked_from,
+            events_export=memory.events_export[0].model_copy(
+                update={"location": locate(memory.events_export[1])}
+            )
+            if memory.events_export is not None
+            else None,
             locate=locate,
             problem=OperatorProblem(OperatorReason.FORK_SOURCE_MISSING, memory.fork_error)
             if memory.fork_error

@@ -13,6 +13,7 @@ from belay.api.status import (
     AgentSessionStatus,
     Condition,
     ConditionType,
+    EventsExport,
     ForkStatus,
     HarnessPodStatus,
     SandboxPodStatus,
@@ -62,6 +63,7 @@ def session_status_patch(
     harness: HarnessPodStatus | None = None,
     sandboxes: list[SandboxPodStatus] | None = None,
     forked_from: ForkStatus | None = None,
+    events_export: EventsExport | None = None,
     locate: ArtifactLocator | None = None,
     problem: OperatorProblem | None = None,
     liveness: Liveness | None = None,
@@ -103,6 +105,7 @@ def session_status_patch(
         harness=harness,
         sandboxes=sandboxes or [],
         forked_from=forked_from,
+        events_export=events_export,
     )
 
 

@@ -658,6 +658,22 @@ def event_from_json(data: str | bytes) -> Event:
     return EVENT_ADAPTER.validate_json(data)
 
 
+def event_line(event: Any) -> str:
+    """One event as `belay events --json` prints it (and the operator exports it for `kubectl
+    belay events`): seq, type, created_at, actor, parent_seq, payload."""
+    return json.dumps(
+        {
+            "seq": event.seq,
+            "type": event.type,
+            "created_at": event.created_at.isoformat(),
+            "actor": event.actor.model_dump(mode="json"),
+            "parent_seq": event.parent_seq,
+            "payload": event.payload.model_dump(mode="json"),
+        },
+        sort_keys=True,
+    )
+
+
 # --------------------------------------------------------------------------------------------------
 # Claims: the names under which decisions are appended (`EventStore.append(claim=...)`). The store
 # keeps each claim once per session, so whoever decides second is refused, whatever the writer.
