@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from tests.testenv.kube import ControlPlane
+from tests.testenv.s3 import S3Server
 
 USER = "sessions-only"
 VERBS = ("get", "list", "watch", "patch")
@@ -94,6 +95,17 @@ def sessions_only_kubeconfig(kube: ControlPlane, namespace: str, path: Path) -> 
         )
     )
     return path
+
+
+def s3_credentials(s3: S3Server) -> dict[str, str]:
+    """The store credentials the chart's stores.existingSecret gives the operator and every harness
+    (never the person running kubectl belay)."""
+    return {
+        "AWS_ACCESS_KEY_ID": s3.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3.secret_key,
+        "AWS_ENDPOINT_URL": s3.endpoint_url,
+        "AWS_DEFAULT_REGION": s3.region,
+    }
 
 
 def kubectl_belay(kubeconfig: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

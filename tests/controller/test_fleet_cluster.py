@@ -26,12 +26,12 @@ import pytest
 
 from belay.controller import names
 from belay.controller.kube import KubeClient, load_api_client
+from belay.controller.reconciler import operator_liveness
 from belay.controller.record import harness_lost_write
 from belay.controller.status import session_status_patch
 from belay.journal import commands
 from belay.journal.events import Actor, Approval, EventDraft
 from belay.journal.state import fold
-from belay.journal.status import Liveness
 from belay.stores.base import ArtifactStore, EventStore
 from belay.stores.factory import open_artifact_store, open_event_store
 from tests.api.kubehelpers import install_crds
@@ -63,20 +63,6 @@ def manifest(name: str, labels: dict[str, str]) -> dict[str, Any]:
     session["metadata"] = {"name": name, "namespace": NAMESPACE, "labels": labels}
     session["spec"]["request"] = {"goal": f"the goal of {name}"}
     return session
-
-
-async def operator_liveness(store: EventStore, session: str) -> Liveness:
-    """The lease and its last renewal, as the operator reads them (it recovers lost attempts)."""
-    lease = await store.current_lease(session)
-    renewal = await store.lease_renewal(session)
-    return Liveness(
-        now=datetime.now(UTC),
-        lease=lease.number if lease else 0,
-        holder=lease.holder if lease else "",
-        renewed_lease=renewal.number if renewal else 0,
-        renewed_at=renewal.renewed_at if renewal else None,
-        recovered_by="operator",
-    )
 
 
 async def project(kube: KubeClient, store: EventStore, artifacts: ArtifactStore, session: str) -> None:

@@ -48,7 +48,7 @@ from belay.stores.factory import open_artifact_store, open_event_store
 from tests.api.kubehelpers import install_crds
 from tests.controller.operator_process import OperatorProcess, agentsession_status, wait_for
 from tests.controller.sessions import EXAMPLE_MANIFEST
-from tests.controller.sessions_only_user import sessions_only_kubeconfig
+from tests.controller.sessions_only_user import s3_credentials, sessions_only_kubeconfig
 from tests.testenv.kube import ControlPlane
 from tests.testenv.s3 import S3Server
 
@@ -145,12 +145,7 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
     config_file = sessions_only_kubeconfig(kube, NAMESPACE, tmp_path / "sessions-only.kubeconfig")
 
     s3_server.client().create_bucket(Bucket=BUCKET)
-    for key, value in (
-        ("AWS_ACCESS_KEY_ID", s3_server.access_key),
-        ("AWS_SECRET_ACCESS_KEY", s3_server.secret_key),
-        ("AWS_ENDPOINT_URL", s3_server.endpoint_url),
-        ("AWS_DEFAULT_REGION", s3_server.region),
-    ):
+    for key, value in s3_credentials(s3_server).items():
         monkeypatch.setenv(key, value)
     events_url, artifacts_url = f"sqlite://{tmp_path / 'events.db'}", f"s3://{BUCKET}/actions"
     store = open_event_store(events_url)

@@ -26,6 +26,7 @@ from belay.controller.reconciler import SessionReconciler
 from belay.controller.retention import apply_retention
 from belay.controller.settings import settings_from_environment
 from belay.controller.status import TransitionEvent
+from belay.journal.fleet import PARENT_LABEL
 from belay.stores.base import RecordCorrupt, StoreError, StoreUnavailable
 
 GROUP, VERSION, PLURAL = "belay.dev", "v1alpha1", "agentsessions"
@@ -89,6 +90,9 @@ async def close_stores(**_: Any) -> None:
 def session_changed(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
     Runtime.bodies[_key(namespace, name)] = dict(body)
     _wake(_key(namespace, name))
+    parent = (body.get("metadata", {}).get("labels") or {}).get(PARENT_LABEL)
+    if parent:
+        _wake(_key(namespace, parent))  # a child moved on: its coordinator may be waiting on it
 
 
 # A pod of a session changed or went away: its worker decides what that means.

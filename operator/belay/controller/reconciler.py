@@ -31,6 +31,7 @@ from belay.api.status import (
 )
 from belay.controller import names
 from belay.controller.checkpoints import checkpoint_object
+from belay.controller.children import child_ended_write, child_manifest, child_wait_write, parent_link_write
 from belay.controller.desired import SessionRef, desired_children, sandbox_token_secret
 from belay.controller.kube import KubeClient
 from belay.controller.record import (
@@ -57,7 +58,7 @@ from belay.controller.recovery import (
 from belay.controller.settings import OperatorSettings
 from belay.controller.status import OperatorProblem, TransitionEvent, session_status_patch, transition_events
 from belay.journal.events import ArtifactRef, CheckpointEvent, event_line
-from belay.journal.state import EMPTY, SessionState, apply
+from belay.journal.state import EMPTY, SessionState, apply, fold
 from belay.journal.status import Liveness
 from belay.stores.base import ArtifactStore, ClaimTaken, EventStore, RecordCorrupt, StoreUnavailable
 from belay.stores.factory import open_artifact_store, open_event_store
@@ -83,6 +84,9 @@ class SessionMemory:
     tokens_created: frozenset[str] = frozenset()  # subagents whose sandbox token Secret exists
     # Current sandbox pods seen running or pending: one that disappears afterwards is lost.
     seen_sandboxes: set[str] = field(default_factory=set)
+    # Child sessions whose AgentSession this operator created or found, and their folded records.
+    children_created: set[str] = field(default_factory=set)
+    child_states: dict[str, SessionState] = field(default_factory=dict)
     # The last events export asked for with the annotation, and the blob that answers it.
     events_export: tuple[EventsExport, ArtifactRef] | None = None
 
@@ -92,6 +96,20 @@ class PassResult:
     decision: HarnessDecision
     status: dict[str, Any]
     transitions: list[TransitionEvent] = field(default_factory=list)
+
+
+async def operator_liveness(store: EventStore, session: str) -> Liveness:
+    """The session's lease and its last renewal, now; the operator recovers lost attempts."""
+    lease = await store.current_lease(session)
+    renewal = await store.lease_renewal(session)
+    return Liveness(
+        now=datetime.now(UTC),
+        lease=lease.number if lease else 0,
+        holder=lease.holder if lease else "",
+        renewed_lease=renewal.number if renewal else 0,
+        renewed_at=renewal.renewed_at if renewal else None,
+        recovered_by="operator",
+    )
 
 
 def pod_phase(pod: Any) -> PodPhase:
@@ -234,19 +252,6 @@ class SessionReconciler:
             await asyncio.to_thread(self.kube.apply_status, meta["namespace"], meta["name"], status)
             memory.status = status
 
-    async def _liveness(self, store: EventStore, session: str) -> Liveness:
-        """The session's lease and its last renewal, now; the operator recovers lost attempts."""
-        lease = await store.current_lease(session)
-        renewal = await store.lease_renewal(session)
-        return Liveness(
-            now=datetime.now(UTC),
-            lease=lease.number if lease else 0,
-            holder=lease.holder if lease else "",
-            renewed_lease=renewal.number if renewal else 0,
-            renewed_at=renewal.renewed_at if renewal else None,
-            recovered_by="operator",
-        )
-
     async def _write(self, store: EventStore, session: str, write: RecordWrite) -> None:
         try:
             await store.append(
@@ -258,6 +263,28 @@ class SessionReconciler:
             log.info(
                 "session %s: %s was decided at seq %s; not recorded again", session, taken.claim, taken.seq
             )
+
+    async def _children(
+        self, store: EventStore, ref: SessionRef, body: dict[str, Any], memory: SessionMemory
+    ) -> None:
+        """Create the AgentSession of each child session the record started, and record each
+        child's end (with its deliverables) once its own record shows it."""
+        for name, link in list(memory.state.children.items()):
+            if link.phase:
+                ended = child_wait_write(ref.uid, memory.state, name)
+                if ended is not None:
+                    await self._write(store, ref.name, ended)
+                continue
+            if name not in memory.children_created:
+                await asyncio.to_thread(self.kube.create_session_if_absent, child_manifest(body, link))
+                memory.children_created.add(name)
+            known = memory.child_states.get(name, EMPTY)
+            fresh = await store.read(name, from_seq=known.last_seq + 1)
+            memory.child_states[name] = child = fold(fresh, known) if fresh else known
+            ended = child_ended_write(ref.uid, memory.state, name, child)
+            if ended is not None:
+                await self._write(store, ref.name, ended)
+        await self._follow(store, ref, memory)
 
     async def _export_events(
         self, store: EventStore, artifacts: ArtifactStore, session: str, asked: str, memory: SessionMemory
@@ -320,7 +347,7 @@ class SessionReconciler:
         memory: SessionMemory,
         pods: list[Any],
     ) -> HarnessDecision:
-        liveness = await self._liveness(store, ref.name)
+        liveness = await operator_liveness(store, ref.name)
         decision = decide_harness(
             memory.state, harness_pods(pods), liveness.lease, spec.recovery.max_attempts, liveness
         )
@@ -458,6 +485,12 @@ class SessionReconciler:
                 await self._write(store, ref.name, request)
                 await self._follow(store, ref, memory)
 
+        linked = parent_link_write(ref.uid, meta, memory.state)
+        if linked is not None:
+            await self._write(store, ref.name, linked)
+            await self._follow(store, ref, memory)
+        await self._children(store, ref, body, memory)
+
         writes = [
             *spec_approval_writes(ref.uid, spec, memory.state),
             *spec_decision_writes(ref.uid, spec, memory.state),
@@ -480,7 +513,7 @@ class SessionReconciler:
         if asked and (memory.events_export is None or memory.events_export[0].request != asked):
             await self._export_events(store, artifacts, ref.name, asked, memory)
 
-        liveness = await self._liveness(store, ref.name)
+        liveness = await operator_liveness(store, ref.name)
         harness, sandboxes = self._pod_statuses(ref, spec, decision, pods, liveness.lease, replacements)
 
         def locate(artifact: ArtifactRef) -> str:

@@ -23,7 +23,9 @@ from belay.journal import commands
 OBJECTIVE_LABEL = "belay.dev/objective"
 PARENT_LABEL = "belay.dev/parent"
 PART_LABEL = "belay.dev/part"
+# A coordinator's wait on one of its child sessions: id `session-<child>`, condition `session:<child>`.
 CHILD_CONDITION_PREFIX = "session:"
+CHILD_WAIT_PREFIX = "session-"
 
 Bucket = Literal[
     "moving", "waiting_on_you", "on_external", "ready_for_review", "interrupted", "failed", "succeeded"
@@ -275,7 +277,8 @@ def fleet_view(rows: Iterable[FleetRow]) -> FleetView:
 def objective_view(objective: str, rows: Iterable[FleetRow]) -> ObjectiveView:
     """The sessions that serve one objective, and what the whole waits on: every wait a person or
     the world must end, without the coordinator's waits on its own child sessions (each child's
-    row says what it waits on)."""
+    row says what it waits on) and without the review of a child's deliverables (they come back
+    to the coordinator)."""
     mine = [r for r in fleet_view(rows).sessions if r.objective == objective]
     names = {r.session for r in mine}
     waits: list[ObjectiveWait] = []
@@ -299,6 +302,8 @@ def objective_view(objective: str, rows: Iterable[FleetRow]) -> ObjectiveView:
             waits.append(
                 ObjectiveWait(session=row.session, kind="external", what=condition, command=row.command)
             )
+        if row.parent in names:
+            continue  # a child's deliverables come back to its coordinator, where they are reviewed
         for name in row.ready_for_review:
             waits.append(ObjectiveWait(session=row.session, kind="review", what=name, command=row.command))
     return ObjectiveView(

@@ -301,6 +301,8 @@ class SessionLinkRecord(Record):
     part: str
     objective: str = ""
     operation_id: str = ""
+    goal: str = ""
+    plan: str = ""
     seq: int
     phase: str = ""  # a child that ended: how
     deliverables: tuple[tuple[str, str], ...] = ()  # an ended child's (name, sha256)
@@ -1121,6 +1123,8 @@ def _on_session_link(s: SessionState, e: Any) -> Updates:
         "part": p.part or (known.part if known else ""),
         "objective": p.objective or (known.objective if known else ""),
         "operation_id": p.operation_id or (known.operation_id if known else ""),
+        "goal": p.goal or (known.goal if known else ""),
+        "plan": p.plan or (known.plan if known else ""),
         "seq": known.seq if known else e.seq,
         "phase": p.phase or (known.phase if known else ""),
         "deliverables": tuple(sorted(p.deliverables.items())) or (known.deliverables if known else ()),
