@@ -93,6 +93,9 @@ async def test_a_coordinator_and_two_child_sessions_complete_one_objective(
             own = fold(await store.read(child))
             assert own.parent is not None and (own.parent.session, own.parent.part) == (COORDINATOR, part)
             assert own.parent.objective == "release-notes"
+            # What the child's harness told a person to run is spelled for kubectl, in a cluster.
+            review = own.waits[f"review-{deliverable}"].reason
+            assert review.endswith(f": kubectl belay artifacts get {child} {deliverable} -o {deliverable}")
             flowed = parent.artifacts[f"{child}/{deliverable}"]
             assert flowed.deliverable and flowed.ref.sha256 == own.artifacts[deliverable].ref.sha256
             assert dict(link.deliverables) == {deliverable: flowed.ref.sha256}

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from belay.api.agentsession import SESSION_NAME_PATTERN, SubagentSpec, check_deliverable_name
 from belay.harness.declared import declared_paths
 from belay.harness.recovery import verify
+from belay.journal import commands
 from belay.journal.events import (
     Artifact,
     ArtifactRef,
@@ -79,6 +80,7 @@ async def publish_deliverable(runtime: ToolRuntime, sub: SubagentSpec, request: 
         ]
     location = await asyncio.to_thread(runtime.artifacts.location, ref.sha256)
     ref = ArtifactRef(sha256=ref.sha256, size=ref.size, media_type=ref.media_type, uri=ref.uri or location)
+    download = runtime.command(commands.download(runtime.session_id, name))
     return [
         Artifact(
             name=name,
@@ -91,7 +93,7 @@ async def publish_deliverable(runtime: ToolRuntime, sub: SubagentSpec, request: 
         Wait(
             wait_id=f"review-{name}",
             kind=WaitKind.READY_FOR_REVIEW,
-            reason=f"{name} is ready for review: belay artifacts get {runtime.session_id} {name} -o {name}",
+            reason=f"{name} is ready for review: {download}",
             artifact=name,
         ),
         ToolResult(
@@ -212,9 +214,6 @@ async def _wait(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest, w
     ]
 
 
-CLUSTER_HOLDER_PREFIX = "pod:"
-
-
 async def start_session(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
     """Record the child session this one starts for one part of its objective; in a cluster the
     operator creates it from that record and brings its deliverables back when it ends."""
@@ -223,7 +222,7 @@ async def start_session(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRe
     error = ""
     if not re.fullmatch(SESSION_NAME_PATTERN, name) or name == runtime.session_id:
         error = f"{name!r} cannot name a child session: a DNS label other than this session's name"
-    elif not runtime.attempt.holder.startswith(CLUSTER_HOLDER_PREFIX):
+    elif not runtime.in_cluster:
         # Locally nobody would create it, and the coordinator would wait forever.
         error = (
             "start_session needs the operator, which creates the child session: it runs in a cluster; "
