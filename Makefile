@@ -7,9 +7,11 @@ export BELAY_CACHE ?= $(HOME)/.cache/belay
 
 .PHONY: setup demo test lint typecheck bench crds testenv-build testenv-up testenv-down kind-demo clean
 
-# Local sandboxes need bubblewrap: installed here as root, or named as missing otherwise.
+# Local sandboxes need bubblewrap, the report test Chromium: installed here as root, or named as
+# missing otherwise.
 setup: $(VENV)/.installed
 	@bash hack/install-sandbox-tools.sh
+	@bash hack/install-report-tools.sh
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -86,6 +86,9 @@ record_build_time() {
 # Debian packages a local sandbox needs at run time: bubblewrap builds its walls (see
 # docs/security.md). Installed by `make setup` as root and by hack/build-all.sh.
 sandbox_apt_packages=(bubblewrap)
+# Debian's Chromium: the report test opens `belay report`'s page in it, headless and offline.
+# Installed by `make setup` as root (hack/install-report-tools.sh) and by hack/build-all.sh.
+report_apt_packages=(chromium)
 
 # Installs the named Debian packages that are missing (CI runs as root; elsewhere through sudo). With
 # everything installed it only asks dpkg, which takes a few milliseconds per package.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,25 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO_ROOT / "crds"
 
 
-def install_crds(kube: ControlPlane) -> None:
+def install_crds(kube: ControlPlane, timeout_s: float = 300) -> None:
+    """Apply the CRDs and wait until the apiserver serves them. Polls the conditions rather than
+    `kubectl wait`, which fails at once when the CRD is not yet visible to it and gives up after
+    its own timeout on a loaded machine."""
     kube.kubectl("apply", "--server-side", "--field-manager=belay-tests", "-f", str(CRD_DIR))
+    deadline = time.monotonic() + timeout_s
     for name in ("agentsessions.belay.dev", "checkpoints.belay.dev"):
-        kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+        while not _established(kube, name):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"crd/{name} not Established after {timeout_s:.0f} s")
+            time.sleep(0.5)
+
+
+def _established(kube: ControlPlane, name: str) -> bool:
+    result = kube.kubectl("get", f"crd/{name}", "-o", "json", check=False)
+    if result.returncode != 0:
+        return False
+    conditions = json.loads(result.stdout).get("status", {}).get("conditions", [])
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
 def apply_json(kube: ControlPlane, obj: dict[str, Any], *extra: str, check: bool = True) -> str:

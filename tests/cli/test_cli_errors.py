@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -61,9 +62,37 @@ def test_unknown_session_and_unknown_ids(tmp_path: Path) -> None:
         ("artifacts", "get", "nope", "x", "-o", str(tmp_path / "x")),
         ("approve", "nope", "approve-x"),
         ("resume", "nope"),
+        ("report", "nope", "-o", str(tmp_path / "report.html")),
     ):
         code, output = invoke(home, *args)
         assert code != 0, args
         assert "unknown session 'nope'" in output, (args, output)
     code, output = invoke(home, "artifacts", "get", "only-two")
     assert code != 0 and "usage" in output
+
+
+def test_home_is_taken_after_the_command_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the default home, ./.belay, is somewhere else
+    home = tmp_path / "elsewhere"
+    for args in (
+        ["brief", "nope", "--home", str(home)],
+        ["brief", f"--home={home}", "nope"],
+        ["--home", str(home), "brief", "nope"],
+    ):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 1, (args, result.output)
+        assert f"unknown session 'nope' in {home}; run it there, or point --home" in result.output, args
+    result = runner.invoke(app, ["sessions", "--home", str(tmp_path / "new")])
+    assert result.exit_code == 0 and str(tmp_path / "new") in " ".join(result.output.split())
+    assert not (tmp_path / ".belay" / "events.db").exists()
+    # After `--`, `--home` is an argument like any other: here the session's name.
+    result = runner.invoke(app, ["--home", str(home), "brief", "--", "--home"])
+    assert "unknown session '--home'" in result.output
+
+
+def test_help_shows_flags_without_a_type() -> None:
+    for args in (["brief", "--help"], ["run", "--help"], ["drill", "--help"]):
+        result = runner.invoke(app, args, env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        assert "--help" in result.output
+        assert "<bool>" not in result.output, args

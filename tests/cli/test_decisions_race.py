@@ -35,30 +35,39 @@ HANG_GUARD_SECONDS = 120
 
 
 def gated_session(directory: Path, publishes: int) -> Path:
-    """One subagent that writes a file and then publishes it `publishes` times, each publish
-    waiting for its own approval."""
-    plan = {
-        "subagents": {
-            "worker": {
-                "steps": [
-                    {
-                        "id": "publish",
-                        "title": "Publish the file, once per approval",
-                        "actions": [
-                            {"tool": "write_file", "arguments": {"path": "out/a.txt", "content": "hello\n"}},
-                            *(
-                                {
-                                    "tool": "publish_deliverable",
-                                    "arguments": {"path": "out/a.txt", "name": f"copy-{i:03d}.txt"},
-                                }
-                                for i in range(publishes)
-                            ),
-                        ],
-                    }
-                ]
-            }
-        }
+    """One subagent that writes a file and then publishes it `publishes` times, one step per
+    publish, each waiting for its own approval. A rejected publish reopens its step, which the
+    plan then does without publishing."""
+    write = {
+        "id": "write",
+        "title": "Write the file",
+        "actions": [{"tool": "write_file", "arguments": {"path": "out/a.txt", "content": "hello\n"}}],
     }
+    copies = [
+        {
+            "id": f"copy-{i:03d}",
+            "title": f"Publish copy {i}",
+            "actions": [
+                {
+                    "tool": "publish_deliverable",
+                    "arguments": {"path": "out/a.txt", "name": f"copy-{i:03d}.txt"},
+                }
+            ],
+            "variants": [
+                {
+                    "when": {"rejected": True},
+                    "actions": [
+                        {
+                            "tool": "record_note",
+                            "arguments": {"note_id": f"copy-{i:03d}", "kind": "finding", "text": "rejected"},
+                        }
+                    ],
+                }
+            ],
+        }
+        for i in range(publishes)
+    ]
+    plan = {"subagents": {"worker": {"steps": [write, *copies]}}}
     manifest = {
         "apiVersion": "belay.dev/v1alpha1",
         "kind": "AgentSession",
@@ -144,7 +153,7 @@ def test_concurrent_approve_and_reject_record_one_decision_and_gate_the_publish(
         granted = decision.payload.granted
         assert recorded == {granted: True, not granted: False}, approval_id
         operation = decision.payload.operation_id
-        name = f"copy-{int(operation.rsplit('.', 1)[1]) - 2:03d}.txt"
+        name = f"{operation.split('.')[1]}.txt"  # worker.<step>.<position>, the step named after its copy
         result = results[operation]
         assert requests[operation].seq < decision.seq < result.seq
         if granted:

@@ -143,6 +143,9 @@ def test_a_probe_that_finds_several_effects_records_them_all_and_the_brief_asks_
     assert "Needs attention" in brief.stdout
     assert f"create_ticket {OPERATION} took effect 2 times (TICKET-1, TICKET-2)" in brief.stdout
     as_json = json.loads(run_belay(home, "brief", SESSION, "--json").stdout)
-    assert as_json["needs_attention"] == [
-        {"operation_id": OPERATION, "tool": "create_ticket", "effects": ["TICKET-1", "TICKET-2"]}
-    ]
+    [repeated] = as_json["needs_attention"]
+    assert (repeated["kind"], repeated["id"], repeated["effects"]) == (
+        "repeated_effect",
+        OPERATION,
+        ["TICKET-1", "TICKET-2"],
+    )

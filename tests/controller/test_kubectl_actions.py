@@ -48,7 +48,7 @@ from belay.stores.factory import open_artifact_store, open_event_store
 from tests.api.kubehelpers import install_crds
 from tests.controller.operator_process import OperatorProcess, agentsession_status, wait_for
 from tests.controller.sessions import EXAMPLE_MANIFEST
-from tests.controller.sessions_only_user import s3_credentials, sessions_only_kubeconfig
+from tests.controller.sessions_only_user import USER, s3_credentials, sessions_only_kubeconfig
 from tests.testenv.kube import ControlPlane
 from tests.testenv.s3 import S3Server
 
@@ -257,7 +257,7 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
         granted = state.approvals["approve-worker.publish.1"]
         assert (granted.decision, granted.decided_by) == ("granted", "spec")
         rejected = state.approvals["approve-worker.push.2"]
-        assert (rejected.decision, rejected.decided_by) == ("rejected", "kubectl")
+        assert (rejected.decision, rejected.decided_by) == ("rejected", USER)  # the kubeconfig's user
         assert "not before the review" in rejected.decision_reason
         assert "Keep a Changelog" in state.waits["question-1"].reason
         assert state.request.goal == "Publish the release notes and the changelog."
@@ -275,12 +275,18 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
         text = kubectl_belay(config_file, "events", SESSION, "--from", "5")
         assert text.returncode == 0, text.stderr
         assert text.stdout.splitlines()[0].split()[0] == "5"
-        assert "approval approve-worker.push.2 rejected by kubectl" in text.stdout
+        assert f"approval approve-worker.push.2 rejected by {USER}" in text.stdout
         assert "waits for approval approve-worker.publish.1: kubectl belay approve decide-all" in text.stdout
         spec = json.loads(kube.kubectl("get", "agentsession", SESSION, "-n", NAMESPACE, "-o", "json").stdout)[
             "spec"
         ]
-        assert [d["verdict"] for d in spec["decisions"]] == ["yes", "no", "yes", "failed"]
+        # The rejection of an operation is in spec.rejections; the other decisions in spec.decisions.
+        assert [r["item"] for r in spec["rejections"]] == ["approve-worker.push.2"]
+        assert [(d["id"], d["verdict"]) for d in spec["decisions"]] == [
+            ("wait-worker.ci.1", "yes"),
+            ("question-1", "yes"),
+            ("worker.deploy.3", "failed"),
+        ]
     finally:
         operator.stop()
         await store.close()

@@ -395,6 +395,7 @@ async def test_approvals_from_gitops_and_kubectl_belay_are_bound_to_the_payload_
     name = "needs-approval"
     manifest = cluster_manifest(name)
     del manifest["spec"]["approvals"]
+    manifest["metadata"]["labels"] = {"team": "parsers"}  # for `kubectl belay report -l`
     config_file = reviewer_kubeconfig(kube, tmp_path / "reviewer.kubeconfig")
     for resource in ("pods", "secrets"):
         allowed = kube.kubectl(
@@ -456,6 +457,20 @@ async def test_approvals_from_gitops_and_kubectl_belay_are_bound_to_the_payload_
         assert brief.returncode == 0, brief.stderr
         assert pending["payloadSha256"] in brief.stdout
         assert f"kubectl belay approve {name} {pending['approvalId']}" in brief.stdout
+
+        # The timeline page, from what the same reviewer may read: the wait and every checkpoint.
+        page = tmp_path / "report.html"
+        drawn = kubectl_belay(config_file, "report", name, "-o", str(page))
+        assert drawn.returncode == 0, drawn.stderr
+        html = page.read_text()
+        assert pending["approvalId"] in html and "Waited on you" in html
+        listed = kubectl_json(kube, "get", "checkpoints", "-n", NAMESPACE, "-l", f"belay.dev/session={name}")
+        assert listed["items"]
+        for checkpoint in listed["items"]:
+            assert f"checkpoint {checkpoint['spec']['checkpointId']} (seq {checkpoint['spec']['seq']}" in html
+        picked = kubectl_belay(config_file, "report", "-l", "team=parsers", "-o", str(tmp_path))
+        assert picked.returncode == 0, picked.stderr
+        assert pending["approvalId"] in (tmp_path / f"{name}-report.html").read_text()
 
         refused = kubectl_belay(config_file, "approve", name, "no-such-approval")
         assert refused.returncode == 1 and "no pending approval" in refused.stderr
@@ -782,6 +797,110 @@ def test_an_unreachable_store_is_reported_as_reconciling(
         assert pods(kube, "no-store") == {}
     finally:
         kube.kubectl("delete", "agentsession", "no-store", "-n", NAMESPACE, "--timeout=60s", check=False)
+
+
+def pending_approval(
+    kube: ControlPlane, name: str, approval_id: str, describe: Callable[[], str]
+) -> dict[str, Any]:
+    return wait_for(
+        lambda: next(
+            (
+                a
+                for a in session_status(kube, name).get("pendingApprovals", [])
+                if a["approvalId"] == approval_id
+            ),
+            None,
+        ),
+        f"{approval_id} to be pending",
+        timeout=600,
+        describe=describe,
+    )
+
+
+async def test_kubectl_belay_reject_and_amend_redo_exactly_the_steps_they_invalidate(
+    e2e_cluster: ControlPlane,
+    operator: OperatorProcess,
+    stores: tuple[str, str],
+    tickets: str,
+    tmp_path: Path,
+) -> None:
+    """In a cluster, with AgentSession access only: rejecting the patch that awaits approval redoes
+    its step in the running attempt; amending the goal of the finished session records who changed
+    what, reopens it, and the operator starts the attempt that redoes the invalid steps."""
+    kube = e2e_cluster
+    name = "amended"
+    manifest = cluster_manifest(name)
+    del manifest["spec"]["approvals"]
+    config_file = reviewer_kubeconfig(kube, tmp_path / "reviewer.kubeconfig")
+    describe = lambda: f"operator log:\n{operator.log()[-4000:]}"  # noqa: E731
+    reason = "Make it a git patch with a commit message, so it applies with git am."
+    api = load_api_client(str(kube.kubeconfig))
+    with LocalKubelet(api, NAMESPACE, tmp_path / "kubelet", extra_env=harness_env(tickets)):
+        kube.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+        first = pending_approval(kube, name, "approve-implementer.publish.3", describe)
+        assert first["contentSha256"] and first["contentLocation"]  # what it would publish, to read
+        brief = kubectl_belay(config_file, "brief", name)
+        assert (
+            f"read what it sends out (sha256 {first['contentSha256']}): {first['contentLocation']}"
+            in brief.stdout
+        )
+
+        rejected = kubectl_belay(config_file, "reject", name, first["approvalId"], "--reason", reason)
+        assert rejected.returncode == 0, rejected.stderr
+        redone = pending_approval(kube, name, "approve-implementer.publish@2.5", describe)
+        assert redone["contentSha256"] != first["contentSha256"]
+        assert kubectl_belay(config_file, "approve", name, redone["approvalId"]).returncode == 0
+        done = wait_for_session_end(kube, NAMESPACE, name, timeout=600, describe=describe)
+        assert done["phase"] == "Succeeded"
+
+        goal = manifest["spec"]["request"]["goal"] + " Also reject a key given twice in one section."
+        amended = kubectl_belay(config_file, "amend", name, "--goal", goal)
+        assert amended.returncode == 0, amended.stderr
+        again = pending_approval(kube, name, "approve-implementer.publish@3.3", describe)
+        assert kubectl_belay(config_file, "approve", name, again["approvalId"]).returncode == 0
+        final = wait_for(
+            lambda: (
+                (s := session_status(kube, name)).get("phase") == "Succeeded"
+                and s.get("requestVersion") == 2
+                and s
+            ),
+            "the amended session to succeed",
+            timeout=600,
+            describe=describe,
+        )
+        assert final["requestVersion"] == 2
+
+    store = open_event_store(stores[0])
+    try:
+        events = await store.read(name)
+    finally:
+        await store.close()
+    state = fold(events)
+    [rejection] = state.rejections
+    assert (rejection.kind, rejection.reason, rejection.reopened_steps) == (
+        "approval",
+        reason,
+        ("implementer/publish",),
+    )
+    assert rejection.by == "reviewer"  # the kubeconfig user kubectl belay wrote it for
+    [change] = state.scope_changes
+    assert change.by == "kubectl-belay/reviewer" and change.changes[0].after == goal
+    # In plan order within each subagent; the two subagents interleave as they ran.
+    assert [s for s in change.reopened_steps if s.startswith("implementer/")] == [
+        "implementer/regression-test",
+        "implementer/fix",
+        "implementer/verify",
+        "implementer/publish",
+    ]
+    assert [s for s in change.reopened_steps if s.startswith("researcher/")] == ["researcher/report"]
+    # The reused steps ran once; the amended ones once more, in the attempt the operator started.
+    verified = [
+        e.payload.task_id for e in events if isinstance(e, TaskEvent) and e.payload.status == "verified"
+    ]
+    assert verified.count("researcher/reproduce") == verified.count("researcher/diagnose") == 1
+    assert verified.count("implementer/fix") == 2
+    assert state.lifecycle.harness_starts >= 2
+    kube.kubectl("delete", "agentsession", name, "-n", NAMESPACE, "--timeout=120s")
 
 
 def test_a_corrupt_record_is_reported_as_stalled_with_the_seq(

@@ -12,17 +12,22 @@ from belay.controller.record import (
     fork_write,
     gave_up_write,
     harness_lost_write,
+    request_editor,
     request_write,
     scope_change_write,
     spec_approval_writes,
+    spec_rejection_writes,
 )
 from belay.controller.settings import OperatorSettings
 from belay.journal.events import (
     Approval,
     ApprovalRequest,
+    Artifact,
+    ArtifactRef,
     Checkpoint,
     EventDraft,
     Lifecycle,
+    Rejection,
     ScopeChange,
     UserInput,
     Verification,
@@ -191,3 +196,63 @@ def test_fork_from_a_missing_checkpoint_is_refused() -> None:
         fork_write(UID, _source_log().events, "cp-9")
     with pytest.raises(ForkSourceMissing):
         fork_write(UID, [], None)
+
+
+def test_a_scope_change_names_who_edited_the_request_from_the_managed_fields() -> None:
+    metadata = {
+        "managedFields": [
+            {
+                "manager": "kubectl-client-side-apply",
+                "time": "2026-01-01T09:00:00Z",
+                "fieldsV1": {"f:spec": {"f:request": {}}},
+            },
+            {"manager": "belay-operator", "time": "2026-01-01T10:00:00Z", "fieldsV1": {"f:status": {}}},
+            {
+                "manager": "kubectl-belay/dana",
+                "time": "2026-01-01T09:30:00Z",
+                "fieldsV1": {"f:spec": {"f:request": {"f:goal": {}}}},
+            },
+        ]
+    }
+    assert request_editor(metadata) == "kubectl-belay/dana"  # the newest that owns spec.request
+    assert request_editor({}) == ""
+    write = scope_change_write(
+        UID, 3, spec_with(request={"goal": "g2"}), recorded(), by=request_editor(metadata)
+    )
+    assert write is not None
+    change = write.drafts[0].payload
+    assert isinstance(change, ScopeChange) and change.by == "kubectl-belay/dana"
+
+
+PUBLISHED = Artifact(
+    name="fix.patch", ref=ArtifactRef(sha256=sha("patch-v1"), size=3), deliverable=True, result_id="op"
+)
+
+
+def test_a_spec_rejection_turns_down_exactly_the_pending_payload_or_published_bytes_it_names() -> None:
+    entries = [
+        {
+            "item": "approve-implementer.publish.3",
+            "sha256": sha("patch-v1"),
+            "reason": "git format",
+            "by": "dana",
+        },
+        {"item": "fix.patch", "sha256": sha("patch-v1"), "reason": "git format"},
+        {"item": "fix.patch", "sha256": sha("patch-v2"), "reason": "other bytes"},
+    ]
+    pending, published = spec_rejection_writes(
+        UID, spec_with(rejections=entries), recorded(REQUEST, PUBLISHED)
+    )
+    decision = pending.drafts[0].payload
+    assert isinstance(decision, Approval) and not decision.granted
+    assert (decision.by, decision.reason) == ("dana", "git format")
+    assert pending.idempotency_key == f"rejection/uid-1/approve-implementer.publish.3/{sha('patch-v1')}"
+    rejection = published.drafts[0].payload
+    assert rejection == Rejection(name="fix.patch", sha256=sha("patch-v1"), reason="git format", by="spec")
+    # Once recorded, the deliverable is withdrawn and the approval decided: nothing more to write.
+    assert (
+        spec_rejection_writes(
+            UID, spec_with(rejections=entries), recorded(REQUEST, PUBLISHED, rejection, decision)
+        )
+        == []
+    )

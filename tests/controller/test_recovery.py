@@ -9,7 +9,18 @@ from belay.controller.recovery import (
     sandbox_losses,
     sandbox_replacement,
 )
-from belay.journal.events import Lifecycle, LifecycleKind, Task, TaskStatus, UserInput
+from belay.journal.events import (
+    DerivedFrom,
+    EffectClass,
+    Lifecycle,
+    LifecycleKind,
+    ScopeChange,
+    Task,
+    TaskStatus,
+    ToolRequest,
+    ToolResult,
+    UserInput,
+)
 from belay.journal.state import SessionState, apply, fold
 from belay.journal.status import ConditionType, Phase, Reason, session_status
 from tests.journal.fixtures import LogBuilder
@@ -176,3 +187,30 @@ def test_the_lost_sandbox_of_a_finished_subagent_is_counted_but_nothing_waits_on
     state = apply(fold(log.events), log.add(Lifecycle(kind=LifecycleKind.SANDBOX_LOST, subagent="a")))
     assert sandbox_replacement(state, "a") == 1
     assert not state.lifecycle.recovering and state.lifecycle.lost_sandboxes == ()
+
+
+def test_a_finished_session_reopened_by_a_scope_change_gets_its_next_attempt() -> None:
+    log = LogBuilder()
+    log.add(UserInput(goal="fix the parser"))
+    log.add(Lifecycle(kind=LifecycleKind.HARNESS_STARTED, attempt=1, lease=1))
+    log.add(Task(task_id="impl", status=TaskStatus.RUNNING, owner="impl"))
+    log.add(Task(task_id="impl/fix", status=TaskStatus.RUNNING, owner="impl", request_parts=("goal",)))
+    log.add(ToolRequest(operation_id="op", tool="t", effect=EffectClass.IDEMPOTENT, step="impl/fix"))
+    log.add(
+        ToolResult(
+            operation_id="op",
+            ok=True,
+            result_id="op",
+            derived_from=DerivedFrom(request_version=1, request_parts=("goal",)),
+        )
+    )
+    log.add(Task(task_id="impl/fix", status=TaskStatus.VERIFIED))
+    log.add(Task(task_id="impl", status=TaskStatus.DONE))
+    log.add(Lifecycle(kind=LifecycleKind.SESSION_COMPLETED, reason="done"))
+    log.add(Lifecycle(kind=LifecycleKind.HARNESS_FINISHED, attempt=1))
+    done = fold(log.events)
+    assert decide_harness(done, [], lease=1, max_attempts=5).action == Action.STOP
+    log.add(ScopeChange(request_version=2, summary="more", goal="fix the parser and the docs"))
+    decision = decide_harness(fold(log.events), [], lease=1, max_attempts=5)
+    assert (decision.action, decision.index, decision.lost_attempt) == (Action.REPLACE, 2, None)
+    assert decision.why == "a scope change or a rejection reopened the finished session"

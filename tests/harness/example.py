@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import yaml
 
@@ -46,3 +50,26 @@ def repo_tests_pass(patch: Path | None, workdir: Path) -> bool:
         subprocess.run(["patch", "-p1", "-i", str(patch)], cwd=copy, check=True, capture_output=True)
     tests = subprocess.run([sys.executable, "-B", "-m", "unittest"], cwd=copy, capture_output=True, text=True)
     return tests.returncode == 0
+
+
+def wait_for(
+    home: Path, found: Callable[[list[Event]], bool], what: str, timeout: float = 180
+) -> list[Event]:
+    """The record, once `found` holds for it (a harness runs meanwhile in another process)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events = read_events(home, SESSION)
+        if found(events):
+            return events
+        time.sleep(0.1)
+    raise AssertionError(f"no {what} in the record after {timeout}s")
+
+
+def brief_json(home: Path) -> dict[str, Any]:
+    result = run_belay(home, "brief", SESSION, "--json")
+    assert result.returncode == 0, result.stderr
+    return cast("dict[str, Any]", json.loads(result.stdout))
+
+
+def step_status(brief: dict[str, Any], step: str) -> str:
+    return next(str(s["status"]) for s in brief["steps"] if s["task_id"] == step)

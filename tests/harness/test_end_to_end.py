@@ -116,3 +116,39 @@ def test_events_json_lines_and_sessions(finished: tuple[Path, str, list[Event]])
     )
     assert again.returncode == 0 and "already completed" in again.stderr
     assert len(run_belay(home, "events", SESSION, "--json").stdout.splitlines()) == len(events)
+
+
+def test_every_checkpoint_is_what_the_design_describes(finished: tuple[Path, str, list[Event]]) -> None:
+    """Repository revision, patch artifact, runtime image, environment and dependencies, next step
+    and verification status on every checkpoint; the patch is the change since the inputs."""
+    home, _, events = finished
+    store = LocalHome(home).open_artifact_store()
+    checkpoints = [e.payload for e in events if isinstance(e, CheckpointEvent)]
+    assert len(checkpoints) == 9  # two inputs, seven steps
+    for checkpoint in checkpoints:
+        assert checkpoint.repository_revision and len(checkpoint.repository_revision) == 40
+        assert checkpoint.patch is not None and store.exists(checkpoint.patch.sha256)
+        assert checkpoint.runtime_image
+        assert {"os", "machine", "network_profile"} <= set(checkpoint.environment)
+        assert {"python", "git"} <= set(checkpoint.dependencies)
+        assert checkpoint.next_step
+        assert checkpoint.verification is not None and checkpoint.verification.status
+        assert checkpoint.result_id == f"checkpoint:{checkpoint.checkpoint_id}"
+    by_id = {c.checkpoint_id: c for c in checkpoints}
+    assert by_id["implementer/inputs"].verification.status == "not_run"  # nothing ran yet
+    assert by_id["implementer/inputs"].patch.size == 0
+    assert by_id["implementer/fix"].next_step == "implementer/verify"
+    assert by_id["implementer/publish"].next_step == "(end of plan)"
+    fix = store.get(by_id["implementer/fix"].patch.sha256).decode()
+    assert (
+        '+        key, value = line.split("=", 1)' in fix and "b/repo/tests/test_regression_equals.py" in fix
+    )
+    # Each step's work records what it was derived from: the request version, the request parts
+    # its step depends on, and the checkpoint it started from.
+    assert by_id["implementer/verify"].derived_from is not None
+    assert by_id["implementer/verify"].derived_from.results == ("checkpoint:implementer/fix",)
+    assert by_id["implementer/fix"].derived_from.request_parts == ("goal", "repository")
+    results = [e.payload for e in events if isinstance(e, ToolResultEvent) and e.payload.result_id]
+    assert results and all(
+        r.derived_from is not None and r.derived_from.request_version == 1 for r in results
+    )

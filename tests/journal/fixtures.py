@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
 
 from belay.journal.events import (
     Actor,
@@ -288,3 +290,41 @@ def realistic_log() -> list[Event]:
         actor=IMPLEMENTER,
     )
     return log.events
+
+
+class ReadPage(HTMLParser):
+    """An HTML page as a person and a browser meet it: its readable text (outside <style>), its
+    elements, its link targets, and every attribute or style that would make a browser fetch."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.chunks: list[str] = []
+        self.tags: set[str] = set()
+        self.links: list[str] = []
+        self.fetches: list[str] = []
+        self._in_style = False
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        self._in_style = tag == "style"
+        for name, value in attrs:
+            if name in ("src", "srcset", "poster", "data") or (
+                name == "href" and tag in ("link", "image", "use")
+            ):
+                self.fetches.append(f"{tag} {name}={value}")
+            elif name == "href":
+                self.links.append(value or "")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_style = self._in_style and tag != "style"
+
+    def handle_data(self, data: str) -> None:
+        if not self._in_style:
+            self.chunks.append(data)
+        elif "url(" in data or "@import" in data:
+            self.fetches.append("a style that fetches")
+
+    @property
+    def text(self) -> str:
+        return re.sub(r"\s+", " ", " ".join(self.chunks))

@@ -26,6 +26,7 @@ from belay.journal.events import (
     NoteKind,
     OperationOutcome,
     Payload,
+    Rejection,
     Remote,
     RemoteKind,
     ScopeChange,
@@ -92,6 +93,7 @@ payloads: st.SearchStrategy[Payload] = st.one_of(
         result_id=st.one_of(st.none(), ids(RESULTS)),
         output_ref=st.one_of(st.none(), artifact_ref),
         derived_from=st.one_of(st.none(), derived),
+        output=st.one_of(st.none(), st.just({"id": "TICKET-1"})),
     ),
     st.builds(
         ApprovalRequest,
@@ -101,6 +103,7 @@ payloads: st.SearchStrategy[Payload] = st.one_of(
         payload_sha256=ids(HASHES),
         summary=st.just("s"),
         expires_at=ids(EXPIRIES),
+        kind=ids(["dispatch", "retry"]),
     ),
     st.builds(
         Approval,
@@ -121,8 +124,11 @@ payloads: st.SearchStrategy[Payload] = st.one_of(
     ),
     st.builds(
         Checkpoint,
-        checkpoint_id=ids(["cp1", "cp2"]),
+        checkpoint_id=ids(["cp1", "cp2", *TASKS]),
         covers_seq=st.integers(0, 5),
+        subagent=ids(SUBAGENTS),
+        result_id=st.one_of(st.none(), ids(RESULTS)),
+        derived_from=st.one_of(st.none(), derived),
         verification=st.one_of(
             st.none(),
             st.builds(
@@ -145,6 +151,7 @@ payloads: st.SearchStrategy[Payload] = st.one_of(
         title=st.text(max_size=4),
         status=st.sampled_from(list(TaskStatus)),
         owner=ids(SUBAGENTS),
+        request_parts=st.one_of(st.none(), st.lists(ids(PARTS), max_size=2, unique=True).map(tuple)),
     ),
     st.builds(
         Wait,
@@ -168,6 +175,7 @@ payloads: st.SearchStrategy[Payload] = st.one_of(
         subagent=ids(SUBAGENTS),
     ),
     st.builds(Summary, covers_from_seq=st.just(1), covers_to_seq=st.just(1), text=st.text(max_size=5)),
+    st.builds(Rejection, name=ids(["a.txt", "b.patch"]), sha256=ids(HASHES), reason=st.just("no")),
     st.builds(
         Remote,
         kind=st.sampled_from(list(RemoteKind)),

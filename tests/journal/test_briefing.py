@@ -43,7 +43,9 @@ def test_what_was_asked_and_every_scope_change() -> None:
     assert "Fix the CSV parser's quoted-newline bug and prepare a release" in asked
     assert "target: Python 3.12" in asked  # the request as it stands now
     changes = _section(_text(), "Scope changes")
-    assert "v2: target Python 3.12 instead of 3.11 (changed target)" in changes
+    # When, by whom, and the difference in the request.
+    assert "v2 at 2026-11-29 09:30 UTC by dana: target Python 3.12 instead of 3.11" in changes
+    assert "target: 'Python 3.11' -> 'Python 3.12'" in changes
 
 
 def test_steps_done_and_verified() -> None:
@@ -113,14 +115,17 @@ def test_hypotheses_and_decisions_are_told_apart() -> None:
     assert "h-escape" not in decisions
 
 
-def test_results_the_last_scope_change_made_invalid_and_those_still_reusable() -> None:
-    change = _section(_text(), "Last scope change (v2)")
-    assert "invalid now: compat-matrix (compat-matrix.md)" in change
-    assert "still reusable: repro (run_tests), patch (parser.patch)" in change
+def test_under_each_scope_change_what_became_invalid_and_what_stays_reusable_and_why() -> None:
+    change = _section(_text(), "Scope changes")
+    invalid, reusable = change.split("still reusable:")
+    assert "compat-matrix.md (artifact): depends on target, changed in v2" in invalid
+    assert "reproduce [now verified]: depends on bug only: unchanged" in reusable
+    assert "parser.patch (deliverable)" in reusable and "compat-matrix" not in reusable
     b = briefing(fold(realistic_log()))
-    assert b.last_scope_change is not None
-    assert [r.result_id for r in b.last_scope_change.invalidated] == ["compat-matrix"]
-    assert COMPAT.sha256 not in {r.result_id for r in b.last_scope_change.reusable}
+    [item] = b.scope_changes
+    assert [o.result_id for o in item.invalid_outputs] == ["compat-matrix"]
+    assert [v.step for v in item.reusable_steps] == ["reproduce"]
+    assert COMPAT.sha256 not in {o.result_id for o in item.reusable_outputs}
 
 
 def test_attempts_recoveries_and_unknown_outcomes() -> None:
@@ -142,7 +147,10 @@ def test_markdown_and_json_carry_the_same_answers() -> None:
         data["ready_for_review"][0]["command"]
         == "belay artifacts get parser-fix parser.patch -o parser.patch"
     )
-    assert data["last_scope_change"]["invalidated"][0]["result_id"] == "compat-matrix"
+    assert data["scope_changes"][0]["invalid_outputs"][0]["result_id"] == "compat-matrix"
+    assert data["scope_changes"][0]["changes"] == [
+        {"part": "target", "before": "Python 3.11", "after": "Python 3.12"}
+    ]
 
 
 @settings(max_examples=60, deadline=None)
@@ -179,7 +187,8 @@ def test_a_long_session_still_fits_on_a_page_and_keeps_what_matters() -> None:
     assert "running   step-35" in steps and "planned   step-39" in steps
     assert "done      step-34" in steps  # the most recent finished steps stay
     changes = _section(text, "Scope changes")
-    assert "... 5 earlier changes not shown" in changes and "v12: api v2" in changes
-    last = _section(text, "Last scope change (v12)")
-    assert "invalid now: r-00 (op-0), r-01 (op-1)," in last and "r-15 (op-15) ... and 34 more" in last
-    assert "still reusable: nothing" in last  # "style" results fell to the earlier changes
+    assert "... 5 earlier changes not shown" in changes and "by harness: api v2" in changes
+    # Earlier changes in two lines each; the last one in full.
+    assert "style: 's4' -> 's5'; made 0 results invalid" in changes
+    assert "made invalid: 50 intermediate results" in changes
+    assert "still reusable: nothing" in changes  # "style" results fell to the earlier changes

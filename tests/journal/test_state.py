@@ -163,6 +163,8 @@ def test_records_built_on_the_fast_path_pass_their_own_validation(events: list) 
     records = [
         state.request,
         *state.scope_changes,
+        *state.rejections,
+        *(record for records in state.subagent_checkpoints.values() for record in records),
         *state.tasks.values(),
         *state.operations.values(),
         *state.approvals.values(),

@@ -410,12 +410,25 @@ class ApprovalGrant(ApiModel):
         return self
 
 
-class SpecDecision(ApiModel):
-    """A person's decision given through the spec, as `kubectl belay reject|answer|reconcile` (and
-    `approve` of a wait) write it: the operator records it while what it names still waits, under
-    the same claim a local decision takes, so one decision per item is recorded."""
+class RejectionGrant(ApiModel):
+    """A rejection given declaratively (`kubectl belay reject` writes one): a published
+    deliverable, by name, or a pending approval, by id, bound to the exact bytes (the deliverable's
+    sha256) or payload (the approval's hash) rejected, with the reason the step is redone with."""
 
-    # An approval id or a wait id; an operation id whose outcome is unknown for succeeded/failed.
+    item: str = Field(min_length=1)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    reason: str = Field(min_length=1)
+    by: str | None = None
+
+
+class SpecDecision(ApiModel):
+    """A person's decision on what waits that is neither an approval nor a rejection of an
+    operation or a deliverable, as `kubectl belay answer|reconcile` (and `approve|reject` of a
+    wait) write it: the operator records it while what it names still waits, under the same claim
+    a local decision takes, so one decision per item is recorded."""
+
+    # A wait id (an approval id is taken too); an operation id whose outcome is unknown for
+    # succeeded/failed.
     id: str = Field(min_length=1, max_length=512)
     # yes: approve, or a yes (an answer) to a wait; no: reject, or a no; succeeded/failed: whether
     # an operation whose outcome is unknown took effect.
@@ -509,6 +522,7 @@ class AgentSessionSpec(ApiModel):
     executor: ExecutorSpec
     subagents: list[SubagentSpec] = Field(min_length=1, max_length=SUBAGENTS_MAX)
     approvals: list[ApprovalGrant] = Field(default_factory=list, max_length=256)
+    rejections: list[RejectionGrant] = Field(default_factory=list, max_length=256)
     decisions: list[SpecDecision] = Field(default_factory=list, max_length=256)
     # Tools whose calls wait for an approval: "tool" for every subagent, "subagent:tool" for one.
     approval_required: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(

@@ -1,22 +1,30 @@
 """`kubectl belay`: the person's view of sessions in a cluster, for someone who may read and patch
-AgentSessions and nothing else (no store credentials, no pods, no Secrets).
+AgentSessions and nothing else (no store credentials, no pods, no Secrets; with `list` on
+Checkpoints the brief and the report show them too).
 
     kubectl belay sessions [-A] [-l SELECTOR] [--json] [--watch]   the fleet view
-    kubectl belay objective OBJECTIVE                              the sessions of one objective
-    kubectl belay brief NAME                                       where the session stands, from its status
-    kubectl belay approve NAME ID        approve one operation (its payload hash), or yes to a wait
-    kubectl belay reject NAME ID         reject one pending operation, or no to a wait
-    kubectl belay answer NAME WAIT TEXT  answer a wait on the user
+    kubectl belay objective OBJECTIVE [-A] [--json] [--watch]      the sessions of one objective
+    kubectl belay brief NAME [-n NAMESPACE]     where the session stands, from its status
+    kubectl belay approve NAME ID               approve one pending operation (bound to its payload
+                                                hash), or say yes to a wait
+    kubectl belay reject NAME ID --reason TEXT  turn down a pending operation or a published
+                                                deliverable, or say no to a wait
+    kubectl belay answer NAME WAIT TEXT         answer a wait on the user
     kubectl belay reconcile NAME OPERATION --succeeded|--failed
-    kubectl belay amend NAME [--goal TEXT] [--part K=V] [--drop-part K]   change the request
+    kubectl belay amend NAME [--goal TEXT] [--part KEY=VALUE] [--remove-part KEY] [-f MANIFEST]
+                                                change the request: request version N+1
     kubectl belay artifacts NAME | artifacts get NAME FILE [-o PATH]
     kubectl belay events NAME [--json] [--from SEQ]
+    kubectl belay report NAME... | -l SELECTOR [-o FILE]  the timeline as one HTML file
 
-An approval is written into the session's spec (`spec.approvals`), exactly as a GitOps change
-would: the operator records it in the session record, and only for the payload hash the pending
-request carries, so a payload that changed since is not approved. The other decisions go into
-`spec.decisions`, which the operator records under the same claims the local commands take; an
-amended request is recorded as a scope change. A deliverable is fetched through the short-lived
+An approval or a rejection is written into the session's spec (`spec.approvals`,
+`spec.rejections`), exactly as a GitOps change would: the operator records it in the session
+record, and only for the hash the pending request or the published deliverable carries, so a
+payload that changed since is neither approved nor rejected. A rejected step is redone with the
+reason. An amendment edits `spec.request` under the field manager `kubectl-belay/<user>`, which
+the operator records as who changed the request. The other decisions (a yes, a no or an answer to
+a wait, the verdict on an unknown outcome) go into `spec.decisions`, which the operator records
+under the same claims the local commands take. A deliverable is fetched through the short-lived
 URL the operator publishes in the status (an S3 store's presigned URL), never with store
 credentials; so are the events, which the operator exports when the annotation
 `belay.dev/events-request` asks for them.
@@ -27,15 +35,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import posixpath
 import secrets
+import shlex
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, cast
 
 import typer
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -44,6 +55,19 @@ from belay.cli.main import progress_line
 from belay.journal import commands
 from belay.journal.events import event_from_json
 from belay.journal.fleet import columns
+from belay.journal.report import (
+    WAIT_BAR_KIND,
+    Bar,
+    DeliverableEntry,
+    Gap,
+    Mark,
+    Row,
+    SessionReport,
+    StepEntry,
+    WaitEntry,
+    WaitEntryKind,
+    render_html,
+)
 
 GROUP, VERSION = "belay.dev", "v1alpha1"
 CONFLICT_RETRIES = 5
@@ -66,21 +90,22 @@ Namespace = Annotated[
     str | None, typer.Option("--namespace", "-n", help="default: the kubeconfig's namespace")
 ]
 Kubeconfig = Annotated[str | None, typer.Option("--kubeconfig", envvar="KUBECONFIG", help="kubeconfig file")]
-By = Annotated[str, typer.Option("--by", help="Who decides, as the record names them.")]
 
 
 class PluginError(Exception):
     pass
 
 
-def _api(kubeconfig: str | None) -> tuple[client.CustomObjectsApi, str]:
+def _connect(kubeconfig: str | None) -> tuple[client.CustomObjectsApi, str, str]:
+    """The API, the context's namespace, and its user (who an approval or a change is by)."""
     try:
         api_client = config.new_client_from_config(config_file=kubeconfig)
         _, context = config.list_kube_config_contexts(config_file=kubeconfig)
     except (config.ConfigException, FileNotFoundError) as error:
         raise PluginError(f"cannot load kubeconfig: {error}") from None
-    namespace = (context or {}).get("context", {}).get("namespace") or "default"
-    return client.CustomObjectsApi(api_client), namespace
+    details = (context or {}).get("context", {})
+    namespace = details.get("namespace") or "default"
+    return client.CustomObjectsApi(api_client), namespace, str(details.get("user") or "unknown")
 
 
 def _get(api: client.CustomObjectsApi, namespace: str, plural: str, name: str) -> dict[str, Any]:
@@ -174,11 +199,16 @@ def briefing(session: dict[str, Any], checkpoints: list[dict[str, Any]]) -> str:
     if pending:
         lines.append("pending approvals:")
         for item in pending:
-            lines.append(
-                f"  {item['approvalId']}: {item['tool']} {item.get('summary', '')}".rstrip()
-                + f"\n    payload sha256 {item['payloadSha256']}"
-                + f"\n    kubectl belay approve {name} {item['approvalId']}"
-            )
+            lines.append(f"  {item['approvalId']}: {item['tool']} {item.get('summary', '')}".rstrip())
+            lines.append(f"    payload sha256 {item['payloadSha256']}")
+            if item.get("contentLocation"):
+                lines.append(
+                    f"    read what it sends out (sha256 {item['contentSha256']}): {item['contentLocation']}"
+                )
+            if item.get("payloadLocation"):
+                lines.append(f"    read the operation as approved: {item['payloadLocation']}")
+            lines.append(f"    kubectl belay approve {name} {item['approvalId']}")
+            lines.append(f'    (or: kubectl belay reject {name} {item["approvalId"]} --reason "...")')
     for wait in status.get("waits", []):
         lines.append(f"waits: {wait['kind']} {wait['waitId']}: {wait['reason']}")
     deliverables = status.get("deliverables", [])
@@ -188,6 +218,10 @@ def briefing(session: dict[str, Any], checkpoints: list[dict[str, Any]]) -> str:
             review = " (ready for review)" if item.get("readyForReview") else ""
             lines.append(f"  {item['name']}{review}: {item['size']} bytes, sha256 {item['sha256']}")
             lines.append(f"    {item['location']}")
+            if item.get("readyForReview"):
+                lines.append(
+                    f'    to have it redone: kubectl belay reject {name} {item["name"]} --reason "..."'
+                )
     lines += _resource_lines(session, status, checkpoints)
     if checkpoints:
         ordered = sorted(checkpoints, key=lambda c: c["spec"]["seq"], reverse=True)
@@ -220,31 +254,403 @@ def _fail(error: PluginError) -> typer.Exit:
     return typer.Exit(1)
 
 
+def _session_and_checkpoints(
+    name: str, namespace: str | None, kubeconfig: str | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The AgentSession and its Checkpoints: all that a user with access to those reads. A person
+    allowed AgentSessions only gets none (the status still says each subagent's progress)."""
+    api, default_namespace, _ = _connect(kubeconfig)
+    namespace = namespace or default_namespace
+    session = _get(api, namespace, "agentsessions", name)
+    return session, _checkpoints(api, namespace, name) or []
+
+
+def _checkpoints(api: client.CustomObjectsApi, namespace: str, name: str) -> list[dict[str, Any]] | None:
+    """The session's Checkpoint objects; None when this user may not list them."""
+    try:
+        listed = cast(
+            dict[str, Any],
+            api.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, "checkpoints", label_selector=f"belay.dev/session={name}"
+            ),
+        )
+    except ApiException as error:
+        if error.status == 403:
+            return None
+        raise PluginError(f"cannot list the checkpoints of {name}: {error.status} {error.reason}") from None
+    return list(listed.get("items", []))
+
+
 @app.command()
 def brief(name: str, namespace: Namespace = None, kubeconfig: Kubeconfig = None) -> None:
     """Where the session stands: phase, what it waits on, approvals, deliverables, checkpoints."""
     try:
-        api, default_namespace = _api(kubeconfig)
+        api, default_namespace, _ = _connect(kubeconfig)
         namespace = namespace or default_namespace
         session = _get(api, namespace, "agentsessions", name)
-        checkpoints, note = _checkpoints(api, namespace, name)
+        checkpoints = _checkpoints(api, namespace, name)
     except PluginError as error:
         raise _fail(error) from None
-    typer.echo(briefing(session, checkpoints) + note)
+    note = (
+        "\n(checkpoints not shown: you may not list Checkpoints in this namespace)"
+        if checkpoints is None
+        else ""
+    )
+    typer.echo(briefing(session, checkpoints or []) + note)
 
 
-def _checkpoints(api: client.CustomObjectsApi, namespace: str, name: str) -> tuple[list[dict[str, Any]], str]:
-    """The session's Checkpoint objects; a person allowed AgentSessions only is briefed without
-    them (the status still says each subagent's progress), and told so."""
+@app.command()
+def approve(name: str, item_id: str, namespace: Namespace = None, kubeconfig: Kubeconfig = None) -> None:
+    """Approve one pending operation for exactly the payload it asked for, or say yes to a wait."""
     try:
-        listed = api.list_namespaced_custom_object(
-            GROUP, VERSION, namespace, "checkpoints", label_selector=f"belay.dev/session={name}"
+        api, default_namespace, user = _connect(kubeconfig)
+        namespace = namespace or default_namespace
+        status = _get(api, namespace, "agentsessions", name).get("status") or {}
+        if item_id in _open_waits(status) and not _pending(status, item_id):
+            typer.echo(_decide(api, namespace, name, user, {"id": item_id, "verdict": "yes", "by": user}))
+            return
+        grant: dict[str, str] = {}
+
+        def change(session: dict[str, Any]) -> dict[str, Any] | None:
+            grant.update(approval_grant(session.get("status") or {}, item_id))
+            approvals = list(session["spec"].get("approvals") or [])
+            if any(_same_grant(existing, grant) for existing in approvals):
+                return None
+            return {"approvals": [*approvals, grant]}
+
+        if _update_spec(api, namespace, name, change, f"kubectl-belay/{user}") is None:
+            typer.echo(f"{grant['approvalId']} is already approved in the spec")
+            return
+        typer.echo(f"approved {grant['approvalId']} for payload sha256 {grant['payloadSha256']}")
+    except PluginError as error:
+        raise _fail(error) from None
+
+
+def rejection_entry(status: dict[str, Any], item_id: str, reason: str, by: str) -> dict[str, str]:
+    """The spec rejection for one pending approval (by approval or operation id) or one published
+    deliverable (by name), bound to the hash the status shows for it now."""
+    if not reason.strip():
+        raise PluginError('say why with --reason "...": the step is redone with it')
+    for item in status.get("pendingApprovals", []):
+        if item_id in (item["approvalId"], item["operationId"]):
+            return {"item": item["approvalId"], "sha256": item["payloadSha256"], "reason": reason, "by": by}
+    for item in status.get("deliverables", []):
+        if item_id == item["name"]:
+            return {"item": item["name"], "sha256": item["sha256"], "reason": reason, "by": by}
+    pending = [i["approvalId"] for i in status.get("pendingApprovals", [])]
+    published = [i["name"] for i in status.get("deliverables", [])]
+    known = ", ".join(pending + published) or "none"
+    raise PluginError(f"no pending approval or deliverable {item_id!r} (there are: {known})")
+
+
+def amended_request(
+    request: dict[str, Any],
+    goal: str | None,
+    parts: list[str],
+    removed: list[str],
+    manifest: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The request after the change; raises when it is malformed or changes nothing."""
+    if manifest is not None:
+        if goal is not None or parts or removed:
+            raise PluginError("give either -f MANIFEST or --goal/--part/--remove-part, not both")
+        wanted = (manifest.get("spec") or {}).get("request")
+        if not isinstance(wanted, dict) or not wanted.get("goal"):
+            raise PluginError("the manifest has no spec.request.goal")
+        new = {"goal": wanted["goal"], "parts": dict(wanted.get("parts") or {})}
+    else:
+        new = {"goal": request["goal"], "parts": dict(request.get("parts") or {})}
+    if goal is not None:
+        if not goal.strip():
+            raise PluginError("--goal cannot be empty")
+        new["goal"] = goal
+    for item in parts:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise PluginError(f"--part {item!r}: expected KEY=VALUE")
+        new["parts"][key.strip()] = value
+    for key in removed:
+        if key not in new["parts"]:
+            raise PluginError(f"--remove-part {key!r}: the request has no such part")
+        del new["parts"][key]
+    if new == {"goal": request["goal"], "parts": dict(request.get("parts") or {})}:
+        raise PluginError("nothing changes: the request is already that")
+    return new
+
+
+def _request_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch from one request to another: a removed part is set to null."""
+    parts: dict[str, Any] = dict(new["parts"])
+    for key in old.get("parts") or {}:
+        parts.setdefault(key, None)
+    return {"goal": new["goal"], "parts": parts}
+
+
+def _update_spec(
+    api: client.CustomObjectsApi,
+    namespace: str,
+    name: str,
+    change: Any,
+    field_manager: str,
+) -> dict[str, Any] | None:
+    """Read the session, let `change(session)` give the spec patch (None: nothing to do), apply it
+    as a compare-and-swap on the resourceVersion; a concurrent edit is read again and retried."""
+    for _ in range(CONFLICT_RETRIES):
+        session = _get(api, namespace, "agentsessions", name)
+        spec_patch = change(session)
+        if spec_patch is None:
+            return None
+        patch = {"metadata": {"resourceVersion": session["metadata"]["resourceVersion"]}, "spec": spec_patch}
+        try:
+            api.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, "agentsessions", name, patch, field_manager=field_manager
+            )
+        except ApiException as error:
+            if error.status == 409:
+                continue
+            raise PluginError(f"cannot update {name}: {error.status} {error.reason}") from None
+        return session
+    raise PluginError(f"{name} kept changing; try again")
+
+
+@app.command()
+def reject(
+    name: str,
+    item_id: str,
+    reason: Annotated[
+        str, typer.Option("--reason", "-m", help="Why: whoever redoes the step reads it.")
+    ] = "",
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Turn down a pending operation or a published deliverable (its step is redone with the
+    reason), or say no to a wait."""
+    try:
+        api, default_namespace, user = _connect(kubeconfig)
+        namespace = namespace or default_namespace
+        status = _get(api, namespace, "agentsessions", name).get("status") or {}
+        if item_id in _open_waits(status) and not _pending(status, item_id):
+            decision = {"id": item_id, "verdict": "no", "text": reason, "by": user}
+            typer.echo(_decide(api, namespace, name, user, decision))
+            return
+        entry: dict[str, str] = {}
+
+        def change(session: dict[str, Any]) -> dict[str, Any] | None:
+            entry.update(rejection_entry(session.get("status") or {}, item_id, reason, user))
+            existing = list(session["spec"].get("rejections") or [])
+            if any((r.get("item"), r.get("sha256")) == (entry["item"], entry["sha256"]) for r in existing):
+                return None
+            return {"rejections": [*existing, entry]}
+
+        if _update_spec(api, namespace, name, change, f"kubectl-belay/{user}") is None:
+            typer.echo(f"{entry['item']} (sha256 {entry['sha256']}) is already rejected in the spec")
+            return
+        typer.echo(
+            f"rejected {entry['item']} (sha256 {entry['sha256']}); the operator records it and the step is "
+            f"redone with your reason: kubectl belay brief {name}"
         )
-    except ApiException as error:
-        if error.status == 403:
-            return [], "\n(checkpoints not shown: you may not list Checkpoints in this namespace)"
-        raise PluginError(f"cannot list checkpoints of {name}: {error.status} {error.reason}") from None
-    return list(cast(dict[str, Any], listed).get("items", [])), ""
+    except PluginError as error:
+        raise _fail(error) from None
+
+
+@app.command()
+def amend(
+    name: str,
+    goal: Annotated[str | None, typer.Option("--goal", help="The new goal.")] = None,
+    parts: Annotated[list[str] | None, typer.Option("--part", metavar="KEY=VALUE")] = None,
+    removed: Annotated[list[str] | None, typer.Option("--remove-part", metavar="KEY")] = None,
+    manifest: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Take spec.request from a manifest.")
+    ] = None,
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Change the request (request version N+1): the work that depended on what changed is redone."""
+    try:
+        loaded = None
+        if manifest is not None:
+            try:
+                loaded = yaml.safe_load(manifest.read_text())
+            except (OSError, yaml.YAMLError) as error:
+                raise PluginError(f"cannot read {manifest}: {error}") from None
+            if not isinstance(loaded, dict):
+                raise PluginError(f"{manifest}: not a manifest")
+        api, default_namespace, user = _connect(kubeconfig)
+        namespace = namespace or default_namespace
+
+        def change(session: dict[str, Any]) -> dict[str, Any]:
+            old = session["spec"]["request"]
+            new = amended_request(old, goal, parts or [], removed or [], loaded)
+            return {"request": _request_patch(old, new)}
+
+        _update_spec(api, namespace, name, change, f"kubectl-belay/{user}")
+        typer.echo(
+            f"changed the request of {name} (by kubectl-belay/{user}); the operator records the next request "
+            f"version, and the work that depended on what changed is redone: kubectl belay brief {name}"
+        )
+    except PluginError as error:
+        raise _fail(error) from None
+
+
+def _open_waits(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {w["waitId"]: w for w in status.get("waits") or []}
+
+
+def _waiting(status: dict[str, Any]) -> str:
+    items = [a["approvalId"] for a in status.get("pendingApprovals") or []] + sorted(_open_waits(status))
+    return ", ".join(items) or "nothing waits on you"
+
+
+def _pending(status: dict[str, Any], item_id: str) -> bool:
+    """Whether the id names a pending approval or a published deliverable (what spec.rejections holds)."""
+    approvals = {i for a in status.get("pendingApprovals") or [] for i in (a["approvalId"], a["operationId"])}
+    return item_id in approvals or item_id in {d["name"] for d in status.get("deliverables") or []}
+
+
+def _decide(
+    api: client.CustomObjectsApi, namespace: str, name: str, user: str, decision: dict[str, str]
+) -> str:
+    """Write one decision into `spec.decisions`, for the operator to record under its claim."""
+
+    def change(session: dict[str, Any]) -> dict[str, Any] | None:
+        decisions = list(session["spec"].get("decisions") or [])
+        earlier = next((d for d in decisions if d["id"] == decision["id"]), None)
+        if earlier is not None:
+            if earlier["verdict"] == decision["verdict"]:
+                return None
+            raise PluginError(f"{decision['id']} is already decided in the spec: {earlier['verdict']}")
+        return {"decisions": [*decisions, decision]}
+
+    written = _update_spec(api, namespace, name, change, f"kubectl-belay/{user}")
+    said = f"{decision['verdict']} to {decision['id']}"
+    if written is None:
+        return f"{said} is already in the spec"
+    return f"{said} written to spec.decisions; the operator records it in the session record"
+
+
+def _check_open(
+    api: client.CustomObjectsApi, namespace: str, name: str, item_id: str, *, approvals: bool = True
+) -> None:
+    status = _get(api, namespace, "agentsessions", name).get("status") or {}
+    pending = {a["approvalId"] for a in status.get("pendingApprovals") or []} if approvals else set()
+    if item_id not in pending and item_id not in _open_waits(status):
+        raise PluginError(f"nothing {item_id!r} waits in {name} (waiting: {_waiting(status)})")
+
+
+@app.command()
+def answer(
+    name: str,
+    wait_id: Annotated[str, typer.Argument(metavar="WAIT")],
+    text: Annotated[str, typer.Argument(help="Your answer.")],
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Answer a wait on the user with text; the session goes on."""
+    try:
+        api, default_namespace, user = _connect(kubeconfig)
+        namespace = namespace or default_namespace
+        _check_open(api, namespace, name, wait_id, approvals=False)
+        decision = {"id": wait_id, "verdict": "yes", "text": text, "by": user}
+        typer.echo(_decide(api, namespace, name, user, decision))
+    except PluginError as error:
+        raise _fail(error) from None
+
+
+@app.command()
+def reconcile(
+    name: str,
+    operation_id: Annotated[str, typer.Argument(metavar="OPERATION")],
+    succeeded: Annotated[
+        bool | None, typer.Option("--succeeded/--failed", help="Did the operation take effect?")
+    ] = None,
+    detail: Annotated[str, typer.Option("--detail", "-m")] = "",
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Settle an operation whose outcome is unknown: it took effect (--succeeded) or not (--failed)."""
+    try:
+        if succeeded is None:
+            raise PluginError("say whether it took effect: --succeeded or --failed")
+        api, default_namespace, user = _connect(kubeconfig)
+        namespace = namespace or default_namespace
+        status = _get(api, namespace, "agentsessions", name).get("status") or {}
+        unknown = status.get("unknownOutcomes") or []
+        if operation_id not in unknown:
+            known = ", ".join(unknown) or "none"
+            raise PluginError(
+                f"operation {operation_id!r} has no unknown outcome (unknown outcomes: {known})"
+            )
+        verdict = "succeeded" if succeeded else "failed"
+        decision = {"id": operation_id, "verdict": verdict, "text": detail, "by": user}
+        typer.echo(_decide(api, namespace, name, user, decision))
+    except PluginError as error:
+        raise _fail(error) from None
+
+
+@app.command()
+def artifacts(
+    words: Annotated[list[str], typer.Argument(metavar="NAME | get NAME FILE")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Where `get` writes the bytes.")
+    ] = None,
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """List a session's deliverables, or `artifacts get NAME FILE [-o PATH]` to download one
+    through the short-lived URL the operator publishes (no store credentials needed)."""
+    try:
+        if words[0] == "get":
+            if len(words) != 3:
+                raise PluginError("usage: kubectl belay artifacts get NAME FILE [-o PATH]")
+            _download(words[1], words[2], output, namespace, kubeconfig)
+            return
+        if len(words) != 1:
+            raise PluginError("usage: kubectl belay artifacts NAME  |  kubectl belay artifacts get NAME FILE")
+        api, default_namespace, _ = _connect(kubeconfig)
+        status = _get(api, namespace or default_namespace, "agentsessions", words[0]).get("status") or {}
+        rows = [
+            [
+                d["name"],
+                d.get("subagent") or "-",
+                str(d["size"]),
+                d["sha256"],
+                "yes" if d.get("readyForReview") else "-",
+                d.get("command") or "-",
+            ]
+            for d in status.get("deliverables") or []
+        ]
+        if not rows:
+            typer.echo(f"{words[0]} has published no deliverable yet")
+            return
+        typer.echo(columns(["NAME", "SUBAGENT", "SIZE", "SHA256", "REVIEW", "COMMAND"], rows))
+    except PluginError as error:
+        raise _fail(error) from None
+
+
+def _download(
+    name: str, file: str, output: Path | None, namespace: str | None, kubeconfig: str | None
+) -> None:
+    from belay.api.agentsession import is_plain_file_name
+
+    api, default_namespace, _ = _connect(kubeconfig)
+    status = _get(api, namespace or default_namespace, "agentsessions", name).get("status") or {}
+    deliverables = {d["name"]: d for d in status.get("deliverables") or []}
+    item = deliverables.get(file)
+    if item is None:
+        known = ", ".join(sorted(deliverables)) or "none"
+        raise PluginError(f"{name} has no deliverable {file!r} (deliverables: {known})")
+    if output is None and not is_plain_file_name(file):
+        raise PluginError(f"{file!r} is not a plain file name: choose where to write it with -o PATH")
+    data = _fetch(str(item.get("location") or ""), int(item["size"]), item["sha256"], file)
+    target = output or Path(file)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    except OSError as error:
+        raise PluginError(
+            f"cannot write {target}: {error.strerror or error}; choose another -o PATH"
+        ) from None
+    typer.echo(f"wrote {target} ({len(data)} bytes, sha256 {item['sha256']})", err=True)
 
 
 EVENTS_REQUEST_ANNOTATION = "belay.dev/events-request"
@@ -262,7 +668,7 @@ def events(
     """The session's events, in order: asked of the operator with an annotation, which exports
     them to the artifact store and publishes where to fetch them in the status."""
     try:
-        api, default_namespace = _api(kubeconfig)
+        api, default_namespace, _ = _connect(kubeconfig)
         namespace = namespace or default_namespace
         request = f"{from_seq}/{secrets.token_hex(8)}"
         patch = {"metadata": {"annotations": {EVENTS_REQUEST_ANNOTATION: request}}}
@@ -339,30 +745,6 @@ def _fetch(location: str, size: int, sha256: str, what: str) -> bytes:
     return data
 
 
-def _patch_spec(
-    api: client.CustomObjectsApi,
-    namespace: str,
-    name: str,
-    change: Callable[[dict[str, Any]], dict[str, Any] | None],
-) -> bool:
-    """Merge `change(session)` into the spec as a compare-and-swap on the resourceVersion,
-    reading again after a concurrent edit; False when `change` had nothing to write."""
-    for _ in range(CONFLICT_RETRIES):
-        session = _get(api, namespace, "agentsessions", name)
-        spec_patch = change(session)
-        if spec_patch is None:
-            return False
-        patch = {"metadata": {"resourceVersion": session["metadata"]["resourceVersion"]}, "spec": spec_patch}
-        try:
-            api.patch_namespaced_custom_object(GROUP, VERSION, namespace, "agentsessions", name, patch)
-        except ApiException as error:
-            if error.status == 409:
-                continue
-            raise PluginError(f"cannot update {name}: {error.status} {_reason(error)}") from None
-        return True
-    raise PluginError(f"{name} kept changing; try again")
-
-
 def _reason(error: ApiException) -> str:
     """The apiserver's own message (a validation rule's, say), else the HTTP reason."""
     try:
@@ -371,267 +753,241 @@ def _reason(error: ApiException) -> str:
         return str(error.reason)
 
 
-def _open_waits(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {w["waitId"]: w for w in status.get("waits") or []}
-
-
-def _waiting(status: dict[str, Any]) -> str:
-    items = [a["approvalId"] for a in status.get("pendingApprovals") or []] + sorted(_open_waits(status))
-    return ", ".join(items) or "nothing waits on you"
-
-
-def _decide(name: str, namespace: str | None, kubeconfig: str | None, decision: dict[str, str]) -> str:
-    """Write one decision into `spec.decisions`, for the operator to record under its claim."""
-    api, default_namespace = _api(kubeconfig)
-    namespace = namespace or default_namespace
-
-    def change(session: dict[str, Any]) -> dict[str, Any] | None:
-        decisions = list(session["spec"].get("decisions") or [])
-        earlier = next((d for d in decisions if d["id"] == decision["id"]), None)
-        if earlier is not None:
-            if earlier["verdict"] == decision["verdict"]:
-                return None
-            raise PluginError(f"{decision['id']} is already decided in the spec: {earlier['verdict']}")
-        return {"decisions": [*decisions, decision]}
-
-    written = _patch_spec(api, namespace, name, change)
-    said = f"{decision['verdict']} to {decision['id']}"
-    if not written:
-        return f"{said} is already in the spec"
-    return f"{said} written to spec.decisions; the operator records it in the session record"
-
-
-def _check_open(
-    api: client.CustomObjectsApi, namespace: str, name: str, item_id: str, *, approvals: bool = True
-) -> None:
-    status = _get(api, namespace, "agentsessions", name).get("status") or {}
-    pending = {a["approvalId"] for a in status.get("pendingApprovals") or []} if approvals else set()
-    if item_id not in pending and item_id not in _open_waits(status):
-        raise PluginError(f"nothing {item_id!r} waits in {name} (waiting: {_waiting(status)})")
-
-
-@app.command()
-def approve(
-    name: str,
-    item_id: Annotated[str, typer.Argument(metavar="ID", help="An approval id, or a wait id (a yes).")],
-    namespace: Namespace = None,
-    by: By = "kubectl",
-    kubeconfig: Kubeconfig = None,
-) -> None:
-    """Approve one pending operation for exactly the payload it asked for, or say yes to a wait."""
-    try:
-        api, default_namespace = _api(kubeconfig)
-        namespace = namespace or default_namespace
-        status = _get(api, namespace, "agentsessions", name).get("status") or {}
-        if item_id in _open_waits(status):
-            typer.echo(_decide(name, namespace, kubeconfig, {"id": item_id, "verdict": "yes", "by": by}))
-            return
-        approved: dict[str, str] = {}
-
-        def change(session: dict[str, Any]) -> dict[str, Any] | None:
-            grant = approval_grant(session.get("status") or {}, item_id)
-            approved.update(grant)
-            approvals = list(session["spec"].get("approvals") or [])
-            if any(_same_grant(existing, grant) for existing in approvals):
-                return None
-            return {"approvals": [*approvals, grant]}
-
-        if not _patch_spec(api, namespace, name, change):
-            typer.echo(f"{approved['approvalId']} is already approved in the spec")
-            return
-        typer.echo(f"approved {approved['approvalId']} for payload sha256 {approved['payloadSha256']}")
-    except PluginError as error:
-        raise _fail(error) from None
-
-
-@app.command()
-def reject(
-    name: str,
-    item_id: Annotated[str, typer.Argument(metavar="ID", help="An approval id, or a wait id (a no).")],
-    reason: Annotated[str, typer.Option("--reason", "-m")] = "",
-    namespace: Namespace = None,
-    by: By = "kubectl",
-    kubeconfig: Kubeconfig = None,
-) -> None:
-    """Reject one pending operation (it is never dispatched), or say no to a wait."""
-    try:
-        api, default_namespace = _api(kubeconfig)
-        _check_open(api, namespace or default_namespace, name, item_id)
-        decision = {"id": item_id, "verdict": "no", "text": reason, "by": by}
-        typer.echo(_decide(name, namespace, kubeconfig, decision))
-    except PluginError as error:
-        raise _fail(error) from None
-
-
-@app.command()
-def answer(
-    name: str,
-    wait_id: Annotated[str, typer.Argument(metavar="WAIT")],
-    text: Annotated[str, typer.Argument(help="Your answer.")],
-    namespace: Namespace = None,
-    by: By = "kubectl",
-    kubeconfig: Kubeconfig = None,
-) -> None:
-    """Answer a wait on the user with text; the session goes on."""
-    try:
-        api, default_namespace = _api(kubeconfig)
-        _check_open(api, namespace or default_namespace, name, wait_id, approvals=False)
-        decision = {"id": wait_id, "verdict": "yes", "text": text, "by": by}
-        typer.echo(_decide(name, namespace, kubeconfig, decision))
-    except PluginError as error:
-        raise _fail(error) from None
-
-
-@app.command()
-def reconcile(
-    name: str,
-    operation_id: Annotated[str, typer.Argument(metavar="OPERATION")],
-    succeeded: Annotated[
-        bool | None, typer.Option("--succeeded/--failed", help="Did the operation take effect?")
-    ] = None,
-    detail: Annotated[str, typer.Option("--detail", "-m")] = "",
-    namespace: Namespace = None,
-    by: By = "kubectl",
-    kubeconfig: Kubeconfig = None,
-) -> None:
-    """Settle an operation whose outcome is unknown: it took effect (--succeeded) or not (--failed)."""
-    try:
-        if succeeded is None:
-            raise PluginError("say whether it took effect: --succeeded or --failed")
-        api, default_namespace = _api(kubeconfig)
-        status = _get(api, namespace or default_namespace, "agentsessions", name).get("status") or {}
-        unknown = status.get("unknownOutcomes") or []
-        if operation_id not in unknown:
-            known = ", ".join(unknown) or "none"
-            raise PluginError(
-                f"operation {operation_id!r} has no unknown outcome (unknown outcomes: {known})"
-            )
-        verdict = "succeeded" if succeeded else "failed"
-        decision = {"id": operation_id, "verdict": verdict, "text": detail, "by": by}
-        typer.echo(_decide(name, namespace, kubeconfig, decision))
-    except PluginError as error:
-        raise _fail(error) from None
-
-
-@app.command()
-def amend(
-    name: str,
-    goal: Annotated[str | None, typer.Option("--goal", help="The new goal.")] = None,
-    part: Annotated[
-        list[str] | None, typer.Option("--part", help="KEY=VALUE: set one part of the request.")
-    ] = None,
-    drop_part: Annotated[list[str] | None, typer.Option("--drop-part", help="KEY: remove one part.")] = None,
-    namespace: Namespace = None,
-    kubeconfig: Kubeconfig = None,
-) -> None:
-    """Change the request (goal, parts): the operator records the change as a scope change, which
-    the running attempt reads from the record."""
-    try:
-        changed: dict[str, Any] = {}
-        if goal is not None:
-            changed["goal"] = goal
-        parts: dict[str, str | None] = {}
-        for item in part or []:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise PluginError(f"--part {item!r}: write KEY=VALUE")
-            parts[key] = value
-        for key in drop_part or []:
-            parts[key] = None  # a merge patch removes a key set to null
-        if parts:
-            changed["parts"] = parts
-        if not changed:
-            raise PluginError("nothing to amend: give --goal, --part KEY=VALUE or --drop-part KEY")
-        api, default_namespace = _api(kubeconfig)
-        namespace = namespace or default_namespace
-
-        def change(session: dict[str, Any]) -> dict[str, Any] | None:
-            request = session["spec"]["request"]
-            current = request.get("parts") or {}
-            same_goal = "goal" not in changed or changed["goal"] == request["goal"]
-            same_parts = all(current.get(k) == v for k, v in parts.items())
-            return None if same_goal and same_parts else {"request": changed}
-
-        if _patch_spec(api, namespace, name, change):
-            typer.echo(f"amended the request of {name}; the operator records the scope change")
-        else:
-            typer.echo(f"the request of {name} already says that")
-    except PluginError as error:
-        raise _fail(error) from None
-
-
-@app.command()
-def artifacts(
-    words: Annotated[list[str], typer.Argument(metavar="NAME | get NAME FILE")],
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Where `get` writes the bytes.")
-    ] = None,
-    namespace: Namespace = None,
-    kubeconfig: Kubeconfig = None,
-) -> None:
-    """List a session's deliverables, or `artifacts get NAME FILE [-o PATH]` to download one
-    through the short-lived URL the operator publishes (no store credentials needed)."""
-    try:
-        if words[0] == "get":
-            if len(words) != 3:
-                raise PluginError("usage: kubectl belay artifacts get NAME FILE [-o PATH]")
-            _download(words[1], words[2], output, namespace, kubeconfig)
-            return
-        if len(words) != 1:
-            raise PluginError("usage: kubectl belay artifacts NAME  |  kubectl belay artifacts get NAME FILE")
-        api, default_namespace = _api(kubeconfig)
-        status = _get(api, namespace or default_namespace, "agentsessions", words[0]).get("status") or {}
-        rows = [
-            [
-                d["name"],
-                d.get("subagent") or "-",
-                str(d["size"]),
-                d["sha256"],
-                "yes" if d.get("readyForReview") else "-",
-                d.get("command") or "-",
-            ]
-            for d in status.get("deliverables") or []
-        ]
-        if not rows:
-            typer.echo(f"{words[0]} has published no deliverable yet")
-            return
-        typer.echo(columns(["NAME", "SUBAGENT", "SIZE", "SHA256", "REVIEW", "COMMAND"], rows))
-    except PluginError as error:
-        raise _fail(error) from None
-
-
-def _download(
-    name: str, file: str, output: Path | None, namespace: str | None, kubeconfig: str | None
-) -> None:
-    from belay.api.agentsession import is_plain_file_name
-
-    api, default_namespace = _api(kubeconfig)
-    status = _get(api, namespace or default_namespace, "agentsessions", name).get("status") or {}
-    deliverables = {d["name"]: d for d in status.get("deliverables") or []}
-    item = deliverables.get(file)
-    if item is None:
-        known = ", ".join(sorted(deliverables)) or "none"
-        raise PluginError(f"{name} has no deliverable {file!r} (deliverables: {known})")
-    if output is None and not is_plain_file_name(file):
-        raise PluginError(f"{file!r} is not a plain file name: choose where to write it with -o PATH")
-    data = _fetch(str(item.get("location") or ""), int(item["size"]), item["sha256"], file)
-    target = output or Path(file)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    except OSError as error:
-        raise PluginError(
-            f"cannot write {target}: {error.strerror or error}; choose another -o PATH"
-        ) from None
-    typer.echo(f"wrote {target} ({len(data)} bytes, sha256 {item['sha256']})", err=True)
-
-
 def _same_grant(existing: dict[str, Any], grant: dict[str, str]) -> bool:
     names_it = (
         existing.get("approvalId") == grant["approvalId"]
         or existing.get("operationId") == grant["operationId"]
     )
     return names_it and existing.get("payloadSha256") == grant["payloadSha256"]
+
+
+# --------------------------------------------------------------------------------------------------
+# The timeline report, from what the status and the Checkpoints hold
+
+
+def _moment(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def status_report(
+    session: dict[str, Any], checkpoints: list[dict[str, Any]], *, now: datetime
+) -> SessionReport:
+    """The report of a session as a user with AgentSession and Checkpoint access sees it: the
+    status keeps no history, so the timeline has each checkpoint (when its object was created),
+    the interruption under way, and what waits now; the briefing is `kubectl belay brief`'s."""
+    name = session["metadata"]["name"]
+    status = session.get("status") or {}
+    by_subagent: dict[str, list[dict[str, Any]]] = {}
+    for cp in sorted(checkpoints, key=lambda c: c["spec"]["seq"]):
+        by_subagent.setdefault(cp["spec"].get("subagent") or "", []).append(cp)
+    rows: list[Row] = []  # the status has no attempt's start or end: no attempts row
+    steps = []
+    for subagent, owned in by_subagent.items():
+        rows.append(Row(kind="subagent", label=subagent or "the session"))
+        for cp in owned:
+            spec = cp["spec"]
+            created = _moment(cp["metadata"].get("creationTimestamp"))
+            verified = "verified" if spec["verified"] else "not verified"
+            marks = []
+            if created is not None:
+                label = f"checkpoint {spec['checkpointId']} (seq {spec['seq']}, {verified})"
+                marks.append(Mark(kind="checkpoint", at=created, label=label, ok=spec["verified"]))
+            rows.append(Row(kind="step", label=spec["checkpointId"], marks=marks))
+            steps.append(
+                StepEntry(
+                    step_id=spec["checkpointId"],
+                    subagent=subagent,
+                    title=f"checkpoint at seq {spec['seq']}",
+                    status=verified,
+                    ended=created,
+                )
+            )
+    gaps = []
+    gone = status.get("interruption")
+    since = _moment(gone.get("since")) if gone else None
+    if gone and since is not None:
+        gaps.append(
+            Gap(
+                attempt=gone["attempt"],
+                start=since,
+                why=gone["why"],
+                doing=gone["doing"],
+                next=gone.get("next", ""),
+            )
+        )
+    # The status has no time for a single wait; its condition says since when the session has
+    # waited on that kind, which is when the first of those waits opened.
+    waiting_since = {
+        c["type"]: _moment(c.get("lastTransitionTime"))
+        for c in status.get("conditions", [])
+        if c.get("status") == "True"
+    }
+    waits = [
+        WaitEntry(
+            wait_id=item["approvalId"],
+            kind="approval",
+            on=f"you: approve {item['tool']}",
+            reason=item.get("summary", ""),
+            opened=waiting_since.get("WaitingOnUser"),
+        )
+        for item in status.get("pendingApprovals", [])
+    ]
+    kinds: dict[str, tuple[WaitEntryKind, str]] = {
+        "on_user": ("on_user", "WaitingOnUser"),
+        "on_external": ("on_external", "WaitingOnExternal"),
+        "ready_for_review": ("review", "ReadyForReview"),
+    }
+    for wait in status.get("waits", []):
+        kind, condition = kinds.get(wait["kind"], ("on_user", "WaitingOnUser"))
+        waits.append(
+            WaitEntry(
+                wait_id=wait["waitId"],
+                kind=kind,
+                on=wait.get("condition") or ("your review" if kind == "review" else "you"),
+                reason=wait.get("reason", ""),
+                opened=waiting_since.get(condition),
+            )
+        )
+    waiting = [w for w in waits if w.opened is not None]
+    if waiting:
+        rows.append(Row(kind="subagent", label="waiting now"))
+        rows += [
+            Row(
+                kind="wait",
+                label=w.wait_id,
+                title=f"{w.wait_id}: {w.reason}",
+                bars=[
+                    Bar(
+                        kind=WAIT_BAR_KIND[w.kind],
+                        label=w.wait_id,
+                        start=w.opened,
+                        detail=f"waits on {w.on} (at most this long: since the session began waiting on it)",
+                    )
+                ],
+            )
+            for w in waiting
+            if w.opened is not None
+        ]
+    deliverables = [
+        DeliverableEntry(
+            name=item["name"],
+            subagent=item.get("subagent") or "",
+            size=item.get("size"),
+            sha256=item.get("sha256", ""),
+            command=_fetch_command(item),
+            location=item.get("location", ""),
+            ready_for_review=bool(item.get("readyForReview")),
+        )
+        for item in status.get("deliverables", [])
+    ]
+    lines = briefing(session, checkpoints).splitlines()
+    return SessionReport(
+        session_id=name,
+        phase=status.get("phase", "Pending"),
+        goal=session["spec"]["request"]["goal"].strip(),
+        now=now,
+        source=(
+            f"the AgentSession's status and its {len(checkpoints)} Checkpoint objects, which keep no history "
+            "of steps, calls and waits: a wait's length is since its condition turned true "
+            "(`belay report` where the record can be read shows every step, call and wait)"
+        ),
+        rows=rows,
+        gaps=gaps,
+        scope_changes=[],
+        steps=steps,
+        waits=waits,
+        deliverables=deliverables,
+        briefing=[((len(line) - len(line.lstrip(" "))) // 2, line.strip()) for line in lines],
+        harness_lost_untimed=int(status.get("harnessLost", 0)),
+        progress=", ".join(
+            f"{s['name']} {s.get('done', 0)} of {s.get('tasks', 0)} tasks"
+            for s in status.get("subagents", [])
+        ),
+    )
+
+
+def _fetch_command(deliverable: dict[str, Any]) -> str:
+    """How a cluster user fetches a deliverable: the presigned URL the status carries, with curl
+    (quoted: the name is a model's choice); a location that is no URL is shown as it is."""
+    location = str(deliverable.get("location", ""))
+    if not location.startswith(("https://", "http://")):
+        return ""
+    target = posixpath.basename(str(deliverable["name"])) or "deliverable"
+    return f"curl -fsSL -o {shlex.quote(target)} {shlex.quote(location)}"
+
+
+def _sessions_named(
+    names: list[str], selector: str | None, namespace: str | None, kubeconfig: str | None
+) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Each session named, or each that the label selector picks, with its Checkpoints."""
+    if bool(names) == bool(selector):
+        raise PluginError(
+            "name the sessions, or pick them with -l SELECTOR (such as -l team=parsers), not both"
+        )
+    if selector:
+        api, default_namespace, _ = _connect(kubeconfig)
+        try:
+            listed = cast(
+                dict[str, Any],
+                api.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace or default_namespace, "agentsessions", label_selector=selector
+                ),
+            )
+        except ApiException as error:
+            raise PluginError(
+                f"cannot list AgentSessions with {selector!r}: {error.status} {error.reason}"
+            ) from None
+        names = sorted(item["metadata"]["name"] for item in listed.get("items", []))
+        if not names:
+            raise PluginError(
+                f"no AgentSession matches -l {selector!r} in namespace {namespace or default_namespace!r}"
+            )
+    return [_session_and_checkpoints(name, namespace, kubeconfig) for name in dict.fromkeys(names)]
+
+
+@app.command()
+def report(
+    names: Annotated[
+        list[str] | None, typer.Argument(metavar="NAME...", help="One session or several.")
+    ] = None,
+    selector: Annotated[
+        str | None,
+        typer.Option("--selector", "-l", help="The sessions with these labels, e.g. -l team=parsers."),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Where to write the page (default ./NAME-report.html)."),
+    ] = None,
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """The timeline as one HTML file that opens without a network, from what `kubectl belay brief`
+    reads: the status and the Checkpoints. Several sessions share one time axis."""
+    try:
+        found = _sessions_named(names or [], selector, namespace, kubeconfig)
+    except PluginError as error:
+        raise _fail(error) from None
+    now = datetime.now(UTC)
+    page = render_html(
+        [status_report(session, checkpoints, now=now) for session, checkpoints in found]
+    ).encode()
+    first = found[0][0]["metadata"]["name"]
+    target = output or Path(f"{first}-report.html")
+    if target.is_dir():
+        target = target / f"{first}-report.html"
+    try:
+        target.write_bytes(page)
+    except OSError as error:
+        raise _fail(
+            PluginError(f"cannot write {target}: {error.strerror or error}; choose another -o PATH")
+        ) from None
+    typer.echo(f"wrote {target} ({len(page)} bytes); open it in a browser, it needs no network", err=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -696,7 +1052,7 @@ def _show_fleet(
 
     from belay.local.fleet import without_clock
 
-    api, default_namespace = _api(kubeconfig)
+    api, default_namespace, _ = _connect(kubeconfig)
     where = None if all_namespaces else (namespace or default_namespace)
     items, version = _list_sessions(api, where, selector)
 

@@ -12,7 +12,7 @@ import contextlib
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -23,13 +23,18 @@ from belay.cli import terminal
 from belay.harness.attempt import HarnessResult
 from belay.journal.decisions import DecisionError, decision_write, reconcile_write
 from belay.journal.events import (
+    Actor,
     Approval,
     ArtifactRef,
     Event,
     EventDraft,
     OperationOutcome,
+    Rejection,
+    ScopeChange,
     Wait,
     event_line,
+    rejection_claim,
+    scope_claim,
 )
 from belay.journal.state import SessionState
 from belay.journal.status import Liveness, Phase, phase_of
@@ -42,8 +47,21 @@ from belay.local.runtime import (
     load_installed,
     read_state,
     run_local,
+    unknown_session,
 )
 from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, ClaimTaken, RecordCorrupt, StoreError
+
+if TYPE_CHECKING:
+    from belay.journal.briefing import Briefing
+
+
+def write_output(target: Path, data: bytes) -> None:
+    """Writes what a command was asked for with -o, or ends it with one error line."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    except OSError as error:
+        raise fail(f"cannot write {target}: {error.strerror or error}; choose another -o PATH") from None
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -65,11 +83,38 @@ def artifact_problem(error: ArtifactCorrupted | ArtifactNotFound) -> str:
     )
 
 
+def global_options_first(args: list[str], names: tuple[str, ...]) -> list[str]:
+    """`belay brief NAME --home DIR` means `belay --home DIR brief NAME`: click reads a group's
+    options only before the subcommand, and a person types them where they think of them. Each
+    of `names` takes one value; nothing after `--` moves."""
+    moved: list[str] = []
+    rest: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == "--":
+            rest.extend(args[index:])
+            break
+        if arg in names and index + 1 < len(args):
+            moved.extend(args[index : index + 2])
+            index += 2
+            continue
+        if arg.partition("=")[0] in names and "=" in arg:
+            moved.append(arg)
+        else:
+            rest.append(arg)
+        index += 1
+    return moved + rest
+
+
 class UserErrorsAsOneLine(TyperGroup):
     """Failures a person can cause in any command end it with one `error:` line saying what to do,
     never a traceback: a home that is not one, an artifact store that lost or damaged a blob, and
     every other store failure (a record that fails its integrity check, RecordCorrupt; a record key
     that cannot be read; a store that does not answer)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, global_options_first(args, ("--home",)))
 
     def invoke(self, ctx: Any) -> Any:  # typer's own click Context, whose module is private
         try:
@@ -271,7 +316,7 @@ def resume(
 def _known_state(session_id: str) -> tuple[Any, list[Event]]:
     state, events = asyncio.run(read_state(Context.home, session_id))
     if not events:
-        raise fail(f"unknown session {session_id!r} in {Context.home.root}")
+        raise fail(unknown_session(session_id, Context.home))
     return state, events
 
 
@@ -298,7 +343,7 @@ def sessions(
 
     def show(rows: list[Any]) -> str:
         view = fleet_view(rows)
-        return view.model_dump_json() if as_json else render_fleet(view)
+        return view.model_dump_json() if as_json else render_fleet(view, where=str(Context.home.root))
 
     _show_fleet(selector, show, watch)
 
@@ -353,8 +398,9 @@ def _show_fleet(selector: str, show: Any, watch: bool) -> None:
         raise typer.Exit(1)
 
 
-def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> str:
-    from belay.journal.briefing import briefing, render_json, render_markdown, render_text
+def session_briefing(state: SessionState, liveness: Liveness | None) -> Briefing:
+    """The briefing as this home sees it: artifact locations, observed sandboxes, budgets."""
+    from belay.journal.briefing import briefing
 
     home = Context.home
     store = home.open_artifact_store()
@@ -369,7 +415,7 @@ def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> 
         profiles = {sub.name: sub.network_profile for sub in spec.subagents}
         sandboxes = observed_sandboxes(home.sandboxes_dir(state.session_id), profiles)
         budgets = spec.budgets.model_dump(by_alias=True, exclude_none=True)
-    brief = briefing(
+    return briefing(
         state,
         locate=locate,
         artifact_store=str(home.artifacts_dir),
@@ -377,6 +423,12 @@ def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> 
         sandboxes=sandboxes,
         budgets=budgets,
     )
+
+
+def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> str:
+    from belay.journal.briefing import render_json, render_markdown, render_text
+
+    brief = session_briefing(state, liveness)
     if style == "json-lines":  # one compact object per line, for a follower's stream
         return brief.model_dump_json()
     render = {"json": render_json, "markdown": render_markdown, "text": render_text}[style]
@@ -412,7 +464,7 @@ async def follow_brief(session_id: str, style: str) -> None:
 
     state, known = await read_state(Context.home, session_id)
     if not known:
-        raise fail(f"unknown session {session_id!r} in {Context.home.root}")
+        raise fail(unknown_session(session_id, Context.home))
     store = Context.home.open_event_store()
     liveness = await local_liveness(store, session_id)
     sys.stdout.write(render_brief(state, style, liveness) + "\n")
@@ -498,6 +550,41 @@ def events(
             console.print(line, highlight=False, markup=False)
 
 
+@app.command()
+def report(
+    session_ids: Annotated[
+        list[str], typer.Argument(metavar="SESSION...", help="A session, or the sessions of one objective.")
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Where to write the page (default ./SESSION-report.html)."),
+    ] = None,
+) -> None:
+    """A timeline of the session as one HTML file that opens without a network: per subagent its
+    steps, tool calls, checkpoints, waits and approvals, the interruptions and recoveries, the
+    briefing beside it, and how to fetch each deliverable. Several sessions share one time axis."""
+    from belay.journal.briefing import render_rows
+    from belay.journal.report import render_html, session_report
+
+    store = Context.home.open_artifact_store()
+
+    def locate(ref: ArtifactRef) -> str | None:
+        return Path(store.location(ref.sha256)).as_uri() if store.exists(ref.sha256) else None
+
+    reports = []
+    for session_id in dict.fromkeys(session_ids):
+        state, events = _known_state(session_id)
+        liveness = read_liveness(session_id)
+        brief = render_rows(session_briefing(state, liveness))
+        reports.append(session_report(events, state, liveness=liveness, briefing=brief, locate=locate))
+    target = output or Path(f"{session_ids[0]}-report.html")
+    if target.is_dir():
+        target = target / f"{session_ids[0]}-report.html"
+    page = render_html(reports).encode()
+    write_output(target, page)
+    typer.echo(f"wrote {target} ({len(page)} bytes); open it in a browser, it needs no network", err=True)
+
+
 # --------------------------------------------------------------------------------------------------
 # Deciding
 
@@ -528,12 +615,145 @@ def approve(
 @app.command()
 def reject(
     session_id: Annotated[str, typer.Argument(metavar="SESSION")],
-    item_id: Annotated[str, typer.Argument(metavar="ID")],
-    reason: Annotated[str, typer.Option("--reason", "-m")] = "",
+    item_id: Annotated[
+        str, typer.Argument(metavar="ID", help="A deliverable, an approval id, or a wait id.")
+    ],
+    reason: Annotated[
+        str, typer.Option("--reason", "-m", help="Why: whoever redoes the step reads it.")
+    ] = "",
     by: Annotated[str, typer.Option("--by")] = "cli",
 ) -> None:
-    """Reject one pending operation (it is never dispatched), or answer no to a wait."""
-    console.print(decide(session_id, item_id, False, reason, by), highlight=False)
+    """Reject a published deliverable or a pending operation: the step that made it is redone
+    with your reason. Or answer no to a wait."""
+    state, _ = _known_state(session_id)
+    deliverable = _deliverable_named(state, item_id)
+    # Plain echo, never wrapped: the output names commands to copy.
+    if deliverable is not None:
+        typer.echo(reject_deliverable(session_id, deliverable, reason, by))
+        return
+    withdrawn = state.artifacts.get(item_id)
+    if withdrawn is not None and item_id not in state.approvals and item_id not in state.waits:
+        raise fail(
+            f"{item_id} (sha256 {withdrawn.ref.sha256}) is not a published deliverable now: it was rejected, "
+            f"or a scope change withdrew it; `belay brief {session_id}` shows where its step stands"
+        )
+    outcome = decide(session_id, item_id, False, reason, by)
+    typer.echo(outcome + _reopened_after(session_id, state.last_seq))
+
+
+def _deliverable_named(state: Any, item_id: str) -> str | None:
+    """The published deliverable an id names: its name, or the id of its review wait."""
+    if item_id in state.deliverables:
+        return str(item_id)
+    wait = state.waits.get(item_id)
+    if wait is not None and wait.kind == "ready_for_review" and wait.artifact in state.deliverables:
+        return str(wait.artifact)
+    return None
+
+
+def reject_deliverable(session_id: str, name: str, reason: str, by: str) -> str:
+    state, _ = _known_state(session_id)
+    if not reason.strip():
+        raise fail(f'say why with --reason "...": the step that made {name} is redone with it')
+    sha256 = state.artifacts[name].ref.sha256
+    rejection = Rejection(name=name, sha256=sha256, reason=reason.strip(), by=by)
+    drafts = [EventDraft(payload=rejection, actor=Actor(kind="user", name=by))]
+    _append(session_id, drafts, rejection_claim(name, sha256))
+    return f"rejected {name} (sha256 {sha256})" + _reopened_after(session_id, state.last_seq)
+
+
+def _reopened_after(session_id: str, seq: int) -> str:
+    """What a decision just recorded reopened, and how the work goes on."""
+    state, _ = _known_state(session_id)
+    steps = [t.task_id for t in state.tasks.values() if t.reopened_seq is not None and t.reopened_seq > seq]
+    if not steps:
+        return ""
+    return (
+        f"; to redo: {', '.join(sorted(steps))}. A running harness takes it from here; "
+        f"otherwise continue with `belay resume {session_id}`"
+    )
+
+
+@app.command()
+def amend(
+    session_id: Annotated[str, typer.Argument(metavar="SESSION")],
+    goal: Annotated[str | None, typer.Option("--goal", help="The new goal.")] = None,
+    parts: Annotated[
+        list[str] | None, typer.Option("--part", metavar="KEY=VALUE", help="Set a request part (repeatable).")
+    ] = None,
+    removed: Annotated[
+        list[str] | None,
+        typer.Option("--remove-part", metavar="KEY", help="Drop a request part (repeatable)."),
+    ] = None,
+    manifest: Annotated[
+        Path | None,
+        typer.Option("--file", "-f", help="Take the whole request (spec.request) from a manifest."),
+    ] = None,
+    summary: Annotated[str, typer.Option("--summary", "-m", help="One line on why.")] = "",
+    by: Annotated[str, typer.Option("--by")] = "cli",
+) -> None:
+    """Change the request: record request version N+1. The work that depended on what changed
+    becomes invalid and is redone; the rest is reused."""
+    state, _ = _known_state(session_id)
+    if state.request.version == 0:
+        raise fail(f"session {session_id} has no request recorded yet")
+    new_goal, new_parts = state.request.goal, dict(state.request.parts)
+    if manifest is not None:
+        if goal is not None or parts or removed:
+            raise fail("give either -f MANIFEST or --goal/--part/--remove-part, not both")
+        try:
+            request = load_manifest(manifest).spec.request
+        except ManifestError as error:
+            raise fail(f"bad manifest: {error}") from None
+        new_goal, new_parts = request.goal, dict(request.parts)
+    if goal is not None:
+        if not goal.strip():
+            raise fail("--goal cannot be empty")
+        new_goal = goal
+    for item in parts or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise fail(f"--part {item!r}: expected KEY=VALUE")
+        new_parts[key.strip()] = value
+    for key in removed or []:
+        if key not in new_parts:
+            known = ", ".join(sorted(new_parts)) or "none"
+            raise fail(f"--remove-part {key!r}: the request has no such part (parts: {known})")
+        del new_parts[key]
+    old = state.request
+    changed = {k: v for k, v in new_parts.items() if old.parts.get(k) != v}
+    dropped = tuple(sorted(k for k in old.parts if k not in new_parts))
+    goal_changed = new_goal != old.goal
+    if not (changed or dropped or goal_changed):
+        raise fail(f"nothing changes: this is request v{old.version} as it stands")
+    touched = (["goal"] if goal_changed else []) + sorted(changed) + list(dropped)
+    version = old.version + 1
+    change = ScopeChange(
+        request_version=version,
+        summary=summary.strip() or "changed " + ", ".join(touched),
+        goal=new_goal if goal_changed else None,
+        changed_parts=changed,
+        removed_parts=dropped,
+        by=by,
+    )
+    _append(session_id, [EventDraft(payload=change, actor=Actor(kind="user", name=by))], scope_claim(version))
+    from belay.journal.briefing import briefing
+
+    after, _ = _known_state(session_id)
+    recorded = briefing(after).scope_changes[-1]
+    lines = [f"recorded request v{version} of {session_id} ({', '.join(touched)} changed, by {by})"]
+    if recorded.invalid_steps or recorded.invalid_outputs:
+        lines.append("to redo: " + (", ".join(v.step for v in recorded.invalid_steps) or "nothing"))
+        lines.append(
+            "invalid now: " + (", ".join(o.label for o in recorded.invalid_outputs) or "nothing else")
+        )
+        lines.append("still reusable: " + (", ".join(v.step for v in recorded.reusable_steps) or "nothing"))
+        lines.append(
+            f"a running harness takes it from here; otherwise continue with `belay resume {session_id}`"
+        )
+    else:
+        lines.append("nothing recorded so far depended on it: every result stays reusable")
+    typer.echo("\n".join(lines))
 
 
 @app.command()
@@ -604,6 +824,12 @@ def decided_first(event: Event) -> str:
             return f"{p.operation_id} was already reconciled by {who}: it {verdict} (seq {event.seq})"
         case Wait():
             return f"{p.wait_id} was already answered by {who}: {p.reason} (seq {event.seq})"
+        case Rejection():
+            return f"{p.name} (sha256 {p.sha256}) was already rejected by {who}: {p.reason} (seq {event.seq})"
+        case ScopeChange():
+            return (
+                f"request v{p.request_version} was already recorded by {who}: {p.summary} (seq {event.seq})"
+            )
     return f"this was already decided by {who} (seq {event.seq})"
 
 
@@ -644,24 +870,43 @@ def artifacts(
 
 def _get_artifact(session_id: str, name: str, output: Path | None) -> None:
     state, _ = _known_state(session_id)
-    record = state.artifacts.get(name)
-    if record is None:
-        known = ", ".join(sorted(state.artifacts)) or "none"
-        raise fail(f"session {session_id} has no artifact {name!r} (artifacts: {known})")
-    if output is None and not is_plain_file_name(name):
-        # A name chosen by a model may be `../../x` or `/abs/x`: only -o says where to write it.
-        raise fail(
-            f"artifact {name!r} is not a plain file name, so it is not written into the working "
-            f"directory by its name: choose where with -o PATH"
-        )
-    target = output or Path(name)
-    data = Context.home.open_artifact_store().get(record.ref.sha256)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    except OSError as error:
-        raise fail(f"cannot write {target}: {error.strerror or error}; choose another -o PATH") from None
-    typer.echo(f"wrote {target} ({len(data)} bytes, sha256 {record.ref.sha256})", err=True)
+    if name.startswith("sha256:"):
+        sha256 = name.removeprefix("sha256:")
+        if sha256 not in blobs_named(state):
+            raise fail(
+                f"session {session_id} names no blob sha256:{sha256} (its artifacts, approval payloads "
+                "and checkpoint patches can be fetched by hash)"
+            )
+        target = output or Path(sha256)
+    else:
+        record = state.artifacts.get(name)
+        if record is None:
+            known = ", ".join(sorted(state.artifacts)) or "none"
+            raise fail(f"session {session_id} has no artifact {name!r} (artifacts: {known})")
+        if output is None and not is_plain_file_name(name):
+            # A name chosen by a model may be `../../x` or `/abs/x`: only -o says where to write it.
+            raise fail(
+                f"artifact {name!r} is not a plain file name, so it is not written into the working "
+                f"directory by its name: choose where with -o PATH"
+            )
+        sha256, target = record.ref.sha256, output or Path(name)
+    data = Context.home.open_artifact_store().get(sha256)
+    write_output(target, data)
+    typer.echo(f"wrote {target} ({len(data)} bytes, sha256 {sha256})", err=True)
+
+
+def blobs_named(state: Any) -> set[str]:
+    """Every blob the session's record refers to: artifacts, what approvals bind, checkpoint
+    patches and declared files."""
+    named = {record.ref.sha256 for record in state.artifacts.values()}
+    for approval in state.approvals.values():
+        named.update(ref.sha256 for ref in (approval.payload_ref, approval.content_ref) if ref is not None)
+    for checkpoints in state.subagent_checkpoints.values():
+        for record in checkpoints:
+            if record.checkpoint.patch is not None:
+                named.add(record.checkpoint.patch.sha256)
+            named.update(entry.sha256 for entry in record.checkpoint.declared_artifacts)
+    return named
 
 
 # --------------------------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ def child_manifest(parent: dict[str, Any], link: SessionLinkRecord) -> dict[str,
         # A relative plan is the coordinator's sibling.
         base = posixpath.dirname(str(spec["executor"].get("plan") or ""))
         spec["executor"]["plan"] = posixpath.join(base, link.plan)
-    for field in ("approvals", "decisions", "forkFrom"):
+    for field in ("approvals", "rejections", "decisions", "forkFrom"):
         spec.pop(field, None)
     child_labels = {
         OBJECTIVE_LABEL: labels.get(OBJECTIVE_LABEL) or label_value(link.objective),

@@ -40,11 +40,13 @@ from belay.controller.record import (
     fork_write,
     gave_up_write,
     harness_lost_write,
+    request_editor,
     request_write,
     sandbox_lost_write,
     scope_change_write,
     spec_approval_writes,
     spec_decision_writes,
+    spec_rejection_writes,
 )
 from belay.controller.recovery import (
     Action,
@@ -491,11 +493,10 @@ class SessionReconciler:
             await self._follow(store, ref, memory)
         await self._children(store, ref, body, memory)
 
-        writes = [
-            *spec_approval_writes(ref.uid, spec, memory.state),
-            *spec_decision_writes(ref.uid, spec, memory.state),
-        ]
-        scope = scope_change_write(ref.uid, ref.generation, spec, memory.state)
+        writes = spec_approval_writes(ref.uid, spec, memory.state)
+        writes += spec_rejection_writes(ref.uid, spec, memory.state)
+        writes += spec_decision_writes(ref.uid, spec, memory.state)
+        scope = scope_change_write(ref.uid, ref.generation, spec, memory.state, by=request_editor(meta))
         for write in [*writes, *([scope] if scope else [])]:
             await self._write(store, ref.name, write)
 

@@ -3,15 +3,17 @@ state. Every write carries an idempotency key derived from the object's uid (and
 the item it records), so a reconcile that runs twice, or after an operator restart, writes once.
 
 The operator records the request itself, before it creates the first harness pod, and what changes
-afterwards: scope changes, approvals and other decisions given in the spec, a lost harness, a
-session given up on, and the copy of a fork's source history. The harness takes the request from
-the record (its first attempt declares the plan from the spec).
+afterwards: scope changes (request version N+1, with who edited `spec.request`: the field manager
+the apiserver names for it), approvals, rejections and other decisions given in the spec, a lost
+harness, a session given up on, and the copy of a fork's source history. The harness takes the
+request from the record (its first attempt declares the plan from the spec).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from belay.api.agentsession import AgentSessionSpec, ApprovalGrant
 from belay.api.status import ForkStatus, OperatorReason
@@ -25,9 +27,11 @@ from belay.journal.events import (
     Lifecycle,
     LifecycleKind,
     Payload,
+    Rejection,
     ScopeChange,
     UserInput,
     approval_claim,
+    rejection_claim,
 )
 from belay.journal.state import SessionState
 
@@ -59,8 +63,23 @@ def request_write(
     return _write(f"request/{uid}/{generation}", request)
 
 
+def request_editor(metadata: Mapping[str, Any]) -> str:
+    """Who last edited `spec.request`: the field manager of the newest managedFields entry that
+    owns it (`kubectl-belay/<user>` for `kubectl belay amend`, `kubectl-edit`, `argocd-controller`,
+    ...); "" when the object does not say."""
+    latest: tuple[str, str] | None = None
+    for entry in metadata.get("managedFields") or []:
+        fields = entry.get("fieldsV1") or {}
+        if "f:request" not in (fields.get("f:spec") or {}):
+            continue
+        when, manager = str(entry.get("time") or ""), str(entry.get("manager") or "")
+        if latest is None or when >= latest[0]:
+            latest = (when, manager)
+    return latest[1] if latest else ""
+
+
 def scope_change_write(
-    uid: str, generation: int, spec: AgentSessionSpec, state: SessionState
+    uid: str, generation: int, spec: AgentSessionSpec, state: SessionState, by: str = ""
 ) -> RecordWrite | None:
     """A scope change when the spec's request differs from the recorded one. None before the
     first request is recorded, or when nothing changed."""
@@ -80,6 +99,7 @@ def scope_change_write(
         goal=wanted.goal if goal_changed else None,
         changed_parts=changed,
         removed_parts=removed,
+        by=by,
     )
     return _write(f"scope/{uid}/{generation}", change)
 
@@ -140,6 +160,35 @@ def spec_decision_writes(uid: str, spec: AgentSessionSpec, state: SessionState) 
             continue
         key = f"decision/{uid}/{decision.id}/{decision.verdict}"
         writes.append(RecordWrite(drafts=write.drafts, idempotency_key=key, claim=write.claim))
+    return writes
+
+
+def spec_rejection_writes(uid: str, spec: AgentSessionSpec, state: SessionState) -> list[RecordWrite]:
+    """A rejection for each entry in the spec that names, by its exact hash, a pending approval
+    (recorded as a rejected approval) or a published deliverable (recorded as a rejection). An
+    entry for bytes no longer pending or published records nothing: the redone step's new
+    deliverable is not rejected by the entry that turned down the old one."""
+    writes = []
+    for entry in spec.rejections:
+        key = f"rejection/{uid}/{entry.item}/{entry.sha256}"
+        by = entry.by or "spec"
+        approval = state.approvals.get(entry.item)
+        artifact = state.artifacts.get(entry.item)
+        if approval is not None and approval.pending and approval.payload_sha256 == entry.sha256:
+            decision = Approval(
+                approval_id=approval.approval_id,
+                operation_id=approval.operation_id,
+                payload_sha256=approval.payload_sha256,
+                granted=False,
+                by=by,
+                reason=entry.reason,
+            )
+            writes.append(_write(key, decision, claim=approval_claim(approval.approval_id)))
+        elif (
+            artifact is not None and entry.item in state.deliverables and artifact.ref.sha256 == entry.sha256
+        ):
+            rejection = Rejection(name=entry.item, sha256=entry.sha256, reason=entry.reason, by=by)
+            writes.append(_write(key, rejection, claim=rejection_claim(entry.item, entry.sha256)))
     return writes
 
 

@@ -97,8 +97,13 @@ def decide_harness(
     if state.lifecycle.harness_lost >= max_attempts:
         return HarnessDecision(Action.GIVE_UP, None, why=f"{state.lifecycle.harness_lost} attempts lost")
 
+    reopened = state.lifecycle.reopened_seq
     if silent:
         why = silent
+    elif reopened is not None and not any(
+        e.kind == "harness_started" and e.seq > reopened for e in state.lifecycle.recent
+    ):
+        why = "a scope change or a rejection reopened the finished session"
     elif current is None:
         why = "no harness pod"
     elif current.deleting:

@@ -35,6 +35,18 @@ def system_prompt(state: SessionState, subagent: str, role: str, deliverable: st
     )
     if done:
         lines.append(f"Steps already completed (never redo them): {', '.join(done)}.")
+    reopened = sorted(
+        (
+            t
+            for t in state.tasks.values()
+            if t.owner == subagent and "/" in t.task_id and t.status == "planned"
+        ),
+        key=lambda t: t.first_seq,
+    )
+    redo = [t for t in reopened if t.round > 1]
+    if redo:
+        lines.append("Steps to do again: their earlier work is invalid now (start each with update_plan):")
+        lines += [f"- {t.task_id.split('/', 1)[1]} (round {t.round}): {t.reopened_because}" for t in redo]
     checkpoint = state.latest_verified_checkpoint
     if checkpoint is not None and checkpoint.checkpoint.subagent == subagent:
         lines.append(f"Last verified checkpoint: {checkpoint.checkpoint.checkpoint_id}.")

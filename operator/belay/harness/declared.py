@@ -1,7 +1,8 @@
 """Which workspace files are a subagent's declared state.
 
 Only declared files survive a sandbox replacement. Byte-code caches are never declared: they are
-rebuilt on demand and their bytes differ from run to run.
+rebuilt on demand and their bytes differ from run to run. Nor is `.belay`, where the sandbox keeps
+the git repository of its checkpoints' revisions.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-NEVER_DECLARED_PARTS = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache")
+NEVER_DECLARED_PARTS = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".belay")
 
 
 def is_cache(path: str) -> bool:

@@ -1,9 +1,15 @@
 """The tools that run in the harness rather than in a sandbox: deliverables, notes, plan steps and
 their checkpoints, waits, tickets and explicit approvals.
 
-Each turns one recorded request into the payloads recorded as its result. They read the sandbox
-only through the attempt's handle (a lost sandbox raises `SandboxUnavailable`, which the runtime
-answers with a restored replacement) and write bytes only to the artifact store.
+Each turns one recorded request into the payloads recorded as its result (the runtime adds what
+each was derived from). They read the sandbox only through the attempt's handle (a lost sandbox
+raises `SandboxUnavailable`, which the runtime answers with a restored replacement) and write bytes
+only to the artifact store.
+
+A step's checkpoint is what the design asks of one: the repository revision of the declared files
+(a git commit made in the sandbox), the patch since the inputs (an artifact), the runtime image,
+environment and dependency metadata, the completed steps, the next step, the declared files and
+the verification with its status.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from belay.api.agentsession import SESSION_NAME_PATTERN, SubagentSpec, check_deliverable_name
 from belay.harness.declared import declared_paths
-from belay.harness.recovery import verify
+from belay.harness.recovery import inputs_checkpoint, verify
+from belay.harness.revision import RevisionError, dependency_manifests, make_revision
 from belay.journal import commands
 from belay.journal.events import (
     Artifact,
@@ -30,6 +37,7 @@ from belay.journal.events import (
     TaskStatus,
     ToolRequest,
     ToolResult,
+    Verification,
     Wait,
     WaitKind,
 )
@@ -40,6 +48,8 @@ if TYPE_CHECKING:
     from belay.harness.runtime import ToolRuntime
 
 DONE_STATUSES = (TaskStatus.DONE, TaskStatus.VERIFIED)
+# A checkpoint's next step after the last step of a plan.
+END_OF_PLAN = "(end of plan)"
 
 HarnessTool = Callable[["ToolRuntime", SubagentSpec, ToolRequest], Awaitable[list[Payload]]]
 
@@ -88,7 +98,6 @@ async def publish_deliverable(runtime: ToolRuntime, sub: SubagentSpec, request: 
             deliverable=True,
             subagent=sub.name,
             description=request.arguments.get("description", f"{sub.name}: {path}"),
-            result_id=f"deliverable:{name}",
         ),
         Wait(
             wait_id=f"review-{name}",
@@ -121,8 +130,19 @@ async def update_plan(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequ
     step = str(args["step"])
     task_id = f"{sub.name}/{step}"
     if args.get("status", "running") != "done":
+        inputs = args.get("inputs")
+        if inputs is not None and (
+            not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs)
+        ):
+            raise ValueError("inputs must be a list of request part names (the goal is 'goal')")
         return [
-            Task(task_id=task_id, title=args.get("title", ""), status=TaskStatus.RUNNING, owner=sub.name),
+            Task(
+                task_id=task_id,
+                title=args.get("title", ""),
+                status=TaskStatus.RUNNING,
+                owner=sub.name,
+                request_parts=tuple(inputs) if inputs is not None else None,
+            ),
             ToolResult(
                 operation_id=request.operation_id, ok=True, output={"step": step, "status": "running"}
             ),
@@ -133,7 +153,8 @@ async def update_plan(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequ
 async def checkpoint(
     runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest, step: str
 ) -> list[Payload]:
-    """A step boundary: declared files into the artifact store, the verification run."""
+    """A step boundary: declared files into the artifact store and committed in the sandbox, the
+    patch since the inputs stored, the verification run."""
     handle = runtime.recovery.handle(sub.name)
     client = handle.client
     listing = await client.call("list_files", {"path": "."})
@@ -152,6 +173,24 @@ async def checkpoint(
     if command:
         verification = await verify(handle, str(command), int(request.arguments.get("expect_exit_code", 0)))
     state = await runtime.attempt.state()
+    task = state.tasks.get(f"{sub.name}/{step}")
+    round_ = task.round if task is not None else 1
+    checkpoint_id = f"{sub.name}/{step}" if round_ == 1 else f"{sub.name}/{step}@{round_}"
+    inputs = inputs_checkpoint(state, sub.name)
+    try:
+        revision, patch = await make_revision(
+            client,
+            [entry.name for entry in declared],
+            checkpoint_id,
+            parent=inputs.repository_revision if inputs is not None else None,
+        )
+    except RevisionError as error:
+        return [ToolResult(operation_id=request.operation_id, ok=False, error=f"no checkpoint: {error}")]
+    patch_ref = await asyncio.to_thread(runtime.artifacts.put, patch, media_type="text/x-diff")
+    following = request.arguments.get("next_step")
+    next_step = None
+    if isinstance(following, str) and following:
+        next_step = END_OF_PLAN if following == "end" else f"{sub.name}/{following}"
     done = sorted(
         t.task_id.split("/", 1)[1]
         for t in state.tasks.values()
@@ -169,13 +208,22 @@ async def checkpoint(
             detail=detail,
         ),
         Checkpoint(
-            checkpoint_id=f"{sub.name}/{step}",
+            checkpoint_id=checkpoint_id,
             covers_seq=state.last_seq,
+            repository_revision=revision.revision,
+            patch=patch_ref,
             runtime_image=sub.image or runtime.recovery.runtime_image,
             completed_steps=tuple(sorted({*done, step})),
+            next_step=next_step,
             declared_artifacts=tuple(declared),
-            verification=verification,
+            environment={**revision.environment, "network_profile": sub.network_profile},
+            dependencies={
+                **revision.dependencies,
+                **dependency_manifests({entry.name: entry.sha256 for entry in declared}),
+            },
+            verification=verification or Verification(command="(none given)", status="not_run"),
             subagent=sub.name,
+            result_id=f"checkpoint:{checkpoint_id}",
         ),
         ToolResult(
             operation_id=request.operation_id,

@@ -33,7 +33,7 @@ from belay.executors.base import (
 from belay.harness.attempt import Attempt, BudgetExhausted, HarnessResult, RecoveryFailed
 from belay.harness.harness_tools import DONE_STATUSES
 from belay.harness.recovery import Recovery, SandboxProvider
-from belay.harness.runtime import TicketClient, ToolRuntime, approval_request
+from belay.harness.runtime import TicketClient, ToolRuntime
 from belay.journal.events import (
     Event,
     ModelOutput,
@@ -206,7 +206,7 @@ class Harness:
                 for tool_request in requests:
                     payloads.append(tool_request)
                     if runtime.needs_approval(sub, tool_request.tool):
-                        payloads.append(approval_request(sub, tool_request))
+                        payloads.append(await runtime.approval_request(sub, tool_request))
                 recorded = await attempt.record(payloads, subagent=sub.name)
                 seq_of = {e.payload.operation_id: e.seq for e in recorded if isinstance(e, ToolRequestEvent)}
                 outcomes = []

@@ -2,10 +2,20 @@
 
 Whoever decides the next action (an executor), the runtime does it: every tool request is recorded
 before it is dispatched and its result after; a call that needs an approval waits for one bound to
-its payload hash; a sandbox call that finds its sandbox gone waits for a restored replacement and
-runs again by its effect class; an `unsafe` call whose outcome is unknown is probed or shown for
-reconciliation, never repeated blindly. The tools that run in the harness itself (deliverables,
-notes, plan steps and their checkpoints, waits, tickets) are in `belay.harness.harness_tools`.
+its payload hash, and what that hash covers is in the artifact store before the approval is asked
+for, so a person can read it; a sandbox call that finds its sandbox gone waits for a restored
+replacement and runs again by its effect class; an `unsafe` call whose outcome is unknown is probed
+or shown for reconciliation, never repeated blindly, and one that failed waits on a person (try it
+again, or go on without it) instead of passing silently.
+
+Every result, artifact, note and checkpoint is recorded with what it was derived from: the request
+version the call was decided under, the request parts its step depends on, and the checkpoint its
+step started from (by result id and patch hash). A scope change or a rejection invalidates exactly
+what depended on it; the runtime then restores the subagent's sandbox from the last checkpoint
+that is still valid before anything else runs there.
+
+The tools that run in the harness itself (deliverables, notes, plan steps and their checkpoints,
+waits, tickets) are in `belay.harness.harness_tools`.
 
 Two guards stand between a tool and the record or the world: what a tool is asked and what it
 answers pass through the redactor (`belay.harness.redaction`) before they are recorded, and a
@@ -35,8 +45,12 @@ from belay.journal.events import (
     ARTIFACT_ARGUMENT,
     Approval,
     ApprovalRequest,
+    Artifact,
+    Checkpoint,
+    DerivedFrom,
     EffectClass,
     Event,
+    Note,
     OperationOutcome,
     Payload,
     TaskStatus,
@@ -48,7 +62,7 @@ from belay.journal.events import (
     canonical_json,
     now_utc,
 )
-from belay.journal.state import OperationRecord, SessionState, operation_payload_sha256
+from belay.journal.state import GOAL_PART, OperationRecord, SessionState, operation_payload_sha256
 from belay.sandbox.client import SandboxError, SandboxUnavailable
 from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, ClaimTaken
 
@@ -135,14 +149,45 @@ class ToolRuntime:
         required = self.attempt.session.spec.approval_required
         return tool_spec(tool).needs_approval or tool in required or f"{sub.name}:{tool}" in required
 
+    async def approval_request(
+        self, sub: SubagentSpec, request: ToolRequest, *, kind: str = "dispatch", summary: str = ""
+    ) -> ApprovalRequest:
+        """The approval to ask for, after storing what it binds where a person can fetch it: the
+        canonical payload (its sha256 is the one approved) and, for a deliverable, the bytes."""
+        body = canonical_json({"tool": request.tool, "arguments": request.arguments})
+        payload_ref = await asyncio.to_thread(self.artifacts.put, body, media_type="application/json")
+        content_ref, content_name = None, None
+        path, expected = request.arguments.get("path"), request.arguments.get("content_sha256")
+        if request.tool == "publish_deliverable" and isinstance(path, str) and isinstance(expected, str):
+            try:
+                data = await self.recovery.handle(sub.name).client.get_file(path)
+            except SandboxError:
+                data = None  # gone since it was described: the dispatch fails visibly
+            if data is not None:
+                stored = await asyncio.to_thread(self.artifacts.put, data)
+                if stored.sha256 == expected:
+                    content_ref = stored
+                    content_name = request.arguments.get("name") or path.rsplit("/", 1)[-1]
+        base = approval_request(sub, request)
+        return base.model_copy(
+            update={
+                "payload_ref": payload_ref,
+                "content_ref": content_ref,
+                "content_name": content_name,
+                "kind": kind,
+                **({"summary": summary} if summary else {}),
+            }
+        )
+
     # ---------------------------------------------------------------------------------------------
     # Dispatch
 
     async def execute(self, sub: SubagentSpec, request_seq: int, request: ToolRequest) -> list[Event]:
         """Run one recorded request to its recorded end; returns what was recorded for it."""
-        from belay.harness.harness_tools import run_in_harness
-
-        spec = tool_spec(request.tool)
+        try:
+            await self.recovery.rewind_if_reopened(sub)
+        except SandboxUnavailable as lost:
+            await self.recovery.replace_sandbox(sub, lost)  # restored from the last valid checkpoint
         state = await self.attempt.state()
         if request.operation_id in state.approvals_by_operation or self.needs_approval(sub, request.tool):
             granted, why = await self.wait_for_approval(sub, request)
@@ -152,6 +197,14 @@ class ToolRuntime:
                     subagent=sub.name,
                     parent_seq=request_seq,
                 )
+        return await self.run_to_result(sub, request_seq, request)
+
+    async def run_to_result(self, sub: SubagentSpec, request_seq: int, request: ToolRequest) -> list[Event]:
+        """Dispatch a request that may run and record its result, with what it was derived from.
+        An unsafe operation that failed is recorded with a request to retry it, and waits."""
+        from belay.harness.harness_tools import run_in_harness
+
+        spec = tool_spec(request.tool)
         while True:
             try:
                 await self.fence(spec)
@@ -168,7 +221,38 @@ class ToolRuntime:
             if spec.effect == EffectClass.UNSAFE:
                 op = (await self.attempt.state()).operations[request.operation_id]
                 return await self.reconcile_unsafe(sub, op, request)
-        return await self.attempt.record(payloads, subagent=sub.name, parent_seq=request_seq)
+        state = await self.attempt.state()
+        payloads = with_provenance(payloads, provenance(state, sub.name, request), request)
+        failure = failed_effect(spec.effect, request, payloads)
+        retry = None
+        if failure is not None:
+            summary = (
+                f"{request.tool} ({request.operation_id}) failed and took no effect: {failure}. Approve to "
+                "try it once more; reject (with a reason) to go on without it"
+            )
+            retries = sum(a.kind == "retry" for a in state.approvals_for(request.operation_id))
+            retry = await self.approval_request(sub, request, kind="retry", summary=summary)
+            retry = retry.model_copy(
+                update={"approval_id": retry_approval_id(request.operation_id, retries + 1)}
+            )
+            payloads.append(retry)
+        recorded = await self.attempt.record(payloads, subagent=sub.name, parent_seq=request_seq)
+        if retry is None:
+            return recorded
+        return recorded + await self.await_retry(sub, request_seq, request, retry.approval_id)
+
+    async def await_retry(
+        self, sub: SubagentSpec, request_seq: int, request: ToolRequest, approval_id: str
+    ) -> list[Event]:
+        """Wait for a person's answer on a failed external effect: granted, it runs once more;
+        rejected, the session goes on without it (the failure and the reason stay in the record)."""
+        while True:
+            record = (await self.attempt.state()).approvals.get(approval_id)
+            if record is not None and record.decision == "granted":
+                return await self.run_to_result(sub, request_seq, request)
+            if record is not None and record.decision == "rejected":
+                return []
+            await asyncio.sleep(self.poll_interval_s)
 
     async def fence(self, spec: ToolSpec) -> None:
         """Right before a keyed or unsafe call: raise StaleLease if a newer attempt holds the
@@ -325,7 +409,7 @@ class ToolRuntime:
         approval_id = approval_id_for(request.operation_id)
         state = await attempt.state()
         if approval_id not in state.approvals:
-            await attempt.record([approval_request(sub, request)], subagent=sub.name)
+            await attempt.record([await self.approval_request(sub, request)], subagent=sub.name)
         grant = declared_grant(attempt.session.spec.approvals, request, approval_id, now_utc())
         record = (await attempt.state()).approvals[approval_id]
         if grant is not None and record.decision is None:
@@ -404,6 +488,83 @@ def declared_grant(
 
 def approval_id_for(operation_id: str) -> str:
     return f"approve-{operation_id}"
+
+
+def retry_approval_id(operation_id: str, number: int) -> str:
+    """The approval asked for after the `number`-th failure of an unsafe operation."""
+    return f"retry-{operation_id}" if number == 1 else f"retry-{operation_id}-{number}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Provenance
+
+
+def request_parts_of(state: SessionState, step: str | None) -> tuple[str, ...]:
+    """The request parts a step declared it depends on; all of them (and the goal) otherwise."""
+    task = state.tasks.get(step) if step else None
+    if task is not None and task.request_parts is not None:
+        return task.request_parts
+    return (GOAL_PART, *sorted(state.request.parts))
+
+
+def provenance(state: SessionState, subagent: str, request: ToolRequest) -> DerivedFrom:
+    """What a call's results are derived from: the request version it was decided under, the
+    request parts of its step, the workspace its step started from (the subagent's last valid
+    checkpoint, by result id: a patch's hash alone could name another subagent's identical one),
+    and the artifacts its arguments name."""
+    operation = state.operations.get(request.operation_id)
+    version = operation.request_version if operation is not None and operation.request_version else None
+    base = state.last_valid_checkpoint(subagent)
+    results: tuple[str, ...] = ()
+    if base is not None and base.checkpoint.result_id:
+        results = (base.checkpoint.result_id,)
+    artifacts: list[str] = []
+    for value in request.arguments.values():
+        if isinstance(value, dict) and isinstance(value.get(ARTIFACT_ARGUMENT), str):
+            artifacts.append(value[ARTIFACT_ARGUMENT])
+    return DerivedFrom(
+        request_version=version or state.request.version,
+        request_parts=request_parts_of(state, request.step),
+        artifacts=tuple(artifacts),
+        results=results,
+    )
+
+
+# Framing calls: their checkpoint is the result, not the call's acknowledgement.
+UNRECORDED_RESULTS = ("update_plan",)
+
+
+def with_provenance(payloads: list[Payload], derived: DerivedFrom, request: ToolRequest) -> list[Payload]:
+    """The payloads a call recorded, each result named after the call and given its inputs."""
+    stamped: list[Payload] = []
+    result_id = request.operation_id
+    for payload in payloads:
+        if isinstance(payload, ToolResult) and payload.operation_id == request.operation_id:
+            named = payload.ok and request.tool not in UNRECORDED_RESULTS
+            update: dict[str, Any] = {"derived_from": derived}
+            if named:
+                update["result_id"] = result_id
+            payload = payload.model_copy(update=update)
+        elif isinstance(payload, Artifact | Note):
+            payload = payload.model_copy(update={"result_id": result_id, "derived_from": derived})
+        elif isinstance(payload, Checkpoint):
+            payload = payload.model_copy(update={"derived_from": derived})
+        stamped.append(payload)
+    return stamped
+
+
+def failed_effect(effect: EffectClass, request: ToolRequest, payloads: list[Payload]) -> str | None:
+    """Why an unsafe operation failed, from its own result; None when it did not."""
+    if effect != EffectClass.UNSAFE:
+        return None
+    for payload in payloads:
+        if (
+            isinstance(payload, ToolResult)
+            and payload.operation_id == request.operation_id
+            and not payload.ok
+        ):
+            return payload.error or "it failed without saying why"
+    return None
 
 
 def approval_request(sub: SubagentSpec, request: ToolRequest) -> ApprovalRequest:

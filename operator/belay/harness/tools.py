@@ -1,8 +1,9 @@
 """The tool registry: every tool's effect class and where it runs.
 
 The effect class decides what a new harness attempt does with a request that has no result
-(DESIGN.md section 3): read_only and idempotent run again, keyed runs again with the same key,
-unsafe is never repeated blindly: its outcome is unknown until a probe or a person reconciles it.
+(docs/architecture.md, "Recovery"): read_only and idempotent run again, keyed runs again with the
+same key, unsafe is never repeated blindly: its outcome is unknown until a probe or a person
+reconciles it.
 """
 
 from __future__ import annotations

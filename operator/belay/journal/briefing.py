@@ -1,32 +1,43 @@
 """The briefing: what a person coming back needs, without reading the conversation.
 
-It answers the questions of DESIGN.md section 1 from the folded state: what was asked and every
-scope change since; which steps are done and verified; what is running; what waits on the person
-(approvals, decisions, reconciliations) with the exact command to act; what waits on an external
-condition; what is ready for review and where to download it; which findings are hypotheses and
-which are accepted decisions; which results the last scope change made invalid and which stay
-reusable; the attempts, recoveries and unknown outcomes; what needs a person's attention (an
-operation that took effect more than once); and how many secrets were redacted before they were
-recorded. When no attempt proves it is alive it says so first: since when, what the attempt was
-doing, what will happen to each operation it left without a result, and the exact command that
-continues the session. Its resources: each subagent's sandbox (where, network profile, alive or
-not), the budgets used and left, and every subagent's last verified checkpoint.
+It answers, from the folded state, the questions a returning person asks (docs/cli.md, "Reading the
+record"): what was asked and every scope change since (when, by whom, the difference in the
+request, and under it what became invalid and what stays reusable, and why); what was rejected and
+is being redone; which steps are done and verified; what is running; what waits on the person
+(approvals, with the command that fetches what they bind, decisions, reconciliations) with the
+exact command to act; what needs attention (an external effect that failed, whose outcome is
+unknown, or that took effect more than once, with what to do); the effects made in the world; what
+waits on an external condition; what is ready for review and where to download it; which findings
+are hypotheses and which are accepted decisions; the attempts, recoveries and unknown outcomes; and
+how many secrets were redacted before they were recorded. When no attempt proves it is alive it
+says so first: since when, what the attempt was doing, what will happen to each operation it left
+without a result, and the exact command that continues the session. Its resources: each subagent's
+sandbox (where, network profile, alive or not), the budgets used and left, and every subagent's
+last verified checkpoint.
 
 `briefing(state)` builds the `Briefing` model (its JSON is the JSON renderer); `render_text` and
-`render_markdown` print it. Every list is capped so a long session still fits on a page.
+`render_markdown` print it, `render_rows` gives its rows to the HTML report. Every list is capped
+so a long session still fits on a page.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from belay.journal import commands
 from belay.journal.events import ArtifactRef, NoteKind, TaskStatus, WaitKind
-from belay.journal.state import NoteRecord, ResultRecord, SessionState, TaskRecord
+from belay.journal.state import (
+    ApprovalRecord,
+    NoteRecord,
+    OperationRecord,
+    ResultRecord,
+    SessionState,
+    TaskRecord,
+)
 from belay.journal.status import Interruption, Liveness, Phase, interruption_of, phase_of
 
 LIST_LIMIT = 8  # entries per section before "... and N more"
@@ -41,6 +52,31 @@ class Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class RequestDifference(Model):
+    part: str  # a request part, or "goal"
+    before: str | None = None  # None: the part did not exist
+    after: str | None = None  # None: the part was removed
+
+
+class StepVerdict(Model):
+    """A step a scope change or a rejection touched (or spared), where it stands now, and why."""
+
+    step: str
+    title: str = ""
+    status: TaskStatus
+    round: int = 1
+    why: str
+
+
+class OutputVerdict(Model):
+    """An artifact, note or external effect a change touched (or spared), and why."""
+
+    result_id: str
+    label: str
+    source: str
+    why: str
+
+
 class ScopeChangeItem(Model):
     request_version: int
     seq: int
@@ -49,6 +85,27 @@ class ScopeChangeItem(Model):
     changed_parts: list[str]
     removed_parts: list[str]
     invalidated: list[str]  # the first RESULT_LIMIT, in recording order
+    invalidated_count: int = 0
+    by: str = ""
+    at: datetime | None = None
+    changes: list[RequestDifference] = []
+    invalid_steps: list[StepVerdict] = []
+    invalid_outputs: list[OutputVerdict] = []
+    invalid_outputs_omitted: int = 0
+    reusable_steps: list[StepVerdict] = []
+    reusable_steps_omitted: int = 0
+    reusable_outputs: list[OutputVerdict] = []
+    reusable_outputs_omitted: int = 0
+
+
+class RejectionItem(Model):
+    kind: Literal["deliverable", "approval"]
+    item: str
+    sha256: str
+    reason: str
+    by: str = ""
+    at: datetime | None = None
+    steps: list[StepVerdict] = []  # what is redone because of it
     invalidated_count: int = 0
 
 
@@ -59,6 +116,8 @@ class StepItem(Model):
     status: TaskStatus
     verified: bool
     deliverable: str | None = None
+    round: int = 1
+    reopened_because: str | None = None  # set while a reopened step waits to be done again
 
 
 class RunningItem(Model):
@@ -66,6 +125,15 @@ class RunningItem(Model):
     id: str
     description: str
     subagent: str | None = None
+
+
+class FetchItem(Model):
+    """What an approval binds, and the command that downloads it to read before deciding."""
+
+    what: str
+    sha256: str
+    size: int
+    command: str
 
 
 class ActionItem(Model):
@@ -78,14 +146,30 @@ class ActionItem(Model):
     alternative: str | None = None
     payload_sha256: str | None = None
     expires_at: datetime | None = None
+    fetch: list[FetchItem] = []
 
 
-class RepeatedEffectItem(Model):
-    """An operation a reconcile probe found to have taken effect more than once."""
+class AttentionItem(Model):
+    """An external effect that went wrong, what it is, and what to do about it."""
+
+    kind: Literal["failed_effect", "unknown_effect", "repeated_effect"]
+    id: str  # the operation
+    summary: str
+    command: str | None = None
+    alternative: str | None = None
+    effects: list[str] = []  # a repeated effect: what each time made, as the external system names it
+
+
+class EffectItem(Model):
+    """An operation with an effect in the world (unsafe or keyed) and what became of it."""
 
     operation_id: str
     tool: str
-    effects: list[str]
+    subagent: str | None = None
+    outcome: Literal["made", "failed", "unknown", "pending"]
+    ref: str = ""  # what it made, as the external system names it (a ticket id)
+    at: datetime | None = None
+    detail: str = ""
 
 
 class ExternalItem(Model):
@@ -109,21 +193,7 @@ class NoteItem(Model):
     note_id: str
     text: str
     status: str
-
-
-class ResultItem(Model):
-    result_id: str
-    label: str
-    source: str
-
-
-class InvalidationItem(Model):
-    request_version: int
-    summary: str
-    invalidated: list[ResultItem]
-    invalidated_omitted: int = 0
-    reusable: list[ResultItem]
-    reusable_omitted: int = 0
+    invalid_because: str | None = None  # a scope change or rejection invalidated what it rests on
 
 
 class UnknownOutcomeItem(Model):
@@ -197,13 +267,17 @@ class Briefing(Model):
     request_parts: dict[str, str]
     scope_changes: list[ScopeChangeItem]
     scope_changes_omitted: int = 0  # the earliest ones
+    rejections: list[RejectionItem] = []
+    rejections_omitted: int = 0  # the earliest ones
     steps: list[StepItem]
     steps_omitted: int = 0  # the earliest finished steps make room for the active ones
     steps_omitted_done: int = 0
     steps_omitted_verified: int = 0
     running: list[RunningItem]
     waiting_on_you: list[ActionItem]
-    needs_attention: list[RepeatedEffectItem] = []
+    needs_attention: list[AttentionItem] = []
+    effects: list[EffectItem] = []
+    effects_omitted: int = 0  # the earliest ones
     waiting_on_external: list[ExternalItem]
     ready_for_review: list[ReviewItem]
     artifact_store: str = ""
@@ -214,7 +288,6 @@ class Briefing(Model):
     hypotheses_omitted: int = 0  # each list keeps its most recently updated notes
     decisions_omitted: int = 0
     findings_omitted: int = 0
-    last_scope_change: InvalidationItem | None
     recovery: RecoveryItem
     interruption: Interruption | None = None  # no attempt proves it is alive
     sandboxes: list[SandboxItem] = []
@@ -248,15 +321,254 @@ def _latest_notes(state: SessionState, kind: NoteKind) -> tuple[list[NoteItem], 
     notes = [n for n in state.notes.values() if n.kind == kind]
     latest = sorted(notes, key=lambda n: (n.last_seq, n.note_id))[-NOTE_LIMIT:]
     latest.sort(key=lambda n: (n.first_seq, n.note_id))
-    return [_note_item(n) for n in latest], len(notes) - len(latest)
+    return [_note_item(n, state) for n in latest], len(notes) - len(latest)
 
 
-def _result_item(r: ResultRecord) -> ResultItem:
-    return ResultItem(result_id=r.result_id, label=r.label, source=r.source)
+def _note_item(n: NoteRecord, state: SessionState) -> NoteItem:
+    result = state.results.get(n.result_id) if n.result_id else None
+    invalid = result.invalid_because or "invalid" if result is not None and not result.valid else None
+    return NoteItem(note_id=n.note_id, text=n.text, status=n.status, invalid_because=invalid)
 
 
-def _note_item(n: NoteRecord) -> NoteItem:
-    return NoteItem(note_id=n.note_id, text=n.text, status=n.status)
+# --------------------------------------------------------------------------------------------------
+# Scope changes, rejections, effects in the world, and what needs attention
+
+
+def _fetch_items(session_id: str, approval: ApprovalRecord) -> list[FetchItem]:
+    items = []
+    if approval.content_ref is not None:
+        name = approval.content_name or approval.content_ref.sha256[:12]
+        items.append(
+            FetchItem(
+                what=f"the bytes it sends out ({name})",
+                sha256=approval.content_ref.sha256,
+                size=approval.content_ref.size,
+                command=commands.fetch(session_id, approval.content_ref.sha256, name),
+            )
+        )
+    if approval.payload_ref is not None:
+        items.append(
+            FetchItem(
+                what="the operation as approved (its sha256 is the payload's)",
+                sha256=approval.payload_ref.sha256,
+                size=approval.payload_ref.size,
+                command=commands.fetch(
+                    session_id, approval.payload_ref.sha256, f"{approval.approval_id}.json"
+                ),
+            )
+        )
+    return items
+
+
+def _step_verdict(state: SessionState, step: str, why: str) -> StepVerdict:
+    task = state.tasks.get(step)
+    if task is None:
+        return StepVerdict(step=step, status=TaskStatus.PLANNED, why=why)
+    return StepVerdict(step=step, title=task.title, status=task.status, round=task.round, why=why)
+
+
+def _why_step(state: SessionState, step: str, result_ids: Sequence[str]) -> str:
+    """Why a step's work became invalid: the reason recorded on its first invalidated result."""
+    for result_id in result_ids:
+        result = state.results.get(result_id)
+        if result is not None and result.step == step and result.invalid_because:
+            return result.invalid_because
+    return "its work was turned down"
+
+
+def _notable(result: ResultRecord, state: SessionState) -> bool:
+    """Results a person recognises on their own: artifacts, notes (their latest version), effects
+    in the world."""
+    if result.source == "note":
+        note = state.notes.get(result.label)
+        return note is None or note.result_id == result.result_id
+    return result.source == "artifact" or result.result_id in state.external_operations
+
+
+def _output_source(result: ResultRecord, state: SessionState) -> str:
+    if result.result_id in state.external_operations:
+        return "effect in the world"
+    if result.source == "note":
+        note = state.notes.get(result.label)
+        return note.kind.value if note is not None else "note"
+    artifact = state.artifacts.get(result.label)
+    return "deliverable" if artifact is not None and artifact.deliverable else result.source
+
+
+def _output_label(result: ResultRecord, state: SessionState) -> str:
+    operation = state.operations.get(result.result_id)
+    if operation is not None and result.result_id in state.external_operations:
+        made = f" -> {operation.effect_ref}" if operation.effect_ref else ""
+        return f"{operation.tool} {result.result_id}{made}"
+    return result.label
+
+
+def _parts_by_step(state: SessionState) -> dict[str, set[str]]:
+    """The request parts each step's results were derived from (one pass over the results)."""
+    parts: dict[str, set[str]] = {}
+    for result in state.results.values():
+        if result.step is not None and result.derived_from is not None:
+            parts.setdefault(result.step, set()).update(result.derived_from.request_parts)
+    return parts
+
+
+def _scope_change_item(
+    state: SessionState, change: Any, parts_by_step: dict[str, set[str]]
+) -> ScopeChangeItem:
+    invalid_outputs = [
+        OutputVerdict(
+            result_id=r.result_id,
+            label=_output_label(r, state),
+            source=_output_source(r, state),
+            why=r.invalid_because or "invalid",
+        )
+        for r in (state.results[i] for i in change.invalidated if i in state.results)
+        if _notable(r, state)
+    ]
+    # What stays reusable: the work done before the change that it did not touch (and nothing
+    # since has reopened), each with what it depends on.
+    reusable_steps = []
+    for task in sorted(state.tasks.values(), key=lambda t: (t.first_seq, t.task_id)):
+        if (
+            task.task_id in state.subagents
+            or task.first_seq > change.seq
+            or task.task_id in change.reopened_steps
+        ):
+            continue  # a subagent's own task is not a step; a step begun after the change is new work
+        if task.reopened_seq is not None and task.reopened_seq > change.seq:
+            continue
+        if task.status not in (TaskStatus.DONE, TaskStatus.VERIFIED):
+            continue  # not finished: nothing to reuse yet
+        if task.request_parts is None and task.task_id not in parts_by_step:
+            continue  # it recorded no inputs: nothing can be said either way
+        parts = task.request_parts if task.request_parts is not None else sorted(parts_by_step[task.task_id])
+        why = (
+            f"depends on {', '.join(parts)} only: unchanged" if parts else "depends on no part of the request"
+        )
+        reusable_steps.append(_step_verdict(state, task.task_id, why))
+    reusable_outputs = [
+        OutputVerdict(
+            result_id=r.result_id,
+            label=_output_label(r, state),
+            source=_output_source(r, state),
+            why="its inputs are unchanged",
+        )
+        for r in sorted(state.results.values(), key=lambda r: r.seq)
+        if r.seq < change.seq and r.valid and _notable(r, state)
+    ]
+    return ScopeChangeItem(
+        request_version=change.request_version,
+        seq=change.seq,
+        summary=change.summary,
+        new_goal=change.goal,
+        changed_parts=list(change.changed_parts),
+        removed_parts=list(change.removed_parts),
+        invalidated=list(change.invalidated[:RESULT_LIMIT]),
+        invalidated_count=len(change.invalidated),
+        by=change.by,
+        at=change.at,
+        changes=[RequestDifference(part=c.part, before=c.before, after=c.after) for c in change.changes],
+        invalid_steps=[
+            _step_verdict(state, step, _why_step(state, step, change.invalidated))
+            for step in change.reopened_steps
+        ],
+        invalid_outputs=invalid_outputs[:LIST_LIMIT],
+        invalid_outputs_omitted=max(0, len(invalid_outputs) - LIST_LIMIT),
+        reusable_steps=reusable_steps[:STEP_LIMIT],
+        reusable_steps_omitted=max(0, len(reusable_steps) - STEP_LIMIT),
+        reusable_outputs=reusable_outputs[-LIST_LIMIT:],
+        reusable_outputs_omitted=max(0, len(reusable_outputs) - LIST_LIMIT),
+    )
+
+
+def _rejection_item(state: SessionState, rejection: Any) -> RejectionItem:
+    why = f"{rejection.item} rejected" + (f": {rejection.reason}" if rejection.reason else "")
+    return RejectionItem(
+        kind=rejection.kind,
+        item=rejection.item,
+        sha256=rejection.sha256,
+        reason=rejection.reason,
+        by=rejection.by,
+        at=rejection.at,
+        steps=[_step_verdict(state, step, why) for step in rejection.reopened_steps],
+        invalidated_count=len(rejection.invalidated),
+    )
+
+
+def _latest_retry(state: SessionState, operation_id: str) -> ApprovalRecord | None:
+    retries = [a for a in state.approvals_for(operation_id) if a.kind == "retry"]
+    return retries[-1] if retries else None
+
+
+def _effect_item(state: SessionState, op: OperationRecord) -> EffectItem:
+    base = {"operation_id": op.operation_id, "tool": op.tool, "subagent": op.subagent}
+    if op.operation_id in state.unknown_outcomes:
+        return EffectItem(**base, outcome="unknown", detail=op.outcome_detail)
+    if op.has_result and op.ok:
+        ref = ", ".join(op.effects) if op.effects else op.effect_ref
+        return EffectItem(**base, outcome="made", ref=ref, at=op.result_at)
+    if op.has_result:
+        detail = op.error or ""
+        retry = _latest_retry(state, op.operation_id)
+        if retry is not None and retry.decision == "rejected":
+            said = f": {retry.decision_reason}" if retry.decision_reason else ""
+            detail += f"; {retry.decided_by or 'you'} chose to go on without it{said}"
+        elif retry is not None and retry.decision == "granted":
+            detail += f"; {retry.decided_by or 'you'} asked to try it again"
+        return EffectItem(**base, outcome="failed", at=op.result_at, detail=detail)
+    if op.outcome == "reconciled":
+        outcome: Literal["made", "pending"] = "made" if op.reconciled_succeeded else "pending"
+        return EffectItem(**base, outcome=outcome, detail=f"reconciled: {op.outcome_detail}".rstrip(": "))
+    pending = any(a.pending for a in state.approvals_for(op.operation_id))
+    return EffectItem(**base, outcome="pending", detail="awaiting approval" if pending else "")
+
+
+def _attention(state: SessionState) -> list[AttentionItem]:
+    sid = state.session_id
+    items: list[AttentionItem] = []
+    # A reconcile probe found several effects of one operation: a person undoes the extra ones.
+    for op_id in sorted(state.repeated_effects, key=lambda o: (state.repeated_effects[o], o)):
+        op = state.operations[op_id]
+        made = list(op.effects)
+        items.append(
+            AttentionItem(
+                kind="repeated_effect",
+                id=op_id,
+                summary=f"{op.tool or 'operation'} {op_id} took effect {len(made)} times "
+                f"({', '.join(made)}): undo the extra ones in that system by hand",
+                effects=made,
+            )
+        )
+    for op in state.external_operation_records():
+        if op.operation_id in state.unknown_outcomes:
+            items.append(
+                AttentionItem(
+                    kind="unknown_effect",
+                    id=op.operation_id,
+                    summary=f"{op.tool} ({op.operation_id}): outcome unknown, never repeated blindly; did it "
+                    "take effect?",
+                    command=commands.reconcile(sid, op.operation_id),
+                )
+            )
+            continue
+        retry = _latest_retry(state, op.operation_id)
+        if op.has_result and not op.ok and (retry is None or retry.pending):
+            summary = (
+                f"{op.tool} ({op.operation_id}) failed and took no effect: {op.error or 'no reason given'}"
+            )
+            if retry is None:
+                items.append(AttentionItem(kind="failed_effect", id=op.operation_id, summary=summary))
+                continue
+            items.append(
+                AttentionItem(
+                    kind="failed_effect",
+                    id=op.operation_id,
+                    summary=summary + "; the session waits for you",
+                    command=commands.approve(sid, retry.approval_id) + "  (try it once more)",
+                    alternative=commands.reject(sid, retry.approval_id) + "  (go on without it)",
+                )
+            )
+    return items
 
 
 def briefing(
@@ -284,6 +596,8 @@ def briefing(
             status=t.status,
             verified=t.status == TaskStatus.VERIFIED,
             deliverable=t.deliverable,
+            round=t.round,
+            reopened_because=t.reopened_because if t.status == TaskStatus.PLANNED and t.round > 1 else None,
         )
         for t in shown
     ]
@@ -316,6 +630,7 @@ def briefing(
             alternative=commands.reject(sid, a.approval_id),
             payload_sha256=a.payload_sha256,
             expires_at=a.request_expires_at,
+            fetch=_fetch_items(sid, a),
         )
         for a in state.pending_approval_records()
     ]
@@ -354,15 +669,6 @@ def briefing(
             )
         )
 
-    repeated = [
-        RepeatedEffectItem(
-            operation_id=op_id,
-            tool=state.operations[op_id].tool,
-            effects=list(state.operations[op_id].effects),
-        )
-        for op_id in sorted(state.repeated_effects, key=lambda o: (state.repeated_effects[o], o))
-    ]
-
     interruption = interruption_of(state, liveness)
     if interruption is not None:
         running = []  # nothing runs: what the dead attempt left open is listed under the interruption
@@ -400,22 +706,9 @@ def briefing(
     decisions, d_omitted = _latest_notes(state, NoteKind.DECISION)
     findings, f_omitted = _latest_notes(state, NoteKind.FINDING)
 
-    last_change: InvalidationItem | None = None
-    change = state.last_scope_change()
-    if change is not None:
-        invalidated = [_result_item(state.results[r]) for r in change.invalidated[:RESULT_LIMIT]]
-        invalidated_omitted = max(0, len(change.invalidated) - RESULT_LIMIT)
-        reusable_records = sorted((r for r in state.results.values() if r.valid), key=lambda r: r.seq)
-        reusable = [_result_item(r) for r in reusable_records[:RESULT_LIMIT]]
-        reusable_omitted = max(0, len(reusable_records) - RESULT_LIMIT)
-        last_change = InvalidationItem(
-            request_version=change.request_version,
-            summary=change.summary,
-            invalidated=invalidated,
-            invalidated_omitted=invalidated_omitted,
-            reusable=reusable,
-            reusable_omitted=reusable_omitted,
-        )
+    parts_by_step = _parts_by_step(state) if state.scope_changes else {}
+    effects_all = [_effect_item(state, op) for op in state.external_operation_records()]
+    effects, effects_omitted = effects_all[-LIST_LIMIT:], max(0, len(effects_all) - LIST_LIMIT)
 
     lc = state.lifecycle
     restored_from = next(
@@ -449,26 +742,20 @@ def briefing(
         request_version=state.request.version,
         request_parts=dict(sorted(state.request.parts.items())),
         scope_changes=[
-            ScopeChangeItem(
-                request_version=c.request_version,
-                seq=c.seq,
-                summary=c.summary,
-                new_goal=c.goal,
-                changed_parts=list(c.changed_parts),
-                removed_parts=list(c.removed_parts),
-                invalidated=list(c.invalidated[:RESULT_LIMIT]),
-                invalidated_count=len(c.invalidated),
-            )
-            for c in state.scope_changes[-SCOPE_CHANGE_LIMIT:]
+            _scope_change_item(state, c, parts_by_step) for c in state.scope_changes[-SCOPE_CHANGE_LIMIT:]
         ],
         scope_changes_omitted=max(0, len(state.scope_changes) - SCOPE_CHANGE_LIMIT),
+        rejections=[_rejection_item(state, r) for r in state.rejections[-SCOPE_CHANGE_LIMIT:]],
+        rejections_omitted=max(0, len(state.rejections) - SCOPE_CHANGE_LIMIT),
         steps=steps,
         steps_omitted=len(omitted),
         steps_omitted_done=sum(t.status == TaskStatus.DONE for t in omitted),
         steps_omitted_verified=sum(t.status == TaskStatus.VERIFIED for t in omitted),
         running=running,
         waiting_on_you=actions,
-        needs_attention=repeated,
+        needs_attention=_attention(state),
+        effects=effects,
+        effects_omitted=effects_omitted,
         waiting_on_external=external,
         ready_for_review=reviews,
         artifact_store=artifact_store,
@@ -479,7 +766,6 @@ def briefing(
         hypotheses_omitted=h_omitted,
         decisions_omitted=d_omitted,
         findings_omitted=f_omitted,
-        last_scope_change=last_change,
         recovery=recovery,
         interruption=interruption,
         sandboxes=_sandbox_items(state, sandboxes),
@@ -583,8 +869,24 @@ def _when(moment: datetime | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M %Z").strip() if moment else "no expiry"
 
 
-def _ids(items: Sequence[ResultItem]) -> str:
-    return ", ".join(f"{r.result_id} ({r.label})" if r.label != r.result_id else r.result_id for r in items)
+def _quoted(text: str | None, limit: int = 400) -> str:
+    if text is None:
+        return "(none)"
+    text = " ".join(text.split())
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def _difference(d: RequestDifference) -> str:
+    if d.before is None:
+        return f"{d.part}: added {_quoted(d.after)}"
+    if d.after is None:
+        return f"{d.part}: removed (was {_quoted(d.before)})"
+    return f"{d.part}: {_quoted(d.before)} -> {_quoted(d.after)}"
+
+
+def _verdict(v: StepVerdict) -> str:
+    again = f", round {v.round}" if v.round > 1 else ""
+    return f"{v.step} [now {v.status.value}{again}]: {v.why}"
 
 
 def _lines(b: Briefing) -> list[tuple[int, str, str]]:
@@ -609,15 +911,56 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
         head("Scope changes")
         if b.scope_changes_omitted:
             item(f"... {b.scope_changes_omitted} earlier changes not shown")
-        for c in b.scope_changes:
-            what = []
-            if c.new_goal:
-                what.append(f"goal -> {c.new_goal}")
-            if c.changed_parts:
-                what.append("changed " + ", ".join(c.changed_parts))
-            if c.removed_parts:
-                what.append("removed " + ", ".join(c.removed_parts))
-            item(f"v{c.request_version}: {c.summary}" + (f" ({'; '.join(what)})" if what else ""))
+        for index, c in enumerate(b.scope_changes):
+            who = f" by {c.by}" if c.by else ""
+            when = f" at {_when(c.at)}" if c.at else ""
+            item(f"v{c.request_version}{when}{who}: {c.summary}")
+            differences = [_difference(d) for d in c.changes]
+            if index < len(b.scope_changes) - 1:
+                # An earlier change in two lines, so the page holds them all; --json has every detail.
+                steps = ", ".join(v.step for v in c.invalid_steps)
+                redone = f"; redone: {steps}" if steps else ""
+                item("; ".join(differences) + f"; made {c.invalidated_count} results invalid{redone}", 2)
+                continue
+            for difference in differences:
+                item(difference, 2)
+            invalid = [_verdict(v) for v in c.invalid_steps]
+            invalid += [f"{o.label} ({o.source}): {o.why}" for o in c.invalid_outputs]
+            if c.invalid_outputs_omitted:
+                invalid.append(f"... and {c.invalid_outputs_omitted} more")
+            if invalid:
+                item(f"made invalid ({c.invalidated_count} results; the steps are redone):", 2)
+            elif c.invalidated_count:
+                item(
+                    f"made invalid: {c.invalidated_count} intermediate results, no step, artifact or note", 2
+                )
+            else:
+                item("made invalid: nothing", 2)
+            for line in invalid:
+                item(line, 3)
+            reusable = [_verdict(v) for v in c.reusable_steps]
+            if c.reusable_steps_omitted:
+                reusable.append(f"... and {c.reusable_steps_omitted} more steps")
+            reusable += [f"{o.label} ({o.source})" for o in c.reusable_outputs]
+            if c.reusable_outputs_omitted:
+                reusable.append(f"... and {c.reusable_outputs_omitted} more")
+            item("still reusable:" if reusable else "still reusable: nothing", 2)
+            for line in reusable:
+                item(line, 3)
+    if b.rejections:
+        head("Rejections")
+        if b.rejections_omitted:
+            item(f"... {b.rejections_omitted} earlier rejections not shown")
+        for rejection in b.rejections:
+            who = f" by {rejection.by}" if rejection.by else ""
+            when = f" at {_when(rejection.at)}" if rejection.at else ""
+            what = "deliverable" if rejection.kind == "deliverable" else "operation awaiting approval"
+            reason = rejection.reason or "no reason given"
+            item(
+                f"{rejection.item} ({what}, sha256 {_short(rejection.sha256)}) rejected{who}{when}: {reason}"
+            )
+            for v in rejection.steps:
+                item("redo " + _verdict(v).split(": ", 1)[0], 2)
 
     head("Steps")
     if b.steps_omitted:
@@ -628,7 +971,10 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
     for s in b.steps:
         owner = f" [{s.owner}]" if s.owner else ""
         deliverable = f" -> {s.deliverable}" if s.deliverable else ""
-        item(f"{s.status.value:<9} {s.task_id}: {s.title or s.task_id}{owner}{deliverable}")
+        again = f" (round {s.round})" if s.round > 1 else ""
+        item(f"{s.status.value:<9} {s.task_id}: {s.title or s.task_id}{owner}{deliverable}{again}")
+        if s.reopened_because:
+            item(f"to redo: {s.reopened_because}", 2)
     if not b.steps:
         item("no plan recorded")
 
@@ -646,18 +992,30 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
         item(f"{a.kind} {a.id}: {a.summary}")
         if a.payload_sha256:
             item(f"payload sha256 {a.payload_sha256}, expires {_when(a.expires_at)}", 2)
+        for f in a.fetch:
+            item(f"read {f.what}: {f.command}  ({f.size} bytes, sha256 {f.sha256})", 2)
         item(f"run: {a.command}" + (f"  (or: {a.alternative})" if a.alternative else ""), 2)
     if not b.waiting_on_you:
         item("nothing")
 
-    if b.needs_attention:
-        head("Needs attention")
-        for repeated in b.needs_attention:
-            item(
-                f"{repeated.tool or 'operation'} {repeated.operation_id} took effect "
-                f"{len(repeated.effects)} times ({', '.join(repeated.effects)}): undo the extra ones in "
-                "that system by hand"
-            )
+    head("Needs attention")
+    for attention in b.needs_attention:
+        item(f"{attention.kind.replace('_', ' ')} {attention.id}: {attention.summary}")
+        if attention.command:
+            alternative = f"  (or: {attention.alternative})" if attention.alternative else ""
+            item(f"run: {attention.command}{alternative}", 2)
+    if not b.needs_attention:
+        item("nothing")
+
+    if b.effects:
+        head("Effects in the world")
+        if b.effects_omitted:
+            item(f"... {b.effects_omitted} earlier effects not shown")
+        for effect in b.effects:
+            made = f" -> {effect.ref}" if effect.ref else ""
+            when = f" at {_when(effect.at)}" if effect.at else ""
+            detail = f": {effect.detail}" if effect.detail else ""
+            item(f"{effect.outcome:<7} {effect.tool} {effect.operation_id}{made}{when}{detail}")
 
     head("Waiting on external conditions")
     for e in b.waiting_on_external:
@@ -688,17 +1046,10 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
         if omitted:
             item(f"... {omitted} older not shown")
         for n in notes:
-            item(f"{n.note_id} [{n.status}]: {n.text}")
+            stale = f" (invalid: {n.invalid_because})" if n.invalid_because else ""
+            item(f"{n.note_id} [{n.status}]: {n.text}{stale}")
         if not notes:
             item("none")
-
-    if b.last_scope_change is not None:
-        change = b.last_scope_change
-        head(f"Last scope change (v{change.request_version}): {change.summary}")
-        invalid_more = f" ... and {change.invalidated_omitted} more" if change.invalidated_omitted else ""
-        item("invalid now: " + (_ids(change.invalidated) or "nothing") + invalid_more)
-        more = f" ... and {change.reusable_omitted} more" if change.reusable_omitted else ""
-        item("still reusable: " + (_ids(change.reusable) or "nothing") + more)
 
     rows += _recovery_rows(b)
     rows += _resource_rows(b)
@@ -837,6 +1188,12 @@ def _remote_rows(b: Briefing) -> list[Row]:
         )
         rows.append((2, "", counts + (f"; failed: {remote.failure}" if remote.failure else "")))
     return rows
+
+
+def render_rows(b: Briefing) -> list[tuple[int, str]]:
+    """(level, text) rows for a renderer elsewhere (the HTML report): level 0 is a section
+    heading, 1 an entry, 2 a detail under an entry."""
+    return [(level, text) for level, _, text in _lines(b)]
 
 
 def render_text(b: Briefing) -> str:

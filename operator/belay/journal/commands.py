@@ -12,7 +12,8 @@ def approve(session_id: str, item_id: str) -> str:
 
 
 def reject(session_id: str, item_id: str) -> str:
-    return f"belay reject {session_id} {item_id}"
+    """Turns down an approval or a deliverable; the reason goes to whoever redoes the step."""
+    return f'belay reject {session_id} {item_id} --reason "..."'
 
 
 def reconcile(session_id: str, operation_id: str) -> str:
@@ -27,6 +28,11 @@ def answer(session_id: str, wait_id: str) -> str:
 
 def download(session_id: str, name: str) -> str:
     return f"belay artifacts get {session_id} {name} -o {posixpath.basename(name) or name}"
+
+
+def fetch(session_id: str, sha256: str, filename: str) -> str:
+    """Downloads one blob the session's record names, by its hash."""
+    return f"belay artifacts get {session_id} sha256:{sha256} -o {posixpath.basename(filename) or filename}"
 
 
 def resume(session_id: str) -> str:

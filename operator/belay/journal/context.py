@@ -108,6 +108,8 @@ def render_event(event: Event) -> str:
             body = f"{p.approval_id} for {p.operation_id}: {p.summary}"
         case "approval":
             body = f"{p.approval_id} {'granted' if p.granted else 'rejected'} by {p.by or '?'}"
+            if p.reason:
+                body += f": {p.reason}"
         case "artifact":
             body = f"{p.name} sha256:{p.ref.sha256[:12]} {p.description}"
         case "checkpoint":
@@ -124,6 +126,8 @@ def render_event(event: Event) -> str:
             body = f"{p.kind.value} attempt {p.attempt} {p.reason}".rstrip()
         case "summary":
             body = f"seq {p.covers_from_seq}-{p.covers_to_seq}: {p.text}"
+        case "rejection":
+            body = f"{p.name} (sha256:{p.sha256[:12]}) rejected by {p.by or '?'}: {p.reason}"
         case "remote":
             body = f"{p.executor} {p.kind.value} {p.operation_id or p.remote_session_id} {p.detail}".rstrip()
         case _:

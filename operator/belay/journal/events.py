@@ -102,12 +102,15 @@ class UserInput(Payload):
 
 
 class ScopeChange(Payload):
+    """Request version N+1: a new goal, changed or removed parts, and who changed them."""
+
     EVENT_TYPE: ClassVar[str] = "scope_change"
     request_version: int
     summary: str
     goal: str | None = None
     changed_parts: dict[str, str] = Field(default_factory=dict)
     removed_parts: tuple[str, ...] = ()
+    by: str = ""  # a person, or the Kubernetes field manager that edited spec.request
 
 
 class ModelOutput(Payload):
@@ -151,6 +154,15 @@ class ApprovalRequest(Payload):
     payload_sha256: str
     summary: str
     expires_at: datetime | None = None
+    # What the approval binds, stored before it is asked for so a person can read it: the
+    # operation's canonical payload (its sha256 is `payload_sha256`), and the bytes the operation
+    # would send out when its payload names them by hash (a deliverable's content).
+    payload_ref: ArtifactRef | None = None
+    content_ref: ArtifactRef | None = None
+    content_name: str | None = None
+    # "dispatch": may the operation run at all; "retry": an unsafe operation failed (it took no
+    # effect) and may run once more; rejecting a retry goes on without the effect.
+    kind: Literal["dispatch", "retry"] = "dispatch"
 
 
 class Approval(Payload):
@@ -206,6 +218,8 @@ class Checkpoint(Payload):
     dependencies: dict[str, str] = Field(default_factory=dict)
     verification: Verification | None = None
     subagent: str | None = None
+    result_id: str | None = None
+    derived_from: DerivedFrom | None = None
 
     @property
     def verified(self) -> bool:
@@ -250,6 +264,8 @@ class Task(Payload):
     deliverable: str | None = None
     depends_on: tuple[str, ...] = ()
     detail: str = ""
+    # The request parts a plan step depends on ("goal" included); None: every part and the goal.
+    request_parts: tuple[str, ...] | None = None
 
 
 class WaitKind(StrEnum):
@@ -304,6 +320,17 @@ class Lifecycle(Payload):
     detail: str = ""
     subagent: str | None = None
     checkpoint_id: str | None = None
+
+
+class Rejection(Payload):
+    """A person turned down a published deliverable, with the reason: the step that produced it is
+    redone, and everything derived from it is invalid."""
+
+    EVENT_TYPE: ClassVar[str] = "rejection"
+    name: str  # the deliverable
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]  # exactly the bytes rejected
+    reason: str
+    by: str = ""
 
 
 class RemoteKind(StrEnum):
@@ -393,6 +420,7 @@ PAYLOAD_TYPES: tuple[type[Payload], ...] = (
     Wait,
     OperationOutcome,
     Lifecycle,
+    Rejection,
     Summary,
     Remote,
     SessionLink,
@@ -486,6 +514,11 @@ class LifecycleEvent(EventBase):
     payload: Lifecycle
 
 
+class RejectionEvent(EventBase):
+    type: Literal["rejection"] = "rejection"
+    payload: Rejection
+
+
 class SummaryEvent(EventBase):
     type: Literal["summary"] = "summary"
     payload: Summary
@@ -516,6 +549,7 @@ Event = Annotated[
     | WaitEvent
     | OperationOutcomeEvent
     | LifecycleEvent
+    | RejectionEvent
     | SummaryEvent
     | RemoteEvent
     | SessionLinkEvent,
@@ -690,6 +724,16 @@ def approval_claim(approval_id: str) -> str:
 def wait_claim(wait_id: str) -> str:
     """The answer to one wait."""
     return f"wait/{wait_id}"
+
+
+def rejection_claim(name: str, sha256: str) -> str:
+    """The rejection of one deliverable's exact bytes."""
+    return f"rejection/{name}/{sha256}"
+
+
+def scope_claim(request_version: int) -> str:
+    """Request version N: two people amending at once cannot both record it."""
+    return f"scope/{request_version}"
 
 
 def reconcile_claim(operation_id: str, unknown_seq: int) -> str:

@@ -344,7 +344,8 @@ def _cell(items: Sequence[str]) -> str:
     return ",".join(items) if items else "-"
 
 
-def render_fleet(view: FleetView, *, with_namespace: bool = False) -> str:
+def render_fleet(view: FleetView, *, with_namespace: bool = False, where: str = "") -> str:
+    """The table and the summary line; `where` names the place an empty fleet was looked for."""
     header = [
         "SESSION",
         "OBJECTIVE",
@@ -374,7 +375,7 @@ def render_fleet(view: FleetView, *, with_namespace: bool = False) -> str:
         if with_namespace:
             cells.insert(0, row.namespace or "-")
         rows.append(cells)
-    table = columns(header, rows) if rows else "no sessions"
+    table = columns(header, rows) if rows else f"no sessions{f' in {where}' if where else ''}"
     return f"{table}\n{view.summary.line}"
 
 

@@ -1,4 +1,5 @@
-"""The recovery plan a new harness attempt follows (DESIGN.md section 5).
+"""The recovery plan a new harness attempt follows (docs/architecture.md, "Recovery", and
+docs/cli.md, "What a resume does, precisely").
 
 Restore from the last verified checkpoint; never run a completed step again; for each tool request
 without a result, apply the effect table:

@@ -72,6 +72,14 @@ class Request(Record):
     seq: int = 0
 
 
+class RequestChange(Record):
+    """One part of the request (or the goal) as it was before a scope change and after it."""
+
+    part: str
+    before: str | None = None  # None: the part did not exist
+    after: str | None = None  # None: the part was removed
+
+
 class ScopeChangeRecord(Record):
     seq: int
     request_version: int
@@ -80,6 +88,25 @@ class ScopeChangeRecord(Record):
     changed_parts: tuple[str, ...] = ()
     removed_parts: tuple[str, ...] = ()
     invalidated: tuple[str, ...] = ()  # result ids this change made invalid, in recording order
+    by: str = ""
+    at: datetime | None = None
+    changes: tuple[RequestChange, ...] = ()  # the difference in the request, goal first
+    reopened_steps: tuple[str, ...] = ()  # steps to redo because their results became invalid
+
+
+class RejectionRecord(Record):
+    """A person turned down a deliverable or an operation awaiting approval, with the reason."""
+
+    seq: int
+    kind: Literal["deliverable", "approval"]
+    item: str  # the deliverable's name, or the approval id
+    sha256: str  # the bytes (deliverable) or the payload (approval) rejected
+    reason: str
+    by: str = ""
+    at: datetime | None = None
+    operation_id: str | None = None
+    invalidated: tuple[str, ...] = ()
+    reopened_steps: tuple[str, ...] = ()
 
 
 class TaskTransition(Record):
@@ -100,6 +127,13 @@ class TaskRecord(Record):
     history: tuple[TaskTransition, ...] = ()  # the last TASK_HISTORY_LIMIT transitions
     transitions: int = 0
     ever_verified: bool = False
+    request_parts: tuple[str, ...] | None = None  # what the step depends on; None: all of it
+    # A step is done once per round; a scope change or a rejection that invalidates its results
+    # reopens it for the next round (its work is redone under new operation ids).
+    round: int = 1
+    reopened_seq: int | None = None
+    reopened_because: str = ""
+    reopened_by_rejection: bool = False
 
 
 OutcomeState = Literal["unknown", "reconciled"]
@@ -115,10 +149,13 @@ class OperationRecord(Record):
     subagent: str | None = None
     idempotency_key: str | None = None
     attempt: int = 0
+    request_version: int = 0  # the request version the call was decided under
     result_seq: int | None = None
+    result_at: datetime | None = None
     ok: bool | None = None
     error: str | None = None
     result_id: str | None = None
+    effect_ref: str = ""  # what an external effect made (a ticket id), from its result
     outcome: OutcomeState | None = None
     outcome_seq: int | None = None
     reconciled_succeeded: bool | None = None
@@ -141,6 +178,10 @@ class ApprovalRecord(Record):
     summary: str = ""
     requested_seq: int | None = None
     request_expires_at: datetime | None = None
+    payload_ref: ArtifactRef | None = None
+    content_ref: ArtifactRef | None = None
+    content_name: str | None = None
+    kind: Literal["dispatch", "retry"] = "dispatch"
     decision: Decision | None = None
     decided_seq: int | None = None
     decided_by: str = ""
@@ -171,6 +212,7 @@ class NoteRecord(Record):
     evidence: tuple[str, ...] = ()
     first_seq: int
     last_seq: int
+    result_id: str | None = None  # the result its latest version is, when it records its inputs
 
 
 class WaitRecord(Record):
@@ -193,7 +235,7 @@ class CheckpointRecord(Record):
         return self.checkpoint.verified
 
 
-ResultSource = Literal["tool_result", "artifact", "note"]
+ResultSource = Literal["tool_result", "artifact", "note", "checkpoint"]
 
 
 class ResultRecord(Record):
@@ -207,10 +249,12 @@ class ResultRecord(Record):
     outputs: tuple[str, ...] = ()  # sha256 of artifacts this result produced
     invalidated_by_version: int | None = None  # request version whose scope change invalidated it
     step: str | None = None  # the plan step that produced it, when known
+    invalidated_seq: int | None = None  # the scope change or rejection that invalidated it
+    invalid_because: str = ""
 
     @property
     def valid(self) -> bool:
-        return self.invalidated_by_version is None
+        return self.invalidated_by_version is None and self.invalidated_seq is None
 
 
 class LifecycleEntry(Record):
@@ -244,6 +288,10 @@ class Lifecycle(Record):
     failed: bool = False
     end_reason: str = ""
     recent: tuple[LifecycleEntry, ...] = ()
+    # A completed session whose work a scope change or a rejection invalidated is open again.
+    reopened: int = 0
+    reopened_seq: int | None = None
+    reopened_because: str = ""
 
 
 class SubagentRecord(Record):
@@ -253,6 +301,9 @@ class SubagentRecord(Record):
     sandbox_replacements: int = 0
     # Sandbox pods lost under a running attempt; the operator numbers each replacement pod by it.
     sandbox_losses: int = 0
+    # The last scope change or rejection that reopened one of its steps: a sandbox prepared before
+    # it holds work that is invalid now.
+    reopened_seq: int | None = None
     sandbox_attempt: int | None = None  # the attempt that started the current sandbox
     sandbox_detail: str = ""  # what that start recorded (pid, profile, isolation)
     last_restored_from: str | None = None  # the checkpoint the current sandbox was restored from
@@ -328,12 +379,14 @@ class SessionState(BaseModel):
     request: Request = Request()
     scope_changes: tuple[ScopeChangeRecord, ...] = ()
     part_changed_in_version: Map[str, int] = _empty_map()
+    rejections: tuple[RejectionRecord, ...] = ()
 
     tasks: Map[str, TaskRecord] = _empty_map()
     current_step: str | None = None
 
     operations: Map[str, OperationRecord] = _empty_map()
     open_operations: Map[str, int] = _empty_map()  # operation id -> request seq, no result yet
+    external_operations: Map[str, int] = _empty_map()  # unsafe or keyed: effects in the world
     unknown_outcomes: Map[str, int] = _empty_map()  # operation id -> seq marked unknown
     reconciled_operations: Map[str, int] = _empty_map()  # operation id -> seq reconciled
     repeated_effects: Map[str, int] = _empty_map()  # operation id -> seq of a probe that found several
@@ -356,6 +409,7 @@ class SessionState(BaseModel):
     # subagent -> its latest verified checkpoint ("" for checkpoints that name no subagent)
     verified_checkpoints: Map[str, CheckpointRecord] = _empty_map()
     checkpoint_count: int = 0
+    subagent_checkpoints: Map[str, tuple[CheckpointRecord, ...]] = _empty_map()  # one per step
 
     lifecycle: Lifecycle = Lifecycle()
     subagents: Map[str, SubagentRecord] = _empty_map()
@@ -410,6 +464,22 @@ class SessionState(BaseModel):
 
     def last_scope_change(self) -> ScopeChangeRecord | None:
         return self.scope_changes[-1] if self.scope_changes else None
+
+    def checkpoint_valid(self, checkpoint: Checkpoint) -> bool:
+        """A checkpoint whose work a scope change or a rejection invalidated is no restore point."""
+        result = self.results.get(checkpoint.result_id) if checkpoint.result_id else None
+        return result is None or result.valid
+
+    def last_valid_checkpoint(self, subagent: str, *, verified: bool = False) -> CheckpointRecord | None:
+        """The subagent's newest checkpoint that is still valid (and verified, if asked)."""
+        for record in reversed(self.subagent_checkpoints.get(subagent, ())):
+            if self.checkpoint_valid(record.checkpoint) and (record.verified or not verified):
+                return record
+        return None
+
+    def external_operation_records(self) -> list[OperationRecord]:
+        ids = sorted(self.external_operations, key=lambda op: (self.external_operations[op], op))
+        return [self.operations[op] for op in ids]
 
 
 EMPTY = SessionState()
@@ -505,10 +575,14 @@ def _register_result(
         updates["result_of_artifact"] = result_of_artifact.set(output_sha256, result_id)
 
     invalidated_by: int | None = None
+    invalidated_seq: int | None = None
+    because = ""
     if derived_from is None and previous is not None:
         # An artifact naming an existing result adds an output; it does not erase its inputs.
         derived_from = previous.derived_from
         invalidated_by = previous.invalidated_by_version
+        invalidated_seq = previous.invalidated_seq
+        because = previous.invalid_because
     elif derived_from is not None:
         for part in derived_from.request_parts:
             changed_in = s.part_changed_in_version.get(part)
@@ -518,12 +592,19 @@ def _register_result(
                 and changed_in > derived_from.request_version
             ):
                 invalidated_by = max(invalidated_by or 0, changed_in)
+                because = f"built on request v{derived_from.request_version}; {part} changed in v{changed_in}"
         upstream_ids = [*derived_from.results]
         upstream_ids.extend(result_of_artifact.get(sha, "") for sha in derived_from.artifacts)
         for upstream_id in upstream_ids:
             upstream = results.get(upstream_id)
-            if upstream is not None and upstream.invalidated_by_version is not None:
-                invalidated_by = max(invalidated_by or 0, upstream.invalidated_by_version)
+            if upstream is not None and not upstream.valid:
+                if upstream.invalidated_by_version is not None:
+                    invalidated_by = max(invalidated_by or 0, upstream.invalidated_by_version)
+                invalidated_seq = max(invalidated_seq or 0, upstream.invalidated_seq or 0) or None
+                because = because or f"built on {upstream.label}, which is invalid"
+    # A tool result naming the result its artifact or note opened keeps the more telling label.
+    if previous is not None and previous.source != "tool_result" and source == "tool_result":
+        source, label = previous.source, previous.label
 
     updates["results"] = results.set(
         result_id,
@@ -537,49 +618,185 @@ def _register_result(
             outputs=outputs,
             invalidated_by_version=invalidated_by,
             step=step or (previous.step if previous is not None else None),
+            invalidated_seq=invalidated_seq,
+            invalid_because=because,
         ),
     )
     updates["recent_results"] = _push_recent(s.recent_results, result_id)
 
 
 def _invalidate(
-    s: SessionState, touched_parts: Iterable[str], version: int
+    s: SessionState, touched_parts: Iterable[str], version: int, seq: int = 0
 ) -> tuple[Map[str, ResultRecord], tuple[str, ...]]:
     """Mark exactly the valid results that depend on a touched part, directly or through upstream
-    results and the artifacts they produced. Returns the new results map and the ids, by seq.
-
-    Scope changes are rare, so this walks all results once to build the dependency graph rather
-    than keeping reverse indexes up to date on every event (which would cost two more map updates
-    per recorded result)."""
+    results and the artifacts they produced. Returns the new results map and the ids, by seq."""
     touched = set(touched_parts)
     if not touched:
         return s.results, ()
-    dependents: dict[str, list[str]] = {}
-    frontier: list[str] = []
+    direct = {}
     for record in s.results.values():
+        inputs = record.derived_from
+        if inputs is not None and record.valid:
+            hit = sorted(touched.intersection(inputs.request_parts))
+            if hit:
+                direct[record.result_id] = f"depends on {', '.join(hit)}, changed in v{version}"
+    return _invalidate_from(s.results, direct, seq=seq, version=version)
+
+
+def _invalidate_from(
+    results: Map[str, ResultRecord], direct: dict[str, str], *, seq: int, version: int | None
+) -> tuple[Map[str, ResultRecord], tuple[str, ...]]:
+    """Mark the results in `direct` (id -> why) invalid, and every valid result derived from them
+    through upstream results and the artifacts they produced ("built on ...").
+
+    Scope changes and rejections are rare, so this walks all results once to build the dependency
+    graph rather than keeping reverse indexes up to date on every event (which would cost two more
+    map updates per recorded result)."""
+    if not direct:
+        return results, ()
+    dependents: dict[str, list[str]] = {}
+    for record in results.values():
         inputs = record.derived_from
         if inputs is None:
             continue
-        if touched.intersection(inputs.request_parts):
-            frontier.append(record.result_id)
         for upstream in inputs.results:
             dependents.setdefault(upstream, []).append(record.result_id)
         for sha in inputs.artifacts:
             dependents.setdefault("sha256:" + sha, []).append(record.result_id)
-    results = s.results
     marked: dict[str, int] = {}
-    while frontier:
-        result_id = frontier.pop()
+    # Every direct hit first, so a result that is both keeps the direct reason.
+    frontier: list[tuple[str, str]] = [(result_id, why) for result_id, why in direct.items()]
+    position = 0
+    while position < len(frontier):
+        result_id, why = frontier[position]
+        position += 1
         found = results.get(result_id)
         if found is None or result_id in marked or not found.valid:
             continue
         marked[result_id] = found.seq
-        results = results.set(result_id, _replace(found, {"invalidated_by_version": version}))
-        frontier.extend(dependents.get(result_id, ()))
+        fields: dict[str, Any] = {"invalidated_seq": seq, "invalid_because": why}
+        if version is not None:
+            fields["invalidated_by_version"] = version
+        results = results.set(result_id, _replace(found, fields))
+        built_on = f"built on {found.label}"
+        frontier.extend((d, built_on) for d in dependents.get(result_id, ()))
         for sha in found.outputs:
-            frontier.extend(dependents.get("sha256:" + sha, ()))
+            frontier.extend((d, built_on) for d in dependents.get("sha256:" + sha, ()))
     ordered = tuple(sorted(marked, key=lambda r: (marked[r], r)))
     return results, ordered
+
+
+def _reopen(
+    s: SessionState,
+    updates: Updates,
+    *,
+    invalidated: Iterable[str],
+    steps: Iterable[str] = (),
+    seq: int,
+    because: str,
+    by_rejection: bool,
+) -> tuple[str, ...]:
+    """Reopen the steps whose results became invalid (and `steps`, named outright): each goes back
+    to planned for its next round, its subagent's task with it; their deliverables are withdrawn;
+    a completed session is open again. Returns the reopened step ids, in plan order."""
+    results: Map[str, ResultRecord] = updates.get("results", s.results)
+    tasks: Map[str, TaskRecord] = updates.get("tasks", s.tasks)
+    invalid_ids = set(invalidated)
+    named = set(steps)
+    for result_id in invalid_ids:
+        step = results[result_id].step if result_id in results else None
+        if step:
+            named.add(step)
+    reopened = sorted(
+        (tasks[t] for t in named if t in tasks and tasks[t].status != TaskStatus.CANCELLED),
+        key=lambda t: (t.first_seq, t.task_id),
+    )
+    owners: set[str] = set()
+    for task in reopened:
+        transition = _new(TaskTransition, seq=seq, status=TaskStatus.PLANNED, detail=because)
+        tasks = tasks.set(
+            task.task_id,
+            _replace(
+                task,
+                {
+                    "status": TaskStatus.PLANNED,
+                    "last_seq": seq,
+                    "history": (*task.history, transition)[-TASK_HISTORY_LIMIT:],
+                    "transitions": task.transitions + 1,
+                    "round": task.round + 1,
+                    "reopened_seq": seq,
+                    "reopened_because": because,
+                    "reopened_by_rejection": by_rejection,
+                },
+            ),
+        )
+        if task.owner:
+            owners.add(task.owner)
+    subagents: Map[str, SubagentRecord] = updates.get("subagents", s.subagents)
+    for owner in sorted(owners):
+        subtask = tasks.get(owner)
+        if subtask is not None and subtask.status in (TaskStatus.DONE, TaskStatus.VERIFIED):
+            transition = _new(TaskTransition, seq=seq, status=TaskStatus.PLANNED, detail=because)
+            tasks = tasks.set(
+                owner,
+                _replace(
+                    subtask,
+                    {
+                        "status": TaskStatus.PLANNED,
+                        "last_seq": seq,
+                        "history": (*subtask.history, transition)[-TASK_HISTORY_LIMIT:],
+                        "transitions": subtask.transitions + 1,
+                    },
+                ),
+            )
+        if owner in subagents:
+            subagents = subagents.set(owner, _replace(subagents[owner], {"reopened_seq": seq}))
+    if reopened:
+        updates["tasks"] = tasks
+        updates["subagents"] = subagents
+    # A deliverable whose result is invalid is withdrawn: no longer published, no longer for review.
+    deliverables: Map[str, int] = updates.get("deliverables", s.deliverables)
+    waits: Map[str, WaitRecord] = updates.get("waits", s.waits)
+    open_waits: Map[str, int] = updates.get("open_waits", s.open_waits)
+    for name in list(deliverables):
+        artifact = s.artifacts.get(name)
+        if artifact is None or artifact.result_id not in invalid_ids:
+            continue
+        deliverables = deliverables.delete(name)
+        for wait_id in [w for w in open_waits if waits[w].artifact == name]:
+            if waits[wait_id].kind == WaitKind.READY_FOR_REVIEW:
+                open_waits = open_waits.delete(wait_id)
+                withdrawn = {"resolved": True, "last_seq": seq, "reason": f"withdrawn: {because}"}
+                waits = waits.set(wait_id, _replace(waits[wait_id], withdrawn))
+        updates["deliverables"], updates["waits"], updates["open_waits"] = deliverables, waits, open_waits
+    lc: Lifecycle = updates.get("lifecycle", s.lifecycle)
+    if reopened and lc.completed:
+        reopen = {"reopened": lc.reopened + 1, "reopened_seq": seq, "reopened_because": because}
+        updates["lifecycle"] = _replace(lc, {"completed": False, "end_reason": "", **reopen})
+    _forget_invalid_checkpoints(s, updates, results)
+    return tuple(t.task_id for t in reopened)
+
+
+def _forget_invalid_checkpoints(s: SessionState, updates: Updates, results: Map[str, ResultRecord]) -> None:
+    """A verified checkpoint whose work is invalid now is no restore point: each subagent's last
+    verified checkpoint, and the session's, fall back to the newest one still valid."""
+
+    def valid(record: CheckpointRecord) -> bool:
+        result = results.get(record.checkpoint.result_id) if record.checkpoint.result_id else None
+        return result is None or result.valid
+
+    verified = s.verified_checkpoints
+    for owner, record in s.verified_checkpoints.items():
+        if valid(record):
+            continue
+        earlier = [r for r in s.subagent_checkpoints.get(owner, ()) if r.verified and valid(r)]
+        verified = verified.set(owner, earlier[-1]) if earlier else verified.delete(owner)
+    if verified is s.verified_checkpoints:
+        return
+    updates["verified_checkpoints"] = verified
+    latest = s.latest_verified_checkpoint
+    if latest is not None and not valid(latest):
+        updates["latest_verified_checkpoint"] = max(verified.values(), key=lambda r: r.seq, default=None)
 
 
 def _note_subagent(s: SessionState, updates: dict[str, Any], name: str | None, seq: int) -> None:
@@ -613,29 +830,51 @@ def _on_scope_change(s: SessionState, e: Any) -> Updates:
         del parts[k]
     goal = old.goal
     touched = [*changed, *removed]
+    differences = []
     if p.goal is not None and p.goal != old.goal:
         goal = p.goal
         touched.append(GOAL_PART)
+        differences.append(_new(RequestChange, part=GOAL_PART, before=old.goal, after=p.goal))
+    differences += [
+        _new(RequestChange, part=k, before=old.parts.get(k), after=p.changed_parts[k]) for k in changed
+    ]
+    differences += [_new(RequestChange, part=k, before=old.parts[k], after=None) for k in removed]
     part_versions = s.part_changed_in_version
     for part in touched:
         part_versions = part_versions.set(part, p.request_version)
-    results, invalidated = _invalidate(s, touched, p.request_version)
-    record = _new(
-        ScopeChangeRecord,
-        seq=e.seq,
-        request_version=p.request_version,
-        summary=p.summary,
-        goal=p.goal,
-        changed_parts=changed,
-        removed_parts=removed,
-        invalidated=invalidated,
-    )
-    return {
+    results, invalidated = _invalidate(s, touched, p.request_version, e.seq)
+    updates: Updates = {
         "request": _new(Request, goal=goal, parts=parts, version=p.request_version, seq=e.seq),
-        "scope_changes": (*s.scope_changes, record),
         "part_changed_in_version": part_versions,
         "results": results,
     }
+    who = p.by or e.actor.name or e.actor.kind
+    reopened = _reopen(
+        s,
+        updates,
+        invalidated=invalidated,
+        seq=e.seq,
+        because=f"request v{p.request_version} ({who}): {p.summary}",
+        by_rejection=False,
+    )
+    updates["scope_changes"] = (
+        *s.scope_changes,
+        _new(
+            ScopeChangeRecord,
+            seq=e.seq,
+            request_version=p.request_version,
+            summary=p.summary,
+            goal=p.goal,
+            changed_parts=changed,
+            removed_parts=removed,
+            invalidated=invalidated,
+            by=who,
+            at=e.created_at,
+            changes=tuple(differences),
+            reopened_steps=reopened,
+        ),
+    )
+    return updates
 
 
 def _on_model_output(s: SessionState, e: Any) -> Updates:
@@ -661,11 +900,14 @@ def _on_tool_request(s: SessionState, e: Any) -> Updates:
         subagent=subagent,
         idempotency_key=p.idempotency_key,
         attempt=e.actor.attempt,
+        request_version=s.request.version,
     )
     updates: Updates = {
         "operations": s.operations.set(p.operation_id, record),
         "open_operations": s.open_operations.set(p.operation_id, e.seq),
     }
+    if p.effect in (EffectClass.UNSAFE, EffectClass.KEYED) and p.operation_id not in s.external_operations:
+        updates["external_operations"] = s.external_operations.set(p.operation_id, e.seq)
     if p.step:
         updates["current_step"] = p.step
     if p.redactions:
@@ -693,7 +935,16 @@ def _operation_named(s: SessionState, e: Any, operation_id: str) -> OperationRec
 def _on_tool_result(s: SessionState, e: Any) -> Updates:
     p = e.payload
     existing = _operation_named(s, e, p.operation_id)
-    record = _replace(existing, {"result_seq": e.seq, "ok": p.ok, "error": p.error, "result_id": p.result_id})
+    fields: dict[str, Any] = {
+        "result_seq": e.seq,
+        "result_at": e.created_at,
+        "ok": p.ok,
+        "error": p.error,
+        "result_id": p.result_id,
+    }
+    if p.operation_id in s.external_operations:
+        fields["effect_ref"] = _effect_ref(p.output) if p.ok else ""
+    record = _replace(existing, fields)
     updates: Updates = {"operations": s.operations.set(p.operation_id, record)}
     if p.operation_id in s.open_operations:
         updates["open_operations"] = s.open_operations.delete(p.operation_id)
@@ -714,6 +965,15 @@ def _on_tool_result(s: SessionState, e: Any) -> Updates:
     return updates
 
 
+def _effect_ref(output: Any) -> str:
+    """What an external effect made, as its system names it (a ticket's id), when it says."""
+    if isinstance(output, dict):
+        for key in ("id", "url", "key"):
+            if isinstance(output.get(key), str | int):
+                return str(output[key])
+    return ""
+
+
 def _on_approval_request(s: SessionState, e: Any) -> Updates:
     p = e.payload
     record = _new(
@@ -725,6 +985,10 @@ def _on_approval_request(s: SessionState, e: Any) -> Updates:
         summary=p.summary,
         requested_seq=e.seq,
         request_expires_at=p.expires_at,
+        payload_ref=p.payload_ref,
+        content_ref=p.content_ref,
+        content_name=p.content_name,
+        kind=p.kind,
     )
     previous = s.approvals.get(p.approval_id)
     if previous is not None and previous.decision is not None:
@@ -787,7 +1051,99 @@ def _on_approval(s: SessionState, e: Any) -> Updates:
     }
     if p.approval_id in s.pending_approvals:
         updates["pending_approvals"] = s.pending_approvals.delete(p.approval_id)
+        if not p.granted and record.kind == "dispatch":
+            _reject_pending_operation(s, updates, e, record)
     return updates
+
+
+def _reject_pending_operation(s: SessionState, updates: Updates, e: Any, approval: ApprovalRecord) -> None:
+    """An operation turned down before it ran: the step that asked for it is redone, with the
+    reason for the executor to act on, instead of going on as if it had run."""
+    p = e.payload
+    operation = s.operations.get(p.operation_id)
+    _record_rejection(
+        s,
+        updates,
+        e,
+        kind="approval",
+        item=p.approval_id,
+        sha256=approval.payload_sha256,
+        reason=p.reason,
+        step=operation.step if operation is not None else None,
+        produced=None,
+        operation_id=p.operation_id,
+    )
+
+
+def _on_rejection(s: SessionState, e: Any) -> Updates:
+    """A published deliverable turned down: the result that published it, the step that made it
+    and everything built on them are invalid; the step is redone with the reason."""
+    p = e.payload
+    artifact = s.artifacts.get(p.name)
+    produced = None
+    if artifact is not None and artifact.ref.sha256 == p.sha256 and artifact.result_id:
+        produced = artifact.result_id  # other bytes under the name are not what was rejected
+    result = s.results.get(produced) if produced else None
+    updates: Updates = {}
+    _record_rejection(
+        s,
+        updates,
+        e,
+        kind="deliverable",
+        item=p.name,
+        sha256=p.sha256,
+        reason=p.reason,
+        step=result.step if result is not None else None,
+        produced=produced,
+        operation_id=produced if produced in s.operations else None,
+    )
+    return updates
+
+
+def _record_rejection(
+    s: SessionState,
+    updates: Updates,
+    e: Any,
+    *,
+    kind: Literal["deliverable", "approval"],
+    item: str,
+    sha256: str,
+    reason: str,
+    step: str | None,
+    produced: str | None,
+    operation_id: str | None,
+) -> None:
+    """Invalidate what was rejected (the result that `produced` it, and the work of its `step` in
+    its current round) and everything built on it, reopen the step, and keep the rejection."""
+    who = e.payload.by or e.actor.name or e.actor.kind
+    because = f"{item} rejected by {who}" + (f": {reason}" if reason else "")
+    direct = {produced: because} if produced else {}
+    if step is not None:
+        direct.update({r.result_id: because for r in s.results.values() if r.step == step and r.valid})
+    invalidated: tuple[str, ...] = ()
+    if direct:
+        updates["results"], invalidated = _invalidate_from(s.results, direct, seq=e.seq, version=None)
+    # An approval turned down reopens its step even before the step produced anything.
+    named = (step,) if step is not None and (kind == "approval" or produced) else ()
+    reopened = _reopen(
+        s, updates, invalidated=invalidated, steps=named, seq=e.seq, because=because, by_rejection=True
+    )
+    updates["rejections"] = (
+        *s.rejections,
+        _new(
+            RejectionRecord,
+            seq=e.seq,
+            kind=kind,
+            item=item,
+            sha256=sha256,
+            reason=reason,
+            by=who,
+            at=e.created_at,
+            operation_id=operation_id,
+            invalidated=invalidated,
+            reopened_steps=reopened,
+        ),
+    )
 
 
 def _on_artifact(s: SessionState, e: Any) -> Updates:
@@ -823,11 +1179,29 @@ def _on_artifact(s: SessionState, e: Any) -> Updates:
 
 
 def _on_checkpoint(s: SessionState, e: Any) -> Updates:
-    record = _new(CheckpointRecord, seq=e.seq, checkpoint=e.payload)
+    p = e.payload
+    record = _new(CheckpointRecord, seq=e.seq, checkpoint=p)
     updates: Updates = {"latest_checkpoint": record, "checkpoint_count": s.checkpoint_count + 1}
     if record.verified:
         updates["latest_verified_checkpoint"] = record
-        updates["verified_checkpoints"] = s.verified_checkpoints.set(e.payload.subagent or "", record)
+        updates["verified_checkpoints"] = s.verified_checkpoints.set(p.subagent or "", record)
+    owner = p.subagent or e.actor.subagent
+    if owner:
+        previous = s.subagent_checkpoints.get(owner, ())
+        updates["subagent_checkpoints"] = s.subagent_checkpoints.set(owner, (*previous, record))
+    if p.result_id:
+        # A step's checkpoint is named after the step, with "@<round>" from its second round on.
+        step = p.checkpoint_id.split("@", 1)[0]
+        _register_result(
+            s,
+            updates,
+            result_id=p.result_id,
+            source="checkpoint",
+            label=p.checkpoint_id,
+            seq=e.seq,
+            derived_from=p.derived_from,
+            step=step if step in s.tasks else None,
+        )
     return updates
 
 
@@ -843,6 +1217,7 @@ def _on_note(s: SessionState, e: Any) -> Updates:
         evidence=p.evidence,
         first_seq=previous.first_seq if previous else e.seq,
         last_seq=e.seq,
+        result_id=p.result_id or (f"note:{p.note_id}" if p.derived_from is not None else None),
     )
     updates: Updates = {
         "notes": s.notes.set(p.note_id, record),
@@ -879,6 +1254,7 @@ def _on_task(s: SessionState, e: Any) -> Updates:
             history=(transition,),
             transitions=1,
             ever_verified=p.status == TaskStatus.VERIFIED,
+            request_parts=p.request_parts,
         )
     else:
         record = _replace(
@@ -893,6 +1269,7 @@ def _on_task(s: SessionState, e: Any) -> Updates:
                 "history": (*previous.history, transition)[-TASK_HISTORY_LIMIT:],
                 "transitions": previous.transitions + 1,
                 "ever_verified": previous.ever_verified or p.status == TaskStatus.VERIFIED,
+                "request_parts": p.request_parts if p.request_parts is not None else previous.request_parts,
             },
         )
     updates: Updates = {"tasks": s.tasks.set(p.task_id, record)}
@@ -1147,6 +1524,7 @@ _HANDLERS: dict[str, Callable[[SessionState, Any], Updates]] = {
     "wait": _on_wait,
     "operation_outcome": _on_operation_outcome,
     "lifecycle": _on_lifecycle,
+    "rejection": _on_rejection,
     "summary": _on_summary,
     "remote": _on_remote,
     "session_link": _on_session_link,

@@ -115,6 +115,11 @@ class PendingApprovalStatus(StatusModel):
     summary: str = ""
     expires_at: datetime | None = None
     command: str
+    # Where to read what the approval binds before deciding: the operation's canonical payload,
+    # and the bytes it sends out (a deliverable's content), when there are some.
+    payload_location: str | None = None
+    content_sha256: str | None = None
+    content_location: str | None = None
 
 
 class WaitStatus(StatusModel):
@@ -348,8 +353,14 @@ def interruption_of(state: SessionState, liveness: Liveness | None) -> Interrupt
     signs = [t for t in (liveness.renewed_at, state.last_event_at) if t is not None]
     since = max(signs) if signs else None
     ended = _last_end(state) if not lifecycle.harness_running else ""
+    reopened = lifecycle.reopened_seq is not None and not any(
+        e.kind == LifecycleKind.HARNESS_STARTED and e.seq > (lifecycle.reopened_seq or 0)
+        for e in lifecycle.recent
+    )
     if lifecycle.harness_starts == 0:
         why = "no harness attempt has started on the recorded request"
+    elif reopened and not lifecycle.harness_running:
+        why = f"the session ended and was reopened ({lifecycle.reopened_because}); no attempt has run since"
     elif ended:
         why = f"attempt {attempt} stopped without ending the session: {ended}"
     elif liveness.holder_alive is False:
@@ -751,6 +762,9 @@ def session_status(
                 summary=a.summary,
                 expires_at=a.request_expires_at,
                 command=commands.approve(state.session_id, a.approval_id),
+                payload_location=locate(a.payload_ref) if a.payload_ref is not None else None,
+                content_sha256=a.content_ref.sha256 if a.content_ref is not None else None,
+                content_location=locate(a.content_ref) if a.content_ref is not None else None,
             )
             for a in approvals
         ],

@@ -279,12 +279,20 @@ def _write_atomically(path: Path, data: bytes) -> None:
     os.replace(temporary, path)
 
 
+def unknown_session(session_id: str, home: LocalHome) -> str:
+    """The home defaults to ./.belay, so a command run from another directory finds nothing."""
+    return (
+        f"unknown session {session_id!r} in {home.root}; run it there, or point --home "
+        f"(or {HOME_ENV}) at the home it ran in"
+    )
+
+
 def load_installed(home: LocalHome, session_id: str) -> AgentSession:
     """The manifest a session was started with, and its plan, both still usable."""
     from belay.harness.models.scripted import PlanError, load_plan
 
     if not home.session_exists(session_id):
-        raise ManifestError(f"unknown session {session_id!r} in {home.root}")
+        raise ManifestError(unknown_session(session_id, home))
     advice = "`belay run` wrote it: restore it from a backup, or run the session again under another --home"
     try:
         session = load_manifest(home.manifest_file(session_id))

@@ -4,8 +4,15 @@ It decides each turn from the session record, never from an in-memory counter: t
 the first action of the plan whose operation has no result in the record yet. A harness that is
 killed and resumed therefore continues exactly where the record says it stands.
 
-Each plan step is framed by `update_plan` calls (`running`, then `done` with the step's
-verification), so step boundaries and checkpoints come from the same path a real model uses.
+Each plan step is framed by `update_plan` calls (`running` with the request parts the step depends
+on, then `done` with the step's verification and the step that follows), so step boundaries,
+provenance and checkpoints come from the same path a real model uses.
+
+A step is done once per round. When a scope change invalidates its work, or a person rejects what
+it produced, the record reopens it for its next round: the step is done again under new operation
+ids (`<subagent>.<step>@<round>.<position>` from the second round on), with the first of its
+`variants` whose condition the record meets (the goal now says something, the round was opened by
+a rejection), else with its own actions.
 """
 
 from __future__ import annotations
@@ -15,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from belay.harness.models.base import ModelRequest, ModelTurn, ToolCall
 from belay.harness.tools import TOOLS
-from belay.journal.state import SessionState
+from belay.journal.state import EMPTY, SessionState, TaskRecord
 from belay.sandbox.protocol import MAX_COMMAND_BYTES, command_size
 
 SCRIPTED_MODEL_ID = "scripted/v1"
@@ -40,11 +47,47 @@ class StepVerification(PlanModel):
     exit_code: int = 0
 
 
+class VariantCondition(PlanModel):
+    """When a variant applies: every condition given must hold."""
+
+    goal_contains: str | None = None  # the request's goal, as it stands now, contains this text
+    rejected: bool | None = None  # the step's round was opened by a rejection (True) or not
+
+    @model_validator(mode="after")
+    def _says_something(self) -> VariantCondition:
+        if self.goal_contains is None and self.rejected is None:
+            raise ValueError("a variant needs a condition: goal_contains, rejected, or both")
+        return self
+
+    def holds(self, state: SessionState, task: TaskRecord | None) -> bool:
+        if self.goal_contains is not None and self.goal_contains not in state.request.goal:
+            return False
+        if self.rejected is not None:
+            by_rejection = task is not None and task.round > 1 and task.reopened_by_rejection
+            if by_rejection != self.rejected:
+                return False
+        return True
+
+
+class ScriptedVariant(PlanModel):
+    """Another way to do a step: its actions (and verification) replace the step's own."""
+
+    when: VariantCondition
+    verify: StepVerification | None = None
+    actions: list[ScriptedAction] = Field(min_length=1)
+
+
 class ScriptedStep(PlanModel):
     id: str = Field(pattern=r"^[a-z0-9][-a-z0-9_]*$")
     title: str
+    # The request parts ("goal" included) this step depends on; None: all of them.
+    inputs: list[str] | None = None
     verify: StepVerification | None = None
     actions: list[ScriptedAction] = Field(default_factory=list)
+    variants: list[ScriptedVariant] = Field(default_factory=list)
+
+    def chosen(self, state: SessionState, task: TaskRecord | None) -> ScriptedVariant | None:
+        return next((v for v in self.variants if v.when.holds(state, task)), None)
 
 
 class ScriptedSubagentPlan(PlanModel):
@@ -116,9 +159,11 @@ def plan_problems(plan: ScriptedPlan, subagents: list[str] | None = None) -> lis
         ]
         for step in subplan.steps:
             where = f"subagents.{name}.{step.id}"
-            if step.verify is not None and command_size(step.verify.command) > MAX_COMMAND_BYTES:
+            verifies = [step.verify, *(v.verify for v in step.variants)]
+            if any(v is not None and command_size(v.command) > MAX_COMMAND_BYTES for v in verifies):
                 problems.append(f"{where}: the verify command is above {MAX_COMMAND_BYTES} bytes")
-            for index, action in enumerate(step.actions, start=1):
+            actions = [*step.actions, *(a for v in step.variants for a in v.actions)]
+            for index, action in enumerate(actions, start=1):
                 if action.tool not in TOOLS:
                     problems.append(f"{where}: unknown tool {action.tool!r}")
                 elif action.tool == "run_command" and command_size(action.arguments.get("command")) > (
@@ -130,37 +175,69 @@ def plan_problems(plan: ScriptedPlan, subagents: list[str] | None = None) -> lis
     return problems
 
 
-def operation_id(subagent: str, step: str, position: str) -> str:
-    return f"{subagent}.{step}.{position}"
+# The next step of the last one: what the harness records as the checkpoint's next step.
+END_OF_PLAN = "end"
 
 
-def planned_calls(subagent: str, plan: ScriptedSubagentPlan) -> list[ToolCall]:
-    """Every call the plan makes, in order, each with its stable operation id."""
+def operation_id(subagent: str, step: str, position: str, round_: int = 1) -> str:
+    where = step if round_ == 1 else f"{step}@{round_}"
+    return f"{subagent}.{where}.{position}"
+
+
+def planned_calls(subagent: str, plan: ScriptedSubagentPlan, state: SessionState = EMPTY) -> list[ToolCall]:
+    """Every call the plan makes, in order, each with its stable operation id: for each step, the
+    calls of its current round in the record (the first round when the record has none)."""
     calls: list[ToolCall] = []
-    for step in plan.steps:
+    for index, step in enumerate(plan.steps):
+        task = state.tasks.get(f"{subagent}/{step.id}")
+        round_ = task.round if task is not None else 1
+        variant = step.chosen(state, task)
+        actions = variant.actions if variant is not None else step.actions
+        verify = variant.verify if variant is not None and variant.verify is not None else step.verify
+        following = plan.steps[index + 1].id if index + 1 < len(plan.steps) else END_OF_PLAN
+        start: dict[str, Any] = {"step": step.id, "title": step.title, "status": "running"}
+        if step.inputs is not None:
+            start["inputs"] = list(step.inputs)
         calls.append(
             ToolCall(
-                call_id=operation_id(subagent, step.id, "start"),
-                name="update_plan",
-                arguments={"step": step.id, "title": step.title, "status": "running"},
+                call_id=operation_id(subagent, step.id, "start", round_), name="update_plan", arguments=start
             )
         )
-        for index, action in enumerate(step.actions, start=1):
+        for position, action in enumerate(actions, start=1):
             calls.append(
                 ToolCall(
-                    call_id=operation_id(subagent, step.id, str(index)),
+                    call_id=operation_id(subagent, step.id, str(position), round_),
                     name=action.tool,
                     arguments=action.arguments,
                 )
             )
-        done: dict[str, Any] = {"step": step.id, "title": step.title, "status": "done"}
-        if step.verify is not None:
-            done["verify"] = step.verify.command
-            done["expect_exit_code"] = step.verify.exit_code
+        done: dict[str, Any] = {
+            "step": step.id,
+            "title": step.title,
+            "status": "done",
+            "next_step": following,
+        }
+        if verify is not None:
+            done["verify"] = verify.command
+            done["expect_exit_code"] = verify.exit_code
         calls.append(
-            ToolCall(call_id=operation_id(subagent, step.id, "done"), name="update_plan", arguments=done)
+            ToolCall(
+                call_id=operation_id(subagent, step.id, "done", round_), name="update_plan", arguments=done
+            )
         )
     return calls
+
+
+def texts(subagent: str, plan: ScriptedSubagentPlan, state: SessionState) -> dict[str, str]:
+    """What the model "says" with each call of the current rounds, by operation id."""
+    said = {}
+    for step in plan.steps:
+        task = state.tasks.get(f"{subagent}/{step.id}")
+        round_ = task.round if task is not None else 1
+        variant = step.chosen(state, task)
+        for position, action in enumerate(variant.actions if variant else step.actions, start=1):
+            said[operation_id(subagent, step.id, str(position), round_)] = action.text
+    return said
 
 
 def is_settled(state: SessionState, operation_id: str) -> bool:
@@ -170,7 +247,7 @@ def is_settled(state: SessionState, operation_id: str) -> bool:
 
 
 def next_call(subagent: str, plan: ScriptedSubagentPlan, state: SessionState) -> ToolCall | None:
-    for call in planned_calls(subagent, plan):
+    for call in planned_calls(subagent, plan, state):
         if not is_settled(state, call.call_id):
             return call
     return None
@@ -189,18 +266,14 @@ class ScriptedModel:
         self.plan = plan.for_subagent(subagent)
         self.read_state = read_state
         self.model_id = SCRIPTED_MODEL_ID
-        self._text_by_call = {
-            operation_id(subagent, step.id, str(i)): action.text
-            for step in self.plan.steps
-            for i, action in enumerate(step.actions, start=1)
-        }
 
     async def complete(self, request: ModelRequest) -> ModelTurn:
-        call = next_call(self.subagent, self.plan, await self.read_state())
+        state = await self.read_state()
+        call = next_call(self.subagent, self.plan, state)
         if call is None:
             return ModelTurn(text="Every step of my plan is done.", model_id=self.model_id)
         return ModelTurn(
-            text=self._text_by_call.get(call.call_id, ""),
+            text=texts(self.subagent, self.plan, state).get(call.call_id, ""),
             tool_calls=[call],
             model_id=self.model_id,
             input_tokens=sum(len(m.content) for m in request.messages) // 4,
