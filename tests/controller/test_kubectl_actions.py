@@ -1,7 +1,7 @@
 """Every `kubectl belay` action, run by a person bound to a Role that grants AgentSession access
 and nothing else (checked with `kubectl auth can-i`), against the real operator with a real event
 store and a real S3 artifact store: brief, approve (an operation, and a yes to an external wait),
-reject, answer, reconcile, amend, artifacts, artifacts get and events. Each decision is written into the
+reject, answer, reconcile, amend, artifacts, artifacts get, events and report. Each decision is written into the
 AgentSession's spec and must arrive in the session record, recorded by the operator; the
 deliverable comes through the presigned URL the operator publishes, with no store credentials on
 the person's side (the plugin runs with none in its environment).
@@ -195,6 +195,10 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
         assert brief.returncode == 0, brief.stderr
         assert "kubectl belay approve decide-all approve-worker.publish.1" in brief.stdout
         assert "(checkpoints not shown: you may not list Checkpoints in this namespace)" in brief.stdout
+
+        drawn = kubectl_belay(config_file, "report", SESSION, "-o", str(tmp_path / "report.html"))
+        assert drawn.returncode == 0, drawn.stderr
+        assert "approve-worker.publish.1" in (tmp_path / "report.html").read_text()
 
         listed = kubectl_belay(config_file, "artifacts", SESSION)
         assert listed.returncode == 0, listed.stderr
