@@ -1,10 +1,10 @@
 """Every `kubectl belay` action, run by a person bound to a Role that grants AgentSession access
 and nothing else (checked with `kubectl auth can-i`), against the real operator with a real event
 store and a real S3 artifact store: brief, approve (an operation, and a yes to an external wait),
-reject, answer, reconcile, amend, artifacts, artifacts get, events and report. Each decision is written into the
-AgentSession's spec and must arrive in the session record, recorded by the operator; the
-deliverable comes through the presigned URL the operator publishes, with no store credentials on
-the person's side (the plugin runs with none in its environment).
+reject, answer, reconcile, amend, artifacts, artifacts get, events and report. Each decision is
+written into the AgentSession's spec and must arrive in the session record, recorded by the
+operator; the deliverable and the events come through the presigned URLs the operator publishes,
+with no store credentials on the person's side (the plugin runs with none in its environment).
 
 The session's record is written first, standing where every action has something to act on; no
 harness runs (no kubelet here), so the operator's recovery of the attempt runs beside the
