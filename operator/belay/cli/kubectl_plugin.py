@@ -707,19 +707,22 @@ def _await_export(api: client.CustomObjectsApi, namespace: str, name: str, reque
     from kubernetes import watch as kube_watch
 
     watcher = kube_watch.Watch()
-    for change in watcher.stream(
-        api.list_namespaced_custom_object,
-        GROUP,
-        VERSION,
-        namespace,
-        "agentsessions",
-        field_selector=f"metadata.name={name}",
-        timeout_seconds=int(EVENTS_WAIT_S),
-    ):
-        export = (change["object"].get("status") or {}).get("eventsExport") or {}
-        if export.get("request") == request:
-            watcher.stop()
-            return cast(dict[str, Any], export)
+    try:
+        for change in watcher.stream(
+            api.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            "agentsessions",
+            field_selector=f"metadata.name={name}",
+            timeout_seconds=int(EVENTS_WAIT_S),
+        ):
+            export = (change["object"].get("status") or {}).get("eventsExport") or {}
+            if export.get("request") == request:
+                watcher.stop()
+                return cast(dict[str, Any], export)
+    except ApiException as error:
+        raise PluginError(f"cannot watch {name} for the export: {error.status} {_reason(error)}") from None
     raise PluginError(
         f"the operator did not export the events of {name} within {EVENTS_WAIT_S:.0f} s; "
         "is it running? (kubectl get agentsession shows whether it observes the session)"
