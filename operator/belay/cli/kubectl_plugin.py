@@ -41,6 +41,7 @@ import shlex
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, cast
@@ -704,6 +705,28 @@ def _with_session(line: str, name: str) -> str:
 
 def _await_export(api: client.CustomObjectsApi, namespace: str, name: str, request: str) -> dict[str, Any]:
     """Watch the session until its status answers the request."""
+
+    def answered(status: dict[str, Any]) -> dict[str, Any] | None:
+        export = status.get("eventsExport") or {}
+        return export if export.get("request") == request else None
+
+    found = _await_status(api, namespace, name, answered, EVENTS_WAIT_S)
+    if found is None:
+        raise PluginError(
+            f"the operator did not export the events of {name} within {EVENTS_WAIT_S:.0f} s; "
+            "is it running? (kubectl get agentsession shows whether it observes the session)"
+        )
+    return found
+
+
+def _await_status(
+    api: client.CustomObjectsApi,
+    namespace: str,
+    name: str,
+    answered: Callable[[dict[str, Any]], dict[str, Any] | None],
+    timeout_s: float,
+) -> dict[str, Any] | None:
+    """Watch one session until `answered(status)` gives something; None when the time is up."""
     from kubernetes import watch as kube_watch
 
     watcher = kube_watch.Watch()
@@ -715,18 +738,82 @@ def _await_export(api: client.CustomObjectsApi, namespace: str, name: str, reque
             namespace,
             "agentsessions",
             field_selector=f"metadata.name={name}",
-            timeout_seconds=int(EVENTS_WAIT_S),
+            timeout_seconds=int(timeout_s),
         ):
-            export = (change["object"].get("status") or {}).get("eventsExport") or {}
-            if export.get("request") == request:
+            found = answered(change["object"].get("status") or {})
+            if found is not None:
                 watcher.stop()
-                return cast(dict[str, Any], export)
+                return found
     except ApiException as error:
-        raise PluginError(f"cannot watch {name} for the export: {error.status} {_reason(error)}") from None
-    raise PluginError(
-        f"the operator did not export the events of {name} within {EVENTS_WAIT_S:.0f} s; "
-        "is it running? (kubectl get agentsession shows whether it observes the session)"
-    )
+        raise PluginError(f"cannot watch {name}: {error.status} {_reason(error)}") from None
+    return None
+
+
+DRILL_REQUEST_ANNOTATION = "belay.dev/drill-request"
+
+
+@app.command()
+def drill(
+    name: str,
+    at: Annotated[
+        list[str],
+        typer.Option("--at", help="A fault point (`<event type>:<identity>`, as `belay drill` names them)."),
+    ],
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for the verdict.")] = True,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the verdict.")] = 1800.0,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """The interruption drill in the cluster: the operator runs a copy of the session whose k-th
+    attempt stops itself at the k-th point, replaces each, and checks that the copy completes
+    without repeating a step and delivers the same bytes as the session."""
+    try:
+        if any(not p or "," in p or ":" not in p for p in at):
+            raise PluginError("each --at is one fault point, `<event type>:<identity>`, without commas")
+        api, default_namespace, _ = _connect(kubeconfig)
+        namespace = namespace or default_namespace
+        nonce = secrets.token_hex(4)
+        request = json.dumps({"nonce": nonce, "points": at})
+        patch = {"metadata": {"annotations": {DRILL_REQUEST_ANNOTATION: request}}}
+        try:
+            api.patch_namespaced_custom_object(GROUP, VERSION, namespace, "agentsessions", name, patch)
+        except ApiException as error:
+            if error.status == 404:
+                raise PluginError(f"no AgentSession {name!r} in namespace {namespace!r}") from None
+            raise PluginError(f"cannot ask for a drill of {name}: {error.status} {_reason(error)}") from None
+        if not wait:
+            typer.echo(f"drill {nonce} of {name} asked for; its verdict will be in status.drill")
+            return
+
+        def judged(status: dict[str, Any]) -> dict[str, Any] | None:
+            report = status.get("drill") or {}
+            return report if report.get("request") == nonce and report.get("passed") is not None else None
+
+        report = _await_status(api, namespace, name, judged, timeout)
+        if report is None:
+            raise PluginError(f"drill {nonce} of {name} has no verdict after {timeout:.0f} s; try --timeout")
+    except PluginError as error:
+        raise _fail(error) from None
+    typer.echo(json.dumps(report, sort_keys=True) if as_json else _drill_lines(report))
+    if not report["passed"]:
+        raise typer.Exit(1)
+
+
+def _drill_lines(report: dict[str, Any]) -> str:
+    verdict = "passed" if report["passed"] else "FAILED"
+    lines = [
+        f"drill {report['request']} {verdict}: the copy {report['session']} {report['phase']} after "
+        f"{report.get('attemptsLost', 0)} lost attempt(s), stopped at {', '.join(report['points'])}"
+    ]
+    for item in report.get("deliverables") or []:
+        same = "same bytes" if item["sha256"] and item["sha256"] == item["sourceSha256"] else "DIFFERENT"
+        lines.append(
+            f"  {item['name']}: {same} (copy {item['sha256'] or '-'}, session {item['sourceSha256'] or '-'})"
+        )
+    for twice in report.get("stepsRunTwice") or []:
+        lines.append(f"  repeated: {twice}")
+    return "\n".join(lines)
 
 
 def _fetch(location: str, size: int, sha256: str, what: str) -> bytes:

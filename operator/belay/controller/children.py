@@ -71,17 +71,17 @@ def child_manifest(parent: dict[str, Any], link: SessionLinkRecord) -> dict[str,
             "namespace": meta["namespace"],
             "labels": {k: v for k, v in child_labels.items() if v},
             "annotations": {PART_ANNOTATION: link.part},
-            "ownerReferences": [
-                {
-                    "apiVersion": "belay.dev/v1alpha1",
-                    "kind": "AgentSession",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                }
-            ],
+            "ownerReferences": owned_by(meta),
         },
         "spec": spec,
     }
+
+
+def owned_by(meta: dict[str, Any]) -> list[dict[str, str]]:
+    """The owner reference to an AgentSession: what it starts goes when it is deleted."""
+    return [
+        {"apiVersion": "belay.dev/v1alpha1", "kind": "AgentSession", "name": meta["name"], "uid": meta["uid"]}
+    ]
 
 
 def parent_link_write(uid: str, meta: dict[str, Any], state: SessionState) -> RecordWrite | None:

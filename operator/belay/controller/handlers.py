@@ -21,6 +21,7 @@ import kopf
 
 from belay.api.agentsession import AgentSessionSpec
 from belay.controller import metrics, names
+from belay.controller.drill import DRILL_OF_LABEL
 from belay.controller.kube import KubeClient, load_api_client
 from belay.controller.reconciler import SessionReconciler
 from belay.controller.retention import apply_retention
@@ -90,9 +91,11 @@ async def close_stores(**_: Any) -> None:
 def session_changed(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
     Runtime.bodies[_key(namespace, name)] = dict(body)
     _wake(_key(namespace, name))
-    parent = (body.get("metadata", {}).get("labels") or {}).get(PARENT_LABEL)
-    if parent:
-        _wake(_key(namespace, parent))  # a child moved on: its coordinator may be waiting on it
+    labels = body.get("metadata", {}).get("labels") or {}
+    for waiting in (labels.get(PARENT_LABEL), labels.get(DRILL_OF_LABEL)):
+        if waiting:
+            # A child moved on (its coordinator may wait on it), or a drill's copy (its session reports it).
+            _wake(_key(namespace, waiting))
 
 
 # A pod of a session changed or went away: its worker decides what that means.

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from belay.api.agentsession import AgentSessionSpec
 from belay.api.status import (
     AgentSessionStatus,
+    DrillStatus,
     EventsExport,
     ForkStatus,
     HarnessPodStatus,
@@ -33,6 +34,14 @@ from belay.controller import names
 from belay.controller.checkpoints import checkpoint_object
 from belay.controller.children import child_ended_write, child_manifest, child_wait_write, parent_link_write
 from belay.controller.desired import SessionRef, desired_children, sandbox_token_secret
+from belay.controller.drill import (
+    DrillRequest,
+    drill_manifest,
+    drill_name,
+    drill_request,
+    drill_status,
+    fault_point,
+)
 from belay.controller.kube import KubeClient
 from belay.controller.record import (
     ForkSourceMissing,
@@ -61,7 +70,7 @@ from belay.controller.settings import OperatorSettings
 from belay.controller.status import OperatorProblem, TransitionEvent, session_status_patch, transition_events
 from belay.journal.events import ArtifactRef, CheckpointEvent, event_line
 from belay.journal.state import EMPTY, SessionState, apply, fold
-from belay.journal.status import Liveness
+from belay.journal.status import Liveness, Phase, phase_of
 from belay.stores.base import ArtifactStore, ClaimTaken, EventStore, RecordCorrupt, StoreUnavailable
 from belay.stores.factory import open_artifact_store, open_event_store
 
@@ -89,6 +98,9 @@ class SessionMemory:
     # Child sessions whose AgentSession this operator created or found, and their folded records.
     children_created: set[str] = field(default_factory=set)
     child_states: dict[str, SessionState] = field(default_factory=dict)
+    # The drill asked for with the annotation: its copy's folded record and where it stands.
+    drill_state: SessionState = EMPTY
+    drill: DrillStatus | None = None
     # The last events export asked for with the annotation, and the blob that answers it.
     events_export: tuple[EventsExport, ArtifactRef] | None = None
 
@@ -287,6 +299,24 @@ class SessionReconciler:
             if ended is not None:
                 await self._write(store, ref.name, ended)
         await self._follow(store, ref, memory)
+
+    async def _drill(
+        self, store: EventStore, body: dict[str, Any], request: DrillRequest, memory: SessionMemory
+    ) -> None:
+        """Start the drill's copy once, follow its record, and judge it once it ended."""
+        name = drill_name(body["metadata"]["name"], request.nonce)
+        if memory.drill is None or memory.drill.request != request.nonce:
+            await asyncio.to_thread(self.kube.create_session_if_absent, drill_manifest(body, request))
+            memory.drill_state = EMPTY
+            memory.drill = drill_status(request, name, EMPTY, None, memory.state)
+        if memory.drill.passed is not None:
+            return
+        fresh = await store.read(name, from_seq=memory.drill_state.last_seq + 1)
+        if fresh:
+            memory.drill_state = fold(fresh, memory.drill_state)
+        ended = phase_of(memory.drill_state) in (Phase.SUCCEEDED, Phase.FAILED)
+        events = await store.read(name) if ended else None
+        memory.drill = drill_status(request, name, memory.drill_state, events, memory.state)
 
     async def _export_events(
         self, store: EventStore, artifacts: ArtifactStore, session: str, asked: str, memory: SessionMemory
@@ -507,8 +537,13 @@ class SessionReconciler:
             decision = await self._decide(store, ref, spec, memory, pods)
             await self._follow(store, ref, memory)
         replacements = replacements_of(memory.state, spec)
-        objects = desired_children(ref, spec, self.settings, decision.index, replacements)
+        fault = fault_point(meta.get("annotations"), memory.state)
+        objects = desired_children(ref, spec, self.settings, decision.index, replacements, fault)
         await self._apply_children(ref, objects, pods, memory)
+
+        drill = drill_request(meta.get("annotations"))
+        if drill is not None:
+            await self._drill(store, body, drill, memory)
 
         asked = (meta.get("annotations") or {}).get(names.ANNOTATION_EVENTS_REQUEST)
         if asked and (memory.events_export is None or memory.events_export[0].request != asked):
@@ -529,6 +564,7 @@ class SessionReconciler:
             harness=harness,
             sandboxes=sandboxes,
             forked_from=memory.forked_from,
+            drill=memory.drill,
             events_export=memory.events_export[0].model_copy(
                 update={"location": locate(memory.events_export[1])}
             )

@@ -13,6 +13,7 @@ from belay.api.status import (
     AgentSessionStatus,
     Condition,
     ConditionType,
+    DrillStatus,
     EventsExport,
     ForkStatus,
     HarnessPodStatus,
@@ -64,6 +65,7 @@ def session_status_patch(
     sandboxes: list[SandboxPodStatus] | None = None,
     forked_from: ForkStatus | None = None,
     events_export: EventsExport | None = None,
+    drill: DrillStatus | None = None,
     locate: ArtifactLocator | None = None,
     problem: OperatorProblem | None = None,
     liveness: Liveness | None = None,
@@ -106,6 +108,7 @@ def session_status_patch(
         sandboxes=sandboxes or [],
         forked_from=forked_from,
         events_export=events_export,
+        drill=drill,
     )
 
 
