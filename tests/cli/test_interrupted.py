@@ -33,6 +33,7 @@ from belay.harness.attempt import fault_key
 from belay.journal.events import Event, Lifecycle, LifecycleKind, UserInput, WaitKind
 from belay.journal.recovery import recovery_plan
 from belay.journal.state import fold
+from belay.lifetime import process_table
 from belay.local.drill import is_stopped, read_events, run_belay, start_belay
 from tests.cli.test_decisions import SESSION as DECISIONS
 from tests.cli.test_decisions import write
@@ -77,21 +78,6 @@ class Process:
     start: int  # clock ticks since boot: a pid given to another process later does not match
 
 
-def process_table() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, start) of every live process (zombies are dead)."""
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] not in ("Z", "X"):
-            table[int(entry.name)] = (int(fields[1]), int(fields[19]))
-    return table
-
-
 def lies_in(pid: int, home: Path) -> bool:
     root = str(home)
     try:
@@ -108,7 +94,10 @@ def run_processes(home: Path, *, besides: set[int]) -> set[Process]:
     table = process_table()
     recorded = set()
     for record in home.glob("sessions/*/sandboxes/*/server.json"):
-        pid = json.loads(record.read_text()).get("pid")
+        try:
+            pid = json.loads(record.read_text()).get("pid")
+        except (OSError, ValueError):  # being written or removed: the other signs still count
+            continue
         if pid in table:
             recorded.add(pid)
     found = recorded | {pid for pid in table if lies_in(pid, home)}

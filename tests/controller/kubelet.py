@@ -19,8 +19,17 @@ What it does for a pod:
   (an argument naming the port, alone or as `--flag=PORT`, and `0.0.0.0`, are rewritten), and a
   Service URL in an env value (`http://<service>.<namespace>.svc:<port>`) is rewritten to the port
   of a pod the Service selects, as cluster DNS and kube-proxy would route it;
-- status: Running once started, then Succeeded or Failed with the exit code; a pod deleted from
-  the API has its process group killed, as a kubelet would.
+- processes: each pod runs in a PID namespace of its own, its command the child of a small init
+  (`pod_init.py`, as `docker run --init` gives a container), so every process the pod starts dies
+  with it; and its first process gets the parent-death signal, so a pod dies with the test run
+  even when pytest is killed outright;
+- status: Running once started, then Succeeded or Failed with the exit code;
+- deletion, as a kubelet does it: a pod deleted with a grace period gets SIGTERM (its init passes
+  it on to the command) and, if still running when the period (`deletionGracePeriodSeconds`) is
+  over, SIGKILL; the object is removed once the process is gone. A pod deleted without a grace
+  period (`--grace-period=0 --force`, a lost node) is killed at once. The apiserver deletes an
+  unbound pod at once whatever its grace period, so the stand-in registers a Node of its own
+  (unschedulable, no capacity, its Ready condition renewed) and binds every pod it runs to it.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,11 +53,18 @@ from urllib.parse import urlsplit
 
 from kubernetes import client
 
+from belay.lifetime import descendants, die_with_parent
 from tests.testenv.network import free_port
 
 SERVICE_URL = re.compile(r"http://([a-z0-9-]+)\.([a-z0-9-]+)\.svc:(\d+)")
 FLAG_WITH_VALUE = re.compile(r"(--?[A-Za-z0-9-]+=)(.*)")
 POLL_S = 0.3
+# How often the Node's Ready condition is renewed (the node lifecycle controller waits 40 s).
+HEARTBEAT_S = 10.0
+POD_INIT = Path(__file__).with_name("pod_init.py")
+# A PID namespace (and a mount namespace with its own /proc) per pod; --kill-child: the namespace
+# dies with unshare, which itself dies with the test run (parent-death signal).
+POD_NAMESPACES = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]
 # Runs the rest of its arguments after bind-mounting each `source target` pair before `--`. Meant
 # for a fresh private mount namespace: the mounts are seen by that process and its children only.
 # (The empty mount point itself is made on the host: it is a directory no other program uses.)
@@ -81,6 +98,7 @@ class LocalPod:
     ports: dict[str, int]  # container port name or number -> loopback port
     reported_exit: bool = False
     log: Path = field(default_factory=Path)
+    kill_at: float | None = None  # when deleted: time.monotonic() at which SIGKILL follows SIGTERM
 
 
 class LocalKubelet:
@@ -100,6 +118,10 @@ class LocalKubelet:
         self.extra_env = extra_env or (lambda pod: {})
         self.pods: dict[str, LocalPod] = {}
         self.started_names: list[str] = []
+        # Pods deleted from the API, by name: the exit status of their process (negative: killed).
+        self.exit_codes: dict[str, int | None] = {}
+        self.node_name = f"local-kubelet-{namespace}"
+        self._heartbeat_at = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="local-kubelet", daemon=True)
         self._lock = threading.Lock()
@@ -108,6 +130,7 @@ class LocalKubelet:
     # ---- lifecycle
 
     def __enter__(self) -> LocalKubelet:
+        self._register_node()
         self._thread.start()
         return self
 
@@ -118,10 +141,58 @@ class LocalKubelet:
             for pod in list(self.pods.values()):
                 self._kill(pod)
             self.pods.clear()
+        with contextlib.suppress(client.ApiException):
+            self.core.delete_node(self.node_name)
+
+    # ---- the Node: pods are bound to it, so the apiserver deletes them gracefully
+
+    def _register_node(self) -> None:
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.node_name, "labels": {"belay.dev/local-kubelet": "true"}},
+            # No capacity: the scheduler never picks it; this stand-in binds the pods it runs.
+            "spec": {"unschedulable": True},
+        }
+        with contextlib.suppress(client.ApiException):
+            self.core.delete_node(self.node_name)  # left by a run killed outright
+        self.core.create_node(node)
+        self._heartbeat()
+
+    def _heartbeat(self) -> None:
+        now = datetime.now(UTC).isoformat()
+        ready = {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "the local kubelet stand-in runs pods as processes",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        self.core.patch_node_status(self.node_name, {"status": {"conditions": [ready]}})
+        self._heartbeat_at = time.monotonic()
+
+    def _bind(self, pod: Any) -> None:
+        """Bind the pod to this node, as the scheduler would: a bound pod is deleted gracefully
+        (an unbound one at once, whatever its grace period)."""
+        if pod.spec.node_name:
+            return
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": pod.metadata.name},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": self.node_name},
+        }
+        with contextlib.suppress(client.ApiException):  # bound meanwhile: it runs here all the same
+            self.core.create_namespaced_pod_binding(
+                pod.metadata.name, self.namespace, binding, _preload_content=False
+            )
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
+                if time.monotonic() - self._heartbeat_at > HEARTBEAT_S:
+                    self._heartbeat()
                 self.sync()
             except Exception as error:  # the apiserver is busy; the next poll catches up
                 self.errors.append(repr(error))
@@ -134,16 +205,17 @@ class LocalKubelet:
             listed = {p.metadata.name: p for p in self.core.list_namespaced_pod(self.namespace).items}
             for name, local in list(self.pods.items()):
                 pod = listed.get(name)
-                if (
-                    pod is None
-                    or pod.metadata.uid != local.uid
-                    or pod.metadata.deletion_timestamp is not None
-                ):
-                    self._kill(local)
-                    del self.pods[name]
-                    if pod is not None and pod.metadata.deletion_timestamp is not None:
-                        with contextlib.suppress(client.ApiException):
-                            self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+                if pod is not None and pod.metadata.uid == local.uid and pod.metadata.deletion_timestamp:
+                    if not self._terminated(local, pod.metadata.deletion_grace_period_seconds or 0):
+                        continue  # still stopping within its grace period
+                elif pod is not None and pod.metadata.uid == local.uid:
+                    continue
+                self._kill(local)
+                self.exit_codes[name] = local.process.poll()
+                del self.pods[name]
+                if pod is not None and pod.metadata.deletion_timestamp is not None:
+                    with contextlib.suppress(client.ApiException):
+                        self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
             # Pods that serve ports first: others may name them through a Service.
             fresh = [
                 p for n, p in listed.items() if n not in self.pods and p.metadata.deletion_timestamp is None
@@ -166,6 +238,25 @@ class LocalKubelet:
             status["message"] = f"exit code {exit_code}"
         with contextlib.suppress(client.ApiException):
             self.core.patch_namespaced_pod_status(name, self.namespace, {"status": status})
+
+    def _terminated(self, local: LocalPod, grace_s: int) -> bool:
+        """A deleted pod: SIGTERM first, SIGKILL once its grace period is over. True when its
+        process is gone (or must be killed now)."""
+        if local.process.poll() is not None:
+            return True
+        now = time.monotonic()
+        if local.kill_at is None:
+            local.kill_at = now + grace_s
+            if grace_s > 0:
+                self._signal_init(local, signal.SIGTERM)
+        return now >= local.kill_at
+
+    def _signal_init(self, local: LocalPod, number: int) -> None:
+        """Signal the pod's first process (its init), as a container runtime signals a
+        container's: from outside, that is unshare's child."""
+        for pid in descendants(local.process.pid)[:1]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, number)
 
     def _kill(self, local: LocalPod) -> None:
         if local.process.poll() is None:
@@ -291,6 +382,7 @@ class LocalKubelet:
                 self._route(item.value or "")
         except Unroutable:
             return
+        self._bind(pod)
         root = self.work_dir / f"{pod.metadata.name}-{pod.metadata.uid[:8]}"
         if root.exists():
             shutil.rmtree(root)
@@ -327,8 +419,8 @@ class LocalKubelet:
             argv[0] = sys.executable
         if bound:
             pairs = [str(part) for source, target in bound for part in (source, target)]
-            unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c", BIND_AND_EXEC, "sh"]
-            argv = [*unshare, *pairs, "--", *argv]
+            argv = ["sh", "-c", BIND_AND_EXEC, "sh", *pairs, "--", *argv]
+        argv = [*POD_NAMESPACES, sys.executable, str(POD_INIT), *argv]
         env = {
             "PATH": os.environ["PATH"],
             "HOME": str(root),
@@ -343,8 +435,16 @@ class LocalKubelet:
         env.update(self.extra_env(pod.to_dict()))
         log = root / "log"
         with log.open("wb") as out:
+            # The kubelet's thread forks and lives as long as the pods: the parent-death signal
+            # comes when it (or the whole test run) ends.
             process = subprocess.Popen(
-                argv, env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                argv,
+                env=env,
+                cwd=root,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent(),
             )
         self.pods[pod.metadata.name] = LocalPod(
             name=pod.metadata.name,
@@ -364,6 +464,13 @@ class LocalKubelet:
         """The pod's process dies (the node lost it); the pod object is left for the API to show."""
         with self._lock:
             self._kill(self.pods[name])
+
+    def send_signal(self, name: str, number: int) -> None:
+        """Send a signal to every process of the pod (SIGCONT to a harness stopped at a fault point)."""
+        with self._lock:
+            for pid in [self.pods[name].process.pid, *descendants(self.pods[name].process.pid)]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, number)
 
     def log_of(self, name: str) -> str:
         local = self.pods.get(name)

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from belay.controller.settings import SETTINGS_ENV, OperatorSettings
 from tests.testenv.kube import ControlPlane
 from tests.testenv.network import free_port
+from tests.testenv.processes import dies_with_this_process
 
 T = TypeVar("T")
 
@@ -54,7 +55,12 @@ class OperatorProcess:
         ]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                argv,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=dies_with_this_process(),
             )
         return self
 

@@ -60,6 +60,10 @@ def test_chart_settings_are_the_operators_settings(helm_bin: Path) -> None:
     assert not any(o["kind"] == "ServiceMonitor" for o in objects)
     monitored = render(helm_bin, "--set", "metrics.serviceMonitor.enabled=true")
     assert any(o["kind"] == "ServiceMonitor" for o in monitored)
+    assert settings.stop_drain_s == 20
+    drained = operator_container(render(helm_bin, "--set", "sessions.stopDrainSeconds=45"))
+    env = {e["name"]: e.get("value") for e in drained["env"]}
+    assert OperatorSettings.model_validate_json(env["BELAY_OPERATOR_SETTINGS"]).stop_drain_s == 45
 
 
 def test_namespaced_install_binds_roles_in_the_watched_namespaces_only(helm_bin: Path) -> None:

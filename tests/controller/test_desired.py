@@ -16,6 +16,7 @@ from belay.controller.desired import (
     sandbox_token_secret,
 )
 from belay.controller.settings import EgressTarget, OperatorSettings
+from belay.harness.stopping import DRAIN_ENV, STOP_MARGIN_S
 from tests.controller.sessions import REF, spec_with, subagent
 
 SETTINGS = OperatorSettings(
@@ -286,3 +287,15 @@ def test_long_names_are_shortened_without_colliding() -> None:
     assert first != second
     assert names.dns_label("9lives", "sbx") == names.dns_label("9lives", "sbx")
     assert names.dns_label("9lives", "sbx")[0].isalpha()
+
+
+def test_harness_and_sandbox_pods_get_a_grace_period_above_the_harness_drain() -> None:
+    settings = SETTINGS.model_copy(update={"stop_drain_s": 45})
+    pods = by_kind(desired_children(REF, spec_with(), settings, attempt_index=0), "Pod")
+    for pod in pods.values():
+        assert pod["spec"]["terminationGracePeriodSeconds"] == 45 + STOP_MARGIN_S, pod["metadata"]["name"]
+    harness = pods["parser-fix-harness-0"]["spec"]["containers"][0]
+    assert {"name": DRAIN_ENV, "value": "45"} in harness["env"]
+    sandbox = pods["parser-fix-sbx-researcher-0"]["spec"]["containers"][0]
+    argv = sandbox["command"] + sandbox.get("args", [])
+    assert argv[argv.index("--drain-s") + 1] == "45"

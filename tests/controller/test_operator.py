@@ -11,7 +11,6 @@ import base64
 import contextlib
 import copy
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -30,6 +29,7 @@ from belay.controller.desired import ENV_SANDBOX_ENDPOINTS
 from belay.controller.kube import load_api_client
 from belay.controller.settings import OperatorSettings
 from belay.harness.attempt import FAULT_ENV
+from belay.harness.stopping import DRAIN_ENV, STOP_MARGIN_S
 from belay.journal.events import (
     Checkpoint,
     Event,
@@ -44,7 +44,8 @@ from belay.journal.events import (
     Verification,
 )
 from belay.journal.state import SessionState, fold
-from belay.local.drill import deliverables, steps_run_twice
+from belay.lifetime import descendants
+from belay.local.drill import deliverables, is_stopped, steps_run_twice
 from belay.local.tickets import TicketService
 from belay.stores.base import EventStore, StaleLease
 from belay.stores.factory import open_event_store
@@ -250,7 +251,11 @@ async def test_session_reconciled_recovers_from_a_lost_harness_and_completes(
 
             old_lease = (await store.current_lease(SESSION)).number  # type: ignore[union-attr]
             done_before = completed_steps(fold(await store.read(SESSION)))
-            kube.kubectl("delete", "pod", "-n", NAMESPACE, "parser-fix-harness-0", "--wait=false")
+            # Frozen at the fault point, the harness cannot stop cleanly on the kubelet's SIGTERM:
+            # it is killed when its (here short) grace period is over, a lost attempt.
+            kube.kubectl(
+                "delete", "pod", "-n", NAMESPACE, "parser-fix-harness-0", "--wait=false", "--grace-period=1"
+            )
 
             # A new attempt: a higher lease, Recovering while it restores, new pods.
             recovering = wait_for(
@@ -323,6 +328,114 @@ async def test_session_reconciled_recovers_from_a_lost_harness_and_completes(
             assert await store.last_seq(SESSION) == state.last_seq
         finally:
             await store.close()
+
+
+# Where the first attempt stops itself in the graceful-stop test: both subagents' first calls of a
+# step are in flight.
+STOP_POINT = "tool_request:implementer.fix.1"
+
+
+async def test_a_harness_pod_deleted_gracefully_stops_cleanly_and_the_next_attempt_loses_nothing(
+    e2e_cluster: ControlPlane,
+    operator: OperatorProcess,
+    stores: tuple[str, str],
+    tickets: str,
+    tmp_path: Path,
+) -> None:
+    """`kubectl delete pod` of a running harness: the kubelet sends SIGTERM, the harness lets its
+    calls in flight finish, records its clean stop and exits 143 within the pod's grace period; the
+    operator starts the next attempt without recording a loss, and that attempt neither treats a
+    finished call as an unknown outcome nor runs it again."""
+    kube = e2e_cluster
+    name = "graceful"
+    describe = lambda: f"operator log:\n{operator.log()[-4000:]}\npods: {sorted(pods(kube, name))}"  # noqa: E731
+    api = load_api_client(str(kube.kubeconfig))
+    harness = f"{name}-harness-0"
+    with LocalKubelet(
+        api, NAMESPACE, tmp_path / "kubelet", extra_env=harness_env(tickets, STOP_POINT)
+    ) as kubelet:
+        kube.kubectl("apply", "-f", "-", input=json.dumps(cluster_manifest(name)))
+        store = open_event_store(stores[0])
+        try:
+            first = wait_for(
+                lambda: harness in kubelet.pods and kubelet.pods[harness],
+                "the harness pod",
+                describe=describe,
+            )
+            spec = kubectl_json(kube, "get", "pod", "-n", NAMESPACE, harness)["spec"]
+            grace = OperatorSettings.model_fields["stop_drain_s"].default + STOP_MARGIN_S
+            assert spec["terminationGracePeriodSeconds"] == grace
+            env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+            assert float(env[DRAIN_ENV]) < grace
+            wait_for(
+                lambda: is_stopped_pod(first.process.pid),
+                f"the harness to reach {STOP_POINT}",
+                describe=describe,
+            )
+
+            kube.kubectl("delete", "pod", "-n", NAMESPACE, harness, "--wait=false")  # its grace period
+            wait_for(lambda: pending_sigterm(first.process.pid), "the kubelet's SIGTERM", describe=describe)
+            kubelet.send_signal(harness, signal.SIGCONT)  # it goes on from the fault point, then stops
+            wait_for(
+                lambda: harness in kubelet.exit_codes or None, "the harness pod to end", describe=describe
+            )
+            assert kubelet.exit_codes[harness] == 128 + signal.SIGTERM, kubelet.log_of(harness)
+
+            done = wait_for_session_end(kube, NAMESPACE, name, timeout=600, describe=describe)
+            assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
+            assert done.get("harnessLost", 0) == 0, done
+            events = await store.read(name)
+        finally:
+            await store.close()
+            # Its pods go with it while this kubelet still runs them (the next test's would not).
+            kube.kubectl("delete", "agentsession", "-n", NAMESPACE, name, "--timeout=120s", check=False)
+            wait_for(lambda: not pods(kube, name) or None, "the pods to go", describe=describe)
+    stop_seq, stop = next(
+        (e.seq, e.payload)
+        for e in events
+        if isinstance(e.payload, Lifecycle) and e.payload.kind == LifecycleKind.HARNESS_STOPPED
+    )
+    assert stop.reason == "SIGTERM" and stop.attempt == 1 and stop.operations, stop
+    kinds = [e.payload.kind for e in events if isinstance(e.payload, Lifecycle)]
+    assert LifecycleKind.HARNESS_LOST not in kinds, kinds
+    finished = {e.payload.operation_id for e in events if e.type == "tool_result" and e.seq < stop_seq}  # type: ignore[union-attr]
+    assert set(stop.operations) <= finished, "a call in flight did not finish within the drain"
+    unknown = {
+        e.payload.operation_id
+        for e in events
+        if e.type == "operation_outcome" and e.payload.outcome == "unknown"
+    }  # type: ignore[union-attr]
+    assert not unknown & finished, unknown
+    again = [
+        e.payload.operation_id
+        for e in events
+        if e.type == "tool_result" and e.seq > stop_seq and e.payload.operation_id in finished
+    ]  # type: ignore[union-attr]
+    assert not again, f"finished before the stop, run again: {again}"
+    assert fold(events).lifecycle.clean_stops == 1
+
+
+def is_stopped_pod(pid: int) -> bool:
+    """Whether the pod's command (the deepest of its processes that is `belay`) is stopped."""
+    return any(is_stopped(child) for child in descendants(pid))
+
+
+def pending_sigterm(pid: int) -> bool:
+    """Whether a stopped process of the pod has SIGTERM pending (the kubelet's, held until it goes on)."""
+    for child in descendants(pid):
+        if not is_stopped(child):
+            continue
+        with contextlib.suppress(OSError):
+            status = Path(f"/proc/{child}/status").read_text()
+            pending = next(
+                int(line.split()[1], 16) for line in status.splitlines() if line.startswith("ShdPnd:")
+            )
+            pending |= next(
+                int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigPnd:")
+            )
+            if pending & (1 << (signal.SIGTERM - 1)):
+                return True
+    return False
 
 
 REVIEWER_RBAC = """
@@ -663,7 +776,7 @@ async def test_a_lost_sandbox_pod_is_replaced_and_restored_in_the_same_attempt(
             assert any(
                 e["reason"] == "SandboxReplaced" and e["type"] == "Warning" for e in warnings["items"]
             ), warnings
-            os.kill(kubelet.pods[f"{name}-harness-0"].process.pid, signal.SIGCONT)
+            kubelet.send_signal(f"{name}-harness-0", signal.SIGCONT)
 
             done = wait_for_session_end(kube, NAMESPACE, name, timeout=600, describe=describe)
             assert done["phase"] == "Succeeded", describe()

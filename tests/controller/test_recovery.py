@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
+from belay.controller import names
 from belay.controller.record import sandbox_lost_write
 from belay.controller.recovery import (
     Action,
@@ -22,7 +25,7 @@ from belay.journal.events import (
     UserInput,
 )
 from belay.journal.state import SessionState, apply, fold
-from belay.journal.status import ConditionType, Phase, Reason, session_status
+from belay.journal.status import ConditionType, Liveness, Phase, Reason, session_status
 from tests.journal.fixtures import LogBuilder
 
 
@@ -187,6 +190,57 @@ def test_the_lost_sandbox_of_a_finished_subagent_is_counted_but_nothing_waits_on
     state = apply(fold(log.events), log.add(Lifecycle(kind=LifecycleKind.SANDBOX_LOST, subagent="a")))
     assert sandbox_replacement(state, "a") == 1
     assert not state.lifecycle.recovering and state.lifecycle.lost_sandboxes == ()
+
+
+def renewing(pod_name: str, lease: int = 1) -> Liveness:
+    now = datetime.now(UTC)
+    return Liveness(
+        now=now,
+        lease=lease,
+        holder=names.harness_holder(pod_name),
+        renewed_lease=lease,
+        renewed_at=now,
+        recovered_by="operator",
+    )
+
+
+def test_a_deleted_pod_whose_harness_still_renews_is_waited_for_while_it_stops() -> None:
+    deleting = pod(0, "Running", deleting=True)
+    decision = decide_harness(
+        running(), [deleting], lease=1, max_attempts=5, liveness=renewing(deleting.name)
+    )
+    assert (decision.action, decision.index) == (Action.WAIT, 0)
+    # Not renewing (frozen, or already killed): lost, as before.
+    silent = renewing(deleting.name).model_copy(
+        update={"renewed_at": datetime.now(UTC) - timedelta(minutes=5)}
+    )
+    decision = decide_harness(running(), [deleting], lease=1, max_attempts=5, liveness=silent)
+    assert decision.action == Action.REPLACE and decision.lost_attempt == 1
+
+
+def test_a_pod_that_ended_after_a_clean_stop_is_replaced_without_a_loss() -> None:
+    stopped = running(
+        1,
+        Lifecycle(
+            kind=LifecycleKind.HARNESS_STOPPED,
+            attempt=1,
+            reason="SIGTERM",
+            detail="1 call in flight finished (a.b.1)",
+            operations=("a.b.1",),
+        ),
+    )
+    for pods in ([], [pod(0, "Failed")], [pod(0, "Running", deleting=True)]):
+        decision = decide_harness(stopped, pods, lease=1, max_attempts=5)
+        assert (decision.action, decision.index, decision.lost_attempt) == (Action.REPLACE, 2, None)
+        assert decision.why == "attempt 1 stopped cleanly on SIGTERM: 1 call in flight finished (a.b.1)"
+    # A clean stop is not a loss: it does not count against maxAttempts.
+    assert stopped.lifecycle.clean_stops == 1 and stopped.lifecycle.harness_lost == 0
+    gone = Liveness(now=datetime.now(UTC), lease=1, holder="pod:s-harness-0", recovered_by="operator")
+    status = session_status(stopped, liveness=gone)
+    ready = next(c for c in status.conditions if c.type == ConditionType.READY)
+    assert (status.phase, ready.reason) == (Phase.RECOVERING, Reason.HARNESS_STOPPED), status
+    assert ready.message.startswith("attempt 1 stopped cleanly on SIGTERM"), ready.message
+    assert "the operator starts attempt 2" in ready.message, ready.message
 
 
 def test_a_finished_session_reopened_by_a_scope_change_gets_its_next_attempt() -> None:

@@ -21,6 +21,7 @@ from tests.executors.example import (
     example_plan,
     review_sha256,
 )
+from tests.testenv.processes import dies_with_this_process
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +46,7 @@ async def test_belay_run_reaches_a_recorded_end_on_a_documented_server(executor:
             env=environment,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
+            preexec_fn=dies_with_this_process(),
         )
         out, err = await asyncio.wait_for(process.communicate(), 300)
     events = await asyncio.to_thread(read_events, home, SESSION)

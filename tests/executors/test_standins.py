@@ -26,6 +26,7 @@ import pytest
 from belay.executors.standins import anthropic_managed, openai_agents
 from belay.executors.standins.common import FaultRefused, read_ready_file
 from belay.harness.models.scripted import load_plan, planned_calls
+from tests.testenv.processes import dies_with_this_process
 
 PLAN = """
 subagents:
@@ -1056,6 +1057,7 @@ def test_command_serves_until_sigterm(plan_file: Path, tmp_path: Path, module: s
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=dies_with_this_process(),
     )
     try:
         wait_for(ready, process)

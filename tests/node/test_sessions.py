@@ -1,8 +1,9 @@
 """The operator's sessions on the real node: the example AgentSession runs with its harness and
 sandbox pods as containers of the Belay image, in a namespace that enforces the "restricted" Pod
 Security level, with the security context really applied (checked from inside each container);
-and it completes, with no step run twice and one ticket, after its harness pod is deleted, after a
-sandbox pod is deleted, and after the harness container's process is killed.
+and it completes, with no step run twice and one ticket, after its harness pod is deleted (the
+harness stops cleanly on SIGTERM, no loss is recorded), after a sandbox pod is deleted, and after
+the harness container's process is killed.
 
 The session is run without its approval, so it stops before publishing the patch and waits with
 its pods running: a point mid-session where the test looks inside the containers or injects the
@@ -162,8 +163,10 @@ def test_the_example_session_runs_in_real_containers_under_restricted(
 
 
 def delete_harness_pod(setup: SessionSetup) -> LifecycleKind:
+    """The kubelet sends SIGTERM: the harness stops cleanly within its grace period, and the
+    operator starts the next attempt without recording a loss."""
     setup.cluster.kube.kubectl("delete", "pod", "-n", setup.namespace, f"{SESSION}-harness-0", "--wait=false")
-    return LifecycleKind.HARNESS_LOST
+    return LifecycleKind.HARNESS_STOPPED
 
 
 def delete_sandbox_pod(setup: SessionSetup) -> LifecycleKind:
@@ -208,9 +211,12 @@ def test_the_session_completes_after_a_real_pod_is_lost(session: SessionSetup, f
     assert steps_run_twice(events) == []
     assert session.tickets_filed() <= 1
     started = [e for e in events if getattr(e.payload, "kind", None) == LifecycleKind.HARNESS_STARTED]
-    if kind == LifecycleKind.HARNESS_LOST:
+    if kind in (LifecycleKind.HARNESS_LOST, LifecycleKind.HARNESS_STOPPED):
         # A second attempt, in a new pod, under a higher lease.
         assert len(started) == 2 and fold(events).lifecycle.lease > 1
+    if kind == LifecycleKind.HARNESS_STOPPED:
+        assert lifecycle_seq(events, LifecycleKind.HARNESS_LOST) is None, "a clean stop recorded as a loss"
+        assert not fold(events).unknown_outcomes
     else:
         # The same attempt restored its sandbox into the replacement pod.
         assert len(started) == 1

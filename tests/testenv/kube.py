@@ -12,6 +12,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from belay.lifetime import die_with_parent
 from tests.testenv.binaries import component
 from tests.testenv.certs import ControlPlanePKI, kubeconfig, write_pki
 from tests.testenv.etcd import EtcdServer
@@ -181,7 +182,9 @@ class ControlPlane:
         """Runs the kubectl built with this control plane against it. A non-zero exit raises
         KubectlError (with kubectl's stderr) unless check=False."""
         argv = [self._bin("kubectl"), f"--kubeconfig={self.kubeconfig}", *args]
-        result = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            argv, input=input, capture_output=True, text=True, timeout=120, preexec_fn=die_with_parent()
+        )
         if check and result.returncode != 0:
             raise KubectlError(result.returncode, argv, result.stdout, result.stderr)
         return result

@@ -1,22 +1,23 @@
 """Child processes that are always stopped: each runs in its own process group, is stopped with its
 whole group, and a guard stops whatever is still running when the interpreter exits or is told to
-terminate. Under pytest the kernel also kills them if the test process itself dies (PDEATHSIG)."""
+terminate. Under pytest the kernel also kills them if the test process itself dies, even by
+SIGKILL: each gets the parent-death signal (`belay.lifetime.die_with_parent`). See
+docs/testenv.md, "When a test run is killed"."""
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
-_PR_SET_PDEATHSIG = 1
+from belay.lifetime import die_with_parent, tie_to_parent
 
 _live: dict[int, ManagedProcess] = {}
 _live_lock = threading.Lock()
@@ -24,13 +25,11 @@ _exit_guard_installed = False
 _signal_guard_installed = False
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: ask the kernel to SIGKILL it when its parent dies,
-    # so even `kill -9` of the test run leaves nothing behind.
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def dies_with_this_process() -> Callable[[], None] | None:
+    """The `preexec_fn` for a long-lived child a test starts: the kernel SIGKILLs it when this
+    process dies, so even `kill -9` of the test run leaves nothing behind. None from a thread other
+    than the main one: the signal would come when that thread ends (belay.lifetime)."""
+    return die_with_parent() if tie_to_parent() else None
 
 
 def pid_alive(pid: int) -> bool:
@@ -131,16 +130,11 @@ class ManagedProcess:
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **(self.env or {})},
                 start_new_session=True,
-                preexec_fn=_die_with_parent if self._tie_to_parent() else None,
+                preexec_fn=dies_with_this_process() if not self.detached else None,
             )
         if not self.detached:
             with _live_lock:
                 _live[self._popen.pid] = self
-
-    def _tie_to_parent(self) -> bool:
-        # The kernel's parent-death signal follows the thread that forked, not the process: only
-        # a child started from the main thread may be tied to it.
-        return not self.detached and threading.current_thread() is threading.main_thread()
 
     def running(self) -> bool:
         return self._popen is not None and self._popen.poll() is None

@@ -40,6 +40,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   "event_store" .Values.stores.events
   "artifact_store" .Values.stores.artifacts
   "run_as_user" .Values.sessions.runAsUser
+  "stop_drain_s" .Values.sessions.stopDrainSeconds
   "store_egress" (include "belay.egress" .Values.sessions.storeEgress | fromJsonArray)
   "model_egress" (include "belay.egress" .Values.sessions.modelEgress | fromJsonArray)
 -}}

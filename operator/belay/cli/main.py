@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -21,6 +20,7 @@ from typer.core import TyperGroup
 from belay.api.agentsession import ManifestError, is_plain_file_name, load_manifest
 from belay.cli import terminal
 from belay.harness.attempt import HarnessResult
+from belay.harness.stopping import StopRequest
 from belay.journal.decisions import DecisionError, decision_write, reconcile_write
 from belay.journal.events import (
     Actor,
@@ -50,6 +50,8 @@ from belay.local.runtime import (
     unknown_session,
 )
 from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, ClaimTaken, RecordCorrupt, StoreError
+
+STOP_AGAIN = "Ctrl-C or SIGTERM"
 
 if TYPE_CHECKING:
     from belay.journal.briefing import Briefing
@@ -220,32 +222,27 @@ def _run(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None
     home = Context.home
     try:
         session = load_installed(home, session_id)
-    except ManifestError as error:
+        stop = StopRequest(on_request=tell_stopping)
+    except (ManifestError, ValueError) as error:
         raise fail(str(error)) from None
-    stopped_by: list[signal.Signals] = []
 
     async def attempt() -> HarnessResult:
-        # A termination request cancels the attempt, which stops its sandboxes on the way out.
-        # (A SIGKILL leaves no way out: the next `belay` command stops them.)
-        running = asyncio.current_task()
-        assert running is not None
-
-        def stop(number: signal.Signals) -> None:
-            stopped_by.append(number)
-            running.cancel()
-
-        for number in (signal.SIGTERM, signal.SIGHUP):
-            asyncio.get_running_loop().add_signal_handler(number, stop, number)
+        # SIGTERM, Ctrl-C (SIGINT) and SIGHUP stop the attempt cleanly (belay.harness.stopping); a
+        # second one stops it at once. (A SIGKILL leaves no way out: the next `belay` command stops
+        # its sandboxes.)
+        stop.install(asyncio.get_running_loop(), hard_deadline=True)
         return await run_local(
-            home, session, on_event=None if quiet else print_progress, with_ticket_service=with_ticket_service
+            home,
+            session,
+            on_event=None if quiet else print_progress,
+            with_ticket_service=with_ticket_service,
+            stop=stop,
         )
 
     try:
         result = asyncio.run(attempt())
     except (KeyboardInterrupt, asyncio.CancelledError):
-        how = f"stopped by {stopped_by[0].name}" if stopped_by else "interrupted"
-        code = 128 + stopped_by[0] if stopped_by else 130
-        raise fail(f"{how}; continue with `belay resume {session_id}`", code) from None
+        raise fail(f"interrupted; continue with `belay resume {session_id}`", 130) from None
     except (RecordCorrupt, ManifestError) as error:
         raise fail(str(error)) from None
     except (ArtifactCorrupted, ArtifactNotFound, HomeError):
@@ -255,11 +252,32 @@ def _run(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None
             f"the harness stopped: {type(error).__name__}: {error}; "
             f"the record is intact, continue with `belay resume {session_id}`"
         ) from None
+    finally:
+        stop.disarm()
+    if result.stopped_by is not None:
+        typer.echo(f"belay: attempt {result.attempt} stopped cleanly: {result.detail}", err=True)
+        raise fail(
+            f"stopped by {result.stopped_by.name}; continue with `belay resume {session_id}`",
+            128 + result.stopped_by,
+        )
     if not quiet:
         console.print()
         print_brief(session_id, "text")
     if not result.completed:
         raise fail(f"session {session_id} did not complete: {result.detail}")
+
+
+def tell_stopping(stop: StopRequest, first: bool) -> None:
+    """What a person sees when a stop signal arrives (stderr, also with --quiet)."""
+    name = stop.received.name if stop.received is not None else "a signal"
+    if first:
+        message = (
+            f"belay: {name}: stopping; no new tool call is dispatched, calls in flight may finish "
+            f"for up to {stop.drain_s:g} s ({STOP_AGAIN} again to stop at once)"
+        )
+    else:
+        message = "belay: stopping at once: calls still in flight are cut off"
+    typer.echo(message, err=True)
 
 
 @app.command()

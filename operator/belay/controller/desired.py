@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from belay.api.agentsession import AgentSessionSpec, SubagentSpec
 from belay.controller import names
 from belay.controller.settings import EgressTarget, OperatorSettings
 from belay.harness.attempt import FAULT_ENV
+from belay.harness.stopping import DRAIN_ENV, STOP_MARGIN_S
 
 # Ranges a sandbox with `internet` egress still may not reach: the cluster's private networks and
 # the cloud metadata address (which hands out node credentials).
@@ -110,6 +112,12 @@ def container_security_context() -> dict[str, Any]:
     }
 
 
+def termination_grace_period_s(settings: OperatorSettings) -> int:
+    """Enough for a harness told to stop to let its calls in flight finish (the drain), record its
+    stop and exit (belay.harness.stopping); a sandbox drains its running requests as long."""
+    return settings.stop_drain_s + math.ceil(STOP_MARGIN_S)
+
+
 def _pod(
     ref: SessionRef,
     settings: OperatorSettings,
@@ -126,6 +134,7 @@ def _pod(
         "spec": {
             # A failed pod is a lost attempt: the operator decides what replaces it.
             "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": termination_grace_period_s(settings),
             "serviceAccountName": settings.workload_service_account,
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
@@ -196,6 +205,7 @@ def harness_pod(
             {s.name: sandbox_endpoint(ref, s.name, settings) for s in spec.subagents}, sort_keys=True
         ),
         ENV_SANDBOX_TOKEN_DIR: HARNESS_TOKENS_MOUNT,
+        DRAIN_ENV: str(settings.stop_drain_s),
     }
     if fault_point:
         env[FAULT_ENV] = fault_point  # a drill copy's attempt stops itself there
@@ -251,6 +261,8 @@ def sandbox_pod(
             f"{TOKEN_MOUNT}/{TOKEN_KEY}",
             "--network-profile",
             subagent.network_profile,
+            "--drain-s",
+            str(settings.stop_drain_s),
         ],
         "ports": [{"name": "http", "containerPort": settings.sandbox_port, "protocol": "TCP"}],
         "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 5},

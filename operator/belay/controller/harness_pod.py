@@ -5,7 +5,9 @@ see `belay.controller.desired.harness_pod`): the spec, the store locations, the 
 each subagent's sandbox pod, and the directory holding each sandbox's own token. Sandboxes belong
 to the operator, which starts a clean set for every attempt; this process only connects to them.
 It exits 0 when the session completed and 1 otherwise, so the pod's phase tells the operator
-whether the attempt ended the session.
+whether the attempt ended the session. Told to stop (SIGTERM, as the kubelet does when the pod is
+deleted or evicted; SIGINT), it stops cleanly within `BELAY_STOP_DRAIN_S` (which the operator sets
+below the pod's grace period, see belay.harness.stopping) and exits 128 + the signal.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,7 +26,9 @@ from belay.api.agentsession import AgentSession, SubagentSpec
 from belay.controller import desired, names
 from belay.executors import executor_factory_for
 from belay.executors.self_hosted import initial_model_id
+from belay.harness.attempt import HarnessResult
 from belay.harness.loop import Harness
+from belay.harness.stopping import StopRequest, drain_from_environment
 from belay.local.runtime import LocalTickets, read_inputs
 from belay.sandbox.client import SandboxClient, SandboxUnavailable
 from belay.stores.factory import open_artifact_store, open_event_store
@@ -112,7 +117,7 @@ def session_from_environment(environment: Mapping[str, str]) -> AgentSession:
     )
 
 
-async def run_attempt(environment: Mapping[str, str]) -> bool:
+async def run_attempt(environment: Mapping[str, str], stop: StopRequest | None = None) -> HarnessResult:
     session = session_from_environment(environment)
     endpoints: dict[str, str] = json.loads(environment[desired.ENV_SANDBOX_ENDPOINTS])
     tokens = sandbox_tokens(Path(environment[desired.ENV_SANDBOX_TOKEN_DIR]), list(endpoints))
@@ -120,6 +125,8 @@ async def run_attempt(environment: Mapping[str, str]) -> bool:
     artifacts = open_artifact_store(environment[desired.ENV_ARTIFACT_STORE])
     tickets_url = environment.get(TICKETS_URL_ENV)
     pod_name = environment.get("HOSTNAME") or f"harness-{environment.get(desired.ENV_HARNESS_INDEX, '?')}"
+    if stop is not None:
+        stop.install(asyncio.get_running_loop(), (signal.SIGTERM, signal.SIGINT), hard_deadline=True)
     try:
         harness = Harness(
             session=session,
@@ -132,18 +139,24 @@ async def run_attempt(environment: Mapping[str, str]) -> bool:
             holder=names.harness_holder(pod_name),
             model_id=initial_model_id(session),
             runtime_image=environment.get("BELAY_RUNTIME_IMAGE", "harness-pod"),
+            stop=stop,
         )
         result = await harness.run()
         log.info("attempt %s ended: completed=%s %s", result.attempt, result.completed, result.detail)
-        return result.completed
+        return result
     finally:
         await store.close()
 
 
 def main(environment: Mapping[str, Any] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    completed = asyncio.run(run_attempt(dict(environment or os.environ)))
-    return 0 if completed else 1
+    values = dict(environment or os.environ)
+    stop = StopRequest(drain_s=drain_from_environment(values))
+    result = asyncio.run(run_attempt(values, stop))
+    stop.disarm()
+    if result.stopped_by is not None:
+        return stop.exit_status
+    return 0 if result.completed else 1
 
 
 if __name__ == "__main__":

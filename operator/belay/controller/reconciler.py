@@ -446,7 +446,9 @@ class SessionReconciler:
         now = asyncio.get_running_loop().time()
         digest = _digest(objects)
         wanted_pods = {o["metadata"]["name"] for o in objects if o["kind"] == "Pod"}
-        existing_pods = {p.metadata.name for p in pods if p.metadata.deletion_timestamp is None}
+        # A pod being deleted counts as existing: it is never applied again (a harness still
+        # stopping keeps its name until it is gone, and the next attempt's pods have other names).
+        existing_pods = {p.metadata.name for p in pods}
         missing_pod = bool(wanted_pods - existing_pods)
         if digest != memory.applied_digest or missing_pod or now - memory.applied_at > REAPPLY_INTERVAL_S:
             for obj in objects:

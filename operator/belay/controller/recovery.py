@@ -5,6 +5,11 @@ operator records "harness lost", advances the fencing lease (so the old attempt,
 still running somewhere, can no longer append) and starts the next attempt, which restores from the
 last verified checkpoint. After `recovery.maxAttempts` losses it gives up and records why.
 
+A harness pod being deleted (or evicted) is told to stop with SIGTERM: while it still renews its
+lease the operator waits for it to record its stop, and once the record shows the attempt stopped
+cleanly (`harness_stopped`), its pod ending is no loss: the next attempt starts, nothing is
+recorded lost, and nothing it finished is an unknown outcome.
+
 A sandbox pod lost under a live harness does not end the attempt: the operator records which one
 and why, and starts a replacement; the harness restores it from the last verified checkpoint.
 """
@@ -18,7 +23,7 @@ from enum import StrEnum
 from belay.api.status import PodPhase
 from belay.controller import names
 from belay.journal.state import SessionState
-from belay.journal.status import Liveness, Phase, phase_of, recovery_failed
+from belay.journal.status import Liveness, Phase, clean_stop, phase_of, recovery_failed
 
 LIVE_PHASES: tuple[PodPhase, ...] = ("Pending", "Running", "Unknown")
 
@@ -40,6 +45,9 @@ class HarnessPod:
 class Action(StrEnum):
     START = "start"  # a new session: the first attempt
     KEEP = "keep"  # the current attempt is alive
+    # The current attempt's pod is being deleted and its harness, told to stop, still renews its
+    # lease: it records its stop before the next attempt starts.
+    WAIT = "wait"
     REPLACE = "replace"  # the current attempt is lost: record it, fence it, start the next
     GIVE_UP = "give_up"  # too many losses: record the failure, start nothing
     STOP = "stop"  # the session ended (or recovery failed): no pods
@@ -71,6 +79,16 @@ def silent_attempt(state: SessionState, pod: HarnessPod, liveness: Liveness | No
     return f"attempt {state.lifecycle.attempt} stopped renewing its lease (last renewal {last})"
 
 
+def stopping_attempt(state: SessionState, pod: HarnessPod, liveness: Liveness | None) -> bool:
+    """Whether the pod is being deleted while its harness, told to stop, is still at work: the
+    record shows its attempt running and it holds and renews the lease."""
+    if not pod.deleting or pod.phase not in LIVE_PHASES or liveness is None:
+        return False
+    if not state.lifecycle.harness_running or liveness.holder != names.harness_holder(pod.name):
+        return False
+    return liveness.renewed_current_lease and not liveness.renewal_overdue()
+
+
 def decide_harness(
     state: SessionState,
     pods: list[HarnessPod],
@@ -92,11 +110,14 @@ def decide_harness(
     silent = silent_attempt(state, current, liveness) if current is not None and current.live else ""
     if current is not None and current.live and not silent:
         return HarnessDecision(Action.KEEP, current.index)
+    if current is not None and stopping_attempt(state, current, liveness):
+        return HarnessDecision(Action.WAIT, current.index, why="its harness is stopping")
     if current is None and lease == 0 and state.lifecycle.harness_starts == 0:
         return HarnessDecision(Action.START, 0)
     if state.lifecycle.harness_lost >= max_attempts:
         return HarnessDecision(Action.GIVE_UP, None, why=f"{state.lifecycle.harness_lost} attempts lost")
 
+    stopped = clean_stop(state)
     reopened = state.lifecycle.reopened_seq
     if silent:
         why = silent
@@ -104,6 +125,8 @@ def decide_harness(
         e.kind == "harness_started" and e.seq > reopened for e in state.lifecycle.recent
     ):
         why = "a scope change or a rejection reopened the finished session"
+    elif stopped:
+        why = f"attempt {state.lifecycle.attempt} stopped cleanly {stopped}"
     elif current is None:
         why = "no harness pod"
     elif current.deleting:

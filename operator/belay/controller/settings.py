@@ -53,6 +53,10 @@ class OperatorSettings(Settings):
         protocols=("UDP", "TCP"),
     )
     sandbox_port: int = 8080
+    # How long a harness told to stop (its pod deleted, evicted, its node drained) lets the tool
+    # calls in flight finish, and a sandbox the requests it is running: harness and sandbox pods get
+    # this plus belay.harness.stopping.STOP_MARGIN_S as their terminationGracePeriodSeconds.
+    stop_drain_s: int = Field(default=20, ge=0, le=3600)
     run_as_user: int = 65532
     workload_service_account: str = "default"
 

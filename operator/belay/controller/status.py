@@ -22,7 +22,7 @@ from belay.api.status import (
 from belay.journal import commands
 from belay.journal.commands import in_cluster
 from belay.journal.state import SessionState
-from belay.journal.status import ArtifactLocator, Liveness, session_status, with_transition_times
+from belay.journal.status import ArtifactLocator, Liveness, Reason, session_status, with_transition_times
 
 # Conditions whose turning True deserves a Warning event rather than a Normal one.
 WARNING_CONDITIONS = {ConditionType.STALLED, ConditionType.RECOVERING}
@@ -135,7 +135,11 @@ def transition_events(
             continue
         if condition.type not in before and condition.status == "False":
             continue  # a condition appearing as False is not news
-        warning = condition.type in WARNING_CONDITIONS and condition.status == "True"
+        warning = (
+            condition.type in WARNING_CONDITIONS
+            and condition.status == "True"
+            and condition.reason != Reason.HARNESS_STOPPED  # a clean stop is no failure
+        )
         message = f"{condition.type.value}={condition.status}"
         if condition.message:
             message += f": {condition.message}"

@@ -63,6 +63,8 @@ class HarnessResult:
     completed: bool
     detail: str
     attempt: int
+    # The signal the attempt was told to stop with, when it stopped on one (belay.harness.stopping).
+    stopped_by: signal.Signals | None = None
 
 
 @dataclass
@@ -80,6 +82,8 @@ class Attempt:
     _append_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _fault_points: frozenset[str] = field(default_factory=frozenset)
     _heartbeat: asyncio.Task[None] | None = None
+    # The seq of this attempt's harness_started; 0 until it is recorded.
+    started_seq: int = 0
 
     @property
     def session_id(self) -> str:
@@ -205,7 +209,12 @@ class Attempt:
                         deliverable=sub.deliverable,
                     )
                 )
-        await self.record(payloads)
+        recorded = await self.record(payloads)
+        self.started_seq = next(
+            e.seq
+            for e in recorded
+            if isinstance(e.payload, Lifecycle) and e.payload.kind == LifecycleKind.HARNESS_STARTED
+        )
 
     async def fail_session(self, reason: str, detail: str) -> HarnessResult:
         await self.record(

@@ -7,6 +7,7 @@ It puts the rooms together, each a module of its own:
   requests an earlier attempt left without a result, settled by their effect class;
 - `belay.harness.runtime` (with `harness_tools`): the tool runtime, which runs what was decided
   under effect classes, approvals, deliverables, waits and checkpoints;
+- `belay.harness.stopping`: a graceful stop when the attempt is told to (SIGTERM, Ctrl-C);
 - `belay.executors`: whoever decides each subagent's next action.
 
 Each subagent's loop asks its executor for the next calls, records them (with any approval they
@@ -34,8 +35,11 @@ from belay.harness.attempt import Attempt, BudgetExhausted, HarnessResult, Recov
 from belay.harness.harness_tools import DONE_STATUSES
 from belay.harness.recovery import Recovery, SandboxProvider
 from belay.harness.runtime import TicketClient, ToolRuntime
+from belay.harness.stopping import InFlight, StopRequest, stop_payloads, until_stopped
 from belay.journal.events import (
     Event,
+    Lifecycle,
+    LifecycleKind,
     ModelOutput,
     Payload,
     Task,
@@ -61,6 +65,8 @@ class Harness:
     runtime_image: str = "local"
     poll_interval_s: float = 0.05
     on_event: Any = None  # Callable[[Event], None]: every event this attempt records, as recorded
+    # Set by a signal handler to stop the attempt cleanly (belay.harness.stopping); None: never.
+    stop: StopRequest | None = None
 
     attempt: Attempt = field(init=False)
     recovery: Recovery = field(init=False)
@@ -88,6 +94,7 @@ class Harness:
             recovery=self.recovery,
             tickets=self.tickets,
             poll_interval_s=self.poll_interval_s,
+            in_flight=InFlight(self.stop),
         )
         self.recovery.runtime = self.runtime
 
@@ -96,7 +103,50 @@ class Harness:
         return self.attempt.lease
 
     async def run(self) -> HarnessResult:
+        if self.stop is not None and self.stop.requested:
+            return HarnessResult(False, "told to stop before it started", 0, stopped_by=self.stop.received)
         await self.attempt.acquire()
+        try:
+            if self.stop is None:
+                return await self.run_attempt()
+            return await until_stopped(self.run_attempt(), self.stop, self.stopped)
+        finally:
+            await self.recovery.stop_all()
+            await self.attempt.release()
+
+    async def stopped(self) -> HarnessResult:
+        """Told to stop: the calls in flight finish within the bound, and the attempt records what
+        it leaves (belay.harness.stopping). An attempt that had not recorded its start records
+        nothing: to the record it never ran."""
+        stop, attempt = self.stop, self.attempt
+        assert stop is not None and stop.received is not None
+        in_flight = self.runtime.in_flight
+        await in_flight.drain(stop)
+        state = await attempt.state()
+        result = HarnessResult(False, f"stopped on {stop.received.name}", attempt.number, stop.received)
+        # The start may be recorded although the stop cut off the code that notes its seq.
+        started_seq = attempt.started_seq or next(
+            (
+                e.seq
+                for e in reversed(await attempt.events())
+                if isinstance(e.payload, Lifecycle)
+                and e.payload.kind == LifecycleKind.HARNESS_STARTED
+                and e.payload.attempt == attempt.number
+            ),
+            0,
+        )
+        if not started_seq or state.lifecycle.completed or state.lifecycle.failed:
+            return result
+        payloads = stop_payloads(state, stop, in_flight, started_seq, attempt.number)
+        try:
+            recorded = await attempt.record(payloads)
+        except StaleLease:
+            result.detail += f"; attempt {attempt.number} was superseded by a newer attempt"
+            return result
+        result.detail = recorded[-1].payload.detail  # type: ignore[union-attr]
+        return result
+
+    async def run_attempt(self) -> HarnessResult:
         try:
             return await self.attempt_session()
         except RecoveryFailed as failure:
@@ -112,9 +162,6 @@ class Harness:
             return HarnessResult(
                 False, f"attempt {self.attempt.number} was superseded by a newer attempt", self.attempt.number
             )
-        finally:
-            await self.recovery.stop_all()
-            await self.attempt.release()
 
     async def attempt_session(self) -> HarnessResult:
         attempt = self.attempt
@@ -127,8 +174,10 @@ class Harness:
         self._model_calls = sum(1 for e in await attempt.events() if e.type == "model_output")
         await attempt.record_start(state)
         max_attempts = self.session.spec.recovery.max_attempts
-        if attempt.number > max_attempts:
-            detail = f"attempt {attempt.number} is beyond recovery.maxAttempts ({max_attempts})"
+        # An attempt that stopped cleanly when told to was not lost: it does not count.
+        counted = state.lifecycle.harness_starts + 1 - state.lifecycle.clean_stops
+        if counted > max_attempts:
+            detail = f"attempt {counted} is beyond recovery.maxAttempts ({max_attempts})"
             return await attempt.fail_session("MaxAttempts", detail)
         await all_of(self.recovery.prepare_sandbox(s) for s in self.session.spec.subagents)
         await all_of(self.run_subagent(s) for s in self.session.spec.subagents)

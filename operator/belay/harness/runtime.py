@@ -38,6 +38,7 @@ from belay.harness.attempt import Attempt
 from belay.harness.models.base import ToolCall
 from belay.harness.recovery import Recovery
 from belay.harness.redaction import Redactor
+from belay.harness.stopping import InFlight
 from belay.harness.tools import ToolSpec, tool_spec
 from belay.journal import commands
 from belay.journal.approvals import ApprovalState, approval_state
@@ -89,6 +90,7 @@ class ToolRuntime:
     poll_interval_s: float = 0.05
     redactor: Redactor = field(default_factory=Redactor.from_environment)
     fenced: bool = field(default_factory=lambda: os.environ.get(FENCE_ENV) != "off")
+    in_flight: InFlight = field(default_factory=InFlight)
 
     @property
     def session_id(self) -> str:
@@ -202,16 +204,12 @@ class ToolRuntime:
     async def run_to_result(self, sub: SubagentSpec, request_seq: int, request: ToolRequest) -> list[Event]:
         """Dispatch a request that may run and record its result, with what it was derived from.
         An unsafe operation that failed is recorded with a request to retry it, and waits."""
-        from belay.harness.harness_tools import run_in_harness
-
         spec = tool_spec(request.tool)
         while True:
             try:
-                await self.fence(spec)
-                if spec.where == "sandbox":
-                    payloads = await self.run_in_sandbox(sub, request)
-                else:
-                    payloads = await run_in_harness(self, sub, request)
+                recorded, retry_id = await self.in_flight.run(
+                    request.operation_id, request.tool, self.dispatch(sub, request_seq, request)
+                )
                 break
             except SandboxUnavailable as lost:
                 await self.recovery.replace_sandbox(sub, lost)
@@ -221,6 +219,24 @@ class ToolRuntime:
             if spec.effect == EffectClass.UNSAFE:
                 op = (await self.attempt.state()).operations[request.operation_id]
                 return await self.reconcile_unsafe(sub, op, request)
+        if retry_id is None:
+            return recorded
+        return recorded + await self.await_retry(sub, request_seq, request, retry_id)
+
+    async def dispatch(
+        self, sub: SubagentSpec, request_seq: int, request: ToolRequest
+    ) -> tuple[list[Event], str | None]:
+        """The call itself and its recorded result (with the id of a retry approval it asks for
+        when an unsafe call failed): once begun, a stop lets it finish (within the stop's bound,
+        belay.harness.stopping)."""
+        from belay.harness.harness_tools import run_in_harness
+
+        spec = tool_spec(request.tool)
+        await self.fence(spec)
+        if spec.where == "sandbox":
+            payloads = await self.run_in_sandbox(sub, request)
+        else:
+            payloads = await run_in_harness(self, sub, request)
         state = await self.attempt.state()
         payloads = with_provenance(payloads, provenance(state, sub.name, request), request)
         failure = failed_effect(spec.effect, request, payloads)
@@ -237,9 +253,7 @@ class ToolRuntime:
             )
             payloads.append(retry)
         recorded = await self.attempt.record(payloads, subagent=sub.name, parent_seq=request_seq)
-        if retry is None:
-            return recorded
-        return recorded + await self.await_retry(sub, request_seq, request, retry.approval_id)
+        return recorded, retry.approval_id if retry is not None else None
 
     async def await_retry(
         self, sub: SubagentSpec, request_seq: int, request: ToolRequest, approval_id: str

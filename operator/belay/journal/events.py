@@ -300,6 +300,11 @@ class LifecycleKind(StrEnum):
     HARNESS_STARTED = "harness_started"
     HARNESS_LOST = "harness_lost"
     HARNESS_FINISHED = "harness_finished"
+    # The attempt was told to stop (SIGTERM, SIGINT: `reason` names the signal) and stopped cleanly:
+    # it dispatched nothing new, let the calls in flight finish within its bound, and recorded
+    # what it left (`operations`: the calls in flight when it was told; `detail` says which
+    # finished, which were cut off at the bound, and which it never dispatched).
+    HARNESS_STOPPED = "harness_stopped"
     SANDBOX_STARTED = "sandbox_started"
     SANDBOX_REPLACED = "sandbox_replaced"
     # A subagent's sandbox pod went away under a running attempt (recorded by the operator, which
@@ -320,6 +325,7 @@ class Lifecycle(Payload):
     detail: str = ""
     subagent: str | None = None
     checkpoint_id: str | None = None
+    operations: tuple[str, ...] = ()
 
 
 class Rejection(Payload):

@@ -273,6 +273,9 @@ class Lifecycle(Record):
     harness_running: bool = False
     harness_starts: int = 0
     harness_lost: int = 0
+    # Attempts that stopped cleanly when told to (harness_stopped): not lost, not counted against
+    # recovery.maxAttempts.
+    clean_stops: int = 0
     sandbox_replaced: int = 0
     sandboxes_lost: int = 0
     # Subagents whose sandbox was lost under a running attempt and is not restored yet.
@@ -1359,6 +1362,9 @@ def _on_lifecycle(s: SessionState, e: Any) -> Updates:
         fields["recovering"] = True
     elif kind == LifecycleKind.HARNESS_FINISHED:
         fields["harness_running"] = False
+    elif kind == LifecycleKind.HARNESS_STOPPED:
+        fields["harness_running"] = False
+        fields["clean_stops"] = lc.clean_stops + 1
     elif kind == LifecycleKind.SANDBOX_STARTED or kind == LifecycleKind.SANDBOX_REPLACED:
         replaced = kind == LifecycleKind.SANDBOX_REPLACED
         if replaced:

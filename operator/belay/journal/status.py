@@ -72,6 +72,7 @@ class Reason(StrEnum):
     FAILED = "Failed"
     HARNESS_LOST = "HarnessLost"
     HARNESS_SILENT = "HarnessSilent"  # its lease is no longer renewed; not yet recorded as lost
+    HARNESS_STOPPED = "HarnessStopped"  # it stopped cleanly on a signal; the next attempt starts
     INTERRUPTED = "Interrupted"
     SANDBOX_REPLACED = "SandboxReplaced"
     RESTORING = "Restoring"
@@ -340,6 +341,19 @@ def _last_end(state: SessionState) -> str:
     return ""
 
 
+def clean_stop(state: SessionState) -> str:
+    """When the last attempt stopped cleanly on a signal and none has started since: how it
+    stopped, for a person ("on SIGTERM: ..."); otherwise ""."""
+    if state.lifecycle.harness_running:
+        return ""
+    for entry in reversed(state.lifecycle.recent):
+        if entry.kind == LifecycleKind.HARNESS_STOPPED:
+            return f"on {entry.reason or 'a signal'}: {entry.detail}".rstrip(": ")
+        if entry.kind in (LifecycleKind.HARNESS_STARTED, LifecycleKind.HARNESS_FINISHED):
+            break
+    return ""
+
+
 def interruption_of(state: SessionState, liveness: Liveness | None) -> Interruption | None:
     """What a session without a live attempt was doing, and what happens next; None while an
     attempt is alive, before one has started, or once the session ended or its recovery failed."""
@@ -353,6 +367,7 @@ def interruption_of(state: SessionState, liveness: Liveness | None) -> Interrupt
     signs = [t for t in (liveness.renewed_at, state.last_event_at) if t is not None]
     since = max(signs) if signs else None
     ended = _last_end(state) if not lifecycle.harness_running else ""
+    stopped = clean_stop(state)
     reopened = lifecycle.reopened_seq is not None and not any(
         e.kind == LifecycleKind.HARNESS_STARTED and e.seq > (lifecycle.reopened_seq or 0)
         for e in lifecycle.recent
@@ -361,6 +376,8 @@ def interruption_of(state: SessionState, liveness: Liveness | None) -> Interrupt
         why = "no harness attempt has started on the recorded request"
     elif reopened and not lifecycle.harness_running:
         why = f"the session ended and was reopened ({lifecycle.reopened_because}); no attempt has run since"
+    elif stopped:
+        why = f"attempt {attempt} stopped cleanly {stopped}"
     elif ended:
         why = f"attempt {attempt} stopped without ending the session: {ended}"
     elif liveness.holder_alive is False:
@@ -390,6 +407,12 @@ def interruption_of(state: SessionState, liveness: Liveness | None) -> Interrupt
         next_text = (
             f"run `{command}`: a new attempt takes the next lease, restores every subagent from its "
             f"last verified checkpoint{step}, and settles the interrupted operations"
+        )
+    elif stopped:
+        command = None
+        next_text = (
+            f"the operator starts attempt {max(attempt, liveness.lease) + 1}, which restores from the "
+            "last verified checkpoint (a clean stop is not a lost attempt)"
         )
     else:
         command = None
@@ -477,6 +500,8 @@ def _recovering_reason(state: SessionState, interruption: Interruption | None) -
         return Reason.SANDBOX_REPLACED
     if state.lifecycle.recovering or interruption is None:
         return Reason.HARNESS_LOST  # recorded lost; its replacement restores
+    if clean_stop(state):
+        return Reason.HARNESS_STOPPED
     return Reason.HARNESS_SILENT  # not renewing its lease; the operator records it lost next
 
 
@@ -519,11 +544,15 @@ def conditions_of(
             message=f"sandbox of {', '.join(lc.lost_sandboxes)} lost; the same harness attempt restores "
             "its replacement from the last verified checkpoint",
         )
-    elif phase == Phase.RECOVERING and recovering_reason == Reason.HARNESS_SILENT and interruption:
+    elif (
+        phase == Phase.RECOVERING
+        and recovering_reason in (Reason.HARNESS_SILENT, Reason.HARNESS_STOPPED)
+        and interruption
+    ):
         ready = Condition(
             type=ConditionType.READY,
             status="False",
-            reason=Reason.HARNESS_SILENT,
+            reason=recovering_reason,
             message=f"{interruption.why}; {interruption.next}",
         )
     elif phase == Phase.RECOVERING:

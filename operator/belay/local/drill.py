@@ -47,6 +47,7 @@ from belay.journal.events import (
     ToolRequestEvent,
     ToolResultEvent,
 )
+from belay.lifetime import die_with_parent, tie_to_parent
 from belay.local.runtime import LocalHome
 
 DEFAULT_MANIFEST = Path(__file__).resolve().parents[3] / "examples" / "parser-fix" / "session.yaml"
@@ -127,6 +128,8 @@ def start_belay(
         stderr=subprocess.STDOUT,
         env=env,
         start_new_session=True,  # its own process group, killed as a whole
+        # ...and it dies with whoever started it (the drill, a test run), however that ends.
+        preexec_fn=die_with_parent() if tie_to_parent() else None,
     )
 
 
@@ -141,6 +144,7 @@ def run_belay(
         timeout=timeout,
         env=belay_environment(environment),
         check=False,
+        preexec_fn=die_with_parent(),  # waited for here: this thread outlives it
     )
 
 
@@ -251,6 +255,7 @@ class StandinProcess:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent() if tie_to_parent() else None,
         )
         deadline = time.monotonic() + STANDIN_START_S
         while not ready.exists():

@@ -35,6 +35,7 @@ from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult, fault_key
 from belay.harness.declared import input_files
 from belay.harness.loop import Harness
+from belay.harness.stopping import StopRequest
 from belay.journal.events import Actor, Event, EventDraft, UserInput
 from belay.journal.state import SessionState
 from belay.local.liveness import GuardedSandboxProvider, this_holder
@@ -338,8 +339,10 @@ async def run_local(
     *,
     on_event: Callable[[Event], None] | None = None,
     with_ticket_service: bool = True,
+    stop: StopRequest | None = None,
 ) -> HarnessResult:
-    """One harness attempt in this process, with local sandboxes and the local ticket service."""
+    """One harness attempt in this process, with local sandboxes and the local ticket service;
+    `stop`, set by a signal handler, stops it cleanly (belay.harness.stopping)."""
     store = home.open_event_store()
     artifacts = home.open_artifact_store()
     service = None
@@ -376,6 +379,7 @@ async def run_local(
                 holder=this_holder(),
                 model_id=initial_model_id(session),
                 on_event=record_and_forward,
+                stop=stop,
             )
             return await harness.run()
     finally:

@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from belay import lifetime
 from belay.sandbox import isolation, workspace
 from belay.sandbox.protocol import (
     INSTANCE_ENV,
@@ -29,6 +30,7 @@ from belay.sandbox.protocol import (
     MAX_OUTPUT_BYTES,
     MODE_HEADER,
     SHA256_HEADER,
+    STOPPING_STATUS,
     ErrorBody,
     Health,
     ListFilesArgs,
@@ -140,6 +142,11 @@ class SandboxServer:
         self.profile = profile
         self.report = report
         self.running_groups: set[int] = set()
+        # Told to stop: requests already running may finish, new ones are refused.
+        self.stopping = False
+        self.requests_running = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
         self.tools: dict[str, tuple[type[BaseModel], Callable[[Any], Awaitable[BaseModel]]]] = {
             "run_command": (RunCommandArgs, self.run_command),
             "read_file": (ReadFileArgs, self.read_file),
@@ -151,7 +158,8 @@ class SandboxServer:
 
     def app(self) -> web.Application:
         application = web.Application(
-            middlewares=[self.require_token, self.limit_body], client_max_size=MAX_REQUEST_BYTES
+            middlewares=[self.require_token, self.count_requests, self.limit_body],
+            client_max_size=MAX_REQUEST_BYTES,
         )
         application.router.add_get("/healthz", self.health)
         application.router.add_post("/v1/tools/{tool}", self.call_tool)
@@ -174,6 +182,34 @@ class SandboxServer:
                 f"this is sandbox instance {self.instance}; the request was meant for {meant_for}",
             )
         return await handler(request)
+
+    @web.middleware
+    async def count_requests(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """Requests running now, so a stop waits for them; once stopping, none is taken, not even a
+        health check: a harness that finds its sandbox stopping waits for another one."""
+        if self.stopping:
+            return json_error(STOPPING_STATUS, "the sandbox is stopping; it takes no new request")
+        self.requests_running += 1
+        self.idle.clear()
+        try:
+            return await handler(request)
+        finally:
+            self.requests_running -= 1
+            if self.requests_running == 0:
+                self.idle.set()
+
+    async def stop(self, drain_s: float) -> None:
+        """Refuse new requests, let the running ones finish for up to `drain_s`, then kill every
+        process a command started, wherever it went (its own session, a double fork): as a
+        subreaper (belay.lifetime) the server is the parent of every orphan among them."""
+        self.stopping = True
+        if drain_s > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.idle.wait(), drain_s)
+        self.kill_all_commands()
+        await asyncio.to_thread(lifetime.kill_descendants)
 
     @web.middleware
     async def limit_body(
@@ -420,8 +456,10 @@ async def serve(options: argparse.Namespace, report: isolation.IsolationReport) 
         write_ready_file(options.ready_file, ready)
     try:
         await stopping.wait()
+        await server.stop(options.drain_s)
     finally:
         server.kill_all_commands()
+        await asyncio.to_thread(lifetime.kill_descendants)
         await runner.cleanup()
         if options.socket is not None:
             options.socket.unlink(missing_ok=True)

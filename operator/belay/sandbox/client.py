@@ -16,6 +16,7 @@ from belay.sandbox.protocol import (
     INSTANCE_MISMATCH_STATUS,
     MODE_HEADER,
     SHA256_HEADER,
+    STOPPING_STATUS,
     Health,
     ToolResponse,
 )
@@ -104,6 +105,8 @@ class SandboxClient:
             raise SandboxUnavailable(f"sandbox at {self.endpoint} unreachable: {error!r}") from error
         if status == INSTANCE_MISMATCH_STATUS and self.instance is not None:
             raise SandboxReplaced(f"sandbox at {self.endpoint}: {_error_text(body)}", status)
+        if status == STOPPING_STATUS:
+            raise SandboxUnavailable(f"sandbox at {self.endpoint}: {_error_text(body)}", status)
         if status >= 400:
             raise SandboxError(f"sandbox {method} {path} -> {status}: {_error_text(body)}", status)
         return status, body

@@ -38,6 +38,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from belay import lifetime
 from belay.sandbox import isolation, walls
 from belay.sandbox.client import SandboxClient, SandboxUnavailable
 from belay.sandbox.egress import Allowlist, EgressProxy, proxy_environment
@@ -365,6 +366,9 @@ async def start_plain(request: StartRequest) -> Started:
             stderr=subprocess.STDOUT,
             env=sandbox_environment(record.instance),
             start_new_session=True,
+            # Like bwrap's --die-with-parent for a walled one: the harness's death stops it (SIGTERM:
+            # it kills what its commands started on the way out).
+            preexec_fn=lifetime.die_with_parent(signal.SIGTERM),
         )
     started = Started(process, record, walls=request.choice.description)
     try:

@@ -19,6 +19,9 @@ MODE_HEADER = "X-File-Mode"
 # replacement.
 INSTANCE_HEADER = "X-Sandbox-Instance"
 INSTANCE_MISMATCH_STATUS = 409
+# A server told to stop (SIGTERM) lets the requests it is running finish and refuses new ones with
+# this status: the request did not run, and the sandbox is going away.
+STOPPING_STATUS = 503
 # A local sandbox's instance marker (see belay.sandbox.local); the server takes it as its instance
 # id when set, so the harness's handle and the server name the same instance.
 INSTANCE_ENV = "BELAY_SANDBOX_INSTANCE"

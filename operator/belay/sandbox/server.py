@@ -1,7 +1,10 @@
 """The sandbox server: runs tools in one workspace, behind a bearer token.
 
     python -m belay.sandbox.server --workspace DIR (--socket PATH | --port N) --token-file FILE \
-        --network-profile none|allowlist|internet [--ready-file FILE]
+        --network-profile none|allowlist|internet [--ready-file FILE] [--drain-s SECONDS]
+
+On SIGTERM (or SIGINT) it refuses new requests, lets the running ones finish for up to
+`--drain-s` seconds (default 0), kills every process its commands started and exits.
 
 The same code serves a sandbox pod (TCP) and a local sandbox (a Unix socket); a local sandbox's
 server runs inside its walls (`belay.sandbox.walls`), which it observes and reports. Endpoints:
@@ -24,6 +27,7 @@ from pathlib import Path
 
 # Only light imports here: with profile `none` this module runs twice (before and after entering
 # the new network namespace), and aiohttp and pydantic are imported once, after the re-exec.
+from belay import lifetime
 from belay.sandbox import isolation, walls
 
 
@@ -37,12 +41,21 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--token-file", required=True, type=Path)
     parser.add_argument("--network-profile", required=True, choices=isolation.NETWORK_PROFILES)
     parser.add_argument("--ready-file", type=Path)
+    parser.add_argument(
+        "--drain-s",
+        type=float,
+        default=0.0,
+        help="on SIGTERM, how long running requests may go on before every process is killed",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     arguments = sys.argv[1:] if argv is None else argv
     options = parse_arguments(arguments)
+    # Every process a command starts stays a descendant of the server, however it detaches, so
+    # the server takes them all with it when it stops.
+    lifetime.become_subreaper()
     started_from = os.environ.pop(walls.HOST_NAMESPACES_ENV, None)
     if started_from is not None:
         # Inside the walls of a local sandbox (see belay.sandbox.walls): bwrap made the namespaces.
