@@ -13,7 +13,8 @@ What it does for a pod:
   volume's directory is bind-mounted at that path, for that process only.
   KUBERNETES_SERVICE_HOST/PORT name the apiserver's loopback address (which its serving certificate
   covers), as kube-proxy would route the `kubernetes` Service;
-- env: values, `fieldRef`s of the pod, and `envFrom` Secrets and ConfigMaps;
+- env: values, `fieldRef`s of the pod, Secret keys (an `optional` key that is missing, or whose
+  Secret is, leaves the variable unset, as a kubelet does), and `envFrom` Secrets and ConfigMaps;
 - the container's `python` is this interpreter (the image would have the same package installed);
 - network: every pod shares 127.0.0.1, so each declared container port gets a free loopback port
   (an argument naming the port, alone or as `--flag=PORT`, and `0.0.0.0`, are rewritten), and a
@@ -98,6 +99,7 @@ class LocalPod:
     ports: dict[str, int]  # container port name or number -> loopback port
     reported_exit: bool = False
     log: Path = field(default_factory=Path)
+    env: dict[str, str] = field(default_factory=dict)  # the environment its process started with
     kill_at: float | None = None  # when deleted: time.monotonic() at which SIGKILL follows SIGTERM
 
 
@@ -118,6 +120,7 @@ class LocalKubelet:
         self.extra_env = extra_env or (lambda pod: {})
         self.pods: dict[str, LocalPod] = {}
         self.started_names: list[str] = []
+        self.started_pods: dict[str, LocalPod] = {}  # every pod started, deleted ones included
         # Pods deleted from the API, by name: the exit status of their process (negative: killed).
         self.exit_codes: dict[str, int | None] = {}
         self.node_name = f"local-kubelet-{namespace}"
@@ -336,15 +339,28 @@ class LocalKubelet:
             values.update({(source.prefix or "") + k: v for k, v in found.items()})
         return values
 
-    def _env_value(self, pod: Any, item: Any) -> str:
+    def _env_value(self, pod: Any, item: Any) -> str | None:
+        """The variable's value; None when it is left unset (an optional key that is missing)."""
         if item.value_from is None:
             return str(item.value or "")
         if item.value_from.field_ref is not None:
             return FIELD_PATHS[item.value_from.field_ref.field_path](pod) or ""
         if item.value_from.secret_key_ref is not None:
             ref = item.value_from.secret_key_ref
-            secret = self.core.read_namespaced_secret(ref.name, self.namespace)
-            return base64.b64decode((secret.data or {})[ref.key]).decode()
+            try:
+                data = self.core.read_namespaced_secret(ref.name, self.namespace).data or {}
+            except client.ApiException as error:
+                if error.status != 404:
+                    raise
+                data = {}
+            if ref.key in data:
+                return base64.b64decode(data[ref.key]).decode()
+            if ref.optional:  # as a kubelet does: the variable is not set
+                return None
+            raise ValueError(
+                f"pod {pod.metadata.name}: env {item.name} names key {ref.key} of Secret {ref.name}, "
+                "which does not exist (and is not optional)"
+            )
         raise ValueError(f"unsupported env source for {item.name} in pod {pod.metadata.name}")
 
     def _service_target(self, service: str, port: int) -> int | None:
@@ -431,7 +447,9 @@ class LocalKubelet:
         }
         env.update(self._env_from(container))
         for item in container.env or []:
-            env[item.name] = self._route(local_path(self._env_value(pod, item)))
+            value = self._env_value(pod, item)
+            if value is not None:
+                env[item.name] = self._route(local_path(value))
         env.update(self.extra_env(pod.to_dict()))
         log = root / "log"
         with log.open("wb") as out:
@@ -446,7 +464,7 @@ class LocalKubelet:
                 start_new_session=True,
                 preexec_fn=die_with_parent(),
             )
-        self.pods[pod.metadata.name] = LocalPod(
+        self.pods[pod.metadata.name] = self.started_pods[pod.metadata.name] = LocalPod(
             name=pod.metadata.name,
             uid=pod.metadata.uid,
             labels=dict(pod.metadata.labels or {}),
@@ -454,6 +472,7 @@ class LocalKubelet:
             root=root,
             ports=ports,
             log=log,
+            env=env,
         )
         self.started_names.append(pod.metadata.name)
         self._report(pod.metadata.name, "Running")

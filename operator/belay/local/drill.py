@@ -238,10 +238,11 @@ def tickets_in(home: Path, session_id: str) -> int:
 
 
 class StandinProcess:
-    """`python -m <stand-in> --plan PLAN --port 0 --ready-file F` in its own process group."""
+    """`python -m <stand-in> --plan PLAN --port 0 --ready-file F` in its own process group;
+    with `api_key`, the only key it accepts (else any)."""
 
-    def __init__(self, executor_type: str, plan: Path, directory: Path) -> None:
-        from belay.executors.endpoints import PROVIDERS
+    def __init__(self, executor_type: str, plan: Path, directory: Path, api_key: str | None = None) -> None:
+        from belay.executors.endpoints import PROVIDERS, STANDIN_KEY
 
         self.variables = PROVIDERS[executor_type]
         directory.mkdir(parents=True, exist_ok=True)
@@ -249,6 +250,9 @@ class StandinProcess:
         ready.unlink(missing_ok=True)
         log = (directory / "standin.log").open("ab")
         command = [sys.executable, "-m", self.variables.standin_module, "--plan", str(plan), "--port", "0"]
+        if api_key is not None:
+            command += ["--api-key", api_key]
+        self.api_key = api_key or STANDIN_KEY
         self.process = subprocess.Popen(
             [*command, "--ready-file", str(ready)],
             stdin=subprocess.DEVNULL,
@@ -266,9 +270,7 @@ class StandinProcess:
         self.base_url = str(json.loads(ready.read_text())["base_url"])
 
     def environment(self) -> dict[str, str]:
-        from belay.executors.endpoints import STANDIN_KEY
-
-        return {self.variables.base_url: self.base_url, self.variables.api_key: STANDIN_KEY}
+        return {self.variables.base_url: self.base_url, self.variables.api_key: self.api_key}
 
     def stats(self) -> dict[str, Any]:
         origin = self.base_url.split("/v1", 1)[0].rstrip("/")
