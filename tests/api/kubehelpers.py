@@ -30,7 +30,7 @@ def _established(kube: ControlPlane, name: str) -> bool:
     result = kube.kubectl("get", f"crd/{name}", "-o", "json", check=False)
     if result.returncode != 0:
         return False
-    conditions = json.loads(result.stdout).get("status", {}).get("conditions", [])
+    conditions = (json.loads(result.stdout).get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 

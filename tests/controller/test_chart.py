@@ -116,6 +116,7 @@ def test_helm_install_gives_the_operator_least_privilege(helm_bin: Path, kube: C
             ("create", "pods", "-n", "team-a"),
             ("delete", "pods", "-n", "team-a"),
             ("patch", "agentsessions.belay.dev", "--subresource=status", "-n", "team-a"),
+            ("create", "agentsessions.belay.dev", "-n", "team-a"),  # a coordinator's child sessions
             ("create", "checkpoints.belay.dev", "-n", "team-a"),
             ("create", "networkpolicies.networking.k8s.io", "-n", "team-a"),
             ("create", "secrets", "-n", "team-a"),

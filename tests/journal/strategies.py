@@ -30,6 +30,8 @@ from belay.journal.events import (
     Remote,
     RemoteKind,
     ScopeChange,
+    SessionLink,
+    SessionLinkKind,
     Summary,
     Task,
     TaskStatus,
@@ -187,6 +189,15 @@ payloads: st.SearchStrategy[Payload] = st.one_of(
         call_id=st.one_of(st.none(), ids(["call_1", "call_2"])),
         operation_id=st.one_of(st.none(), ids(OPS)),
         detail=st.text(max_size=3),
+    ),
+    st.builds(
+        SessionLink,
+        kind=st.sampled_from(list(SessionLinkKind)),
+        session=ids(["child-a", "child-b"]),
+        part=st.text(max_size=3),
+        objective=st.sampled_from(["", "release"]),
+        phase=st.sampled_from(["", "Succeeded", "Failed"]),
+        deliverables=st.dictionaries(ids(["a.txt", "b.patch"]), ids(HASHES), max_size=2),
     ),
 )
 

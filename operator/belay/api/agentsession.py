@@ -421,6 +421,22 @@ class RejectionGrant(ApiModel):
     by: str | None = None
 
 
+class SpecDecision(ApiModel):
+    """A person's decision on what waits that is neither an approval nor a rejection of an
+    operation or a deliverable, as `kubectl belay answer|reconcile` (and `approve|reject` of a
+    wait) write it: the operator records it while what it names still waits, under the same claim
+    a local decision takes, so one decision per item is recorded."""
+
+    # A wait id (an approval id is taken too); an operation id whose outcome is unknown for
+    # succeeded/failed.
+    id: str = Field(min_length=1, max_length=512)
+    # yes: approve, or a yes (an answer) to a wait; no: reject, or a no; succeeded/failed: whether
+    # an operation whose outcome is unknown took effect.
+    verdict: Literal["yes", "no", "succeeded", "failed"]
+    text: str = Field(default="", max_length=8192)  # the answer, or the reason
+    by: str = Field(default="", max_length=253)
+
+
 class Budgets(ApiModel):
     # Only budgets the harness enforces: one it ignored would be a promise nobody keeps.
     max_model_calls: int | None = Field(default=None, ge=1)
@@ -507,6 +523,7 @@ class AgentSessionSpec(ApiModel):
     subagents: list[SubagentSpec] = Field(min_length=1, max_length=SUBAGENTS_MAX)
     approvals: list[ApprovalGrant] = Field(default_factory=list, max_length=256)
     rejections: list[RejectionGrant] = Field(default_factory=list, max_length=256)
+    decisions: list[SpecDecision] = Field(default_factory=list, max_length=256)
     # Tools whose calls wait for an approval: "tool" for every subagent, "subagent:tool" for one.
     approval_required: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
         default_factory=list,

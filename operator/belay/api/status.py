@@ -54,11 +54,48 @@ class ForkStatus(StatusModel):
     covers_seq: int
 
 
+class EventsExport(StatusModel):
+    """The session's events from `fromSeq` to `lastSeq`, as `belay events --json` prints them,
+    exported on request (the annotation `belay.dev/events-request`, set by `kubectl belay
+    events`) into the artifact store and fetched through `location`."""
+
+    request: str
+    from_seq: int
+    last_seq: int
+    count: int
+    sha256: str
+    size: int
+    location: str
+
+
+class DrillDeliverable(StatusModel):
+    name: str
+    sha256: str  # the drill copy's ("" when it has none)
+    source_sha256: str  # the session's own ("" when it has none)
+
+
+class DrillStatus(StatusModel):
+    """The interruption drill asked for with the annotation `belay.dev/drill-request`: its copy of
+    the session, the points where the copy's attempts stopped, and, once the copy ended, the
+    verdict (`passed` None until then)."""
+
+    request: str
+    session: str
+    points: list[str]
+    phase: str
+    attempts_lost: int = 0
+    steps_run_twice: list[str] = []
+    deliverables: list[DrillDeliverable] = []
+    passed: bool | None = None
+
+
 class AgentSessionStatus(SessionStatus):
     observed_generation: int | None = None
     harness: HarnessPodStatus | None = None
     sandboxes: list[SandboxPodStatus] = []
     forked_from: ForkStatus | None = None
+    events_export: EventsExport | None = None
+    drill: DrillStatus | None = None
 
 
 __all__ = [
@@ -67,6 +104,9 @@ __all__ = [
     "ConditionStatus",
     "ConditionType",
     "Counts",
+    "DrillDeliverable",
+    "DrillStatus",
+    "EventsExport",
     "ForkStatus",
     "HarnessPodStatus",
     "OperatorReason",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -23,6 +22,7 @@ from belay.api.agentsession import ManifestError, is_plain_file_name, load_manif
 from belay.cli import terminal
 from belay.harness.attempt import HarnessResult
 from belay.harness.stopping import StopRequest
+from belay.journal.decisions import DecisionError, decision_write, reconcile_write
 from belay.journal.events import (
     Actor,
     Approval,
@@ -33,14 +33,12 @@ from belay.journal.events import (
     Rejection,
     ScopeChange,
     Wait,
-    approval_claim,
-    reconcile_claim,
+    event_line,
     rejection_claim,
     scope_claim,
-    wait_claim,
 )
 from belay.journal.state import SessionState
-from belay.journal.status import Liveness, Phase, interruption_of, phase_of, waiting_on
+from belay.journal.status import Liveness, Phase, phase_of
 from belay.local.liveness import local_liveness, observed_sandboxes, reap_orphans
 from belay.local.runtime import (
     ARTIFACTS_ENV,
@@ -381,50 +379,81 @@ def _known_state(session_id: str) -> SessionState:
     return state
 
 
+# How often `belay sessions --watch` and `belay objective --watch` look again.
+WATCH_INTERVAL_S = 1.0
+
+Selector = Annotated[
+    str,
+    typer.Option("--selector", "-l", help="Only sessions whose manifest labels match (k=v, k!=v, k, !k)."),
+]
+
+
 @app.command()
-def sessions() -> None:
-    """List the sessions in this home and where each stands."""
-    from belay.journal.snapshots import load_state
+def sessions(
+    as_json: Annotated[bool, typer.Option("--json", help="Rows and summary as JSON.")] = False,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Print again whenever a session moves on, until Ctrl-C.")
+    ] = False,
+    selector: Selector = "",
+) -> None:
+    """Every session in this home: phase, what it waits on (you, an external condition, your
+    review), the command that unblocks it, deliverables, age of the last event; and a summary."""
+    from belay.journal.fleet import fleet_view, render_fleet
 
-    async def load() -> list[tuple[str, SessionState | RecordCorrupt, Liveness | None]]:
-        store = Context.home.open_event_store()
-        artifacts = Context.home.open_artifact_store()
-        loaded: list[tuple[str, SessionState | RecordCorrupt, Liveness | None]] = []
-        try:
-            for sid in await store.list_sessions():
-                try:
-                    state = (await load_state(store, artifacts, sid)).state
-                    loaded.append((sid, state, await local_liveness(store, sid)))
-                except RecordCorrupt as error:
-                    loaded.append((sid, error, None))
-        finally:
-            await store.close()
-        return loaded
+    def show(rows: list[Any]) -> str:
+        view = fleet_view(rows)
+        return view.model_dump_json() if as_json else render_fleet(view, where=str(Context.home.root))
 
-    if Context.home.events_url is None and not Context.home.events_db.exists():
-        console.print(f"no sessions in {Context.home.root}")
+    _show_fleet(selector, show, watch)
+
+
+@app.command()
+def objective(
+    name: Annotated[str, typer.Argument(metavar="OBJECTIVE", help="The belay.dev/objective label value.")],
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    watch: Annotated[bool, typer.Option("--watch", "-w")] = False,
+) -> None:
+    """The sessions that serve one objective (label belay.dev/objective): each one's part and
+    deliverables, and what the whole waits on."""
+    from belay.journal.fleet import OBJECTIVE_LABEL, objective_view, render_objective
+
+    def show(rows: list[Any]) -> str:
+        view = objective_view(name, rows)
+        return view.model_dump_json() if as_json else render_objective(view)
+
+    _show_fleet(f"{OBJECTIVE_LABEL}={name}", show, watch)
+
+
+def _show_fleet(selector: str, show: Any, watch: bool) -> None:
+    """Print the fleet once, or (watching) again whenever a row changes; a corrupt record ends a
+    one-off listing with its error after the others are shown."""
+    import time
+
+    from belay.journal.fleet import SelectorError
+    from belay.local.fleet import LocalFleet, without_clock
+
+    fleet = LocalFleet(Context.home, selector)
+    try:
+        rows = asyncio.run(fleet.rows())
+    except SelectorError as error:
+        raise fail(f"--selector: {error}") from None
+    sys.stdout.write(show(rows) + "\n")
+    sys.stdout.flush()
+    if watch:
+        shown = without_clock(rows)
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                time.sleep(WATCH_INTERVAL_S)
+                rows = asyncio.run(fleet.rows())
+                if without_clock(rows) != shown:
+                    shown = without_clock(rows)
+                    sys.stdout.write(show(rows) + "\n")
+                    sys.stdout.flush()
         return
-    table = Table("SESSION", "PHASE", "STEP", "WAITS ON", "DELIVERABLES", "EVENTS")
-    corrupt: list[RecordCorrupt] = []
-    for session_id, state, liveness in asyncio.run(load()):
-        if isinstance(state, RecordCorrupt):
-            corrupt.append(state)
-            table.add_row(session_id, f"RecordCorrupt (seq {state.seq})", "-", "-", "-", "-")
-            continue
-        phase = phase_of(state, liveness)
-        table.add_row(
-            session_id,
-            phase.value,
-            state.current_step or "-",
-            waiting_on(state, phase, interruption_of(state, liveness)) or "-",
-            ", ".join(sorted(state.deliverables)) or "-",
-            str(state.last_seq),
-        )
-    console.print(table)
-    if corrupt:
-        # The other sessions are listed; each corrupt one also ends the command with its error.
-        for error in corrupt:
-            typer.echo(f"error: {error}", err=True)
+    # The other sessions are listed; each corrupt record also ends the command with its error.
+    for corrupt in fleet.corrupt.values():
+        typer.echo(f"error: {corrupt}", err=True)
+    if fleet.corrupt:
         raise typer.Exit(1)
 
 
@@ -586,20 +615,7 @@ def events(
         raise fail(unknown_session(session_id, home))
     for event in found:
         if as_json:
-            sys.stdout.write(
-                json.dumps(
-                    {
-                        "seq": event.seq,
-                        "type": event.type,
-                        "created_at": event.created_at.isoformat(),
-                        "actor": event.actor.model_dump(mode="json"),
-                        "parent_seq": event.parent_seq,
-                        "payload": event.payload.model_dump(mode="json"),
-                    },
-                    sort_keys=True,
-                )
-                + "\n"
-            )
+            sys.stdout.write(event_line(event) + "\n")
         else:
             line = progress_line(event) or f"{event.seq:>4} {event.type}"
             console.print(line, highlight=False, markup=False)
@@ -657,75 +673,12 @@ def decide(session_id: str, item_id: str, granted: bool, reason: str, by: str) -
     """Record one decision under its claim, so that of two people deciding at once, one decision
     is recorded and the other person is told who decided first."""
     state = _known_state(session_id)
-    user = Actor(kind="user", name=by)
-    drafts: list[EventDraft] = []
-    approval = state.approvals.get(item_id)
-    wait = state.waits.get(item_id)
-    if approval is not None:
-        claim = approval_claim(item_id)
-        if approval.decision is not None:
-            raise fail(
-                f"approval {item_id} was already {approval.decision} by {approval.decided_by or 'someone'}"
-            )
-        drafts.append(
-            EventDraft(
-                payload=Approval(
-                    approval_id=item_id,
-                    operation_id=approval.operation_id,
-                    payload_sha256=approval.payload_sha256,
-                    granted=granted,
-                    by=by,
-                    reason=reason,
-                ),
-                actor=user,
-                parent_seq=approval.requested_seq,
-            )
-        )
-        outcome = (
-            f"{'approved' if granted else 'rejected'} {item_id} (payload sha256 {approval.payload_sha256})"
-        )
-    elif wait is not None:
-        if wait.resolved:
-            raise fail(f"{item_id} is already resolved")
-        claim = wait_claim(item_id)
-        if wait.condition is not None and wait.condition in state.unknown_outcomes:
-            # The same claim as `belay reconcile` without a wait: one verdict per unknown outcome.
-            claim = reconcile_claim(wait.condition, state.unknown_outcomes[wait.condition])
-        if wait.kind == "on_user" and item_id.startswith("reconcile-") and wait.condition:
-            verdict = "took effect" if granted else "did not take effect"
-            drafts.append(
-                EventDraft(
-                    payload=OperationOutcome(
-                        operation_id=wait.condition,
-                        outcome="reconciled",
-                        succeeded=granted,
-                        detail=f"{by}: it {verdict}. {reason}".strip(),
-                        by=by,
-                    ),
-                    actor=user,
-                )
-            )
-        drafts.append(
-            EventDraft(
-                payload=Wait(
-                    wait_id=item_id,
-                    kind=wait.kind,
-                    reason=f"{wait.reason} -> {'yes' if granted else 'no'} ({by}) {reason}".strip(),
-                    resolved=True,
-                    condition=wait.condition,
-                    artifact=wait.artifact,
-                ),
-                actor=user,
-            )
-        )
-        outcome = f"resolved {item_id}: {'yes' if granted else 'no'}"
-    else:
-        pending = sorted(state.pending_approvals) + sorted(state.open_waits)
-        known = ", ".join(pending) if pending else "nothing waits on you"
-        raise fail(f"no approval or wait {item_id!r} in session {session_id} (pending: {known})")
-
-    _append(session_id, drafts, claim)
-    return outcome
+    try:
+        write = decision_write(state, item_id, granted, reason, by)
+    except DecisionError as error:
+        raise fail(str(error)) from None
+    _append(session_id, list(write.drafts), write.claim)
+    return write.outcome
 
 
 @app.command()
@@ -897,23 +850,12 @@ def reconcile(
     if succeeded is None:
         raise fail("say whether it took effect: --succeeded or --failed")
     state = _known_state(session_id)
-    if operation_id not in state.unknown_outcomes:
-        unknown = ", ".join(sorted(state.unknown_outcomes)) or "none"
-        raise fail(f"operation {operation_id!r} has no unknown outcome (unknown outcomes: {unknown})")
-    wait_id = next((w.wait_id for w in state.open_wait_records() if w.condition == operation_id), None)
-    if wait_id is not None:
-        console.print(decide(session_id, wait_id, succeeded, detail, by), highlight=False, markup=False)
-        return
-    outcome = OperationOutcome(
-        operation_id=operation_id,
-        outcome="reconciled",
-        succeeded=succeeded,
-        detail=f"{by}: {detail}".rstrip(": "),
-        by=by,
-    )
-    claim = reconcile_claim(operation_id, state.unknown_outcomes[operation_id])
-    _append(session_id, [EventDraft(payload=outcome, actor=Actor(kind="user", name=by))], claim)
-    console.print(f"reconciled {operation_id}: {'succeeded' if succeeded else 'failed'}", markup=False)
+    try:
+        write = reconcile_write(state, operation_id, succeeded, detail, by)
+    except DecisionError as error:
+        raise fail(str(error)) from None
+    _append(session_id, list(write.drafts), write.claim)
+    console.print(write.outcome, highlight=False, markup=False)
 
 
 @app.command()

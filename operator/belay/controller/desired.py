@@ -23,6 +23,7 @@ from typing import Any
 from belay.api.agentsession import AgentSessionSpec, SubagentSpec
 from belay.controller import names
 from belay.controller.settings import EgressTarget, OperatorSettings
+from belay.harness.attempt import FAULT_ENV
 from belay.harness.stopping import DRAIN_ENV, STOP_MARGIN_S
 
 # Ranges a sandbox with `internet` egress still may not reach: the cluster's private networks and
@@ -186,7 +187,11 @@ def sandbox_endpoint(ref: SessionRef, subagent: str, settings: OperatorSettings)
 
 
 def harness_pod(
-    ref: SessionRef, spec: AgentSessionSpec, settings: OperatorSettings, index: int
+    ref: SessionRef,
+    spec: AgentSessionSpec,
+    settings: OperatorSettings,
+    index: int,
+    fault_point: str | None = None,
 ) -> dict[str, Any]:
     env = {
         ENV_SESSION: ref.name,
@@ -202,6 +207,8 @@ def harness_pod(
         ENV_SANDBOX_TOKEN_DIR: HARNESS_TOKENS_MOUNT,
         DRAIN_ENV: str(settings.stop_drain_s),
     }
+    if fault_point:
+        env[FAULT_ENV] = fault_point  # a drill copy's attempt stops itself there
     secrets = [s for s in (settings.store_secret, spec.stores.secret_ref) if s]
     container: dict[str, Any] = {
         "name": "harness",
@@ -475,6 +482,7 @@ def desired_children(
     settings: OperatorSettings,
     attempt_index: int | None,
     replacements: Mapping[str, int] | None = None,
+    fault_point: str | None = None,
 ) -> list[dict[str, Any]]:
     """Everything the operator applies for a session. With no attempt (the session has ended, or
     gave up) only the Services and NetworkPolicies remain: pods are not recreated. `replacements`
@@ -492,7 +500,7 @@ def desired_children(
         objects.extend(
             sandbox_pod(ref, s, settings, attempt_index, replaced.get(s.name, 0)) for s in spec.subagents
         )
-        objects.append(harness_pod(ref, spec, settings, attempt_index))
+        objects.append(harness_pod(ref, spec, settings, attempt_index, fault_point))
     return objects
 
 

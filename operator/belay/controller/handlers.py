@@ -21,11 +21,13 @@ import kopf
 
 from belay.api.agentsession import AgentSessionSpec
 from belay.controller import metrics, names
+from belay.controller.drill import DRILL_OF_LABEL
 from belay.controller.kube import KubeClient, load_api_client
 from belay.controller.reconciler import SessionReconciler
 from belay.controller.retention import apply_retention
 from belay.controller.settings import settings_from_environment
 from belay.controller.status import TransitionEvent
+from belay.journal.fleet import PARENT_LABEL
 from belay.stores.base import RecordCorrupt, StoreError, StoreUnavailable
 
 GROUP, VERSION, PLURAL = "belay.dev", "v1alpha1", "agentsessions"
@@ -89,6 +91,11 @@ async def close_stores(**_: Any) -> None:
 def session_changed(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
     Runtime.bodies[_key(namespace, name)] = dict(body)
     _wake(_key(namespace, name))
+    labels = body.get("metadata", {}).get("labels") or {}
+    for waiting in (labels.get(PARENT_LABEL), labels.get(DRILL_OF_LABEL)):
+        if waiting:
+            # A child moved on (its coordinator may wait on it), or a drill's copy (its session reports it).
+            _wake(_key(namespace, waiting))
 
 
 # A pod of a session changed or went away: its worker decides what that means.
@@ -133,6 +140,7 @@ async def session_worker(
             try:
                 outcome = await reconciler.reconcile(current)
                 metrics.RECONCILES.labels(result="ok").inc()
+                metrics.observe_session(key, outcome.status)
                 if outcome.decision.action == "replace":
                     metrics.HARNESS_REPLACEMENTS.inc()
             except Exception as error:
@@ -146,6 +154,7 @@ async def session_worker(
                 continue
         woken = await _sleep_until_woken(wake)
     metrics.SESSIONS.dec()
+    metrics.forget_session(key)
 
 
 async def _sleep_until_woken(wake: asyncio.Event) -> bool:

@@ -106,6 +106,14 @@ class KubeClient:
                     raise
         raise RuntimeError(f"Secret {namespace}/{name} kept changing while it was being created")
 
+    def create_session_if_absent(self, obj: dict[str, Any]) -> None:
+        """Create the AgentSession unless one of that name exists; an existing one is left as is."""
+        try:
+            self._resource(*AGENTSESSIONS).create(body=obj, namespace=obj["metadata"]["namespace"])
+        except ApiException as error:
+            if error.status != 409:
+                raise
+
     def get_session(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             found = self._resource(*AGENTSESSIONS).get(name=name, namespace=namespace)

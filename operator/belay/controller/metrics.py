@@ -1,9 +1,16 @@
 """Prometheus metrics of the operator. No label names a session: a fleet of thousands of sessions
-must not become thousands of series."""
+must not become thousands of series. The dashboard in `charts/belay/dashboards/` draws these."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from belay.journal.fleet import fleet_row
+from belay.journal.status import Phase
 
 RECONCILES = Counter("belay_reconciles_total", "Reconcile passes of AgentSessions", ["result"])
 RECONCILE_SECONDS = Histogram(
@@ -13,6 +20,42 @@ RECONCILE_SECONDS = Histogram(
 )
 SESSIONS = Gauge("belay_sessions", "AgentSessions this operator reconciles")
 HARNESS_REPLACEMENTS = Counter("belay_harness_replacements_total", "Harness attempts started after a loss")
+SESSIONS_BY_PHASE = Gauge("belay_sessions_by_phase", "AgentSessions by the phase of their status", ["phase"])
+WAITS = Gauge(
+    "belay_waits",
+    "What the AgentSessions wait on, by who acts: user (approvals, reconciliations, questions), "
+    "external (conditions), review (deliverables ready for review)",
+    ["kind"],
+)
+WAIT_KINDS = ("user", "external", "review")
+
+# By session key, the phase and the waits of its last status: the gauges are their sums.
+_observed: dict[str, tuple[str, dict[str, int]]] = {}
+
+
+def observe_session(key: str, status: Mapping[str, Any]) -> None:
+    """Count the session by the status a pass just wrote."""
+    row = fleet_row(key, status, now=datetime.now(UTC))
+    waits = {
+        "user": len(row.waits_on_user),
+        "external": len(row.waits_on_external),
+        "review": len(row.ready_for_review),
+    }
+    _observed[key] = (row.phase, waits)
+    _publish()
+
+
+def forget_session(key: str) -> None:
+    _observed.pop(key, None)
+    _publish()
+
+
+def _publish() -> None:
+    phases = [p.value for p in Phase] + sorted({p for p, _ in _observed.values()} - {p.value for p in Phase})
+    for phase in phases:
+        SESSIONS_BY_PHASE.labels(phase=phase).set(sum(1 for p, _ in _observed.values() if p == phase))
+    for kind in WAIT_KINDS:
+        WAITS.labels(kind=kind).set(sum(w[kind] for _, w in _observed.values()))
 
 
 def serve(port: int) -> None:

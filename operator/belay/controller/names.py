@@ -21,6 +21,11 @@ LABEL_SUBAGENT = f"{GROUP}/subagent"
 LABEL_ATTEMPT = f"{GROUP}/attempt"
 LABEL_REPLACEMENT = f"{GROUP}/replacement"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+# `kubectl belay events` asks for the record with "<from seq>/<nonce>"; the status answers it.
+ANNOTATION_EVENTS_REQUEST = f"{GROUP}/events-request"
+# `kubectl belay drill` asks for a drill with {"nonce", "points"}; the copy carries its points.
+ANNOTATION_DRILL_REQUEST = f"{GROUP}/drill-request"
+ANNOTATION_FAULT_POINTS = f"{GROUP}/fault-points"
 MANAGED_BY = "belay-operator"
 
 COMPONENT_HARNESS = "harness"

@@ -22,6 +22,8 @@ from typing import Any, TypeVar
 from belay.api.agentsession import AgentSessionSpec
 from belay.api.status import (
     AgentSessionStatus,
+    DrillStatus,
+    EventsExport,
     ForkStatus,
     HarnessPodStatus,
     OperatorReason,
@@ -30,7 +32,16 @@ from belay.api.status import (
 )
 from belay.controller import names
 from belay.controller.checkpoints import checkpoint_object
+from belay.controller.children import child_ended_write, child_manifest, child_wait_write, parent_link_write
 from belay.controller.desired import SessionRef, desired_children, sandbox_token_secret
+from belay.controller.drill import (
+    DrillRequest,
+    drill_manifest,
+    drill_name,
+    drill_request,
+    drill_status,
+    fault_point,
+)
 from belay.controller.kube import KubeClient
 from belay.controller.record import (
     ForkSourceMissing,
@@ -43,6 +54,7 @@ from belay.controller.record import (
     sandbox_lost_write,
     scope_change_write,
     spec_approval_writes,
+    spec_decision_writes,
     spec_rejection_writes,
 )
 from belay.controller.recovery import (
@@ -56,9 +68,9 @@ from belay.controller.recovery import (
 )
 from belay.controller.settings import OperatorSettings
 from belay.controller.status import OperatorProblem, TransitionEvent, session_status_patch, transition_events
-from belay.journal.events import ArtifactRef, CheckpointEvent
-from belay.journal.state import EMPTY, SessionState, apply
-from belay.journal.status import Liveness
+from belay.journal.events import ArtifactRef, CheckpointEvent, event_line
+from belay.journal.state import EMPTY, SessionState, apply, fold
+from belay.journal.status import Liveness, Phase, phase_of
 from belay.stores.base import ArtifactStore, ClaimTaken, EventStore, RecordCorrupt, StoreUnavailable
 from belay.stores.factory import open_artifact_store, open_event_store
 
@@ -83,6 +95,14 @@ class SessionMemory:
     tokens_created: frozenset[str] = frozenset()  # subagents whose sandbox token Secret exists
     # Current sandbox pods seen running or pending: one that disappears afterwards is lost.
     seen_sandboxes: set[str] = field(default_factory=set)
+    # Child sessions whose AgentSession this operator created or found, and their folded records.
+    children_created: set[str] = field(default_factory=set)
+    child_states: dict[str, SessionState] = field(default_factory=dict)
+    # The drill asked for with the annotation: its copy's folded record and where it stands.
+    drill_state: SessionState = EMPTY
+    drill: DrillStatus | None = None
+    # The last events export asked for with the annotation, and the blob that answers it.
+    events_export: tuple[EventsExport, ArtifactRef] | None = None
 
 
 @dataclass
@@ -90,6 +110,20 @@ class PassResult:
     decision: HarnessDecision
     status: dict[str, Any]
     transitions: list[TransitionEvent] = field(default_factory=list)
+
+
+async def operator_liveness(store: EventStore, session: str) -> Liveness:
+    """The session's lease and its last renewal, now; the operator recovers lost attempts."""
+    lease = await store.current_lease(session)
+    renewal = await store.lease_renewal(session)
+    return Liveness(
+        now=datetime.now(UTC),
+        lease=lease.number if lease else 0,
+        holder=lease.holder if lease else "",
+        renewed_lease=renewal.number if renewal else 0,
+        renewed_at=renewal.renewed_at if renewal else None,
+        recovered_by="operator",
+    )
 
 
 def pod_phase(pod: Any) -> PodPhase:
@@ -232,19 +266,6 @@ class SessionReconciler:
             await asyncio.to_thread(self.kube.apply_status, meta["namespace"], meta["name"], status)
             memory.status = status
 
-    async def _liveness(self, store: EventStore, session: str) -> Liveness:
-        """The session's lease and its last renewal, now; the operator recovers lost attempts."""
-        lease = await store.current_lease(session)
-        renewal = await store.lease_renewal(session)
-        return Liveness(
-            now=datetime.now(UTC),
-            lease=lease.number if lease else 0,
-            holder=lease.holder if lease else "",
-            renewed_lease=renewal.number if renewal else 0,
-            renewed_at=renewal.renewed_at if renewal else None,
-            recovered_by="operator",
-        )
-
     async def _write(self, store: EventStore, session: str, write: RecordWrite) -> None:
         try:
             await store.append(
@@ -256,6 +277,72 @@ class SessionReconciler:
             log.info(
                 "session %s: %s was decided at seq %s; not recorded again", session, taken.claim, taken.seq
             )
+
+    async def _children(
+        self, store: EventStore, ref: SessionRef, body: dict[str, Any], memory: SessionMemory
+    ) -> None:
+        """Create the AgentSession of each child session the record started, and record each
+        child's end (with its deliverables) once its own record shows it."""
+        for name, link in list(memory.state.children.items()):
+            if link.phase:
+                ended = child_wait_write(ref.uid, memory.state, name)
+                if ended is not None:
+                    await self._write(store, ref.name, ended)
+                continue
+            if name not in memory.children_created:
+                await asyncio.to_thread(self.kube.create_session_if_absent, child_manifest(body, link))
+                memory.children_created.add(name)
+            known = memory.child_states.get(name, EMPTY)
+            fresh = await store.read(name, from_seq=known.last_seq + 1)
+            memory.child_states[name] = child = fold(fresh, known) if fresh else known
+            ended = child_ended_write(ref.uid, memory.state, name, child)
+            if ended is not None:
+                await self._write(store, ref.name, ended)
+        await self._follow(store, ref, memory)
+
+    async def _drill(
+        self, store: EventStore, body: dict[str, Any], request: DrillRequest, memory: SessionMemory
+    ) -> None:
+        """Start the drill's copy once, follow its record, and judge it once it ended."""
+        name = drill_name(body["metadata"]["name"], request.nonce)
+        if memory.drill is None or memory.drill.request != request.nonce:
+            await asyncio.to_thread(self.kube.create_session_if_absent, drill_manifest(body, request))
+            memory.drill_state = EMPTY
+            memory.drill = drill_status(request, name, EMPTY, None, memory.state)
+        if memory.drill.passed is not None:
+            return
+        fresh = await store.read(name, from_seq=memory.drill_state.last_seq + 1)
+        if fresh:
+            memory.drill_state = fold(fresh, memory.drill_state)
+        ended = phase_of(memory.drill_state) in (Phase.SUCCEEDED, Phase.FAILED)
+        events = await store.read(name) if ended else None
+        memory.drill = drill_status(request, name, memory.drill_state, events, memory.state)
+
+    async def _export_events(
+        self, store: EventStore, artifacts: ArtifactStore, session: str, asked: str, memory: SessionMemory
+    ) -> None:
+        """Answer `kubectl belay events`: the events from the asked seq ("<seq>/<nonce>") as JSON
+        lines in the artifact store, published in the status; the previous export is deleted."""
+        first, _, _ = asked.partition("/")
+        from_seq = int(first) if first.isdigit() and int(first) > 0 else 1
+        events = await store.read(session, from_seq=from_seq)
+        data = "".join(event_line(e) + "\n" for e in events).encode()
+        blob = await asyncio.to_thread(artifacts.put, data, media_type="application/x-ndjson")
+        previous = memory.events_export
+        memory.events_export = (
+            EventsExport(
+                request=asked,
+                from_seq=from_seq,
+                last_seq=events[-1].seq if events else from_seq - 1,
+                count=len(events),
+                sha256=blob.sha256,
+                size=blob.size,
+                location="",
+            ),
+            blob,
+        )
+        if previous is not None and previous[1].sha256 != blob.sha256:
+            await asyncio.to_thread(artifacts.delete, previous[1].sha256)
 
     async def _follow(self, store: EventStore, ref: SessionRef, memory: SessionMemory) -> None:
         """Fold the events after the last one seen, and mirror the checkpoints among them."""
@@ -292,7 +379,7 @@ class SessionReconciler:
         memory: SessionMemory,
         pods: list[Any],
     ) -> HarnessDecision:
-        liveness = await self._liveness(store, ref.name)
+        liveness = await operator_liveness(store, ref.name)
         decision = decide_harness(
             memory.state, harness_pods(pods), liveness.lease, spec.recovery.max_attempts, liveness
         )
@@ -432,8 +519,15 @@ class SessionReconciler:
                 await self._write(store, ref.name, request)
                 await self._follow(store, ref, memory)
 
+        linked = parent_link_write(ref.uid, meta, memory.state)
+        if linked is not None:
+            await self._write(store, ref.name, linked)
+            await self._follow(store, ref, memory)
+        await self._children(store, ref, body, memory)
+
         writes = spec_approval_writes(ref.uid, spec, memory.state)
         writes += spec_rejection_writes(ref.uid, spec, memory.state)
+        writes += spec_decision_writes(ref.uid, spec, memory.state)
         scope = scope_change_write(ref.uid, ref.generation, spec, memory.state, by=request_editor(meta))
         for write in [*writes, *([scope] if scope else [])]:
             await self._write(store, ref.name, write)
@@ -445,10 +539,19 @@ class SessionReconciler:
             decision = await self._decide(store, ref, spec, memory, pods)
             await self._follow(store, ref, memory)
         replacements = replacements_of(memory.state, spec)
-        objects = desired_children(ref, spec, self.settings, decision.index, replacements)
+        fault = fault_point(meta.get("annotations"), memory.state)
+        objects = desired_children(ref, spec, self.settings, decision.index, replacements, fault)
         await self._apply_children(ref, objects, pods, memory)
 
-        liveness = await self._liveness(store, ref.name)
+        drill = drill_request(meta.get("annotations"))
+        if drill is not None:
+            await self._drill(store, body, drill, memory)
+
+        asked = (meta.get("annotations") or {}).get(names.ANNOTATION_EVENTS_REQUEST)
+        if asked and (memory.events_export is None or memory.events_export[0].request != asked):
+            await self._export_events(store, artifacts, ref.name, asked, memory)
+
+        liveness = await operator_liveness(store, ref.name)
         harness, sandboxes = self._pod_statuses(ref, spec, decision, pods, liveness.lease, replacements)
 
         def locate(artifact: ArtifactRef) -> str:
@@ -463,6 +566,12 @@ class SessionReconciler:
             harness=harness,
             sandboxes=sandboxes,
             forked_from=memory.forked_from,
+            drill=memory.drill,
+            events_export=memory.events_export[0].model_copy(
+                update={"location": locate(memory.events_export[1])}
+            )
+            if memory.events_export is not None
+            else None,
             locate=locate,
             problem=OperatorProblem(OperatorReason.FORK_SOURCE_MISSING, memory.fork_error)
             if memory.fork_error

@@ -4,9 +4,9 @@ the item it records), so a reconcile that runs twice, or after an operator resta
 
 The operator records the request itself, before it creates the first harness pod, and what changes
 afterwards: scope changes (request version N+1, with who edited `spec.request`: the field manager
-the apiserver names for it), approvals and rejections given in the spec, a lost harness, a session
-given up on, and the copy of a fork's source history. The harness takes the request from the record (its first
-attempt declares the plan from the spec).
+the apiserver names for it), approvals, rejections and other decisions given in the spec, a lost
+harness, a session given up on, and the copy of a fork's source history. The harness takes the
+request from the record (its first attempt declares the plan from the spec).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from belay.api.agentsession import AgentSessionSpec, ApprovalGrant
 from belay.api.status import ForkStatus, OperatorReason
+from belay.journal.decisions import DecisionError, decision_write, reconcile_write
 from belay.journal.events import (
     Actor,
     Approval,
@@ -138,6 +139,27 @@ def spec_approval_writes(uid: str, spec: AgentSessionSpec, state: SessionState) 
         )
         key = f"approval/{uid}/{approval_id}/{grant.payload_sha256}"
         writes.append(_write(key, approval, claim=approval_claim(approval_id)))
+    return writes
+
+
+def spec_decision_writes(uid: str, spec: AgentSessionSpec, state: SessionState) -> list[RecordWrite]:
+    """Each decision of `spec.decisions` whose item still waits, as the events a local decision
+    appends (`belay.journal.decisions`); one already taken, or naming nothing that waits, records
+    nothing."""
+    writes = []
+    for decision in spec.decisions:
+        by = decision.by or "spec"
+        try:
+            if decision.verdict in ("succeeded", "failed"):
+                write = reconcile_write(
+                    state, decision.id, decision.verdict == "succeeded", decision.text, by
+                )
+            else:
+                write = decision_write(state, decision.id, decision.verdict == "yes", decision.text, by)
+        except DecisionError:
+            continue
+        key = f"decision/{uid}/{decision.id}/{decision.verdict}"
+        writes.append(RecordWrite(drafts=write.drafts, idempotency_key=key, claim=write.claim))
     return writes
 
 

@@ -13,10 +13,14 @@ from belay.api.status import (
     AgentSessionStatus,
     Condition,
     ConditionType,
+    DrillStatus,
+    EventsExport,
     ForkStatus,
     HarnessPodStatus,
     SandboxPodStatus,
 )
+from belay.journal import commands
+from belay.journal.commands import in_cluster
 from belay.journal.state import SessionState
 from belay.journal.status import ArtifactLocator, Liveness, Reason, session_status, with_transition_times
 
@@ -37,7 +41,7 @@ def previous_conditions(previous_status: Mapping[str, Any] | None) -> list[Condi
 
 
 def kubectl_approve(session: str, approval_id: str) -> str:
-    return f"kubectl belay approve {session} {approval_id}"
+    return in_cluster(commands.approve(session, approval_id))
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,8 @@ def session_status_patch(
     harness: HarnessPodStatus | None = None,
     sandboxes: list[SandboxPodStatus] | None = None,
     forked_from: ForkStatus | None = None,
+    events_export: EventsExport | None = None,
+    drill: DrillStatus | None = None,
     locate: ArtifactLocator | None = None,
     problem: OperatorProblem | None = None,
     liveness: Liveness | None = None,
@@ -89,12 +95,20 @@ def session_status_patch(
         a.model_copy(update={"command": kubectl_approve(state.session_id, a.approval_id)})
         for a in projected.pending_approvals
     ]
+    deliverables = [d.model_copy(update={"command": in_cluster(d.command)}) for d in projected.deliverables]
     return AgentSessionStatus(
-        **{**dict(projected), "conditions": conditions, "pending_approvals": approvals},
+        **{
+            **dict(projected),
+            "conditions": conditions,
+            "pending_approvals": approvals,
+            "deliverables": deliverables,
+        },
         observed_generation=generation,
         harness=harness,
         sandboxes=sandboxes or [],
         forked_from=forked_from,
+        events_export=events_export,
+        drill=drill,
     )
 
 

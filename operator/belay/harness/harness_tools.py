@@ -15,13 +15,15 @@ the verification with its status.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from belay.api.agentsession import SubagentSpec, check_deliverable_name
+from belay.api.agentsession import SESSION_NAME_PATTERN, SubagentSpec, check_deliverable_name
 from belay.harness.declared import declared_paths
 from belay.harness.recovery import inputs_checkpoint, verify
 from belay.harness.revision import RevisionError, dependency_manifests, make_revision
+from belay.journal import commands
 from belay.journal.events import (
     Artifact,
     ArtifactRef,
@@ -29,6 +31,8 @@ from belay.journal.events import (
     Note,
     NoteKind,
     Payload,
+    SessionLink,
+    SessionLinkKind,
     Task,
     TaskStatus,
     ToolRequest,
@@ -37,6 +41,7 @@ from belay.journal.events import (
     Wait,
     WaitKind,
 )
+from belay.journal.fleet import CHILD_CONDITION_PREFIX, CHILD_WAIT_PREFIX
 from belay.sandbox.client import SandboxError, SandboxUnavailable
 
 if TYPE_CHECKING:
@@ -85,6 +90,7 @@ async def publish_deliverable(runtime: ToolRuntime, sub: SubagentSpec, request: 
         ]
     location = await asyncio.to_thread(runtime.artifacts.location, ref.sha256)
     ref = ArtifactRef(sha256=ref.sha256, size=ref.size, media_type=ref.media_type, uri=ref.uri or location)
+    download = runtime.command(commands.download(runtime.session_id, name))
     return [
         Artifact(
             name=name,
@@ -96,7 +102,7 @@ async def publish_deliverable(runtime: ToolRuntime, sub: SubagentSpec, request: 
         Wait(
             wait_id=f"review-{name}",
             kind=WaitKind.READY_FOR_REVIEW,
-            reason=f"{name} is ready for review: belay artifacts get {runtime.session_id} {name} -o {name}",
+            reason=f"{name} is ready for review: {download}",
             artifact=name,
         ),
         ToolResult(
@@ -256,6 +262,76 @@ async def _wait(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest, w
     ]
 
 
+async def start_session(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+    """Record the child session this one starts for one part of its objective; in a cluster the
+    operator creates it from that record and brings its deliverables back when it ends."""
+    args = request.arguments
+    name, part, goal = str(args["name"]), str(args["part"]), str(args["goal"])
+    error = ""
+    if not re.fullmatch(SESSION_NAME_PATTERN, name) or name == runtime.session_id:
+        error = f"{name!r} cannot name a child session: a DNS label other than this session's name"
+    elif not runtime.in_cluster:
+        # Locally nobody would create it, and the coordinator would wait forever.
+        error = (
+            "start_session needs the operator, which creates the child session: it runs in a cluster; "
+            "locally, run each part as a session of its own with the label belay.dev/objective"
+        )
+    else:
+        known = (await runtime.attempt.state()).children.get(name)
+        if known is not None and known.operation_id not in ("", request.operation_id):
+            error = f"a child session {name!r} was already started (by {known.operation_id})"
+    if error:
+        return [ToolResult(operation_id=request.operation_id, ok=False, error=error)]
+    link = SessionLink(
+        kind=SessionLinkKind.CHILD,
+        session=name,
+        part=part,
+        goal=goal,
+        plan=str(args.get("plan") or ""),
+        operation_id=request.operation_id,
+    )
+    return [
+        link,
+        ToolResult(operation_id=request.operation_id, ok=True, output={"session": name, "part": part}),
+    ]
+
+
+async def await_session(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+    """Wait until a child session ended (the operator records it, with its deliverables)."""
+    name = str(request.arguments["name"])
+    state = await runtime.attempt.state()
+    link = state.children.get(name)
+    if link is None:
+        started = ", ".join(sorted(state.children)) or "none"
+        return [
+            ToolResult(
+                operation_id=request.operation_id,
+                ok=False,
+                error=f"no child session {name!r} was started (started: {started})",
+            )
+        ]
+    if not link.phase:
+        wait = Wait(
+            wait_id=f"{CHILD_WAIT_PREFIX}{name}",
+            kind=WaitKind.ON_EXTERNAL,
+            reason=f"child session {name} ({link.part}) runs",
+            condition=f"{CHILD_CONDITION_PREFIX}{name}",
+        )
+        await _wait(runtime, sub, request, wait)
+        link = (await runtime.attempt.state()).children[name]
+    deliverables = {f"{name}/{n}": sha for n, sha in link.deliverables}
+    output = {"session": name, "phase": link.phase, "deliverables": deliverables}
+    ok = link.phase == "Succeeded"
+    return [
+        ToolResult(
+            operation_id=request.operation_id,
+            ok=ok,
+            output=output,
+            error=None if ok else f"child session {name} ended {link.phase}",
+        )
+    ]
+
+
 async def create_ticket(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
     if runtime.tickets is None:
         return [
@@ -274,5 +350,7 @@ HARNESS_TOOLS: dict[str, HarnessTool] = {
     "wait_on_user": wait_on_user,
     "wait_on_external": wait_on_external,
     "create_ticket": create_ticket,
+    "start_session": start_session,
+    "await_session": await_session,
     "request_approval": approved,
 }

@@ -40,6 +40,7 @@ from belay.harness.recovery import Recovery
 from belay.harness.redaction import Redactor
 from belay.harness.stopping import InFlight
 from belay.harness.tools import ToolSpec, tool_spec
+from belay.journal import commands
 from belay.journal.approvals import ApprovalState, approval_state
 from belay.journal.events import (
     ARTIFACT_ARGUMENT,
@@ -94,6 +95,16 @@ class ToolRuntime:
     @property
     def session_id(self) -> str:
         return self.attempt.session_id
+
+    @property
+    def in_cluster(self) -> bool:
+        """Whether this attempt runs in a harness pod (its lease holder is the pod)."""
+        return self.attempt.holder.startswith("pod:")
+
+    def command(self, command: str) -> str:
+        """A command for a person, spelled where they reach the session: `kubectl belay` in a
+        cluster, `belay` on this machine."""
+        return commands.in_cluster(command) if self.in_cluster else command
 
     # ---------------------------------------------------------------------------------------------
     # Requests
@@ -388,8 +399,8 @@ class ToolRuntime:
         if wait_id not in state.waits:
             reason = (
                 f"did {op.tool} ({op.operation_id}) take effect? Its outcome is unknown and it is never "
-                f"repeated blindly: `belay approve {self.session_id} {wait_id}` if it did, "
-                f"`belay reject {self.session_id} {wait_id}` if it did not"
+                f"repeated blindly: `{self.command(commands.approve(self.session_id, wait_id))}` if it "
+                f"did, `{self.command(commands.reject(self.session_id, wait_id))}` if it did not"
             )
             await attempt.record(
                 [Wait(wait_id=wait_id, kind=WaitKind.ON_USER, reason=reason, condition=op.operation_id)],

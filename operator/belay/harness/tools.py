@@ -131,6 +131,29 @@ TOOLS: dict[str, ToolSpec] = {
             required=("title",),
         ),
         ToolSpec(
+            "start_session",
+            EffectClass.IDEMPOTENT,
+            "harness",
+            "Start a child session for one part of this session's objective (in a cluster, the operator "
+            "creates it); its deliverables come back as this session's artifacts. Wait for it with "
+            "await_session.",
+            {
+                "name": _string("the child session's name (a DNS label)"),
+                "part": _string("which part of the objective it does"),
+                "goal": _string("what it is asked to do"),
+                "plan": _string("for a scripted child: its plan file"),
+            },
+            required=("name", "part", "goal"),
+        ),
+        ToolSpec(
+            "await_session",
+            EffectClass.IDEMPOTENT,
+            "harness",
+            "Wait until a child session ends; returns how it ended and its deliverables.",
+            {"name": _string("the child session's name")},
+            required=("name",),
+        ),
+        ToolSpec(
             "request_approval",
             EffectClass.IDEMPOTENT,
             "harness",

@@ -38,3 +38,22 @@ def fetch(session_id: str, sha256: str, filename: str) -> str:
 def resume(session_id: str) -> str:
     """A new harness attempt that recovers the session from its record and continues it."""
     return f"belay resume {session_id}"
+
+
+def brief(session_id: str) -> str:
+    """Where the session stands, and why it ended or stalled."""
+    return f"belay brief {session_id}"
+
+
+LOCAL_CLI = "belay "
+CLUSTER_CLI = "kubectl belay "
+
+
+def in_cluster(command: str, namespace: str | None = None) -> str:
+    """The same command for a session in a cluster: `kubectl belay`, which needs access to
+    AgentSessions only, in place of the local `belay`; `-n NAMESPACE` when it is not the
+    kubeconfig's own."""
+    if not command.startswith(LOCAL_CLI):
+        return command
+    shown = CLUSTER_CLI + command.removeprefix(LOCAL_CLI)
+    return f"{shown} -n {namespace}" if namespace else shown

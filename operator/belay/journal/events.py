@@ -381,6 +381,30 @@ class Remote(Payload):
     detail: str = ""
 
 
+class SessionLinkKind(StrEnum):
+    # This session started `session` for one part of its objective (recorded by the parent's
+    # `start_session`), or learnt how that child ended (its `await_session`).
+    CHILD = "child"
+    # `session` started this one: recorded in the child's record with its request.
+    PARENT = "parent"
+
+
+class SessionLink(Payload):
+    """A link between a coordinating session and a session it started for one part of its
+    objective; each side records its half, so either record alone says who is whose."""
+
+    EVENT_TYPE: ClassVar[str] = "session_link"
+    kind: SessionLinkKind
+    session: str
+    part: str
+    objective: str = ""
+    operation_id: str = ""  # the parent's start_session operation
+    goal: str = ""  # what the child is asked (its request), for whoever starts it
+    plan: str = ""  # a scripted child's plan file
+    phase: str = ""  # for a child that ended: Succeeded or Failed
+    deliverables: dict[str, str] = Field(default_factory=dict)  # an ended child's: name -> sha256
+
+
 class Summary(Payload):
     """A compaction of earlier events; it never replaces them. Each summary folds in the one before
     it (`previous_seq`), so the newest covers every event from `covers_from_seq` (the first) to
@@ -433,6 +457,7 @@ PAYLOAD_TYPES: tuple[type[Payload], ...] = (
     Summary,
     Remote,
     StateSnapshot,
+    SessionLink,
 )
 PAYLOAD_BY_TYPE: dict[str, type[Payload]] = {p.EVENT_TYPE: p for p in PAYLOAD_TYPES}
 EVENT_TYPES: tuple[str, ...] = tuple(PAYLOAD_BY_TYPE)
@@ -543,6 +568,11 @@ class StateSnapshotEvent(EventBase):
     payload: StateSnapshot
 
 
+class SessionLinkEvent(EventBase):
+    type: Literal["session_link"] = "session_link"
+    payload: SessionLink
+
+
 Event = Annotated[
     UserInputEvent
     | ScopeChangeEvent
@@ -561,7 +591,8 @@ Event = Annotated[
     | RejectionEvent
     | SummaryEvent
     | RemoteEvent
-    | StateSnapshotEvent,
+    | StateSnapshotEvent
+    | SessionLinkEvent,
     Field(discriminator="type"),
 ]
 
@@ -701,6 +732,22 @@ class EnvelopeJson:
 
 def event_from_json(data: str | bytes) -> Event:
     return EVENT_ADAPTER.validate_json(data)
+
+
+def event_line(event: Any) -> str:
+    """One event as `belay events --json` prints it (and the operator exports it for `kubectl
+    belay events`): seq, type, created_at, actor, parent_seq, payload."""
+    return json.dumps(
+        {
+            "seq": event.seq,
+            "type": event.type,
+            "created_at": event.created_at.isoformat(),
+            "actor": event.actor.model_dump(mode="json"),
+            "parent_seq": event.parent_seq,
+            "payload": event.payload.model_dump(mode="json"),
+        },
+        sort_keys=True,
+    )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -347,6 +347,21 @@ class RemoteCallRecord(Record):
         return self.delivered_seq is not None
 
 
+class SessionLinkRecord(Record):
+    """The other end of a link between sessions: the parent that started this session, or a
+    child this session started for one part of its objective."""
+
+    session: str
+    part: str
+    objective: str = ""
+    operation_id: str = ""
+    goal: str = ""
+    plan: str = ""
+    seq: int
+    phase: str = ""  # a child that ended: how
+    deliverables: tuple[tuple[str, str], ...] = ()  # an ended child's (name, sha256)
+
+
 # --------------------------------------------------------------------------------------------------
 # The state
 
@@ -421,6 +436,10 @@ class SessionState(BaseModel):
     # never reads a clock).
     started_at: datetime | None = None
     last_event_at: datetime | None = None
+
+    # The coordinator pattern: the session that started this one, and the sessions it started.
+    parent: SessionLinkRecord | None = None
+    children: Map[str, SessionLinkRecord] = _empty_map()  # by child session name
 
     # ---- queries that read indexes only (cheap at any history length)
 
@@ -1474,6 +1493,33 @@ def _on_state_snapshot(s: SessionState, e: Any) -> Updates:
     return {}
 
 
+def _on_session_link(s: SessionState, e: Any) -> Updates:
+    p = e.payload
+    if p.kind == "parent":
+        link = _new(
+            SessionLinkRecord,
+            session=p.session,
+            part=p.part,
+            objective=p.objective,
+            operation_id=p.operation_id,
+            seq=e.seq,
+        )
+        return {"parent": link}
+    known = s.children.get(p.session)
+    fields: dict[str, Any] = {
+        "session": p.session,
+        "part": p.part or (known.part if known else ""),
+        "objective": p.objective or (known.objective if known else ""),
+        "operation_id": p.operation_id or (known.operation_id if known else ""),
+        "goal": p.goal or (known.goal if known else ""),
+        "plan": p.plan or (known.plan if known else ""),
+        "seq": known.seq if known else e.seq,
+        "phase": p.phase or (known.phase if known else ""),
+        "deliverables": tuple(sorted(p.deliverables.items())) or (known.deliverables if known else ()),
+    }
+    return {"children": s.children.set(p.session, _new(SessionLinkRecord, **fields))}
+
+
 _HANDLERS: dict[str, Callable[[SessionState, Any], Updates]] = {
     "user_input": _on_user_input,
     "scope_change": _on_scope_change,
@@ -1493,6 +1539,7 @@ _HANDLERS: dict[str, Callable[[SessionState, Any], Updates]] = {
     "summary": _on_summary,
     "remote": _on_remote,
     "state_snapshot": _on_state_snapshot,
+    "session_link": _on_session_link,
 }
 
 

@@ -232,6 +232,16 @@ class Interruption(StatusModel):
     operations_omitted: int = 0
 
 
+class SessionLinkStatus(StatusModel):
+    """The session that started this one, or one this session started for a part of its
+    objective (with how it ended, once it has)."""
+
+    session: str
+    part: str
+    objective: str = ""
+    phase: str = ""
+
+
 class SessionStatus(StatusModel):
     phase: Phase
     waiting_on: str = ""  # one line for the printer column
@@ -257,6 +267,10 @@ class SessionStatus(StatusModel):
     subagents_omitted: int = 0
     unknown_outcomes: list[str] = []
     unknown_outcomes_omitted: int = 0
+    last_event_at: datetime | None = None  # for the fleet view's age of the last event
+    parent: SessionLinkStatus | None = None
+    children: list[SessionLinkStatus] = []
+    children_omitted: int = 0
 
     def condition(self, type_: ConditionType) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)
@@ -809,7 +823,30 @@ def session_status(
         subagents_omitted=subagents_omitted,
         unknown_outcomes=unknown,
         unknown_outcomes_omitted=unknown_omitted,
+        **_links_status(state),
     )
+
+
+def _links_status(state: SessionState) -> dict[str, object]:
+    """The record's own clock and the sessions it is linked with, for the fleet and objective views."""
+    children, omitted = _bounded(sorted(state.children), STATUS_LIST_LIMIT)
+    parent = state.parent
+    return {
+        "last_event_at": state.last_event_at,
+        "parent": SessionLinkStatus(session=parent.session, part=parent.part, objective=parent.objective)
+        if parent is not None
+        else None,
+        "children": [
+            SessionLinkStatus(
+                session=name,
+                part=state.children[name].part,
+                objective=state.children[name].objective,
+                phase=state.children[name].phase,
+            )
+            for name in children
+        ],
+        "children_omitted": omitted,
+    }
 
 
 def with_transition_times(

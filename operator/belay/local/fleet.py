@@ -1,0 +1,77 @@
+"""The fleet of one home: every session's row (`belay.journal.fleet`), from its record, the
+liveness of its attempt on this machine, and the labels of the manifest it was started with.
+
+A `LocalFleet` keeps each session's folded state between reads and folds only what was appended
+since, so `belay sessions --watch` costs one read of the new events per session per pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from belay.api.agentsession import ManifestError, load_manifest
+from belay.journal.events import now_utc
+from belay.journal.fleet import FleetRow, corrupt_row, fleet_row, selector_matches
+from belay.journal.state import EMPTY, SessionState, fold
+from belay.journal.status import session_status
+from belay.local.liveness import local_liveness
+from belay.local.runtime import LocalHome
+from belay.stores.base import RecordCorrupt
+
+
+def manifest_labels(home: LocalHome, session_id: str) -> dict[str, str]:
+    """The labels of the manifest the session was started with ({} without one)."""
+    if not home.session_exists(session_id):
+        return {}
+    try:
+        return dict(load_manifest(home.manifest_file(session_id)).metadata.labels)
+    except ManifestError:
+        return {}
+
+
+@dataclass
+class LocalFleet:
+    home: LocalHome
+    selector: str = ""
+    states: dict[str, SessionState] = field(default_factory=dict)
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    corrupt: dict[str, RecordCorrupt] = field(default_factory=dict)  # by session, as last read
+
+    async def rows(self) -> list[FleetRow]:
+        """Every session of the home the selector matches, now. A record that fails its
+        integrity check is listed as such (`RecordCorrupt`), the others as they stand."""
+        if self.home.events_url is None and not self.home.events_db.exists():
+            return []  # nothing recorded here yet (a store named by --events is always read)
+        store = self.home.open_event_store()
+        rows = []
+        try:
+            for session_id in await store.list_sessions():
+                if session_id not in self.labels:
+                    self.labels[session_id] = manifest_labels(self.home, session_id)
+                labels = self.labels[session_id]
+                if self.selector and not selector_matches(self.selector, labels):
+                    continue
+                known = self.states.get(session_id, EMPTY)
+                try:
+                    fresh = await store.read(session_id, from_seq=known.last_seq + 1)
+                except RecordCorrupt as error:
+                    self.corrupt[session_id] = error
+                    rows.append(corrupt_row(session_id, error.seq, labels))
+                    continue
+                self.corrupt.pop(session_id, None)
+                state = self.states[session_id] = fold(fresh, known)
+                liveness = await local_liveness(store, session_id)
+                status = session_status(state, liveness=liveness).to_status()
+                rows.append(fleet_row(session_id, status, now=liveness.now, labels=labels))
+        finally:
+            await store.close()
+        return rows
+
+
+def without_clock(rows: list[FleetRow]) -> list[dict[str, object]]:
+    """Rows as a watcher compares them: a change of age alone is not news."""
+    return [row.model_dump(exclude={"last_event_age_s"}) for row in rows]
+
+
+def stamp() -> str:
+    return now_utc().strftime("%Y-%m-%d %H:%M:%S UTC")

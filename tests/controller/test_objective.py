@@ -1,0 +1,128 @@
+"""An objective in the test cluster: the coordinator of examples/release-notes starts two child
+sessions for its parts; the operator creates their AgentSessions (labelled with the objective,
+their parent and their part), records each link in both records, and when a child ends brings its
+deliverable back as an artifact of the coordinator, which then completes. A person with
+AgentSession access only sees the whole with `kubectl belay objective` and fetches each child's
+deliverable from the coordinator."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from belay.controller.kube import load_api_client
+from belay.controller.settings import OperatorSettings
+from belay.journal.fleet import OBJECTIVE_LABEL, PARENT_LABEL, PART_LABEL
+from belay.journal.state import fold
+from belay.stores.factory import open_artifact_store, open_event_store
+from tests.api.kubehelpers import REPO_ROOT, install_crds
+from tests.controller.kubelet import LocalKubelet
+from tests.controller.operator_process import (
+    OperatorProcess,
+    kubectl_json,
+    wait_for_session_end,
+)
+from tests.controller.sessions_only_user import kubectl_belay, s3_credentials, sessions_only_kubeconfig
+from tests.testenv.kube import ControlPlane
+from tests.testenv.s3 import S3Server
+
+pytestmark = pytest.mark.testenv
+
+NAMESPACE = "belay-objective"
+EXAMPLE = REPO_ROOT / "examples/release-notes"
+COORDINATOR = "release-notes"
+CHILDREN = {"notes-parser": ("parser", "parser.md"), "notes-docs": ("docs", "docs.md")}
+BUCKET = "belay-objective"
+
+
+def coordinator_manifest() -> dict[str, object]:
+    """The example, with its plan where the local pods read it."""
+    manifest = copy.deepcopy(yaml.safe_load((EXAMPLE / "session.yaml").read_text()))
+    manifest["metadata"]["namespace"] = NAMESPACE
+    manifest["spec"]["executor"]["plan"] = str(EXAMPLE / "coordinator-plan.yaml")
+    return manifest
+
+
+async def test_a_coordinator_and_two_child_sessions_complete_one_objective(
+    kube: ControlPlane, s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_crds(kube)
+    kube.kubectl("create", "namespace", NAMESPACE)
+    config_file = sessions_only_kubeconfig(kube, NAMESPACE, tmp_path / "sessions-only.kubeconfig")
+    s3_server.client().create_bucket(Bucket=BUCKET)
+    credentials = s3_credentials(s3_server)
+    for key, value in credentials.items():
+        monkeypatch.setenv(key, value)
+    events_url, artifacts_url = f"sqlite://{tmp_path / 'events.db'}", f"s3://{BUCKET}/objective"
+    settings = OperatorSettings(
+        event_store=events_url, artifact_store=artifacts_url, image_pull_policy="Never"
+    )
+    operator = OperatorProcess(kube, NAMESPACE, settings, tmp_path / "operator.log").start()
+    describe = lambda: f"operator log:\n{operator.log()[-6000:]}"  # noqa: E731
+    api = load_api_client(str(kube.kubeconfig))
+    try:
+        harness_env = lambda pod: credentials if "-harness-" in pod["metadata"]["name"] else {}  # noqa: E731
+        with LocalKubelet(api, NAMESPACE, tmp_path / "kubelet", extra_env=harness_env):
+            kube.kubectl("create", "-f", "-", input=json.dumps(coordinator_manifest()))
+            done = wait_for_session_end(kube, NAMESPACE, COORDINATOR, timeout=900, describe=describe)
+            assert done["phase"] == "Succeeded", done
+            for child in CHILDREN:
+                ended = wait_for_session_end(kube, NAMESPACE, child, timeout=60, describe=describe)
+                assert ended["phase"] == "Succeeded", ended
+    finally:
+        operator.stop()
+
+    # The children's AgentSessions: labelled with the objective, their parent and their part.
+    for child, (part, _) in CHILDREN.items():
+        labels = kubectl_json(kube, "get", "agentsession", child, "-n", NAMESPACE)["metadata"]["labels"]
+        assert labels[OBJECTIVE_LABEL] == "release-notes"
+        assert (labels[PARENT_LABEL], labels[PART_LABEL]) == (COORDINATOR, part)
+
+    # Both records hold the link; each child's deliverable is an artifact of the coordinator.
+    store = open_event_store(events_url)
+    artifacts = open_artifact_store(artifacts_url)
+    try:
+        parent = fold(await store.read(COORDINATOR))
+        for child, (part, deliverable) in CHILDREN.items():
+            link = parent.children[child]
+            assert (link.part, link.phase) == (part, "Succeeded")
+            own = fold(await store.read(child))
+            assert own.parent is not None and (own.parent.session, own.parent.part) == (COORDINATOR, part)
+            assert own.parent.objective == "release-notes"
+            # What the child's harness told a person to run is spelled for kubectl, in a cluster.
+            review = own.waits[f"review-{deliverable}"].reason
+            assert review.endswith(f": kubectl belay artifacts get {child} {deliverable} -o {deliverable}")
+            flowed = parent.artifacts[f"{child}/{deliverable}"]
+            assert flowed.deliverable and flowed.ref.sha256 == own.artifacts[deliverable].ref.sha256
+            assert dict(link.deliverables) == {deliverable: flowed.ref.sha256}
+        assert not parent.open_waits
+    finally:
+        await store.close()
+
+    # The objective as a person with AgentSession access sees it, and each child's deliverable
+    # fetched from the coordinator.
+    shown = kubectl_belay(config_file, "objective", "release-notes", "--json")
+    assert shown.returncode == 0, shown.stderr
+    view = json.loads(shown.stdout)
+    assert view["done"] is True and view["waits_on"] == []
+    rows = {row["session"]: row for row in view["sessions"]}
+    assert sorted(rows) == sorted([COORDINATOR, *CHILDREN])
+    assert sorted(rows[COORDINATOR]["children"]) == sorted(CHILDREN)
+    assert sorted(rows[COORDINATOR]["deliverables"]) == sorted(f"{c}/{d}" for c, (_, d) in CHILDREN.items())
+    for child, (part, deliverable) in CHILDREN.items():
+        assert (rows[child]["parent"], rows[child]["part"]) == (COORDINATOR, part)
+        target = tmp_path / deliverable
+        fetched = kubectl_belay(
+            config_file, "artifacts", "get", COORDINATOR, f"{child}/{deliverable}", "-o", str(target)
+        )
+        assert fetched.returncode == 0, fetched.stderr
+        assert target.read_bytes() == artifacts.get(parent.artifacts[f"{child}/{deliverable}"].ref.sha256)
+    text = kubectl_belay(config_file, "objective", "release-notes")
+    assert text.returncode == 0, text.stderr
+    print(text.stdout)  # shown with -s; docs/cli.md quotes it
+    assert text.stdout.splitlines()[0].startswith("Objective release-notes: 3 sessions: ")
+    assert "The whole waits on nothing: every session succeeded." in text.stdout
