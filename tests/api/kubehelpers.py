@@ -42,3 +42,28 @@ def apply_json(kube: ControlPlane, obj: dict[str, Any], *extra: str, check: bool
 
 def get_json(kube: ControlPlane, *args: str) -> dict[str, Any]:
     return dict(json.loads(kube.kubectl("get", *args, "-o", "json").stdout))
+
+
+def token_kubeconfig(kube: ControlPlane, path: Path, user: str, namespace: str, token: str) -> Path:
+    """A kubeconfig that acts as `user` with a bearer token (a service account's), nothing more."""
+    assert kube.pki is not None
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "t",
+                        "cluster": {"server": kube.server, "certificate-authority": str(kube.pki.ca_cert)},
+                    }
+                ],
+                "users": [{"name": user, "user": {"token": token}}],
+                "contexts": [
+                    {"name": "t", "context": {"cluster": "t", "user": user, "namespace": namespace}}
+                ],
+                "current-context": "t",
+            }
+        )
+    )
+    return path

@@ -4,11 +4,11 @@ its own program with it."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.api.kubehelpers import token_kubeconfig
 from tests.testenv.kube import ControlPlane
 from tests.testenv.s3 import S3Server
 
@@ -74,27 +74,7 @@ def sessions_only_kubeconfig(kube: ControlPlane, namespace: str, path: Path) -> 
     ):
         assert not can_i(kube, namespace, verb, resource), f"{verb} {resource}"
     token = kube.kubectl("create", "token", USER, "-n", namespace).stdout.strip()
-    assert kube.pki is not None
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "t",
-                        "cluster": {"server": kube.server, "certificate-authority": str(kube.pki.ca_cert)},
-                    }
-                ],
-                "users": [{"name": USER, "user": {"token": token}}],
-                "contexts": [
-                    {"name": "t", "context": {"cluster": "t", "user": USER, "namespace": namespace}}
-                ],
-                "current-context": "t",
-            }
-        )
-    )
-    return path
+    return token_kubeconfig(kube, path, USER, namespace, token)
 
 
 def s3_credentials(s3: S3Server) -> dict[str, str]:

@@ -49,7 +49,7 @@ from belay.local.drill import deliverables, is_stopped, steps_run_twice
 from belay.local.tickets import TicketService
 from belay.stores.base import EventStore, StaleLease
 from belay.stores.factory import open_event_store
-from tests.api.kubehelpers import REPO_ROOT, install_crds
+from tests.api.kubehelpers import REPO_ROOT, install_crds, token_kubeconfig
 from tests.controller.kubelet import LocalKubelet
 from tests.controller.operator_process import (
     OperatorProcess,
@@ -467,27 +467,7 @@ def reviewer_kubeconfig(kube: ControlPlane, path: Path) -> Path:
     """A kubeconfig for a person allowed AgentSessions and Checkpoints only."""
     kube.kubectl("apply", "-f", "-", input=REVIEWER_RBAC)
     token = kube.kubectl("create", "token", "reviewer", "-n", NAMESPACE).stdout.strip()
-    assert kube.pki is not None
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "t",
-                        "cluster": {"server": kube.server, "certificate-authority": str(kube.pki.ca_cert)},
-                    }
-                ],
-                "users": [{"name": "reviewer", "user": {"token": token}}],
-                "contexts": [
-                    {"name": "t", "context": {"cluster": "t", "user": "reviewer", "namespace": NAMESPACE}}
-                ],
-                "current-context": "t",
-            }
-        )
-    )
-    return path
+    return token_kubeconfig(kube, path, "reviewer", NAMESPACE, token)
 
 
 def kubectl_belay(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
