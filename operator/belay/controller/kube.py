@@ -75,36 +75,12 @@ class KubeClient:
                 raise
 
     def ensure_secret(self, obj: dict[str, Any]) -> None:
-        """Create the Secret unless this owner's exists; this owner's is never rewritten. One left
-        by a deleted session of the same name (its owner gone, the garbage collector not yet
-        there) is replaced: kept, the collector would delete it under the new session's pods."""
-        namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-        for _ in range(3):
-            try:
-                self.core.create_namespaced_secret(namespace, obj)  # type: ignore[arg-type]
-                return
-            except ApiException as error:
-                if error.status != 409:
-                    raise
-            try:
-                existing = self.core.read_namespaced_secret(name, namespace)
-            except ApiException as error:
-                if error.status == 404:
-                    continue  # deleted meanwhile: create it
+        """Create the Secret unless it exists; an existing one is never rewritten."""
+        try:
+            self.core.create_namespaced_secret(obj["metadata"]["namespace"], obj)  # type: ignore[arg-type]
+        except ApiException as error:
+            if error.status != 409:
                 raise
-            existing_meta = existing.metadata or client.V1ObjectMeta()
-            if controller_uid(existing_meta.owner_references) == controller_uid(
-                obj["metadata"].get("ownerReferences")
-            ):
-                return
-            try:  # only that Secret, not one created since
-                self.core.delete_namespaced_secret(
-                    name, namespace, body=client.V1DeleteOptions(preconditions={"uid": existing_meta.uid})
-                )
-            except ApiException as error:
-                if error.status not in (404, 409):
-                    raise
-        raise RuntimeError(f"Secret {namespace}/{name} kept changing while it was being created")
 
     def create_session_if_absent(self, obj: dict[str, Any]) -> None:
         """Create the AgentSession unless one of that name exists; an existing one is left as is."""
@@ -122,12 +98,3 @@ class KubeClient:
                 return None
             raise
         return dict(found.to_dict())
-
-
-def controller_uid(owner_references: Any) -> str | None:
-    """The uid of the controlling owner, from the API's objects or from a manifest's dicts."""
-    for ref in owner_references or []:
-        fields = ref if isinstance(ref, dict) else ref.to_dict()
-        if fields.get("controller"):
-            return str(fields.get("uid"))
-    return None
