@@ -395,7 +395,10 @@ async def test_a_harness_pod_deleted_gracefully_stops_cleanly_and_the_next_attem
         for e in events
         if isinstance(e.payload, Lifecycle) and e.payload.kind == LifecycleKind.HARNESS_STOPPED
     )
-    assert stop.reason == "SIGTERM" and stop.attempt == 1 and stop.operations, stop
+    # The call at the fault point was either dispatched before the signal was handled (then it
+    # finished within the drain) or never dispatched (then the next attempt issues it): both are a
+    # clean stop, and which one depends on when the signal lands.
+    assert stop.reason == "SIGTERM" and stop.attempt == 1, stop
     kinds = [e.payload.kind for e in events if isinstance(e.payload, Lifecycle)]
     assert LifecycleKind.HARNESS_LOST not in kinds, kinds
     finished = {e.payload.operation_id for e in events if e.type == "tool_result" and e.seq < stop_seq}  # type: ignore[union-attr]
@@ -412,6 +415,7 @@ async def test_a_harness_pod_deleted_gracefully_stops_cleanly_and_the_next_attem
         if e.type == "tool_result" and e.seq > stop_seq and e.payload.operation_id in finished
     ]  # type: ignore[union-attr]
     assert not again, f"finished before the stop, run again: {again}"
+    assert not unknown, f"a clean stop left unknown outcomes: {unknown}"
     assert fold(events).lifecycle.clean_stops == 1
 
 

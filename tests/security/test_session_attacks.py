@@ -102,6 +102,22 @@ def plan(home: Path, marker: str) -> dict[str, Any]:
                                 "arguments": {"path": "out/x.txt", "name": "x.txt"},
                             },
                         ],
+                        # The user's rejection reopens the step; its next round publishes nothing.
+                        "variants": [
+                            {
+                                "when": {"rejected": True},
+                                "actions": [
+                                    {
+                                        "tool": "record_note",
+                                        "arguments": {
+                                            "note_id": "publish",
+                                            "kind": "finding",
+                                            "text": "rejected",
+                                        },
+                                    }
+                                ],
+                            }
+                        ],
                     }
                 ]
             },
