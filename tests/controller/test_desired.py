@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -144,7 +145,7 @@ def test_each_sandbox_pod_can_read_its_own_token_and_nothing_that_reaches_the_re
         }
         assert sorted(sandboxes) == ["implementer", "researcher"]
         for name, pod in sandboxes.items():
-            own = names.sandbox_token_secret_name("parser-fix", name)
+            own = names.sandbox_token_secret_name("parser-fix", name, REF.uid)
             assert secret_names(pod) == {own}
             [token] = [v for v in pod["spec"]["volumes"] if "secret" in v]
             assert token["secret"] == {"secretName": own, "defaultMode": 0o400}
@@ -166,7 +167,7 @@ def test_the_harness_reads_every_sandbox_token_one_file_each() -> None:
     assert tokens["projected"]["sources"] == [
         {
             "secret": {
-                "name": names.sandbox_token_secret_name("parser-fix", sub),
+                "name": names.sandbox_token_secret_name("parser-fix", sub, REF.uid),
                 "items": [{"key": TOKEN_KEY, "path": sub}],
             }
         }
@@ -183,12 +184,22 @@ def test_every_subagent_gets_a_token_secret_of_its_own() -> None:
     first = sandbox_token_secret(REF, "researcher", "t1")
     second = sandbox_token_secret(REF, "implementer", "t2")
     assert first["metadata"]["name"] != second["metadata"]["name"]
-    assert first["metadata"]["name"] == names.sandbox_token_secret_name("parser-fix", "researcher")
+    assert first["metadata"]["name"] == names.sandbox_token_secret_name("parser-fix", "researcher", REF.uid)
     assert first["stringData"] == {TOKEN_KEY: "t1"}
     assert first["metadata"]["ownerReferences"] == [REF.owner_reference()]
-    assert names.sandbox_token_secret_name("s" * 60, "a" * 40) != names.sandbox_token_secret_name(
-        "s" * 60, "a" * 39 + "b"
+    assert names.sandbox_token_secret_name("s" * 60, "a" * 40, REF.uid) != names.sandbox_token_secret_name(
+        "s" * 60, "a" * 39 + "b", REF.uid
     )
+
+
+def test_a_session_created_again_under_its_name_gets_token_secrets_of_its_own() -> None:
+    """The Secret of a deleted session is owned by it and goes with it: a new session of the same
+    name must not take it for its own (its pods would lose their token to the garbage collector)."""
+    again = dataclasses.replace(REF, uid="5d0c2f9e-0000-4000-8000-000000000002")
+    assert again.uid[:8] != REF.uid[:8]
+    old, new = sandbox_token_secret(REF, "researcher", "t1"), sandbox_token_secret(again, "researcher", "t2")
+    assert old["metadata"]["name"] != new["metadata"]["name"]
+    assert new["metadata"]["ownerReferences"] == [again.owner_reference()]
 
 
 def test_no_sandbox_egress_reaches_a_store_named_by_address() -> None:

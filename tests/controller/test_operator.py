@@ -831,8 +831,9 @@ async def test_each_sandbox_pod_holds_only_its_own_token_and_refuses_the_others(
                 s["metadata"]["labels"][names.LABEL_SUBAGENT]: base64.b64decode(s["data"]["token"]).decode()
                 for s in listed["items"]
             }
+            uid = kubectl_json(kube, "get", "agentsession", "-n", NAMESPACE, name)["metadata"]["uid"]
             assert sorted(s["metadata"]["name"] for s in listed["items"]) == sorted(
-                names.sandbox_token_secret_name(name, sub) for sub in subagents
+                names.sandbox_token_secret_name(name, sub, uid) for sub in subagents
             )
             assert sorted(tokens) == list(subagents) and len(set(tokens.values())) == 2
 
@@ -845,7 +846,7 @@ async def test_each_sandbox_pod_holds_only_its_own_token_and_refuses_the_others(
                 (container,) = spec["containers"]
                 assert "envFrom" not in container and "env" not in container
                 assert [v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v] == [
-                    names.sandbox_token_secret_name(name, sub)
+                    names.sandbox_token_secret_name(name, sub, uid)
                 ]
                 assert not [v for v in spec["volumes"] if "projected" in v]
                 # What the pod's process can read: its own token, and no file holding the other's.

@@ -155,7 +155,10 @@ def _sandbox_token_volume(ref: SessionRef, subagent: str) -> dict[str, Any]:
     """One sandbox's own token and nothing else."""
     return {
         "name": "sandbox-token",
-        "secret": {"secretName": names.sandbox_token_secret_name(ref.name, subagent), "defaultMode": 0o400},
+        "secret": {
+            "secretName": names.sandbox_token_secret_name(ref.name, subagent, ref.uid),
+            "defaultMode": 0o400,
+        },
     }
 
 
@@ -164,7 +167,7 @@ def _harness_tokens_volume(ref: SessionRef, spec: AgentSessionSpec) -> dict[str,
     sources = [
         {
             "secret": {
-                "name": names.sandbox_token_secret_name(ref.name, sub.name),
+                "name": names.sandbox_token_secret_name(ref.name, sub.name, ref.uid),
                 "items": [{"key": TOKEN_KEY, "path": sub.name}],
             }
         }
@@ -331,7 +334,7 @@ def sandbox_token_secret(ref: SessionRef, subagent: str, token: str) -> dict[str
         "kind": "Secret",
         "metadata": _metadata(
             ref,
-            names.sandbox_token_secret_name(ref.name, subagent),
+            names.sandbox_token_secret_name(ref.name, subagent, ref.uid),
             {names.LABEL_COMPONENT: names.COMPONENT_SANDBOX, names.LABEL_SUBAGENT: subagent},
         ),
         "type": "Opaque",

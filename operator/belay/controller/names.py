@@ -64,9 +64,12 @@ def sandbox_service_name(session: str, subagent: str) -> str:
     return dns_label("sbx", session, subagent)
 
 
-def sandbox_token_secret_name(session: str, subagent: str) -> str:
-    """Each subagent's sandbox has a token of its own, in a Secret of its own."""
-    return dns_label(session, "sbx", subagent, "token")
+def sandbox_token_secret_name(session: str, subagent: str, uid: str) -> str:
+    """Each subagent's sandbox has a token of its own, in a Secret of its own. The name carries
+    the AgentSession's uid: a session deleted and created again under the same name gets Secrets
+    of its own, rather than finding the old ones (owned by the deleted session, so the garbage
+    collector removes them under the new session's pods)."""
+    return dns_label(session, "sbx", subagent, "token", uid[:8])
 
 
 def checkpoint_object_name(session: str, seq: int) -> str:
