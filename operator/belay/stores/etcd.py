@@ -42,13 +42,14 @@ import asyncio
 import functools
 import ipaddress
 import json
+import logging
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import grpc
 import grpc.aio
@@ -71,6 +72,7 @@ from belay.stores.base import (
     ArtifactNotFound,
     ArtifactStore,
     ClaimTaken,
+    EventStore,
     IdempotencyConflict,
     Lease,
     LeaseRenewal,
@@ -84,6 +86,7 @@ from belay.stores.base import (
 from belay.stores.integrity import FIELDS_START, GENESIS, Chain, Head, RecordCheck, record_key_for
 
 T = TypeVar("T")
+log = logging.getLogger("belay.stores.etcd")
 
 # etcd refuses requests above --max-request-bytes (1.5 MiB by default) and transactions with more
 # than --max-txn-ops operations (128 by default). A batch is one transaction, so it must fit both.
@@ -1416,12 +1419,21 @@ def _permanent(error: grpc.aio.AioRpcError) -> StoreError:
 def open_etcd_event_store(spec: dict[str, Any]) -> EtcdEventStore:
     """From a spec: `{"backend": "etcd", "endpoints": [...], "prefix": ...}` or
     `{"backend": "etcd", "url": "etcd://host:port,host:port/prefix"}`; timeouts,
-    `record_key_file`, and for archiving `segments` (an artifact store spec or URL),
-    `keep_events` and `segment_events` are optional keys."""
+    `record_key_file`, and for archived segments `segments` (an artifact store spec or URL),
+    `keep_events` and `segment_events` are optional keys. A URL takes the last three as its query:
+    `etcd://etcd:2379/belay?segments=s3://bucket/prefix&keep_events=2000`."""
     if "url" in spec:
         parts = urlsplit(spec["url"])
         endpoints = [f"http://{address}" for address in parts.netloc.split(",") if address]
         prefix = parts.path or "/belay"
+        query = dict(parse_qsl(parts.query))
+        unknown = sorted(set(query) - {"segments", "keep_events", "segment_events"})
+        if unknown:
+            raise ValueError(
+                f"unknown option {', '.join(unknown)} in the etcd URL {spec['url']!r} (known: "
+                "segments, keep_events, segment_events)"
+            )
+        spec = {**query, **spec}
     else:
         endpoints, prefix = spec["endpoints"], spec.get("prefix", "/belay")
     segments = None
@@ -1439,3 +1451,19 @@ def open_etcd_event_store(spec: dict[str, Any]) -> EtcdEventStore:
         keep_events=int(spec.get("keep_events", ARCHIVE_KEEP_EVENTS)),
         segment_events=int(spec.get("segment_events", SEGMENT_EVENTS)),
     )
+
+
+async def archive_closed(store: EventStore, session_id: str) -> list[Segment]:
+    """What the operator calls after it sees a checkpoint in a session's record: archive the
+    record's closed ranges when the store is etcd with a segment store, and do nothing otherwise
+    (SQLite keeps every event in its file). A failure (the artifact store down, say) is logged
+    and left for the next checkpoint: the events stay in etcd meanwhile, so nothing is lost."""
+    if not isinstance(store, EtcdEventStore) or store.segments is None:
+        return []
+    try:
+        return await store.archive(session_id)
+    except StoreError as error:
+        log.warning(
+            "archiving the record of session %s failed, left for its next checkpoint: %s", session_id, error
+        )
+        return []
