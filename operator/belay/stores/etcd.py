@@ -11,7 +11,15 @@ path segment):
     <prefix>/sessions/<id>/lease              {"number": n, "holder": ...}
     <prefix>/sessions/<id>/renewal            {"number": n, "renewed_at": ...}: the last lease renewal
     <prefix>/sessions/<id>/latest/<type>      {"seq": n}: the newest event of that type
+    <prefix>/sessions/<id>/segments/<first:020d>  {"first", "last", "sha256", "size"}: an archived
+                                              segment, its events' stored bytes in the artifact store
     <prefix>/index/<id>                       empty; one per session, for list_sessions
+    <prefix>/segment-trash/<id>/<sha256>      empty; a deleted session's segment not yet deleted
+
+Archiving (`archive`) moves the closed part of a record (all but the newest `keep_events`) out of
+etcd into segments, oldest first, so etcd holds a bounded part of every record; reads take the
+archived seqs from the segments and the rest from etcd, through one chain check (docs/stores.md,
+"Archived segments").
 
 An append writes the events, the new head, the latest-of-type entries, the idempotency record and
 the claim in ONE transaction whose compares are: head unchanged since the state the seqs were
@@ -28,8 +36,9 @@ Appends of several sessions that come while another append's transaction is in f
 together as one transaction, each still whole or not at all (`_send_queued`).
 
 Deleting a session is one transaction of two range deletes (`<prefix>/sessions/<id>/` and the index
-key), so no reader ever sees part of a session. A watch notices a deletion from the DELETE of an
-event key, or, after a cut, from the head key's create_revision (a recreated head has a new one).
+key), so no reader ever sees part of a session; its segments' blobs are deleted after it. A watch
+is cut by the DELETE of an event key (an archive or a deletion) and tells a deletion, when it
+re-reads, from the head key's create_revision (gone, or a recreated head has a new one).
 
 The client is aetcd's generated gRPC stubs on our own `grpc.aio` channel: one channel can list
 several endpoints (round-robin, skipping members that are down), and every call carries its own
