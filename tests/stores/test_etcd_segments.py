@@ -242,3 +242,26 @@ async def test_a_store_opened_without_the_segment_store_says_what_is_missing(arc
         assert await bare.last_seq(session) == EVENTS
     finally:
         await bare.close()
+
+
+async def test_retention_deletes_the_record_with_its_segments_and_keeps_the_other_sessions(
+    archive: Archive,
+) -> None:
+    """`spec.retention: {record: Delete, artifacts: Delete}` on an archived record: the artifact
+    scan reads every record across its segments, and the record's deletion takes its segments."""
+    from belay.api.agentsession import RetentionPolicy
+    from belay.controller.retention import apply_retention
+
+    await written(archive.store, "deleted")
+    kept_events = await written(archive.store, "kept")
+    await archive.store.archive("deleted")
+    await archive.store.archive("kept")
+    kept_blobs = {s.sha256 for s in await archive.store.segments_of("kept")}
+    notes = await apply_retention(
+        "deleted", RetentionPolicy(record="Delete", artifacts="Delete"), archive.store, archive.blobs
+    )
+    assert [note.reason for note in notes] == ["ArtifactsDeleted", "RecordDeleted"]
+    assert f"({EVENTS} events)" in notes[1].message
+    assert {key.rsplit("/", 1)[-1] for key in archive.stored_blobs()} == kept_blobs
+    assert await archive.store.read("deleted") == []
+    assert await archive.store.read("kept") == kept_events
