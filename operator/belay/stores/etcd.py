@@ -981,17 +981,19 @@ class EtcdEventStore:
                     if not more:
                         break
                 continue
-            kv = kvs[at]
-            seq = int(kv.key[-20:])
-            if seq > next_seq and looked_again_at != next_seq:
+            if int(kvs[at].key[-20:]) > next_seq and looked_again_at != next_seq:
                 # A gap: archived since the index was read, or missing (the check says so).
                 looked_again_at = next_seq
                 archived = await self._segment_index(keys)
                 continue
-            check.event(seq, kv.value)
-            stored.append(kv.value)
+            # The page's events in a row (the range's end keeps them within to_seq).
+            take = len(kvs) if limit is None else min(len(kvs), at + limit - len(stored))
+            for kv in kvs[at:take]:
+                seq = int(kv.key[-20:])
+                check.event(seq, kv.value)
+                stored.append(kv.value)
             next_seq = seq + 1
-            at += 1
+            at = take
         if limit is None or len(stored) < limit:
             check.ran_to(to_seq)
         return stored, revision, check
