@@ -9,6 +9,8 @@ fresh, isolated store plus what the backend-agnostic tests need to reach it from
   server (etcd) never see each other's sessions.
 - `raw` (events): reaches under the protocol to the stored events and the head of a session, as
   anyone with write access to the store could, to change the record behind the store's back.
+- `archived_events` (events, `etcd-archived` only): how many of a session's events were archived
+  to segments, so the tests that need a record archived mid-way can check that it was.
 - `corrupt`, `count_blobs`, `read_location` (artifacts): hooks that reach under the protocol to
   damage a stored blob, count stored copies, and fetch what `location()` points at.
 
@@ -270,16 +272,11 @@ async def make_etcd(request: pytest.FixtureRequest, tmp_path: Path) -> EventBack
 CONFORMANCE_BUCKET = "belay-conformance"
 
 
-async def make_s3(request: pytest.FixtureRequest, tmp_path: Path) -> ArtifactBackend:
-    import urllib.request
-
-    from belay.stores.s3 import S3ArtifactStore, content_key
-
-    server = request.getfixturevalue("s3_server")
-    prefix = f"conformance-{uuid.uuid4().hex[:12]}"
-    spec = {
+def s3_spec(server: Any, bucket: str, prefix: str) -> dict[str, Any]:
+    """The spec of an S3 artifact store in `bucket` under `prefix` on a test S3 server."""
+    return {
         "backend": "s3",
-        "bucket": CONFORMANCE_BUCKET,
+        "bucket": bucket,
         "prefix": prefix,
         "endpoint_url": server.endpoint_url,
         "access_key": server.access_key,
@@ -287,6 +284,16 @@ async def make_s3(request: pytest.FixtureRequest, tmp_path: Path) -> ArtifactBac
         "region": server.region,
         "create_bucket": True,
     }
+
+
+async def make_s3(request: pytest.FixtureRequest, tmp_path: Path) -> ArtifactBackend:
+    import urllib.request
+
+    from belay.stores.s3 import S3ArtifactStore, content_key
+
+    server = request.getfixturevalue("s3_server")
+    prefix = f"conformance-{uuid.uuid4().hex[:12]}"
+    spec = s3_spec(server, CONFORMANCE_BUCKET, prefix)
     store = open_artifact_store(spec)
     assert isinstance(store, S3ArtifactStore)
     client = server.client()

@@ -6,13 +6,13 @@ Every backend runs these; on the archiving one they also check that the archive 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
 from belay.journal.events import Event, EventDraft, Note, NoteKind, Task, TaskStatus
 from belay.stores.base import EventStore, RecordCorrupt, SessionDeleted
 from tests.conformance.backends import EventBackend
+from tests.conformance.test_event_store import collect
 
 HANG_GUARD_SECONDS = 30
 BATCHES = 10
@@ -40,15 +40,6 @@ async def long_record(backend: EventBackend, store: EventStore, session: str) ->
         archived = await backend.archived_events(session)
         assert 0 < archived < EVENTS, "the archiving backend archived the record's older part"
     return events
-
-
-async def collect(watch: AsyncIterator[Event], count: int) -> list[Event]:
-    seen: list[Event] = []
-    async for event in watch:
-        seen.append(event)
-        if len(seen) == count:
-            break
-    return seen
 
 
 async def test_a_long_record_reads_as_one_across_its_archive(

@@ -20,6 +20,7 @@ from belay.journal.state import fold
 from belay.stores import open_event_store
 from belay.stores.etcd import EtcdEventStore
 from tests.api.kubehelpers import install_crds
+from tests.conformance.backends import s3_spec
 from tests.testenv.kube import ControlPlane
 from tests.testenv.s3 import S3Server
 
@@ -39,16 +40,7 @@ async def store(etcd_endpoint: str, s3_server: S3Server) -> AsyncIterator[EtcdEv
             "prefix": prefix,
             "keep_events": KEEP,
             "segment_events": PER_SEGMENT,
-            "segments": {
-                "backend": "s3",
-                "bucket": "belay-archive-on-checkpoint",
-                "prefix": prefix.strip("/"),
-                "endpoint_url": s3_server.endpoint_url,
-                "access_key": s3_server.access_key,
-                "secret_key": s3_server.secret_key,
-                "region": s3_server.region,
-                "create_bucket": True,
-            },
+            "segments": s3_spec(s3_server, "belay-archive-on-checkpoint", prefix.strip("/")),
         }
     )
     assert isinstance(opened, EtcdEventStore)

@@ -25,6 +25,7 @@ from belay.stores import open_event_store
 from belay.stores.base import StoreError
 from belay.stores.etcd import EtcdEventStore
 from belay.stores.s3 import S3ArtifactStore
+from tests.conformance.backends import s3_spec
 from tests.testenv.s3 import S3Server
 
 pytestmark = pytest.mark.testenv
@@ -62,17 +63,7 @@ class Archive:
 
 @pytest.fixture
 async def archive(etcd_endpoint: str, s3_server: S3Server) -> AsyncIterator[Archive]:
-    blob_prefix = f"segments-{uuid.uuid4().hex[:12]}"
-    segments = {
-        "backend": "s3",
-        "bucket": BUCKET,
-        "prefix": blob_prefix,
-        "endpoint_url": s3_server.endpoint_url,
-        "access_key": s3_server.access_key,
-        "secret_key": s3_server.secret_key,
-        "region": s3_server.region,
-        "create_bucket": True,
-    }
+    segments = s3_spec(s3_server, BUCKET, f"segments-{uuid.uuid4().hex[:12]}")
     spec = {
         "backend": "etcd",
         "endpoints": [etcd_endpoint],
