@@ -231,6 +231,9 @@ async def test_a_store_opened_without_the_segment_store_says_what_is_missing(arc
         with pytest.raises(StoreError, match="without the artifact store"):
             await bare.delete_session(session)
         assert await bare.last_seq(session) == EVENTS
+        assert isinstance(bare, EtcdEventStore)
+        with pytest.raises(StoreError, match="cannot archive the record of session 'needs-segments'"):
+            await bare.archive(session)
     finally:
         await bare.close()
 

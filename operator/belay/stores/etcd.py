@@ -1074,10 +1074,14 @@ class EtcdEventStore:
                     f"({segment.sha256}) cannot be read from the artifact store: {error}",
                 ) from None
             cached = segment_lines(data)
-        self._segment_cache[segment.sha256] = cached
+        self._cache_segment(segment.sha256, cached)
+        return cached
+
+    def _cache_segment(self, sha256: str, lines: dict[int, bytes]) -> None:
+        """Keep a parsed segment, newest last, the oldest dropped beyond SEGMENT_CACHE."""
+        self._segment_cache[sha256] = lines
         while len(self._segment_cache) > SEGMENT_CACHE:
             self._segment_cache.pop(next(iter(self._segment_cache)))
-        return cached
 
     async def _stored_values(self, keys: SessionKeys, first: int, last: int) -> list[bytes]:
         """The stored bytes of seqs first..last, wherever they are, unchecked (for `_settle`)."""
@@ -1116,6 +1120,12 @@ class EtcdEventStore:
         at most an unindexed blob in the artifact store, which the rerun reuses); after it, in the
         segment. `fault` is called with "stored", "verified" and "indexed" after each step, for
         tests that stop the archiver there."""
+        store = self.segments
+        if store is None:
+            raise StoreError(
+                f"cannot archive the record of session {session_id!r}: this etcd store was opened "
+                "without an artifact store for segments (give its spec `segments`)"
+            )
         keys = SessionKeys.of(self.prefix, session_id)
         made: list[Segment] = []
         while True:
@@ -1131,7 +1141,6 @@ class EtcdEventStore:
             last = first + self.segment_events - 1
             if last > last_seq - self.keep_events:
                 return made
-            store = self._segment_store(session_id, Segment(first, last, "(not yet stored)", 0))
             stored, _, _ = await self._read_stored(keys, first, last, None)
             data = b"\n".join(stored) + b"\n"
             ref = await asyncio.to_thread(store.put, data, media_type=SEGMENT_MEDIA_TYPE)
@@ -1172,6 +1181,7 @@ class EtcdEventStore:
             committed = await self._retrying(functools.partial(self._txn, compares, writes))
             if committed.succeeded:
                 made.append(segment)
+                self._cache_segment(segment.sha256, segment_lines(data))  # the next one reads its end
                 if fault is not None:
                     fault("indexed")
             elif await self._incarnation(keys) != incarnation:
