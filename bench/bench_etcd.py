@@ -16,6 +16,9 @@ writers, each appending to its own session through one store (one event loop), a
 concurrent raw putters on the same channel, in alternating rounds; the ratio is the median of each
 round's appends/s over the raw puts/s of the round before it. The machine's load average is part
 of every figure's detail: other work on a shared machine slows both sides, never one alone.
+
+Archive: one session of 10^5 events archived to segments in an S3 server on loopback (the
+store's `archive`, with its defaults), and the bytes etcd holds for the session before and after.
 """
 
 from __future__ import annotations
@@ -31,10 +34,12 @@ from pathlib import Path
 
 from aetcd import rpc
 from tests.testenv.etcd import EtcdServer
+from tests.testenv.s3 import S3Server
 
 from belay.journal.events import EffectClass, EnvelopeJson, EventDraft, ToolRequest, build_event
-from belay.stores.etcd import EtcdEventStore
+from belay.stores.etcd import ARCHIVE_KEEP_EVENTS, SEGMENT_EVENTS, EtcdEventStore, prefix_range_end
 from belay.stores.integrity import GENESIS, Chain
+from belay.stores.s3 import S3ArtifactStore
 from bench.common import Figure
 
 COMMAND = "python -m bench bench_etcd"
@@ -43,6 +48,9 @@ SAMPLES = 2000
 WRITERS = 8
 THROUGHPUT_ROUNDS = 7
 ROUND_SECONDS = 1.0
+ARCHIVED_SESSION_EVENTS = 10**5
+ARCHIVE_BATCH = 10  # events per append, each with an idempotency key, as a harness step writes them
+ARCHIVE_GOAL_EVENTS = 10**4
 
 
 def draft(i: int) -> EventDraft:
@@ -270,11 +278,92 @@ def python_work_after_wake() -> Figure:
     )
 
 
+async def session_bytes(store: EtcdEventStore, session_id: str) -> tuple[int, int]:
+    """Bytes (keys and values) etcd holds for the session: everything under its prefix and its
+    index entry; and the same for its events alone."""
+    kv, _ = store._stubs()
+    root = f"{store.prefix}/sessions/{session_id}/".encode()
+    events = root + b"events/"
+    total = event_bytes = 0
+    start = root
+    while True:
+        page = await kv.Range(
+            rpc.RangeRequest(key=start, range_end=prefix_range_end(root), limit=5000), timeout=30
+        )
+        for item in page.kvs:
+            size = len(item.key) + len(item.value)
+            total += size
+            if item.key.startswith(events):
+                event_bytes += size
+        if not page.more:
+            break
+        start = page.kvs[-1].key + b"\0"
+    index = await kv.Range(rpc.RangeRequest(key=store._index_key(session_id)), timeout=30)
+    total += sum(len(item.key) + len(item.value) for item in index.kvs)
+    return total, event_bytes
+
+
+async def measure_archive(endpoint: str, s3: S3Server) -> list[Figure]:
+    """A session of 10^5 events, archived with the store's defaults: what etcd holds for it before
+    and after, against the goal of at most 10^4 events' worth (that many times the mean bytes of
+    one stored event key and value, as measured on this session)."""
+    segments = S3ArtifactStore(
+        "belay-bench-segments", client=s3.client(), prefix="segments", create_bucket=True
+    )
+    store = EtcdEventStore([endpoint], prefix="/bench-archive", segments=segments)
+    session = "archived"
+    for batch in range(ARCHIVED_SESSION_EVENTS // ARCHIVE_BATCH):
+        first = batch * ARCHIVE_BATCH
+        await store.append(
+            session, [draft(first + i) for i in range(ARCHIVE_BATCH)], idempotency_key=f"step-{batch}"
+        )
+    before, event_bytes = await session_bytes(store, session)
+    started = time.perf_counter()
+    assert len(await store.read(session)) == ARCHIVED_SESSION_EVENTS
+    read_before_seconds = time.perf_counter() - started
+    per_event = event_bytes / ARCHIVED_SESSION_EVENTS
+    started = time.perf_counter()
+    made = await store.archive(session)
+    archive_seconds = time.perf_counter() - started
+    after, events_after = await session_bytes(store, session)
+    started = time.perf_counter()
+    whole = await store.read(session)
+    read_seconds = time.perf_counter() - started
+    assert len(whole) == ARCHIVED_SESSION_EVENTS
+    await store.close()
+    goal_bytes = ARCHIVE_GOAL_EVENTS * per_event
+    kept = ARCHIVED_SESSION_EVENTS - sum(s.last - s.first + 1 for s in made)
+    return [
+        Figure(
+            "etcd_bytes_per_session_after_archive",
+            after,
+            "bytes",
+            COMMAND,
+            detail=f"a {ARCHIVED_SESSION_EVENTS}-event session ({ARCHIVE_BATCH} events an append, each "
+            f"with an idempotency key): {before} bytes in etcd before archiving, {after} after "
+            f"({events_after} of them its newest {kept} events, the rest its head, indexes and "
+            f"{ARCHIVED_SESSION_EVENTS // ARCHIVE_BATCH} idempotency records); 10^4 events' worth is "
+            f"{goal_bytes:.0f} bytes ({per_event:.0f} per stored event); {len(made)} segments of "
+            f"{SEGMENT_EVENTS} events, keeping the newest {ARCHIVE_KEEP_EVENTS}, archived in "
+            f"{archive_seconds:.1f} s; the whole record reads back in {read_before_seconds:.1f} s from etcd "
+            f"alone, {read_seconds:.1f} s across the segments and etcd",
+            goal=f"<= {goal_bytes:.0f} (10^4 events' worth)",
+        ),
+    ]
+
+
 def run() -> list[Figure]:
     with tempfile.TemporaryDirectory(prefix="belay-bench-etcd-") as run_dir:
         server = EtcdServer(Path(run_dir), name="bench-etcd")
+        s3 = S3Server(Path(run_dir) / "s3")
         server.start()
+        s3.start()
         try:
-            return [*asyncio.run(measure(server.endpoint)), python_work_after_wake()]
+            return [
+                *asyncio.run(measure(server.endpoint)),
+                *asyncio.run(measure_archive(server.endpoint, s3)),
+                python_work_after_wake(),
+            ]
         finally:
+            s3.stop()
             server.stop()

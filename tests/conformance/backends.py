@@ -9,6 +9,8 @@ fresh, isolated store plus what the backend-agnostic tests need to reach it from
   server (etcd) never see each other's sessions.
 - `raw` (events): reaches under the protocol to the stored events and the head of a session, as
   anyone with write access to the store could, to change the record behind the store's back.
+- `archived_events` (events, `etcd-archived` only): how many of a session's events were archived
+  to segments, so the tests that need a record archived mid-way can check that it was.
 - `corrupt`, `count_blobs`, `read_location` (artifacts): hooks that reach under the protocol to
   damage a stored blob, count stored copies, and fetch what `location()` points at.
 
@@ -22,14 +24,15 @@ import os
 import sqlite3
 import stat
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import quote
 
 import pytest
 
+from belay.journal.events import Event, EventDraft
 from belay.stores import open_artifact_store, open_event_store
 from belay.stores.base import ArtifactStore, EventStore
 from belay.stores.filesystem import FilesystemArtifactStore
@@ -60,6 +63,9 @@ class EventBackend:
     cleanup: Callable[[], Awaitable[None]] | None = None
     # The most events one atomic batch may hold, where the backend has a limit (etcd: one transaction).
     max_batch_events: int | None = None
+    # How many of a session's events are archived out of the backend's own storage (etcd with
+    # segments), for tests that check the archive happened; None where the backend archives nothing.
+    archived_events: Callable[[str], Awaitable[int]] | None = None
     _extra: list[EventStore] = field(default_factory=list)
 
     def session(self, label: str = "s") -> str:
@@ -266,16 +272,11 @@ async def make_etcd(request: pytest.FixtureRequest, tmp_path: Path) -> EventBack
 CONFORMANCE_BUCKET = "belay-conformance"
 
 
-async def make_s3(request: pytest.FixtureRequest, tmp_path: Path) -> ArtifactBackend:
-    import urllib.request
-
-    from belay.stores.s3 import S3ArtifactStore, content_key
-
-    server = request.getfixturevalue("s3_server")
-    prefix = f"conformance-{uuid.uuid4().hex[:12]}"
-    spec = {
+def s3_spec(server: Any, bucket: str, prefix: str) -> dict[str, Any]:
+    """The spec of an S3 artifact store in `bucket` under `prefix` on a test S3 server."""
+    return {
         "backend": "s3",
-        "bucket": CONFORMANCE_BUCKET,
+        "bucket": bucket,
         "prefix": prefix,
         "endpoint_url": server.endpoint_url,
         "access_key": server.access_key,
@@ -283,6 +284,16 @@ async def make_s3(request: pytest.FixtureRequest, tmp_path: Path) -> ArtifactBac
         "region": server.region,
         "create_bucket": True,
     }
+
+
+async def make_s3(request: pytest.FixtureRequest, tmp_path: Path) -> ArtifactBackend:
+    import urllib.request
+
+    from belay.stores.s3 import S3ArtifactStore, content_key
+
+    server = request.getfixturevalue("s3_server")
+    prefix = f"conformance-{uuid.uuid4().hex[:12]}"
+    spec = s3_spec(server, CONFORMANCE_BUCKET, prefix)
     store = open_artifact_store(spec)
     assert isinstance(store, S3ArtifactStore)
     client = server.client()
@@ -321,9 +332,128 @@ async def make_s3(request: pytest.FixtureRequest, tmp_path: Path) -> ArtifactBac
     )
 
 
+# --------------------------------------------------------------------------------------------------
+# etcd with archived segments: the same etcd store, with an S3 bucket for segments, archiving after
+# every append of the test's own handle with a tiny window (the newest 4 events stay in etcd, 3
+# events a segment), so every record of more than 6 events is read partly from segments.
+
+ARCHIVE_KEEP_EVENTS = 4
+ARCHIVE_SEGMENT_EVENTS = 3
+
+
+class ArchivingEtcdStore:
+    """The etcd store, running its own archiver (`EtcdEventStore.archive`) after each append, as
+    an operator would after a checkpoint. Everything else is the store's."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    async def append(self, session_id: str, drafts: Sequence[EventDraft], **options: Any) -> list[Event]:
+        events: list[Event] = await self.store.append(session_id, drafts, **options)
+        if events:
+            await self.store.archive(session_id)
+        return events
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+class RawArchivedEtcdRecord(RawEtcdRecord):
+    """The record in etcd and in its segments: an event archived is changed by rewriting its
+    segment and pointing the index at the new blob, as anyone with write access to both could."""
+
+    def __init__(self, endpoint: str, prefix: str, artifacts: ArtifactStore) -> None:
+        super().__init__(endpoint, prefix)
+        self.artifacts = artifacts
+
+    async def _segments(self, session_id: str) -> list[tuple[bytes, dict[str, Any]]]:
+        import aetcd
+
+        async with aetcd.Client(host="127.0.0.1", port=self.port) as client:
+            found = await client.get_prefix(self._root(session_id) + b"segments/")
+        return [(kv.key, json.loads(kv.value)) for kv in found]
+
+    async def events(self, session_id: str) -> dict[int, bytes]:
+        from belay.stores.etcd import segment_lines
+
+        found: dict[int, bytes] = {}
+        for _, entry in await self._segments(session_id):
+            found.update(segment_lines(self.artifacts.get(entry["sha256"])))
+        found.update(await super().events(session_id))
+        return found
+
+    async def _rewrite(self, session_id: str, seq: int, stored: bytes | None) -> bool:
+        import aetcd
+
+        from belay.stores.etcd import segment_lines
+
+        for key, entry in await self._segments(session_id):
+            if entry["first"] <= seq <= entry["last"]:
+                lines = segment_lines(self.artifacts.get(entry["sha256"]))
+                if stored is None:
+                    lines.pop(seq, None)
+                else:
+                    lines[seq] = stored
+                data = b"".join(lines[s] + b"\n" for s in sorted(lines))
+                entry = {**entry, "sha256": self.artifacts.put(data).sha256, "size": len(data)}
+                async with aetcd.Client(host="127.0.0.1", port=self.port) as client:
+                    await client.put(key, json.dumps(entry).encode())
+                return True
+        return False
+
+    async def put_event(self, session_id: str, seq: int, stored: bytes) -> None:
+        if not await self._rewrite(session_id, seq, stored):
+            await super().put_event(session_id, seq, stored)
+
+    async def delete_event(self, session_id: str, seq: int) -> None:
+        if not await self._rewrite(session_id, seq, None):
+            await super().delete_event(session_id, seq)
+
+
+async def make_etcd_archived(request: pytest.FixtureRequest, tmp_path: Path) -> EventBackend:
+    from belay.stores.etcd import MAX_BATCH_EVENTS
+
+    endpoint = request.getfixturevalue("etcd_endpoint")
+    artifacts = await make_s3(request, tmp_path)
+    prefix = f"/conformance-{uuid.uuid4().hex[:12]}"
+    spec = {
+        "backend": "etcd",
+        "endpoints": [endpoint],
+        "prefix": prefix,
+        "segments": artifacts.spec,
+        "keep_events": ARCHIVE_KEEP_EVENTS,
+        "segment_events": ARCHIVE_SEGMENT_EVENTS,
+    }
+    store = open_event_store(spec)
+
+    async def archived_events(session_id: str) -> int:
+        segments = await store.segments_of(session_id)  # type: ignore[attr-defined]
+        return sum(segment.last - segment.first + 1 for segment in segments)
+
+    async def cleanup() -> None:
+        import aetcd
+
+        async with aetcd.Client(host="127.0.0.1", port=int(endpoint.rsplit(":", 1)[1])) as client:
+            await client.delete_prefix(prefix.encode() + b"/")
+        assert artifacts.cleanup is not None
+        artifacts.cleanup()
+
+    return EventBackend(
+        name="etcd-archived",
+        store=cast(EventStore, ArchivingEtcdStore(store)),
+        spec=spec,
+        session_prefix=f"t{uuid.uuid4().hex[:8]}-",
+        raw=RawArchivedEtcdRecord(endpoint, prefix, artifacts.store),
+        cleanup=cleanup,
+        max_batch_events=MAX_BATCH_EVENTS,
+        archived_events=archived_events,
+    )
+
+
 EVENT_STORE_BACKENDS: dict[str, Registered] = {
     "sqlite": Registered(make_sqlite),
     "etcd": Registered(make_etcd, marks=(pytest.mark.testenv,)),
+    "etcd-archived": Registered(make_etcd_archived, marks=(pytest.mark.testenv,)),
 }
 ARTIFACT_STORE_BACKENDS: dict[str, Registered] = {
     "filesystem": Registered(make_filesystem),

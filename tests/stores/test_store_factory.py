@@ -46,3 +46,20 @@ def test_unknown_backends_are_named_in_the_error() -> None:
         open_event_store({"backend": "nosuch"})
     with pytest.raises(ValueError, match="backend"):
         open_artifact_store({"root": "/tmp/x"})
+
+
+def test_an_etcd_url_names_its_segment_store_in_its_query(tmp_path: Path) -> None:
+    from belay.stores.etcd import ARCHIVE_KEEP_EVENTS, EtcdEventStore
+
+    url = f"etcd://127.0.0.1:2379,127.0.0.1:2380/team?segments=file://{tmp_path}/segments&segment_events=500"
+    store = open_event_store(url)
+    assert isinstance(store, EtcdEventStore)
+    assert store.prefix == "/team" and len(store.endpoints) == 2
+    assert (
+        isinstance(store.segments, FilesystemArtifactStore) and store.segments.root == tmp_path / "segments"
+    )
+    assert (store.keep_events, store.segment_events) == (ARCHIVE_KEEP_EVENTS, 500)
+    plain = open_event_store("etcd://127.0.0.1:2379/team")
+    assert isinstance(plain, EtcdEventStore) and plain.segments is None
+    with pytest.raises(ValueError, match="unknown option keep in the etcd URL"):
+        open_event_store("etcd://127.0.0.1:2379/team?keep=10")

@@ -72,6 +72,7 @@ from belay.journal.events import ArtifactRef, CheckpointEvent, event_line
 from belay.journal.state import EMPTY, SessionState, apply, fold
 from belay.journal.status import Liveness, Phase, phase_of
 from belay.stores.base import ArtifactStore, ClaimTaken, EventStore, RecordCorrupt, StoreUnavailable
+from belay.stores.etcd import archive_closed
 from belay.stores.factory import open_artifact_store, open_event_store
 
 log = logging.getLogger("belay.operator")
@@ -353,6 +354,8 @@ class SessionReconciler:
             if isinstance(event, CheckpointEvent):
                 await asyncio.to_thread(self.kube.apply, checkpoint_object(ref, event))
         memory.state = state
+        if any(isinstance(event, CheckpointEvent) for event in fresh):
+            await archive_closed(store, ref.name)  # bounded etcd: docs/stores.md, "Archived segments"
 
     async def _fork(
         self, store: EventStore, ref: SessionRef, spec: AgentSessionSpec, memory: SessionMemory

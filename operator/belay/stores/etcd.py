@@ -11,7 +11,15 @@ path segment):
     <prefix>/sessions/<id>/lease              {"number": n, "holder": ...}
     <prefix>/sessions/<id>/renewal            {"number": n, "renewed_at": ...}: the last lease renewal
     <prefix>/sessions/<id>/latest/<type>      {"seq": n}: the newest event of that type
+    <prefix>/sessions/<id>/segments/<first:020d>  {"first", "last", "sha256", "size"}: an archived
+                                              segment, its events' stored bytes in the artifact store
     <prefix>/index/<id>                       empty; one per session, for list_sessions
+    <prefix>/segment-trash/<id>/<sha256>      empty; a deleted session's segment not yet deleted
+
+Archiving (`archive`) moves the closed part of a record (all but the newest `keep_events`) out of
+etcd into segments, oldest first, so etcd holds a bounded part of every record; reads take the
+archived seqs from the segments and the rest from etcd, through one chain check (docs/stores.md,
+"Archived segments").
 
 An append writes the events, the new head, the latest-of-type entries, the idempotency record and
 the claim in ONE transaction whose compares are: head unchanged since the state the seqs were
@@ -28,8 +36,9 @@ Appends of several sessions that come while another append's transaction is in f
 together as one transaction, each still whole or not at all (`_send_queued`).
 
 Deleting a session is one transaction of two range deletes (`<prefix>/sessions/<id>/` and the index
-key), so no reader ever sees part of a session. A watch notices a deletion from the DELETE of an
-event key, or, after a cut, from the head key's create_revision (a recreated head has a new one).
+key), so no reader ever sees part of a session; its segments' blobs are deleted after it. A watch
+is cut by the DELETE of an event key (an archive or a deletion) and tells a deletion, when it
+re-reads, from the head key's create_revision (gone, or a recreated head has a new one).
 
 The client is aetcd's generated gRPC stubs on our own `grpc.aio` channel: one channel can list
 several endpoints (round-robin, skipping members that are down), and every call carries its own
@@ -42,13 +51,14 @@ import asyncio
 import functools
 import ipaddress
 import json
+import logging
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import grpc
 import grpc.aio
@@ -67,7 +77,11 @@ from belay.journal.events import (
 from belay.stores import etcd_wire as wire
 from belay.stores.base import (
     MAX_PAYLOAD_BYTES,
+    ArtifactCorrupted,
+    ArtifactNotFound,
+    ArtifactStore,
     ClaimTaken,
+    EventStore,
     IdempotencyConflict,
     Lease,
     LeaseRenewal,
@@ -78,9 +92,10 @@ from belay.stores.base import (
     StoreError,
     StoreUnavailable,
 )
-from belay.stores.integrity import GENESIS, Chain, Head, RecordCheck, record_key_for
+from belay.stores.integrity import FIELDS_START, GENESIS, Chain, Head, RecordCheck, record_key_for
 
 T = TypeVar("T")
+log = logging.getLogger("belay.stores.etcd")
 
 # etcd refuses requests above --max-request-bytes (1.5 MiB by default) and transactions with more
 # than --max-txn-ops operations (128 by default). A batch is one transaction, so it must fit both.
@@ -90,6 +105,14 @@ MAX_TXN_OPERATIONS = 128
 
 KNOWN_HEADS = 4096
 READ_PAGE = 500
+
+# Archiving (`EtcdEventStore.archive`): what stays in etcd, at least, and the size of a segment.
+# The newest 2,000 events cover every read a running session makes of its tail (the context's
+# window, a compaction's span, the fold after the latest state snapshot).
+ARCHIVE_KEEP_EVENTS = 2000
+SEGMENT_EVENTS = 1000
+SEGMENT_MEDIA_TYPE = "application/vnd.belay.segment+jsonl"
+SEGMENT_CACHE = 8
 
 EVENT_LIST_ADAPTER: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
 
@@ -213,6 +236,13 @@ class SessionKeys:
     def latest(self, event_type: str) -> bytes:
         return self.root + b"latest/" + event_type.encode()
 
+    @property
+    def segments_prefix(self) -> bytes:
+        return self.root + b"segments/"
+
+    def segment(self, first_seq: int) -> bytes:
+        return b"%s%020d" % (self.segments_prefix, first_seq)
+
 
 @dataclass(slots=True)
 class Snapshot:
@@ -295,11 +325,72 @@ def _head_from(value: bytes) -> Head:
     return Head(int(head["last_seq"]), head.get("chain", "").encode(), head.get("seal", "").encode())
 
 
+def _range_prefix(prefix: bytes) -> Any:
+    return rpc.RequestOp(request_range=rpc.RangeRequest(key=prefix, range_end=prefix_range_end(prefix)))
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One archived range of a session's record: the stored events `first`..`last`, one per line,
+    as the blob `sha256` in the artifact store. Its index entry is `<root>segments/<first:020d>`."""
+
+    first: int
+    last: int
+    sha256: str
+    size: int
+
+    def entry(self) -> bytes:
+        return canonical_json(
+            {"first": self.first, "last": self.last, "sha256": self.sha256, "size": self.size}
+        )
+
+
+def _segment_index(kvs: Sequence[Any]) -> list[Segment]:
+    """The index entries, in seq order (their keys sort by first seq)."""
+    segments = []
+    for kv in kvs:
+        entry = json.loads(kv.value)
+        segments.append(Segment(int(entry["first"]), int(entry["last"]), entry["sha256"], int(entry["size"])))
+    return segments
+
+
+def _covering(segments: Sequence[Segment], seq: int) -> Segment | None:
+    """The segment that holds `seq`, if it is archived. Segments cover 1..n with no gap, so the
+    last one says whether `seq` is archived at all."""
+    if not segments or seq > segments[-1].last:
+        return None
+    for segment in segments:
+        if segment.first <= seq <= segment.last:
+            return segment
+    return None
+
+
+_SEQ_FIELD = b'"seq":'
+
+
+def segment_lines(data: bytes) -> dict[int, bytes]:
+    """A segment's stored events by the seq each names (its first field after the chain link).
+    A line that names none is kept under seq 0, where the chain check reports it."""
+    lines: dict[int, bytes] = {}
+    for line in data.split(b"\n"):
+        if not line:
+            continue
+        start = FIELDS_START + len(_SEQ_FIELD)
+        stop = line.find(b",", start)
+        digits = line[start:stop] if line[FIELDS_START:start] == _SEQ_FIELD and stop > start else b""
+        lines[int(digits) if digits.isdigit() else 0] = line
+    return lines
+
+
 class EtcdEventStore:
     """`EventStore` on etcd v3. See the module docstring for the key layout.
 
     `record_key`: the key of the record's hash chain; by default the one BELAY_RECORD_KEY_FILE
     names, if any (`belay.stores.integrity`). b"" for none, whatever the environment says.
+
+    `segments`: the artifact store that holds archived ranges of records (`archive`); needed to
+    archive, and to read a record that has segments. `keep_events` and `segment_events`: what
+    `archive` leaves in etcd (at least the newest `keep_events`) and how many events make a segment.
     """
 
     def __init__(
@@ -310,7 +401,17 @@ class EtcdEventStore:
         request_timeout: float = 2.0,
         operation_timeout: float = 15.0,
         record_key: bytes | None = None,
+        segments: ArtifactStore | None = None,
+        keep_events: int = ARCHIVE_KEEP_EVENTS,
+        segment_events: int = SEGMENT_EVENTS,
     ) -> None:
+        if keep_events < 1 or segment_events < 1:
+            raise ValueError("keep_events and segment_events must be at least 1")
+        self.segments = segments
+        self.keep_events = keep_events
+        self.segment_events = segment_events
+        # Recently read segments, parsed (a segment never changes: its index names its hash).
+        self._segment_cache: dict[str, dict[int, bytes]] = {}
         self.endpoints = [endpoints] if isinstance(endpoints, str) else list(endpoints)
         self.prefix = prefix.rstrip("/")
         self.request_timeout = request_timeout
@@ -477,8 +578,10 @@ class EtcdEventStore:
             first, last = attempt.events[0].seq, attempt.events[-1].seq
             if snapshot.last_seq < last:
                 continue
-            stored = await self._events_at(keys, first, last)
-            if [kv.value for kv in stored] == attempt.values:
+            stored = [kv.value for kv in await self._events_at(keys, first, last)]
+            if len(stored) < len(attempt.values):  # archived since: the segments hold the rest
+                stored = await self._stored_values(keys, first, last)
+            if stored == attempt.values:
                 return attempt.events
             unsettled.remove(attempt)
         return None
@@ -792,50 +895,108 @@ class EtcdEventStore:
     async def _read_at(
         self, keys: SessionKeys, from_seq: int, to_seq: int | None, limit: int | None
     ) -> tuple[list[Event], int, RecordCheck]:
-        """Events in [from_seq, to_seq], page by page, checked against the chain; the revision of
-        the last page: every event written up to that revision is in the result or beyond
-        to_seq/limit; and the check, to go on with events that follow. The first page is one
-        transaction with the head and the event before from_seq, so nothing in it may lie beyond
-        the head and a read to the end must reach it. Later pages are not pinned to one revision
-        (events never change, so they need not be, and a pinned revision could be compacted away
-        mid-read); seqs are dense, so a later page can only find more events."""
+        stored, revision, check = await self._read_stored(keys, from_seq, to_seq, limit)
+        return _parse_events(stored), revision, check
+
+    async def _read_stored(
+        self, keys: SessionKeys, from_seq: int, to_seq: int | None, limit: int | None
+    ) -> tuple[list[bytes], int, RecordCheck]:
+        """The stored events in [from_seq, to_seq], page by page, checked against the chain; the
+        revision of the last etcd page: every event written up to that revision is in the result
+        or beyond to_seq/limit; and the check, to go on with events that follow. The first page is
+        one transaction with the head, the segment index and the event before from_seq, so nothing
+        in it may lie beyond the head and a read to the end must reach it. Later pages are not
+        pinned to one revision (events never change, so they need not be, and a pinned revision
+        could be compacted away mid-read); seqs are dense, so a later page can only find more
+        events, or find that the ones it looked for were archived meanwhile (the index is read
+        again then).
+
+        The archived seqs (1 up to the last segment's end, see `archive`) come from their
+        segments, the rest from etcd, through one check: the chain runs on across the boundary."""
         first = max(from_seq, 1)
         stored: list[bytes] = []
-        start = keys.event(first)
         end = keys.event(to_seq + 1) if to_seq is not None else prefix_range_end(keys.events_prefix)
         page = READ_PAGE if limit is None else min(READ_PAGE, limit)
         reads = [
             _range(keys.head),
-            rpc.RequestOp(request_range=rpc.RangeRequest(key=start, range_end=end, limit=page)),
+            rpc.RequestOp(request_range=rpc.RangeRequest(key=keys.event(first), range_end=end, limit=page)),
+            _range_prefix(keys.segments_prefix),
         ]
         if first > 1:
             reads.append(_range(keys.event(first - 1)))
         response = await self._retrying(lambda: self._txn([], reads))
         head_range, events_range = response.responses[0].response_range, response.responses[1].response_range
-        previous = response.responses[2].response_range.kvs if first > 1 else []
+        archived = _segment_index(response.responses[2].response_range.kvs)
+        previous = (
+            response.responses[3].response_range.kvs[0].value
+            if first > 1 and response.responses[3].response_range.kvs
+            else None
+        )
+        if previous is None and first > 1 and (covering := _covering(archived, first - 1)) is not None:
+            previous = (await self._segment_values(keys.session_id, covering)).get(first - 1)
         check = RecordCheck(
             self.chain,
             keys.session_id,
             first,
-            previous[0].value if previous else None,
+            previous,
             _head_from(head_range.kvs[0].value) if head_range.kvs else None,
         )
         revision = response.header.revision
         kvs, more = events_range.kvs, events_range.more
-        while True:
-            for kv in kvs:
-                check.event(int(kv.key[-20:]), kv.value)
+        at = 0  # the next of `kvs` to take
+        next_seq = first
+        looked_again_at = 0  # the seq the index was last read again for
+
+        def wanted(seq: int) -> bool:
+            return (to_seq is None or seq <= to_seq) and (limit is None or len(stored) < limit)
+
+        while wanted(next_seq):
+            segment = _covering(archived, next_seq)
+            if segment is not None:
+                values = await self._segment_values(keys.session_id, segment)
+                for seq in sorted(seq for seq in values if next_seq <= seq <= segment.last):
+                    if not wanted(seq):
+                        break
+                    check.event(seq, values[seq])
+                    stored.append(values[seq])
+                next_seq = segment.last + 1
+                continue
+            while at < len(kvs) and int(kvs[at].key[-20:]) < next_seq:
+                at += 1  # served from a segment archived after this page was read
+            if at == len(kvs):
+                if not more:
+                    break
+                check.head_is_current = False  # later pages may hold events appended since
+                page = READ_PAGE if limit is None else min(READ_PAGE, limit - len(stored))
+                start = keys.event(next_seq)
+                ranged = await self._retrying(functools.partial(self._range, start, end, limit=page))
+                revision, kvs, more, at = ranged.header.revision, ranged.kvs, ranged.more, 0
+                if not kvs:
+                    more = False
+                    # Nothing from next_seq on: either the end, or archived since the last page.
+                    if looked_again_at != next_seq:
+                        looked_again_at = next_seq
+                        archived = await self._segment_index(keys)
+                        more = _covering(archived, next_seq) is not None
+                    if not more:
+                        break
+                continue
+            if int(kvs[at].key[-20:]) > next_seq and looked_again_at != next_seq:
+                # A gap: archived since the index was read, or missing (the check says so).
+                looked_again_at = next_seq
+                archived = await self._segment_index(keys)
+                continue
+            # The page's events in a row (the range's end keeps them within to_seq).
+            take = len(kvs) if limit is None else min(len(kvs), at + limit - len(stored))
+            for kv in kvs[at:take]:
+                seq = int(kv.key[-20:])
+                check.event(seq, kv.value)
                 stored.append(kv.value)
-            if not more or not kvs or (limit is not None and len(stored) >= limit):
-                break
-            check.head_is_current = False  # later pages may hold events appended since
-            page = READ_PAGE if limit is None else min(READ_PAGE, limit - len(stored))
-            start = kvs[-1].key + b"\0"
-            ranged = await self._retrying(functools.partial(self._range, start, end, limit=page))
-            revision, kvs, more = ranged.header.revision, ranged.kvs, ranged.more
+            next_seq = seq + 1
+            at = take
         if limit is None or len(stored) < limit:
             check.ran_to(to_seq)
-        return _parse_events(stored), revision, check
+        return stored, revision, check
 
     async def read(
         self, session_id: str, from_seq: int = 1, to_seq: int | None = None, limit: int | None = None
@@ -880,12 +1041,179 @@ class EtcdEventStore:
         return sorted(unquote(kv.key[len(start) :].decode()) for kv in response.kvs)
 
     # ----------------------------------------------------------------------------------------------
+    # Archived segments
+
+    async def _segment_index(self, keys: SessionKeys) -> list[Segment]:
+        prefix = keys.segments_prefix
+        response = await self._retrying(lambda: self._range(prefix, prefix_range_end(prefix)))
+        return _segment_index(response.kvs)
+
+    def _segment_store(self, session_id: str, segment: Segment) -> ArtifactStore:
+        if self.segments is None:
+            raise StoreError(
+                f"the record of session {session_id!r} has archived segments (seqs {segment.first} "
+                f"to {segment.last} are in segment {segment.sha256}), and this etcd store was opened "
+                "without the artifact store that holds them: give its spec `segments` (an artifact "
+                "store spec or URL)"
+            )
+        return self.segments
+
+    async def _segment_values(self, session_id: str, segment: Segment) -> dict[int, bytes]:
+        """The segment's stored events by seq. Its bytes are checked against its hash by the
+        artifact store; what they say is checked against the chain by the reader."""
+        cached = self._segment_cache.pop(segment.sha256, None)
+        if cached is None:
+            store = self._segment_store(session_id, segment)
+            try:
+                data = await asyncio.to_thread(store.get, segment.sha256)
+            except (ArtifactNotFound, ArtifactCorrupted) as error:
+                raise RecordCorrupt(
+                    session_id,
+                    segment.first,
+                    f"the archived segment of seqs {segment.first} to {segment.last} "
+                    f"({segment.sha256}) cannot be read from the artifact store: {error}",
+                ) from None
+            cached = segment_lines(data)
+        self._cache_segment(segment.sha256, cached)
+        return cached
+
+    def _cache_segment(self, sha256: str, lines: dict[int, bytes]) -> None:
+        """Keep a parsed segment, newest last, the oldest dropped beyond SEGMENT_CACHE."""
+        self._segment_cache[sha256] = lines
+        while len(self._segment_cache) > SEGMENT_CACHE:
+            self._segment_cache.pop(next(iter(self._segment_cache)))
+
+    async def _stored_values(self, keys: SessionKeys, first: int, last: int) -> list[bytes]:
+        """The stored bytes of seqs first..last, wherever they are, unchecked (for `_settle`)."""
+        reads = [
+            rpc.RequestOp(
+                request_range=rpc.RangeRequest(key=keys.event(first), range_end=keys.event(last + 1))
+            ),
+            _range_prefix(keys.segments_prefix),
+        ]
+        response = await self._txn([], reads)
+        found = {int(kv.key[-20:]): kv.value for kv in response.responses[0].response_range.kvs}
+        for segment in _segment_index(response.responses[1].response_range.kvs):
+            if segment.last >= first and segment.first <= last:
+                values = await self._segment_values(keys.session_id, segment)
+                found.update((seq, value) for seq, value in values.items() if first <= seq <= last)
+        return [found[seq] for seq in range(first, last + 1) if seq in found]
+
+    async def segments_of(self, session_id: str) -> list[Segment]:
+        """The session's archived segments, in seq order."""
+        return await self._segment_index(SessionKeys.of(self.prefix, session_id))
+
+    async def archive(self, session_id: str, *, fault: Callable[[str], None] | None = None) -> list[Segment]:
+        """Move the session's closed events from etcd to segments in the artifact store, and
+        return the segments made.
+
+        Closed: every event but the newest `keep_events`, taken from the oldest in whole segments
+        of `segment_events`. Events never change once written, so "closed" only says how much
+        stays in etcd for the reads a running session makes. Each segment, in seq order:
+        1. read from etcd through the chain check (a damaged record is never archived);
+        2. stored in the artifact store (content-addressed: the same events make the same blob, so
+           a rerun after a crash stores nothing twice) and read back, its hash checked;
+        3. one transaction writes its index entry and deletes its events from etcd, on condition
+           that the session is the one read (not deleted, not recreated) and that the segment is
+           not indexed yet (another archiver may have been first).
+        A crash anywhere leaves the record whole: before step 3 the events are still in etcd (and
+        at most an unindexed blob in the artifact store, which the rerun reuses); after it, in the
+        segment. `fault` is called with "stored", "verified" and "indexed" after each step, for
+        tests that stop the archiver there."""
+        store = self.segments
+        if store is None:
+            raise StoreError(
+                f"cannot archive the record of session {session_id!r}: this etcd store was opened "
+                "without an artifact store for segments (give its spec `segments`)"
+            )
+        keys = SessionKeys.of(self.prefix, session_id)
+        made: list[Segment] = []
+        while True:
+            reads = [_range(keys.head), _range_prefix(keys.segments_prefix)]
+            response = await self._retrying(functools.partial(self._txn, [], reads))
+            head_kvs = response.responses[0].response_range.kvs
+            if not head_kvs:
+                return made
+            incarnation = head_kvs[0].create_revision
+            last_seq = int(json.loads(head_kvs[0].value)["last_seq"])
+            index = _segment_index(response.responses[1].response_range.kvs)
+            first = index[-1].last + 1 if index else 1
+            last = first + self.segment_events - 1
+            if last > last_seq - self.keep_events:
+                return made
+            stored, _, _ = await self._read_stored(keys, first, last, None)
+            data = b"\n".join(stored) + b"\n"
+            ref = await asyncio.to_thread(store.put, data, media_type=SEGMENT_MEDIA_TYPE)
+            if fault is not None:
+                fault("stored")
+            if await asyncio.to_thread(store.get, ref.sha256) != data:
+                raise StoreError(
+                    f"the segment of session {session_id!r} (seqs {first} to {last}) read back from "
+                    "the artifact store differs from what was stored; nothing was removed from etcd"
+                )
+            if fault is not None:
+                fault("verified")
+            segment = Segment(first, last, ref.sha256, len(data))
+            compares = [
+                rpc.Compare(
+                    key=keys.head,
+                    target=rpc.Compare.CREATE,
+                    result=rpc.Compare.EQUAL,
+                    create_revision=incarnation,
+                ),
+                rpc.Compare(
+                    key=keys.segment(first),
+                    target=rpc.Compare.CREATE,
+                    result=rpc.Compare.EQUAL,
+                    create_revision=0,
+                ),
+            ]
+            writes = [
+                _put(keys.segment(first), segment.entry()),
+                rpc.RequestOp(
+                    request_delete_range=rpc.DeleteRangeRequest(
+                        key=keys.event(first), range_end=keys.event(last + 1)
+                    )
+                ),
+            ]
+            # A lost answer is retried: the compare on the index entry makes the retry a no-op
+            # when the first try landed.
+            committed = await self._retrying(functools.partial(self._txn, compares, writes))
+            if committed.succeeded:
+                made.append(segment)
+                self._cache_segment(segment.sha256, segment_lines(data))  # the next one reads its end
+                if fault is not None:
+                    fault("indexed")
+            elif await self._incarnation(keys) != incarnation:
+                # Deleted while it was archived: the blob holds only that session's events.
+                await asyncio.to_thread(store.delete, ref.sha256)
+                return made
+
+    # ----------------------------------------------------------------------------------------------
     # Deletion
 
+    def _trash_prefix(self, session_id: str) -> bytes:
+        return f"{self.prefix}/segment-trash/{quote(session_id, safe='')}/".encode()
+
     async def delete_session(self, session_id: str) -> None:
+        """One transaction deletes the session from etcd; its segments' blobs go after it. Their
+        hashes are first written under `<prefix>/segment-trash/<id>/`, outside the session, so a
+        deletion cut short before the blobs are gone finishes them when it is run again."""
         keys = SessionKeys.of(self.prefix, session_id)
         index = self._index_key(session_id)
+        trash = self._trash_prefix(session_id)
+        archived = await self._segment_index(keys)
+        if archived:
+            self._segment_store(session_id, archived[0])  # refused before anything is deleted
+            for start in range(0, len(archived), MAX_TXN_OPERATIONS):
+                marks = [
+                    _put(trash + s.sha256.encode(), b"") for s in archived[start : start + MAX_TXN_OPERATIONS]
+                ]
+                await self._retrying(functools.partial(self._txn, [], marks))
         deletes = [
+            # Read in the same transaction, before the deletes: segments indexed since the read
+            # above (an archiver racing the deletion) are deleted too.
+            _range_prefix(keys.segments_prefix),
             rpc.RequestOp(
                 request_delete_range=rpc.DeleteRangeRequest(
                     key=keys.root, range_end=prefix_range_end(keys.root)
@@ -894,8 +1222,34 @@ class EtcdEventStore:
             rpc.RequestOp(request_delete_range=rpc.DeleteRangeRequest(key=index)),
         ]
         # Deleting what is already gone deletes nothing, so a retry after a lost answer is safe.
-        await self._retrying(lambda: self._txn([], deletes))
+        response = await self._retrying(lambda: self._txn([], deletes))
         self._known_heads.pop(session_id, None)
+        hashes = {s.sha256 for s in _segment_index(response.responses[0].response_range.kvs)}
+        trashed = await self._retrying(lambda: self._range(trash, prefix_range_end(trash), keys_only=True))
+        hashes.update(kv.key[len(trash) :].decode() for kv in trashed.kvs)
+        if not hashes:
+            return
+        if self.segments is None:
+            raise StoreError(
+                f"session {session_id!r} was deleted from etcd, and the blobs of its {len(hashes)} "
+                "archived segments are left: this etcd store was opened without the artifact store "
+                "that holds them (its spec's `segments`); delete the session again with it"
+            )
+        for sha256 in sorted(hashes):
+            await asyncio.to_thread(self.segments.delete, sha256)
+            self._segment_cache.pop(sha256, None)
+        await self._retrying(
+            lambda: self._txn(
+                [],
+                [
+                    rpc.RequestOp(
+                        request_delete_range=rpc.DeleteRangeRequest(
+                            key=trash, range_end=prefix_range_end(trash)
+                        )
+                    )
+                ],
+            )
+        )
 
     async def _incarnation(self, keys: SessionKeys) -> int:
         """The head key's create_revision: 0 while the session does not exist, and a new number
@@ -995,18 +1349,20 @@ class EtcdEventStore:
         keys = SessionKeys.of(self.prefix, session_id)
         next_seq = max(from_seq, 1)
         incarnation = 0  # the session's, once seen
+        delivered = False
         while True:
             try:
                 events, revision, check = await self._read_at(keys, next_seq, None, None)
-                # Read after the events: a head recreated since the session was first seen means
-                # the session was deleted, and these events may belong to its successor.
+                # Read after the events: a head recreated (or gone) since the session was first
+                # seen means the session was deleted, and these events may belong to its successor.
                 current = await self._incarnation(keys)
-                if incarnation and current != incarnation:
+                if (incarnation and current != incarnation) or (delivered and not current):
                     raise SessionDeleted(f"session {session_id!r} was deleted at seq {next_seq - 1}")
                 incarnation = incarnation or current
                 for event in events:
                     yield event
                     next_seq = event.seq + 1
+                    delivered = True
                 check.head_is_current = False  # what the watch brings was appended since
                 async for seq, value in self._follow(keys, revision + 1):
                     if seq < next_seq:
@@ -1016,6 +1372,7 @@ class EtcdEventStore:
                     check.event(seq, value)
                     yield _parse_events([value])[0]
                     next_seq += 1
+                    delivered = True
             except (grpc.aio.AioRpcError, StoreUnavailable, _WatchCut):
                 await asyncio.sleep(0.1)
 
@@ -1040,8 +1397,10 @@ class EtcdEventStore:
                 for change in response.events:
                     if change.type == rpc.Event.PUT:
                         yield int(change.kv.key[-20:]), change.kv.value
-                    else:  # events are never deleted one by one: the whole session was
-                        raise SessionDeleted(f"session {keys.root.decode()} was deleted")
+                    else:
+                        # Archived (`archive`) or the whole session deleted: the re-read after the
+                        # cut tells which, from the head's incarnation.
+                        raise _WatchCut("events were deleted")
             raise _WatchCut("watch stream ended")
         finally:
             call.cancel()
@@ -1080,18 +1439,52 @@ def _permanent(error: grpc.aio.AioRpcError) -> StoreError:
 
 def open_etcd_event_store(spec: dict[str, Any]) -> EtcdEventStore:
     """From a spec: `{"backend": "etcd", "endpoints": [...], "prefix": ...}` or
-    `{"backend": "etcd", "url": "etcd://host:port,host:port/prefix"}`; timeouts and
-    `record_key_file` are optional keys."""
+    `{"backend": "etcd", "url": "etcd://host:port,host:port/prefix"}`; timeouts,
+    `record_key_file`, and for archived segments `segments` (an artifact store spec or URL),
+    `keep_events` and `segment_events` are optional keys. A URL takes the last three as its query:
+    `etcd://etcd:2379/belay?segments=s3://bucket/prefix&keep_events=2000`."""
     if "url" in spec:
         parts = urlsplit(spec["url"])
         endpoints = [f"http://{address}" for address in parts.netloc.split(",") if address]
         prefix = parts.path or "/belay"
+        query = dict(parse_qsl(parts.query))
+        unknown = sorted(set(query) - {"segments", "keep_events", "segment_events"})
+        if unknown:
+            raise ValueError(
+                f"unknown option {', '.join(unknown)} in the etcd URL {spec['url']!r} (known: "
+                "segments, keep_events, segment_events)"
+            )
+        spec = {**query, **spec}
     else:
         endpoints, prefix = spec["endpoints"], spec.get("prefix", "/belay")
+    segments = None
+    if spec.get("segments"):
+        from belay.stores.factory import open_artifact_store
+
+        segments = open_artifact_store(spec["segments"])
     return EtcdEventStore(
         endpoints,
         prefix=prefix,
         request_timeout=float(spec.get("request_timeout", 2.0)),
         operation_timeout=float(spec.get("operation_timeout", 15.0)),
         record_key=record_key_for(spec) or b"",
+        segments=segments,
+        keep_events=int(spec.get("keep_events", ARCHIVE_KEEP_EVENTS)),
+        segment_events=int(spec.get("segment_events", SEGMENT_EVENTS)),
     )
+
+
+async def archive_closed(store: EventStore, session_id: str) -> list[Segment]:
+    """What the operator calls after it sees a checkpoint in a session's record: archive the
+    record's closed ranges when the store is etcd with a segment store, and do nothing otherwise
+    (SQLite keeps every event in its file). A failure (the artifact store down, say) is logged
+    and left for the next checkpoint: the events stay in etcd meanwhile, so nothing is lost."""
+    if not isinstance(store, EtcdEventStore) or store.segments is None:
+        return []
+    try:
+        return await store.archive(session_id)
+    except StoreError as error:
+        log.warning(
+            "archiving the record of session %s failed, left for its next checkpoint: %s", session_id, error
+        )
+        return []

@@ -48,7 +48,7 @@ GENESIS = b"0" * 64
 CHAIN_PREFIX = b'{"chain":"'
 _LINK_START = len(CHAIN_PREFIX)
 _LINK_END = _LINK_START + 64
-_FIELDS_START = _LINK_END + 2  # after '",'
+FIELDS_START = _LINK_END + 2  # after '",'
 
 
 def _checked_key(key: bytes, where: str) -> bytes:
@@ -132,7 +132,7 @@ def link_of(session_id: str, seq: int, stored: bytes) -> bytes:
     """The link an event's stored bytes carry, after checking the shape around it. (Whether it is
     64 hex digits needs no check of its own: it is compared with a computed link, or, as the link
     before a range, hashed into the next one.)"""
-    if not stored.startswith(CHAIN_PREFIX) or stored[_LINK_END:_FIELDS_START] != b'",':
+    if not stored.startswith(CHAIN_PREFIX) or stored[_LINK_END:FIELDS_START] != b'",':
         raise RecordCorrupt(
             session_id,
             seq,
@@ -205,7 +205,7 @@ class RecordCheck:
                     f"the event is beyond the last one written (the head records seq {self.head.last_seq})",
                 )
         link = link_of(self.session_id, seq, stored)
-        if not hmac.compare_digest(link, self.chain.mac(self.link + stored[_FIELDS_START:])):
+        if not hmac.compare_digest(link, self.chain.mac(self.link + stored[FIELDS_START:])):
             raise self.corrupt(
                 seq,
                 "the stored event does not match its link in the hash chain: it was changed, inserted "
