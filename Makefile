@@ -51,8 +51,14 @@ test: setup testenv-build lint typecheck
 	$(BIN)/pytest; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
 
-bench: setup testenv-build
+# The benchmarks' own extra (LangGraph, measured side by side with Belay) goes into the same
+# .venv, but only here: setup and the tests never install it.
+bench: setup testenv-build $(VENV)/.bench-installed
 	$(BIN)/python -m bench
+
+$(VENV)/.bench-installed: pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev,openai,anthropic,bench]'
+	touch $@
 
 crds: setup
 	$(BIN)/python -m belay.api.generate

@@ -16,7 +16,7 @@ from belay.journal.events import (
     ToolResult,
     UserInput,
 )
-from belay.journal.state import EMPTY, FoldError, SessionState, apply, fold
+from belay.journal.state import EMPTY, RECENT_LIMIT, FoldError, SessionState, apply, fold
 from tests.journal.fixtures import LogBuilder, realistic_log
 from tests.journal.strategies import logs, splits
 
@@ -198,3 +198,14 @@ def test_apply_shares_everything_an_event_does_not_touch() -> None:
     assert after_request.operations["op-test-1"] is after_output.operations["op-test-1"]
     for name in ("tasks", "approvals", "artifacts", "notes", "waits", "results"):
         assert getattr(after_request, name) is getattr(after_output, name)
+
+
+@PROPERTY
+@given(events=logs())
+def test_the_indexes_of_external_operations_say_what_walking_them_all_says(events: list) -> None:
+    state = fold(events)
+    every = state.external_operation_records()
+    assert state.recent_external_operations == tuple(op.operation_id for op in every)[-RECENT_LIMIT:]
+    assert state.attention_operation_records() == [
+        op for op in every if op.operation_id in state.unknown_outcomes or (op.has_result and not op.ok)
+    ]

@@ -540,7 +540,7 @@ def _attention(state: SessionState) -> list[AttentionItem]:
                 effects=made,
             )
         )
-    for op in state.external_operation_records():
+    for op in state.attention_operation_records():
         if op.operation_id in state.unknown_outcomes:
             items.append(
                 AttentionItem(
@@ -710,8 +710,9 @@ def briefing(
     findings, f_omitted = _latest_notes(state, NoteKind.FINDING)
 
     parts_by_step = _parts_by_step(state) if state.scope_changes else {}
-    effects_all = [_effect_item(state, op) for op in state.external_operation_records()]
-    effects, effects_omitted = effects_all[-LIST_LIMIT:], max(0, len(effects_all) - LIST_LIMIT)
+    latest_effects = state.recent_external_operations[-LIST_LIMIT:]
+    effects = [_effect_item(state, state.operations[op]) for op in latest_effects]
+    effects_omitted = len(state.external_operations) - len(latest_effects)
 
     lc = state.lifecycle
     restored_from = next(

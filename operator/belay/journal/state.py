@@ -390,6 +390,10 @@ class SessionState(BaseModel):
     operations: Map[str, OperationRecord] = _empty_map()
     open_operations: Map[str, int] = _empty_map()  # operation id -> request seq, no result yet
     external_operations: Map[str, int] = _empty_map()  # unsafe or keyed: effects in the world
+    # The external operations a reader lists without walking them all: those whose latest result
+    # failed (-> request seq), and the latest RECENT_LIMIT by request, oldest first.
+    failed_external_operations: Map[str, int] = _empty_map()
+    recent_external_operations: tuple[str, ...] = ()
     unknown_outcomes: Map[str, int] = _empty_map()  # operation id -> seq marked unknown
     reconciled_operations: Map[str, int] = _empty_map()  # operation id -> seq reconciled
     repeated_effects: Map[str, int] = _empty_map()  # operation id -> seq of a probe that found several
@@ -481,8 +485,19 @@ class SessionState(BaseModel):
         return None
 
     def external_operation_records(self) -> list[OperationRecord]:
+        """Every external operation, by request: as long as the history (a reader that lists
+        them uses `recent_external_operations` and `failed_external_operations`)."""
         ids = sorted(self.external_operations, key=lambda op: (self.external_operations[op], op))
         return [self.operations[op] for op in ids]
+
+    def attention_operation_records(self) -> list[OperationRecord]:
+        """The external operations whose outcome is unknown or whose latest result failed, by
+        request: what a person may have to act on, read without walking every operation."""
+        ids = {
+            *self.failed_external_operations,
+            *(o for o in self.unknown_outcomes if o in self.external_operations),
+        }
+        return [self.operations[op] for op in sorted(ids, key=lambda op: (self.external_operations[op], op))]
 
 
 EMPTY = SessionState()
@@ -911,6 +926,8 @@ def _on_tool_request(s: SessionState, e: Any) -> Updates:
     }
     if p.effect in (EffectClass.UNSAFE, EffectClass.KEYED) and p.operation_id not in s.external_operations:
         updates["external_operations"] = s.external_operations.set(p.operation_id, e.seq)
+        recent = (*s.recent_external_operations, p.operation_id)
+        updates["recent_external_operations"] = recent[-RECENT_LIMIT:]
     if p.step:
         updates["current_step"] = p.step
     if p.redactions:
@@ -945,10 +962,17 @@ def _on_tool_result(s: SessionState, e: Any) -> Updates:
         "error": p.error,
         "result_id": p.result_id,
     }
-    if p.operation_id in s.external_operations:
+    updates: Updates = {}
+    requested = s.external_operations.get(p.operation_id)
+    if requested is not None:
         fields["effect_ref"] = _effect_ref(p.output) if p.ok else ""
+        failed = s.failed_external_operations
+        if not p.ok:
+            updates["failed_external_operations"] = failed.set(p.operation_id, requested)
+        elif p.operation_id in failed:
+            updates["failed_external_operations"] = failed.delete(p.operation_id)
     record = _replace(existing, fields)
-    updates: Updates = {"operations": s.operations.set(p.operation_id, record)}
+    updates["operations"] = s.operations.set(p.operation_id, record)
     if p.operation_id in s.open_operations:
         updates["open_operations"] = s.open_operations.delete(p.operation_id)
     if p.redactions:
