@@ -1,0 +1,140 @@
+"""How a session's worker learns that there is something to do, without asking: one watch per
+event store (`EventStore.watch_sessions`) names the sessions whose records moved and wakes their
+workers; the cluster wakes them through the kopf handlers. A worker that nothing woke does
+nothing and reads nothing; slow timers remain as a safety net (`worker_step`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from dataclasses import dataclass, field
+
+from belay.stores.base import EventStore
+
+log = logging.getLogger("belay.operator")
+
+# How long a store's watch waits before it is opened again after it failed.
+REOPEN_DELAY_S = 1.0
+
+
+class Step(enum.Enum):
+    PASS = "pass"  # a reconcile pass
+    CHECK = "check"  # ask the store whether the record moved, then pass if it did
+    WAIT = "wait"
+
+
+@dataclass
+class WorkerWake:
+    """What woke one worker since it last looked."""
+
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    pass_asked: bool = False  # the cluster changed, or the record moved
+    check_asked: bool = False  # the record may have moved unseen (its store's watch started again)
+
+    def ask_pass(self) -> None:
+        self.pass_asked = True
+        self.event.set()
+
+    def ask_check(self) -> None:
+        self.check_asked = True
+        self.event.set()
+
+    def take(self) -> tuple[bool, bool]:
+        """(pass asked, check asked), cleared for the next wake-up."""
+        asked = (self.pass_asked, self.check_asked)
+        self.pass_asked = self.check_asked = False
+        self.event.clear()
+        return asked
+
+    async def wait(self, timeout: float) -> None:
+        """Until woken, or the timeout passes."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.event.wait(), timeout=max(timeout, 0.0))
+
+
+def worker_step(
+    *,
+    pass_asked: bool,
+    check_asked: bool,
+    since_pass: float,
+    since_check: float,
+    resync_s: float,
+    follow_s: float,
+) -> Step:
+    """What a worker does now: a pass when asked or when the resync interval passed; a check of
+    the record when asked or when the follow interval passed; else wait."""
+    if pass_asked or since_pass >= resync_s:
+        return Step.PASS
+    if check_asked or since_check >= follow_s:
+        return Step.CHECK
+    return Step.WAIT
+
+
+def wait_for_next_step(*, since_pass: float, since_check: float, resync_s: float, follow_s: float) -> float:
+    """How long a worker may sleep before one of its timers is due."""
+    return min(resync_s - since_pass, follow_s - since_check)
+
+
+class RecordWatches:
+    """One watch per event store, shared by every session on it. A session named by the watch
+    wakes its worker for a pass; a watch that (re)started without knowing what it missed asks every
+    worker on that store to check its record."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        # store -> record id -> worker -> its wake; and each worker's place there.
+        self._wakes: dict[int, dict[str, dict[str, WorkerWake]]] = {}
+        self._following: dict[str, tuple[int, str]] = {}
+
+    def follow(self, store: EventStore, session_id: str, worker: str, wake: WorkerWake) -> None:
+        """Wake `worker` when the record `session_id` of `store` moves. Cheap when already so."""
+        place = (id(store), session_id)
+        if self._following.get(worker) == place:
+            return
+        self.unfollow(worker)
+        self._following[worker] = place
+        self._wakes.setdefault(id(store), {}).setdefault(session_id, {})[worker] = wake
+        if id(store) not in self._tasks:
+            self._tasks[id(store)] = asyncio.create_task(self._watch(store), name=f"record watch {id(store)}")
+
+    def unfollow(self, worker: str) -> None:
+        place = self._following.pop(worker, None)
+        if place is None:
+            return
+        store, session_id = place
+        sessions = self._wakes.get(store, {})
+        workers = sessions.get(session_id, {})
+        workers.pop(worker, None)
+        if not workers:
+            sessions.pop(session_id, None)
+
+    def moved(self, store: int, session_id: str | None) -> None:
+        """What the watch of `store` said: this record moved (a pass), or any may have (a check)."""
+        sessions = self._wakes.get(store, {})
+        if session_id is None:
+            for workers in sessions.values():
+                for wake in workers.values():
+                    wake.ask_check()
+            return
+        for wake in sessions.get(session_id, {}).values():
+            wake.ask_pass()
+
+    async def _watch(self, store: EventStore) -> None:
+        while True:
+            try:
+                async for session_id in store.watch_sessions():
+                    self.moved(id(store), session_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("the watch of an event store failed; opening it again")
+            await asyncio.sleep(REOPEN_DELAY_S)
+
+    async def close(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        self._tasks.clear()
