@@ -5,7 +5,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from belay.controller.follow import RecordWatches, Step, WorkerWake, wait_for_next_step, worker_step
+from belay.controller.follow import (
+    RecordWatches,
+    Step,
+    WorkerWake,
+    changed_beyond_status,
+    wait_for_next_step,
+    worker_step,
+)
 from belay.journal.events import EventDraft, Note, NoteKind
 from belay.stores.sqlite import SqliteEventStore
 
@@ -80,3 +87,24 @@ async def test_the_watch_wakes_the_workers_of_the_record_that_moved_and_no_other
 
 def note(note_id: str) -> EventDraft:
     return EventDraft(payload=Note(note_id=note_id, kind=NoteKind.FINDING, text=""))
+
+
+def test_the_operators_own_status_write_does_not_wake_the_worker_and_anything_else_does() -> None:
+    body = {
+        "metadata": {"name": "s", "resourceVersion": "1", "generation": 1, "managedFields": [{"time": "a"}]},
+        "spec": {"request": {"goal": "g"}},
+        "status": {"lastSeq": 1},
+    }
+    status_written = {
+        **body,
+        "metadata": {**body["metadata"], "resourceVersion": "2", "managedFields": [{"time": "b"}]},
+        "status": {"lastSeq": 2},
+    }
+    assert changed_beyond_status(None, body)
+    assert not changed_beyond_status(body, status_written)
+    annotated = {**status_written, "metadata": {**status_written["metadata"], "annotations": {"a": "b"}}}
+    assert changed_beyond_status(status_written, annotated)
+    edited = {**status_written, "spec": {"request": {"goal": "another"}}}
+    assert changed_beyond_status(status_written, edited)
+    deleting = {**status_written, "metadata": {**status_written["metadata"], "deletionTimestamp": "now"}}
+    assert changed_beyond_status(status_written, deleting)

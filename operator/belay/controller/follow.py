@@ -10,7 +10,9 @@ import asyncio
 import contextlib
 import enum
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from belay.stores.base import EventStore
 
@@ -18,6 +20,8 @@ log = logging.getLogger("belay.operator")
 
 # How long a store's watch waits before it is opened again after it failed.
 REOPEN_DELAY_S = 1.0
+# Metadata that every write of an object changes, whatever it changed.
+WRITE_METADATA = ("resourceVersion", "managedFields")
 
 
 class Step(enum.Enum):
@@ -53,6 +57,17 @@ class WorkerWake:
         """Until woken, or the timeout passes."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.event.wait(), timeout=max(timeout, 0.0))
+
+
+def changed_beyond_status(previous: Mapping[str, Any] | None, body: Mapping[str, Any]) -> bool:
+    """Whether a change of an AgentSession is more than a new status. Only the operator writes the
+    status, at the end of a pass, so the session's worker need not wake for it."""
+    return previous is None or _beyond_status(previous) != _beyond_status(body)
+
+
+def _beyond_status(body: Mapping[str, Any]) -> dict[str, Any]:
+    metadata = {k: v for k, v in (body.get("metadata") or {}).items() if k not in WRITE_METADATA}
+    return {**{k: v for k, v in body.items() if k != "status"}, "metadata": metadata}
 
 
 def worker_step(

@@ -21,7 +21,14 @@ import kopf
 from belay.api.agentsession import AgentSessionSpec
 from belay.controller import metrics, names
 from belay.controller.drill import DRILL_OF_LABEL
-from belay.controller.follow import RecordWatches, Step, WorkerWake, wait_for_next_step, worker_step
+from belay.controller.follow import (
+    RecordWatches,
+    Step,
+    WorkerWake,
+    changed_beyond_status,
+    wait_for_next_step,
+    worker_step,
+)
 from belay.controller.kube import KubeClient, load_api_client
 from belay.controller.reconciler import SessionReconciler
 from belay.controller.retention import apply_retention
@@ -103,11 +110,15 @@ async def close_stores(**_: Any) -> None:
         await Runtime.reconciler.close()
 
 
-# Every change of a session (spec, status, metadata) refreshes its body and wakes its worker.
+# Every change of a session refreshes its body and wakes its worker, but for a new status alone
+# (the worker's own write at the end of its pass).
 @kopf.on.event(GROUP, VERSION, PLURAL)
 def session_changed(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
-    Runtime.bodies[_key(namespace, name)] = dict(body)
-    _wake(_key(namespace, name))
+    key = _key(namespace, name)
+    previous = Runtime.bodies.get(key)
+    Runtime.bodies[key] = dict(body)
+    if changed_beyond_status(previous, body):
+        _wake(key)
     labels = body.get("metadata", {}).get("labels") or {}
     for waiting in (labels.get(PARENT_LABEL), labels.get(DRILL_OF_LABEL)):
         if waiting:
@@ -135,10 +146,29 @@ async def session_worker(
     Runtime.bodies.setdefault(key, dict(body))
     reconciler = Runtime.reconciler
     assert reconciler is not None
+    wake.ask_pass()
+    stopping = asyncio.create_task(_wake_when_stopped(stopped, wake))
+    try:
+        await _work(key, body, stopped, wake, reconciler)
+    finally:
+        stopping.cancel()
+        Runtime.watches.unfollow(key)
+        metrics.SESSIONS.dec()
+        metrics.forget_session(key)
+
+
+async def _wake_when_stopped(stopped: kopf.DaemonStopped, wake: WorkerWake) -> None:
+    """The worker sleeps until woken: the operator stopping wakes it too, so it ends promptly."""
+    await stopped.wait()
+    wake.ask_pass()
+
+
+async def _work(
+    key: str, body: kopf.Body, stopped: kopf.DaemonStopped, wake: WorkerWake, reconciler: SessionReconciler
+) -> None:
     loop = asyncio.get_running_loop()
     last_pass = last_check = loop.time()
     resync_s = RESYNC_INTERVAL_S
-    wake.ask_pass()
     while not stopped:
         current = Runtime.bodies.get(key, dict(body))
         if current.get("metadata", {}).get("deletionTimestamp"):
@@ -189,9 +219,6 @@ async def session_worker(
                     log.exception("reconcile of %s failed; retrying", key)
                 await wake.wait(RETRY_INTERVAL_S)
                 wake.ask_pass()  # a failed pass is retried whether or not anything changed
-    Runtime.watches.unfollow(key)
-    metrics.SESSIONS.dec()
-    metrics.forget_session(key)
 
 
 # Deleting a session: its pods go now; its artifacts, then its record, go if spec.retention says so.
