@@ -9,7 +9,6 @@ import json
 import time
 import urllib.request
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -18,6 +17,7 @@ from belay.journal.events import EventDraft, Note, NoteKind
 from belay.stores.etcd import EtcdEventStore
 from tests.api.kubehelpers import install_crds
 from tests.controller.operator_process import OperatorProcess, agentsession_status, wait_for
+from tests.controller.sessions import pending_session
 from tests.testenv.availability import require_built
 from tests.testenv.etcd import EtcdServer
 from tests.testenv.kube import ControlPlane
@@ -67,21 +67,8 @@ def operator(
         process.stop()
 
 
-def session(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "belay.dev/v1alpha1",
-        "kind": "AgentSession",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "request": {"goal": "follow the record"},
-            "executor": {"type": "scripted", "plan": "/nonexistent/plan.yaml"},
-            "subagents": [{"name": "worker"}],
-        },
-    }
-
-
 def create(kube: ControlPlane, name: str) -> None:
-    kube.kubectl("apply", "-f", "-", input=json.dumps(session(name)))
+    kube.kubectl("apply", "-f", "-", input=json.dumps(pending_session(name, NAMESPACE, "follow the record")))
 
 
 def status_last_seq(kube: ControlPlane, name: str) -> int:
