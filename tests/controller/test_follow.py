@@ -41,7 +41,7 @@ def test_a_wake_from_the_cluster_or_the_record_is_a_pass() -> None:
     assert step(pass_asked=True, check_asked=True) is Step.PASS
 
 
-def test_a_watch_that_may_have_missed_changes_asks_for_a_check_not_a_pass() -> None:
+def test_a_record_that_moved_or_may_have_asks_for_a_check_not_a_pass() -> None:
     assert step(check_asked=True) is Step.CHECK
 
 
@@ -69,8 +69,8 @@ async def test_the_watch_wakes_the_workers_of_the_record_that_moved_and_no_other
         for name in ("ns/a", "other-ns/a"):
             await asyncio.wait_for(wakes[name].event.wait(), HANG_GUARD_SECONDS)
         assert {name: wake.take() for name, wake in wakes.items()} == {
-            "ns/a": (True, False),
-            "other-ns/a": (True, False),
+            "ns/a": (False, True),
+            "other-ns/a": (False, True),
             "ns/b": (False, False),
             "ns/c": (False, False),
         }

@@ -1,6 +1,7 @@
 """How a session's worker learns that there is something to do, without asking: one watch per
 event store (`EventStore.watch_sessions`) names the sessions whose records moved and wakes their
-workers; the cluster wakes them through the kopf handlers. A worker that nothing woke does
+workers, which make a pass when the record has events they have not folded (not for their own
+writes); the cluster wakes them through the kopf handlers. A worker that nothing woke does
 nothing and reads nothing; slow timers remain as a safety net (`worker_step`).
 """
 
@@ -35,8 +36,8 @@ class WorkerWake:
     """What woke one worker since it last looked."""
 
     event: asyncio.Event = field(default_factory=asyncio.Event)
-    pass_asked: bool = False  # the cluster changed, or the record moved
-    check_asked: bool = False  # the record may have moved unseen (its store's watch started again)
+    pass_asked: bool = False  # the cluster changed
+    check_asked: bool = False  # the record moved, or may have (its store's watch started again)
 
     def ask_pass(self) -> None:
         self.pass_asked = True
@@ -95,8 +96,8 @@ def wait_for_next_step(*, since_pass: float, since_check: float, resync_s: float
 
 class RecordWatches:
     """One watch per event store, shared by every session on it. A session named by the watch
-    wakes its worker for a pass; a watch that (re)started without knowing what it missed asks every
-    worker on that store to check its record."""
+    wakes its worker to check its record; a watch that (re)started without knowing what it missed
+    asks every worker on that store to check."""
 
     def __init__(self) -> None:
         self._tasks: dict[int, asyncio.Task[None]] = {}
@@ -127,15 +128,13 @@ class RecordWatches:
             sessions.pop(session_id, None)
 
     def moved(self, store: int, session_id: str | None) -> None:
-        """What the watch of `store` said: this record moved (a pass), or any may have (a check)."""
+        """What the watch of `store` said: this record moved, or any may have. Either way its
+        workers check (one read): the events may be the worker's own writes, already folded."""
         sessions = self._wakes.get(store, {})
-        if session_id is None:
-            for workers in sessions.values():
-                for wake in workers.values():
-                    wake.ask_check()
-            return
-        for wake in sessions.get(session_id, {}).values():
-            wake.ask_pass()
+        named = sessions.values() if session_id is None else [sessions.get(session_id, {})]
+        for workers in named:
+            for wake in workers.values():
+                wake.ask_check()
 
     async def _watch(self, store: EventStore) -> None:
         while True:

@@ -135,7 +135,7 @@ def pod_changed(labels: kopf.Labels, namespace: str | None, **_: Any) -> None:
 
 
 # The worker of one session: a pass now, then one whenever the cluster wakes it, its record moved
-# on (the store's watch says so), or the resync interval passed.
+# past what it folded (the store's watch says when to look), or the resync interval passed.
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
 async def session_worker(
     body: kopf.Body, namespace: str | None, name: str, stopped: kopf.DaemonStopped, **_: Any
