@@ -606,6 +606,41 @@ async def test_a_watch_of_a_deleted_session_ends_with_session_deleted(
 
 
 # --------------------------------------------------------------------------------------------------
+# watch_sessions
+
+
+async def moved_until(watch: AsyncIterator[str | None], prefix: str, wanted: set[str]) -> set[str]:
+    """The sessions (of this test) the watch names until it has named every wanted one."""
+    seen: set[str] = set()
+    while not wanted <= seen:
+        moved = await asyncio.wait_for(anext(watch), HANG_GUARD_SECONDS)
+        if moved is not None and moved.startswith(prefix):
+            seen.add(moved)
+    return seen
+
+
+async def test_watch_sessions_names_each_session_whose_record_moved_and_no_other(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    appended, elsewhere, deleted, idle = (event_backend.session(label) for label in "abcd")
+    for session in (deleted, idle):
+        await event_store.append(session, notes("before", 1))
+    watch = event_store.watch_sessions()
+    # None first: the watch is in place, and whatever happened before it is for the reader to read.
+    assert await asyncio.wait_for(anext(watch), HANG_GUARD_SECONDS) is None
+    await event_store.append(appended, notes("a", 2))
+    # Through another handle, as another process would append.
+    await event_backend.open_another().append(elsewhere, notes("b", 1))
+    await event_store.delete_session(deleted)
+    seen = await moved_until(watch, event_backend.session_prefix, {appended, elsewhere, deleted})
+    # The last change (after every other one): the idle session was never named before it.
+    await event_store.append(appended, notes("last", 1))
+    seen |= await moved_until(watch, event_backend.session_prefix, {appended})
+    assert idle not in seen
+    await watch.aclose()  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------------------------------
 # cancelled callers
 
 

@@ -29,3 +29,18 @@ def spec_with(**changes: Any) -> AgentSessionSpec:
 
 def subagent(name: str, profile: str = "none", allowlist: list[str] | None = None) -> dict[str, Any]:
     return {"name": name, "networkProfile": profile, "allowlist": allowlist or []}
+
+
+def pending_session(name: str, namespace: str, goal: str) -> dict[str, Any]:
+    """A session with one subagent whose plan no harness ever reads: where no node runs its pods,
+    it stays Pending, with its seven children and its request in the record."""
+    return {
+        "apiVersion": "belay.dev/v1alpha1",
+        "kind": "AgentSession",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "request": {"goal": goal},
+            "executor": {"type": "scripted", "plan": "/nonexistent/plan.yaml"},
+            "subagents": [{"name": "worker"}],
+        },
+    }

@@ -5,14 +5,13 @@ Run: `kopf run -m belay.controller.handlers --all-namespaces` (the chart does), 
 `python -m belay.controller` which adds the metrics and health endpoints.
 
 One worker (a kopf daemon) per AgentSession runs the passes, so passes for one session never
-overlap; a change of the session or of one of its pods wakes it, and it also wakes on its own to
-follow the record.
+overlap; a change of the session or of one of its pods wakes it, and so does its record moving on
+(one watch per event store, `belay.controller.follow`). A worker that nothing wakes reads nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from typing import Any, cast
@@ -22,6 +21,14 @@ import kopf
 from belay.api.agentsession import AgentSessionSpec
 from belay.controller import metrics, names
 from belay.controller.drill import DRILL_OF_LABEL
+from belay.controller.follow import (
+    RecordWatches,
+    Step,
+    WorkerWake,
+    changed_beyond_status,
+    wait_for_next_step,
+    worker_step,
+)
 from belay.controller.kube import KubeClient, load_api_client
 from belay.controller.reconciler import SessionReconciler
 from belay.controller.retention import apply_retention
@@ -31,10 +38,16 @@ from belay.journal.fleet import PARENT_LABEL
 from belay.stores.base import RecordCorrupt, StoreError, StoreUnavailable
 
 GROUP, VERSION, PLURAL = "belay.dev", "v1alpha1", "agentsessions"
-# How often a session's worker reads the record when nothing wakes it earlier.
-FOLLOW_INTERVAL_S = float(os.environ.get("BELAY_FOLLOW_INTERVAL_S", "1.0"))
-# A full pass at least this often, even when nothing seems to change.
-RESYNC_INTERVAL_S = 60.0
+# The store's watch wakes a worker when its record moves; as a safety net, a worker also asks the
+# store this often.
+FOLLOW_INTERVAL_S = float(os.environ.get("BELAY_FOLLOW_INTERVAL_S", "300"))
+# A full pass at least this often, even when nothing seems to change: it applies the children
+# again (one deleted by hand comes back).
+RESYNC_INTERVAL_S = float(os.environ.get("BELAY_RESYNC_INTERVAL_S", "3600"))
+# ... and this often while a harness renews the lease: only a pass notices the renewals stop.
+LIVE_RESYNC_INTERVAL_S = 60.0
+# A failed pass is tried again after this long, or sooner when something wakes the worker.
+RETRY_INTERVAL_S = 1.0
 KUBECONFIG_ENV = "BELAY_KUBECONFIG"
 
 log = logging.getLogger("belay.operator")
@@ -45,7 +58,8 @@ class Runtime:
 
     reconciler: SessionReconciler | None = None
     bodies: dict[str, dict[str, Any]] = {}
-    wakes: dict[str, asyncio.Event] = {}
+    wakes: dict[str, WorkerWake] = {}
+    watches = RecordWatches()
 
 
 def _key(namespace: str | None, name: str) -> str:
@@ -53,9 +67,18 @@ def _key(namespace: str | None, name: str) -> str:
 
 
 def _wake(key: str) -> None:
-    event = Runtime.wakes.get(key)
-    if event is not None:
-        event.set()
+    wake = Runtime.wakes.get(key)
+    if wake is not None:
+        wake.ask_pass()
+
+
+def _follow_record(reconciler: SessionReconciler, body: dict[str, Any], key: str, wake: WorkerWake) -> None:
+    """Have the watch of the session's event store wake this worker when its record moves."""
+    try:
+        store = reconciler.event_store(AgentSessionSpec.model_validate(body["spec"]))
+    except (StoreUnavailable, ValueError):
+        return  # the pass reports it, and is tried again
+    Runtime.watches.follow(store, body["metadata"]["name"], key, wake)
 
 
 def _post_event(body: dict[str, Any], transition: TransitionEvent) -> None:
@@ -82,15 +105,20 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 @kopf.on.cleanup()
 async def close_stores(**_: Any) -> None:
+    await Runtime.watches.close()
     if Runtime.reconciler is not None:
         await Runtime.reconciler.close()
 
 
-# Every change of a session (spec, status, metadata) refreshes its body and wakes its worker.
+# Every change of a session refreshes its body and wakes its worker, but for a new status alone
+# (the worker's own write at the end of its pass).
 @kopf.on.event(GROUP, VERSION, PLURAL)
 def session_changed(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
-    Runtime.bodies[_key(namespace, name)] = dict(body)
-    _wake(_key(namespace, name))
+    key = _key(namespace, name)
+    previous = Runtime.bodies.get(key)
+    Runtime.bodies[key] = dict(body)
+    if changed_beyond_status(previous, body):
+        _wake(key)
     labels = body.get("metadata", {}).get("labels") or {}
     for waiting in (labels.get(PARENT_LABEL), labels.get(DRILL_OF_LABEL)):
         if waiting:
@@ -107,35 +135,74 @@ def pod_changed(labels: kopf.Labels, namespace: str | None, **_: Any) -> None:
 
 
 # The worker of one session: a pass now, then one whenever the cluster wakes it, its record moved
-# on (checked every follow interval), or the resync interval passed.
+# past what it folded (the store's watch says when to look), or the resync interval passed.
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
 async def session_worker(
     body: kopf.Body, namespace: str | None, name: str, stopped: kopf.DaemonStopped, **_: Any
 ) -> None:
     key = _key(namespace, name)
-    wake = Runtime.wakes.setdefault(key, asyncio.Event())
+    wake = Runtime.wakes.setdefault(key, WorkerWake())
     metrics.SESSIONS.inc()
     Runtime.bodies.setdefault(key, dict(body))
     reconciler = Runtime.reconciler
     assert reconciler is not None
-    woken = True
-    last_pass = 0.0
+    wake.ask_pass()
+    stopping = asyncio.create_task(_wake_when_stopped(stopped, wake))
+    try:
+        await _work(key, body, stopped, wake, reconciler)
+    finally:
+        stopping.cancel()
+        Runtime.watches.unfollow(key)
+        metrics.SESSIONS.dec()
+        metrics.forget_session(key)
+
+
+async def _wake_when_stopped(stopped: kopf.DaemonStopped, wake: WorkerWake) -> None:
+    """The worker sleeps until woken: the operator stopping wakes it too, so it ends promptly."""
+    await stopped.wait()
+    wake.ask_pass()
+
+
+async def _work(
+    key: str, body: kopf.Body, stopped: kopf.DaemonStopped, wake: WorkerWake, reconciler: SessionReconciler
+) -> None:
     loop = asyncio.get_running_loop()
+    last_pass = last_check = loop.time()
+    resync_s = RESYNC_INTERVAL_S
     while not stopped:
-        wake.clear()
         current = Runtime.bodies.get(key, dict(body))
         if current.get("metadata", {}).get("deletionTimestamp"):
             break
-        due = woken or loop.time() - last_pass > RESYNC_INTERVAL_S
-        if not due:
+        _follow_record(reconciler, current, key, wake)
+        pass_asked, check_asked = wake.take()
+        now = loop.time()
+        step = worker_step(
+            pass_asked=pass_asked,
+            check_asked=check_asked,
+            since_pass=now - last_pass,
+            since_check=now - last_check,
+            resync_s=resync_s,
+            follow_s=FOLLOW_INTERVAL_S,
+        )
+        if step is Step.CHECK:
+            last_check = now
             try:
-                due = await reconciler.record_moved(current)
+                step = Step.PASS if await reconciler.record_moved(current) else Step.WAIT
             except Exception:
                 log.exception("reading the record of %s failed", key)
-        if not due:
-            woken = await _sleep_until_woken(wake)
+                step = Step.WAIT
+        if step is Step.WAIT:
+            now = loop.time()
+            await wake.wait(
+                wait_for_next_step(
+                    since_pass=now - last_pass,
+                    since_check=now - last_check,
+                    resync_s=resync_s,
+                    follow_s=FOLLOW_INTERVAL_S,
+                )
+            )
             continue
-        last_pass = loop.time()
+        last_pass = last_check = loop.time()
         with metrics.RECONCILE_SECONDS.time():
             try:
                 outcome = await reconciler.reconcile(current)
@@ -143,26 +210,15 @@ async def session_worker(
                 metrics.observe_session(key, outcome.status)
                 if outcome.decision.action == "replace":
                     metrics.HARNESS_REPLACEMENTS.inc()
+                resync_s = LIVE_RESYNC_INTERVAL_S if outcome.follows_clock else RESYNC_INTERVAL_S
             except Exception as error:
                 metrics.RECONCILES.labels(result="error").inc()
                 if isinstance(error, StoreUnavailable | RecordCorrupt):  # in the status; no traceback needed
                     log.warning("reconcile of %s: %s; retrying", key, error)
                 else:
                     log.exception("reconcile of %s failed; retrying", key)
-                await _sleep_until_woken(wake)
-                woken = True  # a failed pass is retried whether or not anything changed
-                continue
-        woken = await _sleep_until_woken(wake)
-    metrics.SESSIONS.dec()
-    metrics.forget_session(key)
-
-
-async def _sleep_until_woken(wake: asyncio.Event) -> bool:
-    """True when a change in the cluster woke the worker, False when the follow interval passed."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(wake.wait(), timeout=FOLLOW_INTERVAL_S)
-        return True
-    return False
+                await wake.wait(RETRY_INTERVAL_S)
+                wake.ask_pass()  # a failed pass is retried whether or not anything changed
 
 
 # Deleting a session: its pods go now; its artifacts, then its record, go if spec.retention says so.
@@ -189,3 +245,4 @@ async def session_deleted(body: kopf.Body, namespace: str | None, name: str, uid
     key = _key(namespace, name)
     Runtime.bodies.pop(key, None)
     Runtime.wakes.pop(key, None)
+    Runtime.watches.unfollow(key)

@@ -111,6 +111,9 @@ class PassResult:
     decision: HarnessDecision
     status: dict[str, Any]
     transitions: list[TransitionEvent] = field(default_factory=list)
+    # A harness renews the session's lease: only a clock notices it stop, so passes must keep
+    # coming while nothing changes.
+    follows_clock: bool = False
 
 
 async def operator_liveness(store: EventStore, session: str) -> Liveness:
@@ -590,4 +593,5 @@ class SessionReconciler:
             if self.post_event is not None:
                 for transition in transitions:
                     self.post_event(body, transition)
-        return PassResult(decision, status_body, transitions)
+        follows_clock = decision.index is not None and liveness.renewed_current_lease
+        return PassResult(decision, status_body, transitions, follows_clock)

@@ -160,6 +160,15 @@ class EventStore(Protocol):
         new session that reuses the id."""
         ...
 
+    def watch_sessions(self) -> AsyncIterator[str | None]:
+        """The records of every session at once, for a follower of many (the operator): the id of
+        a session each time events are appended to its record or the session is deleted (once or
+        more per change; a follower reads the record to see what changed), with no change missed.
+        None first, as soon as the watch is in place, and again whenever changes may have been
+        missed (history compacted away while the watch was cut): then every session may have
+        moved. While nothing changes it costs nothing per session (one watch for all of them)."""
+        ...
+
     async def delete_session(self, session_id: str) -> None:
         """Delete the session's events, indexes, lease, claims and idempotency records in one step: a
         reader sees the whole session or nothing of it. Afterwards the id is unused: a new session

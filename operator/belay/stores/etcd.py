@@ -1405,6 +1405,49 @@ class EtcdEventStore:
         finally:
             call.cancel()
 
+    async def watch_sessions(self) -> AsyncIterator[str | None]:
+        """One etcd watch on every session's keys (one gRPC stream, however many sessions; a watch
+        per session would be a stream each). A cut watch is opened again from the revision after
+        the last one it delivered; when that revision was compacted away, it starts from now and
+        says that changes may have been missed (None)."""
+        root = f"{self.prefix}/sessions/".encode()
+        next_revision = 0  # 0: from the current revision, announced with None
+        while True:
+            _, watch_stub = self._stubs()
+            call = watch_stub.Watch(metadata=(("hasleader", "true"),))
+            try:
+                await call.write(
+                    rpc.WatchRequest(
+                        create_request=rpc.WatchCreateRequest(
+                            key=root, range_end=prefix_range_end(root), start_revision=next_revision
+                        )
+                    )
+                )
+                async for response in call:
+                    if response.compact_revision:
+                        next_revision = 0
+                        break
+                    if response.canceled:
+                        raise _WatchCut(response.cancel_reason or "watch canceled")
+                    if response.created:
+                        if next_revision == 0:
+                            next_revision = response.header.revision + 1
+                            yield None
+                        continue
+                    moved: dict[str, None] = {}
+                    for change in response.events:
+                        next_revision = max(next_revision, change.kv.mod_revision + 1)
+                        session_id, _, rest = change.kv.key[len(root) :].partition(b"/")
+                        # An append puts its events; a deletion deletes every key of the session.
+                        if change.type != rpc.Event.PUT or rest.startswith(b"events/"):
+                            moved[unquote(session_id.decode())] = None
+                    for session_id in moved:
+                        yield session_id
+            except (grpc.aio.AioRpcError, _WatchCut):
+                await asyncio.sleep(0.1)
+            finally:
+                call.cancel()
+
     async def close(self) -> None:
         if self._channel is not None:
             await self._channel.close()

@@ -17,6 +17,8 @@ Why it is shaped this way:
 - `watch()` is woken by appends made through this instance and polls at a short interval for
   appends made by other processes. Each page it reads comes with the session's deletion count from
   the same read transaction, so a deleted session ends the watch (SessionDeleted).
+  `watch_sessions()` is woken the same way and polls `PRAGMA data_version`, one statement for
+  every session, reading the heads only when another connection committed.
 - `delete_session()` removes a session's rows from every table in one transaction.
 - Each event row holds its stored bytes with their link in the record's hash chain
   (`belay.stores.integrity`), and the `sessions` row is the head: last seq, last link and seal,
@@ -135,6 +137,8 @@ CREATE TABLE IF NOT EXISTS lease_renewals (
 ) WITHOUT ROWID;
 """
 
+# Where a watch of every session waits to be woken (no session has the empty id).
+ANY_SESSION = ""
 # How often a caught-up watch re-reads, to see appends made by other processes or instances.
 DEFAULT_POLL_INTERVAL = 0.05
 # How long a writer waits for another process's write lock before giving up (StoreUnavailable).
@@ -393,6 +397,34 @@ class SqliteEventStore:
                 yield event
                 next_seq = event.seq + 1
 
+    async def watch_sessions(self) -> AsyncIterator[str | None]:
+        """Woken by this instance's writes, and polling `PRAGMA data_version` on a connection of
+        its own for other processes' (one statement per poll, however many sessions there are);
+        only when that moved are the heads and deletion counts read and compared with the last."""
+        loop = asyncio.get_running_loop()
+        conn = await self._run(self._readers, self._open_connection)
+        try:
+            version, marks = await self._run(self._readers, lambda: _session_marks(conn))
+            yield None
+            while True:
+                woken: asyncio.Future[None] = loop.create_future()
+                self._add_waiter(ANY_SESSION, woken)
+                try:
+                    now = await self._run(self._readers, lambda: _data_version(conn))
+                    if now == version:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(asyncio.shield(woken), timeout=self.poll_interval)
+                        continue
+                finally:
+                    self._remove_waiter(ANY_SESSION, woken)
+                version, latest = await self._run(self._readers, lambda: _session_marks(conn))
+                moved = [s for s in marks.keys() | latest.keys() if marks.get(s) != latest.get(s)]
+                marks = latest
+                for session_id in sorted(moved):
+                    yield session_id
+        finally:
+            conn.close()
+
     def _add_waiter(self, session_id: str, waiter: asyncio.Future[None]) -> None:
         with self._waiters_lock:
             self._waiters.setdefault(session_id, set()).add(waiter)
@@ -413,7 +445,7 @@ class SqliteEventStore:
 
     def _wake_watchers(self, session_id: str) -> None:
         with self._waiters_lock:
-            waiters = list(self._waiters.get(session_id, ()))
+            waiters = [*self._waiters.get(session_id, ()), *self._waiters.get(ANY_SESSION, ())]
         for waiter in waiters:
             # A watcher may live on another event loop (another thread): wake it on its own loop.
             try:
@@ -421,6 +453,7 @@ class SqliteEventStore:
             except RuntimeError:
                 # Its loop is closed (an abandoned watch); the append itself has succeeded.
                 self._forget_waiter(session_id, waiter)
+                self._forget_waiter(ANY_SESSION, waiter)
 
     # ---------------------------------------------------------------------------------------------
     # deletion
@@ -502,6 +535,22 @@ class SqliteEventStore:
             connections, self._connections = self._connections, []
         for conn in connections:
             conn.close()
+
+
+def _data_version(conn: sqlite3.Connection) -> int:
+    """Moves when another connection (this process's writer, another process) commits."""
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+
+def _session_marks(conn: sqlite3.Connection) -> tuple[int, dict[str, tuple[int, int]]]:
+    """The data version, and each session's last seq and deletion count, from one snapshot."""
+    with _read_transaction(conn):
+        version = _data_version(conn)
+        heads = conn.execute("SELECT session_id, last_seq FROM sessions")
+        marks = {str(session_id): (int(seq), 0) for session_id, seq in heads}
+        for session_id, count in conn.execute("SELECT session_id, count FROM deletions"):
+            marks[str(session_id)] = (marks.get(str(session_id), (0, 0))[0], int(count))
+    return version, marks
 
 
 def _watch_page(

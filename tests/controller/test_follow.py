@@ -1,0 +1,110 @@
+"""What wakes a session's worker, and what it does then (pure, no cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from belay.controller.follow import (
+    RecordWatches,
+    Step,
+    WorkerWake,
+    changed_beyond_status,
+    wait_for_next_step,
+    worker_step,
+)
+from belay.journal.events import EventDraft, Note, NoteKind
+from belay.stores.sqlite import SqliteEventStore
+
+# Guards against a hang; never a timing assertion.
+HANG_GUARD_SECONDS = 30
+
+
+def step(**changes: object) -> Step:
+    timers: dict[str, object] = {
+        "pass_asked": False,
+        "check_asked": False,
+        "since_pass": 10.0,
+        "since_check": 10.0,
+        "resync_s": 3600.0,
+        "follow_s": 300.0,
+    }
+    return worker_step(**{**timers, **changes})  # type: ignore[arg-type]
+
+
+def test_a_worker_nothing_woke_waits_and_reads_nothing() -> None:
+    assert step() is Step.WAIT
+
+
+def test_a_wake_from_the_cluster_or_the_record_is_a_pass() -> None:
+    assert step(pass_asked=True) is Step.PASS
+    assert step(pass_asked=True, check_asked=True) is Step.PASS
+
+
+def test_a_record_that_moved_or_may_have_asks_for_a_check_not_a_pass() -> None:
+    assert step(check_asked=True) is Step.CHECK
+
+
+def test_the_safety_nets_are_slow_timers() -> None:
+    assert step(since_check=300.0) is Step.CHECK
+    assert step(since_pass=3600.0, since_check=0.0) is Step.PASS
+    assert wait_for_next_step(since_pass=100.0, since_check=250.0, resync_s=3600.0, follow_s=300.0) == 50.0
+
+
+async def test_the_watch_wakes_the_workers_of_the_record_that_moved_and_no_other(tmp_path: Path) -> None:
+    store, other_store = SqliteEventStore(tmp_path / "a.db"), SqliteEventStore(tmp_path / "b.db")
+    watches = RecordWatches()
+    wakes = {name: WorkerWake() for name in ("ns/a", "other-ns/a", "ns/b", "ns/c")}
+    try:
+        watches.follow(store, "a", "ns/a", wakes["ns/a"])
+        watches.follow(store, "a", "other-ns/a", wakes["other-ns/a"])
+        watches.follow(store, "b", "ns/b", wakes["ns/b"])
+        watches.follow(other_store, "c", "ns/c", wakes["ns/c"])
+        # Once each store's watch is in place, every worker on it checks its record once.
+        for wake in wakes.values():
+            await asyncio.wait_for(wake.event.wait(), HANG_GUARD_SECONDS)
+            assert wake.take() == (False, True)
+
+        await store.append("a", [note("one")])
+        for name in ("ns/a", "other-ns/a"):
+            await asyncio.wait_for(wakes[name].event.wait(), HANG_GUARD_SECONDS)
+        assert {name: wake.take() for name, wake in wakes.items()} == {
+            "ns/a": (False, True),
+            "other-ns/a": (False, True),
+            "ns/b": (False, False),
+            "ns/c": (False, False),
+        }
+
+        watches.unfollow("ns/a")
+        await store.append("a", [note("two")])
+        await asyncio.wait_for(wakes["other-ns/a"].event.wait(), HANG_GUARD_SECONDS)
+        assert wakes["ns/a"].take() == (False, False)
+    finally:
+        await watches.close()
+        await store.close()
+        await other_store.close()
+
+
+def note(note_id: str) -> EventDraft:
+    return EventDraft(payload=Note(note_id=note_id, kind=NoteKind.FINDING, text=""))
+
+
+def test_the_operators_own_status_write_does_not_wake_the_worker_and_anything_else_does() -> None:
+    body = {
+        "metadata": {"name": "s", "resourceVersion": "1", "generation": 1, "managedFields": [{"time": "a"}]},
+        "spec": {"request": {"goal": "g"}},
+        "status": {"lastSeq": 1},
+    }
+    status_written = {
+        **body,
+        "metadata": {**body["metadata"], "resourceVersion": "2", "managedFields": [{"time": "b"}]},
+        "status": {"lastSeq": 2},
+    }
+    assert changed_beyond_status(None, body)
+    assert not changed_beyond_status(body, status_written)
+    annotated = {**status_written, "metadata": {**status_written["metadata"], "annotations": {"a": "b"}}}
+    assert changed_beyond_status(status_written, annotated)
+    edited = {**status_written, "spec": {"request": {"goal": "another"}}}
+    assert changed_beyond_status(status_written, edited)
+    deleting = {**status_written, "metadata": {**status_written["metadata"], "deletionTimestamp": "now"}}
+    assert changed_beyond_status(status_written, deleting)
