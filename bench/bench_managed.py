@@ -7,19 +7,24 @@ Both sides run in this process against one stand-in process (`python -m
 belay.executors.standins.openai_agents`), whose remote agent asks for the same 20 calls, one at a
 time: `update_plan` running, 6 x (`write_file`, `read_file`, `run_command`), `update_plan` done.
 Each side has a sandbox of its own, started before the clock starts and stopped after it stops,
-and makes the same sandbox calls for them.
+and makes the same sandbox calls for them: the 20 tool calls, the inputs' revision at the start,
+and at the end the checkpoint's (the listing, the manifest, each declared file read, the git
+revision and its patch); both sides fetch the session's published files from the provider.
 
 - **Adapter**: timed is `Harness.run()`, the attempt `belay run` makes (without starting the
   sandbox): the lease, the record (SQLite, as `belay run` keeps it), the executor's client, the
-  remote session looked for and created, each call recorded, its request, its run in the sandbox
-  (redacted), its result recorded and delivered under its key, the checkpoint (a listing of the
-  sandbox), the remote outputs copied to the artifact store, the end recorded.
+  remote session created, each call recorded with its request, its run in the sandbox (redacted),
+  its result recorded and delivered under its key (the delivery recorded with the next call), the
+  inputs' and the checkpoint's revisions (the declared files stored, the git revision and its
+  patch), the remote outputs copied to the artifact store, the end recorded.
 - **Self-hosted**: timed is `Harness.run()` as for the adapter, with `executor.type: scripted`
   following the plan the stand-in follows: the same calls, recorded the same way, no provider.
 - **Helper**: timed is the SDK client created, the session created (`environment` `openai_hosted`,
-  which the stand-in starts idle, as the helper needs), `sessions.stream` with one handler per
-  tool that makes the adapter's sandbox call for it (the `update_plan` handlers: nothing, then the
-  checkpoint's listing) until the turn's final result, and the client closed. Nothing is recorded.
+  which the stand-in starts idle, as the helper needs), the inputs' revision, `sessions.stream`
+  with one handler per tool that makes the adapter's sandbox call for it (the `update_plan`
+  handlers: nothing, then the checkpoint's sandbox calls) until the turn's final result, the
+  session's artifacts listed and downloaded, and the client closed. Nothing is recorded: what the
+  adapter does beyond this (the record, the lease, the artifact store, settling) is its overhead.
 
 The sides take turns (the first of each round rotates too) after one untimed warm-up of each, so
 the machine's load falls on all alike; the report gives the median of each side, their spread
@@ -49,7 +54,10 @@ from belay.executors import executor_factory_for
 from belay.executors.endpoints import STANDIN_KEY
 from belay.executors.managed import Endpoint, endpoint_label, result_text
 from belay.executors.self_hosted import initial_model_id
+from belay.harness.declared import declared_paths
 from belay.harness.loop import Harness
+from belay.harness.recovery import inputs_checkpoint_id
+from belay.harness.revision import make_revision
 from belay.harness.tools import TOOLS
 from belay.journal.state import fold
 from belay.local.drill import StandinProcess, provider_problems
@@ -62,6 +70,7 @@ REPEATS = int(os.environ.get("BELAY_BENCH_MANAGED_ROUNDS", "9"))
 SUBAGENT = "worker"
 ROUNDS = 6  # write, read, run: 3 calls a round, plus update_plan running and done: 20 calls
 CALLS = 3 * ROUNDS + 2
+DECLARED = ["notes/*"]  # the subagent's declared files: what its checkpoint keeps
 GOAL = 1.2
 
 
@@ -87,7 +96,7 @@ def session_named(name: str, executor: dict[str, Any]) -> AgentSession:
             "spec": {
                 "request": {"goal": "Write, read back and count six notes."},
                 "executor": executor,
-                "subagents": [{"name": SUBAGENT, "networkProfile": "none"}],
+                "subagents": [{"name": SUBAGENT, "networkProfile": "none", "declared": DECLARED}],
             },
         }
     )
@@ -171,7 +180,19 @@ async def through_harness(directory: Path, session: AgentSession, endpoint: Endp
         await sandbox.stop()
 
 
-def sandbox_handlers(sandbox: LocalSandbox) -> dict[str, Callable[[dict[str, Any]], Awaitable[str]]]:
+async def checkpoint_calls(sandbox: LocalSandbox, parent: str) -> None:
+    """The sandbox calls of the harness's checkpoint (belay.harness.harness_tools.checkpoint)."""
+    listing = await sandbox.client.call("list_files", {"path": "."})
+    paths = declared_paths((listing.get("output") or {}).get("files", []), DECLARED)
+    entries = await sandbox.client.manifest(paths) if paths else []
+    for entry in entries:
+        await sandbox.client.get_file(entry.name)
+    await make_revision(sandbox.client, [e.name for e in entries], f"{SUBAGENT}/work", parent=parent)
+
+
+def sandbox_handlers(
+    sandbox: LocalSandbox, inputs_revision: str
+) -> dict[str, Callable[[dict[str, Any]], Awaitable[str]]]:
     """What the adapter's tool runtime asks the sandbox for each tool, and nothing more."""
 
     async def in_sandbox(tool: str, arguments: dict[str, Any]) -> str:
@@ -181,8 +202,8 @@ def sandbox_handlers(sandbox: LocalSandbox) -> dict[str, Callable[[dict[str, Any
         return result_text(response.get("output"))
 
     async def update_plan(arguments: dict[str, Any]) -> str:
-        if arguments.get("status") == "done":  # the checkpoint lists the workspace
-            await sandbox.client.call("list_files", {"path": "."})
+        if arguments.get("status") == "done":
+            await checkpoint_calls(sandbox, inputs_revision)
         return result_text({"step": arguments.get("step"), "status": arguments.get("status")})
 
     handlers: dict[str, Callable[[dict[str, Any]], Awaitable[str]]] = {
@@ -196,7 +217,6 @@ async def through_helper(directory: Path, name: str, endpoint: Endpoint) -> floa
     from openai import AsyncOpenAI
 
     sandbox = await new_sandbox(directory / "sandboxes")
-    handlers = sandbox_handlers(sandbox)
     tools: list[Any] = [
         {
             "type": "function",
@@ -211,6 +231,8 @@ async def through_helper(directory: Path, name: str, endpoint: Endpoint) -> floa
         client = AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key)
         sessions = client.beta.agents.sessions
         try:
+            inputs, _ = await make_revision(sandbox.client, [], inputs_checkpoint_id(SUBAGENT))
+            handlers = sandbox_handlers(sandbox, inputs.revision)
             session = await sessions.create(
                 environment={"type": "openai_hosted"},
                 agent={"model": "gpt-5", "instructions": f"You are {SUBAGENT}.", "tools": tools},
@@ -220,6 +242,8 @@ async def through_helper(directory: Path, name: str, endpoint: Endpoint) -> floa
                 session.id, input="Write, read back and count six notes.", tool_handlers=handlers
             ) as stream:
                 result = await stream.get_final_result()
+            async for artifact in sessions.artifacts.list(session.id, order="asc"):
+                await sessions.artifacts.content(artifact.id, session_id=session.id)
         finally:
             await client.close()
         elapsed = time.perf_counter() - started
@@ -279,7 +303,9 @@ def run() -> list[Figure]:
         f"OpenAI Agents stand-in (Harness.run, SQLite record) {spread(adapter)}; through the SDK helper "
         f"on the same stand-in (sessions.stream with tool_handlers, no record) {spread(helper)}; on the "
         f"self-hosted executor (scripted, Harness.run, SQLite record) {spread(self_hosted)}; the same "
-        f"sandbox calls on every side, sandbox start excluded; 1-min load average {min(loads):.1f} to "
+        f"sandbox calls on every side (the tool calls, the inputs' and the checkpoint's git revisions), "
+        f"and the published files fetched on both provider sides, sandbox start excluded; 1-min load "
+        f"average {min(loads):.1f} to "
         f"{max(loads):.1f} on {os.cpu_count()} cores"
     )
     return [

@@ -174,6 +174,7 @@ def executor_for(
         store=store,
         artifacts=FilesystemArtifactStore(tmp_path / "artifacts"),
         read_state=state,
+        known_state=state,
         record=record,
     )
     return SelfHostedExecutor(context, model)

@@ -39,6 +39,7 @@ from tests.executors.example import PLAN, SESSION, SUBAGENT, example_manifest, r
 pytestmark = pytest.mark.slow
 
 EXECUTORS = ("openai-agents", "anthropic-managed")
+HANG_S = 600
 KINDS = ("read_file", "run_command", "record_note", "create_ticket", "publish_deliverable")
 
 
@@ -64,11 +65,15 @@ def interrupt_and_resume(executor: str, manifest: Path, point: str, home: Path) 
     standin = StandinProcess(executor, PLAN, home / "standin")
     try:
         environment = standin.environment()
-        reached, _ = run_until(home, ["run", "--quiet", str(manifest)], point, environment=environment)
+        reached, _ = run_until(
+            home, ["run", "--quiet", str(manifest)], point, timeout=HANG_S, environment=environment
+        )
         if not reached:
             return [f"{point}: the run ended before reaching it"]
         before = read_events(home, SESSION)
-        result = run_belay(home, "resume", "--quiet", SESSION, environment=environment)
+        # A hang guard, not a timing: three resumes run side by side, and importing a provider's
+        # SDK alone takes seconds on a loaded machine.
+        result = run_belay(home, "resume", "--quiet", SESSION, environment=environment, timeout=HANG_S)
         after = read_events(home, SESSION)
         problems = [f"{point}: {p}" for p in provider_problems(standin.stats(), subagents=1)]
     finally:

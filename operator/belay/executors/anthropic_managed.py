@@ -17,7 +17,9 @@ What is used of the API (`anthropic` >= 2.14):
   no result for that call, so a call is never answered twice by Belay (this cannot hold for a
   send still in flight at the provider while a new attempt reads the history; see
   docs/executors.md).
-- `sessions.events.stream`: live events, to wake up; the state is always read from the history.
+- `sessions.events.stream`: live events, to wake up; an `agent.custom_tool_use` event's call is
+  taken in as it comes (documented: the result may be sent "as soon as this event arrives");
+  anything else is read from the history.
 - `beta.files.list(scope_id=<session>)` and `files.download`: the session's output files.
 """
 
@@ -73,6 +75,11 @@ class AnthropicManagedProvider(ManagedProvider):
     kind = KIND
     waking_events = WAKING_EVENTS
     compaction_events = frozenset({"agent.thread_context_compacted"})
+    busy_events = frozenset({"session.status_running"})
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        super().__init__(endpoint)
+        self.sent: set[str] = set()  # the calls this attempt has tried to answer
 
     def new_client(self, endpoint: Endpoint) -> Any:
         from anthropic import AsyncAnthropic
@@ -131,6 +138,14 @@ class AnthropicManagedProvider(ManagedProvider):
         )
         return str(session.id)
 
+    def heard(self, event: Any) -> Snapshot | None:
+        # Documented: the client "can send it as soon as this event arrives, without waiting for
+        # session.status_idle".
+        if event.type != "agent.custom_tool_use":
+            return None
+        call = RemoteCall(call_id=event.id, name=event.name, arguments=event.input)
+        return Snapshot(RemoteStatus.WAITING, pending=(call,))
+
     async def history(self, session_id: str, types: list[str] | None = None) -> list[Any]:
         listing = self.beta.sessions.events.list(
             session_id, limit=PAGE, **({"types": types} if types else {})
@@ -188,9 +203,13 @@ class AnthropicManagedProvider(ManagedProvider):
         return any(e.custom_tool_use_id == call_id for e in results)
 
     async def deliver(self, session_id: str, result: ResultToDeliver) -> Delivery:
-        # No idempotency key: the history is the only guard against answering a call twice.
-        if await self.answered(session_id, result.call.call_id):
+        # No idempotency key: the history is the only guard against answering a call twice. It
+        # is not needed only for the first send of a call this attempt took in: nobody else
+        # could have answered it (each later try looks).
+        call_id = result.call.call_id
+        if not (result.first and call_id not in self.sent) and await self.answered(session_id, call_id):
             return Delivery.ALREADY_ANSWERED
+        self.sent.add(call_id)
         text = result.output if result.ok else (result.error or "failed")
         event: Any = {
             "type": "user.custom_tool_result",

@@ -50,6 +50,9 @@ class Decision(BaseModel):
     model_id: str = ""
     input_tokens: int = 0
     output_tokens: int = 0
+    # What the executor took in to decide (a provider's calls, as it named them), recorded first in
+    # the append that records the decision: one write, and never a call without its request.
+    records: list[Payload] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,8 @@ class ExecutorContext:
     store: EventStore  # for reading the record (a model context's tail); writes go through `record`
     artifacts: ArtifactStore  # where a remote deliverable's bytes are copied
     read_state: Callable[[], Awaitable[SessionState]]
+    # The state as the attempt knows it (its last read plus its own appends since): no read.
+    known_state: Callable[[], Awaitable[SessionState]]
     # Appends under the attempt's lease, as this subagent.
     record: Callable[[Sequence[Payload]], Awaitable[list[Event]]]
 

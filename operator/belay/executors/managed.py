@@ -33,6 +33,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -131,6 +132,15 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
+class News:
+    """What one event of the provider's stream tells the executor."""
+
+    calls: Snapshot | None = None  # the calls it shows waiting, where the API documents that
+    busy: bool = False  # only that the remote agent is at work: nothing to do before its next event
+    compaction: str = ""  # the provider compacted its conversation (the event's type and id)
+
+
+@dataclass(frozen=True)
 class RemoteOutput:
     output_id: str
     name: str
@@ -144,6 +154,8 @@ class ResultToDeliver:
     output: str
     error: str | None
     key: str  # derived from the record: the same for every attempt that delivers it
+    # This attempt recorded the call, so no attempt before it can have answered it.
+    first: bool = False
 
 
 class Delivery(StrEnum):
@@ -174,6 +186,10 @@ class RemoteTransient(Exception):
     """The provider did not answer, or answered an error it may not repeat (5xx, 408, 409, 429)."""
 
 
+class RemoteEnded(Exception):
+    """The remote session failed (or was terminated) while Belay held a result for it."""
+
+
 class ManagedProvider(abc.ABC):
     """One provider's wire format, through its official SDK. Methods raise `RemoteGone`,
     `RemoteRefused` or `RemoteTransient` (see `classify`) for what the provider answers."""
@@ -181,6 +197,7 @@ class ManagedProvider(abc.ABC):
     kind: str
     waking_events: frozenset[str]  # the stream's event types that may change what comes next
     compaction_events: frozenset[str] = frozenset()  # the provider compacted its conversation
+    busy_events: frozenset[str] = frozenset()  # waking, but they say only "at work"
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
@@ -220,18 +237,24 @@ class ManagedProvider(abc.ABC):
     async def open_stream(self, session_id: str) -> Any:
         """The session's live event stream (the SDK's async stream), open."""
 
-    async def events(self, session_id: str) -> AsyncIterator[str | None]:
-        """Yields None once the live event stream is open, then once per event that may change
-        what the executor does next; for a compaction of the remote conversation, its type and id
-        instead. Ends or raises when the stream is cut."""
+    def heard(self, event: Any) -> Snapshot | None:
+        """The calls a stream event itself shows waiting, where the API documents that it carries
+        them; None for any other event. Only ever more calls to take in: whatever else the
+        executor decides, it decides from a fresh `snapshot`."""
+        return None
+
+    async def events(self, session_id: str) -> AsyncIterator[News | None]:
+        """Yields None once the live event stream is open, then what each event that may change
+        what the executor does next (or a compaction of the remote conversation) tells. Ends or
+        raises when the stream is cut."""
         stream = await self.open_stream(session_id)
         try:
             yield None
             async for event in stream:
                 if event.type in self.compaction_events:
-                    yield f"{event.type} {getattr(event, 'id', '')}".rstrip()
+                    yield News(compaction=f"{event.type} {getattr(event, 'id', '')}".rstrip())
                 elif event.type in self.waking_events:
-                    yield None
+                    yield News(calls=self.heard(event), busy=event.type in self.busy_events)
         finally:
             await stream.close()
 
@@ -427,49 +450,101 @@ class ManagedExecutor:
         self.record_tag = ""
         self.signal = Signal()
         self._watcher: asyncio.Task[None] | None = None
+        # The calls the event stream last showed waiting, not yet looked at; whether its last
+        # event said only that the remote agent is at work.
+        self.heard: Snapshot | None = None
+        self.busy = False
+        # Results handed to the provider whose delivery is not recorded yet (by call id), and the
+        # signal's generation when they went out. Their record goes with the next append (the
+        # next calls taken in), or before any wait on the provider: never held while it thinks.
+        self.unrecorded: dict[str, Remote] = {}
+        self.delivered_at: int | None = None
+        self.taken_here: set[str] = set()  # the call ids this attempt took in first
 
     # ---- the protocol
 
     async def start(self, state: SessionState) -> None:
-        await self.attach(state)
+        # The record's first attempt: no attempt before it can have created a remote session.
+        await self.attach(state, look_first=False)
 
     async def resume(self, state: SessionState) -> None:
-        await self.attach(state)
+        await self.attach(state, look_first=True)
         await self.settle(await self.context.read_state(), await self.look())
 
     async def next_actions(self, state: SessionState) -> Decision:
         while True:
             generation = self.signal.generation
-            snapshot = await self.look()
+            heard, self.heard = self.heard, None
+            # Results went out and the stream has not said what the provider did next: reading the
+            # session now would only show the calls just answered. After POLL_S without news, it
+            # is read all the same.
+            unheard = self.delivered_at is not None and (self.delivered_at == generation or self.busy)
+            if heard is None and unheard and await self.wait(generation):
+                continue
+            self.delivered_at = None
+            snapshot = heard if heard is not None else await self.look()
             if snapshot.status == RemoteStatus.FAILED:
                 await self.fail("RemoteSessionFailed", snapshot.failure)
-            state = await self.context.read_state()
+            # What this attempt knows: the loop read the record just before asking, and what a
+            # person records (an approval, a reconciliation) is waited for by the tool runtime.
+            state = await self.context.known_state()
             if await self.settle(state, snapshot):
                 continue
-            calls, recorded = await self.take_calls(state, snapshot)
-            if calls:
-                return Decision(tool_calls=calls, model_id=snapshot.model)
-            if recorded:  # refused calls were recorded: their error results go out first
+            calls, taken = self.take_calls(state, snapshot)
+            if calls:  # recorded with the decision, in one append
+                return Decision(
+                    tool_calls=calls, model_id=snapshot.model, records=self.unrecorded_deliveries() + taken
+                )
+            if taken:  # refused calls: recorded now, their error results go out first
+                await self.context.record(self.unrecorded_deliveries() + taken)
                 continue
+            if heard is not None:
+                continue  # what the stream showed was taken already: read the session itself
             if snapshot.status == RemoteStatus.DONE:
-                await self.copy_outputs(await self.context.read_state())
+                await self.record_deliveries()
+                await self.copy_outputs(await self.context.known_state())
                 return Decision(text=snapshot.text, model_id=snapshot.model)
-            await self.signal.wait_past(generation, POLL_S)
+            await self.wait(generation)
+
+    async def wait(self, generation: int) -> bool:
+        """Until the stream says something past `generation` (at most POLL_S), the deliveries
+        recorded first. Whether it did."""
+        await self.record_deliveries()
+        await self.signal.wait_past(generation, POLL_S)
+        return self.signal.generation > generation
 
     async def deliver_results(self, outcomes: Sequence[ToolOutcome]) -> None:
-        state = await self.context.read_state()
+        state = await self.context.known_state()  # the calls and results were recorded by this attempt
+        generation = self.signal.generation
         for outcome in outcomes:
             call = state.remote_calls.get(outcome.request.operation_id)
-            if call is None or call.delivered:
+            if call is None or call.delivered or call.call_id in self.unrecorded:
                 continue
             result = await self.result_for(call, outcome.result, outcome.result_seq)
-            await self.deliver(result)
+            result = dataclasses.replace(result, first=call.call_id in self.taken_here)
+            # Until its delivery is recorded, a lost attempt delivers the result again: under the
+            # same key (OpenAI), or after a look at the history (Anthropic).
+            self.unrecorded[call.call_id] = await self.post(result)
+            self.delivered_at = generation
+
+    def unrecorded_deliveries(self) -> list[Payload]:
+        delivered: list[Payload] = list(self.unrecorded.values())
+        self.unrecorded = {}
+        return delivered
+
+    async def record_deliveries(self) -> None:
+        if self.unrecorded:
+            await self.context.record(list(self.unrecorded.values()))
+            self.unrecorded = {}
 
     async def interrupt(self) -> None:
         if not self.remote_id:
             return
-        [event] = await self.context.record(
-            [self.remote(RemoteKind.INTERRUPTED, detail="Belay interrupts the remote agent (cancel)")]
+        *_, event = await self.context.record(
+            [
+                *self.unrecorded_deliveries(),
+                self.remote(RemoteKind.INTERRUPTED, detail="Belay interrupts the remote agent (cancel)"),
+            ]
         )
         await self.retrying("cancel", lambda: self.provider.cancel(self.remote_id, self.key(event.seq)))
 
@@ -487,6 +562,8 @@ class ManagedExecutor:
         return held
 
     async def close(self) -> None:
+        with contextlib.suppress(Exception):  # unrecorded, a later attempt delivers them again
+            await self.record_deliveries()
         if self._watcher is not None:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -496,9 +573,10 @@ class ManagedExecutor:
 
     # ---- the remote session
 
-    async def attach(self, state: SessionState) -> None:
-        """Find the remote session in the record, else at the provider by its metadata, else
-        create it; then follow its events."""
+    async def attach(self, state: SessionState, *, look_first: bool) -> None:
+        """Find the remote session in the record, else (`look_first`: an earlier attempt may have
+        created it before recording it) at the provider by its metadata, else create it; then
+        follow its events."""
         self.record_tag = await self.tag()
         known = state.remote_sessions.get(self.sub)
         if known is not None and known.failure:
@@ -508,7 +586,9 @@ class ManagedExecutor:
         else:
             metadata = self.metadata()
             resources = self.resources(state)
-            found = await self.retrying("find", lambda: self.provider.find_session(metadata, resources))
+            found = None
+            if look_first:
+                found = await self.retrying("find", lambda: self.provider.find_session(metadata, resources))
             how = "found by its metadata: an earlier attempt created it before recording it"
             if found is None:
                 found, how = await self.create(metadata, state)
@@ -590,9 +670,9 @@ class ManagedExecutor:
 
     # ---- calls
 
-    async def take_calls(self, state: SessionState, snapshot: Snapshot) -> tuple[list[ToolCall], bool]:
-        """The pending calls to run: recorded now if the record never saw them. Returns them and
-        whether anything was recorded."""
+    def take_calls(self, state: SessionState, snapshot: Snapshot) -> tuple[list[ToolCall], list[Payload]]:
+        """The pending calls to run, and what must be recorded of the calls the record never saw
+        (each call, and its refusal when its arguments do not fit the tool)."""
         mine = [c for c in state.remote_calls.values() if c.subagent == self.sub]
         by_call_id = {c.call_id: c for c in mine}
         count = len(mine)
@@ -608,6 +688,7 @@ class ManagedExecutor:
                 continue
             count += 1
             operation_id = f"{self.sub}.remote-{count}"
+            self.taken_here.add(call.call_id)
             payloads.append(
                 self.remote(
                     RemoteKind.CALL,
@@ -629,9 +710,7 @@ class ManagedExecutor:
                 )
             else:
                 decided.append(ToolCall(call_id=operation_id, name=call.name, arguments=arguments))
-        if payloads:
-            await self.context.record(payloads)
-        return decided, bool(payloads)
+        return decided, payloads
 
     async def settle(self, state: SessionState, snapshot: Snapshot) -> bool:
         """Deliver what the record holds for calls the provider still waits on: a result recorded
@@ -647,7 +726,7 @@ class ManagedExecutor:
                 ),
                 None,
             )
-            if call is None or call.delivered:
+            if call is None or call.delivered or call.call_id in self.unrecorded:
                 continue
             result = await self.recorded_result(state, call)
             if result is not None:
@@ -685,23 +764,40 @@ class ManagedExecutor:
         )
 
     async def deliver(self, result: ResultToDeliver) -> None:
-        answer = await self.retrying(
-            f"deliver the result of {result.call.operation_id}",
-            lambda: self.provider.deliver(self.remote_id, result),
-        )
+        await self.context.record([await self.post(result)])
+
+    async def post(self, result: ResultToDeliver) -> Remote:
+        """Hand one result to the provider; returns the record of its delivery, to be written."""
+
+        async def send() -> Delivery:
+            try:
+                return await translated(self.provider.deliver(self.remote_id, result), self.connection_errors)
+            except (RemoteTransient, RemoteRefused) as refused:
+                # A session that ended while the tool ran takes no result: say so, not "unavailable".
+                try:
+                    snapshot = await translated(
+                        self.provider.snapshot(self.remote_id), self.connection_errors
+                    )
+                except (RemoteTransient, RemoteRefused):
+                    raise refused from None
+                if snapshot.status == RemoteStatus.FAILED:
+                    raise RemoteEnded(snapshot.failure) from None
+                raise
+
+        try:
+            answer = await self.retrying(f"deliver the result of {result.call.operation_id}", send)
+        except RemoteEnded as ended:
+            await self.fail("RemoteSessionFailed", str(ended))
+            raise AssertionError("unreachable") from None
         detail = "accepted" if answer == Delivery.ACCEPTED else "the provider already held a result for it"
-        await self.context.record(
-            [
-                self.remote(
-                    RemoteKind.RESULT_DELIVERED,
-                    call_id=result.call.call_id,
-                    turn_id=result.call.turn_id,
-                    operation_id=result.call.operation_id,
-                    tool=result.call.tool,
-                    idempotency_key=result.key,
-                    detail=detail,
-                )
-            ]
+        return self.remote(
+            RemoteKind.RESULT_DELIVERED,
+            call_id=result.call.call_id,
+            turn_id=result.call.turn_id,
+            operation_id=result.call.operation_id,
+            tool=result.call.tool,
+            idempotency_key=result.key,
+            detail=detail,
         )
 
     # ---- outputs
@@ -754,10 +850,13 @@ class ManagedExecutor:
         delay = BACKOFF_S[0]
         while True:
             try:
-                async for compaction in self.provider.events(self.remote_id):
-                    if compaction is not None:
-                        await self.context.record([self.remote(RemoteKind.COMPACTED, detail=compaction)])
+                async for news in self.provider.events(self.remote_id):
+                    if news is not None and news.compaction:
+                        await self.context.record([self.remote(RemoteKind.COMPACTED, detail=news.compaction)])
                         continue
+                    self.busy = news is not None and news.busy
+                    if news is not None and news.calls is not None:
+                        self.heard = news.calls
                     self.signal.bump()
                     delay = BACKOFF_S[0]
                 why = "ended"
@@ -766,9 +865,11 @@ class ManagedExecutor:
             except Exception as error:
                 mapped = classify(error, self.connection_errors)
                 if isinstance(mapped, RemoteGone):
+                    self.busy = False
                     self.signal.bump()  # the next look records why
                     return
                 why = f"was cut ({mapped or f'{type(error).__name__}: {error}'})"
+            self.busy = False
             self.signal.bump()
             with contextlib.suppress(Exception):
                 await self.note_interruption(

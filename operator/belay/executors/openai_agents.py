@@ -13,7 +13,9 @@ tool is a function tool. What is used of the API (`openai` >= 3.57):
   result, under a key derived from the record, retried by the SDK with the same key. A
   `400 Unknown pending tool call` is the documented registration race, tried again with the same
   key; when it stays, the call's `function_call_output` item says whether a result is already held.
-- `sessions.events.stream`: live events, to wake up; the state is always read with `retrieve`.
+- `sessions.events.stream`: live events, to wake up; an `agent.session.requires_action` event's
+  `session.required_actions` are taken in as they come (documented: "Read the pending calls from
+  event.session.required_actions"); anything else is read with `retrieve`.
 - `sessions.turns.list` and `sessions.items.list`: how the last turn ended, and its final answer.
 - `sessions.artifacts.list` and `.content`: the session's published files.
 """
@@ -107,16 +109,23 @@ class OpenAIAgentsProvider(ManagedProvider):
         )
         return str(session.id)
 
+    def heard(self, event: Any) -> Snapshot | None:
+        # Documented: "Read the pending calls from event.session.required_actions."
+        if event.type != "agent.session.requires_action":
+            return None
+        pending = pending_calls(event.session)
+        return (
+            Snapshot(RemoteStatus.WAITING, pending=pending, model=event.session.agent.model)
+            if pending
+            else None
+        )
+
     async def snapshot(self, session_id: str) -> Snapshot:
         session = await self.sessions.retrieve(session_id)
         model = session.agent.model
         if session.status == "failed":
             return Snapshot(RemoteStatus.FAILED, model=model, failure=session.error or "the session failed")
-        pending = tuple(
-            RemoteCall(call_id=a.call_id, name=a.name, arguments=a.arguments, turn_id=a.turn_id)
-            for a in session.required_actions
-            if a.type == "function_call"
-        )
+        pending = pending_calls(session)
         if pending:
             return Snapshot(RemoteStatus.WAITING, pending=pending, model=model)
         if session.status != "idle":
@@ -185,6 +194,14 @@ class OpenAIAgentsProvider(ManagedProvider):
     async def download(self, session_id: str, output: RemoteOutput) -> bytes:
         content = await self.sessions.artifacts.content(output.output_id, session_id=session_id)
         return bytes(content.content)
+
+
+def pending_calls(session: Any) -> tuple[RemoteCall, ...]:
+    return tuple(
+        RemoteCall(call_id=a.call_id, name=a.name, arguments=a.arguments, turn_id=a.turn_id)
+        for a in session.required_actions
+        if a.type == "function_call"
+    )
 
 
 def is_pending_call_race(error: Any, call_id: str) -> bool:

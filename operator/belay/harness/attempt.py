@@ -97,6 +97,8 @@ class Attempt:
     _snapshot_covers: int = 0  # the seq that snapshot covers
     # The seq of this attempt's harness_started; 0 until it is recorded.
     started_seq: int = 0
+    # What this attempt recorded since the state was last brought up to date (`known_state`).
+    _own: list[Event] = field(default_factory=list)
 
     @property
     def session_id(self) -> str:
@@ -164,6 +166,7 @@ class Attempt:
         # middle of another subagent's write (and with the store's write lock held).
         async with self._append_lock:
             events = await self.store.append(self.session_id, drafts, lease=self.lease, claim=claim)
+            self._own.extend(events)
             for event in events:
                 if self.on_event is not None:
                     self.on_event(event)
@@ -175,29 +178,54 @@ class Attempt:
         """The fold of the record, brought up to date incrementally: the first call starts from
         the latest usable snapshot, every later one folds only the events recorded since."""
         async with self._state_lock:
-            if not self._loaded:
-                loaded = await load_state(self.store, self.artifacts, self.session_id)
-                self._loaded = True
-                state = loaded.state
-                self._snapshot_seq, self._snapshot_covers = loaded.snapshot_seq, loaded.snapshot_covers
-            else:
-                state = self._state
-                checkpointed = False
-                for event in await self.store.read(self.session_id, from_seq=state.last_seq + 1):
+            return await self._read_state()
+
+    async def known_state(self) -> SessionState:
+        """The state as of the last read of the record plus what this attempt recorded since,
+        without reading the record again: for what depends only on the attempt's own writes (a
+        result's provenance, which results went out). What a person or another process recorded
+        meanwhile is seen at the next `state()`; if another writer's event lies between this
+        attempt's own, the record is read."""
+        async with self._state_lock:
+            own, self._own = sorted(self._own, key=lambda e: e.seq), []
+            state = self._state
+            if self._loaded:
+                for event in own:
+                    if event.seq <= state.last_seq:
+                        continue
+                    if event.seq != state.last_seq + 1:
+                        return await self._read_state()  # someone else wrote in between
                     state = apply(state, event)
                     if isinstance(event, StateSnapshotEvent):
                         self._snapshot_seq, self._snapshot_covers = event.seq, event.payload.covers_seq
-                    checkpointed = checkpointed or (
-                        isinstance(event, CheckpointEvent) and event.payload.verified
-                    )
-                if (
-                    self.artifacts is not None
-                    and self.lease
-                    and snapshot_due(state, self._snapshot_covers, checkpointed)
-                ):
-                    state = await self._write_snapshot(state, self.artifacts)
-            self._state = state
-            return state
+                self._state = state
+                return state
+            return await self._read_state()
+
+    async def _read_state(self) -> SessionState:
+        """`state()`, with the state lock held."""
+        self._own = []
+        if not self._loaded:
+            loaded = await load_state(self.store, self.artifacts, self.session_id)
+            self._loaded = True
+            state = loaded.state
+            self._snapshot_seq, self._snapshot_covers = loaded.snapshot_seq, loaded.snapshot_covers
+        else:
+            state = self._state
+            checkpointed = False
+            for event in await self.store.read(self.session_id, from_seq=state.last_seq + 1):
+                state = apply(state, event)
+                if isinstance(event, StateSnapshotEvent):
+                    self._snapshot_seq, self._snapshot_covers = event.seq, event.payload.covers_seq
+                checkpointed = checkpointed or (isinstance(event, CheckpointEvent) and event.payload.verified)
+            if (
+                self.artifacts is not None
+                and self.lease
+                and snapshot_due(state, self._snapshot_covers, checkpointed)
+            ):
+                state = await self._write_snapshot(state, self.artifacts)
+        self._state = state
+        return state
 
     async def _write_snapshot(self, state: SessionState, artifacts: ArtifactStore) -> SessionState:
         """Store a snapshot of `state` and record the event that names it. A snapshot only saves

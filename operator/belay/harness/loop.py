@@ -199,6 +199,7 @@ class Harness:
             store=self.store,
             artifacts=self.artifacts,
             read_state=attempt.state,
+            known_state=attempt.known_state,
             record=record,
         )
         return self.executors(context)
@@ -241,6 +242,7 @@ class Harness:
                 if not decision.tool_calls:
                     await attempt.record(
                         [
+                            *decision.records,
                             ModelOutput(**said),
                             Task(
                                 task_id=sub.name, status=TaskStatus.DONE, owner=sub.name, detail=decision.text
@@ -251,7 +253,8 @@ class Harness:
                     return
                 requests = [await runtime.describe_call(sub, state, call) for call in decision.tool_calls]
                 payloads: list[Payload] = [
-                    ModelOutput(**said, tool_calls=tuple(r.operation_id for r in requests))
+                    *decision.records,
+                    ModelOutput(**said, tool_calls=tuple(r.operation_id for r in requests)),
                 ]
                 for tool_request in requests:
                     payloads.append(tool_request)

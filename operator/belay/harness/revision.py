@@ -26,8 +26,9 @@ PATCH_PATH = f"{STATE_DIR}/checkpoint.patch"
 RESTORE_PATCH_PATH = f"{STATE_DIR}/restore.patch"
 REVISION_TIMEOUT_S = 300
 
-# Runs in the sandbox as `python -c SCRIPT ARGS_JSON`: the sandbox server is Python, so its
-# interpreter is there wherever a sandbox runs. It prints one JSON object.
+# Runs in the sandbox as `python -S -c SCRIPT ARGS_JSON`: the sandbox server is Python, so its
+# interpreter is there wherever a sandbox runs; the script needs only the standard library, and
+# `-S` (no site-packages) halves the interpreter's start. It prints one JSON object.
 SCRIPT = r"""
 import json, os, platform, subprocess, sys
 args = json.loads(sys.argv[1])
@@ -41,8 +42,10 @@ env = {
     "GIT_COMMITTER_NAME": "belay", "GIT_COMMITTER_EMAIL": "belay@localhost",
     "GIT_COMMITTER_DATE": "1970-01-01T00:00:00+0000",
 }
+# Given on every command rather than written to the repository's config: three processes fewer.
+options = ["-c", "core.autocrlf=false", "-c", "core.filemode=true", "-c", "core.symlinks=true"]
 def git(*argv, data=None):
-    done = subprocess.run(["git", *argv], env=env, input=data, capture_output=True)
+    done = subprocess.run(["git", *options, *argv], env=env, input=data, capture_output=True)
     if done.returncode:
         sys.stderr.write(done.stderr.decode(errors="replace"))
         sys.exit(done.returncode)
@@ -50,8 +53,6 @@ def git(*argv, data=None):
 os.makedirs(state, exist_ok=True)
 if not os.path.isdir(state + "/git"):
     git("init", "-q")
-for option in (("core.autocrlf", "false"), ("core.filemode", "true"), ("core.symlinks", "true")):
-    git("config", *option)
 if args.get("apply"):
     git("apply", "--binary", "--whitespace=nowarn", args["apply"])
 if os.path.exists(state + "/index"):
@@ -130,7 +131,7 @@ async def make_revision(
     arguments = {"paths": paths, "message": message, "parent": parent, "apply": apply, "patch": PATCH_PATH}
     response = await client.call(
         "run_command",
-        {"command": ["python", "-c", SCRIPT, json.dumps(arguments)], "timeout_s": REVISION_TIMEOUT_S},
+        {"command": ["python", "-S", "-c", SCRIPT, json.dumps(arguments)], "timeout_s": REVISION_TIMEOUT_S},
     )
     output = response.get("output") or {}
     if not response.get("ok") or output.get("exit_code") != 0:

@@ -190,7 +190,9 @@ class ToolRuntime:
             await self.recovery.rewind_if_reopened(sub)
         except SandboxUnavailable as lost:
             await self.recovery.replace_sandbox(sub, lost)  # restored from the last valid checkpoint
-        state = await self.attempt.state()
+        # Whether the call waits on a person: the rule, or an approval asked for it before (and
+        # recorded by an attempt, so known); the wait itself reads the record for the answer.
+        state = await self.attempt.known_state()
         if request.operation_id in state.approvals_by_operation or self.needs_approval(sub, request.tool):
             granted, why = await self.wait_for_approval(sub, request)
             if not granted:
@@ -237,7 +239,7 @@ class ToolRuntime:
             payloads = await self.run_in_sandbox(sub, request)
         else:
             payloads = await run_in_harness(self, sub, request)
-        state = await self.attempt.state()
+        state = await self.attempt.known_state()  # the request's provenance: recorded by this attempt
         payloads = with_provenance(payloads, provenance(state, sub.name, request), request)
         failure = failed_effect(spec.effect, request, payloads)
         retry = None

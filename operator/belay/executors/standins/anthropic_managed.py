@@ -358,6 +358,7 @@ class AnthropicManagedStandin(StandinServer[RemoteSession]):
 
     async def retrieve_session(self, request: web.Request) -> web.Response:
         session = self.session_of(request)
+        session.counters.state_reads += 1
         answer = web.json_response(session.as_json())  # serialized now, before the read can change it
         self._read(session)
         return answer
@@ -562,6 +563,7 @@ class AnthropicManagedStandin(StandinServer[RemoteSession]):
 
     async def list_events(self, request: web.Request) -> web.Response:
         session = self.session_of(request)
+        session.counters.state_reads += 1
         types = set(query_list(request, "types"))
         bounds = {
             name: _parse_time(request.query[f"created_at[{name}]"])

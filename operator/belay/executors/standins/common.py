@@ -173,6 +173,7 @@ class SessionCounters:
     status: str = "idle"
     calls_requested: int = 0
     idempotency_conflicts: int = 0
+    state_reads: int = 0  # the session or its history read (retrieve, events.list)
     inputs: dict[str, tuple[Any, Deliveries]] = field(default_factory=dict)
     tool_results: dict[str, tuple[str | None, Deliveries]] = field(default_factory=dict)
 
@@ -195,6 +196,7 @@ class SessionCounters:
             "subagent": self.subagent,
             "status": self.status,
             "calls_requested": self.calls_requested,
+            "state_reads": self.state_reads,
             "idempotency_conflicts": self.idempotency_conflicts,
             "inputs": [{"content": content, **counts.as_json()} for content, counts in self.inputs.values()],
             "tool_results": {

@@ -259,7 +259,9 @@ class OpenAIAgentsStandin(StandinServer[RemoteSession]):
         return web.json_response(session.as_json())
 
     async def retrieve_session(self, request: web.Request) -> web.Response:
-        return web.json_response(self.session_of(request).as_json())
+        session = self.session_of(request)
+        session.counters.state_reads += 1
+        return web.json_response(session.as_json())
 
     async def update_session(self, request: web.Request) -> web.Response:
         body = await json_body(request)

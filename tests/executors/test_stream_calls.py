@@ -1,0 +1,60 @@
+"""A managed executor takes the calls its provider's event stream shows waiting from the stream
+(OpenAI `agent.session.requires_action`, Anthropic `agent.custom_tool_use`), as the APIs
+document, rather than reading the remote session after every result: against each stand-in, a
+session of many calls reads the session (retrieve, events.list) far fewer times than it has calls.
+With the stream's calls ignored (`heard` answering None, as before the executor took them), each
+call costs at least one read and the test fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from belay.executors.standins import anthropic_managed, openai_agents
+from belay.harness.models.scripted import ScriptedPlan
+from belay.local.drill import provider_problems
+from belay.local.runtime import LocalHome, run_local
+from tests.executors.example import ENVIRONMENT, one_subagent_session
+
+COMMANDS = 10
+PLAN = ScriptedPlan.model_validate(
+    {
+        "subagents": {
+            "worker": {
+                "steps": [
+                    {
+                        "id": "count",
+                        "title": "Count to ten",
+                        "actions": [
+                            {"tool": "run_command", "arguments": {"command": f"echo {n}"}}
+                            for n in range(COMMANDS)
+                        ],
+                    }
+                ]
+            }
+        }
+    }
+)
+STANDINS = {"openai-agents": openai_agents, "anthropic-managed": anthropic_managed}
+
+
+@pytest.mark.parametrize("executor", sorted(STANDINS))
+async def test_calls_come_from_the_event_stream_not_from_a_read_after_every_result(
+    executor: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with STANDINS[executor].running(PLAN) as standin:
+        base_url_variable, key_variable = ENVIRONMENT[executor]
+        monkeypatch.setenv(base_url_variable, standin.base_url)
+        monkeypatch.setenv(key_variable, "sk-test")
+        session = one_subagent_session("counting", executor, "Count to ten.")
+        result = await run_local(LocalHome(tmp_path), session)
+        stats = standin.stats()
+    assert result.completed, result.detail
+    assert provider_problems(stats, subagents=1) == []
+    [counters] = stats["sessions"].values()
+    calls = counters["calls_requested"]
+    assert calls == COMMANDS + 2  # update_plan running and done around the commands
+    # One look when the executor starts and one when the agent is done (two requests each for
+    # Anthropic: the session and its history), whatever the number of calls.
+    assert counters["state_reads"] <= 4 < calls, counters
