@@ -534,8 +534,7 @@ class ManagedExecutor:
 
     async def record_deliveries(self) -> None:
         if self.unrecorded:
-            await self.context.record(list(self.unrecorded.values()))
-            self.unrecorded = {}
+            await self.context.record(self.unrecorded_deliveries())
 
     async def interrupt(self) -> None:
         if not self.remote_id:
