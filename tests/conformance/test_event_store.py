@@ -29,6 +29,7 @@ from belay.journal.events import (
 )
 from belay.stores.base import (
     MAX_PAYLOAD_BYTES,
+    ClaimTaken,
     EventStore,
     IdempotencyConflict,
     PayloadTooLarge,
@@ -351,6 +352,75 @@ async def test_a_writer_killed_mid_batch_leaves_no_part_of_it(
     last = await event_store.last_seq(session)
     appended = await event_backend.open_another().append(session, notes("after-crash", 2))
     assert seqs(appended) == [last + 1, last + 2]
+
+
+async def test_appends_that_need_not_be_durable_keep_every_other_guarantee(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    """`durable=False` only lets a machine crash take off a tail: order, seqs, replays, leases and
+    claims are what they are for any append, on every backend."""
+    session = event_backend.session()
+    lease = await event_store.acquire_lease(session, "attempt-1")
+    first = await event_store.append(session, notes("relaxed", 2), lease=lease.number, durable=False)
+    second = await event_store.append(session, notes("durable", 1), lease=lease.number)
+    third = await event_store.append(
+        session, notes("keyed", 2), idempotency_key="k", lease=lease.number, claim="c", durable=False
+    )
+    assert seqs(first + second + third) == [1, 2, 3, 4, 5]
+    # A replay is answered the same whatever its own durability.
+    assert await event_backend.open_another().append(session, notes("keyed", 2), idempotency_key="k") == third
+    with pytest.raises(IdempotencyConflict):
+        await event_store.append(session, notes("other", 1), idempotency_key="k", durable=False)
+    with pytest.raises(ClaimTaken):
+        await event_store.append(session, notes("again", 1), lease=lease.number, claim="c", durable=False)
+    await event_backend.open_another().acquire_lease(session, "attempt-2")
+    with pytest.raises(StaleLease):
+        await event_store.append(session, notes("stale", 1), lease=lease.number, durable=False)
+    assert await event_backend.open_another().read(session) == first + second + third
+
+
+async def test_appends_that_need_not_be_durable_survive_their_writer_being_killed(
+    event_backend: EventBackend, event_store: EventStore
+) -> None:
+    """Only a machine crash may lose them: a writer process SIGKILLed after its appends were
+    acknowledged leaves every one of them in the record."""
+    session = event_backend.session()
+    acknowledged = await asyncio.to_thread(
+        run_writer_until_acknowledged, event_backend.spec, session, batches=5, batch_size=3
+    )
+    stored = note_ids(await event_store.read(session))
+    for batch in acknowledged:
+        assert [f"r:{batch}:{index}:3" for index in range(3)] == [
+            i for i in stored if i.startswith(f"r:{batch}:")
+        ], f"acknowledged batch {batch} is not whole in the record"
+    assert len(acknowledged) >= 5
+
+
+def run_writer_until_acknowledged(
+    spec: dict[str, object], session: str, batches: int, batch_size: int
+) -> list[int]:
+    """Start a writer of non-durable appends, SIGKILL it once `batches` of them were acknowledged,
+    and return the batches it reported acknowledged."""
+    command = [sys.executable, str(WRITER_SCRIPT), json.dumps(spec), session, str(batch_size), "10"]
+    child = subprocess.Popen([*command, "0", "r", "relaxed"], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    acknowledged: list[int] = []
+    try:
+        for line in child.stdout:
+            word, batch, *_ = line.split()
+            if word == "done":
+                acknowledged.append(int(batch))
+                if len(acknowledged) >= batches:
+                    child.send_signal(signal.SIGKILL)
+                    break
+        else:
+            raise AssertionError(f"the writer exited on its own with {child.wait()}")
+        child.wait()
+        return acknowledged
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
 
 
 def run_and_kill_writer(

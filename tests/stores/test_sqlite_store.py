@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import shutil
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -211,3 +214,60 @@ async def test_queued_writes_commit_together_and_a_refused_one_is_rolled_back_al
         ]
     finally:
         await store.close()
+
+
+# What the fsync test's child does: opens the store, then makes `count` appends with the given
+# durability, renewing its lease after each.
+FSYNC_CHILD = """
+import asyncio, sys
+from belay.journal.events import EventDraft, Note, NoteKind
+from belay.stores.sqlite import SqliteEventStore
+
+async def main(path, count, durable):
+    store = SqliteEventStore(path)
+    lease = (await store.current_lease("s")).number
+    for i in range(count):
+        draft = EventDraft(payload=Note(note_id=f"{durable}-{i}", kind=NoteKind.FINDING, text="x"))
+        await store.append("s", [draft], lease=lease, durable=durable)
+        await store.renew_lease("s", lease)
+    await store.close()
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "durable"))
+"""
+
+
+def fsyncs_of(path: Path, count: int, durability: str) -> int:
+    """The fsync and fdatasync calls a process makes for `count` appends and renewals, by strace."""
+    strace = shutil.which("strace")
+    assert strace, "strace is missing: hack/build-all.sh installs it"
+    trace = path.with_suffix(f".{durability}.strace")
+    traced = [strace, "-f", "-qq", "-e", "trace=fsync,fdatasync", "-o", str(trace)]
+    child = [sys.executable, "-c", FSYNC_CHILD, str(path), str(count), durability]
+    subprocess.run(
+        [*traced, *child],
+        check=True,
+        timeout=120,
+    )
+    return sum(1 for line in trace.read_text().splitlines() if "fsync(" in line or "fdatasync(" in line)
+
+
+async def test_only_durable_appends_wait_for_the_disk(tmp_path: Path) -> None:
+    """With synchronous=FULL, an append that says it need not be durable, and every lease renewal,
+    commits without an fsync; a durable append still syncs at each commit."""
+    path = tmp_path / "events.db"
+    store = SqliteEventStore(path)
+    await store.acquire_lease("s", "attempt-1")
+    await store.close()
+    # Opening, the first write and closing sync the schema, a new WAL and its checkpoint whatever
+    # the appends are: what 20 more appends add is what each costs.
+    relaxed = [await asyncio.to_thread(fsyncs_of, path, count, "relaxed") for count in (5, 25)]
+    durable = [await asyncio.to_thread(fsyncs_of, path, count, "durable") for count in (5, 25)]
+    assert durable[1] - durable[0] >= 20
+    assert relaxed[1] - relaxed[0] <= 1
+    reopened = SqliteEventStore(path)
+    try:
+        ids = [e.payload.note_id for e in await reopened.read("s") if isinstance(e.payload, Note)]
+        expected = [f"{durable}-{i}" for durable in (False, True) for count in (5, 25) for i in range(count)]
+        assert ids == expected
+    finally:
+        await reopened.close()

@@ -110,6 +110,7 @@ class EventStore(Protocol):
         idempotency_key: str | None = None,
         lease: int | None = None,
         claim: str | None = None,
+        durable: bool = True,
     ) -> list[Event]:
         """Append a batch atomically and return the stored events.
 
@@ -128,6 +129,12 @@ class EventStore(Protocol):
           assigned in the same transaction as the write, with the session's head (its last seq,
           chain and seal).
         - A payload above MAX_PAYLOAD_BYTES raises PayloadTooLarge and nothing of the batch is written.
+        - `durable=False` lets a store acknowledge the batch before it would survive a machine crash
+          (power loss, a kernel panic), for what nothing outside the record acts on before the next
+          durable append. A crash of the writing process loses nothing either way, and such a batch
+          is never lost while a later durable one survives: a machine crash can only take off a
+          tail of non-durable batches. Everything else (order, seqs, keys, leases, claims, the
+          chain) is the same. A store whose every write is durable ignores it.
         """
         ...
 

@@ -594,6 +594,7 @@ class EtcdEventStore:
         idempotency_key: str | None = None,
         lease: int | None = None,
         claim: str | None = None,
+        durable: bool = True,  # every etcd write is in a majority's fsynced log before it is acknowledged
     ) -> list[Event]:
         drafts = list(drafts)
         if not drafts:

@@ -19,6 +19,11 @@ Why it is shaped this way:
   the same read transaction, so a deleted session ends the watch (SessionDeleted).
   `watch_sessions()` is woken the same way and polls `PRAGMA data_version`, one statement for
   every session, reading the heads only when another connection committed.
+- Durability is chosen per write: with `synchronous="FULL"`, a transaction whose writes all said
+  `durable=False` (and every lease renewal) commits with `synchronous = NORMAL`, which in WAL mode
+  skips the fsync. WAL frames are appended in commit order and recovered as a prefix, so a machine
+  crash can only lose such a tail, never reorder it; the next durable commit's fsync makes it
+  durable too, and a process crash loses nothing either way.
 - `delete_session()` removes a session's rows from every table in one transaction.
 - Each event row holds its stored bytes with their link in the record's hash chain
   (`belay.stores.integrity`), and the `sessions` row is the head: last seq, last link and seal,
@@ -200,7 +205,7 @@ class SqliteEventStore:
         self._waiters_lock = threading.Lock()
         self._closed = False
         self._create_schema()
-        self._writer = GroupCommitWriter(self._open_connection, self._wake_watchers)
+        self._writer = GroupCommitWriter(self._open_connection, self._wake_watchers, synchronous)
         self._readers = ThreadPoolExecutor(max_workers=read_threads, thread_name_prefix="belay-sqlite-read")
 
     # ---------------------------------------------------------------------------------------------
@@ -268,10 +273,12 @@ class SqliteEventStore:
 
         return await asyncio.get_running_loop().run_in_executor(executor, guarded)
 
-    async def _write(self, work: Callable[[sqlite3.Connection], T], *, wakes: str | None = None) -> T:
+    async def _write(
+        self, work: Callable[[sqlite3.Connection], T], *, wakes: str | None = None, durable: bool = True
+    ) -> T:
         if self._closed:
             raise StoreError("the store is closed")
-        result: T = await asyncio.wrap_future(self._writer.submit(work, wakes))
+        result: T = await asyncio.wrap_future(self._writer.submit(work, wakes, durable))
         return result
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -288,6 +295,7 @@ class SqliteEventStore:
         idempotency_key: str | None = None,
         lease: int | None = None,
         claim: str | None = None,
+        durable: bool = True,
     ) -> list[Event]:
         if not session_id:
             raise ValueError("session_id must not be empty")
@@ -307,6 +315,7 @@ class SqliteEventStore:
                 conn, chain, session_id, drafts, idempotency_key, digest, lease, claim
             ),
             wakes=session_id,
+            durable=durable,
         )
 
     # ---------------------------------------------------------------------------------------------
@@ -505,7 +514,9 @@ class SqliteEventStore:
             )
             return renewal
 
-        return await self._write(renew)
+        # A renewal only says the holder is alive now: after a machine crash it is not, so it
+        # never needs to survive one.
+        return await self._write(renew, durable=False)
 
     async def lease_renewal(self, session_id: str) -> LeaseRenewal | None:
         def query(conn: sqlite3.Connection) -> LeaseRenewal | None:
@@ -727,6 +738,7 @@ class _WriteJob:
     work: Callable[[sqlite3.Connection], Any]
     result: Future[Any]
     wakes: str | None  # the session whose watchers an applied job wakes
+    durable: bool  # must survive a machine crash once acknowledged
 
 
 class GroupCommitWriter:
@@ -750,11 +762,17 @@ class GroupCommitWriter:
         self,
         open_connection: Callable[[], sqlite3.Connection],
         wake: Callable[[str], None],
+        synchronous: Synchronous = "FULL",
         max_group: int = MAX_GROUP_WRITES,
     ) -> None:
         self._open_connection = open_connection
         self._wake = wake
         self._max_group = max_group
+        # The level durable writes commit with (the connection's own, set when it is opened), and
+        # the one a group of only non-durable writes commits with: NORMAL skips the fsync in WAL.
+        self._durable_level: Synchronous = synchronous
+        self._relaxed_level: Synchronous = "NORMAL" if synchronous in ("FULL", "EXTRA") else synchronous
+        self._level: Synchronous = synchronous
         self._queue: queue.SimpleQueue[_WriteJob | None] = queue.SimpleQueue()
         self._conn: sqlite3.Connection | None = None
         self.transactions = 0  # committed groups, for tests and benchmarks
@@ -763,8 +781,10 @@ class GroupCommitWriter:
         self._thread = threading.Thread(target=self._run, name="belay-sqlite-write", daemon=True)
         self._thread.start()
 
-    def submit(self, work: Callable[[sqlite3.Connection], Any], wakes: str | None) -> Future[Any]:
-        job = _WriteJob(work=work, result=Future(), wakes=wakes)
+    def submit(
+        self, work: Callable[[sqlite3.Connection], Any], wakes: str | None, durable: bool = True
+    ) -> Future[Any]:
+        job = _WriteJob(work=work, result=Future(), wakes=wakes, durable=durable)
         self._queue.put(job)
         return job.result
 
@@ -814,7 +834,12 @@ class GroupCommitWriter:
         try:
             if self._conn is None:
                 self._conn = self._open_connection()
+                self._level = self._durable_level
             conn = self._conn
+            level = self._durable_level if any(job.durable for job in group) else self._relaxed_level
+            if level != self._level:
+                conn.execute(f"PRAGMA synchronous = {level}")
+                self._level = level
             conn.execute("BEGIN IMMEDIATE")
             for job in group:
                 conn.execute("SAVEPOINT write_job")
