@@ -164,8 +164,9 @@ def executor_for(
 ) -> SelfHostedExecutor:
     actor = Actor(kind="harness", attempt=1, subagent=SUBAGENT)
 
-    async def record(payloads: Sequence[Payload]) -> list[Event]:
-        return await store.append(session.session_id, [EventDraft(payload=p, actor=actor) for p in payloads])
+    async def record(payloads: Sequence[Payload], *, durable: bool = True) -> list[Event]:
+        drafts = [EventDraft(payload=p, actor=actor) for p in payloads]
+        return await store.append(session.session_id, drafts, durable=durable)
 
     [sub] = [s for s in session.spec.subagents if s.name == SUBAGENT]
     context = ExecutorContext(

@@ -74,6 +74,10 @@ class RemoteResource(BaseModel):
     detail: str = ""
 
 
+class Recorder(Protocol):
+    def __call__(self, payloads: Sequence[Payload], *, durable: bool = True) -> Awaitable[list[Event]]: ...
+
+
 @dataclass(frozen=True)
 class ExecutorContext:
     session: AgentSession
@@ -83,8 +87,8 @@ class ExecutorContext:
     read_state: Callable[[], Awaitable[SessionState]]
     # The state as the attempt knows it (its last read plus its own appends since): no read.
     known_state: Callable[[], Awaitable[SessionState]]
-    # Appends under the attempt's lease, as this subagent.
-    record: Callable[[Sequence[Payload]], Awaitable[list[Event]]]
+    # Appends under the attempt's lease, as this subagent (`durable`: see `Attempt.record`).
+    record: Recorder
 
 
 class Executor(Protocol):

@@ -38,6 +38,7 @@ import functools
 import hashlib
 import json
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -74,6 +75,10 @@ METADATA_RECORD = "belay_record"
 
 # A fresh look at the remote session even when its event stream says nothing.
 POLL_S = 5.0
+# How long a result's delivery may go unrecorded while the agent has not answered: long enough
+# for a quick agent's next calls to take it into their append, short enough that a person never
+# sees a delivered result as waiting.
+DELIVERY_NOTE_WAIT_S = 0.5
 # Tries of one request before the provider counts as unavailable (the SDK retries inside each
 # try what the API marks safe to retry).
 TRIES = 5
@@ -456,8 +461,9 @@ class ManagedExecutor:
         self.busy = False
         # Results handed to the provider whose delivery is not recorded yet (by call id), and the
         # signal's generation when they went out. Their record goes with the next append (the
-        # next calls taken in), or before any wait on the provider: never held while it thinks.
+        # next calls taken in), or after DELIVERY_NOTE_WAIT_S of waiting on the provider.
         self.unrecorded: dict[str, Remote] = {}
+        self.unrecorded_since = 0.0  # when the oldest of them went out (monotonic)
         self.delivered_at: int | None = None
         self.taken_here: set[str] = set()  # the call ids this attempt took in first
 
@@ -508,8 +514,13 @@ class ManagedExecutor:
 
     async def wait(self, generation: int) -> bool:
         """Until the stream says something past `generation` (at most POLL_S), the deliveries
-        recorded first. Whether it did."""
-        await self.record_deliveries()
+        recorded once the agent took more than DELIVERY_NOTE_WAIT_S. Whether it did."""
+        if self.unrecorded:
+            held = time.monotonic() - self.unrecorded_since
+            await self.signal.wait_past(generation, max(0.0, DELIVERY_NOTE_WAIT_S - held))
+            if self.signal.generation > generation:
+                return True
+            await self.record_deliveries()
         await self.signal.wait_past(generation, POLL_S)
         return self.signal.generation > generation
 
@@ -524,6 +535,8 @@ class ManagedExecutor:
             result = dataclasses.replace(result, first=call.call_id in self.taken_here)
             # Until its delivery is recorded, a lost attempt delivers the result again: under the
             # same key (OpenAI), or after a look at the history (Anthropic).
+            if not self.unrecorded:
+                self.unrecorded_since = time.monotonic()
             self.unrecorded[call.call_id] = await self.post(result)
             self.delivered_at = generation
 
@@ -534,7 +547,8 @@ class ManagedExecutor:
 
     async def record_deliveries(self) -> None:
         if self.unrecorded:
-            await self.context.record(self.unrecorded_deliveries())
+            # Lost with the machine, a delivery is made again: under its key, or after a look.
+            await self.context.record(self.unrecorded_deliveries(), durable=False)
 
     async def interrupt(self) -> None:
         if not self.remote_id:

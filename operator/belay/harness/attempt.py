@@ -160,12 +160,18 @@ class Attempt:
         subagent: str | None = None,
         parent_seq: int | None = None,
         claim: str | None = None,
+        durable: bool = True,
     ) -> list[Event]:
+        """Append under the attempt's lease. `durable=False` for what nothing outside the record
+        acts on before the next durable append (`EventStore.append`): it survives the process
+        being killed, and only a machine crash can take it off the end of the record."""
         drafts = [EventDraft(payload=p, actor=self.actor(subagent), parent_seq=parent_seq) for p in payloads]
         # One append at a time from this attempt, so a fault stop never freezes the process in the
         # middle of another subagent's write (and with the store's write lock held).
         async with self._append_lock:
-            events = await self.store.append(self.session_id, drafts, lease=self.lease, claim=claim)
+            events = await self.store.append(
+                self.session_id, drafts, lease=self.lease, claim=claim, durable=durable
+            )
             self._own.extend(events)
             for event in events:
                 if self.on_event is not None:
@@ -240,7 +246,8 @@ class Attempt:
                         fold_version=FOLD_VERSION,
                         previous_seq=self._snapshot_seq,
                     )
-                ]
+                ],
+                durable=False,  # a snapshot lost in a machine crash only makes the next fold longer
             )
         except StaleLease:
             raise

@@ -47,6 +47,7 @@ from belay.journal.events import (
     ToolRequestEvent,
     ToolResultEvent,
 )
+from belay.journal.recovery import RUN_AGAIN_BLINDLY
 from belay.stores.base import ArtifactStore, EventStore, StaleLease
 
 
@@ -190,8 +191,8 @@ class Harness:
     def executor_for(self, sub: SubagentSpec) -> Executor:
         attempt = self.attempt
 
-        async def record(payloads: Any) -> list[Event]:
-            return await attempt.record(payloads, subagent=sub.name)
+        async def record(payloads: Any, *, durable: bool = True) -> list[Event]:
+            return await attempt.record(payloads, subagent=sub.name, durable=durable)
 
         context = ExecutorContext(
             session=self.session,
@@ -226,6 +227,7 @@ class Harness:
                     await attempt.record(
                         [Task(task_id=sub.name, status=TaskStatus.RUNNING, owner=sub.name)],
                         subagent=sub.name,
+                        durable=False,  # lost with the machine, the next attempt records it again
                     )
                 budget = self.session.spec.budgets.max_model_calls
                 if budget is not None and self._model_calls >= budget:
@@ -256,11 +258,16 @@ class Harness:
                     *decision.records,
                     ModelOutput(**said, tool_calls=tuple(r.operation_id for r in requests)),
                 ]
+                durable = False
                 for tool_request in requests:
                     payloads.append(tool_request)
                     if runtime.needs_approval(sub, tool_request.tool):
                         payloads.append(await runtime.approval_request(sub, tool_request))
-                recorded = await attempt.record(payloads, subagent=sub.name)
+                        durable = True  # a person is asked: the question must not vanish
+                    # A tool that may not simply run again must be on disk as requested before it
+                    # runs, so that a lost attempt shows its outcome as unknown.
+                    durable = durable or tool_request.effect not in RUN_AGAIN_BLINDLY
+                recorded = await attempt.record(payloads, subagent=sub.name, durable=durable)
                 seq_of = {e.payload.operation_id: e.seq for e in recorded if isinstance(e, ToolRequestEvent)}
                 outcomes = []
                 for tool_request in requests:

@@ -115,6 +115,12 @@ def completed_steps(state: SessionState) -> tuple[str, ...]:
     return tuple(sorted(steps))
 
 
+# The effect classes a new attempt runs again, without a key, when a request has no result. A
+# request of these need not reach the disk before its tool runs: lost with the machine, it is asked
+# for again and run again, which is what recovery would do with it.
+RUN_AGAIN_BLINDLY = frozenset({EffectClass.READ_ONLY, EffectClass.IDEMPOTENT})
+
+
 def action_for(op: OperationRecord, done_steps: frozenset[str], unknown_recorded: bool) -> RecoveryAction:
     """The effect table, for one tool request that has no result."""
     common = {
