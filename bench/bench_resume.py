@@ -70,8 +70,7 @@ APPEND_BATCH = 100  # events per append while recording; the attempt folds after
 # snapshots, the mean for an attempt stopped at any point.
 UNFOLDED_TAIL = SNAPSHOT_EVERY // 2
 RESUME_RUNS = 21
-BRIEF_RUNS = 3
-BRIEF_RUNS_BIG = 1  # a minute or more each while the briefing reads every external operation
+BRIEF_RUNS = 3  # one process each, at each size
 PERSIST_ROUNDS = 7
 BELAY_STEPS_PER_ROUND = 150  # about 450 events: a round of rounds writes a few snapshots
 LANGGRAPH_STEPS_PER_ROUND = 6
@@ -352,7 +351,7 @@ async def measure() -> list[Figure]:
         # belay brief as a whole process.
         briefs = {
             "resume-1e3": [brief_peak(home, "resume-1e3") for _ in range(BRIEF_RUNS)],
-            "resume-1e6": [brief_peak(home, "resume-1e6") for _ in range(BRIEF_RUNS_BIG)],
+            "resume-1e6": [brief_peak(home, "resume-1e6") for _ in range(BRIEF_RUNS)],
         }
         peak_mib = {sid: statistics.median(p for p, _ in runs) for sid, runs in briefs.items()}
         brief_wall = {sid: statistics.median(w for _, w in runs) for sid, runs in briefs.items()}
@@ -408,7 +407,8 @@ async def measure() -> list[Figure]:
             detail=(
                 f"`belay --home HOME brief SESSION`, one process per run: peak RSS "
                 f"{peak_mib['resume-1e6']:.0f} MiB, {brief_wall['resume-1e6']:.1f} s wall at "
-                f"{tails['resume-1e6'][1]} events ({BRIEF_RUNS_BIG} run); {peak_mib['resume-1e3']:.0f} MiB, "
+                f"{tails['resume-1e6'][1]} events (median of {BRIEF_RUNS}); "
+                f"{peak_mib['resume-1e3']:.0f} MiB, "
                 f"{brief_wall['resume-1e3']:.1f} s at {tails['resume-1e3'][1]} (median of {BRIEF_RUNS}); "
                 f"{load_brief}"
             ),

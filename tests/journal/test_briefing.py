@@ -6,18 +6,22 @@ from hypothesis import given, settings
 
 from belay.journal.briefing import briefing, render_json, render_markdown, render_text
 from belay.journal.events import (
+    ApprovalRequest,
     ArtifactRef,
     DerivedFrom,
+    EffectClass,
+    OperationOutcome,
     ScopeChange,
     Task,
     TaskStatus,
+    ToolRequest,
     ToolResult,
     UserInput,
     Wait,
     WaitKind,
 )
 from belay.journal.state import fold
-from tests.journal.fixtures import COMPAT, PATCH, PUBLISH_SHA, LogBuilder, realistic_log
+from tests.journal.fixtures import COMPAT, PATCH, PUBLISH_SHA, LogBuilder, realistic_log, sha
 from tests.journal.strategies import logs
 
 
@@ -192,3 +196,65 @@ def test_a_long_session_still_fits_on_a_page_and_keeps_what_matters() -> None:
     assert "style: 's4' -> 's5'; made 0 results invalid" in changes
     assert "made invalid: 50 intermediate results" in changes
     assert "still reusable: nothing" in changes  # "style" results fell to the earlier changes
+
+
+def _a_long_history() -> list:
+    """A session whose record outgrew a page: 30 failed effects in the world, the earliest one
+    waiting on a retry decision, one with an unknown outcome, and a scope change that reopens
+    20 steps."""
+    log = LogBuilder()
+    log.add(UserInput(goal="Open a ticket per failing module", parts={"api": "v1"}))
+    for i in range(20):
+        log.add(Task(task_id=f"step-{i:02}", title=f"Module {i}", status=TaskStatus.DONE))
+    for i in range(30):
+        op = f"op-{i:02}"
+        log.add(
+            ToolRequest(
+                operation_id=op, tool="create_ticket", effect=EffectClass.UNSAFE, step=f"step-{i % 20:02}"
+            )
+        )
+        derived = DerivedFrom(request_version=1, request_parts=("api",))
+        log.add(
+            ToolResult(
+                operation_id=op,
+                ok=False,
+                error=f"tracker down {i}",
+                result_id=f"r-{i:02}",
+                derived_from=derived,
+            )
+        )
+    log.add(
+        ApprovalRequest(
+            approval_id="retry-op-00",
+            operation_id="op-00",
+            tool="create_ticket",
+            payload_sha256=sha("p"),
+            summary="s",
+            kind="retry",
+        )
+    )
+    log.add(ToolRequest(operation_id="op-lost", tool="create_ticket", effect=EffectClass.UNSAFE))
+    log.add(OperationOutcome(operation_id="op-lost", outcome="unknown", detail="harness lost"))
+    log.add(ScopeChange(request_version=2, summary="api v2", changed_parts={"api": "v2"}))
+    return log.events
+
+
+def test_a_long_history_is_summarised_with_counts_and_keeps_what_waits_on_you() -> None:
+    b = briefing(fold(_a_long_history()))
+    attention = [(a.kind, a.id) for a in b.needs_attention]
+    # The retry decision and the unknown outcome stay, however old; of the other failures, the
+    # latest eight, and a count of the rest with the command that lists them.
+    assert ("failed_effect", "op-00") in attention and ("unknown_effect", "op-lost") in attention
+    assert [i for k, i in attention if k == "failed_effect"][1:] == [f"op-{i}" for i in range(22, 30)]
+    assert b.needs_attention_omitted == 21
+    text = render_text(b)
+    section = _section(text, "Needs attention")
+    assert "... 21 earlier failed effects not shown; `belay events parser-fix` lists every one" in section
+    assert "op-05" not in section and "op-29" in section
+    # The scope change reopened every step: the first twelve are named, the rest counted.
+    [change] = b.scope_changes
+    assert [v.step for v in change.invalid_steps] == [f"step-{i:02}" for i in range(12)]
+    assert change.invalid_steps_omitted == 8
+    assert all(v.why == "depends on api, changed in v2" for v in change.invalid_steps)
+    assert "... and 8 more steps" in _section(text, "Scope changes")
+    assert change.invalidated_count == 30

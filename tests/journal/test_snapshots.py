@@ -136,6 +136,32 @@ def test_a_long_record_snapshotted_as_the_harness_does_loads_pages_only_when_ask
         assert loaded == fold(events)
 
 
+def test_walking_a_loaded_map_yields_each_entry_once_and_keeps_nothing_it_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A view that walks a map (the briefing's one pass over the results) holds a page at a time:
+    the runs are merged as they stream, so a key that several runs hold comes once, with its
+    newest value, and no page or value read on the way stays behind."""
+    monkeypatch.setattr(snapshots, "MERGE_RATIO", 1)  # runs merge later: more layers to walk
+    events = realistic_log()
+    with tiny_pages(page=2), artifact_store() as store:
+        state = EMPTY
+        for start in range(0, len(events), 5):
+            state, _ = snapshot(fold(events[start : start + 5], state), store)
+        _, loaded = snapshot(state, store)
+        whole = fold(events)
+        layered = 0
+        for name in ("operations", "results", "tasks", "approvals"):
+            stored = getattr(loaded, name)
+            assert isinstance(stored, SnapshotMap)
+            layered += len(stored._runs) > 1
+            walked = list(stored.items())
+            assert len(walked) == len(dict(walked)) == len(getattr(whole, name))
+            assert dict(walked) == dict(getattr(whole, name).items())
+            assert all(not run._pages and not run._values for run in stored._runs)
+        assert layered  # some map is spread over several runs, so the merge had keys to settle
+
+
 def test_a_snapshot_map_behaves_like_the_map_it_stands_for() -> None:
     with tiny_pages(), artifact_store() as store:
         put = lambda data: store.put(data).sha256  # noqa: E731

@@ -823,7 +823,8 @@ def amend(
     recorded = briefing(after).scope_changes[-1]
     lines = [f"recorded request v{version} of {session_id} ({', '.join(touched)} changed, by {by})"]
     if recorded.invalid_steps or recorded.invalid_outputs:
-        lines.append("to redo: " + (", ".join(v.step for v in recorded.invalid_steps) or "nothing"))
+        more = f" and {recorded.invalid_steps_omitted:,} more" if recorded.invalid_steps_omitted else ""
+        lines.append("to redo: " + (", ".join(v.step for v in recorded.invalid_steps) or "nothing") + more)
         lines.append(
             "invalid now: " + (", ".join(o.label for o in recorded.invalid_outputs) or "nothing else")
         )

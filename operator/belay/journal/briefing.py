@@ -17,12 +17,17 @@ last verified checkpoint.
 
 `briefing(state)` builds the `Briefing` model (its JSON is the JSON renderer); `render_text` and
 `render_markdown` print it, `render_rows` gives its rows to the HTML report. Every list is capped
-so a long session still fits on a page.
+so a long session still fits on a page, and what is left out is counted ("... and N more"). The
+briefing keeps what it shows, not the history: it reads the operations and results it lists by
+key, and where it must look at every entry of a map (the plan, the notes, the results for the
+scope changes shown) it streams the map, which keeps no page it read (`SnapshotMap.items`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import heapq
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
@@ -89,7 +94,8 @@ class ScopeChangeItem(Model):
     by: str = ""
     at: datetime | None = None
     changes: list[RequestDifference] = []
-    invalid_steps: list[StepVerdict] = []
+    invalid_steps: list[StepVerdict] = []  # the first STEP_LIMIT steps it reopened
+    invalid_steps_omitted: int = 0
     invalid_outputs: list[OutputVerdict] = []
     invalid_outputs_omitted: int = 0
     reusable_steps: list[StepVerdict] = []
@@ -276,6 +282,7 @@ class Briefing(Model):
     running: list[RunningItem]
     waiting_on_you: list[ActionItem]
     needs_attention: list[AttentionItem] = []
+    needs_attention_omitted: int = 0  # the earliest failed effects nobody is asked about
     effects: list[EffectItem] = []
     effects_omitted: int = 0  # the earliest ones
     waiting_on_external: list[ExternalItem]
@@ -305,24 +312,37 @@ def _cap(items: Sequence[T], limit: int = LIST_LIMIT) -> tuple[list[T], int]:
     return list(items[:limit]), max(0, len(items) - limit)
 
 
-def _select_steps(tasks: list[TaskRecord], limit: int) -> tuple[list[TaskRecord], list[TaskRecord]]:
+def _plan_order(task: TaskRecord) -> tuple[int, str]:
+    return task.first_seq, task.task_id
+
+
+def _select_steps(state: SessionState, limit: int) -> tuple[list[TaskRecord], Counter[TaskStatus]]:
     """Every active step first, then the most recent finished ones, in plan order; the earliest
-    finished steps are the ones left out."""
-    if len(tasks) <= limit:
-        return tasks, []
-    active = [t for t in tasks if t.status not in FINISHED][:limit]
-    finished = [t for t in tasks if t.status in FINISHED]
+    finished steps are the ones left out, counted by status. Streamed: only the steps shown are
+    kept, whatever the length of the plan."""
+    tasks = state.tasks.values
+    active = heapq.nsmallest(limit, (t for t in tasks() if t.status not in FINISHED), key=_plan_order)
     room = limit - len(active)
-    keep = {t.task_id for t in active} | {t.task_id for t in (finished[-room:] if room > 0 else [])}
-    return [t for t in tasks if t.task_id in keep], [t for t in tasks if t.task_id not in keep]
+    finished = heapq.nlargest(room, (t for t in tasks() if t.status in FINISHED), key=_plan_order)
+    omitted = Counter(t.status for t in tasks())
+    omitted.subtract(t.status for t in (*active, *finished))
+    return sorted((*active, *finished), key=_plan_order), omitted
 
 
 def _latest_notes(state: SessionState, kind: NoteKind) -> tuple[list[NoteItem], int]:
     """The NOTE_LIMIT notes of one kind updated last, shown in the order they were first made."""
-    notes = [n for n in state.notes.values() if n.kind == kind]
-    latest = sorted(notes, key=lambda n: (n.last_seq, n.note_id))[-NOTE_LIMIT:]
+    count = 0
+
+    def of_kind() -> Iterator[NoteRecord]:
+        nonlocal count
+        for note in state.notes.values():
+            if note.kind == kind:
+                count += 1
+                yield note
+
+    latest = heapq.nlargest(NOTE_LIMIT, of_kind(), key=lambda n: (n.last_seq, n.note_id))
     latest.sort(key=lambda n: (n.first_seq, n.note_id))
-    return [_note_item(n, state) for n in latest], len(notes) - len(latest)
+    return [_note_item(n, state) for n in latest], count - len(latest)
 
 
 def _note_item(n: NoteRecord, state: SessionState) -> NoteItem:
@@ -368,15 +388,6 @@ def _step_verdict(state: SessionState, step: str, why: str) -> StepVerdict:
     return StepVerdict(step=step, title=task.title, status=task.status, round=task.round, why=why)
 
 
-def _why_step(state: SessionState, step: str, result_ids: Sequence[str]) -> str:
-    """Why a step's work became invalid: the reason recorded on its first invalidated result."""
-    for result_id in result_ids:
-        result = state.results.get(result_id)
-        if result is not None and result.step == step and result.invalid_because:
-            return result.invalid_because
-    return "its work was turned down"
-
-
 def _notable(result: ResultRecord, state: SessionState) -> bool:
     """Results a person recognises on their own: artifacts, notes (their latest version), effects
     in the world."""
@@ -404,18 +415,101 @@ def _output_label(result: ResultRecord, state: SessionState) -> str:
     return result.label
 
 
-def _parts_by_step(state: SessionState) -> dict[str, set[str]]:
-    """The request parts each step's results were derived from (one pass over the results)."""
+class _ChangeScan:
+    """What one pass over the results finds for one scope change: its notable invalidated outputs
+    (the first LIST_LIMIT in the order the change recorded them), why each shown step was redone,
+    and its notable reusable outputs (the LIST_LIMIT recorded last before it); only those records
+    are kept, the rest are counted."""
+
+    def __init__(self, change: Any) -> None:
+        self.change = change
+        self.position = {result_id: i for i, result_id in enumerate(change.invalidated)}
+        self.shown_steps = list(change.reopened_steps[:STEP_LIMIT])
+        self.why: dict[str, tuple[int, str]] = {}  # shown step -> (position, reason)
+        self.invalid: list[tuple[int, str, ResultRecord]] = []  # a max-heap on -position
+        self.invalid_count = 0
+        self.reusable: list[tuple[int, str, ResultRecord]] = []  # a min-heap on seq
+        self.reusable_count = 0
+
+    def see(self, result: ResultRecord, state: SessionState) -> None:
+        position = self.position.get(result.result_id)
+        if position is not None:
+            step = result.step
+            if step is not None and step in self.shown_steps and result.invalid_because:
+                known = self.why.get(step)
+                if known is None or position < known[0]:
+                    self.why[step] = (position, result.invalid_because)
+            if _notable(result, state):
+                self.invalid_count += 1
+                heapq.heappush(self.invalid, (-position, result.result_id, result))
+                if len(self.invalid) > LIST_LIMIT:
+                    heapq.heappop(self.invalid)
+        elif result.seq < self.change.seq and result.valid and _notable(result, state):
+            self.reusable_count += 1
+            heapq.heappush(self.reusable, (result.seq, result.result_id, result))
+            if len(self.reusable) > LIST_LIMIT:
+                heapq.heappop(self.reusable)
+
+
+def _scan_results(
+    state: SessionState, changes: Sequence[Any]
+) -> tuple[dict[str, set[str]], list[_ChangeScan]]:
+    """One pass over the results for the scope changes shown, streamed (`SnapshotMap.items`), so
+    the briefing holds what it shows and a few counters, not the history: the request parts each
+    step's results were derived from, and each change's `_ChangeScan`."""
     parts: dict[str, set[str]] = {}
+    scans = [_ChangeScan(change) for change in changes]
+    if not scans:
+        return parts, scans
     for result in state.results.values():
         if result.step is not None and result.derived_from is not None:
             parts.setdefault(result.step, set()).update(result.derived_from.request_parts)
-    return parts
+        for scan in scans:
+            scan.see(result, state)
+    return parts, scans
+
+
+def _reusable_steps(
+    state: SessionState, change: Any, parts_by_step: dict[str, set[str]]
+) -> tuple[list[StepVerdict], int]:
+    """The steps finished before the change that it did not touch (and nothing since has
+    reopened), each with what it depends on: the first STEP_LIMIT in plan order, and how many
+    there are. Streamed over the plan."""
+    reopened = set(change.reopened_steps)
+    count = 0
+
+    def parts_of(task: TaskRecord) -> Sequence[str]:
+        return task.request_parts if task.request_parts is not None else sorted(parts_by_step[task.task_id])
+
+    def reusable() -> Iterator[TaskRecord]:
+        nonlocal count
+        for task in state.tasks.values():
+            if task.task_id in state.subagents or task.first_seq > change.seq or task.task_id in reopened:
+                continue  # a subagent's own task is not a step; a step begun after the change is new work
+            if task.reopened_seq is not None and task.reopened_seq > change.seq:
+                continue
+            if task.status not in (TaskStatus.DONE, TaskStatus.VERIFIED):
+                continue  # not finished: nothing to reuse yet
+            if task.request_parts is None and task.task_id not in parts_by_step:
+                continue  # it recorded no inputs: nothing can be said either way
+            count += 1
+            yield task
+
+    shown = heapq.nsmallest(STEP_LIMIT, reusable(), key=_plan_order)
+    verdicts = []
+    for task in shown:
+        parts = parts_of(task)
+        why = (
+            f"depends on {', '.join(parts)} only: unchanged" if parts else "depends on no part of the request"
+        )
+        verdicts.append(_step_verdict(state, task.task_id, why))
+    return verdicts, count - len(shown)
 
 
 def _scope_change_item(
-    state: SessionState, change: Any, parts_by_step: dict[str, set[str]]
+    state: SessionState, scan: _ChangeScan, parts_by_step: dict[str, set[str]]
 ) -> ScopeChangeItem:
+    change = scan.change
     invalid_outputs = [
         OutputVerdict(
             result_id=r.result_id,
@@ -423,30 +517,11 @@ def _scope_change_item(
             source=_output_source(r, state),
             why=r.invalid_because or "invalid",
         )
-        for r in (state.results[i] for i in change.invalidated if i in state.results)
-        if _notable(r, state)
+        for _, _, r in sorted(scan.invalid, reverse=True)
     ]
     # What stays reusable: the work done before the change that it did not touch (and nothing
     # since has reopened), each with what it depends on.
-    reusable_steps = []
-    for task in sorted(state.tasks.values(), key=lambda t: (t.first_seq, t.task_id)):
-        if (
-            task.task_id in state.subagents
-            or task.first_seq > change.seq
-            or task.task_id in change.reopened_steps
-        ):
-            continue  # a subagent's own task is not a step; a step begun after the change is new work
-        if task.reopened_seq is not None and task.reopened_seq > change.seq:
-            continue
-        if task.status not in (TaskStatus.DONE, TaskStatus.VERIFIED):
-            continue  # not finished: nothing to reuse yet
-        if task.request_parts is None and task.task_id not in parts_by_step:
-            continue  # it recorded no inputs: nothing can be said either way
-        parts = task.request_parts if task.request_parts is not None else sorted(parts_by_step[task.task_id])
-        why = (
-            f"depends on {', '.join(parts)} only: unchanged" if parts else "depends on no part of the request"
-        )
-        reusable_steps.append(_step_verdict(state, task.task_id, why))
+    reusable_steps, reusable_steps_omitted = _reusable_steps(state, change, parts_by_step)
     reusable_outputs = [
         OutputVerdict(
             result_id=r.result_id,
@@ -454,8 +529,7 @@ def _scope_change_item(
             source=_output_source(r, state),
             why="its inputs are unchanged",
         )
-        for r in sorted(state.results.values(), key=lambda r: r.seq)
-        if r.seq < change.seq and r.valid and _notable(r, state)
+        for _, _, r in sorted(scan.reusable)
     ]
     return ScopeChangeItem(
         request_version=change.request_version,
@@ -470,15 +544,16 @@ def _scope_change_item(
         at=change.at,
         changes=[RequestDifference(part=c.part, before=c.before, after=c.after) for c in change.changes],
         invalid_steps=[
-            _step_verdict(state, step, _why_step(state, step, change.invalidated))
-            for step in change.reopened_steps
+            _step_verdict(state, step, scan.why[step][1] if step in scan.why else "its work was turned down")
+            for step in scan.shown_steps
         ],
-        invalid_outputs=invalid_outputs[:LIST_LIMIT],
-        invalid_outputs_omitted=max(0, len(invalid_outputs) - LIST_LIMIT),
-        reusable_steps=reusable_steps[:STEP_LIMIT],
-        reusable_steps_omitted=max(0, len(reusable_steps) - STEP_LIMIT),
-        reusable_outputs=reusable_outputs[-LIST_LIMIT:],
-        reusable_outputs_omitted=max(0, len(reusable_outputs) - LIST_LIMIT),
+        invalid_steps_omitted=len(change.reopened_steps) - len(scan.shown_steps),
+        invalid_outputs=invalid_outputs,
+        invalid_outputs_omitted=scan.invalid_count - len(invalid_outputs),
+        reusable_steps=reusable_steps,
+        reusable_steps_omitted=reusable_steps_omitted,
+        reusable_outputs=reusable_outputs,
+        reusable_outputs_omitted=scan.reusable_count - len(reusable_outputs),
     )
 
 
@@ -524,7 +599,8 @@ def _effect_item(state: SessionState, op: OperationRecord) -> EffectItem:
     return EffectItem(**base, outcome="pending", detail="awaiting approval" if pending else "")
 
 
-def _attention(state: SessionState) -> list[AttentionItem]:
+def _attention(state: SessionState) -> tuple[list[AttentionItem], int]:
+    """What needs attention, and how many earlier failed effects nobody is asked about are left out."""
     sid = state.session_id
     items: list[AttentionItem] = []
     # A reconcile probe found several effects of one operation: a person undoes the extra ones.
@@ -540,36 +616,53 @@ def _attention(state: SessionState) -> list[AttentionItem]:
                 effects=made,
             )
         )
-    for op in state.attention_operation_records():
-        if op.operation_id in state.unknown_outcomes:
+    # Every unknown outcome and every failure that waits on a person's retry decision (both also
+    # wait on you); of the failures nobody is asked about, the latest LIST_LIMIT, the rest counted.
+    # Only the operations shown are read.
+    requested = state.external_operations
+    shown: list[tuple[int, str, ApprovalRecord | None]] = [
+        (requested[o], o, None) for o in state.unknown_outcomes if o in requested
+    ]
+    failed: list[tuple[int, str]] = []
+    for op_id, seq in state.failed_external_operations.items():
+        if op_id in state.unknown_outcomes:
+            continue
+        retry = _latest_retry(state, op_id)
+        if retry is None:
+            failed.append((seq, op_id))
+        elif retry.pending:
+            shown.append((seq, op_id, retry))
+    failed.sort()
+    shown += [(seq, op_id, None) for seq, op_id in failed[-LIST_LIMIT:]]
+    for _, op_id, retry in sorted(shown, key=lambda s: (s[0], s[1])):
+        op = state.operations[op_id]
+        if op_id not in state.unknown_outcomes and (not op.has_result or op.ok):
+            continue  # requested again since it failed: it runs, or ran, once more
+        if op_id in state.unknown_outcomes:
             items.append(
                 AttentionItem(
                     kind="unknown_effect",
-                    id=op.operation_id,
-                    summary=f"{op.tool} ({op.operation_id}): outcome unknown, never repeated blindly; did it "
+                    id=op_id,
+                    summary=f"{op.tool} ({op_id}): outcome unknown, never repeated blindly; did it "
                     "take effect?",
-                    command=commands.reconcile(sid, op.operation_id),
+                    command=commands.reconcile(sid, op_id),
                 )
             )
             continue
-        retry = _latest_retry(state, op.operation_id)
-        if op.has_result and not op.ok and (retry is None or retry.pending):
-            summary = (
-                f"{op.tool} ({op.operation_id}) failed and took no effect: {op.error or 'no reason given'}"
+        summary = f"{op.tool} ({op_id}) failed and took no effect: {op.error or 'no reason given'}"
+        if retry is None:
+            items.append(AttentionItem(kind="failed_effect", id=op_id, summary=summary))
+            continue
+        items.append(
+            AttentionItem(
+                kind="failed_effect",
+                id=op_id,
+                summary=summary + "; the session waits for you",
+                command=commands.approve(sid, retry.approval_id) + "  (try it once more)",
+                alternative=commands.reject(sid, retry.approval_id) + "  (go on without it)",
             )
-            if retry is None:
-                items.append(AttentionItem(kind="failed_effect", id=op.operation_id, summary=summary))
-                continue
-            items.append(
-                AttentionItem(
-                    kind="failed_effect",
-                    id=op.operation_id,
-                    summary=summary + "; the session waits for you",
-                    command=commands.approve(sid, retry.approval_id) + "  (try it once more)",
-                    alternative=commands.reject(sid, retry.approval_id) + "  (go on without it)",
-                )
-            )
-    return items
+        )
+    return items, max(0, len(failed) - LIST_LIMIT)
 
 
 def briefing(
@@ -589,8 +682,7 @@ def briefing(
     sandboxes as the caller observes them, one per subagent; `budgets` the limits of
     `spec.budgets` that are set, by their manifest name."""
     sid = state.session_id
-    tasks = sorted(state.tasks.values(), key=lambda t: (t.first_seq, t.task_id))
-    shown, omitted = _select_steps(tasks, STEP_LIMIT)
+    shown, omitted = _select_steps(state, STEP_LIMIT)
     steps = [
         StepItem(
             task_id=t.task_id,
@@ -608,8 +700,7 @@ def briefing(
     pending_by_operation = {a.operation_id: a for a in state.pending_approval_records()}
     running: list[RunningItem] = [
         RunningItem(kind="task", id=t.task_id, description=t.title or t.task_id, subagent=t.owner)
-        for t in tasks
-        if t.status == TaskStatus.RUNNING
+        for t in sorted((t for t in state.tasks.values() if t.status == TaskStatus.RUNNING), key=_plan_order)
     ]
     for op in state.open_operation_records():
         if op.operation_id in state.unknown_outcomes:
@@ -709,7 +800,9 @@ def briefing(
     decisions, d_omitted = _latest_notes(state, NoteKind.DECISION)
     findings, f_omitted = _latest_notes(state, NoteKind.FINDING)
 
-    parts_by_step = _parts_by_step(state) if state.scope_changes else {}
+    attention, attention_omitted = _attention(state)
+    shown_changes = state.scope_changes[-SCOPE_CHANGE_LIMIT:]
+    parts_by_step, scans = _scan_results(state, shown_changes)
     latest_effects = state.recent_external_operations[-LIST_LIMIT:]
     effects = [_effect_item(state, state.operations[op]) for op in latest_effects]
     effects_omitted = len(state.external_operations) - len(latest_effects)
@@ -745,19 +838,18 @@ def briefing(
         goal=state.request.goal,
         request_version=state.request.version,
         request_parts=dict(sorted(state.request.parts.items())),
-        scope_changes=[
-            _scope_change_item(state, c, parts_by_step) for c in state.scope_changes[-SCOPE_CHANGE_LIMIT:]
-        ],
+        scope_changes=[_scope_change_item(state, scan, parts_by_step) for scan in scans],
         scope_changes_omitted=max(0, len(state.scope_changes) - SCOPE_CHANGE_LIMIT),
         rejections=[_rejection_item(state, r) for r in state.rejections[-SCOPE_CHANGE_LIMIT:]],
         rejections_omitted=max(0, len(state.rejections) - SCOPE_CHANGE_LIMIT),
         steps=steps,
-        steps_omitted=len(omitted),
-        steps_omitted_done=sum(t.status == TaskStatus.DONE for t in omitted),
-        steps_omitted_verified=sum(t.status == TaskStatus.VERIFIED for t in omitted),
+        steps_omitted=omitted.total(),
+        steps_omitted_done=omitted[TaskStatus.DONE],
+        steps_omitted_verified=omitted[TaskStatus.VERIFIED],
         running=running,
         waiting_on_you=actions,
-        needs_attention=_attention(state),
+        needs_attention=attention,
+        needs_attention_omitted=attention_omitted,
         effects=effects,
         effects_omitted=effects_omitted,
         waiting_on_external=external,
@@ -928,12 +1020,16 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
             if index < len(b.scope_changes) - 1:
                 # An earlier change in two lines, so the page holds them all; --json has every detail.
                 steps = ", ".join(v.step for v in c.invalid_steps)
+                if c.invalid_steps_omitted:
+                    steps += f" and {c.invalid_steps_omitted:,} more"
                 redone = f"; redone: {steps}" if steps else ""
                 item("; ".join(differences) + f"; made {c.invalidated_count} results invalid{redone}", 2)
                 continue
             for difference in differences:
                 item(difference, 2)
             invalid = [_verdict(v) for v in c.invalid_steps]
+            if c.invalid_steps_omitted:
+                invalid.append(f"... and {c.invalid_steps_omitted:,} more steps")
             invalid += [f"{o.label} ({o.source}): {o.why}" for o in c.invalid_outputs]
             if c.invalid_outputs_omitted:
                 invalid.append(f"... and {c.invalid_outputs_omitted} more")
@@ -1008,6 +1104,11 @@ def _lines(b: Briefing) -> list[tuple[int, str, str]]:
         item("nothing")
 
     head("Needs attention")
+    if b.needs_attention_omitted:
+        item(
+            f"... {b.needs_attention_omitted:,} earlier failed effects not shown; "
+            f"`{commands.events(b.session_id)}` lists every one"
+        )
     for attention in b.needs_attention:
         item(f"{attention.kind.replace('_', ' ')} {attention.id}: {attention.summary}")
         if attention.command:

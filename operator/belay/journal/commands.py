@@ -45,6 +45,11 @@ def brief(session_id: str) -> str:
     return f"belay brief {session_id}"
 
 
+def events(session_id: str) -> str:
+    """The whole record, in order: what a briefing summarises by counting."""
+    return f"belay events {session_id}"
+
+
 LOCAL_CLI = "belay "
 CLUSTER_CLI = "kubectl belay "
 

@@ -28,8 +28,10 @@ the oldest. Small blobs are kept inline in the root document.
 
 A `SnapshotMap` answers what an `immutables.Map` answers (`get`, `set`, `delete`, `in`, `len`,
 iteration) and is used in its place in the state a snapshot loads, so `apply` and every view work
-on it unchanged. Iterating it reads every page (the views that do are bounded by what they show,
-not by this).
+on it unchanged. Iterating it streams every page once, merging the runs in their common order,
+and keeps none of what it read: a walk costs time in proportion to the map, not memory. A lookup
+keeps the page it read (and the value it parsed), so a view that looks up many scattered keys
+holds many pages; the views that do are bounded by what they show.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import asyncio
 import base64
 import bisect
 import hashlib
+import heapq
 import inspect
 import json
 import sys
@@ -292,6 +295,12 @@ class _Run:
         return value
 
 
+def _tagged(run: _Run, depth: int) -> Iterator[tuple[int, str, int, bytes]]:
+    """A run's entries with its depth, so that merged runs sort a key's newest entry first."""
+    for fp, key, raw in run.entries():
+        yield fp, key, depth, raw
+
+
 class SnapshotMap:
     """A persistent map whose older entries live in snapshot runs and are read on first use; the
     entries set or deleted since are an `immutables.Map` on top. Immutable like the map it stands
@@ -342,17 +351,22 @@ class SnapshotMap:
         return SnapshotMap(self._runs, self._head.set(key, _DELETED), self._count - 1)
 
     def items(self) -> Iterator[tuple[str, Any]]:
+        """Every entry: the changed ones, then the runs merged in their common (fingerprint, key)
+        order, the newest run's entry winning. The runs are streamed a page at a time and nothing
+        read on the way is kept, so a walk costs the same memory at any size."""
         head = self._head
         for key, value in head.items():
             if value is not _DELETED:
                 yield key, value
-        for depth, run in enumerate(self._runs):
-            newer = self._runs[:depth]
-            for _, key, raw in run.entries():
-                if key in head or any(r.find(key) is not _ABSENT for r in newer):
-                    continue  # a newer layer holds this key
-                if raw:
-                    yield key, run.decode(key, raw)
+        previous: tuple[int, str] | None = None
+        for fp, key, depth, raw in heapq.merge(
+            *(_tagged(run, depth) for depth, run in enumerate(self._runs))
+        ):
+            if (fp, key) == previous:
+                continue  # an older run's entry for a key a newer run holds
+            previous = (fp, key)
+            if raw and key not in head:
+                yield key, self._runs[depth].decode(key, raw)
 
     def keys(self) -> Iterator[str]:
         return (key for key, _ in self.items())
