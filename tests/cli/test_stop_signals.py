@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from belay.harness.attempt import FAULT_ENV
+from belay.harness.attempt import FAULT_ENV, fault_key
 from belay.harness.stopping import DRAIN_ENV, STOP_MARGIN_S
 from belay.journal.events import Event, Lifecycle, LifecycleKind
 from belay.journal.state import fold
@@ -413,6 +413,35 @@ def test_a_call_still_running_at_the_bound_is_cut_off_and_the_run_exits(tmp_path
     stop = slow_stop(read_events(home, SLOW_SESSION))
     assert stop.reason == "SIGTERM"
     assert "1 call cut off at the 1 s bound, without a result (worker.wait.1)" in stop.detail, stop.detail
+
+
+# Every model answer of the example is recorded under this key: it recurs all through the run.
+RECURRING_POINT = "model_output:"
+
+
+def test_a_point_that_recurs_stops_the_run_once_so_a_continued_run_goes_on_to_its_end(
+    tmp_path: Path,
+) -> None:
+    """The stops above let the run go on after the signal: stopped again at a later event with the
+    same key, nothing would wake it, and it would never exit."""
+    process = start_run(tmp_path, RECURRING_POINT)
+    try:
+        wait_until_stopped(process, RECURRING_POINT)
+        os.kill(process.pid, signal.SIGCONT)
+        deadline = time.monotonic() + REACH_TIMEOUT_S
+        while process.poll() is None:
+            assert not is_stopped(process.pid), f"stopped itself again at a later {RECURRING_POINT}"
+            assert time.monotonic() < deadline, f"did not end in {REACH_TIMEOUT_S}s"
+            time.sleep(0.01)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    output = (tmp_path / "belay.log").read_text(errors="replace")
+    assert process.returncode == 0, output
+    events = read_events(tmp_path, SESSION)
+    assert fold(events).lifecycle.completed
+    assert sum(fault_key(e) == RECURRING_POINT for e in events) > 1  # it did recur after the stop
 
 
 def test_the_brief_of_a_stopped_run_says_it_stopped_cleanly_and_how_to_resume(tmp_path: Path) -> None:

@@ -47,8 +47,10 @@ from belay.stores.base import ArtifactStore, EventStore, RecordCorrupt, StaleLea
 
 HARNESS_VERSION = f"belay-harness/{__version__}"
 # Fault injection for the interruption tests and the drill: a comma-separated list of
-# `<event type>:<key>`; the harness stops itself (SIGSTOP) right after recording a matching event,
-# so the caller can kill it at exactly that point.
+# `<event type>:<key>`; the harness stops itself (SIGSTOP) right after recording the first event
+# matching each, so the caller can kill it at exactly that point. Once per point: a key can recur
+# (`model_output:`, a subagent's `lifecycle:sandbox_started`), and a caller that lets the harness
+# go on (a signal sent while it is stopped) must not find it stopped again with no one to wake it.
 FAULT_ENV = "BELAY_FAULT_STOP_AFTER"
 
 
@@ -176,7 +178,9 @@ class Attempt:
             for event in events:
                 if self.on_event is not None:
                     self.on_event(event)
-            if self._fault_points and any(fault_key(e) in self._fault_points for e in events):
+            reached = self._fault_points.intersection(fault_key(e) for e in events)
+            if reached:
+                self._fault_points -= reached
                 os.kill(os.getpid(), signal.SIGSTOP)
         return events
 
