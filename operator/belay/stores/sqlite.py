@@ -11,7 +11,9 @@ Why it is shaped this way:
   still accepted or refused on its own). Other processes (or other instances) contend through
   `busy_timeout`.
 - Reads run on a small pool of threads, each with its own connection; WAL lets them proceed while a
-  write is in progress.
+  write is in progress. The first INLINE_READ_EVENTS events of a `read` are read on the caller's
+  thread instead: the tail an attempt folds after each step is a few events, and handing such a
+  read to a thread and its answer back (waiting for the GIL twice) costs more than the read.
 - `latest_of_type` keeps (session, type) -> seq, so `latest()` is two primary-key lookups however long
   the history is.
 - `watch()` is woken by appends made through this instance and polls at a short interval for
@@ -149,6 +151,8 @@ DEFAULT_POLL_INTERVAL = 0.05
 # How long a writer waits for another process's write lock before giving up (StoreUnavailable).
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
 WATCH_PAGE = 500
+# The events a read takes on the caller's thread; the rest of a longer read goes to a reader thread.
+INLINE_READ_EVENTS = 64
 # The most queued writes one transaction takes in (see GroupCommitWriter).
 MAX_GROUP_WRITES = 64
 
@@ -324,8 +328,18 @@ class SqliteEventStore:
     async def read(
         self, session_id: str, from_seq: int = 1, to_seq: int | None = None, limit: int | None = None
     ) -> list[Event]:
-        return await self._read(
-            lambda conn: _checked_events(conn, self.chain, session_id, from_seq, to_seq, limit)
+        if self._closed:
+            raise StoreError("the store is closed")
+        first_part = INLINE_READ_EVENTS if limit is None else min(limit, INLINE_READ_EVENTS)
+        try:
+            events = _checked_events(self._connection(), self.chain, session_id, from_seq, to_seq, first_part)
+        except sqlite3.OperationalError as exc:
+            raise StoreUnavailable(f"{self.path}: {exc}") from exc
+        if len(events) < first_part or (limit is not None and limit == first_part):
+            return events
+        rest = None if limit is None else limit - first_part
+        return events + await self._read(
+            lambda conn: _checked_events(conn, self.chain, session_id, events[-1].seq + 1, to_seq, rest)
         )
 
     async def tail(self, session_id: str, count: int) -> list[Event]:
