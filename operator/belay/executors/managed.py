@@ -606,7 +606,8 @@ class ManagedExecutor:
             if found is None:
                 found, how = await self.create(metadata, state)
             self.remote_id = found
-            await self.context.record([self.remote(RemoteKind.SESSION, detail=how)])
+            # Lost with the machine, a resume finds the session by its metadata.
+            await self.context.record([self.remote(RemoteKind.SESSION, detail=how)], durable=False)
         self._watcher = asyncio.create_task(self.watch(), name=f"{self.kind}-{self.sub}-events")
 
     async def create(self, metadata: dict[str, str], state: SessionState) -> tuple[str, str]:

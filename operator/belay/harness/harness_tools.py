@@ -28,6 +28,7 @@ from belay.journal.events import (
     Artifact,
     ArtifactRef,
     Checkpoint,
+    DeclaredArtifact,
     Note,
     NoteKind,
     Payload,
@@ -161,13 +162,16 @@ async def checkpoint(
     files = (listing.get("output") or {}).get("files", [])
     paths = declared_paths(files, sub.declared)
     entries = await client.manifest(paths) if paths else []
-    declared = []
-    for entry in entries:
+
+    async def store(entry: DeclaredArtifact) -> DeclaredArtifact:
         data = await client.get_file(entry.name)
         ref = await asyncio.to_thread(runtime.artifacts.put, data)
         if ref.sha256 != entry.sha256:
             raise RuntimeError(f"{entry.name} changed while it was checkpointed")
-        declared.append(entry.model_copy(update={"uri": ref.uri}))
+        return entry.model_copy(update={"uri": ref.uri})
+
+    # Side by side: each store waits on the disk, the next file's fetch on the sandbox.
+    declared = list(await asyncio.gather(*(store(entry) for entry in entries)))
     verification = None
     command = request.arguments.get("verify")
     if command:

@@ -129,6 +129,7 @@ class Recovery:
                 )
             ],
             subagent=sub.name,
+            durable=False,  # lost with the machine, the sandbox is gone too: the next one is recorded
         )
         state = await attempt.state()
         self.prepared_at[sub.name] = state.last_seq
@@ -212,7 +213,9 @@ class Recovery:
             subagent=sub.name,
             result_id=f"checkpoint:{checkpoint_id}",
         )
-        await self.attempt.record([checkpoint], subagent=sub.name)
+        # Lost with the machine, the inputs are seeded again into the next sandbox: their blobs are
+        # already on disk, and nothing has run on them yet.
+        await self.attempt.record([checkpoint], subagent=sub.name, durable=False)
         await self.attempt.record(
             [
                 Lifecycle(
