@@ -178,7 +178,7 @@ class Attempt:
             for event in events:
                 if self.on_event is not None:
                     self.on_event(event)
-            reached = self._fault_points.intersection(fault_key(e) for e in events)
+            reached = self._fault_points and self._fault_points.intersection(fault_key(e) for e in events)
             if reached:
                 self._fault_points -= reached
                 os.kill(os.getpid(), signal.SIGSTOP)
