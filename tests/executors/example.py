@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from belay.api.agentsession import AgentSession, parse_manifest
+from belay.executors.standins import anthropic_managed, openai_agents
 from belay.harness.models.scripted import ScriptedPlan, load_plan
 from belay.local.drill import manifest_for
 
@@ -21,6 +25,19 @@ ENVIRONMENT = {
     "openai-agents": ("OPENAI_BASE_URL", "OPENAI_API_KEY"),
     "anthropic-managed": ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"),
 }
+STANDINS = {"openai-agents": openai_agents, "anthropic-managed": anthropic_managed}
+
+
+@contextlib.asynccontextmanager
+async def standin_for(
+    executor: str, plan: ScriptedPlan, monkeypatch: pytest.MonkeyPatch, **options: Any
+) -> AsyncIterator[Any]:
+    """The executor's stand-in running `plan`, with the SDK's variables pointing at it."""
+    async with STANDINS[executor].running(plan, **options) as standin:
+        base_url_variable, key_variable = ENVIRONMENT[executor]
+        monkeypatch.setenv(base_url_variable, standin.base_url)
+        monkeypatch.setenv(key_variable, "sk-test")
+        yield standin
 
 
 def example_manifest(directory: Path, executor: str = "openai-agents", **spec_changes: Any) -> Path:

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from belay.api.agentsession import load_manifest
-from belay.executors.standins import anthropic_managed, openai_agents
 from belay.harness.models.scripted import ScriptedPlan
 from belay.journal.events import (
     EffectClass,
@@ -28,7 +27,7 @@ from belay.journal.events import (
 )
 from belay.local.runtime import LocalHome, run_local
 from belay.stores.sqlite import SqliteEventStore
-from tests.executors.example import ENVIRONMENT, one_subagent_session
+from tests.executors.example import STANDINS, one_subagent_session, standin_for
 from tests.scripted import write_scripted_session
 
 PLAN: dict[str, Any] = {
@@ -52,7 +51,6 @@ STARTS_AND_ENDS = {
     LifecycleKind.SESSION_FAILED,
     LifecycleKind.HARNESS_FINISHED,
 }
-STANDINS = {"openai-agents": openai_agents, "anthropic-managed": anthropic_managed}
 Append = tuple[list[Any], bool]
 
 
@@ -98,10 +96,7 @@ async def test_a_managed_attempt_waits_for_the_disk_only_before_what_leaves_it(
 ) -> None:
     appends = watch_appends(monkeypatch)
     plan = ScriptedPlan.model_validate({"subagents": {"worker": PLAN}})
-    async with STANDINS[executor].running(plan) as standin:
-        base_url_variable, key_variable = ENVIRONMENT[executor]
-        monkeypatch.setenv(base_url_variable, standin.base_url)
-        monkeypatch.setenv(key_variable, "sk-test")
+    async with standin_for(executor, plan, monkeypatch):
         session = one_subagent_session("durability", executor, "Write, read, count, file.")
         result = await run_local(LocalHome(tmp_path), session)
     assert result.completed, result.detail

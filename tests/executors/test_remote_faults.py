@@ -14,12 +14,11 @@ from typing import Any
 import pytest
 
 from belay.api.agentsession import AgentSession
-from belay.executors.standins import anthropic_managed, openai_agents
 from belay.harness.models.scripted import ScriptedPlan
 from belay.journal.events import Event, RemoteEvent
 from belay.local.drill import provider_problems
 from belay.local.runtime import LocalHome, read_state, run_local
-from tests.executors.example import ENVIRONMENT, one_subagent_session
+from tests.executors.example import STANDINS, one_subagent_session, standin_for
 
 PLAN = ScriptedPlan.model_validate(
     {
@@ -44,7 +43,6 @@ PLAN = ScriptedPlan.model_validate(
         }
     }
 )
-STANDINS = {"openai-agents": openai_agents, "anthropic-managed": anthropic_managed}
 
 
 def session(executor: str) -> AgentSession:
@@ -60,10 +58,7 @@ async def run_with(
 ) -> tuple[Any, list[Event], dict[str, Any]]:
     """Run the session on the stand-in armed with `faults`; `when(event, standin)` may arm more as
     events are recorded. Returns the harness result, the record and the stand-in's counters."""
-    async with STANDINS[executor].running(PLAN, faults=faults) as standin:
-        base_url_variable, key_variable = ENVIRONMENT[executor]
-        monkeypatch.setenv(base_url_variable, standin.base_url)
-        monkeypatch.setenv(key_variable, "sk-test")
+    async with standin_for(executor, PLAN, monkeypatch, faults=faults) as standin:
         local = LocalHome(home)
         result = await run_local(local, session(executor), on_event=lambda e: when and when(e, standin))
         _, events = await read_state(local, "faults")

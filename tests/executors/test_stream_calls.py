@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from belay.executors.standins import anthropic_managed, openai_agents
 from belay.harness.models.scripted import ScriptedPlan
 from belay.local.drill import provider_problems
 from belay.local.runtime import LocalHome, run_local
-from tests.executors.example import ENVIRONMENT, one_subagent_session
+from tests.executors.example import STANDINS, one_subagent_session, standin_for
 
 COMMANDS = 10
 PLAN = ScriptedPlan.model_validate(
@@ -36,17 +35,13 @@ PLAN = ScriptedPlan.model_validate(
         }
     }
 )
-STANDINS = {"openai-agents": openai_agents, "anthropic-managed": anthropic_managed}
 
 
 @pytest.mark.parametrize("executor", sorted(STANDINS))
 async def test_calls_come_from_the_event_stream_not_from_a_read_after_every_result(
     executor: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with STANDINS[executor].running(PLAN) as standin:
-        base_url_variable, key_variable = ENVIRONMENT[executor]
-        monkeypatch.setenv(base_url_variable, standin.base_url)
-        monkeypatch.setenv(key_variable, "sk-test")
+    async with standin_for(executor, PLAN, monkeypatch) as standin:
         session = one_subagent_session("counting", executor, "Count to ten.")
         result = await run_local(LocalHome(tmp_path), session)
         stats = standin.stats()
