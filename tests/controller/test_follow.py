@@ -9,7 +9,8 @@ from belay.controller.follow import (
     RecordWatches,
     Step,
     WorkerWake,
-    changed_beyond_status,
+    changed_beyond_bookkeeping,
+    pod_view,
     wait_for_next_step,
     worker_step,
 )
@@ -100,11 +101,54 @@ def test_the_operators_own_status_write_does_not_wake_the_worker_and_anything_el
         "metadata": {**body["metadata"], "resourceVersion": "2", "managedFields": [{"time": "b"}]},
         "status": {"lastSeq": 2},
     }
-    assert changed_beyond_status(None, body)
-    assert not changed_beyond_status(body, status_written)
+    assert changed_beyond_bookkeeping(None, body)
+    assert not changed_beyond_bookkeeping(body, status_written)
     annotated = {**status_written, "metadata": {**status_written["metadata"], "annotations": {"a": "b"}}}
-    assert changed_beyond_status(status_written, annotated)
+    assert changed_beyond_bookkeeping(status_written, annotated)
     edited = {**status_written, "spec": {"request": {"goal": "another"}}}
-    assert changed_beyond_status(status_written, edited)
+    assert changed_beyond_bookkeeping(status_written, edited)
     deleting = {**status_written, "metadata": {**status_written["metadata"], "deletionTimestamp": "now"}}
-    assert changed_beyond_status(status_written, deleting)
+    assert changed_beyond_bookkeeping(status_written, deleting)
+
+
+def test_kopfs_finalizer_and_annotations_do_not_wake_the_worker_and_other_annotations_do() -> None:
+    body = {"metadata": {"name": "s", "annotations": {"belay.dev/events-request": "1/a"}}, "spec": {}}
+    finalized = {**body, "metadata": {**body["metadata"], "finalizers": ["belay.dev/pods-and-retention"]}}
+    assert not changed_beyond_bookkeeping(body, finalized)
+    kopf_state = {
+        **finalized,
+        "metadata": {
+            **finalized["metadata"],
+            "annotations": {
+                "belay.dev/events-request": "1/a",
+                "belay.dev/kopf-managed": "yes",
+                "belay.dev/last-handled-configuration": "{}",
+            },
+        },
+    }
+    assert not changed_beyond_bookkeeping(finalized, kopf_state)
+    asked_again = {
+        **kopf_state,
+        "metadata": {
+            **kopf_state["metadata"],
+            "annotations": {**kopf_state["metadata"]["annotations"], "belay.dev/events-request": "1/b"},
+        },
+    }
+    assert changed_beyond_bookkeeping(kopf_state, asked_again)
+
+
+def pod(phase: str | None, **metadata: object) -> dict[str, object]:
+    labels = {"belay.dev/component": "harness", "belay.dev/attempt": "1", "belay.dev/session": "s"}
+    status = {"phase": phase, "conditions": [{"type": "PodScheduled", "status": "False"}]} if phase else {}
+    return {"metadata": {"name": "s-harness-1", "labels": labels, **metadata}, "status": status}
+
+
+def test_a_pods_view_changes_with_its_phase_and_deletion_and_not_with_its_conditions() -> None:
+    created = pod(None)
+    scheduled = pod("Pending")
+    assert pod_view(created) == pod_view(scheduled)  # a pod without a phase yet counts as Pending
+    assert pod_view(scheduled) != pod_view(pod("Running"))
+    assert pod_view(scheduled) != pod_view(pod("Pending", deletionTimestamp="now"))
+    conditions = pod("Pending")
+    conditions["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}
+    assert pod_view(scheduled) == pod_view(conditions)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from belay.controller import names
 from belay.stores.base import EventStore
 
 log = logging.getLogger("belay.operator")
@@ -23,6 +24,10 @@ log = logging.getLogger("belay.operator")
 REOPEN_DELAY_S = 1.0
 # Metadata that every write of an object changes, whatever it changed.
 WRITE_METADATA = ("resourceVersion", "managedFields")
+# What kopf writes on a new session (its finalizer, then the annotations it keeps its own state
+# in): a pass reads none of it, so its writes need no pass.
+KOPF_METADATA = ("finalizers",)
+KOPF_ANNOTATIONS = (f"{names.GROUP}/kopf-managed", f"{names.GROUP}/last-handled-configuration")
 
 
 class Step(enum.Enum):
@@ -60,15 +65,48 @@ class WorkerWake:
             await asyncio.wait_for(self.event.wait(), timeout=max(timeout, 0.0))
 
 
-def changed_beyond_status(previous: Mapping[str, Any] | None, body: Mapping[str, Any]) -> bool:
-    """Whether a change of an AgentSession is more than a new status. Only the operator writes the
-    status, at the end of a pass, so the session's worker need not wake for it."""
-    return previous is None or _beyond_status(previous) != _beyond_status(body)
+def changed_beyond_bookkeeping(previous: Mapping[str, Any] | None, body: Mapping[str, Any]) -> bool:
+    """Whether a change of an AgentSession is more than a new status or kopf's bookkeeping. Only
+    the operator writes the status, at the end of a pass, so the session's worker need not wake
+    for it; nor for kopf's finalizer and annotations (a deletion sets deletionTimestamp, which
+    wakes it)."""
+    return previous is None or _beyond_bookkeeping(previous) != _beyond_bookkeeping(body)
 
 
-def _beyond_status(body: Mapping[str, Any]) -> dict[str, Any]:
-    metadata = {k: v for k, v in (body.get("metadata") or {}).items() if k not in WRITE_METADATA}
-    return {**{k: v for k, v in body.items() if k != "status"}, "metadata": metadata}
+def _beyond_bookkeeping(body: Mapping[str, Any]) -> dict[str, Any]:
+    metadata = {
+        k: v
+        for k, v in (body.get("metadata") or {}).items()
+        if k not in WRITE_METADATA and k not in KOPF_METADATA
+    }
+    annotations = {k: v for k, v in (metadata.get("annotations") or {}).items() if k not in KOPF_ANNOTATIONS}
+    return {
+        **{k: v for k, v in body.items() if k != "status"},
+        "metadata": {**metadata, "annotations": annotations},
+    }
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What a pass reads of a pod (`belay.controller.reconciler.harness_pods`, `sandbox_pods`,
+    `pod_phase`); a change of anything else (conditions, addresses, container states) needs no
+    pass."""
+
+    component: str
+    attempt: str
+    phase: str
+    deleting: bool
+
+
+def pod_view(body: Mapping[str, Any]) -> PodView:
+    metadata = body.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    return PodView(
+        component=labels.get(names.LABEL_COMPONENT, ""),
+        attempt=labels.get(names.LABEL_ATTEMPT, ""),
+        phase=(body.get("status") or {}).get("phase") or "Pending",
+        deleting=metadata.get("deletionTimestamp") is not None,
+    )
 
 
 def worker_step(
