@@ -46,11 +46,11 @@ CHILDREN = 7
 COMMAND = "python -m bench bench_operator"
 FLEET_GOAL = 5000
 FLEET_SESSIONS = int(os.environ.get("BELAY_BENCH_FLEET", str(FLEET_GOAL)))
-# What was seen on the 2-core machine the published figures come from, when they are for fewer.
+# Said of a run for fewer sessions: what the full fleet took on the 2-core machine the published
+# figures come from.
 SMALLER_FLEET_WHY = (
-    "at 1,000, under a load average of 8 to 12 from other work, reconciling the fleet took 12 minutes "
-    "and the operator fell behind a writer at 5 events/s (a new session's children did not appear "
-    "within 120 s)"
+    "at 5,000, under a load average of 11 to 14 from other work, reconciling the fleet took 14 minutes "
+    "and the whole run about 20"
 )
 FLEET_LATENCY_RUNS = 9
 CREATING_THREADS = 8
