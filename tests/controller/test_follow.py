@@ -9,7 +9,7 @@ from belay.controller.follow import (
     RecordWatches,
     Step,
     WorkerWake,
-    changed_beyond_bookkeeping,
+    changed_beyond_status,
     pod_view,
     wait_for_next_step,
     worker_step,
@@ -101,40 +101,14 @@ def test_the_operators_own_status_write_does_not_wake_the_worker_and_anything_el
         "metadata": {**body["metadata"], "resourceVersion": "2", "managedFields": [{"time": "b"}]},
         "status": {"lastSeq": 2},
     }
-    assert changed_beyond_bookkeeping(None, body)
-    assert not changed_beyond_bookkeeping(body, status_written)
+    assert changed_beyond_status(None, body)
+    assert not changed_beyond_status(body, status_written)
     annotated = {**status_written, "metadata": {**status_written["metadata"], "annotations": {"a": "b"}}}
-    assert changed_beyond_bookkeeping(status_written, annotated)
+    assert changed_beyond_status(status_written, annotated)
     edited = {**status_written, "spec": {"request": {"goal": "another"}}}
-    assert changed_beyond_bookkeeping(status_written, edited)
+    assert changed_beyond_status(status_written, edited)
     deleting = {**status_written, "metadata": {**status_written["metadata"], "deletionTimestamp": "now"}}
-    assert changed_beyond_bookkeeping(status_written, deleting)
-
-
-def test_kopfs_finalizer_and_annotations_do_not_wake_the_worker_and_other_annotations_do() -> None:
-    body = {"metadata": {"name": "s", "annotations": {"belay.dev/events-request": "1/a"}}, "spec": {}}
-    finalized = {**body, "metadata": {**body["metadata"], "finalizers": ["belay.dev/pods-and-retention"]}}
-    assert not changed_beyond_bookkeeping(body, finalized)
-    kopf_state = {
-        **finalized,
-        "metadata": {
-            **finalized["metadata"],
-            "annotations": {
-                "belay.dev/events-request": "1/a",
-                "belay.dev/kopf-managed": "yes",
-                "belay.dev/last-handled-configuration": "{}",
-            },
-        },
-    }
-    assert not changed_beyond_bookkeeping(finalized, kopf_state)
-    asked_again = {
-        **kopf_state,
-        "metadata": {
-            **kopf_state["metadata"],
-            "annotations": {**kopf_state["metadata"]["annotations"], "belay.dev/events-request": "1/b"},
-        },
-    }
-    assert changed_beyond_bookkeeping(kopf_state, asked_again)
+    assert changed_beyond_status(status_written, deleting)
 
 
 def pod(phase: str | None, **metadata: object) -> dict[str, object]:

@@ -24,10 +24,6 @@ log = logging.getLogger("belay.operator")
 REOPEN_DELAY_S = 1.0
 # Metadata that every write of an object changes, whatever it changed.
 WRITE_METADATA = ("resourceVersion", "managedFields")
-# What kopf writes on a new session (its finalizer, then the annotations it keeps its own state
-# in): a pass reads none of it, so its writes need no pass.
-KOPF_METADATA = ("finalizers",)
-KOPF_ANNOTATIONS = (f"{names.GROUP}/kopf-managed", f"{names.GROUP}/last-handled-configuration")
 
 
 class Step(enum.Enum):
@@ -65,25 +61,15 @@ class WorkerWake:
             await asyncio.wait_for(self.event.wait(), timeout=max(timeout, 0.0))
 
 
-def changed_beyond_bookkeeping(previous: Mapping[str, Any] | None, body: Mapping[str, Any]) -> bool:
-    """Whether a change of an AgentSession is more than a new status or kopf's bookkeeping. Only
-    the operator writes the status, at the end of a pass, so the session's worker need not wake
-    for it; nor for kopf's finalizer and annotations (a deletion sets deletionTimestamp, which
-    wakes it)."""
-    return previous is None or _beyond_bookkeeping(previous) != _beyond_bookkeeping(body)
+def changed_beyond_status(previous: Mapping[str, Any] | None, body: Mapping[str, Any]) -> bool:
+    """Whether a change of an AgentSession is more than a new status. Only the operator writes the
+    status, at the end of a pass, so the session's worker need not wake for it."""
+    return previous is None or _beyond_status(previous) != _beyond_status(body)
 
 
-def _beyond_bookkeeping(body: Mapping[str, Any]) -> dict[str, Any]:
-    metadata = {
-        k: v
-        for k, v in (body.get("metadata") or {}).items()
-        if k not in WRITE_METADATA and k not in KOPF_METADATA
-    }
-    annotations = {k: v for k, v in (metadata.get("annotations") or {}).items() if k not in KOPF_ANNOTATIONS}
-    return {
-        **{k: v for k, v in body.items() if k != "status"},
-        "metadata": {**metadata, "annotations": annotations},
-    }
+def _beyond_status(body: Mapping[str, Any]) -> dict[str, Any]:
+    metadata = {k: v for k, v in (body.get("metadata") or {}).items() if k not in WRITE_METADATA}
+    return {**{k: v for k, v in body.items() if k != "status"}, "metadata": metadata}
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from belay.controller.follow import (
     RecordWatches,
     Step,
     WorkerWake,
-    changed_beyond_bookkeeping,
+    changed_beyond_status,
     pod_view,
     wait_for_next_step,
     worker_step,
@@ -115,13 +115,13 @@ async def close_stores(**_: Any) -> None:
 
 
 # Every change of a session refreshes its body and wakes its worker, but for a new status alone
-# (the worker's own write at the end of its pass) or kopf's bookkeeping.
+# (the worker's own write at the end of its pass).
 @kopf.on.event(GROUP, VERSION, PLURAL)
 def session_changed(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> None:
     key = _key(namespace, name)
     previous = Runtime.bodies.get(key)
     Runtime.bodies[key] = dict(body)
-    if changed_beyond_bookkeeping(previous, body):
+    if changed_beyond_status(previous, body):
         _wake(key)
     labels = body.get("metadata", {}).get("labels") or {}
     for waiting in (labels.get(PARENT_LABEL), labels.get(DRILL_OF_LABEL)):
