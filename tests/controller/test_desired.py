@@ -11,6 +11,7 @@ from belay.controller.desired import (
     HARNESS_TOKENS_MOUNT,
     TOKEN_KEY,
     TOKEN_MOUNT,
+    apply_stages,
     desired_children,
     harness_pod,
     sandbox_endpoint,
@@ -32,6 +33,24 @@ SETTINGS = OperatorSettings(
 
 def by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
     return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def test_policies_and_services_are_applied_before_the_sandbox_pods_and_they_before_the_harness() -> None:
+    objects = desired_children(REF, spec_with(), SETTINGS, attempt_index=4)
+    stages = apply_stages(objects)
+    assert sorted(o for stage in stages for o in map(json.dumps, stage)) == sorted(map(json.dumps, objects))
+    first, sandboxes, harness = stages
+    assert {o["kind"] for o in first} == {"NetworkPolicy", "Service"}
+    assert len(by_kind(first, "NetworkPolicy")) == 4  # default deny, the harness's, one per sandbox
+    assert sorted(by_kind(sandboxes, "Pod")) == [
+        "parser-fix-sbx-implementer-4",
+        "parser-fix-sbx-researcher-4",
+    ]
+    assert [o["metadata"]["name"] for o in harness] == ["parser-fix-harness-4"]
+    # A session that ended keeps its Services and policies, and has no pod stage.
+    assert apply_stages(desired_children(REF, spec_with(), SETTINGS, attempt_index=None)) == [
+        desired_children(REF, spec_with(), SETTINGS, attempt_index=None)
+    ]
 
 
 def test_children_are_owned_labelled_and_named_per_attempt() -> None:

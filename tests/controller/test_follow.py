@@ -10,6 +10,7 @@ from belay.controller.follow import (
     Step,
     WorkerWake,
     changed_beyond_status,
+    pod_view,
     wait_for_next_step,
     worker_step,
 )
@@ -108,3 +109,20 @@ def test_the_operators_own_status_write_does_not_wake_the_worker_and_anything_el
     assert changed_beyond_status(status_written, edited)
     deleting = {**status_written, "metadata": {**status_written["metadata"], "deletionTimestamp": "now"}}
     assert changed_beyond_status(status_written, deleting)
+
+
+def pod(phase: str | None, **metadata: object) -> dict[str, object]:
+    labels = {"belay.dev/component": "harness", "belay.dev/attempt": "1", "belay.dev/session": "s"}
+    status = {"phase": phase, "conditions": [{"type": "PodScheduled", "status": "False"}]} if phase else {}
+    return {"metadata": {"name": "s-harness-1", "labels": labels, **metadata}, "status": status}
+
+
+def test_a_pods_view_changes_with_its_phase_and_deletion_and_not_with_its_conditions() -> None:
+    created = pod(None)
+    scheduled = pod("Pending")
+    assert pod_view(created) == pod_view(scheduled)  # a pod without a phase yet counts as Pending
+    assert pod_view(scheduled) != pod_view(pod("Running"))
+    assert pod_view(scheduled) != pod_view(pod("Pending", deletionTimestamp="now"))
+    conditions = pod("Pending")
+    conditions["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}
+    assert pod_view(scheduled) == pod_view(conditions)

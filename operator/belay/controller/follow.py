@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from belay.controller import names
 from belay.stores.base import EventStore
 
 log = logging.getLogger("belay.operator")
@@ -69,6 +70,29 @@ def changed_beyond_status(previous: Mapping[str, Any] | None, body: Mapping[str,
 def _beyond_status(body: Mapping[str, Any]) -> dict[str, Any]:
     metadata = {k: v for k, v in (body.get("metadata") or {}).items() if k not in WRITE_METADATA}
     return {**{k: v for k, v in body.items() if k != "status"}, "metadata": metadata}
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What a pass reads of a pod (`belay.controller.reconciler.harness_pods`, `sandbox_pods`,
+    `pod_phase`); a change of anything else (conditions, addresses, container states) needs no
+    pass."""
+
+    component: str
+    attempt: str
+    phase: str
+    deleting: bool
+
+
+def pod_view(body: Mapping[str, Any]) -> PodView:
+    metadata = body.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    return PodView(
+        component=labels.get(names.LABEL_COMPONENT, ""),
+        attempt=labels.get(names.LABEL_ATTEMPT, ""),
+        phase=(body.get("status") or {}).get("phase") or "Pending",
+        deleting=metadata.get("deletionTimestamp") is not None,
+    )
 
 
 def worker_step(

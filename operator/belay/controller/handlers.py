@@ -22,10 +22,12 @@ from belay.api.agentsession import AgentSessionSpec
 from belay.controller import metrics, names
 from belay.controller.drill import DRILL_OF_LABEL
 from belay.controller.follow import (
+    PodView,
     RecordWatches,
     Step,
     WorkerWake,
     changed_beyond_status,
+    pod_view,
     wait_for_next_step,
     worker_step,
 )
@@ -54,10 +56,12 @@ log = logging.getLogger("belay.operator")
 
 
 class Runtime:
-    """What the handlers share: the reconciler, the latest body of each session, its wake-up."""
+    """What the handlers share: the reconciler, the latest body of each session, its wake-up, what
+    was last seen of each of their pods."""
 
     reconciler: SessionReconciler | None = None
     bodies: dict[str, dict[str, Any]] = {}
+    pods: dict[str, PodView] = {}
     wakes: dict[str, WorkerWake] = {}
     watches = RecordWatches()
 
@@ -126,11 +130,25 @@ def session_changed(body: kopf.Body, namespace: str | None, name: str, **_: Any)
             _wake(_key(namespace, waiting))
 
 
-# A pod of a session changed or went away: its worker decides what that means.
+# A pod of a session appeared, went away, or changed what a pass reads of it (its phase, its
+# deletion): its worker decides what that means. Other changes (the scheduler's conditions, a
+# container's state) wake nothing.
 @kopf.on.event("v1", "pods", labels={names.LABEL_MANAGED_BY: names.MANAGED_BY})
-def pod_changed(labels: kopf.Labels, namespace: str | None, **_: Any) -> None:
+def pod_changed(
+    event: kopf.RawEvent, body: kopf.Body, labels: kopf.Labels, namespace: str | None, name: str, **_: Any
+) -> None:
     session = labels.get(names.LABEL_SESSION)
-    if session:
+    if not session:
+        return
+    pod = _key(namespace, name)
+    seen = Runtime.pods.get(pod)
+    if event.get("type") == "DELETED":
+        Runtime.pods.pop(pod, None)
+        _wake(_key(namespace, session))
+        return
+    view = pod_view(body)
+    if view != seen:
+        Runtime.pods[pod] = view
         _wake(_key(namespace, session))
 
 
@@ -227,9 +245,9 @@ async def session_deleted(body: kopf.Body, namespace: str | None, name: str, uid
     reconciler = Runtime.reconciler
     assert reconciler is not None
     assert namespace is not None  # AgentSessions are namespaced
-    pods = await asyncio.to_thread(reconciler.kube.session_pods, namespace, name)
+    pods = await reconciler.kube.call(reconciler.kube.session_pods, namespace, name)
     for pod in pods:
-        await asyncio.to_thread(reconciler.kube.delete_pod, namespace, pod.metadata.name)
+        await reconciler.kube.call(reconciler.kube.delete_pod, namespace, pod.metadata.name)
     spec = AgentSessionSpec.model_validate(body["spec"])
     try:
         # Under the session's lock: no pass of its worker writes to the record meanwhile.

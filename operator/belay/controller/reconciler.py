@@ -33,7 +33,7 @@ from belay.api.status import (
 from belay.controller import names
 from belay.controller.checkpoints import checkpoint_object
 from belay.controller.children import child_ended_write, child_manifest, child_wait_write, parent_link_write
-from belay.controller.desired import SessionRef, desired_children, sandbox_token_secret
+from belay.controller.desired import SessionRef, apply_stages, desired_children, sandbox_token_secret
 from belay.controller.drill import (
     DrillRequest,
     drill_manifest,
@@ -213,6 +213,7 @@ class SessionReconciler:
     async def close(self) -> None:
         for store in self._event_stores.values():
             await store.close()
+        self.kube.close()
 
     def lock(self, uid: str) -> asyncio.Lock:
         """Held through each pass of one session; the finalizer takes it too."""
@@ -267,7 +268,7 @@ class SessionReconciler:
             problem=problem,
         ).to_status()
         if status != memory.status:
-            await asyncio.to_thread(self.kube.apply_status, meta["namespace"], meta["name"], status)
+            await self.kube.call(self.kube.apply_status, meta["namespace"], meta["name"], status)
             memory.status = status
 
     async def _write(self, store: EventStore, session: str, write: RecordWrite) -> None:
@@ -294,7 +295,7 @@ class SessionReconciler:
                     await self._write(store, ref.name, ended)
                 continue
             if name not in memory.children_created:
-                await asyncio.to_thread(self.kube.create_session_if_absent, child_manifest(body, link))
+                await self.kube.call(self.kube.create_session_if_absent, child_manifest(body, link))
                 memory.children_created.add(name)
             known = memory.child_states.get(name, EMPTY)
             fresh = await store.read(name, from_seq=known.last_seq + 1)
@@ -310,7 +311,7 @@ class SessionReconciler:
         """Start the drill's copy once, follow its record, and judge it once it ended."""
         name = drill_name(body["metadata"]["name"], request.nonce)
         if memory.drill is None or memory.drill.request != request.nonce:
-            await asyncio.to_thread(self.kube.create_session_if_absent, drill_manifest(body, request))
+            await self.kube.call(self.kube.create_session_if_absent, drill_manifest(body, request))
             memory.drill_state = EMPTY
             memory.drill = drill_status(request, name, EMPTY, None, memory.state)
         if memory.drill.passed is not None:
@@ -355,7 +356,7 @@ class SessionReconciler:
         for event in fresh:
             state = apply(state, event)
             if isinstance(event, CheckpointEvent):
-                await asyncio.to_thread(self.kube.apply, checkpoint_object(ref, event))
+                await self.kube.call(self.kube.apply, checkpoint_object(ref, event))
         memory.state = state
         if any(isinstance(event, CheckpointEvent) for event in fresh):
             await archive_closed(store, ref.name)  # bounded etcd: docs/stores.md, "Archived segments"
@@ -457,17 +458,21 @@ class SessionReconciler:
         existing_pods = {p.metadata.name for p in pods}
         missing_pod = bool(wanted_pods - existing_pods)
         if digest != memory.applied_digest or missing_pod or now - memory.applied_at > REAPPLY_INTERVAL_S:
-            for obj in objects:
+            for stage in apply_stages(objects):
                 # A pod is immutable and its harness read the spec when it started; later spec
                 # changes reach it through the record (scope changes, approvals), never by a rewrite.
-                if obj["kind"] == "Pod" and obj["metadata"]["name"] in existing_pods:
-                    continue
-                await asyncio.to_thread(self.kube.apply, obj)
+                await asyncio.gather(
+                    *(
+                        self.kube.call(self.kube.apply, obj)
+                        for obj in stage
+                        if not (obj["kind"] == "Pod" and obj["metadata"]["name"] in existing_pods)
+                    )
+                )
             memory.applied_digest = digest
             memory.applied_at = now
         for pod in pods:
             if pod.metadata.name not in wanted_pods and pod.metadata.deletion_timestamp is None:
-                await asyncio.to_thread(self.kube.delete_pod, ref.namespace, pod.metadata.name)
+                await self.kube.call(self.kube.delete_pod, ref.namespace, pod.metadata.name)
 
     def _pod_statuses(
         self,
@@ -513,7 +518,7 @@ class SessionReconciler:
         for sub in spec.subagents:
             if sub.name not in memory.tokens_created:
                 token = sandbox_token_secret(ref, sub.name, secrets.token_urlsafe(32))
-                await asyncio.to_thread(self.kube.ensure_secret, token)
+                await self.kube.call(self.kube.ensure_secret, token)
                 memory.tokens_created |= {sub.name}
         await self._fork(store, ref, spec, memory)
         await self._follow(store, ref, memory)
@@ -538,7 +543,7 @@ class SessionReconciler:
         for write in [*writes, *([scope] if scope else [])]:
             await self._write(store, ref.name, write)
 
-        pods = await asyncio.to_thread(self.kube.session_pods, ref.namespace, ref.name)
+        pods = await self.kube.call(self.kube.session_pods, ref.namespace, ref.name)
         if memory.fork_error:
             decision = HarnessDecision(Action.STOP, None, why=memory.fork_error)
         else:
@@ -588,7 +593,7 @@ class SessionReconciler:
         transitions: list[TransitionEvent] = []
         if status_body != memory.status:
             transitions = transition_events(memory.status or previous, status)
-            await asyncio.to_thread(self.kube.apply_status, ref.namespace, ref.name, status_body)
+            await self.kube.call(self.kube.apply_status, ref.namespace, ref.name, status_body)
             memory.status = status_body
             if self.post_event is not None:
                 for transition in transitions:
