@@ -170,9 +170,12 @@ def delete_harness_pod(setup: SessionSetup) -> LifecycleKind:
 
 
 def delete_sandbox_pod(setup: SessionSetup) -> LifecycleKind:
-    setup.cluster.kube.kubectl(
-        "delete", "pod", "-n", setup.namespace, f"{SESSION}-sbx-implementer-0", "--wait=false"
-    )
+    """The pod is deleted and gone before the session goes on: a pod still terminating keeps
+    serving until the kubelet stops its container, and a harness that finished its work in it
+    meanwhile would never need the replacement."""
+    pod = f"{SESSION}-sbx-implementer-0"
+    setup.cluster.kube.kubectl("delete", "pod", "-n", setup.namespace, pod, "--wait=false")
+    setup.cluster.kube.kubectl("wait", "--for=delete", f"pod/{pod}", "-n", setup.namespace, "--timeout=110s")
     return LifecycleKind.SANDBOX_LOST
 
 
