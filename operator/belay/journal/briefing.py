@@ -25,6 +25,7 @@ scope changes shown) it streams the map, which keeps no page it read (`SnapshotM
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -320,13 +321,25 @@ def _select_steps(state: SessionState, limit: int) -> tuple[list[TaskRecord], Co
     """Every active step first, then the most recent finished ones, in plan order; the earliest
     finished steps are the ones left out, counted by status. Streamed: only the steps shown are
     kept, whatever the length of the plan."""
-    tasks = state.tasks.values
-    active = heapq.nsmallest(limit, (t for t in tasks() if t.status not in FINISHED), key=_plan_order)
+    # One pass over the plan: the first `limit` active steps and the last `limit` finished ones,
+    # each list kept in plan order.
+    active: list[TaskRecord] = []
+    finished: list[TaskRecord] = []
+    omitted: Counter[TaskStatus] = Counter()
+    for task in state.tasks.values():
+        omitted[task.status] += 1
+        if task.status in FINISHED:
+            bisect.insort(finished, task, key=_plan_order)
+            if len(finished) > limit:
+                del finished[0]
+        else:
+            bisect.insort(active, task, key=_plan_order)
+            if len(active) > limit:
+                del active[-1]
     room = limit - len(active)
-    finished = heapq.nlargest(room, (t for t in tasks() if t.status in FINISHED), key=_plan_order)
-    omitted = Counter(t.status for t in tasks())
-    omitted.subtract(t.status for t in (*active, *finished))
-    return sorted((*active, *finished), key=_plan_order), omitted
+    kept = active + (finished[max(0, len(finished) - room) :] if room > 0 else [])
+    omitted.subtract(t.status for t in kept)
+    return sorted(kept, key=_plan_order), omitted
 
 
 def _latest_notes(state: SessionState, kind: NoteKind) -> tuple[list[NoteItem], int]:
