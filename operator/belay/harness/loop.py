@@ -18,6 +18,7 @@ results back to the executor, until the executor has nothing more to do.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,7 @@ from belay.journal.events import (
     ToolResultEvent,
 )
 from belay.journal.recovery import RUN_AGAIN_BLINDLY
+from belay.journal.state import SessionState
 from belay.stores.base import ArtifactStore, EventStore, StaleLease
 
 
@@ -181,9 +183,28 @@ class Harness:
         if counted > max_attempts:
             detail = f"attempt {counted} is beyond recovery.maxAttempts ({max_attempts})"
             return await attempt.fail_session("MaxAttempts", detail)
-        await all_of(self.recovery.prepare_sandbox(s) for s in self.session.spec.subagents)
-        await all_of(self.run_subagent(s) for s in self.session.spec.subagents)
+        subagents = self.session.spec.subagents
+        unfinished = [s for s in subagents if not is_finished(state, s)]
+        built: dict[str, Executor] = {}
+        try:
+            await all_of(
+                [
+                    *(self.recovery.prepare_sandbox(s) for s in subagents),
+                    *(self.build_executor(s, built) for s in unfinished),
+                ]
+            )
+            await all_of(self.run_subagent(s, built.pop(s.name, None)) for s in subagents)
+        finally:
+            for executor in built.values():  # built, never handed to a loop
+                await executor.close()
         return await attempt.finish()
+
+    async def build_executor(self, sub: SubagentSpec, built: dict[str, Executor]) -> None:
+        """The subagent's executor, built in a thread while the sandboxes are prepared: a
+        provider's SDK reads its TLS trust store from disk, which takes a while."""
+        # A failure is raised again by the subagent's loop, once its sandbox is ready.
+        with contextlib.suppress(Exception):
+            built[sub.name] = await asyncio.to_thread(self.executor_for, sub)
 
     # ---------------------------------------------------------------------------------------------
     # The subagent loop
@@ -205,14 +226,14 @@ class Harness:
         )
         return self.executors(context)
 
-    async def run_subagent(self, sub: SubagentSpec) -> None:
+    async def run_subagent(self, sub: SubagentSpec, executor: Executor | None = None) -> None:
+        """The subagent's loop, with its `executor` if `build_executor` built it already."""
         attempt, runtime = self.attempt, self.runtime
-        await self.recovery.settle_open_operations(sub)
-        finished = (await attempt.state()).tasks.get(sub.name)
-        if finished is not None and finished.status in DONE_STATUSES:
-            return  # nothing to decide: its executor (and what it holds remotely) is left alone
-        executor = self.executor_for(sub)
         try:
+            await self.recovery.settle_open_operations(sub)
+            if is_finished(await attempt.state(), sub):
+                return  # nothing to decide: what its executor holds remotely is left alone
+            executor = executor or self.executor_for(sub)
             state = await attempt.state()
             if state.lifecycle.harness_starts > 1:
                 await executor.resume(state)
@@ -280,7 +301,13 @@ class Harness:
                     ]
                 await executor.deliver_results(outcomes)
         finally:
-            await executor.close()
+            if executor is not None:
+                await executor.close()
+
+
+def is_finished(state: SessionState, sub: SubagentSpec) -> bool:
+    task = state.tasks.get(sub.name)
+    return task is not None and task.status in DONE_STATUSES
 
 
 async def all_of(coroutines: Iterable[Coroutine[Any, Any, None]]) -> None:
