@@ -29,6 +29,7 @@ the environment and the files it names.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import re
@@ -312,6 +313,34 @@ def redact_value(value: Any, held: tuple[HeldSecret, ...], *, assignments: bool)
         return item
 
     return Redaction(walk(value), total)
+
+
+# Scanning a few KiB takes microseconds, less than handing the value to a thread; a larger value is
+# scanned in a thread, so that a long scan does not hold up the event loop (and the other subagents).
+INLINE_SCAN_CHARS = 16 * 1024
+
+
+async def scanned(scan: Callable[[Any], Redaction], value: Any) -> Redaction:
+    """`scan(value)`: on the caller's thread when `value` is small, else in a thread."""
+    if _within(value, INLINE_SCAN_CHARS):
+        return scan(value)
+    return await asyncio.to_thread(scan, value)
+
+
+def _within(value: Any, limit: int) -> bool:
+    """Whether `value` holds at most `limit` characters of strings and items, counted until the
+    limit is passed."""
+    pending, total = [value], 0
+    while pending:
+        item = pending.pop()
+        total += len(item) if isinstance(item, str) else 1
+        if total > limit:
+            return False
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return True
 
 
 # --------------------------------------------------------------------------------------------------

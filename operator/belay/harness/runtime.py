@@ -37,7 +37,7 @@ from belay.api.agentsession import ApprovalGrant, SubagentSpec
 from belay.harness.attempt import Attempt
 from belay.harness.models.base import ToolCall
 from belay.harness.recovery import Recovery
-from belay.harness.redaction import Redactor
+from belay.harness.redaction import Redactor, scanned
 from belay.harness.stopping import InFlight
 from belay.harness.tools import ToolSpec, tool_spec
 from belay.journal import commands
@@ -133,7 +133,7 @@ class ToolRuntime:
                     pass
                 break
         # The request runs as it is recorded: a secret in it is replaced before either.
-        redacted = await asyncio.to_thread(self.redactor.arguments, arguments)
+        redacted = await scanned(self.redactor.arguments, arguments)
         arguments = await externalize_arguments(self.artifacts, redacted.value)
         return ToolRequest(
             operation_id=operation_id,
@@ -291,7 +291,7 @@ class ToolRuntime:
     async def tool_result(
         self, operation_id: str, ok: bool, output: Any, error: str | None = None
     ) -> ToolResult:
-        redacted = await asyncio.to_thread(self.redactor.output, [output, error])
+        redacted = await scanned(self.redactor.output, [output, error])
         output, error = redacted.value
         body = canonical_json(output)
         if len(body) > MAX_PAYLOAD_BYTES // 2:
@@ -311,7 +311,7 @@ class ToolRuntime:
 
     async def redacted_result(self, result: ToolResult) -> ToolResult:
         """A result a harness tool built, with the redaction `tool_result` gives every other."""
-        redacted = await asyncio.to_thread(self.redactor.output, [result.output, result.error])
+        redacted = await scanned(self.redactor.output, [result.output, result.error])
         output, error = redacted.value
         update = {"output": output, "error": error, "redactions": result.redactions + redacted.count}
         return result.model_copy(update=update)
