@@ -138,7 +138,7 @@ class AnthropicManagedProvider(ManagedProvider):
         )
         return str(session.id)
 
-    def heard(self, event: Any) -> Snapshot | None:
+    def heard(self, event: Any, seen: dict[str, Any]) -> Snapshot | None:
         # Documented: the client "can send it as soon as this event arrives, without waiting for
         # session.status_idle".
         if event.type != "agent.custom_tool_use":

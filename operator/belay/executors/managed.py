@@ -242,10 +242,11 @@ class ManagedProvider(abc.ABC):
     async def open_stream(self, session_id: str) -> Any:
         """The session's live event stream (the SDK's async stream), open."""
 
-    def heard(self, event: Any) -> Snapshot | None:
-        """The calls a stream event itself shows waiting, where the API documents that it carries
-        them; None for any other event. Only ever more calls to take in: whatever else the
-        executor decides, it decides from a fresh `snapshot`."""
+    def heard(self, event: Any, seen: dict[str, Any]) -> Snapshot | None:
+        """What the stream shows, as of `event`, where the API documents that its events carry it:
+        the calls waiting, or (OpenAI) the turn ended with its answer; None when it shows neither.
+        `seen` is this open stream's memory of earlier events (empty when it opens). Everything
+        else the executor decides, it decides from a fresh `snapshot`."""
         return None
 
     async def events(self, session_id: str) -> AsyncIterator[News | None]:
@@ -253,13 +254,16 @@ class ManagedProvider(abc.ABC):
         what the executor does next (or a compaction of the remote conversation) tells. Ends or
         raises when the stream is cut."""
         stream = await self.open_stream(session_id)
+        seen: dict[str, Any] = {}
         try:
             yield None
             async for event in stream:
                 if event.type in self.compaction_events:
                     yield News(compaction=f"{event.type} {getattr(event, 'id', '')}".rstrip())
-                elif event.type in self.waking_events:
-                    yield News(calls=self.heard(event), busy=event.type in self.busy_events)
+                    continue
+                calls = self.heard(event, seen)
+                if calls is not None or event.type in self.waking_events:
+                    yield News(calls=calls, busy=event.type in self.busy_events)
         finally:
             await stream.close()
 
@@ -481,10 +485,21 @@ class ManagedExecutor:
         while True:
             generation = self.signal.generation
             heard, self.heard = self.heard, None
+            # The stream may show a call twice (its item, then the session waiting on it): the
+            # second time, after it was taken, says nothing new.
+            stale = (
+                heard is not None
+                and heard.status == RemoteStatus.WAITING
+                and all(c.call_id in self.taken_here for c in heard.pending)
+            )
+            if stale:
+                heard = None
             # Results went out and the stream has not said what the provider did next: reading the
             # session now would only show the calls just answered. After POLL_S without news, it
             # is read all the same.
-            unheard = self.delivered_at is not None and (self.delivered_at == generation or self.busy)
+            unheard = self.delivered_at is not None and (
+                self.delivered_at == generation or self.busy or stale
+            )
             if heard is None and unheard and await self.wait(generation):
                 continue
             self.delivered_at = None
@@ -504,7 +519,7 @@ class ManagedExecutor:
             if taken:  # refused calls: recorded now, their error results go out first
                 await self.context.record(self.unrecorded_deliveries() + taken)
                 continue
-            if heard is not None:
+            if heard is not None and heard.status != RemoteStatus.DONE:
                 continue  # what the stream showed was taken already: read the session itself
             if snapshot.status == RemoteStatus.DONE:
                 await self.record_deliveries()

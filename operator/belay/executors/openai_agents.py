@@ -15,8 +15,11 @@ tool is a function tool. What is used of the API (`openai` >= 3.57):
   key; when it stays, the call's `function_call_output` item says whether a result is already held.
 - `sessions.events.stream`: live events, to wake up; an `agent.session.requires_action` event's
   `session.required_actions` are taken in as they come (documented: "Read the pending calls from
-  event.session.required_actions"); anything else is read with `retrieve`.
-- `sessions.turns.list` and `sessions.items.list`: how the last turn ended, and its final answer.
+  event.session.required_actions"), and a turn's end is taken from the stream as the SDK's helper
+  takes it (its answer's `turn.item.done`, `turn.completed`, then `agent.session.idle` with
+  nothing pending) when the stream showed all three; anything else is read with `retrieve`.
+- `sessions.turns.list` and `sessions.items.list`: how the last turn ended, and its final answer,
+  when the stream did not show it.
 - `sessions.artifacts.list` and `.content`: the session's published files.
 """
 
@@ -69,6 +72,9 @@ def connection_errors() -> tuple[type[BaseException], ...]:
 class OpenAIAgentsProvider(ManagedProvider):
     kind = KIND
     waking_events = WAKING_EVENTS
+    # A completed turn is followed by `agent.session.idle` (or by the next turn): that is what
+    # the executor waits for, not a read of a session still changing.
+    busy_events = frozenset({"agent.session.turn.completed"})
 
     def new_client(self, endpoint: Endpoint) -> Any:
         from openai import AsyncOpenAI
@@ -109,16 +115,41 @@ class OpenAIAgentsProvider(ManagedProvider):
         )
         return str(session.id)
 
-    def heard(self, event: Any) -> Snapshot | None:
-        # Documented: "Read the pending calls from event.session.required_actions."
-        if event.type != "agent.session.requires_action":
-            return None
-        pending = pending_calls(event.session)
-        return (
-            Snapshot(RemoteStatus.WAITING, pending=pending, model=event.session.agent.model)
-            if pending
-            else None
-        )
+    def heard(self, event: Any, seen: dict[str, Any]) -> Snapshot | None:
+        if event.type == "agent.session.requires_action":
+            # Documented: "Read the pending calls from event.session.required_actions."
+            pending = pending_calls(event.session)
+            return (
+                Snapshot(RemoteStatus.WAITING, pending=pending, model=event.session.agent.model)
+                if pending
+                else None
+            )
+        # The end of a turn, read as the SDK's own helper reads it (`get_final_result`): the
+        # turn's answer from its `turn.item.done` messages, then `turn.completed`, then
+        # `agent.session.idle` with nothing pending. What this stream did not show whole (it
+        # opened late, or was cut) is read from the session instead, by `snapshot`.
+        if event.type == "agent.session.turn.created":
+            seen.clear()
+        elif event.type == "agent.session.turn.item.done":
+            item = event.item
+            if item.type == "function_call" and item.status == "completed":
+                # The SDK's own helper runs a function tool as soon as the stream shows its call
+                # item, before `requires_action`; its `done` carries the arguments whole.
+                call = RemoteCall(
+                    call_id=item.call_id, name=item.name, arguments=item.arguments, turn_id=item.turn_id
+                )
+                return Snapshot(RemoteStatus.WAITING, pending=(call,))
+            if is_answer(item):
+                seen["answer"] = (item.turn_id, answer_text(item))
+        elif event.type == "agent.session.turn.completed":
+            seen["completed"] = event.turn.id if event.turn.status == "completed" else None
+        elif event.type == "agent.session.idle":
+            completed, answer = seen.pop("completed", None), seen.pop("answer", None)
+            session = event.session
+            ended = completed and answer and answer[0] == completed and session.status == "idle"
+            if ended and not pending_calls(session):
+                return Snapshot(RemoteStatus.DONE, model=session.agent.model, text=answer[1])
+        return None
 
     async def snapshot(self, session_id: str) -> Snapshot:
         session = await self.sessions.retrieve(session_id)
@@ -144,9 +175,8 @@ class OpenAIAgentsProvider(ManagedProvider):
     async def final_answer(self, session_id: str, turn_id: str) -> str:
         page = await self.sessions.items.list(session_id, order="desc", limit=20)
         for item in page.data:
-            final = item.type == "message" and item.role == "assistant" and item.phase != "commentary"
-            if final and item.turn_id == turn_id:
-                return "".join(c.text for c in item.content if c.type == "output_text")
+            if is_answer(item) and item.turn_id == turn_id:
+                return answer_text(item)
         return ""
 
     async def deliver(self, session_id: str, result: ResultToDeliver) -> Delivery:
@@ -194,6 +224,15 @@ class OpenAIAgentsProvider(ManagedProvider):
     async def download(self, session_id: str, output: RemoteOutput) -> bytes:
         content = await self.sessions.artifacts.content(output.output_id, session_id=session_id)
         return bytes(content.content)
+
+
+def is_answer(item: Any) -> bool:
+    """An assistant message that is not commentary: the turn's answer, as the SDK reads it."""
+    return bool(item.type == "message" and item.role == "assistant" and item.phase != "commentary")
+
+
+def answer_text(message: Any) -> str:
+    return "".join(c.text for c in message.content if c.type == "output_text")
 
 
 def pending_calls(session: Any) -> tuple[RemoteCall, ...]:
