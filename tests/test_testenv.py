@@ -26,7 +26,7 @@ from tests.testenv.etcd import EtcdCluster
 from tests.testenv.fixtures import pytest_runtest_setup
 from tests.testenv.host import HostSnapshot
 from tests.testenv.kube import ControlPlane, KubectlError
-from tests.testenv.network import http_post_json
+from tests.testenv.network import free_port, http_post_json
 from tests.testenv.node import acquire_node, node_missing_reason, read_owner, release_node, shim_pids
 from tests.testenv.processes import ManagedProcess, group_members, pid_alive, pid_start_ticks
 from tests.testenv.s3 import S3Server
@@ -73,6 +73,14 @@ def test_require_built_names_the_build_script(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match=r"hack/build-etcd\.sh"):
         require_built("etcd")
+
+
+def test_free_ports_handed_out_together_are_distinct() -> None:
+    # The components of one cluster get their ports before any binds: the kernel, asked again and
+    # again for a free port, offers some twice in a few hundred asks (an etcd cluster once got the
+    # same peer port for two members).
+    ports = [free_port() for _ in range(1000)]
+    assert len(set(ports)) == len(ports)
 
 
 def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:

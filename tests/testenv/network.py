@@ -3,6 +3,7 @@ endpoint says so, never after a fixed sleep."""
 
 from __future__ import annotations
 
+import collections
 import http.client
 import json
 import socket
@@ -16,12 +17,23 @@ from typing import Any
 LOOPBACK = "127.0.0.1"
 
 
+# The ports this process handed out lately: the kernel may offer a port again as soon as the probe
+# socket is closed, and the components of one cluster (an etcd's members, say) are given their
+# ports before any of them binds.
+_HANDED_OUT: collections.deque[int] = collections.deque(maxlen=1024)
+
+
 def free_port() -> int:
-    """A port the kernel just considered free on loopback. The socket is closed before the server
-    binds it, so a race is possible in principle; a server that fails to bind is reported with its log."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
+    """A port the kernel just considered free on loopback, and not one this process handed out
+    lately. The socket is closed before the server binds it, so a race with another process is
+    possible in principle; a server that fails to bind is reported with its log."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((LOOPBACK, 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.append(port)
+            return port
 
 
 class NotReady(RuntimeError):
