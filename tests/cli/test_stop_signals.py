@@ -199,6 +199,15 @@ def harness_stops(events: list[Event]) -> list[Lifecycle]:
     ]
 
 
+def describe(pid: int) -> str:
+    """A process as a person reads it: its pid and its command line, while it lasts."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return str(pid)
+    return f"{pid} ({' '.join(a.decode(errors='replace') for a in argv if a)[:200]})"
+
+
 def problems_after_stop(stopped: Stopped, number: signal.Signals) -> list[str]:
     problems = []
     if stopped.status != 128 + number:
@@ -206,7 +215,8 @@ def problems_after_stop(stopped: Stopped, number: signal.Signals) -> list[str]:
     if stopped.took_s >= BOUND_S:
         problems.append(f"exited {stopped.took_s:.1f}s after the signal, beyond its {BOUND_S:g}s bound")
     if stopped.left:
-        problems.append(f"processes of the run left: {sorted(p.pid for p in stopped.left)}")
+        left = sorted(p.pid for p in stopped.left)
+        problems.append(f"processes of the run left: {', '.join(describe(pid) for pid in left)}")
         for process in stopped.left:  # this test started them: it does not leave them running
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGKILL)
