@@ -318,23 +318,13 @@ class LocalSandbox:
 
 async def kill_started(started: Started) -> None:
     record = started.record
-    # What the started process started, found while it lives: once it is killed they are no longer
-    # its children, and neither bwrap's own child (its own session, no marker) nor a server that
-    # has not yet started (no marker yet) could be found otherwise.
-    spawned = spawned_by(started.process.pid)
     namespace = record.namespace()
     if namespace is not None:
         namespace.kill()
     kill_instance(record.instance)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(started.process.pid, signal.SIGKILL)
-    for pid in spawned:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
     await started.process.wait()
-    deadline = time.monotonic() + STOP_GRACE_S
-    while still_running(spawned) and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
     if namespace is not None:
         await asyncio.to_thread(namespace.wait_until_gone)
     else:
@@ -346,18 +336,6 @@ async def kill_started(started: Started) -> None:
         shutil.rmtree(started.proxy.socket_path.parent, ignore_errors=True)
     if started.run_dir is not None:
         shutil.rmtree(started.run_dir, ignore_errors=True)
-
-
-def spawned_by(pid: int) -> dict[int, int]:
-    """The live descendants of `pid`, each with its start time (so a pid given to another process
-    later is not taken for it)."""
-    table = lifetime.process_table()
-    return {child: table[child][1] for child in lifetime.descendants(pid) if child in table}
-
-
-def still_running(processes: dict[int, int]) -> bool:
-    table = lifetime.process_table()
-    return any(pid in table and table[pid][1] == start for pid, start in processes.items())
 
 
 async def start_plain(request: StartRequest) -> Started:
