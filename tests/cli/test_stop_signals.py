@@ -43,6 +43,7 @@ from belay.lifetime import die_with_parent
 from belay.local.drill import belay_command, belay_environment, is_stopped, read_events, run_belay
 from tests.cli.test_interrupted import Process, kill_points, run_processes, still_alive
 from tests.harness.example import MANIFEST, SESSION, run_example
+from tests.testenv.processes import pid_cmdline
 
 STOPS = 20
 SEED_ENV = "BELAY_STOP_SEED"
@@ -201,11 +202,8 @@ def harness_stops(events: list[Event]) -> list[Lifecycle]:
 
 def describe(pid: int) -> str:
     """A process as a person reads it: its pid and its command line, while it lasts."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return str(pid)
-    return f"{pid} ({' '.join(a.decode(errors='replace') for a in argv if a)[:200]})"
+    argv = pid_cmdline(pid)
+    return f"{pid} ({' '.join(argv)[:200]})" if argv else str(pid)
 
 
 def problems_after_stop(stopped: Stopped, number: signal.Signals) -> list[str]:

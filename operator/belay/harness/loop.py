@@ -231,19 +231,19 @@ class Harness:
         attempt, runtime = self.attempt, self.runtime
         try:
             await self.recovery.settle_open_operations(sub)
-            if is_finished(await attempt.state(), sub):
+            state = await attempt.state()
+            if is_finished(state, sub):
                 return  # nothing to decide: what its executor holds remotely is left alone
             executor = executor or self.executor_for(sub)
-            state = await attempt.state()
             if state.lifecycle.harness_starts > 1:
                 await executor.resume(state)
             else:
                 await executor.start(state)
             while True:
                 state = await attempt.state()
-                subtask = state.tasks.get(sub.name)
-                if subtask is not None and subtask.status in DONE_STATUSES:
+                if is_finished(state, sub):
                     return
+                subtask = state.tasks.get(sub.name)
                 if subtask is not None and subtask.status == TaskStatus.PLANNED:
                     await attempt.record(
                         [Task(task_id=sub.name, status=TaskStatus.RUNNING, owner=sub.name)],
