@@ -15,6 +15,7 @@ from belay.controller.follow import (
     worker_step,
 )
 from belay.journal.events import EventDraft, Note, NoteKind
+from belay.stores.base import StoreUnavailable
 from belay.stores.sqlite import SqliteEventStore
 
 # Guards against a hang; never a timing assertion.
@@ -84,6 +85,51 @@ async def test_the_watch_wakes_the_workers_of_the_record_that_moved_and_no_other
         await watches.close()
         await store.close()
         await other_store.close()
+
+
+class WatchCutOnce(SqliteEventStore):
+    """A real store whose first watch is cut at its first announcement; the watch opens again only
+    when the test lets it."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.cut = False
+        self.may_reopen = asyncio.Event()
+
+    async def watch_sessions(self):  # type: ignore[no-untyped-def, override]
+        if self.cut:
+            await self.may_reopen.wait()
+        async for session_id in super().watch_sessions():
+            if session_id is not None and not self.cut:
+                self.cut = True
+                raise StoreUnavailable("the watch was cut")
+            yield session_id
+
+
+async def test_the_periodic_check_is_needed_only_while_the_watch_is_not_in_place(tmp_path: Path) -> None:
+    store = WatchCutOnce(tmp_path / "a.db")
+    watches = RecordWatches()
+    wake = WorkerWake()
+    try:
+        watches.follow(store, "a", "ns/a", wake)
+        assert not watches.watching("ns/a")  # not yet in place: the worker keeps its timer
+        await asyncio.wait_for(wake.event.wait(), HANG_GUARD_SECONDS)
+        assert wake.take() == (False, True)
+        assert watches.watching("ns/a")
+
+        await store.append("a", [note("one")])  # the watch is cut before it says so
+        await asyncio.wait_for(wake.event.wait(), HANG_GUARD_SECONDS)
+        assert wake.take() == (False, False)  # only woken to look at its timers again
+        assert not watches.watching("ns/a")
+
+        store.may_reopen.set()
+        await asyncio.wait_for(wake.event.wait(), HANG_GUARD_SECONDS)
+        assert wake.take() == (False, True)  # the watch is back and may have missed the append
+        assert watches.watching("ns/a")
+        assert not watches.watching("ns/unknown")
+    finally:
+        await watches.close()
+        await store.close()
 
 
 def note(note_id: str) -> EventDraft:

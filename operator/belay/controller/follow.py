@@ -2,7 +2,9 @@
 event store (`EventStore.watch_sessions`) names the sessions whose records moved and wakes their
 workers, which make a pass when the record has events they have not folded (not for their own
 writes); the cluster wakes them through the kopf handlers. A worker that nothing woke does
-nothing and reads nothing; slow timers remain as a safety net (`worker_step`).
+nothing and reads nothing. Slow timers remain as a safety net (`worker_step`): the resync pass
+always, the periodic check of the record only while its store's watch is not in place (every
+store's watch promises to miss no change, and says when it may have).
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ class WorkerWake:
 
     def ask_check(self) -> None:
         self.check_asked = True
+        self.event.set()
+
+    def nudge(self) -> None:
+        """Wake the worker to look at its timers again, asking nothing."""
         self.event.set()
 
     def take(self) -> tuple[bool, bool]:
@@ -121,10 +127,13 @@ def wait_for_next_step(*, since_pass: float, since_check: float, resync_s: float
 class RecordWatches:
     """One watch per event store, shared by every session on it. A session named by the watch
     wakes its worker to check its record; a watch that (re)started without knowing what it missed
-    asks every worker on that store to check."""
+    asks every worker on that store to check. While a store's watch is in place, its workers need
+    no periodic check (`watching`)."""
 
     def __init__(self) -> None:
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        # The stores whose watch is in place: it said so (None first) and has not failed since.
+        self._live: set[int] = set()
         # store -> record id -> worker -> its wake; and each worker's place there.
         self._wakes: dict[int, dict[str, dict[str, WorkerWake]]] = {}
         self._following: dict[str, tuple[int, str]] = {}
@@ -151,6 +160,12 @@ class RecordWatches:
         if not workers:
             sessions.pop(session_id, None)
 
+    def watching(self, worker: str) -> bool:
+        """Whether the watch of the store `worker` follows is in place, so that no change of its
+        record goes unannounced."""
+        place = self._following.get(worker)
+        return place is not None and place[0] in self._live
+
     def moved(self, store: int, session_id: str | None) -> None:
         """What the watch of `store` said: this record moved, or any may have. Either way its
         workers check (one read): the events may be the worker's own writes, already folded."""
@@ -160,15 +175,28 @@ class RecordWatches:
             for wake in workers.values():
                 wake.ask_check()
 
+    def _watch_stopped(self, store: int) -> None:
+        """The watch of `store` is no longer in place: its workers look at their timers again, so
+        that the periodic check covers them until it is (one wake per failure, not per retry)."""
+        if store not in self._live:
+            return
+        self._live.discard(store)
+        for workers in self._wakes.get(store, {}).values():
+            for wake in workers.values():
+                wake.nudge()
+
     async def _watch(self, store: EventStore) -> None:
         while True:
             try:
                 async for session_id in store.watch_sessions():
+                    if session_id is None:
+                        self._live.add(id(store))
                     self.moved(id(store), session_id)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("the watch of an event store failed; opening it again")
+            self._watch_stopped(id(store))
             await asyncio.sleep(REOPEN_DELAY_S)
 
     async def close(self) -> None:
@@ -176,3 +204,4 @@ class RecordWatches:
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         self._tasks.clear()
+        self._live.clear()

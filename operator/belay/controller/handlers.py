@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 from typing import Any, cast
 
@@ -40,8 +41,8 @@ from belay.journal.fleet import PARENT_LABEL
 from belay.stores.base import RecordCorrupt, StoreError, StoreUnavailable
 
 GROUP, VERSION, PLURAL = "belay.dev", "v1alpha1", "agentsessions"
-# The store's watch wakes a worker when its record moves; as a safety net, a worker also asks the
-# store this often.
+# The store's watch wakes a worker when its record moves; as a safety net while that watch is not
+# in place (it failed and is being opened again), a worker also asks the store this often.
 FOLLOW_INTERVAL_S = float(os.environ.get("BELAY_FOLLOW_INTERVAL_S", "300"))
 # A full pass at least this often, even when nothing seems to change: it applies the children
 # again (one deleted by hand comes back).
@@ -193,6 +194,8 @@ async def _work(
             break
         _follow_record(reconciler, current, key, wake)
         pass_asked, check_asked = wake.take()
+        # A watch in place announces every change of the record: no periodic check is needed.
+        follow_s = math.inf if Runtime.watches.watching(key) else FOLLOW_INTERVAL_S
         now = loop.time()
         step = worker_step(
             pass_asked=pass_asked,
@@ -200,7 +203,7 @@ async def _work(
             since_pass=now - last_pass,
             since_check=now - last_check,
             resync_s=resync_s,
-            follow_s=FOLLOW_INTERVAL_S,
+            follow_s=follow_s,
         )
         if step is Step.CHECK:
             last_check = now
@@ -216,7 +219,7 @@ async def _work(
                     since_pass=now - last_pass,
                     since_check=now - last_check,
                     resync_s=resync_s,
-                    follow_s=FOLLOW_INTERVAL_S,
+                    follow_s=follow_s,
                 )
             )
             continue
