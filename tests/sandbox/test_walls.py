@@ -3,8 +3,11 @@ the tools a session runs still work inside them. (tests/security/ runs the attac
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from belay.api.agentsession import ManifestError, parse_manifest
 from belay.local.drill import read_events, run_belay
 from belay.sandbox.local import LocalSandbox
 from belay.sandbox.walls import BWRAP_ENV, SANDBOX_UID, WALLS_ENV, WallsUnavailable
+from tests.sandbox.helpers import is_running
 
 ROOT = os.geteuid() == 0
 
@@ -162,3 +166,45 @@ def test_belay_run_records_a_sandbox_without_walls(tmp_path: Path, monkeypatch: 
         if e.type == "lifecycle" and e.payload.kind == "sandbox_started"  # type: ignore[union-attr]
     ]
     assert "walls: NONE: bubblewrap (bwrap) is not installed" in started.payload.detail  # type: ignore[union-attr]
+
+
+def processes_naming(path: Path) -> list[str]:
+    """The live processes whose command line names `path` (bwrap and its first child, which holds
+    the sandbox's PID namespace: while it lives, so may anything inside)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or not is_running(int(entry.name)):
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(path) in command:
+            found.append(f"{entry.name}: {command[:120]}")
+    return found
+
+
+# From right after bwrap is spawned to after the server answers: the stop of a start cut short
+# lands before bwrap reported its PID namespace, while the server starts, and after.
+CANCEL_AFTER_S = [step * 0.003 for step in range(40)]
+
+
+async def test_a_start_cut_short_at_any_moment_leaves_no_process(tmp_path: Path) -> None:
+    left = {}
+    for number, delay in enumerate(CANCEL_AFTER_S):
+        base = tmp_path / f"start-{number}"
+        starting = asyncio.create_task(LocalSandbox.start(base, "worker", "none"))
+        await asyncio.sleep(delay)
+        starting.cancel()
+        try:
+            sandbox = await starting
+        except asyncio.CancelledError:
+            pass
+        else:  # it had started already: a stop must leave nothing either
+            await sandbox.stop()
+        if found := processes_naming(base):
+            left[delay] = found
+            for line in found:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(line.split(":")[0]), signal.SIGKILL)
+    assert not left, left

@@ -319,12 +319,22 @@ class LocalSandbox:
 async def kill_started(started: Started) -> None:
     record = started.record
     namespace = record.namespace()
+    # Walls stopped before bwrap said which PID namespace it made: bwrap's first child holds it
+    # (a session of its own, no marker), and once bwrap is gone it is nobody's child to find.
+    unreported = started.run_dir is not None and namespace is None
+    bwrap_children = bwrap_descendants(started.process) if unreported else {}
     if namespace is not None:
         namespace.kill()
     kill_instance(record.instance)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(started.process.pid, signal.SIGKILL)
+    for pid in bwrap_children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     await started.process.wait()
+    deadline = time.monotonic() + STOP_GRACE_S
+    while still_running(bwrap_children) and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
     if namespace is not None:
         await asyncio.to_thread(namespace.wait_until_gone)
     else:
@@ -336,6 +346,22 @@ async def kill_started(started: Started) -> None:
         shutil.rmtree(started.proxy.socket_path.parent, ignore_errors=True)
     if started.run_dir is not None:
         shutil.rmtree(started.run_dir, ignore_errors=True)
+
+
+def bwrap_descendants(bwrap: asyncio.subprocess.Process) -> dict[int, int]:
+    """bwrap's live descendants, each with its start time (a pid given to another process later is
+    not taken for it). bwrap is stopped first, so that it cannot start another one after the scan.
+    Only for walls: without them, what the server started is its own to stop (and the attacks in
+    tests/security show what escapes a sandbox without walls)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(bwrap.pid, signal.SIGSTOP)
+    table = lifetime.process_table()
+    return {pid: table[pid][1] for pid in lifetime.descendants(bwrap.pid) if pid in table}
+
+
+def still_running(processes: dict[int, int]) -> bool:
+    table = lifetime.process_table()
+    return any(pid in table and table[pid][1] == start for pid, start in processes.items())
 
 
 async def start_plain(request: StartRequest) -> Started:
@@ -416,15 +442,25 @@ async def start_walled(request: StartRequest) -> Started:
     )
     try:
         with request.log_path.open("ab") as log:
-            process = await asyncio.create_subprocess_exec(
-                *launch.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=launch.pass_fds,
-                start_new_session=True,
-                cwd="/",
+            spawning = asyncio.ensure_future(
+                asyncio.create_subprocess_exec(
+                    *launch.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=launch.pass_fds,
+                    start_new_session=True,
+                    cwd="/",
+                )
             )
+            try:
+                process = await asyncio.shield(spawning)
+                cut_short = False
+            except asyncio.CancelledError:
+                # Cut short, asyncio would kill bwrap alone, and the first child it may have
+                # started already would outlive it: the spawn ends, then the stop below kills both.
+                process = await spawning
+                cut_short = True
     except BaseException:
         os.close(launch.status_fd)
         if proxy is not None:
@@ -437,6 +473,9 @@ async def start_walled(request: StartRequest) -> Started:
         process, record, endpoint=f"unix://{run_dir / 'server.sock'}", run_dir=run_dir, proxy=proxy
     )
     try:
+        if cut_short:
+            os.close(launch.status_fd)
+            raise asyncio.CancelledError
         status = await asyncio.wait_for(read_status(launch.status_fd), START_TIMEOUT_S)
         record.pid = process.pid
         if status is not None:
