@@ -11,12 +11,15 @@ from typing import Any
 import pytest
 import yaml
 
+from belay.controller.handlers import FOLLOW_INTERVAL_S, RESYNC_INTERVAL_S
+from belay.controller.kube import KUBE_CALL_THREADS
 from belay.controller.settings import OperatorSettings
 from tests.api.kubehelpers import REPO_ROOT
 from tests.testenv.kube import ControlPlane
 
 CHART = REPO_ROOT / "charts/belay"
 RELEASE, NAMESPACE = "belay", "belay-system"
+PACE_ENVIRONMENT = ("BELAY_RESYNC_INTERVAL_S", "BELAY_FOLLOW_INTERVAL_S", "BELAY_KUBE_CALL_THREADS")
 
 
 def helm(helm_bin: Path, *args: str, kube: ControlPlane | None = None) -> subprocess.CompletedProcess[str]:
@@ -66,6 +69,24 @@ def test_chart_settings_are_the_operators_settings(helm_bin: Path) -> None:
     assert OperatorSettings.model_validate_json(env["BELAY_OPERATOR_SETTINGS"]).stop_drain_s == 45
 
 
+def test_the_operators_pace_comes_from_the_chart(helm_bin: Path) -> None:
+    def pace(*sets: str) -> dict[str, str]:
+        env = {e["name"]: e.get("value") for e in operator_container(render(helm_bin, *sets))["env"]}
+        return {name: env[name] for name in PACE_ENVIRONMENT}
+
+    # The chart's defaults are the operator's own (handlers.py, kube.py).
+    assert pace() == {
+        "BELAY_RESYNC_INTERVAL_S": str(int(RESYNC_INTERVAL_S)),
+        "BELAY_FOLLOW_INTERVAL_S": str(int(FOLLOW_INTERVAL_S)),
+        "BELAY_KUBE_CALL_THREADS": str(KUBE_CALL_THREADS),
+    }
+    assert pace("--set", "operator.resyncIntervalSeconds=600", "--set", "operator.kubeCallThreads=64") == {
+        "BELAY_RESYNC_INTERVAL_S": "600",
+        "BELAY_FOLLOW_INTERVAL_S": "300",
+        "BELAY_KUBE_CALL_THREADS": "64",
+    }
+
+
 def test_namespaced_install_binds_roles_in_the_watched_namespaces_only(helm_bin: Path) -> None:
     objects = render(helm_bin, "--set-json", 'watchNamespaces=["team-a","team-b"]')
     roles = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objects if o["kind"] == "Role"}
@@ -84,6 +105,8 @@ def test_namespaced_install_binds_roles_in_the_watched_namespaces_only(helm_bin:
         ("stores.events=http://etcd:2379", "/stores/events"),
         ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
         ("unknownKey=1", "unknownKey"),
+        ("operator.kubeCallThreads=0", "/operator/kubeCallThreads"),
+        ("operator.followIntervalSeconds=0", "/operator/followIntervalSeconds"),
     ],
 )
 def test_values_schema_refuses_bad_values(helm_bin: Path, setting: str, complaint: str) -> None:
