@@ -1,6 +1,6 @@
-"""What the S3 backend does beyond the shared conformance suite: multipart uploads of streams,
-short reads from pipes, deduplication before upload, parallel ranged reads, and where objects
-land."""
+"""What the S3 backend does beyond the shared conformance suite: multipart uploads of streams and
+of bytes, short reads from pipes, deduplication before upload, parallel ranged reads, and where
+objects land."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import urllib.request
 import uuid
 from typing import Any
 
+import botocore.exceptions
 import pytest
 
-from belay.stores.base import ArtifactCorrupted
+from belay.stores.base import ArtifactCorrupted, StoreUnavailable
 from belay.stores.s3 import S3ArtifactStore, content_key
 from tests.testenv.s3 import S3Server
 
@@ -147,3 +148,34 @@ def test_an_object_exactly_one_part_long_is_one_get(s3_server: S3Server) -> None
     gets = count_requests(store, "GetObject")
     assert store.get(ref.sha256) == data
     assert len(gets) == 1
+
+
+def test_large_bytes_go_up_as_parts_straight_to_their_content_key(s3_server: S3Server) -> None:
+    store = fresh_store(s3_server)
+    data = random.Random(9).randbytes(3 * PART + 1)
+    parts = count_requests(store, "UploadPart")
+    staged = count_requests(store, "CopyObject", "PutObject")
+    ref = store.put(data, media_type="application/x-tar")
+    assert len(parts) == 4 and staged == []  # the hash is known first: no temporary object
+    key = content_key(store.prefix, ref.sha256)
+    assert keys(store) == [key]
+    head = store.client.head_object(Bucket=BUCKET, Key=key)
+    assert (head["ContentLength"], head["ContentType"]) == (len(data), "application/x-tar")
+    assert head["Metadata"] == {"sha256": ref.sha256}
+    assert store.get(ref.sha256) == data
+
+
+def test_an_upload_of_bytes_that_fails_midway_is_aborted_and_leaves_nothing(s3_server: S3Server) -> None:
+    store = fresh_store(s3_server)
+    data = random.Random(10).randbytes(3 * PART + 1)
+
+    def cut_the_third_part(params: dict[str, Any], **_: Any) -> None:
+        if params.get("PartNumber") == 3:
+            raise botocore.exceptions.ConnectionClosedError(endpoint_url=s3_server.endpoint_url)
+
+    store.client.meta.events.register("provide-client-params.s3.UploadPart", cut_the_third_part)
+    with pytest.raises(StoreUnavailable):
+        store.put(data)
+    assert keys(store) == []
+    uploads = store.client.list_multipart_uploads(Bucket=BUCKET, Prefix=store.prefix)
+    assert uploads.get("Uploads", []) == []
