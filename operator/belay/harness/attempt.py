@@ -171,9 +171,19 @@ class Attempt:
         # One append at a time from this attempt, so a fault stop never freezes the process in the
         # middle of another subagent's write (and with the store's write lock held).
         async with self._append_lock:
-            events = await self.store.append(
-                self.session_id, drafts, lease=self.lease, claim=claim, durable=durable
+            appending = asyncio.ensure_future(
+                self.store.append(self.session_id, drafts, lease=self.lease, claim=claim, durable=durable)
             )
+            try:
+                events = await asyncio.shield(appending)
+            except asyncio.CancelledError:
+                # Cut short (a stop cancels the attempt's work), the append may land all the same:
+                # the store writes from a thread of its own, or over the network. It is waited
+                # for with the lock held, so that what reads the record next (the stop, recording
+                # which calls were never dispatched) sees it.
+                with contextlib.suppress(Exception):
+                    await appending
+                raise
             self._own.extend(events)
             for event in events:
                 if self.on_event is not None:
@@ -183,6 +193,11 @@ class Attempt:
                 self._fault_points -= reached
                 os.kill(os.getpid(), signal.SIGSTOP)
         return events
+
+    async def appends_settled(self) -> None:
+        """Returns once no append of this attempt is under way, a cancelled one included."""
+        async with self._append_lock:
+            pass
 
     async def state(self) -> SessionState:
         """The fold of the record, brought up to date incrementally: the first call starts from

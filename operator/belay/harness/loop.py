@@ -126,6 +126,7 @@ class Harness:
         assert stop is not None and stop.received is not None
         in_flight = self.runtime.in_flight
         await in_flight.drain(stop)
+        await attempt.appends_settled()  # a request its cancelled work was recording is in the state
         state = await attempt.state()
         result = HarnessResult(False, f"stopped on {stop.received.name}", attempt.number, stop.received)
         # The start may be recorded although the stop cut off the code that notes its seq.
