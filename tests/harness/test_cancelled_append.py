@@ -11,28 +11,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from belay.api.agentsession import AgentSession, parse_manifest
+from belay.api.agentsession import parse_manifest
 from belay.harness.attempt import Attempt
 from belay.journal.events import EffectClass, ToolRequest
 from belay.stores.sqlite import SqliteEventStore
+from tests.api.invalid_manifests import valid_manifest
 
 SESSION = "cut-short"
 HANG_GUARD_S = 30
-
-
-def manifest() -> AgentSession:
-    return parse_manifest(
-        {
-            "apiVersion": "belay.dev/v1alpha1",
-            "kind": "AgentSession",
-            "metadata": {"name": SESSION},
-            "spec": {
-                "request": {"goal": "g"},
-                "executor": {"type": "scripted", "plan": "plan.yaml"},
-                "subagents": [{"name": "researcher"}],
-            },
-        }
-    )
 
 
 class HeldStore(SqliteEventStore):
@@ -61,7 +47,7 @@ class HeldStore(SqliteEventStore):
 
 async def test_a_stop_sees_the_request_its_cancelled_work_was_recording(tmp_path: Path) -> None:
     store = HeldStore(tmp_path / "events.db")
-    attempt = Attempt(session=manifest(), store=store)
+    attempt = Attempt(session=parse_manifest(valid_manifest(SESSION)), store=store)
     await attempt.acquire()
     try:
         request = ToolRequest(
