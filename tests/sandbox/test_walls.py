@@ -18,6 +18,7 @@ from belay.local.drill import read_events, run_belay
 from belay.sandbox.local import LocalSandbox
 from belay.sandbox.walls import BWRAP_ENV, SANDBOX_UID, WALLS_ENV, WallsUnavailable
 from tests.sandbox.helpers import is_running
+from tests.testenv.processes import pid_cmdline
 
 ROOT = os.geteuid() == 0
 
@@ -175,10 +176,7 @@ def processes_naming(path: Path) -> list[str]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or not is_running(int(entry.name)):
             continue
-        try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
+        command = " ".join(pid_cmdline(int(entry.name)))
         if str(path) in command:
             found.append(f"{entry.name}: {command[:120]}")
     return found
