@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds (or finds in $BELAY_CACHE) every real component the tests start: etcd and the S3 server
-# first (the store tests need them), then the Kubernetes control plane, then helm, then the node
-# (kubelet, kube-proxy, kube-router, CoreDNS, crictl). One at a time: each Go build already uses
-# every core. Then the Belay image (hack/build-harness-image.sh), which
-# needs root for its Docker engine; without root it is left out and the tests that run it skip.
+# Builds (or finds in $BELAY_CACHE) every real component the tests start, in two lanes side by
+# side: one Go build keeps only about 1.5 of two cores busy (it links on one thread, and waits on
+# module downloads), so two at once fill the machine. One lane builds the Kubernetes control plane,
+# then the node's kubelet and kube-proxy, which reuse most of its compiled packages; the other etcd
+# and the S3 server (the store tests need them), helm, then the node's kube-router, CoreDNS and
+# crictl. Then the Belay image (hack/build-harness-image.sh), which needs root for its Docker engine;
+# without root it is left out and the tests that run it skip.
 #
 # A cached run only checks that the binaries exist and takes well under a second. Each script that
 # really builds records its duration in $BELAY_CACHE/build-times/; this script records the sum for
@@ -22,15 +24,29 @@ ensure_debian_packages "${apt_packages[@]}"
 
 command -v go >/dev/null || { log "go is not on PATH; the components are built from Go modules"; exit 1; }
 
-scripts=(build-etcd.sh build-s3.sh build-kube.sh build-helm.sh
-         build-kube-node.sh build-kube-router.sh build-coredns.sh build-crictl.sh)
+lanes=("build-kube.sh build-kube-node.sh"
+       "build-etcd.sh build-s3.sh build-helm.sh build-kube-router.sh build-coredns.sh build-crictl.sh")
 cold=1
 [[ -d $BELAY_CACHE/bin ]] && [[ -n $(ls -A "$BELAY_CACHE/bin" 2>/dev/null) ]] && cold=0
 
+run_lane() {
+  local script
+  for script in $1; do
+    bash "$here/$script" || { log "$script failed"; return 1; }
+  done
+}
+
 started=$SECONDS
-for script in "${scripts[@]}"; do
-  bash "$here/$script"
+pids=()
+for lane in "${lanes[@]}"; do
+  run_lane "$lane" &
+  pids+=($!)
 done
+failed=0
+for pid in "${pids[@]}"; do
+  wait "$pid" || failed=1
+done
+((failed == 0)) || { log "a component did not build (above)"; exit 1; }
 elapsed=$((SECONDS - started))
 
 if ((cold)); then

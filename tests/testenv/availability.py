@@ -4,7 +4,9 @@ where a skip would let the run pass without testing anything, so it fails instea
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Literal, NoReturn
 
 import pytest
@@ -30,3 +32,22 @@ def require_built(*names: str) -> None:
         reason = component(name).missing_reason()
         if reason:
             unavailable(reason)
+
+
+# Set by `make test` (hack/run-tests.sh) while hack/build-all.sh runs beside the tests: the path of
+# a file that the script writes the build's exit status to when it ends.
+BUILDS_UNDER_WAY_ENV = "BELAY_BUILDS_UNDER_WAY"
+BUILDS_WAIT_LIMIT_S = 3 * 3600  # a guard against a build that never ends, never a timing
+
+
+def wait_for_builds_under_way(environ: Mapping[str, str] | None = None) -> None:
+    """Returns once the builds that `make test` started beside the tests have ended (at once when
+    none were started). Whether they built everything is for the test's own checks to find."""
+    status_file = (os.environ if environ is None else environ).get(BUILDS_UNDER_WAY_ENV)
+    if not status_file:
+        return
+    deadline = time.monotonic() + BUILDS_WAIT_LIMIT_S
+    while not Path(status_file).exists():
+        if time.monotonic() > deadline:
+            pytest.fail(f"hack/build-all.sh still runs after {BUILDS_WAIT_LIMIT_S} s", pytrace=False)
+        time.sleep(1)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testenv.availability import require_built, unavailable
+from tests.testenv.availability import require_built, unavailable, wait_for_builds_under_way
 from tests.testenv.binaries import component
 from tests.testenv.docker_engine import (
     DockerEngine,
@@ -80,7 +80,39 @@ def s3_server(_testenv_dir: Path) -> Iterator[S3Server]:
         server.stop()
 
 
+# The fixtures that start a built component, and the fixture of the real node (tests/node).
+COMPONENT_FIXTURES = frozenset(
+    {"etcd_endpoint", "etcd_cluster", "s3_server", "kube", "helm_bin", "harness_image"}
+)
+NODE_FIXTURES = frozenset({"node_cluster"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that asks for a built component is marked `testenv` (and for the node `node`), marked
+    by hand or not. Then the files are ordered: those that hold such a test after the others, and
+    in each part those that hold a `slow` test first, the order otherwise kept. `make test`
+    (hack/run-tests.sh) runs the tests while the components may still be building, on several
+    workers that take files in this order: the tests that need nothing built go first (a test
+    that needs a component waits for the builds), and the long files do not come last."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & (COMPONENT_FIXTURES | NODE_FIXTURES) and not item.get_closest_marker("testenv"):
+            item.add_marker(pytest.mark.testenv)
+        if used & NODE_FIXTURES and not item.get_closest_marker("node"):
+            item.add_marker(pytest.mark.node)
+    needs_builds = {item.path for item in items if item.get_closest_marker("testenv")}
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: (item.path in needs_builds, item.path not in slow))  # stable
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures start anything
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("testenv"):
+        wait_for_builds_under_way()
+    _restart_stopped_s3_servers()
+
+
+def _restart_stopped_s3_servers() -> None:
     # A test that stops the S3 server to cut the object store may fail before starting it again;
     # the next test still finds it running, on the same port and with the same data.
     for server in _session_s3_servers:
