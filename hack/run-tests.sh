@@ -4,9 +4,9 @@
 #   1. hack/build-all.sh in the background (seconds when everything is cached), its output in a
 #      log printed when it ends.
 #   2. Meanwhile every test but the node's, on $BELAY_TEST_WORKERS pytest workers (pytest-xdist,
-#      one file per worker at a time; default: one per core, at least two). The files whose tests
-#      need no built component come first; a test that needs one waits until the builds have ended
-#      (tests/testenv/availability.py: wait_for_builds_under_way).
+#      one file per worker at a time, in the order of the collection; default: one worker per core,
+#      at least two). The files whose tests need no built component come first; a test that needs
+#      one waits until the builds have ended (tests/testenv/availability.py).
 #   3. Then, with nothing else running, the tests on the real node (-m node): they compare the
 #      whole machine's state before and after (links, rules, cgroups, sysctls, ...), which a test
 #      running beside them could change.
@@ -52,7 +52,9 @@ setsid bash -c 'bash hack/build-all.sh >"$1" 2>&1; echo $? >"$2.partial"; mv "$2
 build_pid=$!
 
 say "every test but the node's, on $workers workers, beside the builds"
-BELAY_BUILDS_UNDER_WAY=$builds_ended "$pytest" -n "$workers" --dist loadfile -m "not node"
+# --no-loadscope-reorder: the workers take the files in the order of the collection (see
+# tests/testenv/fixtures.py), not xdist's default of the files with the most tests first.
+BELAY_BUILDS_UNDER_WAY=$builds_ended "$pytest" -n "$workers" --dist loadfile --no-loadscope-reorder -m "not node"
 suite_status=$?
 ((interrupted)) && exit 130
 

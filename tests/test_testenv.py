@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -19,11 +20,17 @@ from typing import Any
 
 import pytest
 
-from tests.testenv.availability import outcome_when_missing, require_built, unavailable
+from tests.testenv.availability import (
+    BUILDS_UNDER_WAY_ENV,
+    outcome_when_missing,
+    require_built,
+    unavailable,
+    wait_for_builds_under_way,
+)
 from tests.testenv.binaries import REPO_ROOT, component, pinned_versions
 from tests.testenv.env import still_ours
 from tests.testenv.etcd import EtcdCluster
-from tests.testenv.fixtures import pytest_runtest_setup
+from tests.testenv.fixtures import COMPONENT_FIXTURES, pytest_collection_modifyitems, pytest_runtest_setup
 from tests.testenv.host import HostSnapshot
 from tests.testenv.kube import ControlPlane, KubectlError
 from tests.testenv.network import free_port, http_post_json
@@ -73,6 +80,58 @@ def test_require_built_names_the_build_script(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match=r"hack/build-etcd\.sh"):
         require_built("etcd")
+
+
+def test_a_component_test_waits_for_the_builds_under_way_and_only_then(tmp_path: Path) -> None:
+    status = tmp_path / "builds.status"
+    started = time.monotonic()
+    wait_for_builds_under_way(environ={})  # no builds started beside the tests: no wait
+    assert time.monotonic() - started < 1
+    writer = threading.Timer(1.5, lambda: status.write_text("0\n"))
+    writer.start()
+    try:
+        wait_for_builds_under_way(environ={BUILDS_UNDER_WAY_ENV: str(status)})
+        assert status.exists()  # returned only once the script wrote the builds' status
+    finally:
+        writer.cancel()
+
+
+class _Item:
+    """What the collection hook reads and sets of a pytest item."""
+
+    def __init__(self, path: str, fixturenames: tuple[str, ...] = (), marks: tuple[str, ...] = ()) -> None:
+        self.path = Path(path)
+        self.fixturenames = list(fixturenames)
+        self.marks = list(marks)
+
+    def get_closest_marker(self, name: str) -> pytest.Mark | None:
+        return getattr(pytest.mark, name).mark if name in self.marks else None
+
+    def add_marker(self, mark: pytest.MarkDecorator) -> None:
+        self.marks.append(mark.name)
+
+
+def test_the_tests_that_need_no_built_component_are_collected_first() -> None:
+    """`make test` runs the suite while the builds may still run: a test that asks for a component
+    is marked testenv, the files without such a test come first, and in each part the files with
+    a slow test lead; otherwise the order stays."""
+    crds = _Item("tests/api/test_crds.py", fixturenames=("kube", "tmp_path"))
+    crds_plain = _Item("tests/api/test_crds.py")
+    cli = _Item("tests/cli/test_errors.py")
+    drill = _Item("tests/cli/test_drill.py", marks=("slow",))
+    etcd = _Item("tests/stores/test_etcd.py", marks=("testenv",))
+    node = _Item("tests/node/test_pods.py", fixturenames=("node_cluster",))
+    items = [crds, crds_plain, cli, drill, etcd, node]
+    pytest_collection_modifyitems(items)  # type: ignore[arg-type]
+    assert items == [drill, cli, crds, crds_plain, etcd, node]
+    assert "testenv" in crds.marks and {"testenv", "node"} <= set(node.marks)
+    assert "testenv" not in cli.marks + crds_plain.marks
+
+
+def test_every_collected_test_that_asks_for_a_component_is_marked(request: pytest.FixtureRequest) -> None:
+    for item in request.session.items:
+        if set(item.fixturenames) & COMPONENT_FIXTURES:
+            assert item.get_closest_marker("testenv"), item.nodeid
 
 
 def test_free_ports_handed_out_together_are_distinct() -> None:
