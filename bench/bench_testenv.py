@@ -23,7 +23,7 @@ def cold_build_seconds() -> tuple[float, str]:
     times = cache_dir() / "build-times"
     whole = times / "cold-build.seconds"
     if whole.exists():
-        detail = "one cold `bash hack/build-all.sh` run, the node's components included"
+        detail = "one cold `bash hack/build-all.sh` run, two builds at a time, the node's components included"
         return float(whole.read_text()), detail
     parts = {
         c.folder: times / f"{c.folder}.seconds" for n, c in components().items() if n not in NODE_COMPONENTS
@@ -125,11 +125,12 @@ def run() -> list[Figure]:
                 unit="s",
                 command="rm -rf ~/.cache/belay/bin/{kubernetes-node,kube-router,coredns,crictl}-* "
                 "&& make testenv-build",
-                detail="the node's components, one after another after the control plane: "
+                detail="the node's components (kubelet and kube-proxy after the control plane, the "
+                "others in the second lane of hack/build-all.sh): "
                 + parts
                 + " (wall time on 2 cores shared with other work; module downloads included)",
                 goal="all builds (testenv_cold_build_s, which holds this when it is one run) and "
-                "the image, then the tests: CI under 60 min",
+                "the image beside the tests, then the node's tests: CI under 60 min",
             )
         )
         if cpu is not None:
