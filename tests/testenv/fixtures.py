@@ -89,11 +89,10 @@ NODE_FIXTURES = frozenset({"node_cluster"})
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that asks for a built component is marked `testenv` (and for the node `node`), marked
-    by hand or not. Then the files are ordered: those that hold such a test after the others, and
-    in each part those that hold a `slow` test first, the order otherwise kept. `make test`
-    (hack/run-tests.sh) runs the tests while the components may still be building, on several
-    workers that take files in this order: the tests that need nothing built go first (a test
-    that needs a component waits for the builds), and the long files do not come last."""
+    by hand or not: `make test` (hack/run-tests.sh) runs the tests while the components may still
+    be building, and a `testenv` test waits for them. Then the files are ordered: those that hold
+    such a test after the others, and in each part those that hold a `slow` test first, the order
+    otherwise kept (xdist hands out files with more tests first, ties in this order)."""
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         if used & (COMPONENT_FIXTURES | NODE_FIXTURES) and not item.get_closest_marker("testenv"):
