@@ -46,8 +46,8 @@ testenv-down: setup
 kind-demo:
 	bash hack/kind-demo.sh
 
-# The builds (hack/build-all.sh) and the tests in three groups, side by side where they can be:
-# see hack/run-tests.sh. A group in which pytest collected nothing (exit 5) is a failure, never a pass.
+# The builds (hack/build-all.sh) beside every test but the node's, then the node's tests alone: see
+# hack/run-tests.sh. A pytest run that collected nothing (exit 5) is a failure, never a pass.
 test: setup lint typecheck
 	bash hack/run-tests.sh
 

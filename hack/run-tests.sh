@@ -27,12 +27,13 @@ say() { printf '\n=== %s\n' "$*"; }
 
 build_pid=
 interrupted=0
-stop_builds() {
-  # The builds run in a session of their own (setsid): their whole process group goes.
+clean_up() {
+  # Builds still running (the tests were interrupted) run in a session of their own (setsid):
+  # their whole process group goes.
   [[ -n $build_pid ]] && kill -TERM -- "-$build_pid" 2>/dev/null
   rm -rf "$work"
 }
-trap stop_builds EXIT
+trap clean_up EXIT
 trap 'interrupted=1' INT TERM
 
 outcome() {

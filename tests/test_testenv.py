@@ -30,7 +30,7 @@ from tests.testenv.availability import (
 from tests.testenv.binaries import REPO_ROOT, component, pinned_versions
 from tests.testenv.env import still_ours
 from tests.testenv.etcd import EtcdCluster
-from tests.testenv.fixtures import COMPONENT_FIXTURES, pytest_collection_modifyitems, pytest_runtest_setup
+from tests.testenv.fixtures import pytest_collection_modifyitems, pytest_runtest_setup
 from tests.testenv.host import HostSnapshot
 from tests.testenv.kube import ControlPlane, KubectlError
 from tests.testenv.network import free_port, http_post_json
@@ -126,12 +126,6 @@ def test_the_tests_that_need_no_built_component_are_collected_first() -> None:
     assert items == [drill, cli, crds, crds_plain, etcd, node]
     assert "testenv" in crds.marks and {"testenv", "node"} <= set(node.marks)
     assert "testenv" not in cli.marks + crds_plain.marks
-
-
-def test_every_collected_test_that_asks_for_a_component_is_marked(request: pytest.FixtureRequest) -> None:
-    for item in request.session.items:
-        if set(item.fixturenames) & COMPONENT_FIXTURES:
-            assert item.get_closest_marker("testenv"), item.nodeid
 
 
 def test_free_ports_handed_out_together_are_distinct() -> None:
