@@ -9,8 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from belay.journal.events import EventDraft, Note, NoteKind, UserInput
-from belay.stores import etcd_wire as wire
-from belay.stores.etcd import EtcdEventStore, SessionKeys, Snapshot
+from belay.stores.etcd import EtcdEventStore, SessionKeys, Snapshot, wire
 from belay.stores.integrity import Chain
 
 keys = st.binary(min_size=1, max_size=300)

@@ -74,7 +74,6 @@ from belay.journal.events import (
     canonical_json,
     now_utc,
 )
-from belay.stores import etcd_wire as wire
 from belay.stores.base import (
     MAX_PAYLOAD_BYTES,
     ArtifactCorrupted,
@@ -92,6 +91,7 @@ from belay.stores.base import (
     StoreError,
     StoreUnavailable,
 )
+from belay.stores.etcd import wire
 from belay.stores.integrity import FIELDS_START, GENESIS, Chain, Head, RecordCheck, record_key_for
 
 T = TypeVar("T")
@@ -836,7 +836,7 @@ class EtcdEventStore:
         fenced: bool,
         claim: str | None,
     ) -> bytes:
-        """The append's one transaction, as wire bytes (see `etcd_wire` for why). Its parts go
+        """The append's one transaction, as wire bytes (see `wire` for why). Its parts go
         into one list in field order (compares, puts, then the failure branch's reads); plain
         loops rather than comprehensions, which are each a function call in Python 3.11."""
         last_seq = first_seq + len(values) - 1
