@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from belay.journal.events import EventDraft, Note, NoteKind, UserInput
 from belay.stores.etcd import EtcdEventStore, SessionKeys, Snapshot, wire
+from belay.stores.etcd.appends import append_request
 from belay.stores.integrity import Chain
 
 keys = st.binary(min_size=1, max_size=300)
@@ -85,8 +86,19 @@ def test_the_append_transaction_checks_and_writes_every_key_of_the_layout(
     ]
     values = [b"seven", b"eight", b"nine"]
     link = b"c" * 64
-    encoded = store._append_request(
-        keys, snapshot, drafts, 7, values, link, idempotency_key, "d", fenced, claim
+    encoded = append_request(
+        keys,
+        snapshot,
+        drafts,
+        7,
+        values,
+        link,
+        idempotency_key,
+        "d",
+        fenced,
+        claim,
+        store.chain,
+        store.prefix,
     )
 
     idem = [keys.idem(idempotency_key)] if idempotency_key else []

@@ -1,0 +1,433 @@
+"""One append, one etcd transaction.
+
+An append writes the events, the new head, the latest-of-type entries, the idempotency record and
+the claim in ONE transaction whose compares are: head unchanged since the state the seqs were
+based on (mod_revision), with a lease the lease unchanged since its number was checked
+(mod_revision), with a key the idempotency key unused, with a claim the claim unused. Each
+event's link in the record's hash chain follows the head's (`belay.stores.integrity`). The state
+is the one this store last wrote for the session, or a guess of "new session"; when a compare
+fails (another writer got there first), the transaction's failure branch returns the current
+state and the append tries again on it (optimistic concurrency, one round trip per try). etcd
+transactions are strict serializable, so the fencing lease is a number compared in the same
+transaction as the write, never an etcd lock. While another append's transaction is in flight,
+the transaction waits to go out with others (`belay.stores.etcd.batching`).
+
+A transaction whose answer was lost may or may not have been applied: the append keeps the exact
+bytes it sent and settles them on the next state it reads (`Appends.settle`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from belay.journal.events import (
+    EnvelopeJson,
+    Event,
+    EventDraft,
+    batch_digest,
+    build_event,
+    canonical_json,
+    now_utc,
+)
+from belay.stores.base import (
+    MAX_PAYLOAD_BYTES,
+    ClaimTaken,
+    IdempotencyConflict,
+    StaleLease,
+    StoreUnavailable,
+)
+from belay.stores.etcd import wire
+from belay.stores.etcd.batching import QueuedAppend, SharedTransactions
+from belay.stores.etcd.connection import (
+    TRANSIENT_CODES,
+    EtcdConnection,
+    describe,
+    never_sent,
+    permanent,
+    range_op,
+)
+from belay.stores.etcd.keys import SessionKeys, index_key
+from belay.stores.etcd.limits import MAX_BATCH_EVENTS, check_batch_size
+from belay.stores.etcd.reads import RecordReader
+from belay.stores.integrity import GENESIS, Chain
+
+KNOWN_HEADS = 4096
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """What an append decides on, all read at one revision."""
+
+    head_mod_revision: int = 0
+    last_seq: int = 0
+    chain: bytes = GENESIS  # the last event's link
+    lease_mod_revision: int = 0
+    lease_number: int = 0  # a session that never had a lease is at lease 0
+    idem_record: dict[str, Any] | None = None
+    claim_seq: int | None = None  # where the append's claim was taken, if it was
+    # False for a state remembered from this store's own last append: good enough to try a write
+    # on (the transaction's compares catch a stale one), never to refuse an append on.
+    authoritative: bool = True
+
+
+@dataclass
+class UnsettledAttempt:
+    """A transaction whose answer was lost: it may have been applied or not."""
+
+    events: list[Event]
+    values: list[bytes]
+
+
+def state_keys(keys: SessionKeys, idempotency_key: str | None, claim: str | None) -> tuple[bytes, ...]:
+    """What an append decides on: head, lease, then the idempotency record and the claim when
+    the append has them."""
+    state: tuple[bytes, ...] = (keys.head, keys.lease)
+    if idempotency_key is not None:
+        state += (keys.idem(idempotency_key),)
+    if claim is not None:
+        state += (keys.claim(claim),)
+    return state
+
+
+def queued_state_count(idempotency_key: str | None, claim: str | None) -> int:
+    """How many failure-branch reads an append's transaction carries (`state_keys`)."""
+    return 2 + (idempotency_key is not None) + (claim is not None)
+
+
+def snapshot_from(responses: Sequence[Any], idempotency_key: str | None, claim: str | None) -> Snapshot:
+    """The state read from `state_keys` (the transaction's responses to those reads), whether
+    they ran as a transaction's success branch (a plain read) or its failure branch (a write
+    whose compares failed)."""
+    ranges = [op.response_range for op in responses]
+    snapshot = Snapshot()
+    if ranges[0].kvs:
+        head = json.loads(ranges[0].kvs[0].value)
+        snapshot.head_mod_revision = ranges[0].kvs[0].mod_revision
+        snapshot.last_seq = head["last_seq"]
+        snapshot.chain = head.get("chain", "").encode()
+    if ranges[1].kvs:
+        snapshot.lease_mod_revision = ranges[1].kvs[0].mod_revision
+        snapshot.lease_number = json.loads(ranges[1].kvs[0].value)["number"]
+    if idempotency_key is not None and ranges[2].kvs:
+        snapshot.idem_record = json.loads(ranges[2].kvs[0].value)
+    if claim is not None and ranges[-1].kvs:
+        snapshot.claim_seq = json.loads(ranges[-1].kvs[0].value)["seq"]
+    return snapshot
+
+
+def operation_counts(
+    snapshot: Snapshot,
+    values: list[bytes],
+    drafts: list[EventDraft],
+    fenced: bool,
+    idempotency_key: str | None,
+    claim: str | None,
+) -> tuple[int, int, int]:
+    """The compares, success puts and failure reads of `append_request` for these arguments."""
+    keyed = idempotency_key is not None
+    claimed = claim is not None
+    compares = 1 + fenced + keyed + claimed
+    puts = len(values) + 1 + len({draft.type for draft in drafts}) + keyed + claimed
+    puts += snapshot.head_mod_revision == 0  # the session index entry
+    return compares, puts, queued_state_count(idempotency_key, claim)
+
+
+def append_request(
+    keys: SessionKeys,
+    snapshot: Snapshot,
+    drafts: list[EventDraft],
+    first_seq: int,
+    values: list[bytes],
+    last_link: bytes,
+    idempotency_key: str | None,
+    digest: str,
+    fenced: bool,
+    claim: str | None,
+    chain: Chain,
+    prefix: str,
+) -> bytes:
+    """The append's one transaction, as wire bytes (see `wire` for why). Its parts go
+    into one list in field order (compares, puts, then the failure branch's reads); plain
+    loops rather than comprehensions, which are each a function call in Python 3.11."""
+    last_seq = first_seq + len(values) - 1
+    idem_key = keys.idem(idempotency_key) if idempotency_key is not None else None
+    claim_key = keys.claim(claim) if claim is not None else None
+    parts = [wire.mod_revision_is(keys.head, snapshot.head_mod_revision)]
+    if fenced:
+        parts.append(wire.mod_revision_is(keys.lease, snapshot.lease_mod_revision))
+    if idem_key is not None:
+        parts.append(wire.mod_revision_is(idem_key, 0))
+    if claim_key is not None:
+        parts.append(wire.mod_revision_is(claim_key, 0))
+    for seq, value in enumerate(values, start=first_seq):
+        parts.append(wire.put(keys.event(seq), value))
+    seal = chain.seal(last_seq, last_link)
+    parts.append(
+        wire.put(keys.head, b'{"last_seq":%d,"chain":"%s","seal":"%s"}' % (last_seq, last_link, seal))
+    )
+    newest_of_type: dict[str, int] = {}
+    for seq, draft in enumerate(drafts, start=first_seq):
+        newest_of_type[draft.type] = seq
+    for event_type, seq in newest_of_type.items():
+        parts.append(wire.put(keys.latest(event_type), b'{"seq":%d}' % seq))
+    if idem_key is not None:
+        record = {"digest": digest, "first_seq": first_seq, "last_seq": last_seq}
+        parts.append(wire.put(idem_key, canonical_json(record)))
+    if claim_key is not None:
+        parts.append(wire.put(claim_key, b'{"seq":%d}' % first_seq))
+    if snapshot.head_mod_revision == 0:
+        parts.append(wire.put(index_key(prefix, keys.session_id), b""))
+    # When a compare fails, the same round trip brings back the state to retry on (the same
+    # reads as `state_keys`, in the same order).
+    failure_reads = (
+        (keys.head, keys.lease)
+        if idem_key is None and claim_key is None
+        else state_keys(keys, idempotency_key, claim)
+    )
+    parts.append(wire.failure_ranges(failure_reads))
+    return b"".join(parts)
+
+
+class KnownHeads:
+    """The head this store last wrote, per session (insertion-ordered, oldest evicted first)."""
+
+    def __init__(self) -> None:
+        self._heads: dict[str, Snapshot] = {}
+
+    def remembered(self, session_id: str) -> Snapshot:
+        # Never seen: guess a new session. If it is not, the write's compares fail and its
+        # failure branch returns the real state, still in one round trip.
+        return self._heads.get(session_id) or Snapshot(authoritative=False)
+
+    def remember(
+        self, session_id: str, snapshot: Snapshot, written_at: int, last_seq: int, chain: bytes
+    ) -> None:
+        self._heads.pop(session_id, None)
+        self._heads[session_id] = Snapshot(
+            head_mod_revision=written_at,
+            last_seq=last_seq,
+            chain=chain,
+            lease_mod_revision=snapshot.lease_mod_revision,
+            lease_number=snapshot.lease_number,
+            authoritative=False,
+        )
+        while len(self._heads) > KNOWN_HEADS:
+            self._heads.pop(next(iter(self._heads)))
+
+    def forget(self, session_id: str) -> None:
+        """Nothing remembered of the session can be trusted any more (a lost answer, a new
+        lease, the session deleted)."""
+        self._heads.pop(session_id, None)
+
+
+class Appends:
+    """The appends of one etcd store: `prefix` its key prefix, `chain` the record's hash chain,
+    `reader` for idempotent replays and lost answers, `heads` what it last wrote."""
+
+    def __init__(
+        self, connection: EtcdConnection, chain: Chain, prefix: str, reader: RecordReader, heads: KnownHeads
+    ) -> None:
+        self.connection = connection
+        self.chain = chain
+        self.prefix = prefix
+        self.reader = reader
+        self.heads = heads
+        self.shared = SharedTransactions(connection)
+
+    async def append(
+        self,
+        session_id: str,
+        drafts: Sequence[EventDraft],
+        *,
+        idempotency_key: str | None = None,
+        lease: int | None = None,
+        claim: str | None = None,
+    ) -> list[Event]:
+        drafts = list(drafts)
+        if not drafts:
+            return []
+        if len(drafts) > MAX_BATCH_EVENTS:
+            check_batch_size(drafts, [])
+        keys = SessionKeys.of(self.prefix, session_id)
+        digest = batch_digest(drafts) if idempotency_key is not None else ""
+        # One timestamp per call: a retry that reuses seqs writes byte-identical events, so two
+        # attempts racing for the same head revision cannot leave different records.
+        created_at = now_utc()
+        envelope = EnvelopeJson(session_id, created_at, idempotency_key)
+        stored = self.chain.stored
+        shared = self.shared
+        unsettled: list[UnsettledAttempt] = []
+        checked = False
+        alone = False
+        deadline = time.monotonic() + self.connection.operation_timeout
+        delay = 0.02
+        last_error: BaseException | None = None
+        # Usually one round trip: a write against the state this store last saw. Its compares
+        # guard it; when they fail, the failure branch carries the fresh state for the next try.
+        snapshot: Snapshot | None = self.heads.remembered(session_id)
+        while time.monotonic() < deadline:
+            queued: QueuedAppend | None = None
+            try:
+                if snapshot is None:
+                    snapshot = await self.snapshot(keys, idempotency_key, claim)
+                if snapshot.authoritative:
+                    settled = await self.settle(keys, snapshot, unsettled)
+                    if settled is not None:
+                        return settled
+                    if snapshot.idem_record is not None:
+                        return await self.replay(keys, snapshot, idempotency_key, digest)
+                if lease is not None and snapshot.lease_number != lease:
+                    if not snapshot.authoritative:
+                        snapshot = None
+                        continue
+                    raise StaleLease(
+                        f"session {session_id!r}: lease {lease} is not the current lease "
+                        f"{snapshot.lease_number}; a newer harness attempt owns the session"
+                    )
+                if snapshot.claim_seq is not None and claim is not None:
+                    raise ClaimTaken(session_id, claim, snapshot.claim_seq)
+                first_seq = snapshot.last_seq + 1
+                link = snapshot.chain
+                values = []
+                links = []
+                for seq, draft in enumerate(drafts, start=first_seq):
+                    value, link = stored(link, envelope.fields(draft, seq))
+                    values.append(value)
+                    links.append(link)
+                if not checked:
+                    # Checked once, before any request is sent. One stored event within the payload
+                    # limit is within every limit.
+                    if len(values) > 1 or len(values[0]) > MAX_PAYLOAD_BYTES:
+                        check_batch_size(drafts, values)
+                    checked = True
+                request = append_request(
+                    keys,
+                    snapshot,
+                    drafts,
+                    first_seq,
+                    values,
+                    link,
+                    idempotency_key,
+                    digest,
+                    lease is not None,
+                    claim,
+                    self.chain,
+                    self.prefix,
+                )
+                events = []
+                if shared.in_flight == 0 or alone:
+                    # Nothing in flight (always so for a single writer): send it now, alone.
+                    waiting: Any = shared.send_alone(request)
+                else:
+                    # Another append's transaction is in flight: go out after it, with every
+                    # append queued meanwhile, in one transaction.
+                    counts = operation_counts(
+                        snapshot, values, drafts, lease is not None, idempotency_key, claim
+                    )
+                    queued = shared.queue(session_id, request, counts)
+                    waiting = queued.outcome
+                try:
+                    if queued is None:
+                        # Let the call's task send the request: building the events to return
+                        # then overlaps the round trip.
+                        await asyncio.sleep(0)
+                    for seq, draft in enumerate(drafts, start=first_seq):
+                        events.append(
+                            build_event(
+                                draft,
+                                seq=seq,
+                                session_id=session_id,
+                                created_at=created_at,
+                                idempotency_key=idempotency_key,
+                                chain=links[seq - first_seq].decode(),
+                            )
+                        )
+                    answer = await waiting
+                except grpc.aio.AioRpcError as error:
+                    if error.code() in TRANSIENT_CODES and not never_sent(error):
+                        unsettled.append(UnsettledAttempt(events, values))
+                    raise
+                except BaseException:
+                    # Cancelled before the answer (or anything else): cancel the RPC too, as
+                    # awaiting it would have; an append still queued is dropped, and one that
+                    # went out with others is written with them or not at all.
+                    waiting.cancel()
+                    raise
+                finally:
+                    if queued is None:
+                        shared.alone_done()
+                response, failure_from, was_shared = (answer, 0, False) if queued is None else answer
+                if response.succeeded:
+                    self.heads.remember(session_id, snapshot, response.header.revision, events[-1].seq, link)
+                    return events
+                # Another writer got there first (or the remembered state was stale): go again
+                # at once on the state the failure branch read. After a shared transaction failed,
+                # the retry goes alone, so one contended session cannot keep failing the others.
+                failure_to = failure_from + queued_state_count(idempotency_key, claim)
+                snapshot = snapshot_from(response.responses[failure_from:failure_to], idempotency_key, claim)
+                alone = was_shared
+                continue
+            except grpc.aio.AioRpcError as error:
+                if error.code() not in TRANSIENT_CODES:
+                    if queued is not None and not alone:
+                        # Refused with others (say a cluster with lower limits than etcd's
+                        # defaults): nothing was written; try it alone before blaming this batch.
+                        alone = True
+                        continue
+                    raise permanent(error) from error
+                last_error = error
+                # After a lost answer nothing remembered can be trusted: read the state afresh.
+                snapshot = None
+                self.heads.forget(session_id)
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.5)
+        if unsettled:
+            raise StoreUnavailable(
+                f"etcd at {', '.join(self.connection.endpoints)} did not confirm the append within "
+                f"{self.connection.operation_timeout:g}s ({describe(last_error)}); the batch is either fully "
+                "written or not at all: retry with the same idempotency key to find out"
+            )
+        raise self.connection.unavailable(last_error)
+
+    async def snapshot(self, keys: SessionKeys, idempotency_key: str | None, claim: str | None) -> Snapshot:
+        reads = [range_op(key) for key in state_keys(keys, idempotency_key, claim)]
+        return snapshot_from((await self.connection.txn([], reads)).responses, idempotency_key, claim)
+
+    async def settle(
+        self, keys: SessionKeys, snapshot: Snapshot, unsettled: list[UnsettledAttempt]
+    ) -> list[Event] | None:
+        """Decide lost-answer attempts the snapshot can decide. Each compared on a head revision
+        that the snapshot has moved past, so it either landed (its exact bytes are at its seqs)
+        or never will."""
+        for attempt in list(unsettled):
+            first, last = attempt.events[0].seq, attempt.events[-1].seq
+            if snapshot.last_seq < last:
+                continue
+            stored = [kv.value for kv in await self.reader.events_at(keys, first, last)]
+            if len(stored) < len(attempt.values):  # archived since: the segments hold the rest
+                stored = await self.reader.stored_values(keys, first, last)
+            if stored == attempt.values:
+                return attempt.events
+            unsettled.remove(attempt)
+        return None
+
+    async def replay(
+        self, keys: SessionKeys, snapshot: Snapshot, idempotency_key: str | None, digest: str
+    ) -> list[Event]:
+        record = snapshot.idem_record
+        assert record is not None
+        if record["digest"] != digest:
+            raise IdempotencyConflict(
+                f"idempotency key {idempotency_key!r} was used for a different batch "
+                f"(seqs {record['first_seq']}..{record['last_seq']})"
+            )
+        events, _, _ = await self.reader.read_at(keys, record["first_seq"], record["last_seq"], None)
+        return events
