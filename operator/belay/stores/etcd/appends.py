@@ -22,7 +22,8 @@ import asyncio
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import grpc
@@ -45,7 +46,7 @@ from belay.stores.base import (
     StoreUnavailable,
 )
 from belay.stores.etcd import wire
-from belay.stores.etcd.batching import QueuedAppend, SharedTransactions
+from belay.stores.etcd.batching import SharedTransactions
 from belay.stores.etcd.connection import (
     TRANSIENT_CODES,
     EtcdConnection,
@@ -228,6 +229,59 @@ class KnownHeads:
         self._heads.pop(session_id, None)
 
 
+@dataclass(slots=True)
+class AppendCall:
+    """One call of `Appends.append`: what each of its tries writes, and the tries whose answer
+    was lost (`Appends.settle`)."""
+
+    session_id: str
+    keys: SessionKeys
+    drafts: list[EventDraft]
+    idempotency_key: str | None
+    lease: int | None
+    claim: str | None
+    digest: str  # the batch's, when it has an idempotency key
+    created_at: datetime
+    envelope: EnvelopeJson
+    unsettled: list[UnsettledAttempt] = field(default_factory=list)
+    checked: bool = False  # the batch's size, checked once before any request is sent
+
+    @staticmethod
+    def of(
+        prefix: str,
+        session_id: str,
+        drafts: list[EventDraft],
+        idempotency_key: str | None,
+        lease: int | None,
+        claim: str | None,
+    ) -> AppendCall:
+        keys = SessionKeys.of(prefix, session_id)
+        digest = batch_digest(drafts) if idempotency_key is not None else ""
+        # One timestamp per call: a retry that reuses seqs writes byte-identical events, so two
+        # attempts racing for the same head revision cannot leave different records.
+        created_at = now_utc()
+        envelope = EnvelopeJson(session_id, created_at, idempotency_key)
+        return AppendCall(
+            session_id, keys, drafts, idempotency_key, lease, claim, digest, created_at, envelope
+        )
+
+    def events(self, first_seq: int, links: list[bytes]) -> list[Event]:
+        """The events a try at `first_seq` stores, to return once it is written."""
+        events = []
+        for seq, draft in enumerate(self.drafts, start=first_seq):
+            events.append(
+                build_event(
+                    draft,
+                    seq=seq,
+                    session_id=self.session_id,
+                    created_at=self.created_at,
+                    idempotency_key=self.idempotency_key,
+                    chain=links[seq - first_seq].decode(),
+                )
+            )
+        return events
+
+
 class Appends:
     """The appends of one etcd store: `prefix` its key prefix, `chain` the record's hash chain,
     `reader` for idempotent replays and lost answers, `heads` what it last wrote."""
@@ -251,21 +305,14 @@ class Appends:
         lease: int | None = None,
         claim: str | None = None,
     ) -> list[Event]:
+        """One transaction per try, each on the state the try before read, until one is written
+        or refused, or `operation_timeout` passes."""
         drafts = list(drafts)
         if not drafts:
             return []
         if len(drafts) > MAX_BATCH_EVENTS:
             check_batch_size(drafts, [])
-        keys = SessionKeys.of(self.prefix, session_id)
-        digest = batch_digest(drafts) if idempotency_key is not None else ""
-        # One timestamp per call: a retry that reuses seqs writes byte-identical events, so two
-        # attempts racing for the same head revision cannot leave different records.
-        created_at = now_utc()
-        envelope = EnvelopeJson(session_id, created_at, idempotency_key)
-        stored = self.chain.stored
-        shared = self.shared
-        unsettled: list[UnsettledAttempt] = []
-        checked = False
+        call = AppendCall.of(self.prefix, session_id, drafts, idempotency_key, lease, claim)
         alone = False
         deadline = time.monotonic() + self.connection.operation_timeout
         delay = 0.02
@@ -274,110 +321,35 @@ class Appends:
         # guard it; when they fail, the failure branch carries the fresh state for the next try.
         snapshot: Snapshot | None = self.heads.remembered(session_id)
         while time.monotonic() < deadline:
-            queued: QueuedAppend | None = None
+            queued = False
             try:
                 if snapshot is None:
-                    snapshot = await self.snapshot(keys, idempotency_key, claim)
-                if snapshot.authoritative:
-                    settled = await self.settle(keys, snapshot, unsettled)
-                    if settled is not None:
-                        return settled
-                    if snapshot.idem_record is not None:
-                        return await self.replay(keys, snapshot, idempotency_key, digest)
-                if lease is not None and snapshot.lease_number != lease:
-                    if not snapshot.authoritative:
-                        snapshot = None
-                        continue
-                    raise StaleLease(
-                        f"session {session_id!r}: lease {lease} is not the current lease "
-                        f"{snapshot.lease_number}; a newer harness attempt owns the session"
-                    )
-                if snapshot.claim_seq is not None and claim is not None:
-                    raise ClaimTaken(session_id, claim, snapshot.claim_seq)
-                first_seq = snapshot.last_seq + 1
-                link = snapshot.chain
-                values = []
-                links = []
-                for seq, draft in enumerate(drafts, start=first_seq):
-                    value, link = stored(link, envelope.fields(draft, seq))
-                    values.append(value)
-                    links.append(link)
-                if not checked:
-                    # Checked once, before any request is sent. One stored event within the payload
-                    # limit is within every limit.
-                    if len(values) > 1 or len(values[0]) > MAX_PAYLOAD_BYTES:
-                        check_batch_size(drafts, values)
-                    checked = True
-                request = append_request(
-                    keys,
-                    snapshot,
-                    drafts,
-                    first_seq,
-                    values,
-                    link,
-                    idempotency_key,
-                    digest,
-                    lease is not None,
-                    claim,
-                    self.chain,
-                    self.prefix,
+                    snapshot = await self.snapshot(call.keys, idempotency_key, claim)
+                if snapshot.authoritative and (answered := await self._answered(call, snapshot)) is not None:
+                    return answered
+                if not self._may_write(call, snapshot):
+                    snapshot = None
+                    continue
+                values, links, request = self._encoded(call, snapshot)
+                queued = self.shared.in_flight != 0 and not alone
+                events, (response, failure_from, shared) = await self._sent(
+                    call, snapshot, values, links, request, queued
                 )
-                events = []
-                if shared.in_flight == 0 or alone:
-                    # Nothing in flight (always so for a single writer): send it now, alone.
-                    waiting: Any = shared.send_alone(request)
-                else:
-                    # Another append's transaction is in flight: go out after it, with every
-                    # append queued meanwhile, in one transaction.
-                    counts = operation_counts(
-                        snapshot, values, drafts, lease is not None, idempotency_key, claim
-                    )
-                    queued = shared.queue(session_id, request, counts)
-                    waiting = queued.outcome
-                try:
-                    if queued is None:
-                        # Let the call's task send the request: building the events to return
-                        # then overlaps the round trip.
-                        await asyncio.sleep(0)
-                    for seq, draft in enumerate(drafts, start=first_seq):
-                        events.append(
-                            build_event(
-                                draft,
-                                seq=seq,
-                                session_id=session_id,
-                                created_at=created_at,
-                                idempotency_key=idempotency_key,
-                                chain=links[seq - first_seq].decode(),
-                            )
-                        )
-                    answer = await waiting
-                except grpc.aio.AioRpcError as error:
-                    if error.code() in TRANSIENT_CODES and not never_sent(error):
-                        unsettled.append(UnsettledAttempt(events, values))
-                    raise
-                except BaseException:
-                    # Cancelled before the answer (or anything else): cancel the RPC too, as
-                    # awaiting it would have; an append still queued is dropped, and one that
-                    # went out with others is written with them or not at all.
-                    waiting.cancel()
-                    raise
-                finally:
-                    if queued is None:
-                        shared.alone_done()
-                response, failure_from, was_shared = (answer, 0, False) if queued is None else answer
                 if response.succeeded:
-                    self.heads.remember(session_id, snapshot, response.header.revision, events[-1].seq, link)
+                    self.heads.remember(
+                        session_id, snapshot, response.header.revision, events[-1].seq, links[-1]
+                    )
                     return events
                 # Another writer got there first (or the remembered state was stale): go again
                 # at once on the state the failure branch read. After a shared transaction failed,
                 # the retry goes alone, so one contended session cannot keep failing the others.
                 failure_to = failure_from + queued_state_count(idempotency_key, claim)
                 snapshot = snapshot_from(response.responses[failure_from:failure_to], idempotency_key, claim)
-                alone = was_shared
+                alone = shared
                 continue
             except grpc.aio.AioRpcError as error:
                 if error.code() not in TRANSIENT_CODES:
-                    if queued is not None and not alone:
+                    if queued and not alone:
                         # Refused with others (say a cluster with lower limits than etcd's
                         # defaults): nothing was written; try it alone before blaming this batch.
                         alone = True
@@ -389,13 +361,121 @@ class Appends:
                 self.heads.forget(session_id)
             await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 0.5)
-        if unsettled:
-            raise StoreUnavailable(
-                f"etcd at {', '.join(self.connection.endpoints)} did not confirm the append within "
-                f"{self.connection.operation_timeout:g}s ({describe(last_error)}); the batch is either fully "
-                "written or not at all: retry with the same idempotency key to find out"
+        raise self._unconfirmed(call, last_error)
+
+    async def _answered(self, call: AppendCall, snapshot: Snapshot) -> list[Event] | None:
+        """What a state read from etcd already answers: an earlier try whose answer was lost
+        and that landed, or the batch its idempotency key was used for."""
+        settled = await self.settle(call.keys, snapshot, call.unsettled)
+        if settled is not None:
+            return settled
+        if snapshot.idem_record is not None:
+            return await self.replay(call.keys, snapshot, call.idempotency_key, call.digest)
+        return None
+
+    def _may_write(self, call: AppendCall, snapshot: Snapshot) -> bool:
+        """Refuse the append on a stale lease or a claim already taken. False when only a
+        remembered state says the lease moved: the real one is read before refusing."""
+        if call.lease is not None and snapshot.lease_number != call.lease:
+            if not snapshot.authoritative:
+                return False
+            raise StaleLease(
+                f"session {call.session_id!r}: lease {call.lease} is not the current lease "
+                f"{snapshot.lease_number}; a newer harness attempt owns the session"
             )
-        raise self.connection.unavailable(last_error)
+        if snapshot.claim_seq is not None and call.claim is not None:
+            raise ClaimTaken(call.session_id, call.claim, snapshot.claim_seq)
+        return True
+
+    def _encoded(self, call: AppendCall, snapshot: Snapshot) -> tuple[list[bytes], list[bytes], bytes]:
+        """A try on `snapshot`: the events' stored bytes, their links, and the transaction."""
+        stored = self.chain.stored
+        envelope = call.envelope
+        first_seq = snapshot.last_seq + 1
+        link = snapshot.chain
+        values = []
+        links = []
+        for seq, draft in enumerate(call.drafts, start=first_seq):
+            value, link = stored(link, envelope.fields(draft, seq))
+            values.append(value)
+            links.append(link)
+        if not call.checked:
+            # Checked once, before any request is sent. One stored event within the payload
+            # limit is within every limit.
+            if len(values) > 1 or len(values[0]) > MAX_PAYLOAD_BYTES:
+                check_batch_size(call.drafts, values)
+            call.checked = True
+        request = append_request(
+            call.keys,
+            snapshot,
+            call.drafts,
+            first_seq,
+            values,
+            link,
+            call.idempotency_key,
+            call.digest,
+            call.lease is not None,
+            call.claim,
+            self.chain,
+            self.prefix,
+        )
+        return values, links, request
+
+    async def _sent(
+        self,
+        call: AppendCall,
+        snapshot: Snapshot,
+        values: list[bytes],
+        links: list[bytes],
+        request: bytes,
+        queued: bool,
+    ) -> tuple[list[Event], tuple[Any, int, bool]]:
+        """Send a try's transaction, alone or `queued` to go out with others, and build the events
+        it writes while it is in flight. The events, and the answer: the transaction's response,
+        where this append's failure reads start in it, whether it held other appends too."""
+        shared = self.shared
+        waiting: Any
+        if queued:
+            # Another append's transaction is in flight: go out after it, with every append
+            # queued meanwhile, in one transaction.
+            counts = operation_counts(
+                snapshot, values, call.drafts, call.lease is not None, call.idempotency_key, call.claim
+            )
+            waiting = shared.queue(call.session_id, request, counts).outcome
+        else:
+            # Nothing in flight (always so for a single writer): send it now, alone.
+            waiting = shared.send_alone(request)
+        events: list[Event] = []
+        try:
+            if not queued:
+                # Let the call's task send the request: building the events to return then
+                # overlaps the round trip.
+                await asyncio.sleep(0)
+            events = call.events(snapshot.last_seq + 1, links)
+            answer = await waiting
+        except grpc.aio.AioRpcError as error:
+            if error.code() in TRANSIENT_CODES and not never_sent(error):
+                call.unsettled.append(UnsettledAttempt(events, values))
+            raise
+        except BaseException:
+            # Cancelled before the answer (or anything else): cancel the RPC too, as awaiting it
+            # would have; an append still queued is dropped, and one that went out with others
+            # is written with them or not at all.
+            waiting.cancel()
+            raise
+        finally:
+            if not queued:
+                shared.alone_done()
+        return events, (answer if queued else (answer, 0, False))
+
+    def _unconfirmed(self, call: AppendCall, last_error: BaseException | None) -> StoreUnavailable:
+        if call.unsettled:
+            return StoreUnavailable(
+                f"etcd at {', '.join(self.connection.endpoints)} did not confirm the append within "
+                f"{self.connection.operation_timeout:g}s ({describe(last_error)}); the batch is "
+                "either fully written or not at all: retry with the same idempotency key to find out"
+            )
+        return self.connection.unavailable(last_error)
 
     async def snapshot(self, keys: SessionKeys, idempotency_key: str | None, claim: str | None) -> Snapshot:
         reads = [range_op(key) for key in state_keys(keys, idempotency_key, claim)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aetcd import rpc
@@ -18,7 +19,7 @@ from pydantic import TypeAdapter
 from belay.journal.events import Event
 from belay.stores.etcd.connection import EtcdConnection, prefix_range_op, range_op
 from belay.stores.etcd.keys import SessionKeys, prefix_range_end
-from belay.stores.etcd.segments import ArchivedSegments, covering, index_from
+from belay.stores.etcd.segments import ArchivedSegments, Segment, covering, index_from
 from belay.stores.integrity import Chain, Head, RecordCheck
 
 READ_PAGE = 500
@@ -34,6 +35,15 @@ def parse_events(values: list[bytes]) -> list[Event]:
 def head_from(value: bytes) -> Head:
     head = json.loads(value)
     return Head(int(head["last_seq"]), head.get("chain", "").encode(), head.get("seal", "").encode())
+
+
+def _take_run(kvs: Sequence[Any], check: RecordCheck, stored: list[bytes]) -> int:
+    """Events of an etcd page in a row, checked and added to `stored`; the seq after the last."""
+    for kv in kvs:
+        seq = int(kv.key[-20:])
+        check.event(seq, kv.value)
+        stored.append(kv.value)
+    return seq + 1
 
 
 class RecordReader:
@@ -70,32 +80,7 @@ class RecordReader:
         stored: list[bytes] = []
         end = keys.event(to_seq + 1) if to_seq is not None else prefix_range_end(keys.events_prefix)
         page = READ_PAGE if limit is None else min(READ_PAGE, limit)
-        reads = [
-            range_op(keys.head),
-            rpc.RequestOp(request_range=rpc.RangeRequest(key=keys.event(first), range_end=end, limit=page)),
-            prefix_range_op(keys.segments_prefix),
-        ]
-        if first > 1:
-            reads.append(range_op(keys.event(first - 1)))
-        response = await self.connection.retrying(lambda: self.connection.txn([], reads))
-        head_range, events_range = response.responses[0].response_range, response.responses[1].response_range
-        archived = index_from(response.responses[2].response_range.kvs)
-        previous = (
-            response.responses[3].response_range.kvs[0].value
-            if first > 1 and response.responses[3].response_range.kvs
-            else None
-        )
-        if previous is None and first > 1 and (segment := covering(archived, first - 1)) is not None:
-            previous = (await self.segments.values(keys.session_id, segment)).get(first - 1)
-        check = RecordCheck(
-            self.chain,
-            keys.session_id,
-            first,
-            previous,
-            head_from(head_range.kvs[0].value) if head_range.kvs else None,
-        )
-        revision = response.header.revision
-        kvs, more = events_range.kvs, events_range.more
+        check, revision, archived, kvs, more = await self._first_page(keys, first, end, page)
         at = 0  # the next of `kvs` to take
         next_seq = first
         looked_again_at = 0  # the seq the index was last read again for
@@ -106,13 +91,7 @@ class RecordReader:
         while wanted(next_seq):
             segment = covering(archived, next_seq)
             if segment is not None:
-                values = await self.segments.values(keys.session_id, segment)
-                for seq in sorted(seq for seq in values if next_seq <= seq <= segment.last):
-                    if not wanted(seq):
-                        break
-                    check.event(seq, values[seq])
-                    stored.append(values[seq])
-                next_seq = segment.last + 1
+                next_seq = await self._take_segment(keys, segment, next_seq, wanted, check, stored)
                 continue
             while at < len(kvs) and int(kvs[at].key[-20:]) < next_seq:
                 at += 1  # served from a segment archived after this page was read
@@ -143,15 +122,63 @@ class RecordReader:
                 continue
             # The page's events in a row (the range's end keeps them within to_seq).
             take = len(kvs) if limit is None else min(len(kvs), at + limit - len(stored))
-            for kv in kvs[at:take]:
-                seq = int(kv.key[-20:])
-                check.event(seq, kv.value)
-                stored.append(kv.value)
-            next_seq = seq + 1
+            next_seq = _take_run(kvs[at:take], check, stored)
             at = take
         if limit is None or len(stored) < limit:
             check.ran_to(to_seq)
         return stored, revision, check
+
+    async def _first_page(
+        self, keys: SessionKeys, first: int, end: bytes, page: int
+    ) -> tuple[RecordCheck, int, list[Segment], Sequence[Any], bool]:
+        """A read's first transaction: the head, the first `page` events from `first` (up to the
+        key `end`), the segment index and the event before `first`. The check starts from that
+        event (from its segment, when it is archived) and that head; the revision, the index,
+        the page and whether more follows come with it."""
+        reads = [
+            range_op(keys.head),
+            rpc.RequestOp(request_range=rpc.RangeRequest(key=keys.event(first), range_end=end, limit=page)),
+            prefix_range_op(keys.segments_prefix),
+        ]
+        if first > 1:
+            reads.append(range_op(keys.event(first - 1)))
+        response = await self.connection.retrying(lambda: self.connection.txn([], reads))
+        head_range, events_range = response.responses[0].response_range, response.responses[1].response_range
+        archived = index_from(response.responses[2].response_range.kvs)
+        previous = (
+            response.responses[3].response_range.kvs[0].value
+            if first > 1 and response.responses[3].response_range.kvs
+            else None
+        )
+        if previous is None and first > 1 and (segment := covering(archived, first - 1)) is not None:
+            previous = (await self.segments.values(keys.session_id, segment)).get(first - 1)
+        check = RecordCheck(
+            self.chain,
+            keys.session_id,
+            first,
+            previous,
+            head_from(head_range.kvs[0].value) if head_range.kvs else None,
+        )
+        return check, response.header.revision, archived, events_range.kvs, events_range.more
+
+    async def _take_segment(
+        self,
+        keys: SessionKeys,
+        segment: Segment,
+        next_seq: int,
+        wanted: Callable[[int], bool],
+        check: RecordCheck,
+        stored: list[bytes],
+    ) -> int:
+        """The archived events of `segment` from `next_seq` on, as many as are `wanted`, checked
+        and added to `stored`; the seq after the segment."""
+        values = await self.segments.values(keys.session_id, segment)
+        for seq in sorted(seq for seq in values if next_seq <= seq <= segment.last):
+            if not wanted(seq):
+                break
+            check.event(seq, values[seq])
+            stored.append(values[seq])
+        return segment.last + 1
 
     async def events_at(self, keys: SessionKeys, first: int, last: int) -> list[Any]:
         # Event keys are written once and never changed, so the current revision holds the same
