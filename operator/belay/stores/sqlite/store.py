@@ -16,11 +16,11 @@ Why it is shaped this way:
   read to a thread and its answer back (waiting for the GIL twice) costs more than the read.
 - `latest_of_type` keeps (session, type) -> seq, so `latest()` is two primary-key lookups however long
   the history is.
-- `watch()` is woken by appends made through this instance and polls at a short interval for
-  appends made by other processes. Each page it reads comes with the session's deletion count from
-  the same read transaction, so a deleted session ends the watch (SessionDeleted).
-  `watch_sessions()` is woken the same way and polls `PRAGMA data_version`, one statement for
-  every session, reading the heads only when another connection committed.
+- `watch()` is woken by appends made through this instance (`wakeups`) and polls at a short
+  interval for appends made by other processes. Each page it reads comes with the session's
+  deletion count from the same read transaction, so a deleted session ends the watch
+  (SessionDeleted). `watch_sessions()` is woken the same way and polls `PRAGMA data_version`, one
+  statement for every session, reading the heads only when another connection committed.
 - Durability is chosen per write: with `synchronous="FULL"`, a transaction whose writes all said
   `durable=False` (and every lease renewal) commits with `synchronous = NORMAL`, which in WAL mode
   skips the fsync. WAL frames are appended in commit order and recovered as a prefix, so a machine
@@ -32,6 +32,9 @@ Why it is shaped this way:
   written in the append's transaction. A read takes the head, the event before its range and the
   range in one read transaction and checks them (RecordCorrupt).
 - A decision's claim is a `claims` row, looked up and inserted in the append's transaction.
+
+The tables are in `schema`, the SQL of each read and write in `records`, the writer thread in
+`writer`, the waiting watches in `wakeups`; this module puts them together.
 """
 
 from __future__ import annotations
@@ -39,30 +42,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import queue
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TypeVar
 
-from pydantic import TypeAdapter
-
-from belay.journal.events import (
-    EnvelopeJson,
-    Event,
-    EventDraft,
-    batch_digest,
-    build_event,
-    now_utc,
-)
+from belay.journal.events import Event, EventDraft, batch_digest, now_utc
 from belay.stores.base import (
     MAX_PAYLOAD_BYTES,
-    ClaimTaken,
-    IdempotencyConflict,
     Lease,
     LeaseRenewal,
     PayloadTooLarge,
@@ -72,108 +62,29 @@ from belay.stores.base import (
     StoreError,
     StoreUnavailable,
 )
-from belay.stores.integrity import GENESIS, Chain, Head, RecordCheck, record_key_for
+from belay.stores.integrity import Chain, record_key_for
+from belay.stores.sqlite.records import (
+    append_within,
+    checked_events,
+    data_version,
+    delete_within,
+    read_transaction,
+    session_head,
+    session_marks,
+    watch_page,
+)
+from belay.stores.sqlite.schema import create_schema
+from belay.stores.sqlite.wakeups import ANY_SESSION, Wakeups
+from belay.stores.sqlite.writer import GroupCommitWriter, Synchronous
 
-# 2: events carry their link in the hash chain, sessions are the chain's head, claims exist.
-SCHEMA_VERSION = 2
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
-    session_id      TEXT    NOT NULL,
-    seq             INTEGER NOT NULL,
-    type            TEXT    NOT NULL,
-    created_at      TEXT    NOT NULL,
-    idempotency_key TEXT,
-    event_json      BLOB    NOT NULL,  -- the stored envelope (UTF-8 JSON): its chain link, then the rest
-    PRIMARY KEY (session_id, seq)
-) WITHOUT ROWID;
-
--- The head of each session's hash chain: its last seq, that event's link, and the seal over both.
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id TEXT    NOT NULL PRIMARY KEY,
-    last_seq   INTEGER NOT NULL,
-    chain      BLOB    NOT NULL,
-    seal       BLOB    NOT NULL
-) WITHOUT ROWID;
-
--- One row per claim a batch took (`append(claim=...)`): seq is the batch's first event.
-CREATE TABLE IF NOT EXISTS claims (
-    session_id TEXT    NOT NULL,
-    claim      TEXT    NOT NULL,
-    seq        INTEGER NOT NULL,
-    PRIMARY KEY (session_id, claim)
-) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS idempotency (
-    session_id TEXT    NOT NULL,
-    key        TEXT    NOT NULL,
-    digest     TEXT    NOT NULL,
-    first_seq  INTEGER NOT NULL,
-    last_seq   INTEGER NOT NULL,
-    PRIMARY KEY (session_id, key)
-) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS leases (
-    session_id  TEXT    NOT NULL PRIMARY KEY,
-    number      INTEGER NOT NULL,
-    holder      TEXT    NOT NULL,
-    acquired_at TEXT    NOT NULL
-) WITHOUT ROWID;
-
--- How many times each session id was deleted: a watch that sees the count move knows the events
--- it follows are gone, even when a new session has since reused the id.
-CREATE TABLE IF NOT EXISTS deletions (
-    session_id TEXT    NOT NULL PRIMARY KEY,
-    count      INTEGER NOT NULL
-) WITHOUT ROWID;
-
-CREATE TABLE IF NOT EXISTS latest_of_type (
-    session_id TEXT    NOT NULL,
-    type       TEXT    NOT NULL,
-    seq        INTEGER NOT NULL,
-    PRIMARY KEY (session_id, type)
-) WITHOUT ROWID;
-"""
-
-# The last renewal of each session's lease: one row per session, overwritten by every renewal.
-LEASE_RENEWAL_SCHEMA = """
-CREATE TABLE IF NOT EXISTS lease_renewals (
-    session_id TEXT    NOT NULL PRIMARY KEY,
-    number     INTEGER NOT NULL,
-    renewed_at TEXT    NOT NULL
-) WITHOUT ROWID;
-"""
-
-# Where a watch of every session waits to be woken (no session has the empty id).
-ANY_SESSION = ""
 # How often a caught-up watch re-reads, to see appends made by other processes or instances.
 DEFAULT_POLL_INTERVAL = 0.05
 # How long a writer waits for another process's write lock before giving up (StoreUnavailable).
 DEFAULT_BUSY_TIMEOUT_MS = 30_000
-WATCH_PAGE = 500
 # The events a read takes on the caller's thread; the rest of a longer read goes to a reader thread.
 INLINE_READ_EVENTS = 64
-# The most queued writes one transaction takes in (see GroupCommitWriter).
-MAX_GROUP_WRITES = 64
 
-Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 T = TypeVar("T")
-
-EVENT_LIST_ADAPTER: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
-# The tables a session's rows live in, all deleted together.
-SESSION_TABLES = ("events", "sessions", "idempotency", "leases", "latest_of_type", "claims", "lease_renewals")
-
-
-def _parse_events(stored: list[bytes]) -> list[Event]:
-    if not stored:
-        return []
-    # One validate_json over a JSON array is markedly cheaper than one call per row.
-    return EVENT_LIST_ADAPTER.validate_json(b"[" + b",".join(stored) + b"]")
-
-
-def _as_bytes(value: bytes | str) -> bytes:
-    # Stored as a BLOB; a row rewritten by hand may come back as TEXT.
-    return value if isinstance(value, bytes) else value.encode()
 
 
 class SqliteEventStore:
@@ -205,11 +116,10 @@ class SqliteEventStore:
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
-        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
-        self._waiters_lock = threading.Lock()
+        self._wakeups = Wakeups()
         self._closed = False
         self._create_schema()
-        self._writer = GroupCommitWriter(self._open_connection, self._wake_watchers, synchronous)
+        self._writer = GroupCommitWriter(self._open_connection, self._wakeups.wake, synchronous)
         self._readers = ThreadPoolExecutor(max_workers=read_threads, thread_name_prefix="belay-sqlite-read")
 
     # ---------------------------------------------------------------------------------------------
@@ -243,25 +153,7 @@ class SqliteEventStore:
     def _create_schema(self) -> None:
         conn = self._open_connection()
         try:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise StoreUnavailable(f"{self.path}: cannot switch to WAL mode (got {mode})")
-            conn.execute("BEGIN IMMEDIATE")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
-                conn.execute("ROLLBACK")
-                raise StoreError(
-                    f"{self.path} was written by an earlier Belay (schema {version}), before the record "
-                    f"had a hash chain, and cannot be read by this one (schema {SCHEMA_VERSION}): move "
-                    "it aside and start a new home"
-                )
-            for statement in (SCHEMA + LEASE_RENEWAL_SCHEMA).split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise StoreUnavailable(f"cannot create the schema in {self.path}: {exc}") from exc
+            create_schema(conn, self.path)
         finally:
             conn.close()
 
@@ -315,7 +207,7 @@ class SqliteEventStore:
         digest = batch_digest(drafts) if idempotency_key is not None else None
         chain = self.chain
         return await self._write(
-            lambda conn: _append_within(
+            lambda conn: append_within(
                 conn, chain, session_id, drafts, idempotency_key, digest, lease, claim
             ),
             wakes=session_id,
@@ -332,14 +224,14 @@ class SqliteEventStore:
             raise StoreError("the store is closed")
         first_part = INLINE_READ_EVENTS if limit is None else min(limit, INLINE_READ_EVENTS)
         try:
-            events = _checked_events(self._connection(), self.chain, session_id, from_seq, to_seq, first_part)
+            events = checked_events(self._connection(), self.chain, session_id, from_seq, to_seq, first_part)
         except sqlite3.OperationalError as exc:
             raise StoreUnavailable(f"{self.path}: {exc}") from exc
         if len(events) < first_part or (limit is not None and limit == first_part):
             return events
         rest = None if limit is None else limit - first_part
         return events + await self._read(
-            lambda conn: _checked_events(conn, self.chain, session_id, events[-1].seq + 1, to_seq, rest)
+            lambda conn: checked_events(conn, self.chain, session_id, events[-1].seq + 1, to_seq, rest)
         )
 
     async def tail(self, session_id: str, count: int) -> list[Event]:
@@ -347,27 +239,27 @@ class SqliteEventStore:
             return []
 
         def query(conn: sqlite3.Connection) -> list[Event]:
-            with _read_transaction(conn):
-                head = _head(conn, session_id)
+            with read_transaction(conn):
+                head = session_head(conn, session_id)
                 if head is not None:
                     last = head.last_seq
                 else:  # no head: any event there is fails the check
                     row = conn.execute("SELECT max(seq) FROM events WHERE session_id = ?", (session_id,))
                     last = row.fetchone()[0] or 0
-                return _checked_events(conn, self.chain, session_id, max(1, last - count + 1))
+                return checked_events(conn, self.chain, session_id, max(1, last - count + 1))
 
         return await self._read(query)
 
     async def latest(self, session_id: str, event_type: str) -> Event | None:
         def query(conn: sqlite3.Connection) -> Event | None:
-            with _read_transaction(conn):
+            with read_transaction(conn):
                 row = conn.execute(
                     "SELECT seq FROM latest_of_type WHERE session_id = ? AND type = ?",
                     (session_id, event_type),
                 ).fetchone()
                 if row is None:
                     return None
-                events = _checked_events(conn, self.chain, session_id, row[0], row[0])
+                events = checked_events(conn, self.chain, session_id, row[0], row[0])
             if not events or events[0].type != event_type:
                 raise RecordCorrupt(
                     session_id, row[0], f"the index of the latest {event_type} event is wrong"
@@ -401,10 +293,10 @@ class SqliteEventStore:
             # Register before reading, so an append that lands between the read and the wait
             # still wakes this watcher.
             woken: asyncio.Future[None] = loop.create_future()
-            self._add_waiter(session_id, woken)
+            self._wakeups.add(session_id, woken)
             try:
                 page, count = await self._read(
-                    functools.partial(_watch_page, chain=self.chain, session_id=session_id, from_seq=next_seq)
+                    functools.partial(watch_page, chain=self.chain, session_id=session_id, from_seq=next_seq)
                 )
                 if deletions is None:
                     deletions = count
@@ -415,7 +307,7 @@ class SqliteEventStore:
                         await asyncio.wait_for(asyncio.shield(woken), timeout=self.poll_interval)
                     continue
             finally:
-                self._remove_waiter(session_id, woken)
+                self._wakeups.remove(session_id, woken)
             for event in page:
                 yield event
                 next_seq = event.seq + 1
@@ -427,20 +319,20 @@ class SqliteEventStore:
         loop = asyncio.get_running_loop()
         conn = await self._run(self._readers, self._open_connection)
         try:
-            version, marks = await self._run(self._readers, lambda: _session_marks(conn))
+            version, marks = await self._run(self._readers, lambda: session_marks(conn))
             yield None
             while True:
                 woken: asyncio.Future[None] = loop.create_future()
-                self._add_waiter(ANY_SESSION, woken)
+                self._wakeups.add(ANY_SESSION, woken)
                 try:
-                    now = await self._run(self._readers, lambda: _data_version(conn))
+                    now = await self._run(self._readers, lambda: data_version(conn))
                     if now == version:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(asyncio.shield(woken), timeout=self.poll_interval)
                         continue
                 finally:
-                    self._remove_waiter(ANY_SESSION, woken)
-                version, latest = await self._run(self._readers, lambda: _session_marks(conn))
+                    self._wakeups.remove(ANY_SESSION, woken)
+                version, latest = await self._run(self._readers, lambda: session_marks(conn))
                 moved = [s for s in marks.keys() | latest.keys() if marks.get(s) != latest.get(s)]
                 marks = latest
                 for session_id in sorted(moved):
@@ -448,41 +340,11 @@ class SqliteEventStore:
         finally:
             conn.close()
 
-    def _add_waiter(self, session_id: str, waiter: asyncio.Future[None]) -> None:
-        with self._waiters_lock:
-            self._waiters.setdefault(session_id, set()).add(waiter)
-
-    def _remove_waiter(self, session_id: str, waiter: asyncio.Future[None]) -> None:
-        """Called on the waiter's own loop."""
-        self._forget_waiter(session_id, waiter)
-        if not waiter.done():
-            waiter.cancel()
-
-    def _forget_waiter(self, session_id: str, waiter: asyncio.Future[None]) -> None:
-        with self._waiters_lock:
-            waiters = self._waiters.get(session_id)
-            if waiters is not None:
-                waiters.discard(waiter)
-                if not waiters:
-                    del self._waiters[session_id]
-
-    def _wake_watchers(self, session_id: str) -> None:
-        with self._waiters_lock:
-            waiters = [*self._waiters.get(session_id, ()), *self._waiters.get(ANY_SESSION, ())]
-        for waiter in waiters:
-            # A watcher may live on another event loop (another thread): wake it on its own loop.
-            try:
-                waiter.get_loop().call_soon_threadsafe(_resolve, waiter)
-            except RuntimeError:
-                # Its loop is closed (an abandoned watch); the append itself has succeeded.
-                self._forget_waiter(session_id, waiter)
-                self._forget_waiter(ANY_SESSION, waiter)
-
     # ---------------------------------------------------------------------------------------------
     # deletion
 
     async def delete_session(self, session_id: str) -> None:
-        await self._write(lambda conn: _delete_within(conn, session_id), wakes=session_id)
+        await self._write(lambda conn: delete_within(conn, session_id), wakes=session_id)
 
     # ---------------------------------------------------------------------------------------------
     # leases
@@ -560,339 +422,3 @@ class SqliteEventStore:
             connections, self._connections = self._connections, []
         for conn in connections:
             conn.close()
-
-
-def _data_version(conn: sqlite3.Connection) -> int:
-    """Moves when another connection (this process's writer, another process) commits."""
-    return int(conn.execute("PRAGMA data_version").fetchone()[0])
-
-
-def _session_marks(conn: sqlite3.Connection) -> tuple[int, dict[str, tuple[int, int]]]:
-    """The data version, and each session's last seq and deletion count, from one snapshot."""
-    with _read_transaction(conn):
-        version = _data_version(conn)
-        heads = conn.execute("SELECT session_id, last_seq FROM sessions")
-        marks = {str(session_id): (int(seq), 0) for session_id, seq in heads}
-        for session_id, count in conn.execute("SELECT session_id, count FROM deletions"):
-            marks[str(session_id)] = (marks.get(str(session_id), (0, 0))[0], int(count))
-    return version, marks
-
-
-def _watch_page(
-    conn: sqlite3.Connection, chain: Chain, session_id: str, from_seq: int
-) -> tuple[list[Event], int]:
-    """A page of events and the session's deletion count, from one read transaction (one snapshot)."""
-    with _read_transaction(conn):
-        row = conn.execute("SELECT count FROM deletions WHERE session_id = ?", (session_id,)).fetchone()
-        events = _checked_events(conn, chain, session_id, from_seq, limit=WATCH_PAGE)
-    return events, int(row[0]) if row is not None else 0
-
-
-@contextlib.contextmanager
-def _read_transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """One snapshot for every statement inside; within an open transaction (the writer's), that one."""
-    if conn.in_transaction:
-        yield
-        return
-    conn.execute("BEGIN")
-    try:
-        yield
-    finally:
-        conn.execute("COMMIT")
-
-
-def _head(conn: sqlite3.Connection, session_id: str) -> Head | None:
-    row = conn.execute(
-        "SELECT last_seq, chain, seal FROM sessions WHERE session_id = ?", (session_id,)
-    ).fetchone()
-    return None if row is None else Head(int(row[0]), _as_bytes(row[1]), _as_bytes(row[2]))
-
-
-def _checked_events(
-    conn: sqlite3.Connection,
-    chain: Chain,
-    session_id: str,
-    from_seq: int,
-    to_seq: int | None = None,
-    limit: int | None = None,
-) -> list[Event]:
-    """The session's events with from_seq <= seq (<= to_seq), in seq order, at most `limit`, read
-    in one snapshot with the event before them and the head, and checked against the chain."""
-    first = max(from_seq, 1)
-    if (to_seq is not None and to_seq < first) or limit == 0:
-        return []
-    sql = "SELECT seq, event_json FROM events WHERE session_id = ? AND seq >= ?"
-    params: tuple[object, ...] = (session_id, first)
-    if to_seq is not None:
-        sql += " AND seq <= ?"
-        params += (to_seq,)
-    sql += " ORDER BY seq LIMIT ?"
-    params += (limit if limit is not None else -1,)  # SQLite: a negative LIMIT means no limit
-    with _read_transaction(conn):
-        head = _head(conn, session_id)
-        previous = None
-        if first > 1:
-            row = conn.execute(
-                "SELECT event_json FROM events WHERE session_id = ? AND seq = ?", (session_id, first - 1)
-            ).fetchone()
-            previous = None if row is None else _as_bytes(row[0])
-        rows = conn.execute(sql, params).fetchall()
-    check = RecordCheck(chain, session_id, first, previous, head)
-    stored = []
-    for seq, value in rows:
-        value = _as_bytes(value)
-        check.event(seq, value)
-        stored.append(value)
-    if limit is None or len(rows) < limit:
-        check.ran_to(to_seq)
-    return _parse_events(stored)
-
-
-def _delete_within(conn: sqlite3.Connection, session_id: str) -> None:
-    """Every row of one session, inside the writer's open transaction (see GroupCommitWriter)."""
-    for table in SESSION_TABLES:
-        conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
-    conn.execute(
-        "INSERT INTO deletions (session_id, count) VALUES (?, 1) "
-        "ON CONFLICT (session_id) DO UPDATE SET count = count + 1",
-        (session_id,),
-    )
-
-
-def _append_within(
-    conn: sqlite3.Connection,
-    chain: Chain,
-    session_id: str,
-    drafts: list[EventDraft],
-    idempotency_key: str | None,
-    digest: str | None,
-    lease: int | None,
-    claim: str | None,
-) -> list[Event]:
-    """One append, inside the writer's open transaction (see GroupCommitWriter)."""
-    if idempotency_key is not None:
-        row = conn.execute(
-            "SELECT digest, first_seq, last_seq FROM idempotency WHERE session_id = ? AND key = ?",
-            (session_id, idempotency_key),
-        ).fetchone()
-        if row is not None:
-            stored_digest, first_seq, last_seq = row
-            if stored_digest != digest:
-                raise IdempotencyConflict(
-                    f"idempotency key {idempotency_key!r} of session {session_id!r} was used "
-                    f"for a different batch (seq {first_seq}..{last_seq})"
-                )
-            # A replay writes nothing, so it needs no fencing: the original append was fenced.
-            return _checked_events(conn, chain, session_id, first_seq, last_seq)
-    if lease is not None:
-        row = conn.execute("SELECT number FROM leases WHERE session_id = ?", (session_id,)).fetchone()
-        current = row[0] if row is not None else 0
-        if lease != current:
-            raise StaleLease(
-                f"append to session {session_id!r} under lease {lease}; the current lease is {current}"
-            )
-    if claim is not None:
-        row = conn.execute(
-            "SELECT seq FROM claims WHERE session_id = ? AND claim = ?", (session_id, claim)
-        ).fetchone()
-        if row is not None:
-            raise ClaimTaken(session_id, claim, int(row[0]))
-    row = conn.execute("SELECT last_seq, chain FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
-    base, link = (row[0], _as_bytes(row[1])) if row is not None else (0, GENESIS)
-    created_at = now_utc()
-    envelope = EnvelopeJson(session_id, created_at, idempotency_key)
-    created_text = created_at.isoformat()
-    events = []
-    rows = []
-    for seq, draft in enumerate(drafts, start=base + 1):
-        stored, link = chain.stored(link, envelope.fields(draft, seq))
-        events.append(
-            build_event(
-                draft,
-                seq=seq,
-                session_id=session_id,
-                created_at=created_at,
-                idempotency_key=idempotency_key,
-                chain=link.decode(),
-            )
-        )
-        rows.append((session_id, seq, draft.type, created_text, idempotency_key, stored))
-    conn.executemany(
-        "INSERT INTO events (session_id, seq, type, created_at, idempotency_key, event_json) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        rows,
-    )
-    last = events[-1].seq
-    conn.execute(
-        "INSERT INTO sessions (session_id, last_seq, chain, seal) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (session_id) DO UPDATE "
-        "SET last_seq = excluded.last_seq, chain = excluded.chain, seal = excluded.seal",
-        (session_id, last, link, chain.seal(last, link)),
-    )
-    newest_by_type = {event.type: event.seq for event in events}
-    conn.executemany(
-        "INSERT INTO latest_of_type (session_id, type, seq) VALUES (?, ?, ?) "
-        "ON CONFLICT (session_id, type) DO UPDATE SET seq = excluded.seq",
-        [(session_id, event_type, seq) for event_type, seq in newest_by_type.items()],
-    )
-    if idempotency_key is not None:
-        conn.execute(
-            "INSERT INTO idempotency (session_id, key, digest, first_seq, last_seq) VALUES (?, ?, ?, ?, ?)",
-            (session_id, idempotency_key, digest, base + 1, last),
-        )
-    if claim is not None:
-        conn.execute(
-            "INSERT INTO claims (session_id, claim, seq) VALUES (?, ?, ?)", (session_id, claim, base + 1)
-        )
-    return events
-
-
-@dataclass
-class _WriteJob:
-    work: Callable[[sqlite3.Connection], Any]
-    result: Future[Any]
-    wakes: str | None  # the session whose watchers an applied job wakes
-    durable: bool  # must survive a machine crash once acknowledged
-
-
-class GroupCommitWriter:
-    """The one thread that writes for a store instance, committing queued writes together.
-
-    Why: with synchronous=FULL every commit costs an fsync, which dwarfs the work of an append.
-    Writes that queue up while a commit is in flight are applied in one `BEGIN IMMEDIATE`
-    transaction, each inside its own SAVEPOINT: a write that is refused (StaleLease,
-    IdempotencyConflict, a bad draft) is rolled back alone and the others commit; a database
-    failure (busy beyond the timeout, I/O) rolls back the whole group and every write in it fails
-    with StoreUnavailable, having written nothing. Results are released only after the COMMIT.
-
-    A caller may be cancelled while its write waits (its future is then cancelled too). The
-    thread claims each future before running its write (`set_running_or_notify_cancel`): a write
-    whose future was cancelled first is skipped, and one already claimed can no longer be
-    cancelled, so its result is always deliverable. Setting a result on a cancelled future raises,
-    and would end this thread and leave every later write waiting forever.
-    """
-
-    def __init__(
-        self,
-        open_connection: Callable[[], sqlite3.Connection],
-        wake: Callable[[str], None],
-        synchronous: Synchronous = "FULL",
-        max_group: int = MAX_GROUP_WRITES,
-    ) -> None:
-        self._open_connection = open_connection
-        self._wake = wake
-        self._max_group = max_group
-        # The level durable writes commit with (the connection's own, set when it is opened), and
-        # the one a group of only non-durable writes commits with: NORMAL skips the fsync in WAL.
-        self._durable_level: Synchronous = synchronous
-        self._relaxed_level: Synchronous = "NORMAL" if synchronous in ("FULL", "EXTRA") else synchronous
-        self._level: Synchronous = synchronous
-        self._queue: queue.SimpleQueue[_WriteJob | None] = queue.SimpleQueue()
-        self._conn: sqlite3.Connection | None = None
-        self.transactions = 0  # committed groups, for tests and benchmarks
-        # A daemon thread, so a store that is never closed cannot keep the process alive; a write
-        # cut short at exit is rolled back by SQLite like any crash.
-        self._thread = threading.Thread(target=self._run, name="belay-sqlite-write", daemon=True)
-        self._thread.start()
-
-    def submit(
-        self, work: Callable[[sqlite3.Connection], Any], wakes: str | None, durable: bool = True
-    ) -> Future[Any]:
-        job = _WriteJob(work=work, result=Future(), wakes=wakes, durable=durable)
-        self._queue.put(job)
-        return job.result
-
-    def queued(self) -> int:
-        return self._queue.qsize()
-
-    def stop(self) -> None:
-        """Finish every write submitted so far, then end the thread."""
-        self._queue.put(None)
-        self._thread.join()
-
-    def _run(self) -> None:
-        stopping = False
-        while not stopping:
-            first = self._queue.get()
-            if first is None:
-                break
-            group = [first]
-            while len(group) < self._max_group:
-                try:
-                    job = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if job is None:
-                    stopping = True
-                    break
-                group.append(job)
-            self._commit(group)
-        if self._conn is not None:
-            self._conn.close()
-
-    def _roll_back(self) -> None:
-        if self._conn is None or not self._conn.in_transaction:
-            return
-        try:
-            self._conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            # The connection is in an unknown state: drop it; the next group opens a fresh one.
-            self._conn.close()
-            self._conn = None
-
-    def _commit(self, queued: list[_WriteJob]) -> None:
-        group = [job for job in queued if job.result.set_running_or_notify_cancel()]
-        if not group:
-            return
-        outcomes: list[tuple[bool, Any]] = []
-        try:
-            if self._conn is None:
-                self._conn = self._open_connection()
-                self._level = self._durable_level
-            conn = self._conn
-            level = self._durable_level if any(job.durable for job in group) else self._relaxed_level
-            if level != self._level:
-                conn.execute(f"PRAGMA synchronous = {level}")
-                self._level = level
-            conn.execute("BEGIN IMMEDIATE")
-            for job in group:
-                conn.execute("SAVEPOINT write_job")
-                try:
-                    value = job.work(conn)
-                except sqlite3.Error:
-                    raise  # the transaction itself may be gone: fail the whole group
-                except Exception as refusal:
-                    conn.execute("ROLLBACK TO write_job")
-                    conn.execute("RELEASE write_job")
-                    outcomes.append((False, refusal))
-                else:
-                    conn.execute("RELEASE write_job")
-                    outcomes.append((True, value))
-            conn.execute("COMMIT")
-            self.transactions += 1
-        except BaseException as failure:
-            self._roll_back()
-            for job in group:
-                if isinstance(failure, sqlite3.Error | StoreUnavailable):
-                    error: BaseException = StoreUnavailable(f"nothing written: {failure}")
-                    error.__cause__ = failure
-                else:
-                    error = failure
-                job.result.set_exception(error)
-            if not isinstance(failure, Exception):
-                raise
-            return
-        for job, (applied, value) in zip(group, outcomes, strict=True):
-            if applied:
-                job.result.set_result(value)
-                if job.wakes is not None:
-                    # Watchers also poll; a failed wake-up must never stop this thread.
-                    with contextlib.suppress(Exception):
-                        self._wake(job.wakes)
-            else:
-                job.result.set_exception(value)
-
-
-def _resolve(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
