@@ -104,13 +104,10 @@ async def test_a_watcher_on_another_event_loop_is_woken(tmp_path: Path) -> None:
     The poll interval is an hour, so without the wake-up the join below would hit its guard."""
     store = SqliteEventStore(tmp_path / "events.db", poll_interval=3600)
     seen: list[int] = []
-    watching = threading.Event()
 
     def watch_in_thread() -> None:
         async def consume() -> None:
-            stream = store.watch("s")
-            watching.set()
-            async for event in stream:
+            async for event in store.watch("s"):
                 seen.append(event.seq)
                 if len(seen) == 3:
                     return
@@ -120,7 +117,8 @@ async def test_a_watcher_on_another_event_loop_is_woken(tmp_path: Path) -> None:
     thread = threading.Thread(target=watch_in_thread)
     thread.start()
     try:
-        await asyncio.to_thread(watching.wait, 10)
+        # Append once the watch has read the empty record and waits: only the wake-up brings it more.
+        assert await asyncio.to_thread(store.wait_until_watched, "s", 10)
         await store.append("s", notes("live", 3))
         await asyncio.to_thread(thread.join, 30)
         assert not thread.is_alive()
@@ -133,7 +131,8 @@ async def test_a_watcher_on_another_event_loop_is_woken(tmp_path: Path) -> None:
 # complaining about the closed loop is expected noise.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_an_abandoned_watch_on_a_closed_loop_does_not_fail_appends(tmp_path: Path) -> None:
-    store = SqliteEventStore(tmp_path / "events.db")
+    # The poll interval is an hour: once the watch waits for an append, it stays waiting.
+    store = SqliteEventStore(tmp_path / "events.db", poll_interval=3600)
     abandoned: list[object] = []
 
     def abandon_a_watch() -> None:
@@ -144,7 +143,8 @@ async def test_an_abandoned_watch_on_a_closed_loop_does_not_fail_appends(tmp_pat
             return await anext(stream)
 
         pending = loop.create_task(first_event())
-        loop.run_until_complete(asyncio.sleep(0.05))  # the watch is now waiting for an append
+        # Run the loop until the watch has read the empty record and waits for an append.
+        assert loop.run_until_complete(loop.run_in_executor(None, store.wait_until_watched, "s", 30))
         assert not pending.done()
         loop.close()  # without finishing the task: its generator never runs its cleanup
         abandoned.extend([stream, pending])

@@ -19,8 +19,9 @@ Why it is shaped this way:
 - `watch()` is woken by appends made through this instance (`wakeups`) and polls at a short
   interval for appends made by other processes. Each page it reads comes with the session's
   deletion count from the same read transaction, so a deleted session ends the watch
-  (SessionDeleted). `watch_sessions()` is woken the same way and polls `PRAGMA data_version`, one
-  statement for every session, reading the heads only when another connection committed.
+  (SessionDeleted); `wait_until_watched` says when a watch has caught up and waits for more.
+  `watch_sessions()` is woken the same way and polls `PRAGMA data_version`, one statement for
+  every session, reading the heads only when another connection committed.
 - Durability is chosen per write: with `synchronous="FULL"`, a transaction whose writes all said
   `durable=False` (and every lease renewal) commits with `synchronous = NORMAL`, which in WAL mode
   skips the fsync. WAL frames are appended in commit order and recovered as a prefix, so a machine
@@ -303,6 +304,7 @@ class SqliteEventStore:
                 elif count != deletions:
                     raise SessionDeleted(f"session {session_id!r} was deleted at seq {next_seq - 1}")
                 if not page:
+                    self._wakeups.caught_up(session_id, woken)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(asyncio.shield(woken), timeout=self.poll_interval)
                     continue
@@ -339,6 +341,13 @@ class SqliteEventStore:
                     yield session_id
         finally:
             conn.close()
+
+    def wait_until_watched(self, session_id: str, timeout: float) -> bool:
+        """Block until a watch of the session, on any thread or event loop, has read all there
+        is and waits for the next append (True), or `timeout` seconds pass (False). For a caller
+        that must know a follower is in place before it appends; a watch of every session says
+        so itself, with its first None."""
+        return self._wakeups.wait_caught_up(session_id, timeout)
 
     # ---------------------------------------------------------------------------------------------
     # deletion

@@ -20,10 +20,27 @@ class Wakeups:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        # The waiters of watches that read all there was and wait for the next append.
+        self._caught_up: set[asyncio.Future[None]] = set()
+        self._caught_up_changed = threading.Condition(self._lock)
 
     def add(self, session_id: str, waiter: asyncio.Future[None]) -> None:
         with self._lock:
             self._waiters.setdefault(session_id, set()).add(waiter)
+
+    def caught_up(self, session_id: str, waiter: asyncio.Future[None]) -> None:
+        """The watch that registered `waiter` read all there was and waits for more."""
+        with self._lock:
+            if waiter in self._waiters.get(session_id, ()):
+                self._caught_up.add(waiter)
+                self._caught_up_changed.notify_all()
+
+    def wait_caught_up(self, session_id: str, timeout: float) -> bool:
+        """Block until a watch of the session is caught up (True), or `timeout` seconds pass."""
+        with self._caught_up_changed:
+            return self._caught_up_changed.wait_for(
+                lambda: not self._caught_up.isdisjoint(self._waiters.get(session_id, ())), timeout
+            )
 
     def remove(self, session_id: str, waiter: asyncio.Future[None]) -> None:
         """Called on the waiter's own loop."""
@@ -33,6 +50,7 @@ class Wakeups:
 
     def forget(self, session_id: str, waiter: asyncio.Future[None]) -> None:
         with self._lock:
+            self._caught_up.discard(waiter)
             waiters = self._waiters.get(session_id)
             if waiters is not None:
                 waiters.discard(waiter)
