@@ -13,6 +13,7 @@ import asyncio
 import json
 import time
 from datetime import datetime
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -45,12 +46,7 @@ class Leases:
         last_error: BaseException | None = None
         while time.monotonic() < deadline:
             try:
-                response = await self.connection.range(keys.lease)
-                current, mod_revision = (
-                    (json.loads(response.kvs[0].value), response.kvs[0].mod_revision)
-                    if response.kvs
-                    else (None, 0)
-                )
+                current, mod_revision = await self._lease_record(keys)
                 number = (current["number"] if current else 0) + 1
                 # A lost answer followed by a retry may advance the number twice; that only makes
                 # one more number stale, which is what a new holder wants anyway.
@@ -68,6 +64,13 @@ class Leases:
                 await asyncio.sleep(0.05)
         raise self.connection.unavailable(last_error)
 
+    async def _lease_record(self, keys: SessionKeys) -> tuple[dict[str, Any] | None, int]:
+        """The lease key's record and mod_revision, one RPC (no retry: the caller's loop retries)."""
+        response = await self.connection.range(keys.lease)
+        if not response.kvs:
+            return None, 0
+        return json.loads(response.kvs[0].value), response.kvs[0].mod_revision
+
     async def current(self, session_id: str) -> Lease | None:
         record, _ = await self.connection.get_json(SessionKeys.of(self.prefix, session_id).lease)
         if record is None:
@@ -80,12 +83,7 @@ class Leases:
         last_error: BaseException | None = None
         while time.monotonic() < deadline:
             try:
-                response = await self.connection.range(keys.lease)
-                current, mod_revision = (
-                    (json.loads(response.kvs[0].value), response.kvs[0].mod_revision)
-                    if response.kvs
-                    else (None, 0)
-                )
+                current, mod_revision = await self._lease_record(keys)
                 if current is None or current["number"] != lease:
                     held = current["number"] if current else 0
                     raise StaleLease(
