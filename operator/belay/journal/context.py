@@ -3,10 +3,10 @@
 `build_context` reads only:
 - the folded `SessionState` (goal, request parts, latest checkpoint, the capped "recent" lists and
   the open-item indexes),
-- `EventStore.tail(n)` for the recent events,
-- `EventStore.latest("summary")` for the newest compaction (`belay.journal.compaction`), which
+- `EventReader.tail(n)` for the recent events,
+- `EventReader.latest("summary")` for the newest compaction (`belay.journal.compaction`), which
   stands for every event before it covers up to,
-- `EventStore.read(seq, seq)` for at most `EVIDENCE_LIMIT` result events chosen from state,
+- `EventReader.read(seq, seq)` for at most `EVIDENCE_LIMIT` result events chosen from state,
 so its cost depends on the budget and the caps, never on the number of events in the log.
 
 Tokens are estimated as len(text) / 4.
@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from belay.journal.events import Event, NoteKind, SummaryEvent
 from belay.journal.state import SessionState
-from belay.stores.base import EventStore
+from belay.journal.storage import EventReader
 
 TAIL_LIMIT = 200  # events read from the tail at most
 EVIDENCE_LIMIT = 8  # result events read by seq at most
@@ -199,7 +199,7 @@ def select_evidence(state: SessionState) -> tuple[list[EvidenceItem], list[tuple
 
 
 async def build_context(
-    store: EventStore,
+    store: EventReader,
     session_id: str,
     state: SessionState,
     budget_tokens: int,

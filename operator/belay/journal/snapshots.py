@@ -58,7 +58,7 @@ from belay.journal import events as events_module
 from belay.journal import state as state_module
 from belay.journal.events import ArtifactRef, Event, StateSnapshot, StateSnapshotEvent
 from belay.journal.state import EMPTY, SessionState, fold
-from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, ArtifactStore, EventStore, StoreError
+from belay.journal.storage import ArtifactCorrupted, ArtifactNotFound, BlobStore, EventReader, StoreError
 
 CODEC_VERSION = 1
 FORMAT = "belay-state-snapshot"
@@ -573,7 +573,7 @@ class LoadedState:
     passed_over: list[str] = field(default_factory=list)  # snapshots that could not be used, and why
 
 
-async def _snapshot_state(artifacts: ArtifactStore, event: StateSnapshotEvent) -> SessionState:
+async def _snapshot_state(artifacts: BlobStore, event: StateSnapshotEvent) -> SessionState:
     payload = event.payload
     if payload.fold_version != FOLD_VERSION:
         raise SnapshotUnusable("written by another version of the fold")
@@ -594,7 +594,7 @@ async def _snapshot_state(artifacts: ArtifactStore, event: StateSnapshotEvent) -
 
 
 async def fold_tail(
-    store: EventStore, session_id: str, state: SessionState, *, page: int = TAIL_PAGE
+    store: EventReader, session_id: str, state: SessionState, *, page: int = TAIL_PAGE
 ) -> SessionState:
     """`state` brought up to the end of the record, reading the events after it a page at a time."""
     while True:
@@ -605,8 +605,8 @@ async def fold_tail(
 
 
 async def load_state(
-    store: EventStore,
-    artifacts: ArtifactStore | None,
+    store: EventReader,
+    artifacts: BlobStore | None,
     session_id: str,
     *,
     skip: frozenset[int] = frozenset(),
@@ -642,7 +642,7 @@ def snapshot_due(state: SessionState, covered: int, checkpoint_recorded: bool) -
     return since >= SNAPSHOT_EVERY or (checkpoint_recorded and since >= SNAPSHOT_AT_CHECKPOINT)
 
 
-def write_snapshot(state: SessionState, artifacts: ArtifactStore) -> tuple[ArtifactRef, SessionState]:
+def write_snapshot(state: SessionState, artifacts: BlobStore) -> tuple[ArtifactRef, SessionState]:
     """Store a snapshot of `state` (blocking: run it in a thread). Returns the ref of its root
     document, for the `state_snapshot` event, and the state rebuilt on what was written."""
 

@@ -12,15 +12,14 @@ from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
 
 from belay.journal.events import ArtifactRef, DeclaredArtifact, Event, EventDraft, Frozen
+from belay.journal.storage import ArtifactCorrupted as ArtifactCorrupted
+from belay.journal.storage import ArtifactNotFound as ArtifactNotFound
+from belay.journal.storage import StoreError as StoreError
 
 # Payloads above this many bytes belong in the artifact store, referenced by hash.
 MAX_PAYLOAD_BYTES = 64 * 1024
 # The media type every ArtifactStore gives the manifests it stores (`put_manifest`).
 MANIFEST_MEDIA_TYPE = "application/vnd.belay.manifest+json"
-
-
-class StoreError(Exception):
-    """Base class for every store failure."""
 
 
 class StoreUnavailable(StoreError):
@@ -69,14 +68,6 @@ class RecordCorrupt(StoreError):
         self.session_id = session_id
         self.seq = seq
         self.problem = problem
-
-
-class ArtifactNotFound(StoreError):
-    pass
-
-
-class ArtifactCorrupted(StoreError):
-    """The bytes read back do not hash to the address they were stored under."""
 
 
 class UnsafePath(StoreError):
