@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import inspect
 import json
 import tempfile
 from collections.abc import Iterator
@@ -198,6 +199,31 @@ def test_a_snapshot_of_another_fold_or_format_is_refused() -> None:
             decode_state(json.dumps({**document, "fields": fields}).encode(), store.get)
         with pytest.raises(SnapshotUnusable):
             decode_state(b"{not json", store.get)
+
+
+def _modules_of_the_fold() -> list[str]:
+    """Every module the fold is made of, read from the disk: the events, their dispatch, and each
+    file of the state package."""
+    operator_root = Path(snapshots.__file__).parents[2]
+    names = ["belay.journal.events", "belay.journal.dispatch"]
+    for path in sorted((operator_root / "belay" / "journal" / "state").rglob("*.py")):
+        parts = path.relative_to(operator_root).with_suffix("").parts
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+@pytest.mark.parametrize("changed", _modules_of_the_fold())
+def test_a_change_to_any_module_of_the_fold_makes_older_snapshots_unusable(
+    changed: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = snapshots.fold_version()
+    getsource = inspect.getsource
+
+    def edited(module: Any) -> str:
+        return getsource(module) + ("\n# edited\n" if module.__name__ == changed else "")
+
+    monkeypatch.setattr(inspect, "getsource", edited)
+    assert snapshots.fold_version() != before
 
 
 def test_a_damaged_page_is_refused_when_it_is_read(tmp_path: Path) -> None:

@@ -41,21 +41,25 @@ import base64
 import bisect
 import hashlib
 import heapq
+import importlib
 import inspect
 import json
+import pkgutil
 import sys
 import typing
 import zlib
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from immutables import Map
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from belay.journal import dispatch as dispatch_module
 from belay.journal import events as events_module
-from belay.journal import state as state_module
+from belay.journal import state as state_package
 from belay.journal.events import ArtifactRef, Event, StateSnapshot, StateSnapshotEvent
 from belay.journal.state import EMPTY, SessionState, fold
 from belay.journal.storage import ArtifactCorrupted, ArtifactNotFound, BlobStore, EventReader, StoreError
@@ -113,22 +117,32 @@ def _describe(annotation: Any, seen: set[type]) -> str:
     return getattr(annotation, "__qualname__", repr(annotation))
 
 
-def _source(module: Any) -> str:
+def _source(module: ModuleType) -> str:
     try:
         return inspect.getsource(module)
     except (OSError, TypeError):  # no source shipped: the model's shape still counts
         return ""
 
 
+def fold_modules() -> list[ModuleType]:
+    """The modules whose text decides what the fold computes: the events, their dispatch to
+    handlers, and every module of the state package (found by walking it, so a module added to
+    it counts without being named here)."""
+    found = pkgutil.walk_packages(state_package.__path__, prefix=f"{state_package.__name__}.")
+    state_modules = sorted((importlib.import_module(info.name) for info in found), key=lambda m: m.__name__)
+    return [events_module, dispatch_module, state_package, *state_modules]
+
+
 def fold_version(model: type[BaseModel] = SessionState) -> str:
     """Which fold a snapshot of `model` comes from: the codec, the model's shape (every field of
-    every record), and the text of the fold and of the events it folds. Any change to them makes
-    older snapshots unusable, so a reader folds from the record instead of trusting a state an
-    older fold computed."""
+    every record), and the text of the fold and of the events it folds (`fold_modules`). Any
+    change to them makes older snapshots unusable, so a reader folds from the record instead of
+    trusting a state an older fold computed."""
     digest = hashlib.sha256()
     digest.update(f"{FORMAT}/{CODEC_VERSION}\n{_describe(model, set())}\n".encode())
-    digest.update(_source(state_module).encode())
-    digest.update(_source(events_module).encode())
+    for module in fold_modules():
+        digest.update(f"{module.__name__}\n".encode())
+        digest.update(_source(module).encode())
     return digest.hexdigest()
 
 

@@ -1,0 +1,1 @@
+"""One handler per event class, each returning the fields of `SessionState` it changes."""

@@ -1,0 +1,334 @@
+"""The records a `SessionState` keeps: frozen models, one per entity the events describe, and the
+limits of the bounded tuples they hold."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from belay.journal.events import (
+    ArtifactRef,
+    Checkpoint,
+    DerivedFrom,
+    EffectClass,
+    LifecycleKind,
+    NoteKind,
+    TaskStatus,
+    WaitKind,
+    sha256_of,
+)
+
+# The goal is an implicit request part: a result that records `request_parts=("goal",)` is
+# invalidated when a scope change rewrites the goal.
+GOAL_PART = "goal"
+
+RECENT_LIMIT = 32  # cap of every "recent ..." tuple kept for bounded-cost projections
+TASK_HISTORY_LIMIT = 32  # status transitions kept per task (the count of all is kept beside)
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def operation_payload_sha256(tool: str, arguments: dict[str, Any]) -> str:
+    """The hash an approval binds to when a tool request does not carry its own."""
+    return sha256_of({"tool": tool, "arguments": arguments})
+
+
+class Request(Record):
+    goal: str = ""
+    parts: dict[str, str] = {}  # never mutated: a scope change builds a new dict
+    version: int = 0
+    seq: int = 0
+
+
+class RequestChange(Record):
+    """One part of the request (or the goal) as it was before a scope change and after it."""
+
+    part: str
+    before: str | None = None  # None: the part did not exist
+    after: str | None = None  # None: the part was removed
+
+
+class ScopeChangeRecord(Record):
+    seq: int
+    request_version: int
+    summary: str
+    goal: str | None = None
+    changed_parts: tuple[str, ...] = ()
+    removed_parts: tuple[str, ...] = ()
+    invalidated: tuple[str, ...] = ()  # result ids this change made invalid, in recording order
+    by: str = ""
+    at: datetime | None = None
+    changes: tuple[RequestChange, ...] = ()  # the difference in the request, goal first
+    reopened_steps: tuple[str, ...] = ()  # steps to redo because their results became invalid
+
+
+class RejectionRecord(Record):
+    """A person turned down a deliverable or an operation awaiting approval, with the reason."""
+
+    seq: int
+    kind: Literal["deliverable", "approval"]
+    item: str  # the deliverable's name, or the approval id
+    sha256: str  # the bytes (deliverable) or the payload (approval) rejected
+    reason: str
+    by: str = ""
+    at: datetime | None = None
+    operation_id: str | None = None
+    invalidated: tuple[str, ...] = ()
+    reopened_steps: tuple[str, ...] = ()
+
+
+class TaskTransition(Record):
+    seq: int
+    status: TaskStatus
+    detail: str = ""
+
+
+class TaskRecord(Record):
+    task_id: str
+    title: str = ""
+    owner: str | None = None
+    deliverable: str | None = None
+    depends_on: tuple[str, ...] = ()
+    status: TaskStatus
+    first_seq: int
+    last_seq: int
+    history: tuple[TaskTransition, ...] = ()  # the last TASK_HISTORY_LIMIT transitions
+    transitions: int = 0
+    ever_verified: bool = False
+    request_parts: tuple[str, ...] | None = None  # what the step depends on; None: all of it
+    # A step is done once per round; a scope change or a rejection that invalidates its results
+    # reopens it for the next round (its work is redone under new operation ids).
+    round: int = 1
+    reopened_seq: int | None = None
+    reopened_because: str = ""
+    reopened_by_rejection: bool = False
+
+
+OutcomeState = Literal["unknown", "reconciled"]
+
+
+class OperationRecord(Record):
+    operation_id: str
+    tool: str
+    effect: EffectClass
+    request_seq: int
+    payload_sha256: str
+    step: str | None = None
+    subagent: str | None = None
+    idempotency_key: str | None = None
+    attempt: int = 0
+    request_version: int = 0  # the request version the call was decided under
+    result_seq: int | None = None
+    result_at: datetime | None = None
+    ok: bool | None = None
+    error: str | None = None
+    result_id: str | None = None
+    effect_ref: str = ""  # what an external effect made (a ticket id), from its result
+    outcome: OutcomeState | None = None
+    outcome_seq: int | None = None
+    reconciled_succeeded: bool | None = None
+    outcome_detail: str = ""
+    effects: tuple[str, ...] = ()  # what a reconcile probe found
+
+    @property
+    def has_result(self) -> bool:
+        return self.result_seq is not None
+
+
+Decision = Literal["granted", "rejected"]
+
+
+class ApprovalRecord(Record):
+    approval_id: str
+    operation_id: str
+    payload_sha256: str  # what was asked for (or, with no request, what was decided)
+    tool: str = ""
+    summary: str = ""
+    requested_seq: int | None = None
+    request_expires_at: datetime | None = None
+    payload_ref: ArtifactRef | None = None
+    content_ref: ArtifactRef | None = None
+    content_name: str | None = None
+    kind: Literal["dispatch", "retry"] = "dispatch"
+    decision: Decision | None = None
+    decided_seq: int | None = None
+    decided_by: str = ""
+    decision_reason: str = ""
+    decision_payload_sha256: str | None = None
+    decision_expires_at: datetime | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.decision is None
+
+
+class ArtifactRecord(Record):
+    name: str
+    ref: ArtifactRef
+    deliverable: bool = False
+    subagent: str | None = None
+    description: str = ""
+    result_id: str | None = None
+    seq: int
+
+
+class NoteRecord(Record):
+    note_id: str
+    kind: NoteKind
+    text: str
+    status: str
+    evidence: tuple[str, ...] = ()
+    first_seq: int
+    last_seq: int
+    result_id: str | None = None  # the result its latest version is, when it records its inputs
+
+
+class WaitRecord(Record):
+    wait_id: str
+    kind: WaitKind
+    reason: str
+    condition: str | None = None
+    artifact: str | None = None
+    resolved: bool = False
+    opened_seq: int
+    last_seq: int
+
+
+class CheckpointRecord(Record):
+    seq: int
+    checkpoint: Checkpoint
+
+    @property
+    def verified(self) -> bool:
+        return self.checkpoint.verified
+
+
+ResultSource = Literal["tool_result", "artifact", "note", "checkpoint"]
+
+
+class ResultRecord(Record):
+    """Anything a later step may reuse, with the inputs it was derived from."""
+
+    result_id: str
+    source: ResultSource
+    label: str
+    seq: int
+    derived_from: DerivedFrom | None = None
+    outputs: tuple[str, ...] = ()  # sha256 of artifacts this result produced
+    invalidated_by_version: int | None = None  # request version whose scope change invalidated it
+    step: str | None = None  # the plan step that produced it, when known
+    invalidated_seq: int | None = None  # the scope change or rejection that invalidated it
+    invalid_because: str = ""
+
+    @property
+    def valid(self) -> bool:
+        return self.invalidated_by_version is None and self.invalidated_seq is None
+
+
+class LifecycleEntry(Record):
+    seq: int
+    kind: LifecycleKind
+    attempt: int | None = None
+    reason: str = ""
+    detail: str = ""
+    subagent: str | None = None
+    checkpoint_id: str | None = None
+
+
+class Lifecycle(Record):
+    attempt: int = 0  # the highest harness attempt seen
+    lease: int = 0
+    harness_running: bool = False
+    harness_starts: int = 0
+    harness_lost: int = 0
+    # Attempts that stopped cleanly when told to (harness_stopped): not lost, not counted against
+    # recovery.maxAttempts.
+    clean_stops: int = 0
+    sandbox_replaced: int = 0
+    sandboxes_lost: int = 0
+    # Subagents whose sandbox was lost under a running attempt and is not restored yet.
+    lost_sandboxes: tuple[str, ...] = ()
+    restores: int = 0
+    # Restores into a sandbox that replaced an earlier one (a new attempt's, or a lost sandbox's
+    # replacement): the recoveries. The first restore of each subagent only seeds it.
+    recovery_restores: int = 0
+    recovery_failures: int = 0
+    last_recovery_failure: LifecycleEntry | None = None
+    recovering: bool = False  # a harness or a sandbox was lost and no restore has succeeded since
+    completed: bool = False
+    failed: bool = False
+    end_reason: str = ""
+    recent: tuple[LifecycleEntry, ...] = ()
+    # A completed session whose work a scope change or a rejection invalidated is open again.
+    reopened: int = 0
+    reopened_seq: int | None = None
+    reopened_because: str = ""
+
+
+class SubagentRecord(Record):
+    name: str
+    first_seq: int
+    sandbox_starts: int = 0
+    sandbox_replacements: int = 0
+    # Sandbox pods lost under a running attempt; the operator numbers each replacement pod by it.
+    sandbox_losses: int = 0
+    # The last scope change or rejection that reopened one of its steps: a sandbox prepared before
+    # it holds work that is invalid now.
+    reopened_seq: int | None = None
+    sandbox_attempt: int | None = None  # the attempt that started the current sandbox
+    sandbox_detail: str = ""  # what that start recorded (pid, profile, isolation)
+    last_restored_from: str | None = None  # the checkpoint the current sandbox was restored from
+
+
+class RemoteSessionRecord(Record):
+    """The provider's session a managed executor holds for one subagent."""
+
+    subagent: str
+    executor: str
+    remote_session_id: str
+    endpoint: str = ""
+    seq: int  # where it was recorded
+    calls: int = 0  # calls the remote agent asked for
+    refused: int = 0  # of which refused for arguments that do not fit
+    delivered: int = 0  # results (and refusals) the provider accepted
+    interruptions: int = 0  # cut streams and errors the executor went on after
+    failure: str = ""  # why the remote session cannot go on, when it cannot
+    last_detail: str = ""
+
+
+class RemoteCallRecord(Record):
+    """One call a remote agent asked for, by the operation id its tool request carries."""
+
+    operation_id: str
+    subagent: str
+    call_id: str
+    turn_id: str | None = None
+    tool: str | None = None
+    seq: int
+    refused_seq: int | None = None
+    refusal: str = ""
+    delivered_seq: int | None = None
+    idempotency_key: str | None = None  # the key the result was delivered under
+
+    @property
+    def delivered(self) -> bool:
+        return self.delivered_seq is not None
+
+
+class SessionLinkRecord(Record):
+    """The other end of a link between sessions: the parent that started this session, or a
+    child this session started for one part of its objective."""
+
+    session: str
+    part: str
+    objective: str = ""
+    operation_id: str = ""
+    goal: str = ""
+    plan: str = ""
+    seq: int
+    phase: str = ""  # a child that ended: how
+    deliverables: tuple[tuple[str, str], ...] = ()  # an ended child's (name, sha256)

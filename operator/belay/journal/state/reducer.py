@@ -1,0 +1,96 @@
+"""The reducer: `apply` one event to a state, `fold` many."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from belay.journal.events import Event
+from belay.journal.state.building import Updates, replaced
+from belay.journal.state.handlers.operations import (
+    on_model_output,
+    on_operation_outcome,
+    on_tool_request,
+    on_tool_result,
+)
+from belay.journal.state.handlers.request import (
+    on_approval,
+    on_approval_request,
+    on_rejection,
+    on_scope_change,
+    on_user_input,
+)
+from belay.journal.state.handlers.runtime import (
+    on_lifecycle,
+    on_remote,
+    on_session_link,
+    on_state_snapshot,
+    on_summary,
+)
+from belay.journal.state.handlers.work import on_artifact, on_checkpoint, on_note, on_task, on_wait
+from belay.journal.state.session import EMPTY, SessionState
+
+
+class FoldError(ValueError):
+    """The events cannot belong to this state: another session, or a gap in seq."""
+
+
+HANDLERS: dict[str, Callable[[SessionState, Any], Updates]] = {
+    "user_input": on_user_input,
+    "scope_change": on_scope_change,
+    "model_output": on_model_output,
+    "tool_request": on_tool_request,
+    "tool_result": on_tool_result,
+    "approval_request": on_approval_request,
+    "approval": on_approval,
+    "artifact": on_artifact,
+    "checkpoint": on_checkpoint,
+    "note": on_note,
+    "task": on_task,
+    "wait": on_wait,
+    "operation_outcome": on_operation_outcome,
+    "lifecycle": on_lifecycle,
+    "rejection": on_rejection,
+    "summary": on_summary,
+    "remote": on_remote,
+    "state_snapshot": on_state_snapshot,
+    "session_link": on_session_link,
+}
+
+
+def apply(state: SessionState, event: Event) -> SessionState:
+    """The state after one more event. An event already folded (seq <= last_seq) changes nothing,
+    so a follower that re-reads after a cut watch can apply what it reads without bookkeeping."""
+    if state.session_id and event.session_id != state.session_id:
+        raise FoldError(f"event of session {event.session_id!r} applied to {state.session_id!r}")
+    if event.seq <= state.last_seq:
+        return state
+    if event.seq != state.last_seq + 1:
+        raise FoldError(f"gap in seq: state is at {state.last_seq}, next event is {event.seq}")
+    updates = HANDLERS[event.type](state, event)
+    updates["session_id"] = event.session_id
+    updates["last_seq"] = event.seq
+    updates["event_count"] = state.event_count + 1
+    updates["last_event_at"] = event.created_at
+    if state.started_at is None:
+        updates["started_at"] = event.created_at
+    return replaced(state, updates)
+
+
+def fold(events: Iterable[Event], state: SessionState = EMPTY) -> SessionState:
+    """`apply` over each event in turn.
+
+    The cyclic garbage collector is paused for the loop: every `apply` allocates small trie nodes
+    that outlive a few young-generation passes, and scanning them again and again costs more than
+    the fold itself (about 2x at 10^5 events). The reducer builds no reference cycles, so reference
+    counting alone frees everything it discards; the collector's previous setting is restored."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for event in events:
+            state = apply(state, event)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return state
