@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from belay.journal.dispatch import EVENT_CLASSES, missing
 from belay.journal.events import (
     Actor,
     DerivedFrom,
@@ -13,14 +14,27 @@ from belay.journal.events import (
     Task,
     TaskStatus,
     ToolRequest,
+    ToolRequestEvent,
     ToolResult,
     UserInput,
 )
 from belay.journal.state import EMPTY, RECENT_LIMIT, FoldError, SessionState, apply, fold
+from belay.journal.state.reducer import HANDLERS
 from tests.journal.fixtures import LogBuilder, realistic_log
 from tests.journal.strategies import logs, splits
 
 PROPERTY = settings(max_examples=150, deadline=None)
+
+
+def test_the_fold_has_a_handler_for_every_event_class() -> None:
+    assert missing(HANDLERS) == ()
+
+
+def test_the_check_of_the_fold_names_a_handler_taken_out_of_it() -> None:
+    for removed in EVENT_CLASSES:
+        without = {cls: handler for cls, handler in HANDLERS.items() if cls is not removed}
+        assert missing(without) == (removed,)
+    assert HANDLERS[ToolRequestEvent].__name__ == "on_tool_request"
 
 
 @PROPERTY

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterable
-from typing import Any
 
-from belay.journal.events import Event
+from belay.journal.dispatch import handler_table
+from belay.journal.events import Event, EventBase
 from belay.journal.state.building import Updates, replaced
 from belay.journal.state.handlers.operations import (
     on_model_output,
@@ -36,27 +36,28 @@ class FoldError(ValueError):
     """The events cannot belong to this state: another session, or a gap in seq."""
 
 
-HANDLERS: dict[str, Callable[[SessionState, Any], Updates]] = {
-    "user_input": on_user_input,
-    "scope_change": on_scope_change,
-    "model_output": on_model_output,
-    "tool_request": on_tool_request,
-    "tool_result": on_tool_result,
-    "approval_request": on_approval_request,
-    "approval": on_approval,
-    "artifact": on_artifact,
-    "checkpoint": on_checkpoint,
-    "note": on_note,
-    "task": on_task,
-    "wait": on_wait,
-    "operation_outcome": on_operation_outcome,
-    "lifecycle": on_lifecycle,
-    "rejection": on_rejection,
-    "summary": on_summary,
-    "remote": on_remote,
-    "state_snapshot": on_state_snapshot,
-    "session_link": on_session_link,
-}
+# Every event class has exactly one handler (a test checks that `missing(HANDLERS)` is empty).
+HANDLERS: dict[type[EventBase], Callable[..., Updates]] = handler_table(
+    on_user_input,
+    on_scope_change,
+    on_model_output,
+    on_tool_request,
+    on_tool_result,
+    on_approval_request,
+    on_approval,
+    on_artifact,
+    on_checkpoint,
+    on_note,
+    on_task,
+    on_wait,
+    on_operation_outcome,
+    on_lifecycle,
+    on_rejection,
+    on_summary,
+    on_remote,
+    on_state_snapshot,
+    on_session_link,
+)
 
 
 def apply(state: SessionState, event: Event) -> SessionState:
@@ -68,7 +69,7 @@ def apply(state: SessionState, event: Event) -> SessionState:
         return state
     if event.seq != state.last_seq + 1:
         raise FoldError(f"gap in seq: state is at {state.last_seq}, next event is {event.seq}")
-    updates = HANDLERS[event.type](state, event)
+    updates = HANDLERS[type(event)](state, event)
     updates["session_id"] = event.session_id
     updates["last_seq"] = event.seq
     updates["event_count"] = state.event_count + 1

@@ -5,14 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from belay.journal.events import EffectClass
+from belay.journal.events import (
+    EffectClass,
+    EventBase,
+    ModelOutputEvent,
+    OperationOutcomeEvent,
+    ToolRequestEvent,
+    ToolResultEvent,
+)
 from belay.journal.state.building import Updates, new_record, note_subagent, replaced
 from belay.journal.state.invalidation import register_result
 from belay.journal.state.records import RECENT_LIMIT, OperationRecord, operation_payload_sha256
 from belay.journal.state.session import SessionState
 
 
-def on_model_output(s: SessionState, e: Any) -> Updates:
+def on_model_output(s: SessionState, e: ModelOutputEvent) -> Updates:
     p = e.payload
     updates: Updates = {"model_calls": s.model_calls + 1}
     if p.input_tokens or p.output_tokens:
@@ -21,7 +28,7 @@ def on_model_output(s: SessionState, e: Any) -> Updates:
     return updates
 
 
-def on_tool_request(s: SessionState, e: Any) -> Updates:
+def on_tool_request(s: SessionState, e: ToolRequestEvent) -> Updates:
     p = e.payload
     subagent = p.subagent or e.actor.subagent
     record = new_record(
@@ -53,7 +60,7 @@ def on_tool_request(s: SessionState, e: Any) -> Updates:
     return updates
 
 
-def operation_named(s: SessionState, e: Any, operation_id: str) -> OperationRecord:
+def operation_named(s: SessionState, e: EventBase, operation_id: str) -> OperationRecord:
     """The operation an event names. One whose request we never saw is still tracked (as unsafe,
     the cautious class), so its result or outcome closes it rather than being dropped."""
     existing = s.operations.get(operation_id)
@@ -69,7 +76,7 @@ def operation_named(s: SessionState, e: Any, operation_id: str) -> OperationReco
     )
 
 
-def on_tool_result(s: SessionState, e: Any) -> Updates:
+def on_tool_result(s: SessionState, e: ToolResultEvent) -> Updates:
     p = e.payload
     existing = operation_named(s, e, p.operation_id)
     fields: dict[str, Any] = {
@@ -118,7 +125,7 @@ def _effect_ref(output: Any) -> str:
     return ""
 
 
-def on_operation_outcome(s: SessionState, e: Any) -> Updates:
+def on_operation_outcome(s: SessionState, e: OperationOutcomeEvent) -> Updates:
     p = e.payload
     existing = operation_named(s, e, p.operation_id)
     record = replaced(

@@ -3,10 +3,17 @@ rejections."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from immutables import Map
 
+from belay.journal.events import (
+    ApprovalEvent,
+    ApprovalRequestEvent,
+    RejectionEvent,
+    ScopeChangeEvent,
+    UserInputEvent,
+)
 from belay.journal.state.building import Updates, new_record, replaced
 from belay.journal.state.invalidation import invalidate, invalidate_from, reopen
 from belay.journal.state.records import (
@@ -21,14 +28,14 @@ from belay.journal.state.records import (
 from belay.journal.state.session import SessionState
 
 
-def on_user_input(s: SessionState, e: Any) -> Updates:
+def on_user_input(s: SessionState, e: UserInputEvent) -> Updates:
     p = e.payload
     return {
         "request": new_record(Request, goal=p.goal, parts=dict(p.parts), version=p.request_version, seq=e.seq)
     }
 
 
-def on_scope_change(s: SessionState, e: Any) -> Updates:
+def on_scope_change(s: SessionState, e: ScopeChangeEvent) -> Updates:
     p = e.payload
     old = s.request
     parts = dict(old.parts)
@@ -86,7 +93,7 @@ def on_scope_change(s: SessionState, e: Any) -> Updates:
     return updates
 
 
-def on_approval_request(s: SessionState, e: Any) -> Updates:
+def on_approval_request(s: SessionState, e: ApprovalRequestEvent) -> Updates:
     p = e.payload
     record = new_record(
         ApprovalRecord,
@@ -135,7 +142,7 @@ def _add_approval_id(s: SessionState, operation_id: str, approval_id: str) -> Ma
     return s.approvals_by_operation.set(operation_id, (*ids, approval_id))
 
 
-def on_approval(s: SessionState, e: Any) -> Updates:
+def on_approval(s: SessionState, e: ApprovalEvent) -> Updates:
     p = e.payload
     previous = s.approvals.get(p.approval_id)
     decision: Decision = "granted" if p.granted else "rejected"
@@ -168,7 +175,9 @@ def on_approval(s: SessionState, e: Any) -> Updates:
     return updates
 
 
-def _reject_pending_operation(s: SessionState, updates: Updates, e: Any, approval: ApprovalRecord) -> None:
+def _reject_pending_operation(
+    s: SessionState, updates: Updates, e: ApprovalEvent, approval: ApprovalRecord
+) -> None:
     """An operation turned down before it ran: the step that asked for it is redone, with the
     reason for the executor to act on, instead of going on as if it had run."""
     p = e.payload
@@ -187,7 +196,7 @@ def _reject_pending_operation(s: SessionState, updates: Updates, e: Any, approva
     )
 
 
-def on_rejection(s: SessionState, e: Any) -> Updates:
+def on_rejection(s: SessionState, e: RejectionEvent) -> Updates:
     """A published deliverable turned down: the result that published it, the step that made it
     and everything built on them are invalid; the step is redone with the reason."""
     p = e.payload
@@ -215,7 +224,7 @@ def on_rejection(s: SessionState, e: Any) -> Updates:
 def _record_rejection(
     s: SessionState,
     updates: Updates,
-    e: Any,
+    e: ApprovalEvent | RejectionEvent,
     *,
     kind: Literal["deliverable", "approval"],
     item: str,

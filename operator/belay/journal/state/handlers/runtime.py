@@ -7,7 +7,16 @@ from typing import Any
 
 from immutables import Map
 
-from belay.journal.events import LifecycleKind, RemoteKind, TaskStatus
+from belay.journal.events import (
+    LifecycleEvent,
+    LifecycleKind,
+    RemoteEvent,
+    RemoteKind,
+    SessionLinkEvent,
+    StateSnapshotEvent,
+    SummaryEvent,
+    TaskStatus,
+)
 from belay.journal.state.building import Updates, new_record, note_subagent, replaced
 from belay.journal.state.records import (
     RECENT_LIMIT,
@@ -20,7 +29,7 @@ from belay.journal.state.records import (
 from belay.journal.state.session import SessionState
 
 
-def on_lifecycle(s: SessionState, e: Any) -> Updates:
+def on_lifecycle(s: SessionState, e: LifecycleEvent) -> Updates:
     p = e.payload
     entry = new_record(
         LifecycleEntry,
@@ -92,7 +101,7 @@ def on_lifecycle(s: SessionState, e: Any) -> Updates:
             if restored.sandbox_starts > 1:
                 fields["recovery_restores"] = lc.recovery_restores + 1
             updates["subagents"] = s.subagents.set(
-                p.subagent, replaced(restored, {"last_restored_from": p.checkpoint_id})
+                restored.name, replaced(restored, {"last_restored_from": p.checkpoint_id})
             )
         elif lc.harness_starts > 1 or lc.harness_lost:
             fields["recovery_restores"] = lc.recovery_restores + 1
@@ -110,11 +119,11 @@ def on_lifecycle(s: SessionState, e: Any) -> Updates:
     return updates
 
 
-def on_summary(s: SessionState, e: Any) -> Updates:
+def on_summary(s: SessionState, e: SummaryEvent) -> Updates:
     return {"latest_summary_seq": e.seq}
 
 
-def on_remote(s: SessionState, e: Any) -> Updates:
+def on_remote(s: SessionState, e: RemoteEvent) -> Updates:
     p = e.payload
     updates: Updates = {}
     if p.kind == RemoteKind.RESOURCE and p.resource and p.resource_id:
@@ -156,11 +165,11 @@ def on_remote(s: SessionState, e: Any) -> Updates:
         counter = "calls"
     elif p.kind == RemoteKind.CALL_REFUSED and call is not None:
         changed = {"refused_seq": e.seq, "refusal": p.detail}
-        updates["remote_calls"] = calls.set(p.operation_id, replaced(call, changed))
+        updates["remote_calls"] = calls.set(call.operation_id, replaced(call, changed))
         counter = "refused"
     elif p.kind == RemoteKind.RESULT_DELIVERED and call is not None and call.delivered_seq is None:
         changed = {"delivered_seq": e.seq, "idempotency_key": p.idempotency_key}
-        updates["remote_calls"] = calls.set(p.operation_id, replaced(call, changed))
+        updates["remote_calls"] = calls.set(call.operation_id, replaced(call, changed))
         counter = "delivered"
     elif p.kind == RemoteKind.INTERRUPTED:
         counter = "interruptions"
@@ -175,12 +184,12 @@ def on_remote(s: SessionState, e: Any) -> Updates:
     return updates
 
 
-def on_state_snapshot(s: SessionState, e: Any) -> Updates:
+def on_state_snapshot(s: SessionState, e: StateSnapshotEvent) -> Updates:
     # A snapshot of the state is not a fact about the session: folding it changes nothing.
     return {}
 
 
-def on_session_link(s: SessionState, e: Any) -> Updates:
+def on_session_link(s: SessionState, e: SessionLinkEvent) -> Updates:
     p = e.payload
     if p.kind == "parent":
         link = new_record(

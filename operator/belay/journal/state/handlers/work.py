@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from belay.journal.events import TaskStatus
+from belay.journal.events import ArtifactEvent, CheckpointEvent, NoteEvent, TaskEvent, TaskStatus, WaitEvent
 from belay.journal.state.building import Updates, new_record, note_subagent, push_recent, replaced
 from belay.journal.state.invalidation import register_result
 from belay.journal.state.records import (
@@ -19,7 +17,7 @@ from belay.journal.state.records import (
 from belay.journal.state.session import SessionState
 
 
-def on_artifact(s: SessionState, e: Any) -> Updates:
+def on_artifact(s: SessionState, e: ArtifactEvent) -> Updates:
     p = e.payload
     subagent = p.subagent or e.actor.subagent
     record = new_record(
@@ -51,7 +49,7 @@ def on_artifact(s: SessionState, e: Any) -> Updates:
     return updates
 
 
-def on_checkpoint(s: SessionState, e: Any) -> Updates:
+def on_checkpoint(s: SessionState, e: CheckpointEvent) -> Updates:
     p = e.payload
     record = new_record(CheckpointRecord, seq=e.seq, checkpoint=p)
     updates: Updates = {"latest_checkpoint": record, "checkpoint_count": s.checkpoint_count + 1}
@@ -78,7 +76,7 @@ def on_checkpoint(s: SessionState, e: Any) -> Updates:
     return updates
 
 
-def on_note(s: SessionState, e: Any) -> Updates:
+def on_note(s: SessionState, e: NoteEvent) -> Updates:
     p = e.payload
     previous = s.notes.get(p.note_id)
     record = new_record(
@@ -109,7 +107,7 @@ def on_note(s: SessionState, e: Any) -> Updates:
     return updates
 
 
-def on_task(s: SessionState, e: Any) -> Updates:
+def on_task(s: SessionState, e: TaskEvent) -> Updates:
     p = e.payload
     previous = s.tasks.get(p.task_id)
     transition = new_record(TaskTransition, seq=e.seq, status=p.status, detail=p.detail)
@@ -152,7 +150,7 @@ def on_task(s: SessionState, e: Any) -> Updates:
     return updates
 
 
-def on_wait(s: SessionState, e: Any) -> Updates:
+def on_wait(s: SessionState, e: WaitEvent) -> Updates:
     p = e.payload
     previous = s.waits.get(p.wait_id)
     record = new_record(
