@@ -174,61 +174,80 @@ def reopen(
     to planned for its next round, its subagent's task with it; their deliverables are withdrawn;
     a completed session is open again. Returns the reopened step ids, in plan order."""
     results: Map[str, ResultRecord] = updates.get("results", s.results)
-    tasks: Map[str, TaskRecord] = updates.get("tasks", s.tasks)
     invalid_ids = set(invalidated)
+    reopened = _steps_to_reopen(results, updates.get("tasks", s.tasks), invalid_ids, steps)
+    if reopened:
+        _reopen_steps(s, updates, reopened, seq=seq, because=because, by_rejection=by_rejection)
+        _reopen_session(s, updates, seq=seq, because=because)
+    _withdraw_deliverables(s, updates, invalid_ids, seq=seq, because=because)
+    forget_invalid_checkpoints(s, updates, results)
+    return tuple(t.task_id for t in reopened)
+
+
+def _steps_to_reopen(
+    results: Map[str, ResultRecord], tasks: Map[str, TaskRecord], invalid_ids: set[str], steps: Iterable[str]
+) -> list[TaskRecord]:
+    """The steps that made an invalid result and those named outright, in plan order; a
+    cancelled step stays cancelled."""
     named = set(steps)
     for result_id in invalid_ids:
         step = results[result_id].step if result_id in results else None
         if step:
             named.add(step)
-    reopened = sorted(
+    return sorted(
         (tasks[t] for t in named if t in tasks and tasks[t].status != TaskStatus.CANCELLED),
         key=lambda t: (t.first_seq, t.task_id),
     )
-    owners: set[str] = set()
+
+
+def _back_to_planned(task: TaskRecord, seq: int, because: str, **more: Any) -> TaskRecord:
+    transition = new_record(TaskTransition, seq=seq, status=TaskStatus.PLANNED, detail=because)
+    return replaced(
+        task,
+        {
+            "status": TaskStatus.PLANNED,
+            "last_seq": seq,
+            "history": (*task.history, transition)[-TASK_HISTORY_LIMIT:],
+            "transitions": task.transitions + 1,
+            **more,
+        },
+    )
+
+
+def _reopen_steps(
+    s: SessionState,
+    updates: Updates,
+    reopened: list[TaskRecord],
+    *,
+    seq: int,
+    because: str,
+    by_rejection: bool,
+) -> None:
+    """Each step back to planned for its next round; the finished task of its subagent back to
+    planned too, and the subagent marked as reopened (a sandbox prepared before holds invalid work)."""
+    tasks: Map[str, TaskRecord] = updates.get("tasks", s.tasks)
     for task in reopened:
-        transition = new_record(TaskTransition, seq=seq, status=TaskStatus.PLANNED, detail=because)
-        tasks = tasks.set(
-            task.task_id,
-            replaced(
-                task,
-                {
-                    "status": TaskStatus.PLANNED,
-                    "last_seq": seq,
-                    "history": (*task.history, transition)[-TASK_HISTORY_LIMIT:],
-                    "transitions": task.transitions + 1,
-                    "round": task.round + 1,
-                    "reopened_seq": seq,
-                    "reopened_because": because,
-                    "reopened_by_rejection": by_rejection,
-                },
-            ),
-        )
-        if task.owner:
-            owners.add(task.owner)
+        next_round = {
+            "round": task.round + 1,
+            "reopened_seq": seq,
+            "reopened_because": because,
+            "reopened_by_rejection": by_rejection,
+        }
+        tasks = tasks.set(task.task_id, _back_to_planned(task, seq, because, **next_round))
     subagents: Map[str, SubagentRecord] = updates.get("subagents", s.subagents)
-    for owner in sorted(owners):
+    for owner in sorted({task.owner for task in reopened if task.owner}):
         subtask = tasks.get(owner)
         if subtask is not None and subtask.status in (TaskStatus.DONE, TaskStatus.VERIFIED):
-            transition = new_record(TaskTransition, seq=seq, status=TaskStatus.PLANNED, detail=because)
-            tasks = tasks.set(
-                owner,
-                replaced(
-                    subtask,
-                    {
-                        "status": TaskStatus.PLANNED,
-                        "last_seq": seq,
-                        "history": (*subtask.history, transition)[-TASK_HISTORY_LIMIT:],
-                        "transitions": subtask.transitions + 1,
-                    },
-                ),
-            )
+            tasks = tasks.set(owner, _back_to_planned(subtask, seq, because))
         if owner in subagents:
             subagents = subagents.set(owner, replaced(subagents[owner], {"reopened_seq": seq}))
-    if reopened:
-        updates["tasks"] = tasks
-        updates["subagents"] = subagents
-    # A deliverable whose result is invalid is withdrawn: no longer published, no longer for review.
+    updates["tasks"], updates["subagents"] = tasks, subagents
+
+
+def _withdraw_deliverables(
+    s: SessionState, updates: Updates, invalid_ids: set[str], *, seq: int, because: str
+) -> None:
+    """A deliverable whose result is invalid is withdrawn: no longer published, no longer for review."""
     deliverables: Map[str, int] = updates.get("deliverables", s.deliverables)
     waits: Map[str, WaitRecord] = updates.get("waits", s.waits)
     open_waits: Map[str, int] = updates.get("open_waits", s.open_waits)
@@ -243,12 +262,14 @@ def reopen(
                 withdrawn = {"resolved": True, "last_seq": seq, "reason": f"withdrawn: {because}"}
                 waits = waits.set(wait_id, replaced(waits[wait_id], withdrawn))
         updates["deliverables"], updates["waits"], updates["open_waits"] = deliverables, waits, open_waits
+
+
+def _reopen_session(s: SessionState, updates: Updates, *, seq: int, because: str) -> None:
+    """A completed session whose steps reopened is open again."""
     lc: Lifecycle = updates.get("lifecycle", s.lifecycle)
-    if reopened and lc.completed:
-        reopen = {"reopened": lc.reopened + 1, "reopened_seq": seq, "reopened_because": because}
-        updates["lifecycle"] = replaced(lc, {"completed": False, "end_reason": "", **reopen})
-    forget_invalid_checkpoints(s, updates, results)
-    return tuple(t.task_id for t in reopened)
+    if lc.completed:
+        reopened = {"reopened": lc.reopened + 1, "reopened_seq": seq, "reopened_because": because}
+        updates["lifecycle"] = replaced(lc, {"completed": False, "end_reason": "", **reopened})
 
 
 def forget_invalid_checkpoints(s: SessionState, updates: Updates, results: Map[str, ResultRecord]) -> None:

@@ -47,76 +47,97 @@ def on_lifecycle(s: SessionState, e: LifecycleEvent) -> Updates:
         fields["lease"] = max(lc.lease, p.lease)
     if p.attempt is not None:
         fields["attempt"] = max(lc.attempt, p.attempt)
-    kind = p.kind
     updates: Updates = {}
-    if kind == LifecycleKind.HARNESS_STARTED:
-        fields["harness_running"] = True
-        fields["harness_starts"] = lc.harness_starts + 1
-    elif kind == LifecycleKind.HARNESS_LOST:
-        fields["harness_running"] = False
-        fields["harness_lost"] = lc.harness_lost + 1
-        fields["recovering"] = True
-    elif kind == LifecycleKind.HARNESS_FINISHED:
-        fields["harness_running"] = False
-    elif kind == LifecycleKind.HARNESS_STOPPED:
-        fields["harness_running"] = False
-        fields["clean_stops"] = lc.clean_stops + 1
-    elif kind == LifecycleKind.SANDBOX_STARTED or kind == LifecycleKind.SANDBOX_REPLACED:
-        replacement = kind == LifecycleKind.SANDBOX_REPLACED
-        if replacement:
-            fields["sandbox_replaced"] = lc.sandbox_replaced + 1
-        if p.subagent:
-            note_subagent(s, updates, p.subagent, e.seq)
-            subagents: Map[str, SubagentRecord] = updates.get("subagents", s.subagents)
-            sub = subagents[p.subagent]
-            sub = replaced(
-                sub,
-                {
-                    "sandbox_starts": sub.sandbox_starts + 1,
-                    "sandbox_replacements": sub.sandbox_replacements + int(replacement),
-                    "sandbox_attempt": p.attempt,
-                    "sandbox_detail": p.detail,
-                    "last_restored_from": None,
-                },
-            )
-            updates["subagents"] = subagents.set(p.subagent, sub)
-    elif kind == LifecycleKind.SANDBOX_LOST:
-        fields["sandboxes_lost"] = lc.sandboxes_lost + 1
-        if p.subagent:
-            note_subagent(s, updates, p.subagent, e.seq)
-            subagents = updates.get("subagents", s.subagents)
-            sub = subagents[p.subagent]
-            updates["subagents"] = subagents.set(
-                p.subagent, replaced(sub, {"sandbox_losses": sub.sandbox_losses + 1})
-            )
-            # A finished subagent's harness never uses its sandbox again: nothing waits on a restore.
-            task = s.tasks.get(p.subagent)
-            if task is None or task.status not in (TaskStatus.DONE, TaskStatus.VERIFIED):
-                fields["lost_sandboxes"] = tuple(sorted({*lc.lost_sandboxes, p.subagent}))
-                fields["recovering"] = True
-    elif kind == LifecycleKind.RESTORED:
-        fields["restores"] = lc.restores + 1
-        restored = s.subagents.get(p.subagent) if p.subagent else None
-        if restored is not None:
-            if restored.sandbox_starts > 1:
-                fields["recovery_restores"] = lc.recovery_restores + 1
-            updates["subagents"] = s.subagents.set(
-                restored.name, replaced(restored, {"last_restored_from": p.checkpoint_id})
-            )
-        elif lc.harness_starts > 1 or lc.harness_lost:
-            fields["recovery_restores"] = lc.recovery_restores + 1
-        remaining = tuple(name for name in lc.lost_sandboxes if name != p.subagent)
-        fields["lost_sandboxes"] = remaining
-        fields["recovering"] = bool(remaining)
-    elif kind == LifecycleKind.RECOVERY_FAILED:
-        fields["recovery_failures"] = lc.recovery_failures + 1
-        fields["last_recovery_failure"] = entry
-    elif kind == LifecycleKind.SESSION_COMPLETED:
-        fields.update(completed=True, failed=False, harness_running=False, end_reason=p.reason)
-    elif kind == LifecycleKind.SESSION_FAILED:
-        fields.update(failed=True, completed=False, harness_running=False, end_reason=p.reason)
+    fields.update(_lifecycle_changes(s, updates, e, entry))
     updates["lifecycle"] = replaced(lc, fields)
     return updates
+
+
+def _lifecycle_changes(
+    s: SessionState, updates: Updates, e: LifecycleEvent, entry: LifecycleEntry
+) -> Updates:
+    """The fields of the session's lifecycle that one kind of entry changes; a sandbox's entries
+    change its subagent's record in `updates` too."""
+    lc, p = s.lifecycle, e.payload
+    match p.kind:
+        case LifecycleKind.HARNESS_STARTED:
+            return {"harness_running": True, "harness_starts": lc.harness_starts + 1}
+        case LifecycleKind.HARNESS_LOST:
+            return {"harness_running": False, "harness_lost": lc.harness_lost + 1, "recovering": True}
+        case LifecycleKind.HARNESS_FINISHED:
+            return {"harness_running": False}
+        case LifecycleKind.HARNESS_STOPPED:
+            return {"harness_running": False, "clean_stops": lc.clean_stops + 1}
+        case LifecycleKind.SANDBOX_STARTED | LifecycleKind.SANDBOX_REPLACED:
+            return _sandbox_started(s, updates, e)
+        case LifecycleKind.SANDBOX_LOST:
+            return _sandbox_lost(s, updates, e)
+        case LifecycleKind.RESTORED:
+            return _restored(s, updates, e)
+        case LifecycleKind.RECOVERY_FAILED:
+            return {"recovery_failures": lc.recovery_failures + 1, "last_recovery_failure": entry}
+        case LifecycleKind.SESSION_COMPLETED:
+            return {"completed": True, "failed": False, "harness_running": False, "end_reason": p.reason}
+        case LifecycleKind.SESSION_FAILED:
+            return {"failed": True, "completed": False, "harness_running": False, "end_reason": p.reason}
+
+
+def _sandbox_started(s: SessionState, updates: Updates, e: LifecycleEvent) -> dict[str, Any]:
+    """A subagent's sandbox started, or replaced the one before it."""
+    p = e.payload
+    replacement = p.kind == LifecycleKind.SANDBOX_REPLACED
+    if p.subagent:
+        note_subagent(s, updates, p.subagent, e.seq)
+        subagents: Map[str, SubagentRecord] = updates.get("subagents", s.subagents)
+        sub = subagents[p.subagent]
+        started = {
+            "sandbox_starts": sub.sandbox_starts + 1,
+            "sandbox_replacements": sub.sandbox_replacements + int(replacement),
+            "sandbox_attempt": p.attempt,
+            "sandbox_detail": p.detail,
+            "last_restored_from": None,
+        }
+        updates["subagents"] = subagents.set(p.subagent, replaced(sub, started))
+    return {"sandbox_replaced": s.lifecycle.sandbox_replaced + 1} if replacement else {}
+
+
+def _sandbox_lost(s: SessionState, updates: Updates, e: LifecycleEvent) -> dict[str, Any]:
+    """A subagent's sandbox went away under a running attempt: the session recovers until it is
+    restored."""
+    p, lc = e.payload, s.lifecycle
+    fields: dict[str, Any] = {"sandboxes_lost": lc.sandboxes_lost + 1}
+    if p.subagent:
+        note_subagent(s, updates, p.subagent, e.seq)
+        subagents: Map[str, SubagentRecord] = updates.get("subagents", s.subagents)
+        sub = subagents[p.subagent]
+        updates["subagents"] = subagents.set(
+            p.subagent, replaced(sub, {"sandbox_losses": sub.sandbox_losses + 1})
+        )
+        # A finished subagent's harness never uses its sandbox again: nothing waits on a restore.
+        task = s.tasks.get(p.subagent)
+        if task is None or task.status not in (TaskStatus.DONE, TaskStatus.VERIFIED):
+            fields["lost_sandboxes"] = tuple(sorted({*lc.lost_sandboxes, p.subagent}))
+            fields["recovering"] = True
+    return fields
+
+
+def _restored(s: SessionState, updates: Updates, e: LifecycleEvent) -> dict[str, Any]:
+    """A sandbox restored from a checkpoint; once no lost sandbox waits for one, recovery is over."""
+    p, lc = e.payload, s.lifecycle
+    fields: dict[str, Any] = {"restores": lc.restores + 1}
+    restored = s.subagents.get(p.subagent) if p.subagent else None
+    if restored is not None:
+        if restored.sandbox_starts > 1:
+            fields["recovery_restores"] = lc.recovery_restores + 1
+        updates["subagents"] = s.subagents.set(
+            restored.name, replaced(restored, {"last_restored_from": p.checkpoint_id})
+        )
+    elif lc.harness_starts > 1 or lc.harness_lost:
+        fields["recovery_restores"] = lc.recovery_restores + 1
+    remaining = tuple(name for name in lc.lost_sandboxes if name != p.subagent)
+    fields["lost_sandboxes"] = remaining
+    fields["recovering"] = bool(remaining)
+    return fields
 
 
 def on_summary(s: SessionState, e: SummaryEvent) -> Updates:
