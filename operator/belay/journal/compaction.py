@@ -20,7 +20,19 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from belay.journal.events import Event, Summary, TaskStatus
+from belay.journal.dispatch import handler_table
+from belay.journal.events import (
+    ApprovalEvent,
+    ArtifactEvent,
+    CheckpointEvent,
+    Event,
+    NoteEvent,
+    RejectionEvent,
+    ScopeChangeEvent,
+    Summary,
+    TaskEvent,
+    TaskStatus,
+)
 
 RECENT_WINDOW_EVENTS = 200  # the events the context reads from the tail
 COMPACT_AFTER_EVENTS = 200  # events outside the window and not yet summarised, at most
@@ -49,30 +61,82 @@ def _newest(items: Sequence[Any], limit: int) -> list[Any]:
     return sorted(last, key=last.__getitem__)[-limit:]
 
 
-def links(previous: Summary | None, events: Sequence[Event]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+# What a summary links to: the seqs of the events it draws on and the sha256 of their artifacts.
+Links = tuple[tuple[int, ...], tuple[str, ...]]
+
+_FINISHED = (TaskStatus.DONE, TaskStatus.VERIFIED, TaskStatus.FAILED)
+
+
+def _links_of_step(e: TaskEvent) -> Links:
+    return ((e.seq,), ()) if e.payload.status in _FINISHED else ((), ())
+
+
+def _links_of_decision(e: NoteEvent | ScopeChangeEvent | ApprovalEvent | RejectionEvent) -> Links:
+    return (e.seq,), ()
+
+
+def _links_of_artifact(e: ArtifactEvent) -> Links:
+    return (e.seq,), (e.payload.ref.sha256,)
+
+
+def _links_of_checkpoint(e: CheckpointEvent) -> Links:
+    patch = e.payload.patch
+    return (e.seq,), (patch.sha256,) if patch is not None else ()
+
+
+_LINKS = handler_table(_links_of_step, _links_of_decision, _links_of_artifact, _links_of_checkpoint)
+
+
+def links(previous: Summary | None, events: Sequence[Event]) -> Links:
     """The events and artifacts a summary of `events` (after `previous`) relies on: finished
     steps, notes, artifacts, checkpoints, scope changes, decisions on approvals, rejections."""
     seqs: list[int] = list(previous.event_seqs) if previous else []
     blobs: list[str] = list(previous.artifacts) if previous else []
     for event in events:
-        p: Any = event.payload
-        match event.type:
-            case "task" if p.status in (TaskStatus.DONE, TaskStatus.VERIFIED, TaskStatus.FAILED):
-                seqs.append(event.seq)
-            case "note" | "scope_change" | "approval" | "rejection":
-                seqs.append(event.seq)
-            case "artifact":
-                seqs.append(event.seq)
-                blobs.append(p.ref.sha256)
-            case "checkpoint":
-                seqs.append(event.seq)
-                if p.patch is not None:
-                    blobs.append(p.patch.sha256)
+        linked = _LINKS.get(type(event))
+        if linked is not None:
+            more_seqs, more_blobs = linked(event)
+            seqs.extend(more_seqs)
+            blobs.extend(more_blobs)
     return tuple(_newest(seqs, LINK_LIMIT)), tuple(_newest(blobs, LINK_LIMIT))
 
 
 def _clip(text: str, limit: int = SUMMARY_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# The sections of a deterministic summary, in the order it lists them.
+SECTIONS = ("Steps", "Artifacts", "Notes", "Checkpoints", "Scope changes")
+
+
+def _step_line(e: TaskEvent) -> tuple[str, str] | None:
+    p = e.payload
+    return ("Steps", f"{p.task_id} {p.status.value}") if p.status in _FINISHED else None
+
+
+def _artifact_line(e: ArtifactEvent) -> tuple[str, str] | None:
+    p = e.payload
+    return "Artifacts", f"{p.name} (sha256:{p.ref.sha256[:12]})"
+
+
+def _note_line(e: NoteEvent) -> tuple[str, str] | None:
+    p = e.payload
+    if p.status in ("rejected", "superseded"):
+        return None
+    return "Notes", f"{p.kind.value} {p.note_id}: {p.text[:80]}"
+
+
+def _checkpoint_line(e: CheckpointEvent) -> tuple[str, str] | None:
+    return "Checkpoints", e.payload.checkpoint_id
+
+
+def _scope_line(e: ScopeChangeEvent) -> tuple[str, str] | None:
+    p = e.payload
+    return "Scope changes", f"v{p.request_version}: {p.summary[:80]}"
+
+
+# Each returns the section an event is listed in and its line there, or None when it is not.
+_LINES = handler_table(_step_line, _artifact_line, _note_line, _checkpoint_line, _scope_line)
 
 
 def deterministic_text(previous: Summary | None, events: Sequence[Event]) -> str:
@@ -81,33 +145,16 @@ def deterministic_text(previous: Summary | None, events: Sequence[Event]) -> str
     if not events:
         return previous.text if previous else ""
     counts = Counter(event.type for event in events)
-    steps: list[str] = []
-    artifacts: list[str] = []
-    notes: list[str] = []
-    checkpoints: list[str] = []
-    scope: list[str] = []
+    sections: dict[str, list[str]] = {title: [] for title in SECTIONS}
     for event in events:
-        p: Any = event.payload
-        match event.type:
-            case "task" if p.status in (TaskStatus.DONE, TaskStatus.VERIFIED, TaskStatus.FAILED):
-                steps.append(f"{p.task_id} {p.status.value}")
-            case "artifact":
-                artifacts.append(f"{p.name} (sha256:{p.ref.sha256[:12]})")
-            case "note" if p.status not in ("rejected", "superseded"):
-                notes.append(f"{p.kind.value} {p.note_id}: {p.text[:80]}")
-            case "checkpoint":
-                checkpoints.append(p.checkpoint_id)
-            case "scope_change":
-                scope.append(f"v{p.request_version}: {p.summary[:80]}")
+        line = _LINES.get(type(event))
+        found = line(event) if line is not None else None
+        if found is not None:
+            title, text = found
+            sections[title].append(text)
     by_type = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     parts = [f"seq {events[0].seq}-{events[-1].seq} ({len(events)} events: {by_type})."]
-    for title, names in (
-        ("Steps", steps),
-        ("Artifacts", artifacts),
-        ("Notes", notes),
-        ("Checkpoints", checkpoints),
-        ("Scope changes", scope),
-    ):
+    for title, names in sections.items():
         if names:
             shown = names[-LIST_LIMIT:]
             earlier = f" (and {len(names) - len(shown)} earlier)" if len(names) > len(shown) else ""

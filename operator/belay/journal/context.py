@@ -19,7 +19,28 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from belay.journal.events import Event, NoteKind, SummaryEvent
+from belay.journal.dispatch import handler_table
+from belay.journal.events import (
+    ApprovalEvent,
+    ApprovalRequestEvent,
+    ArtifactEvent,
+    CheckpointEvent,
+    Event,
+    LifecycleEvent,
+    ModelOutputEvent,
+    NoteEvent,
+    NoteKind,
+    OperationOutcomeEvent,
+    RejectionEvent,
+    RemoteEvent,
+    ScopeChangeEvent,
+    SummaryEvent,
+    TaskEvent,
+    ToolRequestEvent,
+    ToolResultEvent,
+    UserInputEvent,
+    WaitEvent,
+)
 from belay.journal.state import SessionState
 from belay.journal.storage import EventReader
 
@@ -87,53 +108,118 @@ def _compact(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
 
 
+def _user_input(e: UserInputEvent) -> str:
+    return e.payload.goal
+
+
+def _scope_change(e: ScopeChangeEvent) -> str:
+    return f"v{e.payload.request_version}: {e.payload.summary}"
+
+
+def _model_output(e: ModelOutputEvent) -> str:
+    return e.payload.text
+
+
+def _tool_request(e: ToolRequestEvent) -> str:
+    p = e.payload
+    return f"{p.operation_id} {p.tool}({_compact(p.arguments)}) [{p.effect.value}]"
+
+
+def _tool_result(e: ToolResultEvent) -> str:
+    p = e.payload
+    outcome = "ok" if p.ok else f"error: {p.error}"
+    return f"{p.operation_id} {outcome}: {_compact(p.output)}"
+
+
+def _approval_request(e: ApprovalRequestEvent) -> str:
+    p = e.payload
+    return f"{p.approval_id} for {p.operation_id}: {p.summary}"
+
+
+def _approval(e: ApprovalEvent) -> str:
+    p = e.payload
+    body = f"{p.approval_id} {'granted' if p.granted else 'rejected'} by {p.by or '?'}"
+    return f"{body}: {p.reason}" if p.reason else body
+
+
+def _artifact(e: ArtifactEvent) -> str:
+    p = e.payload
+    return f"{p.name} sha256:{p.ref.sha256[:12]} {p.description}"
+
+
+def _checkpoint(e: CheckpointEvent) -> str:
+    p = e.payload
+    return f"{p.checkpoint_id} covers seq {p.covers_seq}, next {p.next_step}"
+
+
+def _note(e: NoteEvent) -> str:
+    p = e.payload
+    return f"{p.kind.value} {p.note_id} [{p.status}]: {p.text}"
+
+
+def _task(e: TaskEvent) -> str:
+    p = e.payload
+    return f"{p.task_id} {p.status.value} {p.title or p.detail}".rstrip()
+
+
+def _wait(e: WaitEvent) -> str:
+    p = e.payload
+    return f"{p.kind.value} {p.wait_id}{' resolved' if p.resolved else ''}: {p.reason}"
+
+
+def _operation_outcome(e: OperationOutcomeEvent) -> str:
+    p = e.payload
+    return f"{p.operation_id} {p.outcome} {p.detail}".rstrip()
+
+
+def _lifecycle(e: LifecycleEvent) -> str:
+    p = e.payload
+    return f"{p.kind.value} attempt {p.attempt} {p.reason}".rstrip()
+
+
+def _summary(e: SummaryEvent) -> str:
+    p = e.payload
+    return f"seq {p.covers_from_seq}-{p.covers_to_seq}: {p.text}"
+
+
+def _rejection(e: RejectionEvent) -> str:
+    p = e.payload
+    return f"{p.name} (sha256:{p.sha256[:12]}) rejected by {p.by or '?'}: {p.reason}"
+
+
+def _remote(e: RemoteEvent) -> str:
+    p = e.payload
+    return f"{p.executor} {p.kind.value} {p.operation_id or p.remote_session_id} {p.detail}".rstrip()
+
+
+# The body of each event's line; the events with none (a state snapshot, a session link) show
+# their head alone.
+_BODIES = handler_table(
+    _user_input,
+    _scope_change,
+    _model_output,
+    _tool_request,
+    _tool_result,
+    _approval_request,
+    _approval,
+    _artifact,
+    _checkpoint,
+    _note,
+    _task,
+    _wait,
+    _operation_outcome,
+    _lifecycle,
+    _summary,
+    _rejection,
+    _remote,
+)
+
+
 def render_event(event: Event) -> str:
     """One line per event, the way the model sees history."""
-    p: Any = event.payload
     who = f" {event.actor.subagent}" if event.actor.subagent else ""
-    head = f"[{event.seq} {event.type}{who}]"
-    body: str
-    match event.type:
-        case "user_input":
-            body = p.goal
-        case "scope_change":
-            body = f"v{p.request_version}: {p.summary}"
-        case "model_output":
-            body = p.text
-        case "tool_request":
-            body = f"{p.operation_id} {p.tool}({_compact(p.arguments)}) [{p.effect.value}]"
-        case "tool_result":
-            outcome = "ok" if p.ok else f"error: {p.error}"
-            body = f"{p.operation_id} {outcome}: {_compact(p.output)}"
-        case "approval_request":
-            body = f"{p.approval_id} for {p.operation_id}: {p.summary}"
-        case "approval":
-            body = f"{p.approval_id} {'granted' if p.granted else 'rejected'} by {p.by or '?'}"
-            if p.reason:
-                body += f": {p.reason}"
-        case "artifact":
-            body = f"{p.name} sha256:{p.ref.sha256[:12]} {p.description}"
-        case "checkpoint":
-            body = f"{p.checkpoint_id} covers seq {p.covers_seq}, next {p.next_step}"
-        case "note":
-            body = f"{p.kind.value} {p.note_id} [{p.status}]: {p.text}"
-        case "task":
-            body = f"{p.task_id} {p.status.value} {p.title or p.detail}".rstrip()
-        case "wait":
-            body = f"{p.kind.value} {p.wait_id}{' resolved' if p.resolved else ''}: {p.reason}"
-        case "operation_outcome":
-            body = f"{p.operation_id} {p.outcome} {p.detail}".rstrip()
-        case "lifecycle":
-            body = f"{p.kind.value} attempt {p.attempt} {p.reason}".rstrip()
-        case "summary":
-            body = f"seq {p.covers_from_seq}-{p.covers_to_seq}: {p.text}"
-        case "rejection":
-            body = f"{p.name} (sha256:{p.sha256[:12]}) rejected by {p.by or '?'}: {p.reason}"
-        case "remote":
-            body = f"{p.executor} {p.kind.value} {p.operation_id or p.remote_session_id} {p.detail}".rstrip()
-        case _:
-            body = ""
-    return _clip(f"{head} {body}".rstrip())
+    body = _BODIES.get(type(event))
+    return _clip(f"[{event.seq} {event.type}{who}] {body(event) if body else ''}".rstrip())
 
 
 def _checkpoint_line(state: SessionState) -> str | None:
