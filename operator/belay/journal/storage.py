@@ -1,9 +1,9 @@
 """What the journal needs of the stores, and no more: the reads of a record and of blobs that its
 projections make, and the errors those reads raise.
 
-The journal is the bottom layer: `belay.stores` implements these (its `EventStore` and
-`ArtifactStore` satisfy the protocols structurally) and re-exports the errors, which are defined
-here so that a projection can tell a missing or damaged blob from any other failure.
+The journal is the bottom layer, below the stores: their `EventStore` and `ArtifactStore` satisfy
+these protocols structurally, and they re-export the errors, which are defined here so that a
+projection can tell a missing or damaged blob from any other failure.
 """
 
 from __future__ import annotations
