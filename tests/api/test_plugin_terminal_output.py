@@ -1,6 +1,7 @@
 """`kubectl belay` against the real apiserver prints no raw control character: a goal, a status
-written by the operator (reasons, summaries, approval ids a model's call ids became) and its own
-errors all carry ESC and other C0/C1 characters here, and every line shows them escaped."""
+written by the operator (reasons, summaries, approval ids a model's call ids became, the
+briefing's sections) and its own errors all carry ESC and other C0/C1 characters here, and every
+line shows them escaped."""
 
 from __future__ import annotations
 
@@ -44,6 +45,23 @@ def test_brief_approve_and_errors_show_control_characters_escaped(belay_crds: Co
             }
         ],
         "waits": [{"waitId": "question", "kind": "on_user", "reason": f"reason {HOSTILE}"}],
+        # The briefing's sections, as the operator writes them for `kubectl belay brief`.
+        "briefing": {
+            "waitingOnYou": [
+                {
+                    "kind": "approval",
+                    "id": APPROVAL,
+                    "summary": f"summary {HOSTILE}",
+                    "command": f"kubectl belay approve hostile {APPROVAL}",
+                },
+                {
+                    "kind": "decision",
+                    "id": "question",
+                    "summary": f"reason {HOSTILE}",
+                    "command": 'kubectl belay answer hostile question "..."',
+                },
+            ]
+        },
     }
     kube.kubectl(
         "patch", "-n", NAMESPACE, "agentsession", "hostile", "--subresource=status", "--type=merge",
@@ -54,9 +72,10 @@ def test_brief_approve_and_errors_show_control_characters_escaped(belay_crds: Co
     brief = runner.invoke(app, ["brief", "hostile", *where])
     assert brief.exit_code == 0, brief.output
     assert RAW_CONTROL.search(brief.output) is None, repr(brief.output)
-    # Off a terminal, click drops whole CSI sequences (ESC [ ... letter) itself; the rest is escaped.
+    # Every control character is shown escaped, none dropped (whole CSI sequences included).
     for field in ("goal", "summary", "reason"):
-        assert f"{field} start \\u001b]0;owned\\u0007 \\u000d over \\u009b31m \\u007f end" in brief.output
+        escaped = "start \\u001b[2J\\u001b]0;owned\\u0007 \\u000d over \\u009b31m \\u007f end"
+        assert f"{field} {escaped}" in brief.output
 
     approve = runner.invoke(app, ["approve", "hostile", APPROVAL, *where])
     assert approve.exit_code == 0, approve.output

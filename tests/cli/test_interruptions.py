@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from belay.journal.briefing import briefing, render_text
 from belay.journal.events import CheckpointEvent, Event
 from belay.journal.state import fold
 from belay.local.drill import (
@@ -26,6 +25,8 @@ from belay.local.drill import (
     steps_run_twice,
     tickets_in,
 )
+from belay.views.briefing.build import briefing
+from belay.views.briefing.render import render_text
 from tests.harness.example import MANIFEST, SESSION, run_example
 
 pytestmark = pytest.mark.slow

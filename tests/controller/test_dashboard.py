@@ -12,6 +12,7 @@ from typing import Any
 import prometheus_client
 
 from belay.controller import metrics
+from belay.views.status.model import SessionStatus
 from tests.api.kubehelpers import REPO_ROOT
 from tests.controller.test_chart import render
 
@@ -57,25 +58,40 @@ def sample(name: str, **labels: str) -> float | None:
     return prometheus_client.REGISTRY.get_sample_value(name, labels)
 
 
+def typed(status: dict[str, Any]) -> SessionStatus:
+    """A status as a pass writes it, from the fields this test sets."""
+    return SessionStatus.model_validate({"conditions": [], "counts": {}, **status})
+
+
+def approval(approval_id: str) -> dict[str, str]:
+    return {
+        "approvalId": approval_id,
+        "operationId": approval_id.removeprefix("approve-"),
+        "tool": "create_ticket",
+        "payloadSha256": "0" * 64,
+        "command": f"kubectl belay approve s {approval_id}",
+    }
+
+
 def test_sessions_by_phase_and_waits_by_kind_follow_the_statuses() -> None:
     waiting = {
         "phase": "WaitingOnUser",
-        "pendingApprovals": [{"approvalId": "approve-a.1"}, {"approvalId": "approve-a.2"}],
+        "pendingApprovals": [approval("approve-a.1"), approval("approve-a.2")],
         "unknownOutcomes": ["a.3"],
         "waits": [
-            {"waitId": "reconcile-a.3", "kind": "on_user", "condition": "a.3"},
-            {"waitId": "question-1", "kind": "on_user"},
-            {"waitId": "wait-ci", "kind": "on_external", "condition": "ci-green"},
+            {"waitId": "reconcile-a.3", "kind": "on_user", "reason": "did it?", "condition": "a.3"},
+            {"waitId": "question-1", "kind": "on_user", "reason": "which?"},
+            {"waitId": "wait-ci", "kind": "on_external", "reason": "CI", "condition": "ci-green"},
         ],
     }
     review = {
         "phase": "ReadyForReview",
-        "waits": [{"waitId": "r", "kind": "ready_for_review", "artifact": "x.md"}],
+        "waits": [{"waitId": "r", "kind": "ready_for_review", "reason": "read it", "artifact": "x.md"}],
     }
-    metrics.observe_session("test/one", waiting)
-    metrics.observe_session("test/two", review)
+    metrics.observe_session("test/one", typed(waiting))
+    metrics.observe_session("test/two", typed(review))
     metrics.observe_session(
-        "test/three", {"phase": "WaitingOnUser", "pendingApprovals": [{"approvalId": "b"}]}
+        "test/three", typed({"phase": "WaitingOnUser", "pendingApprovals": [approval("b")]})
     )
     try:
         assert sample("belay_sessions_by_phase", phase="WaitingOnUser") == 2
@@ -86,7 +102,7 @@ def test_sessions_by_phase_and_waits_by_kind_follow_the_statuses() -> None:
         assert sample("belay_waits", kind="user") == 5
         assert sample("belay_waits", kind="external") == 1
         assert sample("belay_waits", kind="review") == 1
-        metrics.observe_session("test/three", {"phase": "Running"})  # approved: it moved on
+        metrics.observe_session("test/three", typed({"phase": "Running"}))  # approved: it moved on
         assert sample("belay_sessions_by_phase", phase="WaitingOnUser") == 1
         assert sample("belay_sessions_by_phase", phase="Running") == 1
         assert sample("belay_waits", kind="user") == 4

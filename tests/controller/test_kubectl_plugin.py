@@ -1,232 +1,223 @@
+"""`kubectl belay`'s own pieces without a cluster: the page it prints from a status the operator
+projected from a real record, what an approval, a rejection and an amendment write into the spec,
+and the timeline report from a status and its Checkpoints."""
+
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from belay.cli.kubectl_plugin import (
-    PluginError,
-    _request_patch,
-    amended_request,
-    approval_grant,
-    briefing,
-    rejection_entry,
-    status_report,
-)
-from belay.journal.report import render_html
+from belay.api.agentsession import parse_manifest
+from belay.cli.core import brief as brief_command
+from belay.cli.core.amend import Request, amend
+from belay.cli.core.decide import OnApproval, OnDeliverable, OpenItems, to_approve, to_reject
+from belay.cli.core.errors import CommandError
+from belay.cli.kubectl_plugin import approval_grant, rejection_entry, request_patch
+from belay.controller.status import session_status_patch
+from belay.journal.phase import Liveness
+from belay.journal.state import fold
+from belay.views.briefing.render import render_text
+from belay.views.report.from_status import CheckpointObject, fetch_command, status_report
+from belay.views.report.html import render_html
+from belay.views.status.model import DeliverableStatus, SessionStatus
+from tests.controller.sessions import EXAMPLE_MANIFEST
+from tests.journal.fixtures import realistic_log
 
 HASH = "c188ef05cebdb6363660643c540c6ecabe0e3da64ccb272b018fbc5e7c3a7771"
-STATUS: dict[str, Any] = {
-    "phase": "WaitingOnUser",
-    "waitingOn": "approval approve-implementer.publish.3",
-    "currentStep": "implementer/publish",
-    "attempt": 3,
-    "lease": 3,
-    "harnessLost": 1,
-    "restores": 2,
-    "conditions": [{"type": "Ready", "status": "True", "reason": "Running"}],
-    "pendingApprovals": [
-        {
-            "approvalId": "approve-implementer.publish.3",
-            "operationId": "implementer.publish.3",
-            "tool": "publish_deliverable",
-            "payloadSha256": HASH,
-            "summary": "publish fix.patch",
-            "contentSha256": "cd" * 32,
-            "contentLocation": "https://s3.example/blobs/cd?signature=x",
-        }
-    ],
-    "deliverables": [
-        {
-            "name": "report.md",
-            "sha256": "ab" * 32,
-            "size": 812,
-            "location": "file:///store/ab",
-            "readyForReview": True,
-        }
-    ],
-    "subagents": [{"name": "implementer", "tasks": 5, "done": 4}],
-    "sandboxes": [
-        {"subagent": "implementer", "pod": "s-sbx-implementer-3", "service": "x", "phase": "Running"}
-    ],
-}
-SESSION = {
-    "metadata": {"name": "parser-fix"},
-    "spec": {"request": {"goal": "Fix the parser."}},
-    "status": STATUS,
-}
-CHECKPOINT = {
-    "metadata": {"name": "parser-fix-cp-40"},
-    "spec": {"checkpointId": "implementer/fix", "seq": 40, "verified": True, "nextStep": "verify"},
-}
+NOW = datetime(2026, 11, 29, 11, 0, tzinfo=UTC)
 
 
-def test_briefing_says_what_waits_on_the_reader_and_how_to_answer() -> None:
-    text = briefing(SESSION, [CHECKPOINT])
-    assert text.splitlines()[0] == "parser-fix: WaitingOnUser"
-    assert "waiting on: approval approve-implementer.publish.3" in text
-    assert f"payload sha256 {HASH}" in text
-    assert "kubectl belay approve parser-fix approve-implementer.publish.3" in text
-    assert f"read what it sends out (sha256 {'cd' * 32}): https://s3.example/blobs/cd?signature=x" in text
-    assert 'kubectl belay reject parser-fix approve-implementer.publish.3 --reason "..."' in text
-    assert 'to have it redone: kubectl belay reject parser-fix report.md --reason "..."' in text
-    assert "report.md (ready for review): 812 bytes" in text
-    assert "implementer: 4/5 tasks done, pod s-sbx-implementer-3 (Running)" in text
-    assert "implementer/fix (seq 40, verified, next: verify)" in text
+def projected(events: list[Any], *, alive: bool = True) -> dict[str, Any]:
+    """The AgentSession of a record, with the status the operator projects from it."""
+    state = fold(events)
+    lease = state.lifecycle.lease or 1
+    liveness = Liveness(
+        now=NOW,
+        lease=lease,
+        renewed_lease=lease,
+        renewed_at=NOW if alive else NOW - timedelta(minutes=10),
+        recovered_by="operator",
+    )
+    status = session_status_patch(state, previous_status=None, generation=1, now=NOW, liveness=liveness)
+    manifest = {**EXAMPLE_MANIFEST, "metadata": {"name": state.session_id}}
+    manifest["spec"] = {
+        **manifest["spec"],
+        "request": {"goal": state.request.goal, "parts": state.request.parts},
+    }
+    return {**manifest, "status": status.to_status()}
+
+
+@pytest.fixture(scope="module")
+def record() -> list[Any]:
+    return realistic_log()
+
+
+def test_the_page_names_what_waits_on_the_reader_with_kubectl_commands(record: list[Any]) -> None:
+    session = parse_manifest(projected(record))
+    page = render_text(brief_command.of_cluster(session, now=NOW))
+    assert page.splitlines()[0].startswith(f"Session {session.session_id}: ")
+    # Every command the page names is spelled for kubectl: a cluster user has no local home.
+    commands = [line.split("run: ", 1)[1] for line in page.splitlines() if "run: " in line]
+    assert commands and all(c.startswith("kubectl belay ") for c in commands), commands
+    assert "belay approve" not in page.replace("kubectl belay approve", "")
 
 
 def test_a_grant_copies_the_pending_payload_hash_by_approval_or_operation_id() -> None:
+    status = SessionStatus.model_validate(
+        {
+            "phase": "WaitingOnUser",
+            "conditions": [],
+            "counts": {},
+            "pendingApprovals": [
+                {
+                    "approvalId": "approve-implementer.publish.3",
+                    "operationId": "implementer.publish.3",
+                    "tool": "publish_deliverable",
+                    "payloadSha256": HASH,
+                    "command": "kubectl belay approve parser-fix approve-implementer.publish.3",
+                }
+            ],
+            "deliverables": [
+                {
+                    "name": "report.md",
+                    "sha256": "ab" * 32,
+                    "size": 812,
+                    "mediaType": "text/markdown",
+                    "location": "file:///store/ab",
+                    "readyForReview": True,
+                    "command": "kubectl belay artifacts get parser-fix report.md -o report.md",
+                }
+            ],
+        }
+    )
+    items = OpenItems.of_status("parser-fix", status)
     expected = {
         "approvalId": "approve-implementer.publish.3",
         "operationId": "implementer.publish.3",
         "payloadSha256": HASH,
     }
-    assert approval_grant(STATUS, "approve-implementer.publish.3") == expected
-    assert approval_grant(STATUS, "implementer.publish.3") == expected
-    with pytest.raises(PluginError, match="no pending approval 'other'"):
-        approval_grant(STATUS, "other")
+    for named in ("approve-implementer.publish.3", "implementer.publish.3"):
+        target = to_approve(items, named)
+        assert isinstance(target, OnApproval) and approval_grant(target.approval) == expected
+    with pytest.raises(CommandError, match="no approval or wait 'other' in session parser-fix"):
+        to_approve(items, "other")
 
-
-def test_a_rejection_names_the_hash_the_status_shows_and_needs_a_reason() -> None:
-    assert rejection_entry(STATUS, "implementer.publish.3", "git format", "dana") == {
+    rejected = to_reject(items, "implementer.publish.3", "git format")
+    assert isinstance(rejected, OnApproval)
+    assert rejection_entry(rejected, "git format", "dana") == {
         "item": "approve-implementer.publish.3",
         "sha256": HASH,
         "reason": "git format",
         "by": "dana",
     }
-    assert rejection_entry(STATUS, "report.md", "too long", "dana")["sha256"] == "ab" * 32
-    with pytest.raises(PluginError, match="--reason"):
-        rejection_entry(STATUS, "report.md", " ", "dana")
-    with pytest.raises(PluginError, match=r"no pending approval or deliverable 'fix\.patch'"):
-        rejection_entry(STATUS, "fix.patch", "why", "dana")
+    deliverable = to_reject(items, "report.md", "too long")
+    assert isinstance(deliverable, OnDeliverable)
+    assert rejection_entry(deliverable, "too long", "dana")["sha256"] == "ab" * 32
+    with pytest.raises(CommandError, match="--reason"):
+        to_reject(items, "report.md", " ")
+    with pytest.raises(CommandError, match=r"no approval, wait or deliverable 'fix\.patch'"):
+        to_reject(items, "fix.patch", "why")
 
 
-def test_an_amendment_is_the_request_after_the_change_as_a_merge_patch() -> None:
-    request = {"goal": "Fix the parser.", "parts": {"repository": "repo", "deadline": "friday"}}
-    new = amended_request(request, "Fix the parser and the docs.", ["style=pep8"], ["deadline"], None)
-    assert new == {"goal": "Fix the parser and the docs.", "parts": {"repository": "repo", "style": "pep8"}}
+def test_an_amendment_is_the_request_after_the_change_as_a_merge_patch(tmp_path: Path) -> None:
+    request = Request("Fix the parser.", {"repository": "repo", "deadline": "friday"})
+    new = amend(request, 1, goal="Fix the parser and the docs.", parts=["style=pep8"], removed=["deadline"])
+    assert new.request == Request("Fix the parser and the docs.", {"repository": "repo", "style": "pep8"})
     # A removed part is a null in the merge patch.
-    assert _request_patch(request, new)["parts"] == {"repository": "repo", "style": "pep8", "deadline": None}
-    manifest = {"spec": {"request": {"goal": "Another goal."}}}
-    assert amended_request(request, None, [], [], manifest) == {"goal": "Another goal.", "parts": {}}
-    with pytest.raises(PluginError, match="nothing changes"):
-        amended_request(request, "Fix the parser.", [], [], None)
-    with pytest.raises(PluginError, match="expected KEY=VALUE"):
-        amended_request(request, None, ["novalue"], [], None)
-    with pytest.raises(PluginError, match="not both"):
-        amended_request(request, "g", [], [], manifest)
+    patch = request_patch(request, new.request)
+    assert patch["parts"] == {"repository": "repo", "style": "pep8", "deadline": None}
+    with pytest.raises(CommandError, match="nothing changes: this is request v1 as it stands"):
+        amend(request, 1, goal="Fix the parser.")
+    with pytest.raises(CommandError, match="expected KEY=VALUE"):
+        amend(request, 1, parts=["novalue"])
+    with pytest.raises(CommandError, match="not both"):
+        amend(request, 1, goal="g", manifest=tmp_path / "m.yaml")
 
 
-def test_briefing_of_a_recovering_session_names_the_silent_attempt_and_the_resources() -> None:
-    status = {
-        **STATUS,
-        "phase": "Recovering",
-        "interruption": {
-            "attempt": 3,
-            "since": "2026-11-29T10:00:00Z",
-            "why": "attempt 3 stopped renewing its lease (last renewal 2026-11-29 10:00:00 UTC)",
-            "doing": "step implementer/publish; 1 operation(s) without a result",
-            "next": "the operator records attempt 3 lost, fences it and starts attempt 4",
-            "operations": [
-                {
-                    "operationId": "implementer.publish.3",
-                    "tool": "publish_deliverable",
-                    "effect": "idempotent",
-                    "subagent": "implementer",
-                    "action": "rerun",
-                    "settled": "interrupted, will be settled by the next attempt: idempotent: runs again",
-                }
-            ],
-        },
-        "counts": {"modelCalls": 31, "tokens": 0},
-    }
-    session = {
-        "metadata": {"name": "parser-fix"},
-        "spec": {
-            "request": {"goal": "Fix the parser."},
-            "subagents": [{"name": "implementer", "networkProfile": "none"}],
-            "budgets": {"maxModelCalls": 200},
-        },
-        "status": status,
-    }
-    checkpoints = [
-        CHECKPOINT,
-        {
-            "metadata": {"name": "cp-30"},
-            "spec": {
-                "checkpointId": "researcher/report",
-                "seq": 30,
-                "verified": True,
-                "subagent": "researcher",
-            },
-        },
-        {
-            "metadata": {"name": "cp-45"},
-            "spec": {
-                "checkpointId": "implementer/verify",
-                "seq": 45,
-                "verified": False,
-                "subagent": "implementer",
-            },
-        },
-        {
-            "metadata": {"name": "cp-41"},
-            "spec": {
-                "checkpointId": "implementer/fix",
-                "seq": 41,
-                "verified": True,
-                "subagent": "implementer",
-            },
-        },
+def test_the_page_of_a_recovering_session_names_the_silent_attempt_and_the_resources(
+    record: list[Any],
+) -> None:
+    state = fold(record)
+    # Its attempt stops renewing its lease: the operator shows it recovering.
+    raw = projected(record, alive=False)
+    raw["spec"]["budgets"] = {"maxModelCalls": 200}
+    raw["status"]["sandboxes"] = [
+        {"subagent": "implementer", "pod": "s-sbx-implementer-3", "service": "x", "phase": "Running"}
     ]
-    lines = briefing(session, checkpoints).splitlines()
-    assert lines[0] == "parser-fix: Recovering"
-    assert lines[1] == "Recovering since 2026-11-29T10:00:00Z: " + status["interruption"]["why"]
-    text = "\n".join(lines)
-    assert (
-        "  operation implementer.publish.3 (publish_deliverable [implementer]): interrupted, will be settled "
-        "by the next attempt" in text
-    )
-    assert "  next: the operator records attempt 3 lost" in text
-    assert "implementer: 4/5 tasks done, pod s-sbx-implementer-3 (Running), profile none" in text
-    assert "budget maxModelCalls: 31 used, 169 left of 200" in text
-    assert "last verified checkpoint of implementer: implementer/fix (seq 41)" in text
-    assert "last verified checkpoint of researcher: researcher/report (seq 30)" in text
+    session = parse_manifest(raw)
+    page = render_text(brief_command.of_cluster(session, now=NOW))
+    lines = page.splitlines()
+    assert lines[1].startswith("Recovering since ") and "stopped renewing its lease" in lines[1]
+    assert any(line.strip().startswith("next: the operator records attempt") for line in lines)
+    assert "sandbox implementer: alive (pod s-sbx-implementer-3 (Running), profile none)" in page
+    assert f"budget maxModelCalls: {state.model_calls} used, {200 - state.model_calls} left of 200" in page
+    assert state.verified_checkpoints
+    for cp in state.verified_checkpoints.values():
+        owner = f"{cp.checkpoint.subagent}: " if cp.checkpoint.subagent else ""
+        assert f"last verified checkpoint {owner}{cp.checkpoint.checkpoint_id}" in page
 
 
 def test_the_report_from_the_status_shows_the_interruption_waits_and_checkpoints() -> None:
-    status = {
-        **STATUS,
-        "conditions": [
-            {
-                "type": "WaitingOnUser",
-                "status": "True",
-                "reason": "AwaitingApproval",
-                "lastTransitionTime": "2026-11-29T10:00:00Z",
+    status = SessionStatus.model_validate(
+        {
+            "phase": "Recovering",
+            "conditions": [
+                {
+                    "type": "WaitingOnUser",
+                    "status": "True",
+                    "reason": "AwaitingApproval",
+                    "lastTransitionTime": "2026-11-29T10:00:00Z",
+                },
+                {
+                    "type": "WaitingOnExternal",
+                    "status": "False",
+                    "reason": "NothingPending",
+                    "lastTransitionTime": "2026-11-29T08:00:00Z",
+                },
+            ],
+            "counts": {},
+            "interruption": {
+                "attempt": 3,
+                "since": "2026-11-29T10:30:00Z",
+                "why": "attempt 3 stopped renewing",
+                "doing": "step implementer/publish",
+                "next": "the operator starts attempt 4",
             },
-            {
-                "type": "WaitingOnExternal",
-                "status": "False",
-                "reason": "NothingPending",
-                "lastTransitionTime": "2026-11-29T08:00:00Z",
-            },
-        ],
-        "interruption": {
-            "attempt": 3,
-            "since": "2026-11-29T10:30:00Z",
-            "why": "attempt 3 stopped renewing",
-            "doing": "step implementer/publish",
-            "next": "the operator starts attempt 4",
-        },
-    }
-    session = {**SESSION, "status": status}
-    checkpoint = {
-        **CHECKPOINT,
-        "metadata": {**CHECKPOINT["metadata"], "creationTimestamp": "2026-11-29T09:40:00Z"},
-    }
-    now = datetime(2026, 11, 29, 11, 0, tzinfo=UTC)
-    report = status_report(session, [checkpoint], now=now)
+            "pendingApprovals": [
+                {
+                    "approvalId": "approve-implementer.publish.3",
+                    "operationId": "implementer.publish.3",
+                    "tool": "publish_deliverable",
+                    "payloadSha256": HASH,
+                    "command": "kubectl belay approve parser-fix approve-implementer.publish.3",
+                }
+            ],
+            "deliverables": [
+                {
+                    "name": "report.md",
+                    "sha256": "ab" * 32,
+                    "size": 812,
+                    "mediaType": "text/markdown",
+                    "location": "file:///store/ab",
+                    "command": "x",
+                }
+            ],
+            "subagents": [{"name": "implementer", "tasks": 5, "done": 4}],
+        }
+    )
+    checkpoint = CheckpointObject(
+        checkpoint_id="implementer/fix",
+        subagent="implementer",
+        seq=40,
+        verified=True,
+        created=datetime(2026, 11, 29, 9, 40, tzinfo=UTC),
+    )
+    report = status_report(
+        "parser-fix", status, goal="Fix the parser.", checkpoints=[checkpoint], briefing=[], now=NOW
+    )
     [approval] = report.waits
     assert approval.wait_id == "approve-implementer.publish.3" and approval.opened == datetime(
         2026, 11, 29, 10, 0, tzinfo=UTC
@@ -247,7 +238,7 @@ def test_the_report_from_the_status_shows_the_interruption_waits_and_checkpoints
 
 def test_the_report_from_the_status_fetches_a_deliverable_by_its_presigned_url_quoted() -> None:
     url = "https://s3.example/b/ab?X-Amz-Signature=1&X-Amz-Expires=900"
-    deliverable = {"name": "out/x; rm -rf ~", "sha256": "ab" * 32, "size": 3, "location": url}
-    session = {**SESSION, "status": {**STATUS, "deliverables": [deliverable]}}
-    [entry] = status_report(session, [], now=datetime(2026, 11, 29, tzinfo=UTC)).deliverables
-    assert entry.command == f"curl -fsSL -o 'x; rm -rf ~' '{url}'"
+    deliverable = DeliverableStatus(
+        name="out/x; rm -rf ~", sha256="ab" * 32, size=3, media_type="text/plain", location=url, command="x"
+    )
+    assert fetch_command(deliverable) == f"curl -fsSL -o 'x; rm -rf ~' '{url}'"

@@ -16,9 +16,9 @@ import yaml
 
 from belay.controller.kube import load_api_client
 from belay.controller.settings import OperatorSettings
-from belay.journal.fleet import OBJECTIVE_LABEL, PARENT_LABEL, PART_LABEL
 from belay.journal.state import fold
 from belay.stores.factory import open_artifact_store, open_event_store
+from belay.views.fleet.model import OBJECTIVE_LABEL, PARENT_LABEL, PART_LABEL
 from tests.api.kubehelpers import REPO_ROOT, install_crds
 from tests.controller.kubelet import LocalKubelet
 from tests.controller.operator_process import (

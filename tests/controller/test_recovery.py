@@ -24,8 +24,10 @@ from belay.journal.events import (
     ToolResult,
     UserInput,
 )
+from belay.journal.phase import Liveness, Phase
 from belay.journal.state import SessionState, apply, fold
-from belay.journal.status import ConditionType, Liveness, Phase, Reason, session_status
+from belay.views.status.build import session_status
+from belay.views.status.model import ConditionType, Reason
 from tests.journal.fixtures import LogBuilder
 
 

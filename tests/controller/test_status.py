@@ -16,8 +16,9 @@ from belay.journal.events import (
     ToolRequest,
     UserInput,
 )
+from belay.journal.phase import LIVENESS_TIMEOUT_S, Liveness, interruption_of, phase_of
 from belay.journal.state import SessionState, fold
-from belay.journal.status import LIVENESS_TIMEOUT_S, Liveness, interruption_of, phase_of, waiting_on
+from belay.views.status.build import waiting_on
 from tests.journal.fixtures import LogBuilder, sha
 
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)

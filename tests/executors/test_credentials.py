@@ -17,12 +17,13 @@ import belay.sandbox.local
 from belay.api.agentsession import AgentSession
 from belay.harness.models.base import ToolCall
 from belay.harness.redaction import REDACTION_ENV
-from belay.journal.briefing import briefing, render_json, render_text
 from belay.journal.state import fold
-from belay.journal.status import session_status
 from belay.local.runtime import LocalHome, read_state, run_local
 from belay.sandbox.protocol import INSTANCE_ENV
 from belay.sandbox.walls import WALLS_ENV
+from belay.views.briefing.build import briefing
+from belay.views.briefing.render import render_json, render_text
+from belay.views.status.build import session_status
 from tests.executors.documented_servers import OpenAIAgentsServer, serving
 from tests.executors.example import one_subagent_session
 

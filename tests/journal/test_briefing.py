@@ -4,7 +4,6 @@ import json
 
 from hypothesis import given, settings
 
-from belay.journal.briefing import briefing, render_json, render_markdown, render_text
 from belay.journal.events import (
     ApprovalRequest,
     ArtifactRef,
@@ -21,6 +20,8 @@ from belay.journal.events import (
     WaitKind,
 )
 from belay.journal.state import fold
+from belay.views.briefing.build import briefing
+from belay.views.briefing.render import render_json, render_markdown, render_text
 from tests.journal.fixtures import COMPAT, PATCH, PUBLISH_SHA, LogBuilder, realistic_log, sha
 from tests.journal.strategies import logs
 

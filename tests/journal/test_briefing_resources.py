@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from belay.journal.briefing import SandboxItem, briefing, render_json, render_markdown, render_text
 from belay.journal.events import (
     Checkpoint,
     Lifecycle,
@@ -17,8 +16,11 @@ from belay.journal.events import (
     UserInput,
     Verification,
 )
+from belay.journal.phase import Liveness
 from belay.journal.state import fold
-from belay.journal.status import Liveness
+from belay.views.briefing.build import briefing
+from belay.views.briefing.model import SandboxItem
+from belay.views.briefing.render import render_json, render_markdown, render_text
 from tests.journal.fixtures import LogBuilder
 
 

@@ -10,19 +10,21 @@ from pathlib import Path
 
 from hypothesis import given, settings
 
-from belay.journal.briefing import briefing, render_json
 from belay.journal.recovery import recovery_plan
 from belay.journal.state import fold
-from belay.journal.status import session_status
+from belay.views.briefing.build import briefing
+from belay.views.briefing.render import render_json
+from belay.views.status.build import session_status
 from tests.journal.strategies import logs
 
 ROOT = Path(__file__).resolve().parents[2]
 
 PROGRAM = """
-from belay.journal.briefing import briefing, render_json, render_text
+from belay.views.briefing.build import briefing
+from belay.views.briefing.render import render_json, render_text
 from belay.journal.recovery import recovery_plan
 from belay.journal.state import fold
-from belay.journal.status import session_status
+from belay.views.status.build import session_status
 from tests.journal.fixtures import realistic_log
 
 state = fold(realistic_log())

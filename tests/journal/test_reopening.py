@@ -4,7 +4,6 @@ again, and the briefing says what happened, what is redone and what stays reusab
 
 from __future__ import annotations
 
-from belay.journal.briefing import briefing, render_text
 from belay.journal.events import (
     Actor,
     Approval,
@@ -27,8 +26,10 @@ from belay.journal.events import (
     Wait,
     WaitKind,
 )
+from belay.journal.phase import Liveness, Phase, interruption_of, phase_of
 from belay.journal.state import SessionState, fold
-from belay.journal.status import Liveness, Phase, interruption_of, phase_of
+from belay.views.briefing.build import briefing
+from belay.views.briefing.render import render_text
 from tests.journal.fixtures import LogBuilder, sha
 
 DANA = Actor(kind="user", name="dana")

@@ -8,10 +8,13 @@ from datetime import timedelta
 
 import pytest
 
-from belay.journal import report as report_module
 from belay.journal.events import Actor, Artifact, ArtifactRef, Rejection, Task, TaskStatus, Wait, WaitKind
-from belay.journal.report import render_html, session_report
 from belay.journal.state import fold
+from belay.views.report import chart as chart_module
+from belay.views.report import html as html_module
+from belay.views.report import words as words_module
+from belay.views.report.build import session_report
+from belay.views.report.html import render_html
 from tests.journal.fixtures import IMPLEMENTER, USER, LogBuilder, ReadPage, realistic_log, sha
 
 HOSTILE = '<script>alert(1)</script><img src="http://evil.test/x.png">'
@@ -70,11 +73,13 @@ def test_record_text_never_becomes_markup_a_script_or_a_fetch(
 ) -> None:
     """A model writes step titles, wait reasons and conditions, and a store location may be any
     string: all of it reaches the page as text, and only a file or http(s) URL becomes a link.
-    With the wall removed (`_text` and `_href` passing strings through) the same record puts a
-    script, an image fetch and a javascript: link into the page, which shows this test can fail."""
+    With the wall removed (`escaped` and `href` passing strings through wherever the page is
+    drawn) the same record puts a script, an image fetch and a javascript: link into the page,
+    which shows this test can fail."""
     if not wall:
-        monkeypatch.setattr(report_module, "_text", str)
-        monkeypatch.setattr(report_module, "_href", lambda url: url)
+        for module in (chart_module, html_module):
+            monkeypatch.setattr(module, "escaped", str)
+        monkeypatch.setattr(html_module, "href", lambda url: url)
     events = _hostile_log()
     report = session_report(events, locate=lambda ref: "javascript:alert(1)")
     page = ReadPage(render_html([report]))
@@ -132,4 +137,4 @@ def test_several_sessions_share_one_page_with_a_table_of_them_on_top() -> None:
     ],
 )
 def test_a_duration_reads_as_a_person_would_say_it(seconds: float, words: str) -> None:
-    assert report_module.duration(seconds) == words
+    assert words_module.duration(seconds) == words

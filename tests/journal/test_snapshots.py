@@ -28,7 +28,6 @@ from belay.api.agentsession import AgentSession, parse_manifest
 from belay.cli import main as cli
 from belay.harness.attempt import Attempt
 from belay.journal import snapshots
-from belay.journal.briefing import briefing
 from belay.journal.events import Event, EventDraft, StateSnapshotEvent, ToolRequest
 from belay.journal.recovery import recovery_plan
 from belay.journal.snapshots import (
@@ -39,9 +38,10 @@ from belay.journal.snapshots import (
     load_state,
 )
 from belay.journal.state import EMPTY, SessionState, apply, fold
-from belay.journal.status import session_status
 from belay.local.runtime import LocalHome
 from belay.stores.filesystem import FilesystemArtifactStore
+from belay.views.briefing.build import briefing
+from belay.views.status.build import session_status
 from tests.journal.fixtures import realistic_log
 from tests.journal.strategies import logs
 

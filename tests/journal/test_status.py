@@ -20,21 +20,10 @@ from belay.journal.events import (
     Wait,
     WaitKind,
 )
+from belay.journal.phase import STATUS_LIST_LIMIT, Liveness, Phase, attempt_alive, interruption_of, phase_of
 from belay.journal.state import fold
-from belay.journal.status import (
-    STATUS_LIST_LIMIT,
-    Condition,
-    ConditionType,
-    Liveness,
-    Phase,
-    Reason,
-    SessionStatus,
-    attempt_alive,
-    interruption_of,
-    phase_of,
-    session_status,
-    with_transition_times,
-)
+from belay.views.status.build import session_status, with_transition_times
+from belay.views.status.model import Condition, ConditionType, Reason, SessionStatus
 from tests.journal.fixtures import NOW, PATCH, PUBLISH_SHA, LogBuilder, realistic_log, sha
 
 START = [

@@ -1,23 +1,22 @@
-"""`AgentSession.status`: the journal's status projection plus what only the operator knows
-(observed generation, the pods it runs, the session it forked from).
+"""`AgentSession.status`: the status view's model plus what only the operator knows (observed
+generation, the pods it runs, the session it forked from).
 
-Condition types, reasons and phases are the journal's constants, re-exported here so the API has
-one set of names; the projection itself stays a pure function in `belay.journal.status`.
+Condition types, reasons and phases are the views' constants, re-exported here so the API has one
+set of names; the projection itself is a pure function in `belay.views.status.build`.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from belay.journal.status import (
+from belay.journal.phase import Phase, StatusModel
+from belay.views.status.model import (
     Condition,
     ConditionStatus,
     ConditionType,
     Counts,
-    Phase,
     Reason,
     SessionStatus,
-    StatusModel,
 )
 
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Unknown"]

@@ -11,35 +11,64 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from typer.core import TyperGroup
 
-from belay.api.agentsession import ManifestError, is_plain_file_name, load_manifest
+from belay.api.agentsession import ManifestError, load_manifest
 from belay.cli import terminal
-from belay.harness.attempt import HarnessResult
-from belay.harness.stopping import StopRequest
-from belay.journal.decisions import DecisionError, decision_write, reconcile_write
+from belay.cli.core import artifacts as artifact_commands
+from belay.cli.core import brief as brief_command
+from belay.cli.core.amend import Request
+from belay.cli.core.amend import amend as amended
+from belay.cli.core.decide import (
+    OnApproval,
+    OnDeliverable,
+    OnWait,
+    OpenItems,
+    to_answer,
+    to_approve,
+    to_reconcile,
+    to_reject,
+)
+from belay.cli.core.errors import CommandError
+from belay.cli.core.events import event_line
+from belay.cli.core.report import write_page, written
+from belay.cli.home import (
+    Context,
+    append_decision,
+    decide,
+    follow_brief,
+    home_of,
+    known_record,
+    known_state,
+    print_brief,
+    read_liveness,
+    reopened_after,
+    stop_orphans,
+)
+from belay.cli.running import run_session
+from belay.cli.terminal import fail
+from belay.journal.decisions import DecisionError, reconcile_write
 from belay.journal.events import (
     Actor,
-    Approval,
     ArtifactRef,
     Event,
     EventDraft,
-    OperationOutcome,
     Rejection,
     ScopeChange,
-    Wait,
-    event_line,
     rejection_claim,
     scope_claim,
 )
-from belay.journal.state import SessionState
-from belay.journal.status import Liveness, Phase, phase_of
-from belay.local.liveness import local_liveness, observed_sandboxes, reap_orphans
+from belay.journal.events import (
+    event_line as event_json,
+)
+from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, run_drill
+from belay.local.fleet import LocalFleet, without_clock
 from belay.local.runtime import (
     ARTIFACTS_ENV,
     EVENTS_ENV,
@@ -49,31 +78,16 @@ from belay.local.runtime import (
     install_session,
     load_installed,
     load_session_state,
-    read_state,
-    run_local,
     unknown_session,
 )
-from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, ClaimTaken, RecordCorrupt, StoreError
-
-STOP_AGAIN = "Ctrl-C or SIGTERM"
-
-if TYPE_CHECKING:
-    from belay.journal.briefing import Briefing
-
-
-def write_output(target: Path, data: bytes) -> None:
-    """Writes what a command was asked for with -o, or ends it with one error line."""
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-    except OSError as error:
-        raise fail(f"cannot write {target}: {error.strerror or error}; choose another -o PATH") from None
-
-
-def fail(message: str, code: int = 1) -> typer.Exit:
-    # Printable here too: an error can be raised after the command's output filter was removed.
-    typer.echo(f"error: {terminal.printable(terminal.one_line(message))}", err=True)
-    return typer.Exit(code)
+from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, StoreError
+from belay.views.briefing.build import briefing
+from belay.views.briefing.render import render_rows
+from belay.views.fleet.build import fleet_view, objective_view
+from belay.views.fleet.model import OBJECTIVE_LABEL, FleetRow
+from belay.views.fleet.render import render_fleet, render_objective
+from belay.views.fleet.selectors import SelectorError
+from belay.views.report.build import session_report
 
 
 def artifact_problem(error: ArtifactCorrupted | ArtifactNotFound) -> str:
@@ -117,7 +131,8 @@ class UserErrorsAsOneLine(TyperGroup):
     """Failures a person can cause in any command end it with one `error:` line saying what to do,
     never a traceback: a home that is not one, an artifact store that lost or damaged a blob, and
     every other store failure (a record that fails its integrity check, RecordCorrupt; a record key
-    that cannot be read; a store that does not answer)."""
+    that cannot be read; a store that does not answer); and every mistake the commands' core
+    refuses (`CommandError`)."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         return super().parse_args(ctx, global_options_first(args, ("--home", "--events", "--artifacts")))
@@ -125,7 +140,7 @@ class UserErrorsAsOneLine(TyperGroup):
     def invoke(self, ctx: Any) -> Any:  # typer's own click Context, whose module is private
         try:
             return super().invoke(ctx)
-        except HomeError as error:
+        except (HomeError, CommandError) as error:
             raise fail(str(error)) from None
         except (ArtifactCorrupted, ArtifactNotFound) as error:
             raise fail(artifact_problem(error)) from None
@@ -142,16 +157,6 @@ app = typer.Typer(
     cls=UserErrorsAsOneLine,
 )
 console = terminal.console()
-
-
-class Context:
-    home: LocalHome = LocalHome.resolve(None)
-
-
-def home_of(session_id: str) -> LocalHome:
-    """Where the session's record and artifacts are: the stores its manifest names, else those
-    `--events` / `--artifacts` name, else the home's own."""
-    return Context.home.for_session(session_id)
 
 
 @app.callback()
@@ -186,128 +191,8 @@ def main(
     stop_orphans(Context.home)
 
 
-def stop_orphans(home: LocalHome) -> None:
-    """Stop the sandbox servers of dead attempts before doing anything else, and say so."""
-    found = asyncio.run(
-        reap_orphans(
-            home.root / "sessions", lambda session_id: home.for_session(session_id).open_event_store()
-        )
-    )
-    for reaped in found:
-        typer.echo(reaped.message(), err=True)
-
-
 # --------------------------------------------------------------------------------------------------
 # Running
-
-
-def progress_line(event: Event) -> str | None:
-    """One line of foreground progress for the events a person cares about."""
-    p: Any = event.payload
-    who = f"{event.actor.subagent} " if event.actor.subagent else ""
-    match event.type:
-        case "lifecycle":
-            return f"{event.seq:>4} {who}{p.kind} {p.detail or p.reason}".rstrip()
-        case "task" if "/" in p.task_id and p.status in ("running", "done", "verified"):
-            return f"{event.seq:>4} {who}step {p.task_id.split('/', 1)[1]} {p.status} {p.detail}".rstrip()
-        case "tool_request" if p.tool != "update_plan":
-            return f"{event.seq:>4} {who}-> {p.tool} ({p.operation_id})"
-        case "tool_result" if not p.ok:
-            return f"{event.seq:>4} {who}x {p.operation_id}: {p.error}"
-        case "approval_request":
-            return (
-                f"{event.seq:>4} {who}waits for approval {p.approval_id}: "
-                f"belay approve {event.session_id} {p.approval_id}"
-            )
-        case "approval":
-            decision = "granted" if p.granted else "rejected"
-            return f"{event.seq:>4} {who}approval {p.approval_id} {decision} by {p.by}"
-        case "note":
-            return f"{event.seq:>4} {who}{p.kind} [{p.status}] {p.text}"
-        case "artifact":
-            return f"{event.seq:>4} {who}published {p.name} sha256 {p.ref.sha256[:12]}"
-        case "checkpoint":
-            status = p.verification.status if p.verification else "no verification"
-            return f"{event.seq:>4} {who}checkpoint {p.checkpoint_id} ({status})"
-        case "operation_outcome":
-            return f"{event.seq:>4} {who}outcome {p.outcome} {p.operation_id}: {p.detail}"
-        case "wait" if p.kind != "ready_for_review":
-            return f"{event.seq:>4} {who}waits ({p.kind}) {p.reason}"
-        case "remote" if p.kind == "session":
-            return (
-                f"{event.seq:>4} {who}{p.executor} session {p.remote_session_id} at {p.endpoint} ({p.detail})"
-            )
-        case "remote" if p.kind in ("call_refused", "interrupted", "failed"):
-            return f"{event.seq:>4} {who}{p.executor} {p.kind} {p.operation_id or ''}: {p.detail}"
-    return None
-
-
-def print_progress(event: Event) -> None:
-    line = progress_line(event)
-    if line is not None:
-        console.print(line, highlight=False, markup=False)
-
-
-def _run(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None:
-    home = home_of(session_id)
-    try:
-        session = load_installed(home, session_id)
-        stop = StopRequest(on_request=tell_stopping)
-    except (ManifestError, ValueError) as error:
-        raise fail(str(error)) from None
-
-    async def attempt() -> HarnessResult:
-        # SIGTERM, Ctrl-C (SIGINT) and SIGHUP stop the attempt cleanly (belay.harness.stopping); a
-        # second one stops it at once. (A SIGKILL leaves no way out: the next `belay` command stops
-        # its sandboxes.)
-        stop.install(asyncio.get_running_loop(), hard_deadline=True)
-        return await run_local(
-            home,
-            session,
-            on_event=None if quiet else print_progress,
-            with_ticket_service=with_ticket_service,
-            stop=stop,
-        )
-
-    try:
-        result = asyncio.run(attempt())
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        raise fail(f"interrupted; continue with `belay resume {session_id}`", 130) from None
-    except (RecordCorrupt, ManifestError) as error:
-        raise fail(str(error)) from None
-    except (ArtifactCorrupted, ArtifactNotFound, HomeError):
-        raise  # a resume would fail the same way: UserErrorsAsOneLine says what to do instead
-    except Exception as error:
-        raise fail(
-            f"the harness stopped: {type(error).__name__}: {error}; "
-            f"the record is intact, continue with `belay resume {session_id}`"
-        ) from None
-    finally:
-        stop.disarm()
-    if result.stopped_by is not None:
-        typer.echo(f"belay: attempt {result.attempt} stopped cleanly: {result.detail}", err=True)
-        raise fail(
-            f"stopped by {result.stopped_by.name}; continue with `belay resume {session_id}`",
-            128 + result.stopped_by,
-        )
-    if not quiet:
-        console.print()
-        print_brief(session_id, "text")
-    if not result.completed:
-        raise fail(f"session {session_id} did not complete: {result.detail}")
-
-
-def tell_stopping(stop: StopRequest, first: bool) -> None:
-    """What a person sees when a stop signal arrives (stderr, also with --quiet)."""
-    name = stop.received.name if stop.received is not None else "a signal"
-    if first:
-        message = (
-            f"belay: {name}: stopping; no new tool call is dispatched, calls in flight may finish "
-            f"for up to {stop.drain_s:g} s ({STOP_AGAIN} again to stop at once)"
-        )
-    else:
-        message = "belay: stopping at once: calls still in flight are cut off"
-    typer.echo(message, err=True)
 
 
 @app.command()
@@ -323,7 +208,7 @@ def run(
         raise fail(f"bad manifest: {error}") from None
     state = asyncio.run(load_session_state(home_of(session.session_id), session.session_id))
     if state.lifecycle.completed:
-        typer.echo(
+        terminal.echo(
             f"session {session.session_id} already completed in {home.root}; its briefing follows "
             "(use another --home for a fresh run)",
             err=True,
@@ -336,7 +221,7 @@ def run(
             f"session {session.session_id} already exists in {home.root}; "
             f"continue it with `belay resume {session.session_id}`"
         )
-    _run(session.session_id, quiet)
+    run_session(session.session_id, quiet)
 
 
 @app.command()
@@ -355,31 +240,13 @@ def resume(
     # The record is checked before a new attempt takes the session over (RecordCorrupt): the events
     # after the latest snapshot here, those before it when the snapshot was taken.
     asyncio.run(load_session_state(home_of(session_id), session_id))
-    _run(session_id, quiet, with_ticket_service=not no_ticket_service)
+    run_session(session_id, quiet, with_ticket_service=not no_ticket_service)
 
 
 # --------------------------------------------------------------------------------------------------
 # Reading the record
 
 
-def _known_record(session_id: str) -> tuple[SessionState, list[Event]]:
-    """The whole record and its fold, for what shows every event (the report's timeline)."""
-    home = home_of(session_id)
-    state, events = asyncio.run(read_state(home, session_id))
-    if not events:
-        raise fail(unknown_session(session_id, home))
-    return state, events
-
-
-def _known_state(session_id: str) -> SessionState:
-    home = home_of(session_id)
-    state = asyncio.run(load_session_state(home, session_id))
-    if not state.last_seq:
-        raise fail(unknown_session(session_id, home))
-    return state
-
-
-# How often `belay sessions --watch` and `belay objective --watch` look again.
 WATCH_INTERVAL_S = 1.0
 
 Selector = Annotated[
@@ -398,9 +265,8 @@ def sessions(
 ) -> None:
     """Every session in this home: phase, what it waits on (you, an external condition, your
     review), the command that unblocks it, deliverables, age of the last event; and a summary."""
-    from belay.journal.fleet import fleet_view, render_fleet
 
-    def show(rows: list[Any]) -> str:
+    def show(rows: list[FleetRow]) -> str:
         view = fleet_view(rows)
         return view.model_dump_json() if as_json else render_fleet(view, where=str(Context.home.root))
 
@@ -415,23 +281,17 @@ def objective(
 ) -> None:
     """The sessions that serve one objective (label belay.dev/objective): each one's part and
     deliverables, and what the whole waits on."""
-    from belay.journal.fleet import OBJECTIVE_LABEL, objective_view, render_objective
 
-    def show(rows: list[Any]) -> str:
+    def show(rows: list[FleetRow]) -> str:
         view = objective_view(name, rows)
         return view.model_dump_json() if as_json else render_objective(view)
 
     _show_fleet(f"{OBJECTIVE_LABEL}={name}", show, watch)
 
 
-def _show_fleet(selector: str, show: Any, watch: bool) -> None:
+def _show_fleet(selector: str, show: Callable[[list[FleetRow]], str], watch: bool) -> None:
     """Print the fleet once, or (watching) again whenever a row changes; a corrupt record ends a
     one-off listing with its error after the others are shown."""
-    import time
-
-    from belay.journal.fleet import SelectorError
-    from belay.local.fleet import LocalFleet, without_clock
-
     fleet = LocalFleet(Context.home, selector)
     try:
         rows = asyncio.run(fleet.rows())
@@ -452,127 +312,9 @@ def _show_fleet(selector: str, show: Any, watch: bool) -> None:
         return
     # The other sessions are listed; each corrupt record also ends the command with its error.
     for corrupt in fleet.corrupt.values():
-        typer.echo(f"error: {corrupt}", err=True)
+        terminal.echo(f"error: {corrupt}", err=True)
     if fleet.corrupt:
         raise typer.Exit(1)
-
-
-def session_briefing(state: SessionState, liveness: Liveness | None) -> Briefing:
-    """The briefing as this home sees it: artifact locations, observed sandboxes, budgets."""
-    from belay.journal.briefing import briefing
-
-    home = home_of(state.session_id)
-    store = home.open_artifact_store()
-
-    def locate(ref: ArtifactRef) -> str:
-        return store.location(ref.sha256) if store.exists(ref.sha256) else ref.uri
-
-    sandboxes = []
-    budgets: dict[str, int] = {}
-    if home.session_exists(state.session_id):
-        spec = load_installed(home, state.session_id).spec
-        profiles = {sub.name: sub.network_profile for sub in spec.subagents}
-        sandboxes = observed_sandboxes(home.sandboxes_dir(state.session_id), profiles)
-        budgets = spec.budgets.model_dump(by_alias=True, exclude_none=True)
-    return briefing(
-        state,
-        locate=locate,
-        artifact_store=home.artifacts_location,
-        record=home.events_location if home.stores_elsewhere else "",
-        liveness=liveness,
-        sandboxes=sandboxes,
-        budgets=budgets,
-    )
-
-
-def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> str:
-    from belay.journal.briefing import render_json, render_markdown, render_text
-
-    brief = session_briefing(state, liveness)
-    if style == "json-lines":  # one compact object per line, for a follower's stream
-        return brief.model_dump_json()
-    render = {"json": render_json, "markdown": render_markdown, "text": render_text}[style]
-    return render(brief)
-
-
-def print_brief(session_id: str, style: str) -> None:
-    state = _known_state(session_id)
-    sys.stdout.write(render_brief(state, style, read_liveness(session_id)) + "\n")
-
-
-def read_liveness(session_id: str) -> Liveness:
-    async def read() -> Liveness:
-        store = home_of(session_id).open_event_store()
-        try:
-            return await local_liveness(store, session_id)
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
-
-
-# A follower prints once per burst of events, not once per event.
-FOLLOW_SETTLE_S = 0.3
-
-
-async def follow_brief(session_id: str, style: str) -> None:
-    """Print the briefing, then again whenever the record moves on or the phase changes without
-    an event (an attempt that stops proving it is alive), until the session ends. The state is
-    folded incrementally from the store's watch, which re-reads after any cut."""
-    from belay.journal.state import apply
-    from belay.journal.status import HEARTBEAT_INTERVAL_S
-
-    home = home_of(session_id)
-    state = await load_session_state(home, session_id)
-    if not state.last_seq:
-        raise fail(unknown_session(session_id, home))
-    store = home.open_event_store()
-    liveness = await local_liveness(store, session_id)
-    sys.stdout.write(render_brief(state, style, liveness) + "\n")
-    sys.stdout.flush()
-    arrived: asyncio.Queue[Event | None] = asyncio.Queue()
-    first_new_seq = state.last_seq + 1
-
-    # A timeout on the watch itself would close it; the pump keeps it open and the loop waits on
-    # the queue instead. None in the queue means the watch ended (with an error to show).
-    async def pump() -> None:
-        try:
-            async for event in store.watch(session_id, from_seq=first_new_seq):
-                await arrived.put(event)
-        finally:
-            await arrived.put(None)
-
-    async def next_event(timeout: float | None = None) -> Event:
-        event = await asyncio.wait_for(arrived.get(), timeout)
-        if event is None:
-            pumping.result()  # raises what ended the watch
-            raise fail("the event store's watch ended")
-        return event
-
-    pumping = asyncio.create_task(pump())
-    shown = phase_of(state, liveness)
-    try:
-        while shown not in (Phase.SUCCEEDED, Phase.FAILED):
-            try:
-                state = apply(state, await next_event(HEARTBEAT_INTERVAL_S))
-            except TimeoutError:
-                liveness = await local_liveness(store, session_id)
-                if phase_of(state, liveness) == shown:
-                    continue
-            else:
-                with contextlib.suppress(TimeoutError):
-                    while True:
-                        state = apply(state, await next_event(FOLLOW_SETTLE_S))
-                liveness = await local_liveness(store, session_id)
-            separator = "" if style == "json-lines" else f"--- seq {state.last_seq} ---\n"
-            sys.stdout.write(separator + render_brief(state, style, liveness) + "\n")
-            sys.stdout.flush()
-            shown = phase_of(state, liveness)
-    finally:
-        pumping.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await pumping
-        await store.close()
 
 
 @app.command()
@@ -615,10 +357,9 @@ def events(
         raise fail(unknown_session(session_id, home))
     for event in found:
         if as_json:
-            sys.stdout.write(event_line(event) + "\n")
+            sys.stdout.write(event_json(event) + "\n")
         else:
-            line = progress_line(event) or f"{event.seq:>4} {event.type}"
-            console.print(line, highlight=False, markup=False)
+            console.print(event_line(event), highlight=False, markup=False)
 
 
 @app.command()
@@ -634,10 +375,8 @@ def report(
     """A timeline of the session as one HTML file that opens without a network: per subagent its
     steps, tool calls, checkpoints, waits and approvals, the interruptions and recoveries, the
     briefing beside it, and how to fetch each deliverable. Several sessions share one time axis."""
-    from belay.journal.briefing import render_rows
-    from belay.journal.report import render_html, session_report
 
-    def locator(session_id: str) -> Any:
+    def locator(session_id: str) -> Callable[[ArtifactRef], str | None]:
         home = home_of(session_id)
         store = home.open_artifact_store()
 
@@ -651,45 +390,37 @@ def report(
 
     reports = []
     for session_id in dict.fromkeys(session_ids):
-        state, events = _known_record(session_id)
+        state, events = known_record(session_id)
         liveness = read_liveness(session_id)
-        brief = render_rows(session_briefing(state, liveness))
+        rows = render_rows(brief_command.of_home(home_of(session_id), state, liveness))
         reports.append(
-            session_report(events, state, liveness=liveness, briefing=brief, locate=locator(session_id))
+            session_report(events, state, liveness=liveness, briefing=rows, locate=locator(session_id))
         )
-    target = output or Path(f"{session_ids[0]}-report.html")
-    if target.is_dir():
-        target = target / f"{session_ids[0]}-report.html"
-    page = render_html(reports).encode()
-    write_output(target, page)
-    typer.echo(f"wrote {target} ({len(page)} bytes); open it in a browser, it needs no network", err=True)
+    target, size = write_page(reports, output)
+    terminal.echo(written(target, size), err=True)
 
 
 # --------------------------------------------------------------------------------------------------
 # Deciding
 
 
-def decide(session_id: str, item_id: str, granted: bool, reason: str, by: str) -> str:
-    """Record one decision under its claim, so that of two people deciding at once, one decision
-    is recorded and the other person is told who decided first."""
-    state = _known_state(session_id)
-    try:
-        write = decision_write(state, item_id, granted, reason, by)
-    except DecisionError as error:
-        raise fail(str(error)) from None
-    _append(session_id, list(write.drafts), write.claim)
-    return write.outcome
+def _decided_id(target: OnApproval | OnWait) -> str:
+    return target.approval.approval_id if isinstance(target, OnApproval) else target.wait.wait_id
 
 
 @app.command()
 def approve(
     session_id: Annotated[str, typer.Argument(metavar="SESSION")],
-    item_id: Annotated[str, typer.Argument(metavar="ID", help="An approval id, or a wait id.")],
+    item_id: Annotated[
+        str, typer.Argument(metavar="ID", help="An approval id (or its operation id), or a wait id.")
+    ],
     reason: Annotated[str, typer.Option("--reason", "-m")] = "",
     by: Annotated[str, typer.Option("--by")] = "cli",
 ) -> None:
     """Approve one pending operation (bound to its payload hash), or answer yes to a wait."""
-    console.print(decide(session_id, item_id, True, reason, by), highlight=False)
+    state = known_state(session_id)
+    target = to_approve(OpenItems.of_state(state), item_id)
+    console.print(decide(state, _decided_id(target), True, reason, by), highlight=False)
 
 
 @app.command()
@@ -705,53 +436,18 @@ def reject(
 ) -> None:
     """Reject a published deliverable or a pending operation: the step that made it is redone
     with your reason. Or answer no to a wait."""
-    state = _known_state(session_id)
-    deliverable = _deliverable_named(state, item_id)
+    state = known_state(session_id)
+    target = to_reject(OpenItems.of_state(state), item_id, reason)
     # Plain echo, never wrapped: the output names commands to copy.
-    if deliverable is not None:
-        typer.echo(reject_deliverable(session_id, deliverable, reason, by))
-        return
-    withdrawn = state.artifacts.get(item_id)
-    if withdrawn is not None and item_id not in state.approvals and item_id not in state.waits:
-        raise fail(
-            f"{item_id} (sha256 {withdrawn.ref.sha256}) is not a published deliverable now: it was rejected, "
-            f"or a scope change withdrew it; `belay brief {session_id}` shows where its step stands"
-        )
-    outcome = decide(session_id, item_id, False, reason, by)
-    typer.echo(outcome + _reopened_after(session_id, state.last_seq))
-
-
-def _deliverable_named(state: Any, item_id: str) -> str | None:
-    """The published deliverable an id names: its name, or the id of its review wait."""
-    if item_id in state.deliverables:
-        return str(item_id)
-    wait = state.waits.get(item_id)
-    if wait is not None and wait.kind == "ready_for_review" and wait.artifact in state.deliverables:
-        return str(wait.artifact)
-    return None
-
-
-def reject_deliverable(session_id: str, name: str, reason: str, by: str) -> str:
-    state = _known_state(session_id)
-    if not reason.strip():
-        raise fail(f'say why with --reason "...": the step that made {name} is redone with it')
-    sha256 = state.artifacts[name].ref.sha256
-    rejection = Rejection(name=name, sha256=sha256, reason=reason.strip(), by=by)
-    drafts = [EventDraft(payload=rejection, actor=Actor(kind="user", name=by))]
-    _append(session_id, drafts, rejection_claim(name, sha256))
-    return f"rejected {name} (sha256 {sha256})" + _reopened_after(session_id, state.last_seq)
-
-
-def _reopened_after(session_id: str, seq: int) -> str:
-    """What a decision just recorded reopened, and how the work goes on."""
-    state = _known_state(session_id)
-    steps = [t.task_id for t in state.tasks.values() if t.reopened_seq is not None and t.reopened_seq > seq]
-    if not steps:
-        return ""
-    return (
-        f"; to redo: {', '.join(sorted(steps))}. A running harness takes it from here; "
-        f"otherwise continue with `belay resume {session_id}`"
-    )
+    if isinstance(target, OnDeliverable):
+        named = target.deliverable
+        rejection = Rejection(name=named.name, sha256=named.sha256, reason=target.reason, by=by)
+        drafts = [EventDraft(payload=rejection, actor=Actor(kind="user", name=by))]
+        append_decision(session_id, drafts, rejection_claim(named.name, named.sha256))
+        outcome = f"rejected {named.name} (sha256 {named.sha256})"
+    else:
+        outcome = decide(state, _decided_id(target), False, reason, by)
+    terminal.echo(outcome + reopened_after(session_id, state.last_seq))
 
 
 @app.command()
@@ -774,54 +470,31 @@ def amend(
 ) -> None:
     """Change the request: record request version N+1. The work that depended on what changed
     becomes invalid and is redone; the rest is reused."""
-    state = _known_state(session_id)
+    state = known_state(session_id)
     if state.request.version == 0:
         raise fail(f"session {session_id} has no request recorded yet")
-    new_goal, new_parts = state.request.goal, dict(state.request.parts)
-    if manifest is not None:
-        if goal is not None or parts or removed:
-            raise fail("give either -f MANIFEST or --goal/--part/--remove-part, not both")
-        try:
-            request = load_manifest(manifest).spec.request
-        except ManifestError as error:
-            raise fail(f"bad manifest: {error}") from None
-        new_goal, new_parts = request.goal, dict(request.parts)
-    if goal is not None:
-        if not goal.strip():
-            raise fail("--goal cannot be empty")
-        new_goal = goal
-    for item in parts or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise fail(f"--part {item!r}: expected KEY=VALUE")
-        new_parts[key.strip()] = value
-    for key in removed or []:
-        if key not in new_parts:
-            known = ", ".join(sorted(new_parts)) or "none"
-            raise fail(f"--remove-part {key!r}: the request has no such part (parts: {known})")
-        del new_parts[key]
     old = state.request
-    changed = {k: v for k, v in new_parts.items() if old.parts.get(k) != v}
-    dropped = tuple(sorted(k for k in old.parts if k not in new_parts))
-    goal_changed = new_goal != old.goal
-    if not (changed or dropped or goal_changed):
-        raise fail(f"nothing changes: this is request v{old.version} as it stands")
-    touched = (["goal"] if goal_changed else []) + sorted(changed) + list(dropped)
+    change = amended(
+        Request(old.goal, old.parts),
+        old.version,
+        goal=goal,
+        parts=parts or [],
+        removed=removed or [],
+        manifest=manifest,
+    )
     version = old.version + 1
-    change = ScopeChange(
+    scope_change = ScopeChange(
         request_version=version,
-        summary=summary.strip() or "changed " + ", ".join(touched),
-        goal=new_goal if goal_changed else None,
-        changed_parts=changed,
-        removed_parts=dropped,
+        summary=summary.strip() or "changed " + ", ".join(change.touched),
+        goal=change.request.goal if change.goal_changed else None,
+        changed_parts=change.changed_parts,
+        removed_parts=change.removed_parts,
         by=by,
     )
-    _append(session_id, [EventDraft(payload=change, actor=Actor(kind="user", name=by))], scope_claim(version))
-    from belay.journal.briefing import briefing
-
-    after = _known_state(session_id)
-    recorded = briefing(after).scope_changes[-1]
-    lines = [f"recorded request v{version} of {session_id} ({', '.join(touched)} changed, by {by})"]
+    drafts = [EventDraft(payload=scope_change, actor=Actor(kind="user", name=by))]
+    append_decision(session_id, drafts, scope_claim(version))
+    recorded = briefing(known_state(session_id)).scope_changes[-1]
+    lines = [f"recorded request v{version} of {session_id} ({', '.join(change.touched)} changed, by {by})"]
     if recorded.invalid_steps or recorded.invalid_outputs:
         more = f" and {recorded.invalid_steps_omitted:,} more" if recorded.invalid_steps_omitted else ""
         lines.append("to redo: " + (", ".join(v.step for v in recorded.invalid_steps) or "nothing") + more)
@@ -834,7 +507,7 @@ def amend(
         )
     else:
         lines.append("nothing recorded so far depended on it: every result stays reusable")
-    typer.echo("\n".join(lines))
+    terminal.echo("\n".join(lines))
 
 
 @app.command()
@@ -850,12 +523,13 @@ def reconcile(
     """Settle an operation whose outcome is unknown: it took effect (--succeeded) or not (--failed)."""
     if succeeded is None:
         raise fail("say whether it took effect: --succeeded or --failed")
-    state = _known_state(session_id)
+    state = known_state(session_id)
+    to_reconcile(OpenItems.of_state(state), operation_id)
     try:
         write = reconcile_write(state, operation_id, succeeded, detail, by)
     except DecisionError as error:
         raise fail(str(error)) from None
-    _append(session_id, list(write.drafts), write.claim)
+    append_decision(session_id, list(write.drafts), write.claim)
     console.print(write.outcome, highlight=False, markup=False)
 
 
@@ -867,51 +541,9 @@ def answer(
     by: Annotated[str, typer.Option("--by")] = "cli",
 ) -> None:
     """Answer a wait on the user with text; the session goes on."""
-    console.print(decide(session_id, wait_id, True, text, by), highlight=False, markup=False)
-
-
-def _append(session_id: str, drafts: list[EventDraft], claim: str) -> None:
-    """Append a decision under its claim; when someone else's decision holds the claim, fail
-    with what they decided."""
-
-    async def write() -> str | None:
-        store = home_of(session_id).open_event_store()
-        try:
-            await store.append(session_id, drafts, claim=claim)
-        except ClaimTaken as taken:
-            [first] = await store.read(session_id, taken.seq, taken.seq)
-            return decided_first(first)
-        finally:
-            await store.close()
-        return None
-
-    earlier = asyncio.run(write())
-    if earlier is not None:
-        raise fail(f"{earlier}; yours was not recorded (see `belay brief {session_id}`)")
-
-
-def decided_first(event: Event) -> str:
-    """What the decision that got there first decided, by whom, at which seq."""
-    p: Any = event.payload
-    who = (
-        p.by if isinstance(p, Approval | OperationOutcome) and p.by else event.actor.name or event.actor.kind
-    )
-    match p:
-        case Approval():
-            decision = "granted" if p.granted else "rejected"
-            return f"approval {p.approval_id} was already {decision} by {who} (seq {event.seq})"
-        case OperationOutcome():
-            verdict = "took effect" if p.succeeded else "did not take effect"
-            return f"{p.operation_id} was already reconciled by {who}: it {verdict} (seq {event.seq})"
-        case Wait():
-            return f"{p.wait_id} was already answered by {who}: {p.reason} (seq {event.seq})"
-        case Rejection():
-            return f"{p.name} (sha256 {p.sha256}) was already rejected by {who}: {p.reason} (seq {event.seq})"
-        case ScopeChange():
-            return (
-                f"request v{p.request_version} was already recorded by {who}: {p.summary} (seq {event.seq})"
-            )
-    return f"this was already decided by {who} (seq {event.seq})"
+    state = known_state(session_id)
+    wait = to_answer(OpenItems.of_state(state), wait_id)
+    console.print(decide(state, wait.wait_id, True, text, by), highlight=False, markup=False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -926,7 +558,7 @@ def artifacts(
     ] = None,
 ) -> None:
     """List a session's artifacts, or `artifacts get SESSION NAME [-o PATH]` to download one
-    (without -o, to ./NAME)."""
+    (without -o, to ./NAME; NAME may be `sha256:HASH` for any blob the record names)."""
     if words[0] == "get":
         if len(words) != 3:
             raise fail("usage: belay artifacts get SESSION NAME [-o PATH]")
@@ -934,60 +566,28 @@ def artifacts(
         return
     if len(words) != 1:
         raise fail("usage: belay artifacts SESSION  |  belay artifacts get SESSION NAME [-o PATH]")
-    state = _known_state(words[0])
-    table = Table("NAME", "DELIVERABLE", "SUBAGENT", "SIZE", "SHA256", "LOCATION")
+    state = known_state(words[0])
     store = home_of(words[0]).open_artifact_store()
-    for record in sorted(state.artifacts.values(), key=lambda r: r.seq):
-        table.add_row(
-            record.name,
-            "yes" if record.deliverable else "",
-            record.subagent or "",
-            str(record.ref.size),
-            record.ref.sha256,
-            store.location(record.ref.sha256) if store.exists(record.ref.sha256) else "(missing)",
-        )
-    console.print(table)
+    where = {
+        sha256: store.location(sha256)
+        for sha256 in {record.ref.sha256 for record in state.artifacts.values()}
+        if store.exists(sha256)
+    }
+    terminal.echo(artifact_commands.render_rows(words[0], artifact_commands.rows_of_state(state, where)))
 
 
 def _get_artifact(session_id: str, name: str, output: Path | None) -> None:
-    state = _known_state(session_id)
-    if name.startswith("sha256:"):
-        sha256 = name.removeprefix("sha256:")
-        if sha256 not in blobs_named(state):
-            raise fail(
-                f"session {session_id} names no blob sha256:{sha256} (its artifacts, approval payloads "
-                "and checkpoint patches can be fetched by hash)"
-            )
-        target = output or Path(sha256)
-    else:
-        record = state.artifacts.get(name)
-        if record is None:
-            known = ", ".join(sorted(state.artifacts)) or "none"
-            raise fail(f"session {session_id} has no artifact {name!r} (artifacts: {known})")
-        if output is None and not is_plain_file_name(name):
-            # A name chosen by a model may be `../../x` or `/abs/x`: only -o says where to write it.
-            raise fail(
-                f"artifact {name!r} is not a plain file name, so it is not written into the working "
-                f"directory by its name: choose where with -o PATH"
-            )
-        sha256, target = record.ref.sha256, output or Path(name)
-    data = home_of(session_id).open_artifact_store().get(sha256)
-    write_output(target, data)
-    typer.echo(f"wrote {target} ({len(data)} bytes, sha256 {sha256})", err=True)
-
-
-def blobs_named(state: Any) -> set[str]:
-    """Every blob the session's record refers to: artifacts, what approvals bind, checkpoint
-    patches and declared files."""
-    named = {record.ref.sha256 for record in state.artifacts.values()}
-    for approval in state.approvals.values():
-        named.update(ref.sha256 for ref in (approval.payload_ref, approval.content_ref) if ref is not None)
-    for checkpoints in state.subagent_checkpoints.values():
-        for record in checkpoints:
-            if record.checkpoint.patch is not None:
-                named.add(record.checkpoint.patch.sha256)
-            named.update(entry.sha256 for entry in record.checkpoint.declared_artifacts)
-    return named
+    state = known_state(session_id)
+    found = artifact_commands.download(
+        session_id,
+        name,
+        output,
+        artifacts={n: record.ref.sha256 for n, record in state.artifacts.items()},
+        blobs=artifact_commands.blobs_named(state),
+    )
+    data = home_of(session_id).open_artifact_store().get(found.sha256)
+    artifact_commands.write_output(found.target, data)
+    terminal.echo(f"wrote {found.target} ({len(data)} bytes, sha256 {found.sha256})", err=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1008,8 +608,6 @@ def drill(
     ] = None,
 ) -> None:
     """Interrupt a short session on purpose and check that the resumed session makes sense."""
-    from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, run_drill
-
     path = manifest or DEFAULT_MANIFEST
     if executor is not None and executor not in EXECUTORS:
         raise fail(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")

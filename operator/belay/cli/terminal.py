@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator
 from typing import TextIO
 
+import typer
 from rich.console import Console
 
 # C0 except tab and newline, DEL, C1.
@@ -69,6 +70,22 @@ def printable_output() -> Iterator[None]:
         sys.stdout, sys.stderr = saved
 
 
+def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """Print as it is: never wrapped (a line names a command to copy), never stripped of what
+    looks like a terminal sequence (click's echo drops those when the output is no terminal; here
+    the stream escapes them, so they are shown)."""
+    stream = sys.stderr if err else sys.stdout
+    stream.write(text + ("\n" if nl else ""))
+    stream.flush()
+
+
 def console() -> Console:
     """A rich console that writes plain text to whatever `sys.stdout` is when it prints."""
     return Console(color_system=None, highlight=False)
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """End a command with one `error:` line (on stderr) and the exit code. Printable here too: an
+    error can be raised after the command's output filter was removed."""
+    echo(f"error: {printable(one_line(message))}", err=True)
+    return typer.Exit(code)

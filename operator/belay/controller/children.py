@@ -14,6 +14,8 @@ from typing import Any
 
 from belay.controller.record import RecordWrite
 from belay.journal.events import (
+    CHILD_CONDITION_PREFIX,
+    CHILD_WAIT_PREFIX,
     Actor,
     Artifact,
     EventDraft,
@@ -23,15 +25,9 @@ from belay.journal.events import (
     Wait,
     WaitKind,
 )
-from belay.journal.fleet import (
-    CHILD_CONDITION_PREFIX,
-    CHILD_WAIT_PREFIX,
-    OBJECTIVE_LABEL,
-    PARENT_LABEL,
-    PART_LABEL,
-)
+from belay.journal.phase import Phase, phase_of
 from belay.journal.state import SessionLinkRecord, SessionState
-from belay.journal.status import Phase, phase_of
+from belay.views.fleet.model import OBJECTIVE_LABEL, PARENT_LABEL, PART_LABEL
 
 OPERATOR = Actor(kind="operator", name="belay-operator")
 # The part as it was asked (free text); the label carries it only when it is a valid label value.

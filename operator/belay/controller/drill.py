@@ -19,8 +19,8 @@ from belay.api.status import DrillDeliverable, DrillStatus
 from belay.controller import names
 from belay.controller.children import owned_by
 from belay.journal.events import Event
+from belay.journal.phase import Phase, phase_of
 from belay.journal.state import SessionState
-from belay.journal.status import Phase, phase_of
 from belay.local.drill import completed, deliverables, steps_run_twice
 
 DRILL_OF_LABEL = "belay.dev/drill-of"

@@ -37,8 +37,8 @@ from belay.controller.reconciler import SessionReconciler
 from belay.controller.retention import apply_retention
 from belay.controller.settings import settings_from_environment
 from belay.controller.status import TransitionEvent
-from belay.journal.fleet import PARENT_LABEL
 from belay.stores.base import RecordCorrupt, StoreError, StoreUnavailable
+from belay.views.fleet.model import PARENT_LABEL
 
 GROUP, VERSION, PLURAL = "belay.dev", "v1alpha1", "agentsessions"
 # The store's watch wakes a worker when its record moves; as a safety net while that watch is not

@@ -3,14 +3,13 @@ must not become thousands of series. The dashboard in `charts/belay/dashboards/`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from belay.journal.fleet import fleet_row
-from belay.journal.status import Phase
+from belay.journal.phase import Phase
+from belay.views.fleet.build import fleet_row
+from belay.views.status.model import SessionStatus
 
 RECONCILES = Counter("belay_reconciles_total", "Reconcile passes of AgentSessions", ["result"])
 RECONCILE_SECONDS = Histogram(
@@ -33,7 +32,7 @@ WAIT_KINDS = ("user", "external", "review")
 _observed: dict[str, tuple[str, dict[str, int]]] = {}
 
 
-def observe_session(key: str, status: Mapping[str, Any]) -> None:
+def observe_session(key: str, status: SessionStatus) -> None:
     """Count the session by the status a pass just wrote."""
     row = fleet_row(key, status, now=datetime.now(UTC))
     waits = {

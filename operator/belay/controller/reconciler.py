@@ -69,8 +69,8 @@ from belay.controller.recovery import (
 from belay.controller.settings import OperatorSettings
 from belay.controller.status import OperatorProblem, TransitionEvent, session_status_patch, transition_events
 from belay.journal.events import ArtifactRef, CheckpointEvent, event_line
+from belay.journal.phase import Liveness, Phase, phase_of
 from belay.journal.state import EMPTY, SessionState, apply, fold
-from belay.journal.status import Liveness, Phase, phase_of
 from belay.stores.base import ArtifactStore, ClaimTaken, EventStore, RecordCorrupt, StoreUnavailable
 from belay.stores.etcd import archive_closed
 from belay.stores.factory import open_artifact_store, open_event_store
@@ -109,7 +109,7 @@ class SessionMemory:
 @dataclass
 class PassResult:
     decision: HarnessDecision
-    status: dict[str, Any]
+    status: AgentSessionStatus
     transitions: list[TransitionEvent] = field(default_factory=list)
     # A harness renews the session's lease: only a clock notices it stop, so passes must keep
     # coming while nothing changes.
@@ -599,4 +599,4 @@ class SessionReconciler:
                 for transition in transitions:
                     self.post_event(body, transition)
         follows_clock = decision.index is not None and liveness.renewed_current_lease
-        return PassResult(decision, status_body, transitions, follows_clock)
+        return PassResult(decision, status, transitions, follows_clock)

@@ -22,8 +22,8 @@ from enum import StrEnum
 
 from belay.api.status import PodPhase
 from belay.controller import names
+from belay.journal.phase import Liveness, Phase, clean_stop, phase_of, recovery_failed
 from belay.journal.state import SessionState
-from belay.journal.status import Liveness, Phase, clean_stop, phase_of, recovery_failed
 
 LIVE_PHASES: tuple[PodPhase, ...] = ("Pending", "Running", "Unknown")
 

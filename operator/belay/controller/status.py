@@ -21,8 +21,11 @@ from belay.api.status import (
 )
 from belay.journal import commands
 from belay.journal.commands import in_cluster
+from belay.journal.phase import Liveness
 from belay.journal.state import SessionState
-from belay.journal.status import ArtifactLocator, Liveness, Reason, session_status, with_transition_times
+from belay.views.briefing.build import briefing_sections
+from belay.views.status.build import ArtifactLocator, session_status, with_transition_times
+from belay.views.status.model import Reason
 
 # Conditions whose turning True deserves a Warning event rather than a Normal one.
 WARNING_CONDITIONS = {ConditionType.STALLED, ConditionType.RECOVERING}
@@ -78,6 +81,9 @@ def session_status_patch(
         projected = session_status(state, locate=locate, liveness=liveness)
     else:
         projected = session_status(state, liveness=liveness)
+    # The briefing's sections, for `kubectl belay brief`: the page `belay brief` prints, spelled
+    # for kubectl.
+    briefing = briefing_sections(state, locate=locate, liveness=liveness, style=in_cluster)
     current = list(projected.conditions)
     if problem is not None:
         flagged = ConditionType.STALLED if problem.stalls else ConditionType.RECONCILING
@@ -102,6 +108,7 @@ def session_status_patch(
             "conditions": conditions,
             "pending_approvals": approvals,
             "deliverables": deliverables,
+            "briefing": briefing,
         },
         observed_generation=generation,
         harness=harness,

@@ -4,7 +4,7 @@ An attempt takes the next lease on the session; every append it makes carries th
 newer attempt's lease refuses the writes of an older one that is still running (frozen, or cut off
 and not dead). While it runs it renews the lease every few seconds (`EventStore.renew_lease`, one
 record per session, never an event): that renewal is how every view tells a live attempt from a
-dead one (`belay.journal.status.phase_of`).
+dead one (`belay.journal.phase.phase_of`).
 
 The attempt folds the record incrementally and keeps nothing the record does not also hold: a
 harness killed at any point is replaced by a new attempt that reads the record and continues. It
@@ -40,9 +40,9 @@ from belay.journal.events import (
     ToolRequest,
     ToolRequestEvent,
 )
+from belay.journal.phase import HEARTBEAT_INTERVAL_S
 from belay.journal.snapshots import FOLD_VERSION, load_state, snapshot_due, write_snapshot
 from belay.journal.state import EMPTY, SessionState, apply
-from belay.journal.status import HEARTBEAT_INTERVAL_S
 from belay.stores.base import ArtifactStore, EventStore, RecordCorrupt, StaleLease, StoreError
 
 HARNESS_VERSION = f"belay-harness/{__version__}"

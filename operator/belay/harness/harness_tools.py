@@ -25,6 +25,8 @@ from belay.harness.recovery import inputs_checkpoint, verify
 from belay.harness.revision import RevisionError, dependency_manifests, make_revision
 from belay.journal import commands
 from belay.journal.events import (
+    CHILD_CONDITION_PREFIX,
+    CHILD_WAIT_PREFIX,
     Artifact,
     ArtifactRef,
     Checkpoint,
@@ -42,7 +44,6 @@ from belay.journal.events import (
     Wait,
     WaitKind,
 )
-from belay.journal.fleet import CHILD_CONDITION_PREFIX, CHILD_WAIT_PREFIX
 from belay.sandbox.client import SandboxError, SandboxUnavailable
 
 if TYPE_CHECKING:

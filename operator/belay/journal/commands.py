@@ -4,6 +4,7 @@ the views cannot drift apart."""
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 
 
 def approve(session_id: str, item_id: str) -> str:
@@ -62,3 +63,13 @@ def in_cluster(command: str, namespace: str | None = None) -> str:
         return command
     shown = CLUSTER_CLI + command.removeprefix(LOCAL_CLI)
     return f"{shown} -n {namespace}" if namespace else shown
+
+
+# How a view spells the commands it names: `local` for the embedded runtime, `in_cluster` for a
+# session an operator runs.
+CommandStyle = Callable[[str], str]
+
+
+def local(command: str) -> str:
+    """A command as the local `belay` takes it: unchanged."""
+    return command

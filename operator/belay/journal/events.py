@@ -405,6 +405,11 @@ class SessionLink(Payload):
     deliverables: dict[str, str] = Field(default_factory=dict)  # an ended child's: name -> sha256
 
 
+# A coordinator's wait on one of its child sessions: id `session-<child>`, condition `session:<child>`.
+CHILD_CONDITION_PREFIX = "session:"
+CHILD_WAIT_PREFIX = "session-"
+
+
 class Summary(Payload):
     """A compaction of earlier events; it never replaces them. Each summary folds in the one before
     it (`previous_seq`), so the newest covers every event from `covers_from_seq` (the first) to

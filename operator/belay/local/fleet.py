@@ -1,4 +1,4 @@
-"""The fleet of one home: every session's row (`belay.journal.fleet`), from its record, the
+"""The fleet of one home: every session's row (`belay.views.fleet`), from its record, the
 liveness of its attempt on this machine, and the labels of the manifest it was started with.
 
 A `LocalFleet` keeps each session's folded state between reads and folds only what was appended
@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 
 from belay.api.agentsession import ManifestError, load_manifest
 from belay.journal.events import now_utc
-from belay.journal.fleet import FleetRow, corrupt_row, fleet_row, selector_matches
 from belay.journal.state import EMPTY, SessionState, fold
-from belay.journal.status import session_status
 from belay.local.liveness import local_liveness
 from belay.local.runtime import LocalHome
 from belay.stores.base import RecordCorrupt
+from belay.views.fleet.build import corrupt_row, fleet_row
+from belay.views.fleet.model import FleetRow
+from belay.views.fleet.selectors import selector_matches
+from belay.views.status.build import session_status
 
 
 def manifest_labels(home: LocalHome, session_id: str) -> dict[str, str]:
@@ -61,7 +63,7 @@ class LocalFleet:
                 self.corrupt.pop(session_id, None)
                 state = self.states[session_id] = fold(fresh, known)
                 liveness = await local_liveness(store, session_id)
-                status = session_status(state, liveness=liveness).to_status()
+                status = session_status(state, liveness=liveness)
                 rows.append(fleet_row(session_id, status, now=liveness.now, labels=labels))
         finally:
             await store.close()

@@ -29,10 +29,10 @@ from pathlib import Path
 
 from belay.api.agentsession import SubagentSpec
 from belay.harness.recovery import SandboxHandle, SandboxProvider
-from belay.journal.briefing import SandboxItem
 from belay.journal.events import now_utc
-from belay.journal.status import Liveness
+from belay.journal.phase import Liveness
 from belay.stores.base import EventStore, Lease, StoreError
+from belay.views.briefing.model import SandboxItem
 
 LOCAL_HOLDER_PREFIX = "local:"
 SANDBOX_LOCK = "sandboxes.lock"

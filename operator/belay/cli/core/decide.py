@@ -1,0 +1,195 @@
+"""`approve`, `reject`, `answer`, `reconcile`: what the id a person typed names, or why it names
+nothing that waits on them.
+
+Both command lines read the same facts of a session (`OpenItems`): locally from the folded record,
+in a cluster from the AgentSession's status. What the id names decides what is recorded: an
+approval or a rejection of a pending operation (bound to its payload hash), a rejection of a
+published deliverable (bound to its bytes), a yes, a no or an answer to a wait, the verdict on an
+unknown outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from belay.cli.core.errors import CommandError
+from belay.journal import commands
+from belay.journal.commands import CommandStyle
+from belay.journal.events import WaitKind
+from belay.journal.state import SessionState
+from belay.views.status.model import SessionStatus
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    approval_id: str
+    operation_id: str
+    tool: str
+    payload_sha256: str
+
+
+@dataclass(frozen=True)
+class OpenWait:
+    wait_id: str
+    kind: WaitKind
+    condition: str | None = None
+    artifact: str | None = None
+
+
+@dataclass(frozen=True)
+class Published:
+    """A published deliverable: its name and the sha256 of its bytes."""
+
+    name: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class OpenItems:
+    """What a person can decide in one session now."""
+
+    session: str
+    approvals: Sequence[PendingApproval]
+    waits: Sequence[OpenWait]
+    deliverables: Sequence[Published]
+    unknown_outcomes: Sequence[str]
+    # Artifacts that are no deliverable now (rejected, or withdrawn by a scope change), where the
+    # record shows them.
+    withdrawn: Sequence[Published] = ()
+    style: CommandStyle = commands.local  # how the commands an error names are spelled
+
+    @classmethod
+    def of_state(cls, state: SessionState) -> OpenItems:
+        return cls(
+            session=state.session_id,
+            approvals=[
+                PendingApproval(a.approval_id, a.operation_id, a.tool, a.payload_sha256)
+                for a in state.pending_approval_records()
+            ],
+            waits=[OpenWait(w.wait_id, w.kind, w.condition, w.artifact) for w in state.open_wait_records()],
+            deliverables=[
+                Published(name, state.artifacts[name].ref.sha256)
+                for name in sorted(state.deliverables, key=lambda n: (state.deliverables[n], n))
+            ],
+            unknown_outcomes=sorted(state.unknown_outcomes),
+            withdrawn=[
+                Published(name, record.ref.sha256)
+                for name, record in state.artifacts.items()
+                if name not in state.deliverables
+            ],
+        )
+
+    @classmethod
+    def of_status(cls, name: str, status: SessionStatus) -> OpenItems:
+        return cls(
+            session=name,
+            approvals=[
+                PendingApproval(a.approval_id, a.operation_id, a.tool, a.payload_sha256)
+                for a in status.pending_approvals
+            ],
+            waits=[OpenWait(w.wait_id, w.kind, w.condition, w.artifact) for w in status.waits],
+            deliverables=[Published(d.name, d.sha256) for d in status.deliverables],
+            unknown_outcomes=list(status.unknown_outcomes),
+            style=commands.in_cluster,
+        )
+
+    def waiting(self) -> str:
+        """Every id that waits on a person, for an error message."""
+        ids = [a.approval_id for a in self.approvals] + [w.wait_id for w in self.waits]
+        return ", ".join(ids) or "nothing waits on you"
+
+
+@dataclass(frozen=True)
+class OnApproval:
+    """The id names a pending approval (by its approval id or its operation's id)."""
+
+    approval: PendingApproval
+
+
+@dataclass(frozen=True)
+class OnWait:
+    """The id names an open wait: approve is a yes, reject a no (with the reason as its text)."""
+
+    wait: OpenWait
+
+
+@dataclass(frozen=True)
+class OnDeliverable:
+    """The id names a published deliverable (or the wait for its review): rejecting it redoes the
+    step that made it, with the reason."""
+
+    deliverable: Published
+    reason: str
+
+
+def _approval(items: OpenItems, item_id: str) -> PendingApproval | None:
+    return next((a for a in items.approvals if item_id in (a.approval_id, a.operation_id)), None)
+
+
+def _wait(items: OpenItems, item_id: str) -> OpenWait | None:
+    return next((w for w in items.waits if w.wait_id == item_id), None)
+
+
+def to_approve(items: OpenItems, item_id: str) -> OnApproval | OnWait:
+    """What `approve ID` grants: a pending approval, or a yes to an open wait (an external wait:
+    its condition holds)."""
+    approval = _approval(items, item_id)
+    if approval is not None:
+        return OnApproval(approval)
+    wait = _wait(items, item_id)
+    if wait is not None:
+        return OnWait(wait)
+    raise CommandError(
+        f"no approval or wait {item_id!r} in session {items.session} (pending: {items.waiting()})"
+    )
+
+
+def to_reject(items: OpenItems, item_id: str, reason: str) -> OnApproval | OnWait | OnDeliverable:
+    """What `reject ID` turns down: a published deliverable (by name, or by the id of the wait for
+    its review; a reason is required, the step is redone with it), a pending approval, or an open
+    wait (a no)."""
+    named = next((d for d in items.deliverables if d.name == item_id), None)
+    review = _wait(items, item_id)
+    if named is None and review is not None and review.kind == WaitKind.READY_FOR_REVIEW:
+        named = next((d for d in items.deliverables if d.name == review.artifact), None)
+    if named is not None:
+        if not reason.strip():
+            raise CommandError(
+                f'say why with --reason "...": the step that made {named.name} is redone with it'
+            )
+        return OnDeliverable(named, reason.strip())
+    approval = _approval(items, item_id)
+    if approval is not None:
+        return OnApproval(approval)
+    if review is not None:
+        return OnWait(review)
+    withdrawn = next((d for d in items.withdrawn if d.name == item_id), None)
+    if withdrawn is not None:
+        raise CommandError(
+            f"{withdrawn.name} (sha256 {withdrawn.sha256}) is not a published deliverable now: it was "
+            f"rejected, or a scope change withdrew it; `{items.style(commands.brief(items.session))}` "
+            "shows where its step stands"
+        )
+    published = ", ".join(d.name for d in items.deliverables) or "none"
+    raise CommandError(
+        f"no approval, wait or deliverable {item_id!r} in session {items.session} "
+        f"(pending: {items.waiting()}; deliverables: {published})"
+    )
+
+
+def to_answer(items: OpenItems, wait_id: str) -> OpenWait:
+    """The open wait `answer WAIT TEXT` answers."""
+    wait = _wait(items, wait_id)
+    if wait is None:
+        open_waits = ", ".join(w.wait_id for w in items.waits) or "none"
+        raise CommandError(f"no wait {wait_id!r} in session {items.session} (open waits: {open_waits})")
+    return wait
+
+
+def to_reconcile(items: OpenItems, operation_id: str) -> str:
+    """The operation `reconcile OPERATION --succeeded|--failed` settles."""
+    if operation_id not in items.unknown_outcomes:
+        unknown = ", ".join(items.unknown_outcomes) or "none"
+        raise CommandError(f"operation {operation_id!r} has no unknown outcome (unknown outcomes: {unknown})")
+    return operation_id

@@ -1,0 +1,213 @@
+"""The `belay` command line's reading and writing of its home: where a session's record and
+artifacts are (the home's own stores, those the session's manifest names, or those `--events` /
+`--artifacts` name), the record folded and the liveness of its attempt, the briefing followed as the
+record moves on, and a person's decision appended under its claim."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from typing import Any
+
+from belay.cli import terminal
+from belay.cli.core import brief as brief_command
+from belay.cli.terminal import fail
+from belay.journal.decisions import DecisionError, decision_write
+from belay.journal.events import Approval, Event, EventDraft, OperationOutcome, Rejection, ScopeChange, Wait
+from belay.journal.phase import HEARTBEAT_INTERVAL_S, Liveness, Phase, phase_of
+from belay.journal.state import SessionState, apply
+from belay.local.liveness import local_liveness, reap_orphans
+from belay.local.runtime import LocalHome, load_session_state, read_state, unknown_session
+from belay.stores.base import ClaimTaken
+
+
+class Context:
+    home: LocalHome = LocalHome.resolve(None)
+
+
+def home_of(session_id: str) -> LocalHome:
+    """Where the session's record and artifacts are: the stores its manifest names, else those
+    `--events` / `--artifacts` name, else the home's own."""
+    return Context.home.for_session(session_id)
+
+
+def stop_orphans(home: LocalHome) -> None:
+    """Stop the sandbox servers of dead attempts before doing anything else, and say so."""
+    found = asyncio.run(
+        reap_orphans(
+            home.root / "sessions", lambda session_id: home.for_session(session_id).open_event_store()
+        )
+    )
+    for reaped in found:
+        terminal.echo(reaped.message(), err=True)
+
+
+def known_record(session_id: str) -> tuple[SessionState, list[Event]]:
+    """The whole record and its fold, for what shows every event (the report's timeline)."""
+    home = home_of(session_id)
+    state, events = asyncio.run(read_state(home, session_id))
+    if not events:
+        raise fail(unknown_session(session_id, home))
+    return state, events
+
+
+def known_state(session_id: str) -> SessionState:
+    home = home_of(session_id)
+    state = asyncio.run(load_session_state(home, session_id))
+    if not state.last_seq:
+        raise fail(unknown_session(session_id, home))
+    return state
+
+
+# How often `belay sessions --watch` and `belay objective --watch` look again.
+
+
+def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> str:
+    return brief_command.render(brief_command.of_home(home_of(state.session_id), state, liveness), style)
+
+
+def print_brief(session_id: str, style: str) -> None:
+    state = known_state(session_id)
+    sys.stdout.write(render_brief(state, style, read_liveness(session_id)) + "\n")
+
+
+def read_liveness(session_id: str) -> Liveness:
+    async def read() -> Liveness:
+        store = home_of(session_id).open_event_store()
+        try:
+            return await local_liveness(store, session_id)
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+# A follower prints once per burst of events, not once per event.
+
+
+FOLLOW_SETTLE_S = 0.3
+
+
+async def follow_brief(session_id: str, style: str) -> None:
+    """Print the briefing, then again whenever the record moves on or the phase changes without
+    an event (an attempt that stops proving it is alive), until the session ends. The state is
+    folded incrementally from the store's watch, which re-reads after any cut."""
+    home = home_of(session_id)
+    state = await load_session_state(home, session_id)
+    if not state.last_seq:
+        raise fail(unknown_session(session_id, home))
+    store = home.open_event_store()
+    liveness = await local_liveness(store, session_id)
+    sys.stdout.write(render_brief(state, style, liveness) + "\n")
+    sys.stdout.flush()
+    arrived: asyncio.Queue[Event | None] = asyncio.Queue()
+    first_new_seq = state.last_seq + 1
+
+    # A timeout on the watch itself would close it; the pump keeps it open and the loop waits on
+    # the queue instead. None in the queue means the watch ended (with an error to show).
+    async def pump() -> None:
+        try:
+            async for event in store.watch(session_id, from_seq=first_new_seq):
+                await arrived.put(event)
+        finally:
+            await arrived.put(None)
+
+    async def next_event(timeout: float | None = None) -> Event:
+        event = await asyncio.wait_for(arrived.get(), timeout)
+        if event is None:
+            pumping.result()  # raises what ended the watch
+            raise fail("the event store's watch ended")
+        return event
+
+    pumping = asyncio.create_task(pump())
+    shown = phase_of(state, liveness)
+    try:
+        while shown not in (Phase.SUCCEEDED, Phase.FAILED):
+            try:
+                state = apply(state, await next_event(HEARTBEAT_INTERVAL_S))
+            except TimeoutError:
+                liveness = await local_liveness(store, session_id)
+                if phase_of(state, liveness) == shown:
+                    continue
+            else:
+                with contextlib.suppress(TimeoutError):
+                    while True:
+                        state = apply(state, await next_event(FOLLOW_SETTLE_S))
+                liveness = await local_liveness(store, session_id)
+            separator = "" if style == "json-lines" else f"--- seq {state.last_seq} ---\n"
+            sys.stdout.write(separator + render_brief(state, style, liveness) + "\n")
+            sys.stdout.flush()
+            shown = phase_of(state, liveness)
+    finally:
+        pumping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pumping
+        await store.close()
+
+
+def append_decision(session_id: str, drafts: list[EventDraft], claim: str) -> None:
+    """Append a decision under its claim; when someone else's decision holds the claim, fail
+    with what they decided."""
+
+    async def write() -> str | None:
+        store = home_of(session_id).open_event_store()
+        try:
+            await store.append(session_id, drafts, claim=claim)
+        except ClaimTaken as taken:
+            [first] = await store.read(session_id, taken.seq, taken.seq)
+            return decided_first(first)
+        finally:
+            await store.close()
+        return None
+
+    earlier = asyncio.run(write())
+    if earlier is not None:
+        raise fail(f"{earlier}; yours was not recorded (see `belay brief {session_id}`)")
+
+
+def decided_first(event: Event) -> str:
+    """What the decision that got there first decided, by whom, at which seq."""
+    p: Any = event.payload
+    who = (
+        p.by if isinstance(p, Approval | OperationOutcome) and p.by else event.actor.name or event.actor.kind
+    )
+    match p:
+        case Approval():
+            decision = "granted" if p.granted else "rejected"
+            return f"approval {p.approval_id} was already {decision} by {who} (seq {event.seq})"
+        case OperationOutcome():
+            verdict = "took effect" if p.succeeded else "did not take effect"
+            return f"{p.operation_id} was already reconciled by {who}: it {verdict} (seq {event.seq})"
+        case Wait():
+            return f"{p.wait_id} was already answered by {who}: {p.reason} (seq {event.seq})"
+        case Rejection():
+            return f"{p.name} (sha256 {p.sha256}) was already rejected by {who}: {p.reason} (seq {event.seq})"
+        case ScopeChange():
+            return (
+                f"request v{p.request_version} was already recorded by {who}: {p.summary} (seq {event.seq})"
+            )
+    return f"this was already decided by {who} (seq {event.seq})"
+
+
+def decide(state: SessionState, item_id: str, granted: bool, reason: str, by: str) -> str:
+    """Record one decision on an approval or a wait under its claim, so that of two people deciding
+    at once, one decision is recorded and the other person is told who decided first."""
+    try:
+        write = decision_write(state, item_id, granted, reason, by)
+    except DecisionError as error:
+        raise fail(str(error)) from None
+    append_decision(state.session_id, list(write.drafts), write.claim)
+    return write.outcome
+
+
+def reopened_after(session_id: str, seq: int) -> str:
+    """What a decision just recorded reopened, and how the work goes on."""
+    state = known_state(session_id)
+    steps = [t.task_id for t in state.tasks.values() if t.reopened_seq is not None and t.reopened_seq > seq]
+    if not steps:
+        return ""
+    return (
+        f"; to redo: {', '.join(sorted(steps))}. A running harness takes it from here; "
+        f"otherwise continue with `belay resume {session_id}`"
+    )

@@ -1,0 +1,90 @@
+"""`belay run` and `belay resume`: one harness attempt in the foreground, with its progress, stopped
+cleanly on a signal."""
+
+from __future__ import annotations
+
+import asyncio
+
+from belay.api.agentsession import ManifestError
+from belay.cli import terminal
+from belay.cli.core.events import progress_line
+from belay.cli.home import home_of, print_brief
+from belay.cli.terminal import fail
+from belay.harness.attempt import HarnessResult
+from belay.harness.stopping import StopRequest
+from belay.journal.events import Event
+from belay.local.runtime import HomeError, load_installed, run_local
+from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, RecordCorrupt
+
+console = terminal.console()
+
+
+STOP_AGAIN = "Ctrl-C or SIGTERM"
+
+
+def print_progress(event: Event) -> None:
+    line = progress_line(event)
+    if line is not None:
+        console.print(line, highlight=False, markup=False)
+
+
+def run_session(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None:
+    home = home_of(session_id)
+    try:
+        session = load_installed(home, session_id)
+        stop = StopRequest(on_request=tell_stopping)
+    except (ManifestError, ValueError) as error:
+        raise fail(str(error)) from None
+
+    async def attempt() -> HarnessResult:
+        # SIGTERM, Ctrl-C (SIGINT) and SIGHUP stop the attempt cleanly (belay.harness.stopping); a
+        # second one stops it at once. (A SIGKILL leaves no way out: the next `belay` command stops
+        # its sandboxes.)
+        stop.install(asyncio.get_running_loop(), hard_deadline=True)
+        return await run_local(
+            home,
+            session,
+            on_event=None if quiet else print_progress,
+            with_ticket_service=with_ticket_service,
+            stop=stop,
+        )
+
+    try:
+        result = asyncio.run(attempt())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        raise fail(f"interrupted; continue with `belay resume {session_id}`", 130) from None
+    except (RecordCorrupt, ManifestError) as error:
+        raise fail(str(error)) from None
+    except (ArtifactCorrupted, ArtifactNotFound, HomeError):
+        raise  # a resume would fail the same way: UserErrorsAsOneLine says what to do instead
+    except Exception as error:
+        raise fail(
+            f"the harness stopped: {type(error).__name__}: {error}; "
+            f"the record is intact, continue with `belay resume {session_id}`"
+        ) from None
+    finally:
+        stop.disarm()
+    if result.stopped_by is not None:
+        terminal.echo(f"belay: attempt {result.attempt} stopped cleanly: {result.detail}", err=True)
+        raise fail(
+            f"stopped by {result.stopped_by.name}; continue with `belay resume {session_id}`",
+            128 + result.stopped_by,
+        )
+    if not quiet:
+        console.print()
+        print_brief(session_id, "text")
+    if not result.completed:
+        raise fail(f"session {session_id} did not complete: {result.detail}")
+
+
+def tell_stopping(stop: StopRequest, first: bool) -> None:
+    """What a person sees when a stop signal arrives (stderr, also with --quiet)."""
+    name = stop.received.name if stop.received is not None else "a signal"
+    if first:
+        message = (
+            f"belay: {name}: stopping; no new tool call is dispatched, calls in flight may finish "
+            f"for up to {stop.drain_s:g} s ({STOP_AGAIN} again to stop at once)"
+        )
+    else:
+        message = "belay: stopping at once: calls still in flight are cut off"
+    terminal.echo(message, err=True)

@@ -1,0 +1,218 @@
+"""The fleet view's builder: a row per session from its typed status, and an objective's view.
+
+A row comes from the session's status as `belay.views.status.build.session_status` projects it
+(locally, from the record and the attempt's liveness; in a cluster, the AgentSession's status,
+which the operator projects with the same function). Pure: the caller passes the status, the
+labels, its own `now`, and how commands are spelled where the session runs (`belay ...` locally,
+`kubectl belay ...` in a cluster), so the same rows come out of `belay sessions` and `kubectl belay
+sessions`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+from belay.journal import commands
+from belay.journal.commands import CommandStyle
+from belay.journal.events import CHILD_CONDITION_PREFIX, WaitKind
+from belay.journal.phase import Phase
+from belay.views.fleet.model import (
+    BUCKET_WORDS,
+    BUCKETS,
+    OBJECTIVE_LABEL,
+    PARENT_LABEL,
+    PART_LABEL,
+    STALLING_PROBLEMS,
+    Bucket,
+    FleetRow,
+    FleetSummary,
+    FleetView,
+    ObjectiveView,
+    ObjectiveWait,
+)
+from belay.views.status.model import NOT_PROJECTED, ConditionType, SessionStatus
+
+
+def _bucket(status: SessionStatus, stalled_by: str | None) -> Bucket:
+    phase = status.phase
+    if phase == Phase.SUCCEEDED:
+        return "succeeded"
+    if phase in (Phase.FAILED, Phase.RECOVERY_FAILED) or stalled_by in STALLING_PROBLEMS:
+        return "failed"
+    if phase == Phase.INTERRUPTED or (phase == Phase.RECOVERING and status.interruption):
+        return "interrupted"
+    if phase == Phase.WAITING_ON_USER:
+        return "waiting_on_you"
+    if phase == Phase.WAITING_ON_EXTERNAL:
+        return "on_external"
+    if phase == Phase.READY_FOR_REVIEW:
+        return "ready_for_review"
+    return "moving"
+
+
+def _problem(status: SessionStatus) -> tuple[str | None, str | None]:
+    """(reason, text) of what stops the session besides its phase: a failed recovery, or a Stalled
+    or Reconciling condition the operator set on its own (the record says nothing of it)."""
+    for condition in status.conditions:
+        if (
+            condition.type in (ConditionType.STALLED, ConditionType.RECONCILING)
+            and condition.status == "True"
+        ):
+            reason = str(condition.reason)
+            if reason in (*STALLING_PROBLEMS, "StoreUnavailable"):
+                return reason, f"{reason}: {condition.message}".rstrip(": ")
+    if status.phase == Phase.RECOVERY_FAILED and status.waiting_on:
+        return None, status.waiting_on
+    return None, None
+
+
+def _waits(status: SessionStatus) -> tuple[list[str], list[str], list[str]]:
+    """What the session waits on: the person (approvals, reconciliations, questions), external
+    conditions, and the person's review."""
+    user = [f"approval {a.approval_id}" for a in status.pending_approvals]
+    user += [f"reconcile {op}" for op in status.unknown_outcomes]
+    for wait in status.waits:
+        # A reconcile wait asks about an unknown outcome listed above.
+        if wait.kind == WaitKind.ON_USER and wait.condition not in status.unknown_outcomes:
+            user.append(f"answer {wait.wait_id}")
+    external = [w.condition or w.wait_id for w in status.waits if w.kind == WaitKind.ON_EXTERNAL]
+    review = [w.artifact or w.wait_id for w in status.waits if w.kind == WaitKind.READY_FOR_REVIEW]
+    return user, external, review
+
+
+def unblocking_command(session: str, status: SessionStatus, style: CommandStyle) -> str | None:
+    """The one command a person runs next for the session, or None when nothing a person runs
+    moves it on (it is moving, or the operator acts)."""
+    phase = status.phase
+    if phase == Phase.INTERRUPTED and status.interruption is not None and status.interruption.command:
+        return style(status.interruption.command)
+    if phase in (Phase.FAILED, Phase.RECOVERY_FAILED):
+        return style(commands.brief(session))
+    first = {kind: next((w for w in status.waits if w.kind == kind), None) for kind in WaitKind}
+    if phase == Phase.WAITING_ON_USER:
+        if status.pending_approvals:
+            return style(commands.approve(session, status.pending_approvals[0].approval_id))
+        if status.unknown_outcomes:
+            return style(commands.reconcile(session, status.unknown_outcomes[0]))
+        asked = first[WaitKind.ON_USER]
+        if asked is not None:
+            return style(commands.answer(session, asked.wait_id))
+    external = first[WaitKind.ON_EXTERNAL]
+    if phase == Phase.WAITING_ON_EXTERNAL and external is not None:
+        condition = external.condition or ""
+        if condition.startswith(CHILD_CONDITION_PREFIX):
+            # Its own session ends the wait; what moves that session on is in its row.
+            return style(commands.brief(condition.removeprefix(CHILD_CONDITION_PREFIX)))
+        # A yes to the wait says the condition holds.
+        return style(commands.approve(session, external.wait_id))
+    review = first[WaitKind.READY_FOR_REVIEW]
+    if phase == Phase.READY_FOR_REVIEW and review is not None and review.artifact:
+        return style(commands.download(session, review.artifact))
+    return None
+
+
+def fleet_row(
+    session: str,
+    status: SessionStatus | None,
+    *,
+    now: datetime,
+    labels: Mapping[str, str] | None = None,
+    namespace: str | None = None,
+    style: CommandStyle = commands.local,
+) -> FleetRow:
+    """The row of one session from its status (None: not projected yet)."""
+    status = status or NOT_PROJECTED
+    labels = labels or {}
+    stalled_by, problem = _problem(status)
+    user, external, review = _waits(status)
+    parent = status.parent
+    last_at = status.last_event_at
+    return FleetRow(
+        session=session,
+        namespace=namespace,
+        objective=labels.get(OBJECTIVE_LABEL) or (parent.objective if parent else "") or None,
+        part=labels.get(PART_LABEL) or (parent.part if parent else "") or None,
+        parent=labels.get(PARENT_LABEL) or (parent.session if parent else "") or None,
+        phase=status.phase.value,
+        bucket=_bucket(status, stalled_by),
+        step=status.current_step,
+        waits_on_user=user,
+        waits_on_external=external,
+        ready_for_review=review,
+        command=unblocking_command(session, status, style),
+        deliverables=[d.name for d in status.deliverables],
+        children=[c.session for c in status.children],
+        events=status.last_seq,
+        last_event_at=last_at,
+        last_event_age_s=max(0, int((now - last_at).total_seconds())) if last_at is not None else None,
+        problem=problem,
+    )
+
+
+def corrupt_row(session: str, seq: int, labels: Mapping[str, str] | None = None) -> FleetRow:
+    """A session whose record fails its integrity check: listed, never folded."""
+    labels = labels or {}
+    return FleetRow(
+        session=session,
+        objective=labels.get(OBJECTIVE_LABEL),
+        part=labels.get(PART_LABEL),
+        parent=labels.get(PARENT_LABEL),
+        phase="RecordCorrupt",
+        bucket="failed",
+        events=seq,
+        problem=f"its record fails its integrity check at seq {seq}",
+    )
+
+
+def summarize(rows: Sequence[FleetRow]) -> FleetSummary:
+    counts = {bucket: sum(1 for r in rows if r.bucket == bucket) for bucket in BUCKETS}
+    parts = ", ".join(f"{counts[b]} {BUCKET_WORDS[b]}" for b in BUCKETS)
+    line = f"{len(rows)} session{'s' if len(rows) != 1 else ''}: {parts}"
+    return FleetSummary(sessions=len(rows), line=line, **counts)
+
+
+def fleet_view(rows: Iterable[FleetRow]) -> FleetView:
+    ordered = sorted(rows, key=lambda r: (r.namespace or "", r.session))
+    return FleetView(sessions=ordered, summary=summarize(ordered))
+
+
+def objective_view(objective: str, rows: Iterable[FleetRow]) -> ObjectiveView:
+    """The sessions that serve one objective, and what the whole waits on: every wait a person or
+    the world must end, without the coordinator's waits on its own child sessions (each child's
+    row says what it waits on) and without the review of a child's deliverables (they come back
+    to the coordinator)."""
+    mine = [r for r in fleet_view(rows).sessions if r.objective == objective]
+    names = {r.session for r in mine}
+    waits: list[ObjectiveWait] = []
+    for row in mine:
+        if row.bucket == "interrupted":
+            waits.append(
+                ObjectiveWait(session=row.session, kind="interrupted", what=row.phase, command=row.command)
+            )
+        if row.bucket == "failed":
+            waits.append(
+                ObjectiveWait(
+                    session=row.session, kind="failed", what=row.problem or row.phase, command=row.command
+                )
+            )
+        for item in row.waits_on_user:
+            waits.append(ObjectiveWait(session=row.session, kind="user", what=item, command=row.command))
+        for condition in row.waits_on_external:
+            child = condition.removeprefix(CHILD_CONDITION_PREFIX)
+            if condition.startswith(CHILD_CONDITION_PREFIX) and child in names:
+                continue
+            waits.append(
+                ObjectiveWait(session=row.session, kind="external", what=condition, command=row.command)
+            )
+        if row.parent in names:
+            continue  # a child's deliverables come back to its coordinator, where they are reviewed
+        for name in row.ready_for_review:
+            waits.append(ObjectiveWait(session=row.session, kind="review", what=name, command=row.command))
+    return ObjectiveView(
+        objective=objective,
+        sessions=mine,
+        summary=summarize(mine),
+        waits_on=waits,
+        done=bool(mine) and all(r.bucket == "succeeded" for r in mine),
+    )
