@@ -194,7 +194,10 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
         brief = kubectl_belay(config_file, "brief", SESSION)
         assert brief.returncode == 0, brief.stderr
         assert "kubectl belay approve decide-all approve-worker.publish.1" in brief.stdout
-        assert "(checkpoints not shown: you may not list Checkpoints in this namespace)" in brief.stdout
+        # The page `belay brief` prints, from the status alone: Checkpoints are not this user's to list.
+        assert "decision question-1: " in brief.stdout
+        assert "reconciliation worker.deploy.3: " in brief.stdout
+        assert "run: kubectl belay reconcile decide-all worker.deploy.3 --succeeded|--failed" in brief.stdout
 
         drawn = kubectl_belay(config_file, "report", SESSION, "-o", str(tmp_path / "report.html"))
         assert drawn.returncode == 0, drawn.stderr
@@ -233,10 +236,16 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
             done = kubectl_belay(config_file, *action)
             assert done.returncode == 0, (action, done.stderr)
         for wrong, message in (
-            (("approve", SESSION, "no-such-id"), "error: no pending approval 'no-such-id'"),
+            (
+                ("approve", SESSION, "no-such-id"),
+                "error: no approval or wait 'no-such-id' in session decide-all",
+            ),
             (("reconcile", SESSION, "worker.deploy.3"), "error: say whether it took effect"),
-            (("answer", SESSION, "no-such-wait", "x"), "error: nothing 'no-such-wait' waits in decide-all"),
-            (("artifacts", "get", SESSION, "absent.md"), "error: decide-all has no deliverable 'absent.md'"),
+            (("answer", SESSION, "no-such-wait", "x"), "error: no wait 'no-such-wait' in session decide-all"),
+            (
+                ("artifacts", "get", SESSION, "absent.md"),
+                "error: session decide-all has no artifact 'absent.md'",
+            ),
         ):
             refused = kubectl_belay(config_file, *wrong)
             assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1, refused.stderr

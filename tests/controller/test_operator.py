@@ -570,7 +570,7 @@ async def test_approvals_from_gitops_and_kubectl_belay_are_bound_to_the_payload_
         assert pending["approvalId"] in (tmp_path / f"{name}-report.html").read_text()
 
         refused = kubectl_belay(config_file, "approve", name, "no-such-approval")
-        assert refused.returncode == 1 and "no pending approval" in refused.stderr
+        assert refused.returncode == 1 and "no approval or wait 'no-such-approval'" in refused.stderr
         approved = kubectl_belay(config_file, "approve", name, pending["approvalId"])
         assert approved.returncode == 0, approved.stderr
         assert pending["payloadSha256"] in approved.stdout
