@@ -24,12 +24,12 @@ import pytest
 import yaml
 
 from belay.api.agentsession import AgentSession, parse_manifest
-from belay.executors.base import ExecutorContext
 from belay.executors.self_hosted import (
     CONTEXT_BUDGET_TOKENS,
     SUMMARY_INSTRUCTIONS,
     SelfHostedExecutor,
 )
+from belay.harness.executor import ExecutorContext
 from belay.harness.models.base import ModelRequest, ModelTurn
 from belay.harness.models.openai import OpenAIResponsesAdapter
 from belay.journal.compaction import (

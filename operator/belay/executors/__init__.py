@@ -1,4 +1,5 @@
-"""Executors: whoever decides the next action, each behind `belay.executors.base.Executor`.
+"""Executors: whoever decides the next action, each an implementation of the harness's
+`belay.harness.executor.Executor`.
 
 One module per executor; no provider type appears outside its module. `self_hosted` is Belay's own
 model loop; `openai_agents` and `anthropic_managed` are providers' managed agent sessions, over
@@ -11,8 +12,8 @@ import asyncio
 import os
 
 from belay.api.agentsession import AgentSession
-from belay.executors.base import ExecutorContext, ExecutorFactory, ExecutorUnavailable
 from belay.executors.managed import Endpoint
+from belay.harness.executor import ExecutorContext, ExecutorFactory, ExecutorUnavailable
 
 
 def executor_factory_for(session: AgentSession, endpoint: Endpoint | None = None) -> ExecutorFactory:

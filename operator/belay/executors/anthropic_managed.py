@@ -29,7 +29,6 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from belay.executors.base import ExecutorContext
 from belay.executors.managed import (
     Delivery,
     Endpoint,
@@ -44,6 +43,7 @@ from belay.executors.managed import (
     TaskBrief,
     classify,
 )
+from belay.harness.executor import ExecutorContext
 
 KIND = "anthropic-managed"
 FILES_BETA = "files-api-2025-04-14"

@@ -45,7 +45,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from belay.executors.base import (
+from belay.harness.executor import (
     Decision,
     ExecutorContext,
     ExecutorFailed,

@@ -29,7 +29,6 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from belay.executors.base import ExecutorContext
 from belay.executors.managed import (
     Delivery,
     Endpoint,
@@ -43,6 +42,7 @@ from belay.executors.managed import (
     Snapshot,
     TaskBrief,
 )
+from belay.harness.executor import ExecutorContext
 
 KIND = "openai-agents"
 # The events that may change what the executor does next; the rest (deltas, items) do not.

@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from belay.api.agentsession import AgentSession
-from belay.executors.base import Decision, ExecutorContext, RemoteResource, ToolOutcome
 from belay.harness.context import build_model_request
+from belay.harness.executor import Decision, ExecutorContext, RemoteResource, ToolOutcome
 from belay.harness.models.base import ModelAdapter, ModelMessage, ModelRequest
 from belay.journal.compaction import (
     DETERMINISTIC,

@@ -8,7 +8,8 @@ It puts the rooms together, each a module of its own:
 - `belay.harness.runtime` (with `harness_tools`): the tool runtime, which runs what was decided
   under effect classes, approvals, deliverables, waits and checkpoints;
 - `belay.harness.stopping`: a graceful stop when the attempt is told to (SIGTERM, Ctrl-C);
-- `belay.executors`: whoever decides each subagent's next action.
+- `belay.harness.executor`: the protocol of whoever decides each subagent's next action (its
+  implementations are in `belay.executors`).
 
 Each subagent's loop asks its executor for the next calls, records them (with any approval they
 need) before anything runs, has the runtime run each one to a recorded result, and hands the
@@ -24,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from belay.api.agentsession import AgentSession, SubagentSpec
-from belay.executors.base import (
+from belay.harness.attempt import Attempt, BudgetExhausted, HarnessResult, RecoveryFailed
+from belay.harness.executor import (
     Executor,
     ExecutorContext,
     ExecutorFactory,
@@ -32,7 +34,6 @@ from belay.executors.base import (
     ExecutorUnavailable,
     ToolOutcome,
 )
-from belay.harness.attempt import Attempt, BudgetExhausted, HarnessResult, RecoveryFailed
 from belay.harness.harness_tools import DONE_STATUSES
 from belay.harness.recovery import Recovery, SandboxProvider
 from belay.harness.runtime import TicketClient, ToolRuntime

@@ -1,5 +1,6 @@
 """The executor protocol: whoever decides a subagent's next action.
 
+The harness defines what it drives (`belay.harness.loop`), and `belay.executors` implements it.
 The harness keeps everything else (the attempt and its lease, recovery, the tool runtime with
 effect classes, approvals, deliverables and waits); an executor only decides. It may be Belay's own
 model loop (`self-hosted`: a scripted plan, OpenAI Responses, Anthropic Messages) or a provider's
