@@ -58,8 +58,9 @@ from belay.harness.declared import declared_paths
 from belay.harness.loop import Harness
 from belay.harness.recovery import inputs_checkpoint_id
 from belay.harness.revision import make_revision
-from belay.harness.tools import TOOLS
+from belay.harness.tools import tool_schema
 from belay.journal.state import fold
+from belay.journal.tools import TOOLS
 from belay.local.drill import StandinProcess, provider_problems
 from belay.local.runtime import LocalHome, record_request
 from belay.sandbox.local import LocalSandbox
@@ -222,7 +223,7 @@ async def through_helper(directory: Path, name: str, endpoint: Endpoint) -> floa
             "type": "function",
             "name": s.name,
             "description": s.description,
-            "parameters": s.schema().parameters,
+            "parameters": tool_schema(s).parameters,
         }
         for s in TOOLS.values()
     ]

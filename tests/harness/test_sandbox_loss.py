@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from belay.harness.attempt import fault_key
-from belay.harness.tools import tool_spec
 from belay.journal.events import Event, LifecycleEvent, LifecycleKind, ToolRequestEvent
+from belay.journal.tools import tool_spec
 from belay.local.drill import deliverables, read_events, steps_run_twice
 from belay.local.runtime import LocalHome, install_session, run_local
 from belay.sandbox.local import ServerRecord, kill_instance

@@ -39,7 +39,7 @@ from pydantic.json_schema import JsonDict
 from pydantic_core import PydanticCustomError
 
 from belay.api.status import AgentSessionStatus
-from belay.harness.tools import TOOLS
+from belay.journal.tools import TOOLS
 
 API_VERSION = "belay.dev/v1alpha1"
 KIND = "AgentSession"

@@ -44,6 +44,7 @@ from belay.executors.managed import (
     classify,
 )
 from belay.harness.executor import ExecutorContext
+from belay.harness.tools import tool_schema
 
 KIND = "anthropic-managed"
 FILES_BETA = "files-api-2025-04-14"
@@ -113,7 +114,7 @@ class AnthropicManagedProvider(ManagedProvider):
                     "type": "custom",
                     "name": spec.name,
                     "description": spec.description,
-                    "input_schema": spec.schema().parameters,
+                    "input_schema": tool_schema(spec).parameters,
                 }
                 for spec in brief.tools
             ]

@@ -54,7 +54,6 @@ from belay.harness.executor import (
     ToolOutcome,
 )
 from belay.harness.models.base import ToolCall
-from belay.harness.tools import TOOLS, ToolSpec
 from belay.journal import commands
 from belay.journal.events import (
     Artifact,
@@ -68,6 +67,7 @@ from belay.journal.events import (
     WaitKind,
 )
 from belay.journal.state import RemoteCallRecord, SessionState
+from belay.journal.tools import TOOLS, ToolSpec
 
 METADATA_SESSION = "belay_session"
 METADATA_SUBAGENT = "belay_subagent"

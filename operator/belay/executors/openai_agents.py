@@ -43,6 +43,7 @@ from belay.executors.managed import (
     TaskBrief,
 )
 from belay.harness.executor import ExecutorContext
+from belay.harness.tools import tool_schema
 
 KIND = "openai-agents"
 # The events that may change what the executor does next; the rest (deltas, items) do not.
@@ -103,7 +104,7 @@ class OpenAIAgentsProvider(ManagedProvider):
                 "type": "function",
                 "name": spec.name,
                 "description": spec.description,
-                "parameters": spec.schema().parameters,
+                "parameters": tool_schema(spec).parameters,
             }
             for spec in brief.tools
         ]

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from belay.api.agentsession import SubagentSpec
 from belay.harness.attempt import Attempt, RecoveryFailed
 from belay.harness.revision import RESTORE_PATCH_PATH, RevisionError, dependency_manifests, make_revision
-from belay.harness.tools import tool_spec
 from belay.journal.events import (
     Checkpoint,
     DeclaredArtifact,
@@ -43,6 +42,7 @@ from belay.journal.events import (
 )
 from belay.journal.recovery import RecoveryActionKind, recovery_plan
 from belay.journal.state import SessionState
+from belay.journal.tools import tool_spec
 from belay.sandbox.client import SandboxError, SandboxReplaced, SandboxUnavailable
 from belay.stores.base import ArtifactStore
 

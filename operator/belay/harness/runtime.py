@@ -39,7 +39,6 @@ from belay.harness.models.base import ToolCall
 from belay.harness.recovery import Recovery
 from belay.harness.redaction import Redactor, scanned
 from belay.harness.stopping import InFlight
-from belay.harness.tools import ToolSpec, tool_spec
 from belay.journal import commands
 from belay.journal.approvals import ApprovalState, approval_state
 from belay.journal.events import (
@@ -64,6 +63,7 @@ from belay.journal.events import (
     now_utc,
 )
 from belay.journal.state import GOAL_PART, OperationRecord, SessionState, operation_payload_sha256
+from belay.journal.tools import ToolSpec, tool_spec
 from belay.sandbox.client import SandboxError, SandboxUnavailable
 from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, ClaimTaken
 

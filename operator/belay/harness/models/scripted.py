@@ -25,8 +25,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from belay.harness.models.base import ModelRequest, ModelTurn, ToolCall
-from belay.harness.tools import TOOLS
 from belay.journal.state import EMPTY, SessionState, TaskRecord
+from belay.journal.tools import TOOLS
 from belay.sandbox.protocol import MAX_COMMAND_BYTES, command_size
 
 SCRIPTED_MODEL_ID = "scripted/v1"
