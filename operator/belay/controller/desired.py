@@ -25,12 +25,12 @@ from belay.controller import names
 from belay.controller.settings import EgressTarget, OperatorSettings
 from belay.harness.attempt import FAULT_ENV
 from belay.harness.stopping import DRAIN_ENV, STOP_MARGIN_S
+from belay.sandbox.egress import METADATA_ADDRESSES
 
 # Ranges a sandbox with `internet` egress still may not reach: the cluster's private networks and
 # the cloud metadata address (which hands out node credentials).
 BLOCKED_IPV4 = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.169.254/32"]
 BLOCKED_IPV6 = ["fc00::/7", "fe80::/10", "fd00:ec2::254/128"]
-METADATA_ADDRESSES = [ipaddress.ip_network("169.254.169.254/32"), ipaddress.ip_network("fd00:ec2::254/128")]
 
 # A sandbox pod's own token; the harness has every sandbox's, one file per subagent.
 TOKEN_MOUNT = "/var/run/belay/sandbox-token"

@@ -26,10 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from belay.controller.desired import METADATA_ADDRESSES
-
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# The cloud metadata address hands out node credentials: no sandbox reaches it, whatever its
+# allowlist (here, and in the NetworkPolicy the operator writes for a sandbox pod).
+METADATA_ADDRESSES = [ipaddress.ip_network("169.254.169.254/32"), ipaddress.ip_network("fd00:ec2::254/128")]
 
 MAX_REQUEST_HEAD = 64 * 1024
 CONNECT_TIMEOUT_S = 30.0
