@@ -11,13 +11,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from belay.local.tickets import (
-    MAX_REQUEST_BYTES,
-    MAX_TITLE_CHARS,
-    TicketService,
-    create_ticket,
-    load_tickets,
-)
+from belay.harness.tickets import MAX_TITLE_CHARS, create_ticket
+from belay.local.tickets import MAX_REQUEST_BYTES, TicketService, load_tickets
 
 
 async def chunked_body() -> AsyncIterator[bytes]:

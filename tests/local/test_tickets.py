@@ -8,12 +8,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from belay.harness.tickets import TicketServiceError, create_ticket, find_tickets
 from belay.local.tickets import (
     TicketService,
-    TicketServiceError,
     TicketServiceReady,
-    create_ticket,
-    find_tickets,
     load_tickets,
 )
 

@@ -27,9 +27,10 @@ from belay.controller import desired, names
 from belay.executors import executor_factory_for
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult
+from belay.harness.declared import read_inputs
 from belay.harness.loop import Harness
 from belay.harness.stopping import StopRequest, drain_from_environment
-from belay.local.runtime import LocalTickets, read_inputs
+from belay.harness.tickets import TicketServiceClient
 from belay.sandbox.client import SandboxClient, SandboxUnavailable
 from belay.stores.factory import open_artifact_store, open_event_store
 
@@ -134,7 +135,7 @@ async def run_attempt(environment: Mapping[str, str], stop: StopRequest | None =
             artifacts=artifacts,
             sandboxes=PodSandboxProvider(endpoints, tokens),
             executors=executor_factory_for(session),
-            tickets=LocalTickets(tickets_url) if tickets_url else None,
+            tickets=TicketServiceClient(tickets_url) if tickets_url else None,
             inputs=read_inputs(session),
             holder=names.harness_holder(pod_name),
             model_id=initial_model_id(session),

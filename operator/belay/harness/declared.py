@@ -11,6 +11,8 @@ from collections.abc import Iterable, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from belay.api.agentsession import AgentSession
+
 NEVER_DECLARED_PARTS = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".belay")
 
 
@@ -36,3 +38,15 @@ def input_files(source: Path, target: str) -> list[tuple[str, Path]]:
         if path.is_file() and not is_cache(relative):
             pairs.append((f"{target.strip('/')}/{relative}", path))
     return pairs
+
+
+def read_inputs(session: AgentSession) -> dict[str, list[tuple[str, bytes]]]:
+    """Each subagent's declared input files: (workspace path, bytes), read from their sources."""
+    return {
+        sub.name: [
+            (name, path.read_bytes())
+            for item in sub.inputs
+            for name, path in input_files(Path(item.source), item.target)
+        ]
+        for sub in session.spec.subagents
+    }

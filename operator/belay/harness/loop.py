@@ -36,8 +36,9 @@ from belay.harness.executor import (
 )
 from belay.harness.harness_tools import DONE_STATUSES
 from belay.harness.recovery import Recovery, SandboxProvider
-from belay.harness.runtime import TicketClient, ToolRuntime
+from belay.harness.runtime import ToolRuntime
 from belay.harness.stopping import InFlight, StopRequest, stop_payloads, until_stopped
+from belay.harness.tickets import TicketClient
 from belay.journal.events import (
     Event,
     Lifecycle,

@@ -31,7 +31,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from belay.api.agentsession import ApprovalGrant, SubagentSpec
 from belay.harness.attempt import Attempt
@@ -39,6 +39,7 @@ from belay.harness.models.base import ToolCall
 from belay.harness.recovery import Recovery
 from belay.harness.redaction import Redactor, scanned
 from belay.harness.stopping import InFlight
+from belay.harness.tickets import TicketClient
 from belay.journal import commands
 from belay.journal.approvals import ApprovalState, approval_state
 from belay.journal.events import (
@@ -73,12 +74,6 @@ LARGE_ARGUMENT_BYTES = 16 * 1024
 # first, so the frozen-harness test can show that its check finds the duplicate without the fence.
 FENCE_ENV = "BELAY_EFFECT_FENCE"
 FENCED_EFFECTS = (EffectClass.KEYED, EffectClass.UNSAFE)
-
-
-class TicketClient(Protocol):
-    async def create(self, title: str, body: str, client_ref: str) -> dict[str, Any]: ...
-
-    async def find(self, client_ref: str) -> list[dict[str, Any]]: ...
 
 
 @dataclass

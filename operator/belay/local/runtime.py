@@ -40,9 +40,10 @@ from belay.api.agentsession import (
 from belay.executors import Endpoint, executor_factory_for
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult, fault_key
-from belay.harness.declared import input_files
+from belay.harness.declared import read_inputs
 from belay.harness.loop import Harness
 from belay.harness.stopping import StopRequest
+from belay.harness.tickets import TicketServiceClient
 from belay.journal.events import Actor, Event, EventDraft, UserInput
 from belay.journal.state import SessionState
 from belay.local.liveness import GuardedSandboxProvider, this_holder
@@ -214,24 +215,6 @@ class LocalSandboxProvider:
         )
 
 
-class LocalTickets:
-    """The harness's view of the local ticket service (create is unsafe; find is the probe)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    async def create(self, title: str, body: str, client_ref: str) -> dict[str, Any]:
-        from belay.local.tickets import create_ticket
-
-        ticket = await create_ticket(self.url, title, body, client_ref=client_ref)
-        return ticket.model_dump(mode="json")
-
-    async def find(self, client_ref: str) -> list[dict[str, Any]]:
-        from belay.local.tickets import find_tickets
-
-        return [t.model_dump(mode="json") for t in await find_tickets(self.url, client_ref)]
-
-
 @dataclass(frozen=True)
 class Installation:
     """A manifest checked for the embedded runtime, in the form it is stored, not yet written."""
@@ -383,17 +366,6 @@ def load_installed(home: LocalHome, session_id: str) -> AgentSession:
     return session
 
 
-def read_inputs(session: AgentSession) -> dict[str, list[tuple[str, bytes]]]:
-    return {
-        sub.name: [
-            (name, path.read_bytes())
-            for item in sub.inputs
-            for name, path in input_files(Path(item.source), item.target)
-        ]
-        for sub in session.spec.subagents
-    }
-
-
 LOCAL_USER = Actor(kind="user", name="belay run")
 
 
@@ -440,7 +412,7 @@ async def run_local(
                 from belay.local.tickets import TicketService
 
                 service = await TicketService(home.tickets_file(session.session_id)).start()
-                tickets = LocalTickets(service.url)
+                tickets = TicketServiceClient(service.url)
             await record_request(store, session)
             harness = Harness(
                 session=session,

@@ -25,45 +25,18 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-import aiohttp
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-# What one request may carry, and one ticket: a tracker keeps tickets, not files.
+from belay.harness.tickets import Ticket, TicketDraft
+
+# What one request may carry; what one ticket may carry is the wire format's (belay.harness.tickets).
 MAX_REQUEST_BYTES = 256 * 1024
-MAX_TITLE_CHARS = 512
-MAX_BODY_CHARS = 64 * 1024
-
-
-class TicketDraft(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    title: str = Field(min_length=1, max_length=MAX_TITLE_CHARS)
-    body: str = Field(default="", max_length=MAX_BODY_CHARS)
-    client_ref: str | None = Field(default=None, max_length=512)
-
-
-class Ticket(TicketDraft):
-    id: str
-    created_at: datetime
 
 
 class TicketFile(BaseModel):
     next_number: int = 1
     tickets: list[Ticket] = Field(default_factory=list)
-
-
-class TicketServiceError(Exception):
-    """The ticket service refused a request or could not be reached."""
-
-
-class TicketRefused(TicketServiceError, ValueError):
-    """The service answered that the ticket is not acceptable (a 4xx): nothing was created, so the
-    call can fail with this reason instead of leaving an unknown outcome. A ValueError, which the
-    harness records as a failed tool result."""
-
-
-_TICKETS = TypeAdapter(list[Ticket])
 
 
 @contextlib.contextmanager
@@ -181,41 +154,6 @@ class TicketService:
             if ticket.id == wanted:
                 return web.json_response(ticket.model_dump(mode="json"))
         return web.json_response({"error": f"no ticket {wanted}"}, status=404)
-
-
-# ---------------------------------------------------------------------------------------- client
-
-
-async def _request(method: str, url: str, **kwargs: object) -> tuple[int, bytes]:
-    try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session,
-            session.request(method, url, **kwargs) as response,  # type: ignore[arg-type]
-        ):
-            return response.status, await response.read()
-    except (aiohttp.ClientError, TimeoutError, OSError) as error:
-        raise TicketServiceError(f"ticket service at {url} unreachable: {error!r}") from error
-
-
-async def create_ticket(url: str, title: str, body: str = "", client_ref: str | None = None) -> Ticket:
-    """Create a ticket. Not idempotent: calling it twice creates two tickets."""
-    draft = TicketDraft(title=title, body=body, client_ref=client_ref)
-    status, content = await _request("POST", f"{url.rstrip('/')}/tickets", json=draft.model_dump())
-    if 400 <= status < 500:
-        raise TicketRefused(f"ticket service refused the ticket ({status}): {content.decode()[:500]}")
-    if status != 201:
-        raise TicketServiceError(f"ticket service failed ({status}): {content.decode()[:500]}")
-    return Ticket.model_validate_json(content)
-
-
-async def find_tickets(url: str, client_ref: str) -> list[Ticket]:
-    """The reconcile probe: every ticket created with this client reference."""
-    status, content = await _request("GET", f"{url.rstrip('/')}/tickets", params={"client_ref": client_ref})
-    if status != 200:
-        raise TicketServiceError(
-            f"ticket service could not list tickets ({status}): {content.decode()[:500]}"
-        )
-    return _TICKETS.validate_json(content)
 
 
 # ------------------------------------------------------------------------------------------ main
