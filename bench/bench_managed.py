@@ -54,9 +54,9 @@ from belay.executors import executor_factory_for
 from belay.executors.endpoints import STANDIN_KEY
 from belay.executors.managed import Endpoint, endpoint_label, result_text
 from belay.executors.self_hosted import initial_model_id
+from belay.harness.checkpoints import inputs_checkpoint_id
 from belay.harness.declared import declared_paths
 from belay.harness.loop import Harness
-from belay.harness.recovery import inputs_checkpoint_id
 from belay.harness.revision import make_revision
 from belay.harness.tools import tool_schema
 from belay.journal.state import fold

@@ -4,12 +4,8 @@ their checkpoints, waits, tickets and explicit approvals.
 Each turns one recorded request into the payloads recorded as its result (the runtime adds what
 each was derived from). They read the sandbox only through the attempt's handle (a lost sandbox
 raises `SandboxUnavailable`, which the runtime answers with a restored replacement) and write bytes
-only to the artifact store.
-
-A step's checkpoint is what the design asks of one: the repository revision of the declared files
-(a git commit made in the sandbox), the patch since the inputs (an artifact), the runtime image,
-environment and dependency metadata, the completed steps, the next step, the declared files and
-the verification with its status.
+only to the artifact store. What they are given is `HarnessToolContext`, which the tool runtime
+(`belay.harness.runtime`) is; finishing a step records its checkpoint (`belay.harness.checkpoints`).
 """
 
 from __future__ import annotations
@@ -17,20 +13,26 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from belay.api.agentsession import SESSION_NAME_PATTERN, SubagentSpec, check_deliverable_name
-from belay.harness.declared import declared_paths
-from belay.harness.recovery import inputs_checkpoint, verify
-from belay.harness.revision import RevisionError, dependency_manifests, make_revision
+from belay.harness.attempt import Attempt
+from belay.harness.checkpoints import (
+    checkpoint_of,
+    inputs_checkpoint,
+    step_checkpoint_id,
+    store_declared_files,
+    verify,
+)
+from belay.harness.recovery import Recovery
+from belay.harness.revision import RevisionError, make_revision
+from belay.harness.tickets import TicketClient
 from belay.journal import commands
 from belay.journal.events import (
     CHILD_CONDITION_PREFIX,
     CHILD_WAIT_PREFIX,
     Artifact,
     ArtifactRef,
-    Checkpoint,
-    DeclaredArtifact,
     Note,
     NoteKind,
     Payload,
@@ -44,19 +46,42 @@ from belay.journal.events import (
     Wait,
     WaitKind,
 )
-from belay.sandbox.client import SandboxError, SandboxUnavailable
-
-if TYPE_CHECKING:
-    from belay.harness.runtime import ToolRuntime
+from belay.journal.state import SessionState
+from belay.sandbox.client import SandboxClient, SandboxError, SandboxUnavailable
+from belay.stores.base import ArtifactStore
 
 DONE_STATUSES = (TaskStatus.DONE, TaskStatus.VERIFIED)
 # A checkpoint's next step after the last step of a plan.
 END_OF_PLAN = "(end of plan)"
 
-HarnessTool = Callable[["ToolRuntime", SubagentSpec, ToolRequest], Awaitable[list[Payload]]]
+
+class HarnessToolContext(Protocol):
+    """What a harness tool is given: the attempt, the stores, the subagent's sandbox (through
+    `recovery`), the ticket service, and how to speak to a person."""
+
+    attempt: Attempt
+    artifacts: ArtifactStore
+    recovery: Recovery
+    tickets: TicketClient | None
+    poll_interval_s: float
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def in_cluster(self) -> bool: ...
+
+    def command(self, command: str) -> str: ...
+
+    async def redacted_result(self, result: ToolResult) -> ToolResult: ...
 
 
-async def run_in_harness(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+HarnessTool = Callable[[HarnessToolContext, SubagentSpec, ToolRequest], Awaitable[list[Payload]]]
+
+
+async def run_in_harness(
+    runtime: HarnessToolContext, sub: SubagentSpec, request: ToolRequest
+) -> list[Payload]:
     handler = HARNESS_TOOLS[request.tool]
     try:
         payloads = await handler(runtime, sub, request)
@@ -67,11 +92,13 @@ async def run_in_harness(runtime: ToolRuntime, sub: SubagentSpec, request: ToolR
     return [await runtime.redacted_result(p) if isinstance(p, ToolResult) else p for p in payloads]
 
 
-async def approved(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+async def approved(runtime: HarnessToolContext, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
     return [ToolResult(operation_id=request.operation_id, ok=True, output={"approved": True})]
 
 
-async def publish_deliverable(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+async def publish_deliverable(
+    runtime: HarnessToolContext, sub: SubagentSpec, request: ToolRequest
+) -> list[Payload]:
     path = request.arguments["path"]
     name = check_deliverable_name(request.arguments.get("name") or path.rsplit("/", 1)[-1])
     try:
@@ -115,7 +142,7 @@ async def publish_deliverable(runtime: ToolRuntime, sub: SubagentSpec, request: 
     ]
 
 
-async def record_note(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+async def record_note(runtime: HarnessToolContext, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
     args = request.arguments
     note = Note(
         note_id=args["note_id"],
@@ -127,7 +154,7 @@ async def record_note(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequ
     return [note, ToolResult(operation_id=request.operation_id, ok=True, output={"note_id": note.note_id})]
 
 
-async def update_plan(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+async def update_plan(runtime: HarnessToolContext, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
     args = request.arguments
     step = str(args["step"])
     task_id = f"{sub.name}/{step}"
@@ -153,34 +180,15 @@ async def update_plan(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequ
 
 
 async def checkpoint(
-    runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest, step: str
+    runtime: HarnessToolContext, sub: SubagentSpec, request: ToolRequest, step: str
 ) -> list[Payload]:
     """A step boundary: declared files into the artifact store and committed in the sandbox, the
     patch since the inputs stored, the verification run."""
-    handle = runtime.recovery.handle(sub.name)
-    client = handle.client
-    listing = await client.call("list_files", {"path": "."})
-    files = (listing.get("output") or {}).get("files", [])
-    paths = declared_paths(files, sub.declared)
-    entries = await client.manifest(paths) if paths else []
-
-    async def store(entry: DeclaredArtifact) -> DeclaredArtifact:
-        data = await client.get_file(entry.name)
-        ref = await asyncio.to_thread(runtime.artifacts.put, data)
-        if ref.sha256 != entry.sha256:
-            raise RuntimeError(f"{entry.name} changed while it was checkpointed")
-        return entry.model_copy(update={"uri": ref.uri})
-
-    # Side by side: each store waits on the disk, the next file's fetch on the sandbox.
-    declared = list(await asyncio.gather(*(store(entry) for entry in entries)))
-    verification = None
-    command = request.arguments.get("verify")
-    if command:
-        verification = await verify(handle, str(command), int(request.arguments.get("expect_exit_code", 0)))
+    client = runtime.recovery.handle(sub.name).client
+    declared = await store_declared_files(client, runtime.artifacts, sub.declared)
+    verification = await requested_verification(client, request)
     state = await runtime.attempt.state()
-    task = state.tasks.get(f"{sub.name}/{step}")
-    round_ = task.round if task is not None else 1
-    checkpoint_id = f"{sub.name}/{step}" if round_ == 1 else f"{sub.name}/{step}@{round_}"
+    checkpoint_id = step_checkpoint_id(state, sub.name, step)
     inputs = inputs_checkpoint(state, sub.name)
     try:
         revision, patch = await make_revision(
@@ -192,44 +200,22 @@ async def checkpoint(
     except RevisionError as error:
         return [ToolResult(operation_id=request.operation_id, ok=False, error=f"no checkpoint: {error}")]
     patch_ref = await asyncio.to_thread(runtime.artifacts.put, patch, media_type="text/x-diff")
-    following = request.arguments.get("next_step")
-    next_step = None
-    if isinstance(following, str) and following:
-        next_step = END_OF_PLAN if following == "end" else f"{sub.name}/{following}"
-    done = sorted(
-        t.task_id.split("/", 1)[1]
-        for t in state.tasks.values()
-        if t.owner == sub.name and t.task_id.startswith(f"{sub.name}/") and t.status in DONE_STATUSES
+    recorded = checkpoint_of(
+        sub,
+        checkpoint_id,
+        revision,
+        patch_ref,
+        declared,
+        covers_seq=state.last_seq,
+        runtime_image=runtime.recovery.runtime_image,
+        verification=verification or Verification(command="(none given)", status="not_run"),
+        next_step=next_step_named(sub.name, request.arguments.get("next_step")),
+        completed_steps=completed_steps(state, sub.name, step),
     )
-    verified = verification is not None and verification.status == "passed"
-    detail = (
-        "" if verification is None else f"verification `{verification.command}` exit {verification.exit_code}"
-    )
+    verified = recorded.verified
     return [
-        Task(
-            task_id=f"{sub.name}/{step}",
-            status=TaskStatus.VERIFIED if verified else TaskStatus.DONE,
-            owner=sub.name,
-            detail=detail,
-        ),
-        Checkpoint(
-            checkpoint_id=checkpoint_id,
-            covers_seq=state.last_seq,
-            repository_revision=revision.revision,
-            patch=patch_ref,
-            runtime_image=sub.image or runtime.recovery.runtime_image,
-            completed_steps=tuple(sorted({*done, step})),
-            next_step=next_step,
-            declared_artifacts=tuple(declared),
-            environment={**revision.environment, "network_profile": sub.network_profile},
-            dependencies={
-                **revision.dependencies,
-                **dependency_manifests({entry.name: entry.sha256 for entry in declared}),
-            },
-            verification=verification or Verification(command="(none given)", status="not_run"),
-            subagent=sub.name,
-            result_id=f"checkpoint:{checkpoint_id}",
-        ),
+        step_finished(sub.name, step, verification),
+        recorded,
         ToolResult(
             operation_id=request.operation_id,
             ok=True,
@@ -238,13 +224,54 @@ async def checkpoint(
     ]
 
 
-async def wait_on_user(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+async def requested_verification(client: SandboxClient, request: ToolRequest) -> Verification | None:
+    """The verification the step's `verify` argument asks for, run; None when it asks for none."""
+    command = request.arguments.get("verify")
+    if not command:
+        return None
+    return await verify(client, str(command), int(request.arguments.get("expect_exit_code", 0)))
+
+
+def next_step_named(subagent: str, following: object) -> str | None:
+    """The checkpoint's next step, from the `next_step` argument (`end`: the plan's end)."""
+    if not isinstance(following, str) or not following:
+        return None
+    return END_OF_PLAN if following == "end" else f"{subagent}/{following}"
+
+
+def completed_steps(state: SessionState, subagent: str, step: str) -> tuple[str, ...]:
+    """The subagent's steps done so far, this one included."""
+    done = {
+        t.task_id.split("/", 1)[1]
+        for t in state.tasks.values()
+        if t.owner == subagent and t.task_id.startswith(f"{subagent}/") and t.status in DONE_STATUSES
+    }
+    return tuple(sorted({*done, step}))
+
+
+def step_finished(subagent: str, step: str, verification: Verification | None) -> Task:
+    """The step's task, done; verified when its verification passed."""
+    verified = verification is not None and verification.status == "passed"
+    detail = (
+        "" if verification is None else f"verification `{verification.command}` exit {verification.exit_code}"
+    )
+    return Task(
+        task_id=f"{subagent}/{step}",
+        status=TaskStatus.VERIFIED if verified else TaskStatus.DONE,
+        owner=subagent,
+        detail=detail,
+    )
+
+
+async def wait_on_user(runtime: HarnessToolContext, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
     wait_id = f"wait-{request.operation_id}"
     reason = request.arguments.get("reason", "")
     return await _wait(runtime, sub, request, Wait(wait_id=wait_id, kind=WaitKind.ON_USER, reason=reason))
 
 
-async def wait_on_external(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+async def wait_on_external(
+    runtime: HarnessToolContext, sub: SubagentSpec, request: ToolRequest
+) -> list[Payload]:
     wait = Wait(
         wait_id=f"wait-{request.operation_id}",
         kind=WaitKind.ON_EXTERNAL,
@@ -254,7 +281,9 @@ async def wait_on_external(runtime: ToolRuntime, sub: SubagentSpec, request: Too
     return await _wait(runtime, sub, request, wait)
 
 
-async def _wait(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest, wait: Wait) -> list[Payload]:
+async def _wait(
+    runtime: HarnessToolContext, sub: SubagentSpec, request: ToolRequest, wait: Wait
+) -> list[Payload]:
     attempt = runtime.attempt
     if wait.wait_id not in (await attempt.state()).waits:
         await attempt.record([wait], subagent=sub.name)
@@ -267,7 +296,9 @@ async def _wait(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest, w
     ]
 
 
-async def start_session(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+async def start_session(
+    runtime: HarnessToolContext, sub: SubagentSpec, request: ToolRequest
+) -> list[Payload]:
     """Record the child session this one starts for one part of its objective; in a cluster the
     operator creates it from that record and brings its deliverables back when it ends."""
     args = request.arguments
@@ -301,7 +332,9 @@ async def start_session(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRe
     ]
 
 
-async def await_session(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+async def await_session(
+    runtime: HarnessToolContext, sub: SubagentSpec, request: ToolRequest
+) -> list[Payload]:
     """Wait until a child session ended (the operator records it, with its deliverables)."""
     name = str(request.arguments["name"])
     state = await runtime.attempt.state()
@@ -337,7 +370,9 @@ async def await_session(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRe
     ]
 
 
-async def create_ticket(runtime: ToolRuntime, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
+async def create_ticket(
+    runtime: HarnessToolContext, sub: SubagentSpec, request: ToolRequest
+) -> list[Payload]:
     if runtime.tickets is None:
         return [
             ToolResult(operation_id=request.operation_id, ok=False, error="no ticket service is configured")

@@ -3,10 +3,11 @@
 It puts the rooms together, each a module of its own:
 
 - `belay.harness.attempt`: the attempt and its fencing lease, the record it writes and folds;
-- `belay.harness.recovery`: clean sandboxes restored from the last verified checkpoint, and the
-  requests an earlier attempt left without a result, settled by their effect class;
+- `belay.harness.recovery`: clean sandboxes restored from the last verified checkpoint
+  (`belay.harness.checkpoints`);
 - `belay.harness.runtime` (with `harness_tools`): the tool runtime, which runs what was decided
-  under effect classes, approvals, deliverables, waits and checkpoints;
+  under effect classes, approvals, deliverables, waits and checkpoints, and settles the requests
+  an earlier attempt left without a result by their effect class;
 - `belay.harness.stopping`: a graceful stop when the attempt is told to (SIGTERM, Ctrl-C);
 - `belay.harness.executor`: the protocol of whoever decides each subagent's next action (its
   implementations are in `belay.executors`).
@@ -102,7 +103,6 @@ class Harness:
             poll_interval_s=self.poll_interval_s,
             in_flight=InFlight(self.stop),
         )
-        self.recovery.runtime = self.runtime
 
     @property
     def lease(self) -> int:
@@ -233,7 +233,7 @@ class Harness:
         """The subagent's loop, with its `executor` if `build_executor` built it already."""
         attempt, runtime = self.attempt, self.runtime
         try:
-            await self.recovery.settle_open_operations(sub)
+            await runtime.settle_open_operations(sub)
             state = await attempt.state()
             if is_finished(state, sub):
                 return  # nothing to decide: what its executor holds remotely is left alone

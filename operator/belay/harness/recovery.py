@@ -1,11 +1,10 @@
-"""Recovery: every subagent's sandbox, clean and restored from the record, and the requests an
-earlier attempt left without a result.
+"""Recovery: every subagent's sandbox, clean and restored from the record.
 
 An attempt gives each subagent a clean sandbox restored from its last verified checkpoint that is
 still valid (declared files only, every hash checked, the verification re-run: a different result
-means recovery needed something undeclared, and the attempt stops visibly), then settles the
-requests the previous attempt left open by their effect class (`belay.journal.recovery
-.recovery_plan`), and the failed external effects that wait on a person.
+means recovery needed something undeclared, and the attempt stops visibly). The requests the
+previous attempt left open are settled after that by the tool runtime, which runs them
+(`ToolRuntime.settle_open_operations`, by `belay.journal.recovery.recovery_plan`).
 
 A checkpoint with a repository revision and a patch is restored through them: the inputs are
 written and committed (their commit must be the inputs checkpoint's revision), the patch is applied
@@ -26,11 +25,19 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol
 
 from belay.api.agentsession import SubagentSpec
+from belay.harness.arguments import resolve_arguments
 from belay.harness.attempt import Attempt, RecoveryFailed
-from belay.harness.revision import RESTORE_PATCH_PATH, RevisionError, dependency_manifests, make_revision
+from belay.harness.checkpoints import (
+    checkpoint_of,
+    inputs_checkpoint,
+    inputs_checkpoint_id,
+    restore_point,
+    verify,
+)
+from belay.harness.revision import RESTORE_PATCH_PATH, RevisionError, make_revision
 from belay.journal.events import (
     Checkpoint,
     DeclaredArtifact,
@@ -38,16 +45,12 @@ from belay.journal.events import (
     Lifecycle,
     LifecycleKind,
     Verification,
-    sha256_of,
 )
-from belay.journal.recovery import RecoveryActionKind, recovery_plan
-from belay.journal.state import SessionState
 from belay.journal.tools import tool_spec
 from belay.sandbox.client import SandboxError, SandboxReplaced, SandboxUnavailable
+from belay.sandbox.restore import restore as restore_declared
+from belay.sandbox.restore import verify_restored
 from belay.stores.base import ArtifactStore
-
-if TYPE_CHECKING:
-    from belay.harness.runtime import ToolRuntime
 
 UNDECLARED_STATE = "UndeclaredState"
 REVISION_MISMATCH = "RevisionMismatch"
@@ -84,7 +87,6 @@ class Recovery:
     # subagent -> (workspace path, bytes): declared inputs, recorded on the first attempt only
     inputs: dict[str, list[tuple[str, bytes]]] = field(default_factory=dict)
     runtime_image: str = "local"
-    runtime: ToolRuntime | None = None  # settles open requests; set once both exist
     handles: dict[str, SandboxHandle] = field(default_factory=dict)
     # subagent -> the record's last seq when its sandbox was restored: a step reopened after that
     # (a scope change, a rejection) means the sandbox holds work that is invalid now.
@@ -181,8 +183,6 @@ class Recovery:
     async def seed_inputs(self, sub: SubagentSpec, handle: SandboxHandle) -> None:
         """The subagent's declared inputs, written into its first sandbox and committed there: its
         first checkpoint (nothing completed yet), which every later patch is taken against."""
-        from belay.sandbox.restore import restore as restore_declared
-
         entries = []
         for name, data in self.inputs.get(sub.name, []):
             ref = await asyncio.to_thread(self.artifacts.put, data)
@@ -195,23 +195,17 @@ class Recovery:
             raise RecoveryFailed(REVISION_MISMATCH, f"{sub.name}: {error}") from None
         patch_ref = await asyncio.to_thread(self.artifacts.put, patch, media_type="text/x-diff")
         state = await self.attempt.state()
-        checkpoint = Checkpoint(
-            checkpoint_id=checkpoint_id,
+        checkpoint = checkpoint_of(
+            sub,
+            checkpoint_id,
+            revision,
+            patch_ref,
+            entries,
             covers_seq=state.last_seq,
-            repository_revision=revision.revision,
-            patch=patch_ref,
-            runtime_image=sub.image or self.runtime_image,
-            next_step=sub.name,  # the subagent's own task: its plan is not started yet
-            declared_artifacts=tuple(entries),
-            environment={**revision.environment, "network_profile": sub.network_profile},
-            dependencies={
-                **revision.dependencies,
-                **dependency_manifests({e.name: e.sha256 for e in entries}),
-            },
+            runtime_image=self.runtime_image,
             # Nothing ran yet: the inputs are checked file by file (and by their commit) on restore.
             verification=Verification(command="(the inputs: each declared file's sha256)", status="not_run"),
-            subagent=sub.name,
-            result_id=f"checkpoint:{checkpoint_id}",
+            next_step=sub.name,  # the subagent's own task: its plan is not started yet
         )
         # Lost with the machine, the inputs are seeded again into the next sandbox: their blobs are
         # already on disk, and nothing has run on them yet.
@@ -233,9 +227,6 @@ class Recovery:
         """Write the checkpoint's declared state into a clean sandbox; returns how. Through its
         repository revision and patch when it has them (rebuilding the inputs commit first),
         else file by file; either way every declared file's hash is checked."""
-        from belay.sandbox.restore import restore as restore_declared
-        from belay.sandbox.restore import verify_restored
-
         state = await self.attempt.state()
         inputs = inputs_checkpoint(state, sub.name)
         usable = (
@@ -310,7 +301,7 @@ class Recovery:
         how = why + await self.restore_files(sub, handle, checkpoint)
         verification = checkpoint.verification
         if verification is not None and verification.status != "not_run":
-            check = await verify(handle, verification.command, verification.exit_code or 0)
+            check = await verify(handle.client, verification.command, verification.exit_code or 0)
             if check.exit_code != verification.exit_code:
                 detail = (
                     f"{sub.name}: re-running `{verification.command}` after restoring checkpoint "
@@ -340,8 +331,6 @@ class Recovery:
     async def replay_after(self, sub: SubagentSpec, handle: SandboxHandle, checkpoint: Checkpoint) -> int:
         """Re-apply the sandbox operations of the unfinished step: they ran after the checkpoint, the
         clean workspace lost their effect, and being idempotent they may run again."""
-        from belay.harness.runtime import resolve_arguments
-
         state = await self.attempt.state()
         operations = sorted(
             (
@@ -367,58 +356,6 @@ class Recovery:
             await handle.client.call(request.tool, await resolve_arguments(self.artifacts, request.arguments))
         return len(operations)
 
-    # ---------------------------------------------------------------------------------------------
-    # Requests a previous attempt left without a result
-
-    async def settle_open_operations(self, sub: SubagentSpec) -> None:
-        """The effect table, as the recovery plan of the record states it for this subagent."""
-        runtime = self.runtime
-        assert runtime is not None, "the tool runtime settles open requests"
-        plan = recovery_plan(await self.attempt.state())
-        for action in plan.actions:
-            if action.subagent != sub.name:
-                continue
-            request = await self.attempt.request_of(action.operation_id)
-            if action.action in (RecoveryActionKind.RERUN, RecoveryActionKind.RERUN_WITH_KEY):
-                await runtime.execute(sub, action.request_seq, request)
-            elif action.action == RecoveryActionKind.AWAIT_RECONCILIATION:
-                op = (await self.attempt.state()).operations[action.operation_id]
-                await runtime.reconcile_unsafe(sub, op, request)
-        # Reconciled as never having taken effect (by a person, while no harness ran): issue it now.
-        state = await self.attempt.state()
-        for op in sorted(state.operations.values(), key=lambda o: o.request_seq):
-            if (
-                op.subagent == sub.name
-                and op.outcome == "reconciled"
-                and op.reconciled_succeeded is False
-                and not op.has_result
-            ):
-                await runtime.execute(sub, op.request_seq, await self.attempt.request_of(op.operation_id))
-        # An external effect that failed waits on a person: try it again, or go on without it.
-        state = await self.attempt.state()
-        for op in state.external_operation_records():
-            retry = latest_retry(state, op.operation_id)
-            if op.subagent != sub.name or retry is None or op.ok:
-                continue
-            if retry.pending or (
-                retry.decision == "granted" and (retry.decided_seq or 0) > (op.result_seq or 0)
-            ):
-                await runtime.await_retry(
-                    sub, op.request_seq, await self.attempt.request_of(op.operation_id), retry.approval_id
-                )
-
-
-async def verify(handle: SandboxHandle, command: str, expected_exit: int) -> Verification:
-    response = await handle.client.call("run_command", {"command": command, "timeout_s": 600})
-    output = response.get("output") or {}
-    exit_code = int(output.get("exit_code", -1)) if response.get("ok") else -1
-    return Verification(
-        command=command,
-        status="passed" if exit_code == expected_exit else "failed",
-        exit_code=exit_code,
-        output_sha256=sha256_of(output.get("stdout", "")),
-    )
-
 
 async def answers(handle: SandboxHandle) -> bool:
     """Whether the very instance the handle is bound to still answers."""
@@ -427,27 +364,3 @@ async def answers(handle: SandboxHandle) -> bool:
     except SandboxError:
         return False
     return True
-
-
-def inputs_checkpoint_id(subagent: str) -> str:
-    return f"{subagent}/inputs"
-
-
-def inputs_checkpoint(state: SessionState, subagent: str) -> Checkpoint | None:
-    for record in state.subagent_checkpoints.get(subagent, ()):
-        if record.checkpoint.checkpoint_id == inputs_checkpoint_id(subagent):
-            return record.checkpoint
-    return None
-
-
-def restore_point(state: SessionState, subagent: str) -> Checkpoint | None:
-    """The newest verified checkpoint of a subagent that is still valid, else its inputs
-    checkpoint, else None (a subagent never started)."""
-    verified = state.last_valid_checkpoint(subagent, verified=True)
-    return verified.checkpoint if verified is not None else inputs_checkpoint(state, subagent)
-
-
-def latest_retry(state: SessionState, operation_id: str) -> Any:
-    """The newest request to retry a failed external effect, if any."""
-    retries = [a for a in state.approvals_for(operation_id) if a.kind == "retry"]
-    return retries[-1] if retries else None

@@ -8,6 +8,9 @@ replacement and runs again by its effect class; an `unsafe` call whose outcome i
 or shown for reconciliation, never repeated blindly, and one that failed waits on a person (try it
 again, or go on without it) instead of passing silently.
 
+A new attempt settles the requests an earlier one left without a result the same way, by the
+effect table of the record's recovery plan (`settle_open_operations`).
+
 Every result, artifact, note and checkpoint is recorded with what it was derived from: the request
 version the call was decided under, the request parts its step depends on, and the checkpoint its
 step started from (by result id and patch hash). A scope change or a rejection invalidates exactly
@@ -34,7 +37,9 @@ from datetime import datetime
 from typing import Any
 
 from belay.api.agentsession import ApprovalGrant, SubagentSpec
+from belay.harness.arguments import externalize_arguments, resolve_arguments
 from belay.harness.attempt import Attempt
+from belay.harness.harness_tools import run_in_harness
 from belay.harness.models.base import ToolCall
 from belay.harness.recovery import Recovery
 from belay.harness.redaction import Redactor, scanned
@@ -63,13 +68,18 @@ from belay.journal.events import (
     canonical_json,
     now_utc,
 )
-from belay.journal.state import GOAL_PART, OperationRecord, SessionState, operation_payload_sha256
+from belay.journal.recovery import RecoveryActionKind, recovery_plan
+from belay.journal.state import (
+    GOAL_PART,
+    ApprovalRecord,
+    OperationRecord,
+    SessionState,
+    operation_payload_sha256,
+)
 from belay.journal.tools import ToolSpec, tool_spec
 from belay.sandbox.client import SandboxError, SandboxUnavailable
 from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, ClaimTaken
 
-# A string argument above this size is stored as an artifact and referenced by hash.
-LARGE_ARGUMENT_BYTES = 16 * 1024
 # Test switch: `BELAY_EFFECT_FENCE=off` makes keyed and unsafe calls without checking the lease
 # first, so the frozen-harness test can show that its check finds the duplicate without the fence.
 FENCE_ENV = "BELAY_EFFECT_FENCE"
@@ -226,8 +236,6 @@ class ToolRuntime:
         """The call itself and its recorded result (with the id of a retry approval it asks for
         when an unsafe call failed): once begun, a stop lets it finish (within the stop's bound,
         belay.harness.stopping)."""
-        from belay.harness.harness_tools import run_in_harness
-
         spec = tool_spec(request.tool)
         await self.fence(spec)
         if spec.where == "sandbox":
@@ -413,6 +421,47 @@ class ToolRuntime:
         return []
 
     # ---------------------------------------------------------------------------------------------
+    # Requests a previous attempt left without a result
+
+    async def settle_open_operations(self, sub: SubagentSpec) -> None:
+        """The effect table, as the recovery plan of the record states it for this subagent: each
+        request without a result runs again or is reconciled by its effect class; what a person
+        reconciled as never having taken effect is issued; a failed external effect waits on a
+        person's answer."""
+        plan = recovery_plan(await self.attempt.state())
+        for action in plan.actions:
+            if action.subagent != sub.name:
+                continue
+            request = await self.attempt.request_of(action.operation_id)
+            if action.action in (RecoveryActionKind.RERUN, RecoveryActionKind.RERUN_WITH_KEY):
+                await self.execute(sub, action.request_seq, request)
+            elif action.action == RecoveryActionKind.AWAIT_RECONCILIATION:
+                op = (await self.attempt.state()).operations[action.operation_id]
+                await self.reconcile_unsafe(sub, op, request)
+        # Reconciled as never having taken effect (by a person, while no harness ran): issue it now.
+        state = await self.attempt.state()
+        for op in sorted(state.operations.values(), key=lambda o: o.request_seq):
+            if (
+                op.subagent == sub.name
+                and op.outcome == "reconciled"
+                and op.reconciled_succeeded is False
+                and not op.has_result
+            ):
+                await self.execute(sub, op.request_seq, await self.attempt.request_of(op.operation_id))
+        # An external effect that failed waits on a person: try it again, or go on without it.
+        state = await self.attempt.state()
+        for op in state.external_operation_records():
+            retry = latest_retry(state, op.operation_id)
+            if op.subagent != sub.name or retry is None or op.ok:
+                continue
+            if retry.pending or (
+                retry.decision == "granted" and (retry.decided_seq or 0) > (op.result_seq or 0)
+            ):
+                await self.await_retry(
+                    sub, op.request_seq, await self.attempt.request_of(op.operation_id), retry.approval_id
+                )
+
+    # ---------------------------------------------------------------------------------------------
     # Approvals
 
     async def wait_for_approval(self, sub: SubagentSpec, request: ToolRequest) -> tuple[bool, str]:
@@ -457,24 +506,10 @@ class ToolRuntime:
             await asyncio.sleep(self.poll_interval_s)
 
 
-async def externalize_arguments(artifacts: ArtifactStore, arguments: dict[str, Any]) -> dict[str, Any]:
-    """Large string arguments (a whole file to write) go to the artifact store; the request keeps
-    their hash, so the record stays small and an approval still binds the exact bytes."""
-    result = dict(arguments)
-    for key, value in arguments.items():
-        if isinstance(value, str) and len(value.encode()) > LARGE_ARGUMENT_BYTES:
-            ref = await asyncio.to_thread(artifacts.put, value.encode(), media_type="text/plain")
-            result[key] = {ARTIFACT_ARGUMENT: ref.sha256, "size": ref.size}
-    return result
-
-
-async def resolve_arguments(artifacts: ArtifactStore, arguments: dict[str, Any]) -> dict[str, Any]:
-    result = dict(arguments)
-    for key, value in arguments.items():
-        if isinstance(value, dict) and set(value) == {ARTIFACT_ARGUMENT, "size"}:
-            data = await asyncio.to_thread(artifacts.get, value[ARTIFACT_ARGUMENT])
-            result[key] = data.decode()
-    return result
+def latest_retry(state: SessionState, operation_id: str) -> ApprovalRecord | None:
+    """The newest request to retry a failed external effect, if any."""
+    retries = [a for a in state.approvals_for(operation_id) if a.kind == "retry"]
+    return retries[-1] if retries else None
 
 
 def effect_name(effect: dict[str, Any], index: int) -> str:
