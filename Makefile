@@ -28,6 +28,7 @@ demo: setup
 lint: setup
 	$(BIN)/ruff check operator tests bench
 	$(BIN)/ruff format --check operator tests bench
+	$(BIN)/lint-imports --no-cache
 
 typecheck: setup
 	$(BIN)/mypy
