@@ -12,7 +12,7 @@ import asyncio
 import os
 
 from belay.api.agentsession import AgentSession
-from belay.executors.managed import Endpoint
+from belay.executors.provider import Endpoint
 from belay.harness.executor import ExecutorContext, ExecutorFactory, ExecutorUnavailable
 
 

@@ -29,10 +29,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from belay.executors.managed import (
+from belay.executors.managed import ManagedExecutor
+from belay.executors.provider import (
     Delivery,
     Endpoint,
-    ManagedExecutor,
     ManagedProvider,
     RemoteCall,
     RemoteOutput,

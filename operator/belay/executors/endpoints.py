@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from belay.executors.managed import Endpoint, endpoint_label
+from belay.executors.provider import Endpoint, endpoint_label
 
 
 @dataclass(frozen=True)
