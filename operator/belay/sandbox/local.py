@@ -417,19 +417,7 @@ async def start_walled(request: StartRequest) -> Started:
     run_dir = short_directory(sandbox_dir / f"run-{number}", "server.sock")
     walls.give_to_sandbox_user(run_dir)
     walls.give_to_sandbox_user(request.workspace)
-    proxy = None
-    egress_environment: dict[str, str] = {}
-    if request.profile == "allowlist":
-        rules = Allowlist.parse(request.allowlist)
-        egress_dir = short_directory(sandbox_dir / f"egress-{number}", "proxy.sock")
-        proxy = await EgressProxy(
-            rules, egress_dir / "proxy.sock", sandbox_dir / f"egress-{number}.log"
-        ).start()
-        egress_environment = {
-            **proxy_environment(walls.PROXY_PORT),
-            walls.EGRESS_SOCKET_ENV: walls.EGRESS_SOCKET,
-            walls.EGRESS_RULES_ENV: rules.describe(),
-        }
+    proxy, egress_environment = await start_egress_proxy(request)
     launch = walls.build_launch(
         bwrap=bwrap,
         profile=request.profile,
@@ -441,7 +429,51 @@ async def start_walled(request: StartRequest) -> Started:
         egress_environment=egress_environment,
     )
     try:
-        with request.log_path.open("ab") as log:
+        process, cut_short = await spawn_bwrap(launch, request.log_path)
+    except BaseException:
+        os.close(launch.status_fd)
+        if proxy is not None:
+            await proxy.stop()
+        raise
+    started = Started(
+        process, record, endpoint=f"unix://{run_dir / 'server.sock'}", run_dir=run_dir, proxy=proxy
+    )
+    try:
+        if cut_short:
+            os.close(launch.status_fd)
+            raise asyncio.CancelledError
+        await wait_behind_walls(started, request, launch.status_fd, run_dir / "ready.json")
+    except BaseException:
+        await kill_started(started)
+        raise
+    record.endpoint = started.endpoint
+    (sandbox_dir / "server.json").write_text(record.model_dump_json())
+    return started
+
+
+async def start_egress_proxy(request: StartRequest) -> tuple[EgressProxy | None, dict[str, str]]:
+    """For profile `allowlist`: the filtering proxy on the harness's side, and the environment
+    that points the sandbox's clients at it. Nothing for any other profile."""
+    if request.profile != "allowlist":
+        return None, {}
+    rules = Allowlist.parse(request.allowlist)
+    egress_dir = short_directory(request.sandbox_dir / f"egress-{request.number}", "proxy.sock")
+    proxy = await EgressProxy(
+        rules, egress_dir / "proxy.sock", request.sandbox_dir / f"egress-{request.number}.log"
+    ).start()
+    environment = {
+        **proxy_environment(walls.PROXY_PORT),
+        walls.EGRESS_SOCKET_ENV: walls.EGRESS_SOCKET,
+        walls.EGRESS_RULES_ENV: rules.describe(),
+    }
+    return proxy, environment
+
+
+async def spawn_bwrap(launch: walls.Launch, log_path: Path) -> tuple[asyncio.subprocess.Process, bool]:
+    """Start bwrap with the launch's descriptors (closed here once it has them); also whether the
+    start was cancelled meanwhile, which the caller answers by stopping what it started."""
+    try:
+        with log_path.open("ab") as log:
             spawning = asyncio.ensure_future(
                 asyncio.create_subprocess_exec(
                     *launch.argv,
@@ -454,44 +486,32 @@ async def start_walled(request: StartRequest) -> Started:
                 )
             )
             try:
-                process = await asyncio.shield(spawning)
-                cut_short = False
+                return await asyncio.shield(spawning), False
             except asyncio.CancelledError:
                 # Cut short, asyncio would kill bwrap alone, and the first child it may have
-                # started already would outlive it: the spawn ends, then the stop below kills both.
-                process = await spawning
-                cut_short = True
-    except BaseException:
-        os.close(launch.status_fd)
-        if proxy is not None:
-            await proxy.stop()
-        raise
+                # started already would outlive it: the spawn ends, then the caller kills both.
+                return await spawning, True
     finally:
         for descriptor in launch.pass_fds:
             os.close(descriptor)
-    started = Started(
-        process, record, endpoint=f"unix://{run_dir / 'server.sock'}", run_dir=run_dir, proxy=proxy
-    )
-    try:
-        if cut_short:
-            os.close(launch.status_fd)
-            raise asyncio.CancelledError
-        status = await asyncio.wait_for(read_status(launch.status_fd), START_TIMEOUT_S)
-        record.pid = process.pid
-        if status is not None:
-            record.pid_namespace = int(status["pid-namespace"])
-            record.first_pid = int(status["child-pid"])
-            record.first_start = walls.start_ticks(record.first_pid)
-        (sandbox_dir / "server.json").write_text(record.model_dump_json())
-        started.ready = await wait_until_ready(process, run_dir / "ready.json", request.log_path)
-        started.walls = describe_walls(request.choice, status, request.profile)
-        started.walls_in_force = True
-    except BaseException:
-        await kill_started(started)
-        raise
-    record.endpoint = started.endpoint
-    (sandbox_dir / "server.json").write_text(record.model_dump_json())
-    return started
+
+
+async def wait_behind_walls(
+    started: Started, request: StartRequest, status_fd: int, ready_file: Path
+) -> None:
+    """Until the walled server is ready: bwrap's status (the sandbox's first pid and namespaces)
+    recorded, the server's ready file read, the walls described as observed from outside."""
+    record, process = started.record, started.process
+    status = await asyncio.wait_for(read_status(status_fd), START_TIMEOUT_S)
+    record.pid = process.pid
+    if status is not None:
+        record.pid_namespace = int(status["pid-namespace"])
+        record.first_pid = int(status["child-pid"])
+        record.first_start = walls.start_ticks(record.first_pid)
+    (request.sandbox_dir / "server.json").write_text(record.model_dump_json())
+    started.ready = await wait_until_ready(process, ready_file, request.log_path)
+    started.walls = describe_walls(request.choice, status, request.profile)
+    started.walls_in_force = True
 
 
 async def read_status(descriptor: int) -> dict[str, Any] | None:
