@@ -515,27 +515,69 @@ class SessionReconciler:
         store = self.event_store(spec)
         artifacts = self.artifact_store(spec)
 
+        await self._ensure_sandbox_tokens(ref, spec, memory)
+        await self._fork(store, ref, spec, memory)
+        await self._follow(store, ref, memory)
+        await self._record_request(store, ref, spec, memory)
+        await self._record_parent_link(store, ref, meta, memory)
+        await self._children(store, ref, body, memory)
+        await self._record_spec_decisions(store, ref, spec, meta, memory)
+
+        pods = await self.kube.call(self.kube.session_pods, ref.namespace, ref.name)
+        decision = await self._harness_decision(store, ref, spec, memory, pods)
+        replacements = replacements_of(memory.state, spec)
+        fault = fault_point(meta.get("annotations"), memory.state)
+        objects = desired_children(ref, spec, self.settings, decision.index, replacements, fault)
+        await self._apply_children(ref, objects, pods, memory)
+        await self._answer_requests(store, artifacts, body, memory)
+
+        liveness = await operator_liveness(store, ref.name)
+        harness, sandboxes = self._pod_statuses(ref, spec, decision, pods, liveness.lease, replacements)
+        previous = body.get("status") or memory.status
+        status = self._status_of(ref, memory, artifacts, previous, harness, sandboxes, liveness)
+        transitions = await self._publish_status(body, ref, memory, previous, status)
+        follows_clock = decision.index is not None and liveness.renewed_current_lease
+        return PassResult(decision, status, transitions, follows_clock)
+
+    async def _ensure_sandbox_tokens(
+        self, ref: SessionRef, spec: AgentSessionSpec, memory: SessionMemory
+    ) -> None:
+        """Each subagent's sandbox token, in a Secret of its own, made once."""
         for sub in spec.subagents:
             if sub.name not in memory.tokens_created:
                 token = sandbox_token_secret(ref, sub.name, secrets.token_urlsafe(32))
                 await self.kube.call(self.kube.ensure_secret, token)
                 memory.tokens_created |= {sub.name}
-        await self._fork(store, ref, spec, memory)
-        await self._follow(store, ref, memory)
 
-        # The request goes in before the first harness pod exists (a fork's comes with its copy).
-        if spec.fork_from is None or memory.forked_from is not None:
-            request = request_write(ref.uid, ref.generation, spec, memory.state)
-            if request is not None:
-                await self._write(store, ref.name, request)
-                await self._follow(store, ref, memory)
+    async def _record_request(
+        self, store: EventStore, ref: SessionRef, spec: AgentSessionSpec, memory: SessionMemory
+    ) -> None:
+        """The request goes in before the first harness pod exists (a fork's comes with its copy)."""
+        if spec.fork_from is not None and memory.forked_from is None:
+            return
+        request = request_write(ref.uid, ref.generation, spec, memory.state)
+        if request is not None:
+            await self._write(store, ref.name, request)
+            await self._follow(store, ref, memory)
 
+    async def _record_parent_link(
+        self, store: EventStore, ref: SessionRef, meta: dict[str, Any], memory: SessionMemory
+    ) -> None:
         linked = parent_link_write(ref.uid, meta, memory.state)
         if linked is not None:
             await self._write(store, ref.name, linked)
             await self._follow(store, ref, memory)
-        await self._children(store, ref, body, memory)
 
+    async def _record_spec_decisions(
+        self,
+        store: EventStore,
+        ref: SessionRef,
+        spec: AgentSessionSpec,
+        meta: dict[str, Any],
+        memory: SessionMemory,
+    ) -> None:
+        """What the spec decides that the record does not hold yet: its approvals, rejections and
+        decisions, and an edit of its request (a scope change, by whoever edited it)."""
         writes = spec_approval_writes(ref.uid, spec, memory.state)
         writes += spec_rejection_writes(ref.uid, spec, memory.state)
         writes += spec_decision_writes(ref.uid, spec, memory.state)
@@ -543,33 +585,47 @@ class SessionReconciler:
         for write in [*writes, *([scope] if scope else [])]:
             await self._write(store, ref.name, write)
 
-        pods = await self.kube.call(self.kube.session_pods, ref.namespace, ref.name)
+    async def _harness_decision(
+        self,
+        store: EventStore,
+        ref: SessionRef,
+        spec: AgentSessionSpec,
+        memory: SessionMemory,
+        pods: list[Any],
+    ) -> HarnessDecision:
+        """What to do with the harness pod; none runs for a fork whose source is missing."""
         if memory.fork_error:
-            decision = HarnessDecision(Action.STOP, None, why=memory.fork_error)
-        else:
-            decision = await self._decide(store, ref, spec, memory, pods)
-            await self._follow(store, ref, memory)
-        replacements = replacements_of(memory.state, spec)
-        fault = fault_point(meta.get("annotations"), memory.state)
-        objects = desired_children(ref, spec, self.settings, decision.index, replacements, fault)
-        await self._apply_children(ref, objects, pods, memory)
+            return HarnessDecision(Action.STOP, None, why=memory.fork_error)
+        decision = await self._decide(store, ref, spec, memory, pods)
+        await self._follow(store, ref, memory)
+        return decision
 
-        drill = drill_request(meta.get("annotations"))
+    async def _answer_requests(
+        self, store: EventStore, artifacts: ArtifactStore, body: dict[str, Any], memory: SessionMemory
+    ) -> None:
+        """What the session's annotations ask for: a drill, an export of its events."""
+        annotations = body["metadata"].get("annotations")
+        drill = drill_request(annotations)
         if drill is not None:
             await self._drill(store, body, drill, memory)
-
-        asked = (meta.get("annotations") or {}).get(names.ANNOTATION_EVENTS_REQUEST)
+        asked = (annotations or {}).get(names.ANNOTATION_EVENTS_REQUEST)
         if asked and (memory.events_export is None or memory.events_export[0].request != asked):
-            await self._export_events(store, artifacts, ref.name, asked, memory)
+            await self._export_events(store, artifacts, body["metadata"]["name"], asked, memory)
 
-        liveness = await operator_liveness(store, ref.name)
-        harness, sandboxes = self._pod_statuses(ref, spec, decision, pods, liveness.lease, replacements)
-
+    def _status_of(
+        self,
+        ref: SessionRef,
+        memory: SessionMemory,
+        artifacts: ArtifactStore,
+        previous: dict[str, Any] | None,
+        harness: HarnessPodStatus | None,
+        sandboxes: list[SandboxPodStatus],
+        liveness: Liveness,
+    ) -> AgentSessionStatus:
         def locate(artifact: ArtifactRef) -> str:
             return artifacts.location(artifact.sha256)
 
-        previous = body.get("status") or memory.status
-        status = session_status_patch(
+        return session_status_patch(
             memory.state,
             previous_status=previous,
             generation=ref.generation,
@@ -589,6 +645,16 @@ class SessionReconciler:
             else None,
             liveness=liveness,
         )
+
+    async def _publish_status(
+        self,
+        body: dict[str, Any],
+        ref: SessionRef,
+        memory: SessionMemory,
+        previous: dict[str, Any] | None,
+        status: AgentSessionStatus,
+    ) -> list[TransitionEvent]:
+        """The status written when it changed, with a Kubernetes event for each transition."""
         status_body = status.to_status()
         transitions: list[TransitionEvent] = []
         if status_body != memory.status:
@@ -598,5 +664,4 @@ class SessionReconciler:
             if self.post_event is not None:
                 for transition in transitions:
                     self.post_event(body, transition)
-        follows_clock = decision.index is not None and liveness.renewed_current_lease
-        return PassResult(decision, status, transitions, follows_clock)
+        return transitions
