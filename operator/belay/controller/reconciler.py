@@ -386,6 +386,10 @@ class SessionReconciler:
         memory: SessionMemory,
         pods: list[Any],
     ) -> HarnessDecision:
+        """What to do with the harness pod (none runs for a fork whose source is missing), with
+        what the decision records folded in."""
+        if memory.fork_error:
+            return HarnessDecision(Action.STOP, None, why=memory.fork_error)
         liveness = await operator_liveness(store, ref.name)
         decision = decide_harness(
             memory.state, harness_pods(pods), liveness.lease, spec.recovery.max_attempts, liveness
@@ -410,6 +414,7 @@ class SessionReconciler:
                 ref.name,
                 gave_up_write(ref.uid, memory.state.lifecycle.harness_lost, spec.recovery.max_attempts),
             )
+        await self._follow(store, ref, memory)
         return decision
 
     async def _record_lost_sandboxes(
@@ -524,7 +529,7 @@ class SessionReconciler:
         await self._record_spec_decisions(store, ref, spec, meta, memory)
 
         pods = await self.kube.call(self.kube.session_pods, ref.namespace, ref.name)
-        decision = await self._harness_decision(store, ref, spec, memory, pods)
+        decision = await self._decide(store, ref, spec, memory, pods)
         replacements = replacements_of(memory.state, spec)
         fault = fault_point(meta.get("annotations"), memory.state)
         objects = desired_children(ref, spec, self.settings, decision.index, replacements, fault)
@@ -584,21 +589,6 @@ class SessionReconciler:
         scope = scope_change_write(ref.uid, ref.generation, spec, memory.state, by=request_editor(meta))
         for write in [*writes, *([scope] if scope else [])]:
             await self._write(store, ref.name, write)
-
-    async def _harness_decision(
-        self,
-        store: EventStore,
-        ref: SessionRef,
-        spec: AgentSessionSpec,
-        memory: SessionMemory,
-        pods: list[Any],
-    ) -> HarnessDecision:
-        """What to do with the harness pod; none runs for a fork whose source is missing."""
-        if memory.fork_error:
-            return HarnessDecision(Action.STOP, None, why=memory.fork_error)
-        decision = await self._decide(store, ref, spec, memory, pods)
-        await self._follow(store, ref, memory)
-        return decision
 
     async def _answer_requests(
         self, store: EventStore, artifacts: ArtifactStore, body: dict[str, Any], memory: SessionMemory
