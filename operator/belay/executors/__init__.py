@@ -10,38 +10,41 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 
 from belay.api.agentsession import AgentSession
+from belay.executors import anthropic_managed, openai_agents
+from belay.executors.endpoints import PROVIDERS, default_endpoint
+from belay.executors.managed import ManagedExecutor
 from belay.executors.provider import Endpoint
+from belay.executors.self_hosted import SELF_HOSTED_TYPES, SelfHostedExecutor, model_factory_for
 from belay.harness.executor import ExecutorContext, ExecutorFactory, ExecutorUnavailable
+
+# Each managed type's executor; the provider's SDK is imported when its client is built.
+MANAGED_EXECUTORS: dict[str, Callable[[ExecutorContext, Endpoint], ManagedExecutor]] = {
+    "openai-agents": openai_agents.executor_for,
+    "anthropic-managed": anthropic_managed.executor_for,
+}
 
 
 def executor_factory_for(session: AgentSession, endpoint: Endpoint | None = None) -> ExecutorFactory:
     """The executor each subagent of this session gets, by `spec.executor.type`. A managed
     executor talks to `endpoint`, else to what the SDK's standard variables configure."""
-    from belay.executors.self_hosted import SELF_HOSTED_TYPES, SelfHostedExecutor, model_factory_for
-
     executor_type = session.spec.executor.type
     if executor_type in SELF_HOSTED_TYPES:
         models = model_factory_for(session)
         compaction_lock = asyncio.Lock()  # one summary at a time for all the subagents
         return lambda ctx: SelfHostedExecutor(ctx, models(ctx), compaction_lock)
-    if executor_type == "openai-agents":
-        from belay.executors import openai_agents as managed
-    elif executor_type == "anthropic-managed":
-        from belay.executors import anthropic_managed as managed  # type: ignore[no-redef]
-    else:
+    managed = MANAGED_EXECUTORS.get(executor_type)
+    if managed is None:
         # Validation refuses every type not implemented here, so this is a programming error.
         raise ValueError(f"executor type {executor_type!r} has no executor")
-
-    from belay.executors.endpoints import PROVIDERS, default_endpoint
-
     variables = PROVIDERS[executor_type]
     where = endpoint or default_endpoint(executor_type, os.environ)
 
-    def start(ctx: ExecutorContext) -> managed.ManagedExecutor:
+    def start(ctx: ExecutorContext) -> ManagedExecutor:
         try:
-            return managed.executor_for(ctx, where)
+            return managed(ctx, where)
         except Exception as error:  # the SDK refuses to build a client: no key configured
             raise ExecutorUnavailable(
                 "ProviderUnavailable",

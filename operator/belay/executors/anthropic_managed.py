@@ -64,6 +64,8 @@ WAKING_EVENTS = frozenset(
 LOST_SEND_PAUSES_S = (0.2, 0.5, 1.0)
 
 
+# The `anthropic` SDK is an optional extra and slow to import: it is imported where it is used, so
+# that a session of another executor (and every command that never runs one) does without it.
 def connection_errors() -> tuple[type[BaseException], ...]:
     import anthropic
     import httpx2

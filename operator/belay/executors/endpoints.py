@@ -11,6 +11,7 @@ In a cluster the harness pod's environment carries the variables from `executor.
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,8 +72,7 @@ def default_endpoint(executor_type: str, environ: Mapping[str, str]) -> Endpoint
 @contextlib.asynccontextmanager
 async def local_standin(executor_type: str, plan: Path) -> AsyncIterator[Endpoint]:
     """The provider's stand-in on loopback for the block, its remote agent following `plan`."""
-    import importlib
-
+    # By name: a run that needs no stand-in does not load one (an aiohttp server of its own).
     module = importlib.import_module(PROVIDERS[executor_type].standin_module)
     async with module.running(plan) as standin:
         yield Endpoint(standin.base_url, STANDIN_KEY, endpoint_label(standin.base_url, "the local stand-in"))

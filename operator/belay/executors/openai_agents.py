@@ -63,6 +63,8 @@ WAKING_EVENTS = frozenset(
 PENDING_RACE_PAUSES_S = (0.1, 0.3, 0.6)
 
 
+# The `openai` SDK is an optional extra and slow to import: it is imported where it is used, so
+# that a session of another executor (and every command that never runs one) does without it.
 def connection_errors() -> tuple[type[BaseException], ...]:
     import httpx2
     import openai

@@ -22,6 +22,7 @@ from belay.api.agentsession import AgentSession
 from belay.harness.context import build_model_request
 from belay.harness.executor import Decision, ExecutorContext, RemoteResource, ToolOutcome
 from belay.harness.models.base import ModelAdapter, ModelMessage, ModelRequest
+from belay.harness.models.scripted import SCRIPTED_MODEL_ID, ScriptedModel, load_plan
 from belay.journal.compaction import (
     DETERMINISTIC,
     RECENT_WINDOW_EVENTS,
@@ -182,10 +183,9 @@ def model_factory_for(session: AgentSession) -> ModelFactory:
     """The model adapter each subagent's self-hosted executor asks."""
     executor = session.spec.executor
     if executor.type == "scripted":
-        from belay.harness.models.scripted import ScriptedModel, load_plan
-
         plan = load_plan(Path(executor.plan or ""))
         return lambda ctx: ScriptedModel(plan, ctx.subagent.name, ctx.read_state)
+    # The providers' SDKs are optional extras, slow to import: only the one this session uses.
     if executor.type == "openai":
         from belay.harness.models.openai import OpenAIResponsesAdapter
 
@@ -200,7 +200,5 @@ def model_factory_for(session: AgentSession) -> ModelFactory:
 def initial_model_id(session: AgentSession) -> str:
     executor = session.spec.executor
     if executor.type == "scripted":
-        from belay.harness.models.scripted import SCRIPTED_MODEL_ID
-
         return SCRIPTED_MODEL_ID
     return executor.model or executor.type

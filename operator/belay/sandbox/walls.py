@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import belay
+
 ISOLATION_LEVELS: tuple[str, ...] = ("required", "best-effort")
 
 # Tests only: "off" starts the sandbox without walls, to show that each security test fails without
@@ -235,8 +237,6 @@ class ServerCode:
 
 
 def server_code() -> ServerCode:
-    import belay
-
     interpreter = Path(os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable))
     prefixes = []
     for prefix in dict.fromkeys(Path(p).resolve() for p in (sys.base_prefix, sys.base_exec_prefix)):
