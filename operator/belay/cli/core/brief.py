@@ -18,9 +18,9 @@ from belay.journal.state import SessionState
 from belay.local.liveness import observed_sandboxes
 from belay.local.runtime import LocalHome, load_installed
 from belay.views.briefing.build import briefing
-from belay.views.briefing.from_status import briefing_from_status
 from belay.views.briefing.model import Briefing, SandboxItem
 from belay.views.briefing.render import render_json, render_markdown, render_text
+from belay.views.status.briefing import briefing_from_status
 from belay.views.status.model import NOT_PROJECTED
 
 STYLES = ("text", "markdown", "json", "json-lines")

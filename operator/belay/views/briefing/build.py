@@ -1,7 +1,7 @@
 """The briefing built from the fold: the sections the record gives, and the page around them.
 
 `briefing(state)` is the page `belay brief` prints; `briefing_sections(state)` the part of it an
-operator puts in an AgentSession's status, from which `belay.views.briefing.from_status` builds the
+operator puts in an AgentSession's status, from which `belay.views.status.briefing` builds the
 same page in a cluster. The briefing keeps what it shows, not the history: it reads the operations
 and results it lists by key, and where it must look at every entry of a map (the plan, the notes,
 the results for the scope changes shown) it streams the map, which keeps no page it read

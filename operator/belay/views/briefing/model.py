@@ -17,7 +17,7 @@ profile, alive or not), the budgets used and left, and every subagent's last ver
 `BriefingSections` is what the record says; a `Briefing` adds the header, the request and what the
 builder observes where the session runs (its sandboxes, its budgets against the clock). The
 builders fill it from the fold (`belay.views.briefing.build`) or from an AgentSession's typed
-status, which carries the sections as the operator built them (`belay.views.briefing.from_status`);
+status, which carries the sections as the operator built them (`belay.views.status.briefing`);
 the renderers (`belay.views.briefing.render`) read only the model, so `belay brief` and `kubectl
 belay brief` print the same page. Every list is capped so a long session still fits on a page, and
 what is left out is counted ("... and N more"). Field names are snake_case in `belay brief --json`
