@@ -13,6 +13,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
+from belay.cli import home as local_cli
 from belay.cli import main as cli
 from belay.journal.events import (
     ApprovalEvent,
@@ -109,7 +110,8 @@ def race(approval_id: str) -> dict[bool, bool]:
     def decider(granted: bool) -> None:
         start.wait()
         try:
-            cli.decide(SESSION, approval_id, granted, "", "alice" if granted else "bob")
+            state = local_cli.known_state(SESSION)
+            local_cli.decide(state, approval_id, granted, "", "alice" if granted else "bob")
         except typer.Exit:
             recorded[granted] = False
         else:
@@ -196,14 +198,14 @@ def test_the_decider_who_comes_second_is_told_who_decided_first(
 
     asyncio.run(write())
     runner = CliRunner()
-    read_while_pending = cli._known_state
+    read_while_pending = local_cli.known_state
     monkeypatch.setattr(cli.Context, "home", home)
     stale = read_while_pending(SESSION)
     granted = runner.invoke(
         cli.app, ["--home", str(tmp_path), "approve", SESSION, "approve-op-1", "--by", "alice"]
     )
     assert granted.exit_code == 0, granted.output
-    monkeypatch.setattr(cli, "_known_state", lambda session_id: stale)
+    monkeypatch.setattr(cli, "known_state", lambda session_id: stale)
     refused = runner.invoke(
         cli.app, ["--home", str(tmp_path), "reject", SESSION, "approve-op-1", "--by", "bob"]
     )

@@ -938,10 +938,12 @@ async def test_kubectl_belay_reject_and_amend_redo_exactly_the_steps_they_invali
         first = pending_approval(kube, name, "approve-implementer.publish.3", describe)
         assert first["contentSha256"] and first["contentLocation"]  # what it would publish, to read
         brief = kubectl_belay(config_file, "brief", name)
-        assert (
-            f"read what it sends out (sha256 {first['contentSha256']}): {first['contentLocation']}"
-            in brief.stdout
-        )
+        # The page names the command that fetches what the approval binds, by its hash.
+        fetch = f"kubectl belay artifacts get {name} sha256:{first['contentSha256']} -o "
+        assert any(
+            line.strip().startswith("read the bytes it sends out") and fetch in line
+            for line in brief.stdout.splitlines()
+        ), brief.stdout
 
         rejected = kubectl_belay(config_file, "reject", name, first["approvalId"], "--reason", reason)
         assert rejected.returncode == 0, rejected.stderr
