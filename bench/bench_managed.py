@@ -62,8 +62,8 @@ from belay.harness.revision import make_revision
 from belay.harness.tools import tool_schema
 from belay.journal.state import fold
 from belay.journal.tools import TOOLS
-from belay.local.drill import StandinProcess, provider_problems
 from belay.local.runtime import LocalHome, record_request
+from belay.local.standin_process import StandinProcess, provider_problems
 from belay.sandbox.local import LocalSandbox
 from bench.common import Figure
 

@@ -9,7 +9,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from belay.local.drill import DEFAULT_MANIFEST, kill_group, read_events, run_until, start_belay
+from belay.local.cli_process import kill_group, read_events, run_until, start_belay
+from belay.local.drill import DEFAULT_MANIFEST
 from bench.common import Figure
 
 RUNS = 20

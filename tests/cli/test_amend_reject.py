@@ -16,8 +16,8 @@ from belay.journal.events import (
     ScopeChange,
     UserInput,
 )
-from belay.local.drill import read_events
 from belay.local.runtime import LocalHome
+from tests.belay_cli import read_events
 from tests.cli.test_decisions import SESSION, invoke, write
 from tests.harness.example import MANIFEST
 

@@ -18,8 +18,8 @@ from belay.journal.events import (
     Wait,
     WaitKind,
 )
-from belay.local.drill import read_events
 from belay.local.runtime import LocalHome
+from tests.belay_cli import read_events
 
 runner = CliRunner()
 SESSION = "decisions"

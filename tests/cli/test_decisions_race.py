@@ -26,8 +26,8 @@ from belay.journal.events import (
     ToolResultEvent,
     UserInput,
 )
-from belay.local.drill import kill_group, read_events, start_belay
 from belay.local.runtime import LocalHome
+from tests.belay_cli import kill_group, read_events, start_belay
 
 SESSION = "gated"
 PAIRS = 100

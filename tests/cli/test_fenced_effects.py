@@ -23,9 +23,9 @@ import pytest
 
 from belay.harness.runtime import FENCE_ENV
 from belay.journal.events import OperationOutcomeEvent, ToolResultEvent
-from belay.local.drill import completed, is_stopped, read_events, run_belay, run_until, start_belay
 from belay.local.runtime import LocalHome
 from belay.local.tickets import TicketDraft, add_ticket, load_tickets
+from tests.belay_cli import completed, is_stopped, read_events, run_belay, run_until, start_belay
 from tests.scripted import write_scripted_session
 
 pytestmark = pytest.mark.slow

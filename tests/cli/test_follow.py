@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from belay.journal.events import Lifecycle, LifecycleKind, Payload, Task, TaskStatus, UserInput
-from belay.local.drill import belay_command
 from belay.local.liveness import process_start, this_holder
 from belay.local.runtime import LocalHome
+from tests.belay_cli import belay_command
 from tests.cli.test_decisions import SESSION, write
 
 

@@ -34,7 +34,7 @@ from belay.journal.events import Event, Lifecycle, LifecycleKind, UserInput, Wai
 from belay.journal.recovery import recovery_plan
 from belay.journal.state import fold
 from belay.lifetime import process_table
-from belay.local.drill import is_stopped, read_events, run_belay, start_belay
+from tests.belay_cli import is_stopped, read_events, run_belay, start_belay
 from tests.cli.test_decisions import SESSION as DECISIONS
 from tests.cli.test_decisions import write
 from tests.cli.test_follow import dead_holder, take_lease

@@ -15,7 +15,9 @@ import pytest
 
 from belay.journal.events import CheckpointEvent, Event
 from belay.journal.state import fold
-from belay.local.drill import (
+from belay.views.briefing.build import briefing
+from belay.views.briefing.render import render_text
+from tests.belay_cli import (
     completed,
     deliverables,
     interruption_points,
@@ -25,8 +27,6 @@ from belay.local.drill import (
     steps_run_twice,
     tickets_in,
 )
-from belay.views.briefing.build import briefing
-from belay.views.briefing.render import render_text
 from tests.harness.example import MANIFEST, SESSION, run_example
 
 pytestmark = pytest.mark.slow

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from belay.journal.events import Lifecycle, LifecycleKind
-from belay.local.drill import run_belay
 from belay.stores.integrity import GENESIS, RECORD_KEY_FILE_ENV, Chain
+from tests.belay_cli import run_belay
 from tests.harness.example import MANIFEST, SESSION
 
 FIELDS_START = len(b'{"chain":"') + 64 + 2  # where the stored envelope's fields begin

@@ -31,8 +31,8 @@ import yaml
 from belay.harness.attempt import fault_key
 from belay.journal.events import Event
 from belay.journal.state import fold
-from belay.local.drill import read_events, run_belay, run_until, start_belay
 from belay.views.report.words import duration
+from tests.belay_cli import read_events, run_belay, run_until, start_belay
 from tests.harness.example import EXAMPLE, SESSION, manifest_copy
 from tests.journal.fixtures import ReadPage
 

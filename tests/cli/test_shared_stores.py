@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from belay.journal.state import fold
-from belay.local.drill import run_belay
 from belay.stores.factory import open_artifact_store, open_event_store
+from tests.belay_cli import run_belay
 from tests.harness.example import EXAMPLE, SESSION
 from tests.testenv.s3 import S3Server
 

@@ -40,7 +40,7 @@ from belay.harness.stopping import DRAIN_ENV, STOP_MARGIN_S
 from belay.journal.events import Event, Lifecycle, LifecycleKind
 from belay.journal.state import fold
 from belay.lifetime import die_with_parent
-from belay.local.drill import belay_command, belay_environment, is_stopped, read_events, run_belay
+from tests.belay_cli import belay_command, belay_environment, is_stopped, read_events, run_belay
 from tests.cli.test_interrupted import Process, kill_points, run_processes, still_alive
 from tests.harness.example import MANIFEST, SESSION, run_example
 from tests.testenv.processes import pid_cmdline

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from belay.harness.attempt import FAULT_ENV
-from belay.local.drill import completed, deliverables, is_stopped, read_events, start_belay
+from tests.belay_cli import completed, deliverables, is_stopped, read_events, start_belay
 from tests.harness.example import MANIFEST, SESSION
 
 POINT = "tool_request:implementer.fix.1"

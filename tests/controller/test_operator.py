@@ -45,11 +45,11 @@ from belay.journal.events import (
 )
 from belay.journal.state import SessionState, fold
 from belay.lifetime import descendants
-from belay.local.drill import deliverables, is_stopped, steps_run_twice
 from belay.local.tickets import TicketService
 from belay.stores.base import EventStore, StaleLease
 from belay.stores.factory import open_event_store
 from tests.api.kubehelpers import REPO_ROOT, install_crds, token_kubeconfig
+from tests.belay_cli import deliverables, is_stopped, steps_run_twice
 from tests.controller.kubelet import LocalKubelet
 from tests.controller.operator_process import (
     OperatorProcess,

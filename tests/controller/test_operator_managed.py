@@ -26,7 +26,10 @@ from belay.executors.endpoints import PROVIDERS
 from belay.harness.attempt import fault_key
 from belay.harness.models.scripted import planned_calls
 from belay.journal.events import Event, ToolRequestEvent, ToolResultEvent
-from belay.local.drill import (
+from belay.local.tickets import load_tickets
+from belay.stores.base import EventStore
+from belay.stores.factory import open_event_store
+from tests.belay_cli import (
     StandinProcess,
     deliverables,
     deliveries,
@@ -35,9 +38,6 @@ from belay.local.drill import (
     remote_sessions,
     steps_run_twice,
 )
-from belay.local.tickets import load_tickets
-from belay.stores.base import EventStore
-from belay.stores.factory import open_event_store
 from tests.controller.kubelet import LocalKubelet
 from tests.controller.operator_process import OperatorProcess, kubectl_json, wait_for, wait_for_session_end
 from tests.controller.test_operator import (  # noqa: F401 (fixtures)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from belay.local.drill import run_belay
+from tests.belay_cli import run_belay
 from tests.harness.example import MANIFEST, manifest_copy
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ import yaml
 from belay.api.agentsession import AgentSession, parse_manifest
 from belay.executors.standins import anthropic_managed, openai_agents
 from belay.harness.models.scripted import ScriptedPlan, load_plan
-from belay.local.drill import manifest_for
+from tests.belay_cli import manifest_for
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "parser-review"

@@ -60,9 +60,9 @@ from belay.journal.events import (
     Verification,
 )
 from belay.journal.state import SessionState, apply
-from belay.local.drill import read_events, run_belay
 from belay.stores.filesystem import FilesystemArtifactStore
 from belay.stores.sqlite import SqliteEventStore
+from tests.belay_cli import read_events, run_belay
 from tests.harness.example import MANIFEST
 from tests.models.conftest import ProviderStandIn
 from tests.models.conftest import provider as provider  # the stand-in fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from belay.local.drill import belay_command, completed, deliverables, read_events, remote_sessions
+from tests.belay_cli import belay_command, completed, deliverables, read_events, remote_sessions
 from tests.executors.documented_servers import AnthropicManagedServer, OpenAIAgentsServer, serving
 from tests.executors.example import (
     ENVIRONMENT,

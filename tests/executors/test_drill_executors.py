@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from belay.local.drill import run_belay
+from tests.belay_cli import run_belay
 from tests.executors.example import MANIFEST, review_sha256
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from belay.executors.endpoints import NO_KEY, configured_endpoint
-from belay.local.drill import completed, deliverables, read_events, run_belay
+from tests.belay_cli import completed, deliverables, read_events, run_belay
 from tests.executors.example import SESSION, example_manifest, review_sha256
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from belay.journal.events import Event, RemoteEvent, ToolRequestEvent
-from belay.local.drill import (
+from tests.belay_cli import (
     StandinProcess,
     completed,
     deliverables,

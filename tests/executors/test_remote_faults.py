@@ -16,8 +16,8 @@ import pytest
 from belay.api.agentsession import AgentSession
 from belay.harness.models.scripted import ScriptedPlan
 from belay.journal.events import Event, RemoteEvent
-from belay.local.drill import provider_problems
 from belay.local.runtime import LocalHome, read_state, run_local
+from tests.belay_cli import provider_problems
 from tests.executors.example import STANDINS, one_subagent_session, standin_for
 
 PLAN = ScriptedPlan.model_validate(

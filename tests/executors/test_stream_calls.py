@@ -14,8 +14,8 @@ import pytest
 
 from belay.harness.models.scripted import ScriptedPlan
 from belay.journal.events import ModelOutput
-from belay.local.drill import provider_problems
 from belay.local.runtime import LocalHome, run_local
+from tests.belay_cli import provider_problems
 from tests.executors.example import STANDINS, one_subagent_session, standin_for
 
 COMMANDS = 10

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from belay.api.agentsession import ManifestError, parse_manifest
-from belay.local.drill import run_belay
 from tests.api.kubehelpers import install_crds
+from tests.belay_cli import run_belay
 from tests.executors.example import MANIFEST, SESSION, example_manifest
 from tests.testenv.kube import ControlPlane
 

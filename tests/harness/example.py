@@ -14,7 +14,7 @@ from typing import Any, cast
 import yaml
 
 from belay.journal.events import Event
-from belay.local.drill import read_events, run_belay
+from tests.belay_cli import read_events, run_belay
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "parser-fix"

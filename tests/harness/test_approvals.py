@@ -9,7 +9,7 @@ from pathlib import Path
 from belay.api.agentsession import ApprovalGrant
 from belay.harness.runtime import declared_grant
 from belay.journal.events import EffectClass, Event, ToolRequest, ToolRequestEvent
-from belay.local.drill import kill_group, read_events, run_belay, start_belay
+from tests.belay_cli import kill_group, read_events, run_belay, start_belay
 from tests.harness.example import SESSION, manifest_copy
 
 PUBLISH = "implementer.publish.3"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from belay.journal.events import CheckpointEvent, Event, ToolRequestEvent, ToolResultEvent
-from belay.local.drill import run_belay, steps_run_twice, tickets_in
 from belay.local.runtime import LocalHome
+from tests.belay_cli import run_belay, steps_run_twice, tickets_in
 from tests.harness.example import SESSION, repo_tests_pass, run_example
 
 

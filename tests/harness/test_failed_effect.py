@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from belay.local.drill import completed, kill_group, run_belay, run_until, start_belay, tickets_in
+from tests.belay_cli import completed, kill_group, run_belay, run_until, start_belay, tickets_in
 from tests.harness.example import MANIFEST, SESSION, brief_json, wait_for
 
 pytestmark = pytest.mark.slow

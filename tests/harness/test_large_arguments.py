@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 
 from belay.journal.events import ToolRequestEvent
-from belay.local.drill import completed, read_events, run_belay, run_until
 from belay.local.runtime import LocalHome
+from tests.belay_cli import completed, read_events, run_belay, run_until
 
 CONTENT = "".join(f"line {i:06d} of a large generated file\n" for i in range(4000))  # ~150 KiB
 

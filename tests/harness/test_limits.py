@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from belay.journal.events import LifecycleEvent
-from belay.local.drill import read_events, run_belay, run_until
+from tests.belay_cli import read_events, run_belay, run_until
 from tests.harness.example import SESSION, manifest_copy
 
 

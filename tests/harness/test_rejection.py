@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from belay.journal.events import Event, LifecycleEvent, RejectionEvent, ToolRequestEvent, ToolResultEvent
-from belay.local.drill import completed, deliverables, kill_group, run_belay, start_belay
+from tests.belay_cli import completed, deliverables, kill_group, run_belay, start_belay
 from tests.harness.example import (
     SESSION,
     brief_json,

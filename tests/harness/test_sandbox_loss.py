@@ -15,9 +15,9 @@ import pytest
 from belay.harness.attempt import fault_key
 from belay.journal.events import Event, LifecycleEvent, LifecycleKind, ToolRequestEvent
 from belay.journal.tools import tool_spec
-from belay.local.drill import deliverables, read_events, steps_run_twice
 from belay.local.runtime import LocalHome, install_session, run_local
 from belay.sandbox.local import ServerRecord, kill_instance
+from tests.belay_cli import deliverables, read_events, steps_run_twice
 from tests.harness.example import MANIFEST, SESSION, run_example
 
 LOST = "implementer"

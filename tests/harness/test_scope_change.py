@@ -17,7 +17,7 @@ from belay.journal.events import (
     TaskEvent,
     ToolRequestEvent,
 )
-from belay.local.drill import completed, deliverables, kill_group, run_belay, start_belay, tickets_in
+from tests.belay_cli import completed, deliverables, kill_group, run_belay, start_belay, tickets_in
 from tests.harness.example import SESSION, brief_json, repo_tests_pass, run_example, step_status, wait_for
 
 pytestmark = pytest.mark.slow

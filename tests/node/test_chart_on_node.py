@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from belay.local.drill import steps_run_twice
 from tests.api.kubehelpers import install_crds
+from tests.belay_cli import steps_run_twice
 from tests.controller.operator_process import kubectl_json, wait_for, wait_for_session_end
 from tests.controller.test_chart import CHART, helm
 from tests.node.cluster import RESTRICTED, NodeCluster

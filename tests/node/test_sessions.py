@@ -23,8 +23,8 @@ import pytest
 
 from belay.journal.events import Event, LifecycleKind
 from belay.journal.state import fold
-from belay.local.drill import steps_run_twice
 from tests.api.kubehelpers import install_crds
+from tests.belay_cli import steps_run_twice
 from tests.controller.operator_process import OperatorProcess, wait_for, wait_for_session_end
 from tests.controller.test_operator import completed_steps, steps_run_after
 from tests.node.cluster import NodeCluster

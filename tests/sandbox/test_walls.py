@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from belay.api.agentsession import ManifestError, parse_manifest
-from belay.local.drill import read_events, run_belay
 from belay.sandbox.local import LocalSandbox
 from belay.sandbox.walls import BWRAP_ENV, SANDBOX_UID, WALLS_ENV, WallsUnavailable
+from tests.belay_cli import read_events, run_belay
 from tests.sandbox.helpers import is_running
 from tests.testenv.processes import pid_cmdline
 

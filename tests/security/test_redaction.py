@@ -33,7 +33,7 @@ from belay.harness.redaction import (
 )
 from belay.harness.runtime import ToolRuntime
 from belay.journal.events import EffectClass, ToolRequest, ToolResult
-from belay.local.drill import belay_command
+from tests.belay_cli import belay_command
 from tests.scripted import write_scripted_session
 
 SESSION = "leaky"

@@ -26,8 +26,8 @@ import yaml
 
 from belay.journal.events import Event
 from belay.journal.state import fold
-from belay.local.drill import belay_command, completed, deliverables, read_events
 from belay.sandbox.walls import WALLS_ENV
+from tests.belay_cli import belay_command, completed, deliverables, read_events
 from tests.security.conftest import NO_WALLS, WALLS, isolation_for, judge, kill_all, processes_with_argument
 
 SESSION = "hostile"

@@ -21,7 +21,7 @@ from belay.controller.children import owned_by
 from belay.journal.events import Event
 from belay.journal.phase import Phase, phase_of
 from belay.journal.state import SessionState
-from belay.local.drill import completed, deliverables, steps_run_twice
+from belay.journal.verdicts import completed, deliverables, steps_run_twice
 
 DRILL_OF_LABEL = "belay.dev/drill-of"
 

@@ -1,0 +1,71 @@
+"""What a session's record shows about how it went: whether it completed, what it delivered,
+whether a step or an operation was done twice, how many attempts it took, and what it holds at a
+provider. Pure functions of the events; the interruption drill (on one machine and in a cluster)
+and the tests judge a record with them."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from belay.journal.events import (
+    Event,
+    LifecycleEvent,
+    RemoteEvent,
+    TaskEvent,
+    ToolRequestEvent,
+    ToolResultEvent,
+)
+
+
+def completed(events: Sequence[Event]) -> bool:
+    return any(isinstance(e, LifecycleEvent) and e.payload.kind == "session_completed" for e in events)
+
+
+def deliverables(events: Sequence[Event]) -> dict[str, str]:
+    """Deliverable name -> the sha256 of its bytes."""
+    return {
+        e.payload.name: e.payload.ref.sha256
+        for e in events
+        if e.type == "artifact" and getattr(e.payload, "deliverable", False)
+    }
+
+
+def steps_run_twice(events: Sequence[Event]) -> list[str]:
+    """Steps completed more than once, and operations requested or answered more than once."""
+    done = Counter(
+        e.payload.task_id
+        for e in events
+        if isinstance(e, TaskEvent) and "/" in e.payload.task_id and e.payload.status in ("done", "verified")
+    )
+    requests = Counter(e.payload.operation_id for e in events if isinstance(e, ToolRequestEvent))
+    results = Counter(e.payload.operation_id for e in events if isinstance(e, ToolResultEvent))
+    return sorted(
+        [f"step {k} completed {n} times" for k, n in done.items() if n > 1]
+        + [f"{k} requested {n} times" for k, n in requests.items() if n > 1]
+        + [f"{k} answered {n} times" for k, n in results.items() if n > 1]
+    )
+
+
+def attempts(events: Sequence[Event]) -> int:
+    return max((e.actor.attempt for e in events), default=0)
+
+
+def remote_sessions(events: Sequence[Event]) -> dict[str, str]:
+    """Subagent -> the remote session the record holds for it."""
+    return {
+        e.payload.subagent: e.payload.remote_session_id
+        for e in events
+        if isinstance(e, RemoteEvent) and e.payload.kind == "session"
+    }
+
+
+def deliveries(events: Sequence[Event], operation_id: str) -> list[RemoteEvent]:
+    """The deliveries of an operation's result to the provider."""
+    return [
+        e
+        for e in events
+        if isinstance(e, RemoteEvent)
+        and e.payload.kind == "result_delivered"
+        and e.payload.operation_id == operation_id
+    ]

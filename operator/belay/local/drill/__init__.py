@@ -1,0 +1,25 @@
+"""The interruption drill: interrupt a short session on purpose and check the resumed one.
+
+Each scenario runs `belay` as a separate process group in a fresh home, stops the harness at an
+exact point of its record (the harness SIGSTOPs itself right after recording the chosen event, see
+`belay.harness.attempt.FAULT_ENV`), SIGKILLs the whole group, and resumes with `belay resume`. The
+checks read only the record, the artifact store and the ticket service's file.
+
+The same checks run on every executor (`--executor`): `self-hosted` runs the manifest's plan as a
+scripted model; a managed executor (`openai-agents`, `anthropic-managed`) runs against its local
+stand-in, one per scenario, started outside the killed process group so the provider outlives the
+adapter. For a managed executor the drill also kills the adapter between a tool's recorded result
+and its delivery, and checks with the stand-in's counters that the provider saw each input and
+each tool result once, and with the record that the remote session is the same before and after.
+Each kill point is reported with the record's seq range, the deliverables' hashes, the model,
+harness and executor versions, and the transition expected and observed.
+
+`manifest` prepares the session for the executor, `run` holds one run's homes, stand-ins and
+findings, `scenarios` are the checks, run in order by `run_drill`, and `report` is what it returns.
+"""
+
+from belay.local.drill.manifest import DEFAULT_MANIFEST, EXECUTORS
+from belay.local.drill.report import DrillReport
+from belay.local.drill.scenarios import run_drill
+
+__all__ = ["DEFAULT_MANIFEST", "EXECUTORS", "DrillReport", "run_drill"]

@@ -1,0 +1,56 @@
+"""The session the drill runs: the manifest moved to the executor asked for, its paths made
+absolute so it runs from any home."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from belay.api.agentsession import MANAGED_EXECUTORS, SELF_HOSTED_EXECUTORS
+from belay.harness.attempt import HARNESS_VERSION
+
+DEFAULT_MANIFEST = Path(__file__).resolve().parents[4] / "examples" / "parser-fix" / "session.yaml"
+EXECUTORS = ("self-hosted", *MANAGED_EXECUTORS)
+# The model a managed executor names when the drill moves a manifest to it from another type; the
+# stand-in does not read it.
+DRILL_MODELS = {"openai-agents": "gpt-5", "anthropic-managed": "claude-sonnet-4-5"}
+
+
+def executor_kind(manifest: Mapping[str, Any]) -> str:
+    executor_type = str(manifest["spec"]["executor"]["type"])
+    return "self-hosted" if executor_type in SELF_HOSTED_EXECUTORS else executor_type
+
+
+def manifest_for(manifest: Mapping[str, Any], source: Path, executor: str) -> dict[str, Any]:
+    """The manifest with paths made absolute and `executor` deciding: `self-hosted` runs the plan
+    as a scripted model; a managed executor asks its stand-in, whose remote agent follows it."""
+    copy: dict[str, Any] = json.loads(json.dumps(manifest))
+    spec = copy["spec"]
+    plan = spec["executor"].get("plan")
+    if plan:
+        plan = str((source.parent / plan).resolve())
+    own = executor_kind(manifest)
+    if executor != own:
+        if not plan:
+            raise ValueError(f"the manifest has no executor.plan to run on the {executor} executor")
+        if executor == "self-hosted":
+            spec["executor"] = {"type": "scripted", "plan": plan}
+        else:
+            spec["executor"] = {"type": executor, "model": DRILL_MODELS[executor], "plan": plan}
+    elif plan:
+        spec["executor"]["plan"] = plan
+    for sub in spec["subagents"]:
+        for item in sub.get("inputs", []):
+            item["source"] = str((source.parent / item["source"]).resolve())
+    return copy
+
+
+def executor_version(executor: str) -> str:
+    if executor == "openai-agents":
+        return f"openai-agents (openai {version('openai')})"
+    if executor == "anthropic-managed":
+        return f"anthropic-managed (anthropic {version('anthropic')})"
+    return f"self-hosted ({HARNESS_VERSION})"

@@ -1,0 +1,44 @@
+"""What the drill reports: each check, and each place it killed the process group."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class DrillCheck(BaseModel):
+    name: str
+    passed: bool
+    detail: str
+
+
+class SeqRange(BaseModel):
+    first: int
+    last: int
+
+
+class KillPoint(BaseModel):
+    """One place the drill killed the process group, and what the record shows of it."""
+
+    scenario: str
+    point: str  # the event (`<type>:<key>`) the harness recorded right before the kill
+    killed_at_seq: int
+    record_before: SeqRange  # the record when the group was killed
+    record_after: SeqRange | None  # what the resumed attempts recorded
+    artifacts: dict[str, str]  # deliverable name -> sha256, after the resume
+    models: list[str]  # the model ids the record names
+    harness_versions: list[str]
+    executor: str  # the executor type and its client's version
+    expected: str
+    observed: str
+    passed: bool
+    resume_s: float  # wall time of the `belay resume` that ends the scenario
+
+
+class DrillReport(BaseModel):
+    passed: bool
+    checks: list[DrillCheck]
+    executor: str = "self-hosted"
+    points: list[KillPoint] = Field(default_factory=list)
+    # The uninterrupted run: its wall time (`belay run` from start to exit) and its record's size.
+    reference_run_s: float | None = None
+    reference_events: int | None = None

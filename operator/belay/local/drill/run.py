@@ -1,0 +1,134 @@
+"""One run of the drill: the session prepared for its executor, a fresh home per scenario (with a
+managed executor's stand-in beside it), the checks and kill points found so far, and the two steps
+every scenario takes: kill a run at a point of its record, and resume it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import NamedTuple
+
+import yaml
+
+from belay.api.agentsession import MANAGED_EXECUTORS
+from belay.journal.events import Event
+from belay.journal.verdicts import deliverables
+from belay.local.cli_process import read_events, run_belay, run_until
+from belay.local.drill.manifest import executor_kind, executor_version, manifest_for
+from belay.local.drill.report import DrillCheck, DrillReport, KillPoint, SeqRange
+from belay.local.standin_process import StandinProcess
+
+
+class Resumed(NamedTuple):
+    result: subprocess.CompletedProcess[str]
+    events: list[Event]  # the whole record after the resume
+    seconds: float  # wall time of the `belay resume`
+
+
+class Drill:
+    def __init__(self, manifest: Path, workdir: Path, progress: bool, executor: str | None = None) -> None:
+        source = manifest.resolve()
+        original = yaml.safe_load(source.read_text())
+        self.executor = executor or executor_kind(original)
+        self.managed = self.executor in MANAGED_EXECUTORS
+        self.workdir = workdir / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.data = manifest_for(original, source, self.executor)
+        self.manifest = self.workdir / f"session-{self.executor}.yaml"
+        self.manifest.write_text(yaml.safe_dump(self.data, sort_keys=False))
+        if self.managed and not self.data["spec"]["executor"].get("plan"):
+            raise ValueError(
+                f"{manifest}: the drill runs {self.executor} on its stand-in: give executor.plan"
+            )
+        self.plan = Path(self.data["spec"]["executor"].get("plan") or "")
+        self.progress = progress
+        self.checks: list[DrillCheck] = []
+        self.points: list[KillPoint] = []
+        self.standins: dict[Path, StandinProcess] = {}
+        self.reference_run_s: float | None = None
+        self.reference_events: int | None = None
+        self.session_id = str(self.data["metadata"]["name"])
+        self.subagents = len(self.data["spec"]["subagents"])
+
+    def check(self, name: str, passed: bool, detail: str) -> bool:
+        self.checks.append(DrillCheck(name=name, passed=bool(passed), detail=detail))
+        if self.progress:
+            print(f"{'PASS' if passed else 'FAIL'} {name}: {detail}", file=sys.stderr, flush=True)
+        return bool(passed)
+
+    def home(self, name: str) -> Path:
+        path = self.workdir / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def environment(self, home: Path) -> dict[str, str] | None:
+        """What `belay` runs with in this home: a managed executor's stand-in, never a real key."""
+        if not self.managed:
+            return None
+        if home not in self.standins:
+            self.standins[home] = StandinProcess(self.executor, self.plan, home / "standin")
+        return self.standins[home].environment()
+
+    def kill_run_at(
+        self, home: Path, env: dict[str, str] | None, point: str, manifest: Path | None = None
+    ) -> tuple[bool, list[Event]]:
+        """`belay run` in `home`, its process group killed right after it records `point`: whether
+        it got there, and the record then."""
+        run = ["run", "--quiet", str(manifest or self.manifest)]
+        reached, _ = run_until(home, run, point, environment=env)
+        return reached, read_events(home, self.session_id)
+
+    def resume(self, home: Path, env: dict[str, str] | None) -> Resumed:
+        started = time.monotonic()
+        result = run_belay(home, "resume", "--quiet", self.session_id, environment=env)
+        seconds = time.monotonic() - started
+        return Resumed(result, read_events(home, self.session_id), seconds)
+
+    def report_point(
+        self,
+        scenario: str,
+        point: str,
+        before: Sequence[Event],
+        after: Sequence[Event],
+        expected: str,
+        observed: str,
+        passed: bool,
+        resume_s: float,
+    ) -> None:
+        last_before = before[-1].seq if before else 0
+        resumed = [e for e in after if e.seq > last_before]
+        self.points.append(
+            KillPoint(
+                scenario=scenario,
+                point=point,
+                killed_at_seq=last_before,
+                record_before=SeqRange(first=before[0].seq if before else 0, last=last_before),
+                record_after=SeqRange(first=resumed[0].seq, last=resumed[-1].seq) if resumed else None,
+                artifacts=deliverables(after),
+                models=sorted({e.actor.model_id for e in after if e.actor.model_id}),
+                harness_versions=sorted({e.actor.harness_version for e in after if e.actor.harness_version}),
+                executor=executor_version(self.executor),
+                expected=expected,
+                observed=observed,
+                passed=passed,
+                resume_s=round(resume_s, 2),
+            )
+        )
+
+    def stop_standins(self) -> None:
+        for standin in self.standins.values():
+            standin.stop()
+
+    def report(self) -> DrillReport:
+        return DrillReport(
+            passed=all(c.passed for c in self.checks),
+            checks=self.checks,
+            executor=executor_version(self.executor),
+            points=self.points,
+            reference_run_s=self.reference_run_s,
+            reference_events=self.reference_events,
+        )

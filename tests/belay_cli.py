@@ -1,0 +1,70 @@
+"""What the tests use to drive `belay` and judge what it recorded, from one place.
+
+The pieces are the drill's own: running the command line as a process group and stopping it at a
+point of its record (`belay.local.cli_process`), a provider's stand-in as a process
+(`belay.local.standin_process`), the session moved to another executor (`belay.local.drill`), and
+the judgments of a record (`belay.journal.verdicts`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from belay.harness.attempt import fault_key
+from belay.journal.events import CheckpointEvent, Event, ToolRequestEvent
+from belay.journal.verdicts import (
+    attempts,
+    completed,
+    deliverables,
+    deliveries,
+    remote_sessions,
+    steps_run_twice,
+)
+from belay.local.cli_process import (
+    RUN_TIMEOUT_S,
+    belay_command,
+    belay_environment,
+    is_stopped,
+    kill_group,
+    read_events,
+    run_belay,
+    run_until,
+    start_belay,
+    tickets_in,
+)
+from belay.local.drill.manifest import DEFAULT_MANIFEST, manifest_for
+from belay.local.standin_process import StandinProcess, provider_problems
+
+
+def interruption_points(events: Sequence[Event]) -> list[str]:
+    """Every step boundary (checkpoint) and every gap between a tool request and its result."""
+    return [
+        fault_key(e)
+        for e in events
+        if isinstance(e, ToolRequestEvent)
+        or (isinstance(e, CheckpointEvent) and not e.payload.checkpoint_id.endswith("/inputs"))
+    ]
+
+
+__all__ = [
+    "DEFAULT_MANIFEST",
+    "RUN_TIMEOUT_S",
+    "StandinProcess",
+    "attempts",
+    "belay_command",
+    "belay_environment",
+    "completed",
+    "deliverables",
+    "deliveries",
+    "interruption_points",
+    "is_stopped",
+    "kill_group",
+    "manifest_for",
+    "provider_problems",
+    "read_events",
+    "remote_sessions",
+    "run_belay",
+    "run_until",
+    "start_belay",
+    "steps_run_twice",
+    "tickets_in",
+]
