@@ -3,10 +3,11 @@
 The pieces are the drill's own: running the command line as a process group and stopping it at a
 point of its record (`belay.local.cli_process`), a provider's stand-in as a process
 (`belay.local.standin_process`), the session moved to another executor (`belay.local.drill`), and
-the judgments of a record (`belay.journal.verdicts`)."""
+the judgments of a record (`belay.journal.verdicts`); and the wait for a run to stop at its point."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Sequence
 
 from belay.harness.attempt import fault_key
@@ -33,6 +34,7 @@ from belay.local.cli_process import (
 )
 from belay.local.drill.manifest import DEFAULT_MANIFEST, manifest_for
 from belay.local.standin_process import StandinProcess, provider_problems
+from tests.testenv.polling import wait_until
 
 
 def interruption_points(events: Sequence[Event]) -> list[str]:
@@ -43,6 +45,17 @@ def interruption_points(events: Sequence[Event]) -> list[str]:
         if isinstance(e, ToolRequestEvent)
         or (isinstance(e, CheckpointEvent) and not e.payload.checkpoint_id.endswith("/inputs"))
     ]
+
+
+def wait_until_stopped(process: subprocess.Popen[bytes], point: str, timeout: float = RUN_TIMEOUT_S) -> None:
+    """Until the harness of `process`, started with `stop_after=point`, has stopped itself there."""
+    wait_until(
+        lambda: is_stopped(process.pid),
+        f"the run to stop itself at {point}",
+        timeout=timeout,
+        interval=0.005,
+        while_running=process,
+    )
 
 
 __all__ = [
@@ -67,4 +80,5 @@ __all__ = [
     "start_belay",
     "steps_run_twice",
     "tickets_in",
+    "wait_until_stopped",
 ]

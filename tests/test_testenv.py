@@ -35,6 +35,7 @@ from tests.testenv.host import HostSnapshot
 from tests.testenv.kube import ControlPlane, KubectlError
 from tests.testenv.network import free_port, http_post_json
 from tests.testenv.node import acquire_node, node_missing_reason, read_owner, release_node, shim_pids
+from tests.testenv.polling import wait_until
 from tests.testenv.processes import ManagedProcess, group_members, pid_alive, pid_start_ticks
 from tests.testenv.s3 import S3Server
 from tests.testenv.state import ProcessRecord, TestEnvState
@@ -141,10 +142,13 @@ def test_stop_ends_the_whole_process_group(tmp_path: Path) -> None:
     process = ManagedProcess("sleeper", ["sh", "-c", "sleep 300 & sleep 300 & wait"], tmp_path / "log")
     process.start()
     assert process.pid is not None
-    deadline = time.monotonic() + 10
-    while len(group_members(process.pid)) < 3 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    members = group_members(process.pid)
+    members = wait_until(
+        lambda: group_members(process.pid),
+        "the shell and its two children",
+        until=lambda members: len(members) >= 3,
+        timeout=10,
+        interval=0.02,
+    )
     assert len(members) == 3
     process.stop()
     assert group_members(process.pid) == []
@@ -214,10 +218,13 @@ def test_children_die_with_the_process_that_started_them(
     assert pid_alive(child_pid)
     owner.send_signal(signum)
     owner.wait(timeout=30)
-    deadline = time.monotonic() + 15
-    while group_members(child_pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert group_members(child_pid) == []
+    wait_until(
+        lambda: group_members(child_pid),
+        "the started group to be gone",
+        until=lambda members: members == [],
+        timeout=15,
+        interval=0.05,
+    )
 
 
 # --- Kubernetes -------------------------------------------------------------------------------
@@ -291,11 +298,14 @@ def test_controller_manager_reconciles_a_new_namespace(kube: ControlPlane) -> No
     # appearance shows that the controller manager is connected and working.
     namespace = f"ns-{uuid.uuid4().hex[:8]}"
     kube.kubectl("create", "namespace", namespace)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if kube.kubectl("get", "serviceaccount", "default", "-n", namespace, check=False).returncode == 0:
-            break
-        time.sleep(0.2)
+    wait_until(
+        lambda: (
+            kube.kubectl("get", "serviceaccount", "default", "-n", namespace, check=False).returncode == 0
+        ),
+        f"the default service account of {namespace}",
+        timeout=60,
+        interval=0.2,
+    )
     assert kube.kubectl("get", "serviceaccount", "default", "-n", namespace, "-o", "name").stdout.strip() == (
         "serviceaccount/default"
     )

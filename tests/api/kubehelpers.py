@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 from tests.testenv.kube import ControlPlane
+from tests.testenv.polling import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO_ROOT / "crds"
@@ -18,12 +18,21 @@ def install_crds(kube: ControlPlane, timeout_s: float = 300) -> None:
     `kubectl wait`, which fails at once when the CRD is not yet visible to it and gives up after
     its own timeout on a loaded machine."""
     kube.kubectl("apply", "--server-side", "--field-manager=belay-tests", "-f", str(CRD_DIR))
-    deadline = time.monotonic() + timeout_s
-    for name in ("agentsessions.belay.dev", "checkpoints.belay.dev"):
-        while not _established(kube, name):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"crd/{name} not Established after {timeout_s:.0f} s")
-            time.sleep(0.5)
+
+    def not_established() -> list[str]:
+        return [
+            f"crd/{name}"
+            for name in ("agentsessions.belay.dev", "checkpoints.belay.dev")
+            if not _established(kube, name)
+        ]
+
+    wait_until(
+        not_established,
+        "the CRDs to be Established",
+        until=lambda left: not left,
+        timeout=timeout_s,
+        interval=0.5,
+    )
 
 
 def _established(kube: ControlPlane, name: str) -> bool:

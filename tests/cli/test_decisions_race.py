@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from belay.journal.events import (
 )
 from belay.local.runtime import LocalHome
 from tests.belay_cli import kill_group, read_events, start_belay
+from tests.testenv.polling import wait_until
 
 SESSION = "gated"
 PAIRS = 100
@@ -92,13 +92,14 @@ def approval_ids(events: list[Event]) -> list[str]:
 
 
 def wait_for_request(home: Path, index: int) -> str:
-    deadline = time.monotonic() + HANG_GUARD_SECONDS
-    while time.monotonic() < deadline:
-        requested = approval_ids(read_events(home, SESSION))
-        if len(requested) > index:
-            return requested[index]
-        time.sleep(0.02)
-    raise AssertionError(f"approval request {index} never came")
+    requested = wait_until(
+        lambda: approval_ids(read_events(home, SESSION)),
+        f"approval request {index}",
+        until=lambda requested: len(requested) > index,
+        timeout=HANG_GUARD_SECONDS,
+        interval=0.02,
+    )
+    return requested[index]
 
 
 def race(approval_id: str) -> dict[bool, bool]:

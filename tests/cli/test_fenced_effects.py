@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,7 @@ from belay.harness.runtime import FENCE_ENV
 from belay.journal.events import OperationOutcomeEvent, ToolResultEvent
 from belay.local.runtime import LocalHome
 from belay.local.tickets import TicketDraft, add_ticket, load_tickets
-from tests.belay_cli import completed, is_stopped, read_events, run_belay, run_until, start_belay
+from tests.belay_cli import completed, read_events, run_belay, run_until, start_belay, wait_until_stopped
 from tests.scripted import write_scripted_session
 
 pytestmark = pytest.mark.slow
@@ -64,10 +63,7 @@ def frozen_attempt_wakes_after_its_replacement(
             switch.setenv(FENCE_ENV, "off")
         zombie = start_belay(home, "run", "--quiet", str(manifest), stop_after=POINT)
     try:
-        deadline = time.monotonic() + 120
-        while not is_stopped(zombie.pid):
-            assert zombie.poll() is None and time.monotonic() < deadline, "never reached the request"
-            time.sleep(0.01)
+        wait_until_stopped(zombie, POINT, timeout=120)
         assert tickets(home) == []
         replacement = run_belay(home, "resume", "--quiet", SESSION)
         assert replacement.returncode == 0, replacement.stdout + replacement.stderr

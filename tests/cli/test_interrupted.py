@@ -23,7 +23,6 @@ import os
 import random
 import signal
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,11 +33,12 @@ from belay.journal.events import Event, Lifecycle, LifecycleKind, UserInput, Wai
 from belay.journal.recovery import recovery_plan
 from belay.journal.state import fold
 from belay.lifetime import process_table
-from tests.belay_cli import is_stopped, read_events, run_belay, start_belay
+from tests.belay_cli import read_events, run_belay, start_belay, wait_until_stopped
 from tests.cli.test_decisions import SESSION as DECISIONS
 from tests.cli.test_decisions import write
 from tests.cli.test_follow import dead_holder, take_lease
 from tests.harness.example import MANIFEST, SESSION, run_example
+from tests.testenv.polling import settle
 
 KILLS = 20
 SEED_ENV = "BELAY_KILL_SEED"
@@ -134,11 +134,7 @@ class Kill:
 def kill_run_at(point: str, home: Path, *style: str) -> Kill:
     process = start_belay(home, "run", "--quiet", str(MANIFEST), stop_after=point)
     try:
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while not is_stopped(process.pid):
-            assert process.poll() is None, f"{point}: the run ended before reaching it"
-            assert time.monotonic() < deadline, f"{point}: not reached in {STOP_TIMEOUT_S}s"
-            time.sleep(0.005)
+        wait_until_stopped(process, point, timeout=STOP_TIMEOUT_S)
         before = run_processes(home, besides={os.getpid(), process.pid})
         os.kill(process.pid, signal.SIGKILL)  # the `belay run` process alone
         process.wait()
@@ -148,11 +144,9 @@ def kill_run_at(point: str, home: Path, *style: str) -> Kill:
             process.wait()
     # A walled sandbox dies with the harness (bubblewrap's --die-with-parent): the kernel delivers
     # that kill on its own time, so let it land before asking who is left for `belay` to stop.
-    after = still_alive(before)
-    deadline = time.monotonic() + DEATH_SETTLE_S
-    while after and time.monotonic() < deadline:
-        time.sleep(0.05)
-        after = still_alive(before)
+    after = settle(
+        lambda: still_alive(before), until=lambda left: not left, timeout=DEATH_SETTLE_S, interval=0.05
+    )
     brief = run_belay(home, "brief", SESSION, *style)
     return Kill(point, before, after, brief, read_events(home, SESSION))
 
@@ -261,10 +255,7 @@ def test_a_terminated_run_stops_its_sandboxes_on_the_way_out(tmp_path: Path) -> 
         tmp_path, "run", "--quiet", str(MANIFEST), stop_after="tool_request:implementer.fix.1"
     )
     try:
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while not is_stopped(process.pid):
-            assert process.poll() is None and time.monotonic() < deadline, "never reached the point"
-            time.sleep(0.005)
+        wait_until_stopped(process, "tool_request:implementer.fix.1", timeout=STOP_TIMEOUT_S)
         sandboxes = run_processes(tmp_path, besides={os.getpid(), process.pid})
         assert sandboxes, "no sandbox process to stop"
         os.kill(process.pid, signal.SIGTERM)

@@ -22,7 +22,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -35,6 +34,7 @@ from belay.views.report.words import duration
 from tests.belay_cli import read_events, run_belay, run_until, start_belay
 from tests.harness.example import EXAMPLE, SESSION, manifest_copy
 from tests.journal.fixtures import ReadPage
+from tests.testenv.polling import wait_until
 
 KILL_AT = "tool_request:researcher.diagnose.4"  # create_ticket: unsafe, settled by a probe on resume
 CI_WAIT = "wait-implementer.verify.3"
@@ -130,17 +130,15 @@ def plan_with_a_ci_wait(directory: Path) -> Path:
 
 def until(home: Path, wanted: str, process: subprocess.Popen[bytes] | None = None) -> list[Event]:
     """The record once it holds an event whose fault key starts with `wanted`."""
-    deadline = time.monotonic() + STEP_TIMEOUT_S
-    while True:
-        events = read_events(home, SESSION)
-        if any(fault_key(e).startswith(wanted) for e in events):
-            return events
-        if process is not None:
-            assert process.poll() is None, (
-                f"ended before {wanted}: {(home / 'belay.log').read_text()[-2000:]}"
-            )
-        assert time.monotonic() < deadline, f"{wanted} not recorded in {STEP_TIMEOUT_S}s"
-        time.sleep(0.05)
+    return wait_until(
+        lambda: read_events(home, SESSION),
+        f"{wanted} in the record",
+        until=lambda events: any(fault_key(e).startswith(wanted) for e in events),
+        timeout=STEP_TIMEOUT_S,
+        interval=0.05,
+        while_running=process,
+        describe=lambda: (home / "belay.log").read_text()[-2000:] if (home / "belay.log").exists() else "",
+    )
 
 
 def interrupted_and_resumed(home: Path) -> list[Event]:

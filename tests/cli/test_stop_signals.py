@@ -40,9 +40,17 @@ from belay.harness.stopping import DRAIN_ENV, STOP_MARGIN_S
 from belay.journal.events import Event, Lifecycle, LifecycleKind
 from belay.journal.state import fold
 from belay.lifetime import die_with_parent
-from tests.belay_cli import belay_command, belay_environment, is_stopped, read_events, run_belay
+from tests.belay_cli import (
+    belay_command,
+    belay_environment,
+    is_stopped,
+    read_events,
+    run_belay,
+    wait_until_stopped,
+)
 from tests.cli.test_interrupted import Process, kill_points, run_processes, still_alive
 from tests.harness.example import MANIFEST, SESSION, run_example
+from tests.testenv.polling import wait_until
 from tests.testenv.processes import pid_cmdline
 
 STOPS = 20
@@ -116,14 +124,6 @@ def start_run(
     )
 
 
-def wait_until_stopped(process: subprocess.Popen[bytes], point: str) -> None:
-    deadline = time.monotonic() + REACH_TIMEOUT_S
-    while not is_stopped(process.pid):
-        assert process.poll() is None, f"{point}: the run ended before reaching it"
-        assert time.monotonic() < deadline, f"{point}: not reached in {REACH_TIMEOUT_S}s"
-        time.sleep(0.005)
-
-
 def reap(process: subprocess.Popen[bytes]) -> int:
     try:
         return process.wait(timeout=BOUND_S + REACH_TIMEOUT_S)
@@ -139,7 +139,7 @@ def signal_stopped_run(
     """Once the run stopped itself at `point`: `deliver` the signal, let it go on, and wait for it.
     Returns its exit status, the time from the signal to its exit, and its processes left alive."""
     try:
-        wait_until_stopped(process, point)
+        wait_until_stopped(process, point, timeout=REACH_TIMEOUT_S)
         before = run_processes(home, besides={os.getpid(), process.pid})
         deliver()
         signalled = time.monotonic()
@@ -333,15 +333,19 @@ def slow_manifest(directory: Path) -> Path:
 
 def wait_for_the_slow_call(home: Path, process: subprocess.Popen[bytes]) -> set[Process]:
     """The run's processes once both sleeps of the slow call run."""
-    deadline = time.monotonic() + REACH_TIMEOUT_S
-    while True:
+
+    def both_sleeps_run() -> set[Process] | None:
         found = run_processes(home, besides={os.getpid(), process.pid})
         sleeps = [p for p in found if command_line(p.pid).startswith(b"sleep\x00600")]
-        if len(sleeps) == 2:
-            return found
-        assert process.poll() is None, "the run ended before its slow call"
-        assert time.monotonic() < deadline, f"the slow call did not start in {REACH_TIMEOUT_S}s"
-        time.sleep(0.02)
+        return found if len(sleeps) == 2 else None
+
+    return wait_until(
+        both_sleeps_run,
+        "both sleeps of the slow call",
+        timeout=REACH_TIMEOUT_S,
+        interval=0.02,
+        while_running=process,
+    )
 
 
 def command_line(pid: int) -> bytes:
@@ -434,13 +438,16 @@ def test_a_point_that_recurs_stops_the_run_once_so_a_continued_run_goes_on_to_it
     same key, nothing would wake it, and it would never exit."""
     process = start_run(tmp_path, RECURRING_POINT)
     try:
-        wait_until_stopped(process, RECURRING_POINT)
+        wait_until_stopped(process, RECURRING_POINT, timeout=REACH_TIMEOUT_S)
         os.kill(process.pid, signal.SIGCONT)
-        deadline = time.monotonic() + REACH_TIMEOUT_S
-        while process.poll() is None:
+
+        def ended() -> bool:
+            if process.poll() is not None:
+                return True
             assert not is_stopped(process.pid), f"stopped itself again at a later {RECURRING_POINT}"
-            assert time.monotonic() < deadline, f"did not end in {REACH_TIMEOUT_S}s"
-            time.sleep(0.01)
+            return False
+
+        wait_until(ended, "the continued run to end", timeout=REACH_TIMEOUT_S, interval=0.01)
     finally:
         if process.poll() is None:
             process.kill()

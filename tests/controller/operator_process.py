@@ -8,14 +8,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from belay.controller.settings import SETTINGS_ENV, OperatorSettings
 from tests.testenv.kube import ControlPlane
 from tests.testenv.network import free_port
+from tests.testenv.polling import wait_until
 from tests.testenv.processes import dies_with_this_process
 
 T = TypeVar("T")
@@ -84,16 +84,9 @@ def wait_for(
     timeout: float = 180.0,
     describe: Callable[[], str] | None = None,
 ) -> T:
-    """Poll until probe returns something truthy; the deadline only turns a hang into a failure."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            detail = describe() if describe else ""
-            raise AssertionError(f"timed out waiting for {what}\n{detail}")
-        time.sleep(0.3)
+    """Poll until probe returns something truthy, at the pace of the operator's tests; the deadline
+    only turns a hang into a failure."""
+    return cast(T, wait_until(probe, what, timeout=timeout, interval=0.3, describe=describe))
 
 
 def kubectl_json(kube: ControlPlane, *args: str) -> dict[str, Any]:

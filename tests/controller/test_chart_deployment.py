@@ -175,7 +175,7 @@ async def test_chart_deployment_elects_one_leader_and_a_lost_leader_is_replaced_
 
             kube.kubectl("apply", "-f", "-", input=json.dumps(in_sessions_namespace(cluster_manifest())))
 
-            await wait_for_checkpoint(store, SESSION, "implementer/fix", describe, polls=300)
+            await wait_for_checkpoint(store, SESSION, "implementer/fix", describe, timeout=90)
             assert session_status(kube)["phase"] == "Running"
 
             # Both replicas answer the liveness probe; the leader acted (its metrics count

@@ -4,7 +4,6 @@ project's sandbox client."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from belay.controller.settings import OperatorSettings
 from belay.sandbox.client import SandboxClient, SandboxUnavailable
 from tests.testenv.docker_engine import TEST_LABEL, HarnessImage
 from tests.testenv.network import LOOPBACK, free_port
+from tests.testenv.polling import wait_until_async
 
 pytestmark = [pytest.mark.testenv, pytest.mark.slow]
 
@@ -83,21 +83,19 @@ def sandbox_container(harness_image: HarnessImage, tmp_path: Path) -> Iterator[t
 
 
 async def wait_for_health(client: SandboxClient, harness_image: HarnessImage, timeout: float = 60) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        try:
-            await client.health()
-            return
-        except SandboxUnavailable:
-            if loop.time() > deadline:
-                logs = harness_image.engine.docker(
-                    "ps", "--all", "--filter", f"label={TEST_LABEL}", check=False
-                )
-                raise AssertionError(
-                    f"sandbox in the image never answered; containers:\n{logs.stdout}"
-                ) from None
-            await asyncio.sleep(0.2)
+    def containers() -> str:
+        listed = harness_image.engine.docker("ps", "--all", "--filter", f"label={TEST_LABEL}", check=False)
+        return f"containers:\n{listed.stdout}"
+
+    await wait_until_async(
+        client.health,
+        "the sandbox in the image to answer",
+        until=lambda _: True,  # any answer: only SandboxUnavailable means not yet
+        timeout=timeout,
+        interval=0.2,
+        ignoring=(SandboxUnavailable,),
+        describe=containers,
+    )
 
 
 async def test_sandbox_server_in_the_image_runs_a_command_for_the_client(

@@ -24,6 +24,7 @@ import pytest
 from belay.lifetime import descendants, die_with_parent, process_table
 from tests.api.kubehelpers import REPO_ROOT
 from tests.cli.test_interrupted import Process, lies_in, still_alive
+from tests.testenv.polling import wait_until
 
 pytestmark = [pytest.mark.testenv, pytest.mark.slow]
 
@@ -67,11 +68,14 @@ def test_a_sigkilled_test_run_leaves_no_process_of_it(tmp_path: Path) -> None:
         preexec_fn=die_with_parent(),
     )
     try:
-        deadline = time.monotonic() + MIDWAY_TIMEOUT_S
-        while not midway(run.pid):
-            assert run.poll() is None, (tmp_path / "pytest.log").read_text()[-4000:]
-            assert time.monotonic() < deadline, "the end-to-end test never got midway"
-            time.sleep(0.1)
+        wait_until(
+            lambda: midway(run.pid),
+            "the end-to-end test to get midway",
+            timeout=MIDWAY_TIMEOUT_S,
+            interval=0.1,
+            while_running=run,
+            describe=lambda: (tmp_path / "pytest.log").read_text()[-4000:],
+        )
         before = processes_of(run.pid, base)
         os.kill(run.pid, signal.SIGKILL)  # pytest alone, as a CI time-out would
         run.wait()

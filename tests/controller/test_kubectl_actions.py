@@ -12,7 +12,6 @@ decisions without moving the record on."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import os
@@ -50,6 +49,7 @@ from tests.controller.operator_process import OperatorProcess, agentsession_stat
 from tests.controller.sessions import EXAMPLE_MANIFEST
 from tests.controller.sessions_only_user import USER, s3_credentials, sessions_only_kubeconfig
 from tests.testenv.kube import ControlPlane
+from tests.testenv.polling import wait_until_async
 from tests.testenv.s3 import S3Server
 
 pytestmark = pytest.mark.testenv
@@ -252,21 +252,24 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
             assert refused.stderr.startswith(message), refused.stderr
 
         # The operator records each one on its next passes.
-        state = await record()
-        for _ in range(600):
-            if (
+        def every_decision_recorded(state: SessionState) -> bool:
+            return (
                 state.approvals["approve-worker.publish.1"].decision is not None
                 and state.approvals["approve-worker.push.2"].decision is not None
                 and state.waits["wait-worker.ci.1"].resolved
                 and state.waits["question-1"].resolved
                 and "worker.deploy.3" not in state.unknown_outcomes
                 and state.request.goal != GOAL
-            ):
-                break
-            await asyncio.sleep(0.5)
-            state = await record()
-        else:
-            pytest.fail(f"not every decision was recorded: {state.model_dump_json()[:2000]}\n{describe()}")
+            )
+
+        state = await wait_until_async(
+            record,
+            "every decision recorded",
+            until=every_decision_recorded,
+            timeout=300,
+            interval=0.5,
+            describe=describe,
+        )
         granted = state.approvals["approve-worker.publish.1"]
         assert (granted.decision, granted.decided_by) == ("granted", "spec")
         rejected = state.approvals["approve-worker.push.2"]

@@ -62,6 +62,7 @@ from tests.controller.service_proxy import ServiceProxy
 from tests.controller.sessions import EXAMPLE_MANIFEST
 from tests.harness.example import run_example
 from tests.testenv.kube import ControlPlane
+from tests.testenv.polling import wait_until_async
 
 pytestmark = pytest.mark.testenv
 
@@ -162,14 +163,21 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
 
 
 async def wait_for_checkpoint(
-    store: EventStore, session: str, checkpoint_id: str, describe: Callable[[], str], polls: int = 600
+    store: EventStore, session: str, checkpoint_id: str, describe: Callable[[], str], timeout: float = 180
 ) -> None:
     """Until the record holds the checkpoint (the harness stops itself right after the fault point)."""
-    for _ in range(polls):
-        if any(getattr(e.payload, "checkpoint_id", None) == checkpoint_id for e in await store.read(session)):
-            return
-        await asyncio.sleep(0.3)
-    raise AssertionError(describe())
+
+    async def checkpoints() -> list[str | None]:
+        return [getattr(e.payload, "checkpoint_id", None) for e in await store.read(session)]
+
+    await wait_until_async(
+        checkpoints,
+        f"the checkpoint {checkpoint_id} in the record",
+        until=lambda found: checkpoint_id in found,
+        timeout=timeout,
+        interval=0.3,
+        describe=describe,
+    )
 
 
 def completed_steps(state: SessionState) -> set[str]:
@@ -662,10 +670,13 @@ async def test_fork_from_a_checkpoint_copies_history_and_a_missing_source_stalls
         async def scope_changes() -> list[Any]:
             return [e.payload for e in await store.read("forked") if e.type == "scope_change"]
 
-        for _ in range(300):
-            if len(await scope_changes()) >= 2:
-                break
-            await asyncio.sleep(0.3)
+        await wait_until_async(
+            scope_changes,
+            "two scope changes",
+            until=lambda changes: len(changes) >= 2,
+            timeout=90,
+            interval=0.3,
+        )
         # The fork's own spec already differed from the source's request (generation 1), then the patch.
         first, second = await scope_changes()
         assert (first.request_version, first.goal) == (2, EXAMPLE_MANIFEST["spec"]["request"]["goal"])

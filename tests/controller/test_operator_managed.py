@@ -10,7 +10,6 @@ deliverable the uninterrupted plan writes, and the key stays in the harness pods
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 from collections.abc import Callable
@@ -52,6 +51,7 @@ from tests.controller.test_operator import (  # noqa: F401 (fixtures)
 )
 from tests.executors.example import MANIFEST, PLAN, SUBAGENT, example_plan, review_sha256
 from tests.testenv.kube import ControlPlane
+from tests.testenv.polling import wait_until_async
 
 pytestmark = pytest.mark.testenv
 
@@ -85,14 +85,18 @@ def provider_secret(standin: StandinProcess) -> dict[str, Any]:
     }
 
 
-async def wait_for_event(
-    store: EventStore, session: str, key: str, describe: Callable[[], str], polls: int = 600
-) -> None:
-    for _ in range(polls):
-        if any(fault_key(e) == key for e in await store.read(session)):
-            return
-        await asyncio.sleep(0.3)
-    raise AssertionError(f"the record never held {key}\n{describe()}")
+async def wait_for_event(store: EventStore, session: str, key: str, describe: Callable[[], str]) -> None:
+    async def keys() -> list[str]:
+        return [fault_key(e) for e in await store.read(session)]
+
+    await wait_until_async(
+        keys,
+        f"{key} in the record",
+        until=lambda found: key in found,
+        timeout=180,
+        interval=0.3,
+        describe=describe,
+    )
 
 
 def operations_requested(events: list[Event], after_seq: int = 0) -> list[str]:

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import pytest
 from belay.executors.standins import anthropic_managed, openai_agents
 from belay.executors.standins.common import FaultRefused, read_ready_file
 from belay.harness.models.scripted import load_plan, planned_calls
+from tests.testenv.polling import wait_until
 from tests.testenv.processes import dies_with_this_process
 
 PLAN = """
@@ -1031,11 +1031,14 @@ async def test_faults_that_do_not_apply_are_refused(plan_file: Path) -> None:
 
 
 def wait_for(path: Path, process: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 60
-    while not path.exists():
-        assert process.poll() is None, process.stderr.read() if process.stderr else ""
-        assert time.monotonic() < deadline, "the stand-in never became ready"
-        time.sleep(0.05)
+    wait_until(
+        path.exists,
+        "the stand-in to become ready",
+        timeout=60,
+        interval=0.05,
+        while_running=process,
+        describe=lambda: process.stderr.read() if process.stderr and process.poll() is not None else "",
+    )
 
 
 @pytest.mark.parametrize("module", ["openai_agents", "anthropic_managed"])

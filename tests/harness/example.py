@@ -6,7 +6,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -15,6 +14,7 @@ import yaml
 
 from belay.journal.events import Event
 from tests.belay_cli import read_events, run_belay
+from tests.testenv.polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "parser-fix"
@@ -56,13 +56,13 @@ def wait_for(
     home: Path, found: Callable[[list[Event]], bool], what: str, timeout: float = 180
 ) -> list[Event]:
     """The record, once `found` holds for it (a harness runs meanwhile in another process)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        events = read_events(home, SESSION)
-        if found(events):
-            return events
-        time.sleep(0.1)
-    raise AssertionError(f"no {what} in the record after {timeout}s")
+    return wait_until(
+        lambda: read_events(home, SESSION),
+        f"{what} in the record",
+        until=found,
+        timeout=timeout,
+        interval=0.1,
+    )
 
 
 def brief_json(home: Path) -> dict[str, Any]:

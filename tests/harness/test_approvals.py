@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -10,23 +9,16 @@ from belay.api.agentsession import ApprovalGrant
 from belay.harness.runtime import declared_grant
 from belay.journal.events import EffectClass, Event, ToolRequest, ToolRequestEvent
 from tests.belay_cli import kill_group, read_events, run_belay, start_belay
-from tests.harness.example import SESSION, manifest_copy
+from tests.harness.example import SESSION, manifest_copy, wait_for
 
 PUBLISH = "implementer.publish.3"
 APPROVAL = f"approve-{PUBLISH}"
 
 
-def wait_for(home: Path, type_and_id: tuple[str, str], timeout: float = 120) -> list[Event]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        events = read_events(home, SESSION)
-        if any(
-            e.type == type_and_id[0] and getattr(e.payload, "approval_id", "") == type_and_id[1]
-            for e in events
-        ):
-            return events
-        time.sleep(0.1)
-    raise AssertionError(f"no {type_and_id} in the record after {timeout}s")
+def approval_requested(events: list[Event]) -> bool:
+    return any(
+        e.type == "approval_request" and getattr(e.payload, "approval_id", "") == APPROVAL for e in events
+    )
 
 
 def test_after_a_kill_brief_shows_steps_and_the_pending_approval_and_approve_resumes(tmp_path: Path) -> None:
@@ -34,7 +26,7 @@ def test_after_a_kill_brief_shows_steps_and_the_pending_approval_and_approve_res
     home = tmp_path / "home"
     process = start_belay(home, "run", "--quiet", str(manifest))
     try:
-        wait_for(home, ("approval_request", APPROVAL))
+        wait_for(home, approval_requested, f"the approval request {APPROVAL}", timeout=120)
     finally:
         kill_group(process)
 

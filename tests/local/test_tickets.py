@@ -14,6 +14,7 @@ from belay.local.tickets import (
     TicketServiceReady,
     load_tickets,
 )
+from tests.testenv.polling import wait_until_async
 
 
 async def test_create_is_not_deduplicated_and_every_ticket_is_in_the_file(tmp_path: Path) -> None:
@@ -81,10 +82,12 @@ async def test_command_line_service(tmp_path: Path) -> None:
         stdout=asyncio.subprocess.DEVNULL,
     )
     try:
-        for _ in range(1000):
-            if ready_file.exists() or process.returncode is not None:
-                break
-            await asyncio.sleep(0.02)
+        await wait_until_async(
+            lambda: ready_file.exists() or process.returncode is not None,
+            "the ticket service's ready file",
+            timeout=20,
+            interval=0.02,
+        )
         ready = TicketServiceReady.model_validate_json(ready_file.read_text())
         assert ready.pid == process.pid
         assert ready.url.startswith("http://127.0.0.1:")

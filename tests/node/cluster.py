@@ -4,7 +4,6 @@ connection probes made from inside a pod."""
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +11,7 @@ from tests.controller.operator_process import kubectl_json
 from tests.testenv.env import TestEnv
 from tests.testenv.kube import ControlPlane
 from tests.testenv.node import NODE_NAME, Node
+from tests.testenv.polling import wait_until
 
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
 PROBE_TIMEOUT_S = 3.0
@@ -83,12 +83,13 @@ class NodeCluster:
         }
         self.kube.kubectl("apply", "-f", "-", input=json.dumps(namespace))
         # The controller-manager makes the namespace's default service account; pods need it.
-        wait_until_true(
+        wait_until(
             lambda: (
                 self.kube.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0
             ),
             f"the default service account of {name}",
-            60,
+            timeout=60,
+            interval=0.5,
         )
 
     def apply(self, objects: list[dict[str, Any]]) -> None:
@@ -107,10 +108,11 @@ class NodeCluster:
         )
 
     def wait_ready(self, namespace: str, names: list[str], timeout: float = 180) -> dict[str, dict[str, Any]]:
-        wait_until_true(
+        wait_until(
             lambda: all(self.pod_ready(namespace, n) for n in names),
             f"pods {names} running and ready on {NODE_NAME}",
-            timeout,
+            timeout=timeout,
+            interval=0.5,
             describe=lambda: (
                 self.kube.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
             ),
@@ -138,15 +140,3 @@ class NodeCluster:
             timeout=60,
         )
         return dict(json.loads(out))
-
-
-def wait_until_true(
-    check: Any, what: str, timeout: float, describe: Any = None, interval: float = 0.5
-) -> None:
-    """Polls until check() holds; the deadline only turns a hang into a failure."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            detail = describe() if describe else ""
-            raise AssertionError(f"timed out waiting for {what}\n{detail}")
-        time.sleep(interval)

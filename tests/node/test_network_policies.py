@@ -33,8 +33,9 @@ from belay.controller.settings import EgressTarget, OperatorSettings
 from tests.api.kubehelpers import install_crds
 from tests.controller.operator_process import kubectl_json
 from tests.controller.sessions import EXAMPLE_MANIFEST, subagent
-from tests.node.cluster import GOT_THROUGH, RESTRICTED, NodeCluster, dns, tcp, wait_until_true
+from tests.node.cluster import GOT_THROUGH, RESTRICTED, NodeCluster, dns, tcp
 from tests.testenv.node import DNS_SERVICE_IP, KUBERNETES_SERVICE_IP, NODE_IP, POD_CIDR
+from tests.testenv.polling import wait_until
 from tests.testenv.processes import ManagedProcess
 
 pytestmark = [pytest.mark.testenv, pytest.mark.node]
@@ -300,10 +301,11 @@ def test_without_the_policies_every_probe_of_the_matrix_gets_through(
     """The switch that removes the wall: the same probes as below, with no NetworkPolicy in the
     namespace. Every one gets through, so each "blocked" below is the policies' doing."""
     remove_policies(node_cluster)
-    wait_until_true(
+    wait_until(
         lambda: closed_sandbox_reaches_other_session(node_cluster, sessions),
         "kube-router to drop the policies",
-        120,
+        timeout=120,
+        interval=0.5,
     )
     plan = matrix(sessions, host_server, node_cluster.kube.apiserver_port)
     seen = run_matrix(node_cluster, plan)
@@ -314,10 +316,11 @@ def test_the_policies_allow_exactly_what_each_profile_and_the_harness_need(
     node_cluster: NodeCluster, sessions: Sessions, host_server: int
 ) -> None:
     apply_policies(node_cluster, sessions)
-    wait_until_true(
+    wait_until(
         lambda: not closed_sandbox_reaches_other_session(node_cluster, sessions),
         "kube-router to enforce the policies",
-        120,
+        timeout=120,
+        interval=0.5,
     )
     plan = matrix(sessions, host_server, node_cluster.kube.apiserver_port)
     seen = run_matrix(node_cluster, plan)

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from belay.sandbox.local import LocalSandbox
+from tests.testenv.polling import wait_until_async
+
+GONE_S = 5.0
 
 
 def is_running(pid: int) -> bool:
@@ -15,13 +17,11 @@ def is_running(pid: int) -> bool:
     return status.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-async def eventually_gone(pid: int, attempts: int = 250) -> bool:
+async def wait_gone(pid: int) -> None:
     """Wait (up to a few seconds) for a killed process to disappear; the kill is asynchronous."""
-    for _ in range(attempts):
-        if not is_running(pid):
-            return True
-        await asyncio.sleep(0.02)
-    return False
+    await wait_until_async(
+        lambda: not is_running(pid), f"process {pid} to be gone", timeout=GONE_S, interval=0.02
+    )
 
 
 def host_pid(sandbox: LocalSandbox, pid: int) -> int | None:
@@ -40,11 +40,11 @@ def host_pid(sandbox: LocalSandbox, pid: int) -> int | None:
     return None
 
 
-async def eventually_gone_inside(sandbox: LocalSandbox, pid: int, attempts: int = 250) -> bool:
-    """Like eventually_gone, for a pid a command reported from inside the sandbox."""
-    for _ in range(attempts):
+async def wait_gone_inside(sandbox: LocalSandbox, pid: int) -> None:
+    """Like wait_gone, for a pid a command reported from inside the sandbox."""
+
+    def gone() -> bool:
         found = host_pid(sandbox, pid)
-        if found is None or not is_running(found):
-            return True
-        await asyncio.sleep(0.02)
-    return False
+        return found is None or not is_running(found)
+
+    await wait_until_async(gone, f"process {pid} of the sandbox to be gone", timeout=GONE_S, interval=0.02)

@@ -7,7 +7,7 @@ import pytest
 from belay.sandbox.client import SandboxUnavailable
 from belay.sandbox.local import LocalSandbox, ServerRecord, processes_with_marker, stop_recorded_servers
 from belay.sandbox.walls import WALLS_ENV
-from tests.sandbox.helpers import eventually_gone, host_pid, is_running
+from tests.sandbox.helpers import host_pid, is_running, wait_gone
 
 
 async def test_start_gives_an_empty_workspace_and_a_healthy_server(tmp_path: Path) -> None:
@@ -65,7 +65,7 @@ async def test_a_server_left_by_a_frozen_harness_is_stopped_by_the_next_start(tm
     # its sandboxes along); a resumed harness starts again.
     replacement = await LocalSandbox.start(tmp_path, "worker", "none")
     try:
-        assert await eventually_gone(abandoned.pid)
+        await wait_gone(abandoned.pid)
         assert abandoned.pid_namespace is not None and abandoned.pid_namespace.processes() == []
         assert replacement.workspace.name == "workspace-2"
         assert (await replacement.client.health()).instance == replacement.instance
@@ -84,7 +84,7 @@ async def test_a_server_whose_start_was_cut_short_is_stopped_by_the_next_start(t
     )
     replacement = await LocalSandbox.start(tmp_path, "worker", "none")
     try:
-        assert await eventually_gone(abandoned.pid)
+        await wait_gone(abandoned.pid)
         assert processes_with_marker(abandoned.instance) == []
     finally:
         await replacement.stop()
@@ -134,8 +134,8 @@ async def test_a_new_attempt_stops_every_server_the_killed_one_left(tmp_path: Pa
     implementer = await LocalSandbox.start(tmp_path, "implementer", "none")
     # The harness is gone; the next attempt clears the field before starting anything.
     assert stop_recorded_servers(tmp_path) == ["implementer", "researcher"]
-    assert await eventually_gone(researcher.pid)
-    assert await eventually_gone(implementer.pid)
+    await wait_gone(researcher.pid)
+    await wait_gone(implementer.pid)
     for sandbox in (researcher, implementer):
         assert sandbox.pid_namespace is not None and sandbox.pid_namespace.processes() == []
     assert stop_recorded_servers(tmp_path) == []
@@ -164,7 +164,7 @@ async def test_without_walls_stop_kills_what_carries_the_marker(
     assert (await sandbox.client.health()).workspace == str(sandbox.workspace.resolve())
     assert (sandbox.sandbox_dir / "token").stat().st_mode & 0o777 == 0o600
     await sandbox.stop()
-    assert await eventually_gone(escaped)
+    await wait_gone(escaped)
     assert not is_running(sandbox.pid)
     assert processes_with_marker(sandbox.instance) == []
     assert not (sandbox.sandbox_dir / "server.json").exists()

@@ -17,7 +17,8 @@ from belay.sandbox.client import SandboxClient
 from belay.sandbox.local import LocalSandbox
 from belay.sandbox.protocol import ReadyFile
 from belay.sandbox.walls import WALLS_ENV
-from tests.sandbox.helpers import eventually_gone
+from tests.sandbox.helpers import wait_gone
+from tests.testenv.polling import wait_until_async
 
 
 class HostListener:
@@ -154,10 +155,12 @@ async def test_tcp_server_isolates_each_command(tmp_path: Path, host_listener: H
         start_new_session=True,
     )
     try:
-        for _ in range(1000):
-            if ready_file.exists() or process.returncode is not None:
-                break
-            await asyncio.sleep(0.02)
+        await wait_until_async(
+            lambda: ready_file.exists() or process.returncode is not None,
+            "the sandbox server's ready file",
+            timeout=20,
+            interval=0.02,
+        )
         ready = ReadyFile.model_validate_json(ready_file.read_text())
         assert ready.endpoint.startswith("http://127.0.0.1:")
         async with SandboxClient(ready.endpoint, "pod-token") as client:
@@ -182,7 +185,7 @@ async def test_tcp_server_isolates_each_command(tmp_path: Path, host_listener: H
     finally:
         process.terminate()
         await process.wait()
-        assert await eventually_gone(process.pid)
+        await wait_gone(process.pid)
 
 
 class HttpListener(HostListener):

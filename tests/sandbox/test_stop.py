@@ -17,7 +17,8 @@ import pytest
 
 from belay.sandbox.client import SandboxClient, SandboxUnavailable
 from belay.sandbox.protocol import ReadyFile
-from tests.sandbox.helpers import eventually_gone, is_running
+from tests.sandbox.helpers import is_running, wait_gone
+from tests.testenv.polling import wait_until_async
 from tests.testenv.processes import dies_with_this_process
 
 TOKEN = "pod-token"
@@ -53,10 +54,12 @@ async def server(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterato
         preexec_fn=dies_with_this_process(),
     )
     try:
-        for _ in range(1000):
-            if ready_file.exists() or process.returncode is not None:
-                break
-            await asyncio.sleep(0.02)
+        await wait_until_async(
+            lambda: ready_file.exists() or process.returncode is not None,
+            "the sandbox server's ready file",
+            timeout=20,
+            interval=0.02,
+        )
         ready = ReadyFile.model_validate_json(ready_file.read_text())
         yield Server(process, workspace, ready.endpoint)
     finally:
@@ -67,11 +70,13 @@ async def server(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterato
 
 
 async def wait_for_file(path: Path) -> int:
-    for _ in range(1000):
-        with contextlib.suppress(OSError, ValueError):
-            return int(path.read_text())
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{path} never written")
+    return await wait_until_async(
+        lambda: int(path.read_text()),
+        f"a pid in {path}",
+        timeout=20,
+        interval=0.02,
+        ignoring=(OSError, ValueError),
+    )
 
 
 async def test_sigterm_lets_the_running_request_finish_refuses_new_ones_and_kills_every_process(
@@ -84,17 +89,27 @@ async def test_sigterm_lets_the_running_request_finish_refuses_new_ones_and_kill
         assert is_running(detached) and is_running(orphan)
 
         server.process.send_signal(signal.SIGTERM)
-        with pytest.raises(SandboxUnavailable, match="stopping"):
-            for _ in range(1000):  # until the signal is handled: then no request is taken
+
+        async def refused() -> SandboxUnavailable | None:
+            try:
                 await client.health()
-                await asyncio.sleep(0.02)
+            except SandboxUnavailable as refusal:
+                return refusal
+            return None
+
+        # Until the signal is handled: then no request is taken.
+        refusal = await wait_until_async(
+            refused, "the server to refuse new requests", timeout=20, interval=0.02
+        )
+        assert "stopping" in str(refusal)
         assert not running.done()  # still running: the drain waits for it
 
         (server.workspace / "go").touch()
         result = await running
     assert result["output"]["stdout"] == "finished\n", result
     assert await server.process.wait() == 0
-    assert await eventually_gone(detached) and await eventually_gone(orphan)
+    await wait_gone(detached)
+    await wait_gone(orphan)
 
 
 @pytest.mark.parametrize("server", [0], indirect=True)
@@ -111,4 +126,5 @@ async def test_without_a_drain_sigterm_kills_the_running_command_at_once(server:
             pass  # cut off: the server went away before answering
         else:  # or it answered that the command was killed
             assert result["output"]["exit_code"] != 0 and "finished" not in result["output"]["stdout"], result
-    assert await eventually_gone(detached) and await eventually_gone(orphan)
+    await wait_gone(detached)
+    await wait_gone(orphan)

@@ -9,7 +9,7 @@ import pytest
 from belay.sandbox.client import SandboxError
 from belay.sandbox.local import LocalSandbox
 from belay.sandbox.protocol import MAX_OUTPUT_BYTES
-from tests.sandbox.helpers import eventually_gone_inside
+from tests.sandbox.helpers import wait_gone_inside
 
 # Each test here touches only its own paths, so the module shares one sandbox.
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -58,7 +58,7 @@ async def test_run_command_timeout_kills_the_whole_group(sandbox: LocalSandbox) 
     assert result["output"]["exit_code"] != 0
     assert "timed out" in result["output"]["stderr"]
     sleeper = int((sandbox.workspace / "sleeper.pid").read_text())
-    assert await eventually_gone_inside(sandbox, sleeper)
+    await wait_gone_inside(sandbox, sleeper)
 
 
 async def test_missing_program_is_a_result_not_a_crash(sandbox: LocalSandbox) -> None:

@@ -7,7 +7,6 @@ walls (the attack fails) and without them (it succeeds; see conftest.py).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import subprocess
@@ -22,6 +21,7 @@ from belay.journal.events import EventDraft, UserInput
 from belay.local.runtime import LocalHome
 from belay.sandbox.local import LocalSandbox
 from tests.security.conftest import WALLS, isolation_for, judge, kill_all, processes_with_argument
+from tests.testenv.polling import settle_async
 
 SESSION = "target"
 # From a workspace (<home>/sessions/<id>/sandboxes/<subagent>/workspace-<n>) up to the home.
@@ -250,11 +250,9 @@ async def test_no_process_outlives_its_sandbox(scene: Scene, end: str) -> None:
     else:
         scene.attacker = await scene.attacker.replace()
     # Killing is asynchronous for processes outside the namespace's first one's reach.
-    for _ in range(100):
-        survivors = processes_with_argument(marker)
-        if not survivors:
-            break
-        await asyncio.sleep(0.02)
+    survivors = await settle_async(
+        lambda: processes_with_argument(marker), until=lambda left: not left, timeout=2, interval=0.02
+    )
     kill_all(survivors)
     if namespace is not None:
         assert namespace.processes() == []

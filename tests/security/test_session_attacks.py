@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from belay.journal.state import fold
 from belay.sandbox.walls import WALLS_ENV
 from tests.belay_cli import belay_command, completed, deliverables, read_events
 from tests.security.conftest import NO_WALLS, WALLS, isolation_for, judge, kill_all, processes_with_argument
+from tests.testenv.polling import wait_until
 
 SESSION = "hostile"
 APPROVAL = "approve-victim.publish.2"
@@ -143,14 +143,6 @@ def manifest(mode: str) -> dict[str, Any]:
     }
 
 
-def wait_for(condition: Any, process: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not condition():
-        assert process.poll() is None or condition(), f"belay run ended before {what}"
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        time.sleep(0.2)
-
-
 def run_hostile_session(mode: str, workdir: Path) -> Outcome:
     home = workdir / "home"
     marker = f"{os.getpid() % 1000}.{secrets.randbelow(10**9):09d}"
@@ -181,7 +173,13 @@ def run_hostile_session(mode: str, workdir: Path) -> Outcome:
             )
             return ran and APPROVAL in fold(events).approvals
 
-        wait_for(attacks_done, process, "the attacker's commands ran and the victim asked for approval")
+        wait_until(
+            attacks_done,
+            "the attacker's commands ran and the victim asked for approval",
+            timeout=RUN_TIMEOUT_S,
+            interval=0.2,
+            while_running=process,
+        )
         if fold(read_events(home, SESSION)).approvals[APPROVAL].decision is None:
             # What the user does with an approval they never asked for.
             subprocess.run(

@@ -4,7 +4,6 @@ where a skip would let the run pass without testing anything, so it fails instea
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, NoReturn
@@ -12,6 +11,7 @@ from typing import Literal, NoReturn
 import pytest
 
 from tests.testenv.binaries import component
+from tests.testenv.polling import WaitFailed, wait_until
 
 Outcome = Literal["skip", "fail"]
 
@@ -46,8 +46,9 @@ def wait_for_builds_under_way(environ: Mapping[str, str] | None = None) -> None:
     status_file = (os.environ if environ is None else environ).get(BUILDS_UNDER_WAY_ENV)
     if not status_file:
         return
-    deadline = time.monotonic() + BUILDS_WAIT_LIMIT_S
-    while not Path(status_file).exists():
-        if time.monotonic() > deadline:
-            pytest.fail(f"hack/build-all.sh still runs after {BUILDS_WAIT_LIMIT_S} s", pytrace=False)
-        time.sleep(1)
+    try:
+        wait_until(
+            Path(status_file).exists, "hack/build-all.sh to end", timeout=BUILDS_WAIT_LIMIT_S, interval=1
+        )
+    except WaitFailed as failed:
+        pytest.fail(str(failed), pytrace=False)  # the one line says it all

@@ -11,12 +11,12 @@ import fcntl
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import IO
 
 from tests.testenv.binaries import REPO_ROOT, cache_dir
-from tests.testenv.network import wait_until
+from tests.testenv.network import wait_ready
+from tests.testenv.polling import wait_until
 from tests.testenv.processes import ManagedProcess
 
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-harness-image.sh"
@@ -74,7 +74,7 @@ class DockerEngine:
         self._take_lock()
         try:
             self.process.start()
-            wait_until(
+            wait_ready(
                 self.is_ready,
                 f"Docker engine on {self.socket}",
                 READY_TIMEOUT,
@@ -88,17 +88,16 @@ class DockerEngine:
     def _take_lock(self) -> None:
         docker_dir().mkdir(parents=True, exist_ok=True)
         self._lock = (docker_dir() / "engine.lock").open("wb")
-        deadline = time.monotonic() + LOCK_TIMEOUT
-        while True:
+        lock = self._lock
+
+        def taken() -> bool:
             try:
-                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"the Docker engine in {docker_dir()} stayed in use for {LOCK_TIMEOUT:.0f}s"
-                    ) from None
-                time.sleep(1)
+                return False
+            return True
+
+        wait_until(taken, f"the Docker engine in {docker_dir()} to be free", timeout=LOCK_TIMEOUT, interval=1)
 
     def is_ready(self) -> bool:
         return self.docker("version", check=False, timeout=10).returncode == 0

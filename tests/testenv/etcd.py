@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.testenv.binaries import component
-from tests.testenv.network import LOOPBACK, free_port, healthy, http_post_json, wait_until
+from tests.testenv.network import LOOPBACK, NOT_YET_ERRORS, free_port, healthy, http_post_json, wait_ready
+from tests.testenv.polling import wait_until
 from tests.testenv.processes import ManagedProcess
 
 READY_TIMEOUT = 60.0
@@ -69,7 +70,7 @@ def _start(members: list[EtcdMember], run_dir: Path, detached: bool) -> None:
 def _wait_ready(member: EtcdMember) -> None:
     process = member.process
     assert process is not None
-    wait_until(
+    wait_ready(
         member.is_healthy,
         f"etcd member {member.name} at {member.client_url}",
         READY_TIMEOUT,
@@ -177,14 +178,10 @@ class EtcdCluster:
         raise RuntimeError("no running member reports a leader")
 
     def wait_for_leader(self, timeout: float = 30.0) -> str:
-        found: list[str] = []
-
-        def has_leader() -> bool:
-            try:
-                found.append(self.leader_name())
-                return True
-            except RuntimeError:
-                return False
-
-        wait_until(has_leader, "etcd cluster leader election", timeout)
-        return found[-1]
+        return wait_until(
+            self.leader_name,
+            "etcd cluster leader election",
+            timeout=timeout,
+            interval=0.1,
+            ignoring=(RuntimeError, *NOT_YET_ERRORS),  # RuntimeError: no running member reports a leader
+        )

@@ -16,7 +16,7 @@ from belay.lifetime import die_with_parent
 from tests.testenv.binaries import component
 from tests.testenv.certs import ControlPlanePKI, kubeconfig, write_pki
 from tests.testenv.etcd import EtcdServer
-from tests.testenv.network import LOOPBACK, free_port, healthy, http_get, wait_until
+from tests.testenv.network import LOOPBACK, free_port, healthy, http_get, wait_ready
 from tests.testenv.processes import ManagedProcess
 
 READY_TIMEOUT = 120.0
@@ -135,7 +135,7 @@ class ControlPlane:
         apiserver = self._process("kube-apiserver", self._apiserver_argv(pki))
         apiserver.start()
         client_tls = pki.client_ssl_context()
-        wait_until(
+        wait_ready(
             lambda: healthy(f"{self.server}/readyz", client_tls),
             f"kube-apiserver at {self.server}",
             READY_TIMEOUT,
@@ -158,7 +158,7 @@ class ControlPlane:
         for name, port in others.items():
             process = started[name]
             healthz = f"https://{LOOPBACK}:{port}/healthz"
-            wait_until(
+            wait_ready(
                 functools.partial(healthy, healthz, client_tls),
                 f"{name} at {healthz}",
                 READY_TIMEOUT,

@@ -8,11 +8,12 @@ import http.client
 import json
 import socket
 import ssl
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import Any
+
+from tests.testenv.polling import wait_until
 
 LOOPBACK = "127.0.0.1"
 
@@ -56,7 +57,11 @@ def http_post_json(url: str, body: dict[str, Any], timeout: float = 2.0) -> Any:
         return json.loads(response.read())
 
 
-def wait_until(
+# What a server that is still starting answers a health check with: not ready yet.
+NOT_YET_ERRORS = (OSError, ValueError, http.client.HTTPException)
+
+
+def wait_ready(
     check: Callable[[], bool],
     what: str,
     timeout: float,
@@ -64,18 +69,20 @@ def wait_until(
     describe_failure: Callable[[], str] = lambda: "",
 ) -> None:
     """Polls `check` until it holds. Gives up early when `still_starting` says the process is gone."""
-    deadline = time.monotonic() + timeout
-    last_error = ""
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except (OSError, ValueError, http.client.HTTPException) as error:
-            last_error = repr(error)
+
+    def ready() -> bool:
         if not still_starting():
             raise NotReady(f"{what} exited before it was ready\n{describe_failure()}")
-        time.sleep(0.1)
-    raise NotReady(f"{what} not ready after {timeout:.0f}s (last error: {last_error})\n{describe_failure()}")
+        return check()
+
+    wait_until(
+        ready,
+        f"{what} to be ready",
+        timeout=timeout,
+        interval=0.1,
+        ignoring=NOT_YET_ERRORS,
+        describe=describe_failure,
+    )
 
 
 def healthy(url: str, context: ssl.SSLContext | None = None, expect: bytes | None = None) -> bool:

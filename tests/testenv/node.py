@@ -42,7 +42,8 @@ from tests.testenv import host
 from tests.testenv.binaries import NODE_COMPONENTS, cache_dir, component
 from tests.testenv.images import ImageArchive, images_dir, single_binary_image
 from tests.testenv.kube import ControlPlane
-from tests.testenv.network import free_port, healthy, wait_until
+from tests.testenv.network import free_port, healthy, wait_ready
+from tests.testenv.polling import wait_until
 from tests.testenv.processes import ManagedProcess, pid_alive, pid_cmdline, pid_start_ticks
 
 NODE_NAME = "belay-node"
@@ -170,30 +171,39 @@ def acquire_node(
 ) -> host.HostSnapshot:
     """Waits until no live owner holds the machine's node, then records this process as its owner
     with the machine's state as it is now (the state `release_node` puts back)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def taken() -> host.HostSnapshot | str:
+        """The machine's state once the node is ours; while another holds it, who that is."""
         with _locked():
             owner = read_owner()
             if owner is not None and not owner.alive():
                 clear_dead_owner(owner)
                 owner = None
-            if owner is None:
-                before = host.HostSnapshot.take()
-                me = os.getpid()
-                write_owner(
-                    NodeOwner(
-                        pid=me,
-                        start_ticks=pid_start_ticks(me) or 0,
-                        run_dir=str(run_dir),
-                        containerd_socket=str(containerd_socket),
-                        kubelet_root=str(kubelet_root),
-                        before=before,
-                    )
+            if owner is not None:
+                return f"held by pid {owner.pid}"
+            before = host.HostSnapshot.take()
+            me = os.getpid()
+            write_owner(
+                NodeOwner(
+                    pid=me,
+                    start_ticks=pid_start_ticks(me) or 0,
+                    run_dir=str(run_dir),
+                    containerd_socket=str(containerd_socket),
+                    kubelet_root=str(kubelet_root),
+                    before=before,
                 )
-                return before
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the machine's node stayed in use by pid {owner.pid} for {timeout:.0f}s")
-        time.sleep(2)
+            )
+            return before
+
+    snapshot = wait_until(
+        taken,
+        "the machine's node to be free",
+        until=lambda value: isinstance(value, host.HostSnapshot),
+        timeout=timeout,
+        interval=2,
+    )
+    assert isinstance(snapshot, host.HostSnapshot)
+    return snapshot
 
 
 def hand_over(pid: int, pids: list[tuple[int, int]]) -> None:
@@ -537,7 +547,7 @@ class Node:
 
     @staticmethod
     def _wait_healthy(process: ManagedProcess, healthz_port: int) -> None:
-        wait_until(
+        wait_ready(
             lambda: healthy(f"http://127.0.0.1:{healthz_port}/healthz"),
             process.name,
             READY_TIMEOUT,
@@ -575,7 +585,7 @@ class Node:
             containerd_config(self.containerd_root, self.containerd_state, self.socket, pause, cni_conf)
         )
         process = self._process("containerd", [CONTAINERD, "--config", str(config)])
-        wait_until(
+        wait_ready(
             lambda: self.crictl("info", check=False, timeout=20).returncode == 0,
             f"containerd at {self.socket}",
             READY_TIMEOUT,
@@ -661,7 +671,7 @@ class Node:
         self.start_kubelet(kube.kubeconfig, kube.pki.ca_cert)
         record_processes(self.pids())
         kubelet = self.processes["kubelet"]
-        wait_until(
+        wait_ready(
             lambda: node_schedulable(kube),
             f"node {NODE_NAME} Ready and without the not-ready taint",
             READY_TIMEOUT,
@@ -678,7 +688,7 @@ class Node:
                 {"apiVersion": "v1", "kind": "List", "items": coredns_objects(coredns.reference)}
             ),
         )
-        wait_until(
+        wait_ready(
             lambda: dns_ready(kube),
             "CoreDNS ready behind the kube-dns Service",
             READY_TIMEOUT,

@@ -12,12 +12,12 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
 from belay.lifetime import die_with_parent, tie_to_parent
+from tests.testenv.polling import settle
 
 _live: dict[int, ManagedProcess] = {}
 _live_lock = threading.Lock()
@@ -79,15 +79,11 @@ def stop_group(pgid: int, timeout: float = 10.0) -> None:
     """SIGTERM the group, then SIGKILL whatever still runs after the timeout."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while group_members(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    settle(lambda: group_members(pgid), until=lambda members: not members, timeout=timeout, interval=0.05)
     if group_members(pgid):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while group_members(pgid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        settle(lambda: group_members(pgid), until=lambda members: not members, timeout=5, interval=0.05)
 
 
 class ManagedProcess:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tests.testenv.binaries import component
-from tests.testenv.network import LOOPBACK, free_port, healthy, wait_until
+from tests.testenv.network import LOOPBACK, free_port, healthy, wait_ready
 from tests.testenv.processes import ManagedProcess
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class S3Server:
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.process.start()
-        wait_until(
+        wait_ready(
             self.is_healthy,
             f"S3 server at {self.endpoint_url}",
             READY_TIMEOUT,

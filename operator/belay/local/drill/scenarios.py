@@ -9,6 +9,7 @@ import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 
@@ -33,6 +34,8 @@ from belay.local.cli_process import RUN_TIMEOUT_S, read_events, run_belay, run_u
 from belay.local.drill.report import DrillReport
 from belay.local.drill.run import Drill
 from belay.local.standin_process import provider_problems, provider_summary
+
+E = TypeVar("E", bound=Event)
 
 
 def run_drill(
@@ -76,6 +79,14 @@ def uninterrupted(drill: Drill) -> list[Event] | None:
             "; ".join(problems) or provider_summary(stats),
         )
     return events
+
+
+def first_kill_point(drill: Drill, name: str, candidates: Sequence[E], missing: str) -> E | None:
+    """The first of the events a scenario could kill at, once the check that there is one passed."""
+    found = drill.check(
+        name, bool(candidates), f"kill point {fault_key(candidates[0])}" if candidates else missing
+    )
+    return candidates[0] if found else None
 
 
 def managed_checks(
@@ -164,14 +175,14 @@ def check_restored_from_last_verified(
 
 
 def kill_after_tool_request(drill: Drill, reference: list[Event]) -> None:
-    candidates = sandbox_requests_after_verified_checkpoint(reference)
-    if not drill.check(
+    request = first_kill_point(
+        drill,
         "a sandbox tool request after a verified checkpoint",
-        bool(candidates),
-        f"kill point {fault_key(candidates[0])}" if candidates else "the session has none to interrupt",
-    ):
+        sandbox_requests_after_verified_checkpoint(reference),
+        "the session has none to interrupt",
+    )
+    if request is None:
         return
-    request = candidates[0]
     point, operation = fault_key(request), request.payload.operation_id
     home = drill.home("kill-after-request")
     env = drill.environment(home)
@@ -237,14 +248,14 @@ def delivered_sandbox_results(reference: Sequence[Event]) -> list[ToolResultEven
 
 def kill_before_delivery(drill: Drill, reference: list[Event]) -> None:
     """Kill the adapter between a tool's recorded result and its delivery to the provider."""
-    results = delivered_sandbox_results(reference)
-    if not drill.check(
+    target = first_kill_point(
+        drill,
         "a sandbox tool result delivered to the provider",
-        bool(results),
-        f"kill point {fault_key(results[0])}" if results else "the session has no run_command result",
-    ):
+        delivered_sandbox_results(reference),
+        "the session has no run_command result",
+    )
+    if target is None:
         return
-    target = results[0]
     point, operation = fault_key(target), target.payload.operation_id
     home = drill.home("kill-before-delivery")
     env = drill.environment(home)
@@ -386,14 +397,15 @@ def undeclared_state(drill: Drill, reference: list[Event]) -> None:
     env = drill.environment(home)
     copy = home / "session-undeclared.yaml"
     copy.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    later = requests_after_first_verified_checkpoint(reference)
-    if not drill.check(
+    request = first_kill_point(
+        drill,
         "a verified checkpoint followed by more work",
-        bool(later),
-        f"kill point {fault_key(later[0])}" if later else "no work follows a verified checkpoint",
-    ):
+        requests_after_first_verified_checkpoint(reference),
+        "no work follows a verified checkpoint",
+    )
+    if request is None:
         return
-    reached, before = drill.kill_run_at(home, env, fault_key(later[0]), manifest=copy)
+    reached, before = drill.kill_run_at(home, env, fault_key(request), manifest=copy)
     result, events, resumed_s = drill.resume(home, env)
     failed = [
         e
@@ -410,7 +422,7 @@ def undeclared_state(drill: Drill, reference: list[Event]) -> None:
     )
     drill.report_point(
         "kill after a verified checkpoint, nothing declared",
-        fault_key(later[0]),
+        fault_key(request),
         before,
         events,
         "the restore cannot reproduce the verified checkpoint: RecoveryFailed (UndeclaredState), visibly",
