@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -9,6 +8,7 @@ import pytest
 from belay.controller.kube import load_api_client
 from belay.controller.leader import LeaderElector, LeaseView, Step, next_step
 from tests.testenv.kube import ControlPlane
+from tests.testenv.polling import wait_until
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -31,7 +31,16 @@ def test_only_one_candidate_leads_until_its_lease_runs_out(kube: ControlPlane) -
     assert first.try_once()
     assert not second.try_once()
     assert first.try_once()  # renewing
-    time.sleep(2.5)  # replica-a stops renewing, as a hung or partitioned replica would
+    # replica-a stops renewing, as a hung or partitioned replica would, until its lease as the
+    # apiserver stores it has run out.
+    held = api_lease(api).spec
+    runs_out = held.renew_time + timedelta(seconds=held.lease_duration_seconds)
+    wait_until(
+        lambda: datetime.now(UTC) > runs_out,
+        f"replica-a's lease to run out at {runs_out}",
+        timeout=30,
+        interval=0.05,
+    )
     assert second.try_once()
     assert not first.try_once()
     lease = api_lease(api)

@@ -16,6 +16,7 @@ from belay.harness.attempt import Attempt
 from belay.journal.events import EffectClass, ToolRequest
 from belay.stores.sqlite import SqliteEventStore
 from tests.api.invalid_manifests import valid_manifest
+from tests.testenv.polling import wait_until_async
 
 SESSION = "cut-short"
 HANG_GUARD_S = 30
@@ -59,8 +60,15 @@ async def test_a_stop_sees_the_request_its_cancelled_work_was_recording(tmp_path
         store.hold = True
         recording = asyncio.create_task(attempt.record([request], subagent="researcher"))
         await asyncio.wait_for(store.entered.wait(), HANG_GUARD_S)
+        held_at = recording.get_coro().cr_await  # what the record awaits: its append, shielded
         recording.cancel()  # the stop cancels the work while its append is under way
-        await asyncio.sleep(0.05)
+        # Until the record has taken the cancellation: it awaits something else, or it has ended.
+        await wait_until_async(
+            lambda: recording.done() or recording.get_coro().cr_await is not held_at,
+            "the cancellation to reach the record",
+            timeout=HANG_GUARD_S,
+            interval=0,
+        )
         assert not recording.done(), "the cancelled record returned before its append landed"
         store.release.set()
         await asyncio.wait_for(asyncio.gather(recording, return_exceptions=True), HANG_GUARD_S)
