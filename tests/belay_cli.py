@@ -1,9 +1,10 @@
 """What the tests use to drive `belay` and judge what it recorded, from one place.
 
-The pieces are the drill's own: running the command line as a process group and stopping it at a
-point of its record (`belay.local.cli_process`), a provider's stand-in as a process
+Most pieces are the drill's own: running the command line as a process group and stopping it at
+a point of its record (`belay.local.cli_process`), a provider's stand-in as a process
 (`belay.local.standin_process`), the session moved to another executor (`belay.local.drill`), and
-the judgments of a record (`belay.journal.verdicts`); and the wait for a run to stop at its point."""
+the judgments of a record (`belay.journal.verdicts`). Two are the tests' alone: every point of a
+record a run can be interrupted at, and the wait for a run to stop itself at its point."""
 
 from __future__ import annotations
 
