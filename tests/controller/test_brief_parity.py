@@ -16,9 +16,9 @@ import pytest
 
 from belay.controller import names
 from belay.controller.kube import KubeClient, load_api_client
-from belay.local.drill import run_belay
 from belay.local.runtime import LocalHome
 from tests.api.kubehelpers import install_crds
+from tests.belay_cli import run_belay
 from tests.controller.sessions_only_user import kubectl_belay, sessions_only_kubeconfig
 from tests.controller.test_fleet_cluster import NAMESPACE, holder, manifest, project
 from tests.fleet_records import EXPECTED, write_five_sessions
