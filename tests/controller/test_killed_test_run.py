@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ import pytest
 from belay.lifetime import descendants, die_with_parent, process_table
 from tests.api.kubehelpers import REPO_ROOT
 from tests.cli.test_interrupted import Process, lies_in, still_alive
-from tests.testenv.polling import wait_until
+from tests.testenv.polling import settle, wait_until
 
 pytestmark = [pytest.mark.testenv, pytest.mark.slow]
 
@@ -86,11 +85,11 @@ def test_a_sigkilled_test_run_leaves_no_process_of_it(tmp_path: Path) -> None:
         log.close()
     assert len(before) > 3, f"too few processes to tell: {before}"
 
-    left = still_alive(before) | processes_of(run.pid, base)
-    deadline = time.monotonic() + SETTLE_S
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = still_alive(before) | {p for p in processes_of(run.pid, base) if p.pid != run.pid}
+    left = settle(
+        lambda: still_alive(before) | {p for p in processes_of(run.pid, base) if p.pid != run.pid},
+        until=lambda left: not left,
+        timeout=SETTLE_S,
+    )
     named = {p.pid: command_line(p.pid)[:200] for p in left}
     for process in left:  # this test started them: it does not leave them running
         with contextlib.suppress(ProcessLookupError):

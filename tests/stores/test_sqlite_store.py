@@ -9,7 +9,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from belay.journal.events import Event, EventDraft, Note, NoteKind
 from belay.stores import open_event_store
 from belay.stores.base import IdempotencyConflict, StaleLease, StoreError, StoreUnavailable
 from belay.stores.sqlite import SqliteEventStore
+from tests.testenv.polling import wait_until_async
 
 
 def notes(prefix: str, count: int) -> list[EventDraft]:
@@ -162,14 +162,6 @@ async def test_an_abandoned_watch_on_a_closed_loop_does_not_fail_appends(tmp_pat
         gc.collect()
 
 
-async def wait_until(condition: Callable[[], bool]) -> None:
-    for _ in range(3000):  # a hang guard, not a timing assertion
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition never held")
-
-
 async def test_queued_writes_commit_together_and_a_refused_one_is_rolled_back_alone(tmp_path: Path) -> None:
     path = tmp_path / "events.db"
     store = SqliteEventStore(path)
@@ -182,14 +174,18 @@ async def test_queued_writes_commit_together_and_a_refused_one_is_rolled_back_al
         stalled = asyncio.ensure_future(store.append("s", notes("stalled", 1)))
         await asyncio.sleep(0)  # let it reach the queue
         # The writer takes the stalled write alone and waits for the lock.
-        await wait_until(lambda: store._writer.queued() == 0)
+        await wait_until_async(
+            lambda: store._writer.queued() == 0, "the writer's queue to empty", timeout=30, interval=0.01
+        )
         grouped = [
             asyncio.ensure_future(store.append("s", notes("ok-1", 2))),
             asyncio.ensure_future(store.append("s", notes("conflict", 1), idempotency_key="taken")),
             asyncio.ensure_future(store.append("s", notes("stale", 1), lease=7)),
             asyncio.ensure_future(store.append("s", notes("ok-2", 1))),
         ]
-        await wait_until(lambda: store._writer.queued() == len(grouped))
+        await wait_until_async(
+            lambda: store._writer.queued() == len(grouped), "every write queued", timeout=30, interval=0.01
+        )
         blocker.execute("ROLLBACK")
         results = await asyncio.wait_for(
             asyncio.gather(stalled, *grouped, return_exceptions=True), timeout=30
