@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from datetime import date, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -39,6 +40,7 @@ from pydantic.json_schema import JsonDict
 from pydantic_core import PydanticCustomError
 
 from belay.api.status import AgentSessionStatus
+from belay.journal.state.records import ExecutorChangeRecord
 from belay.journal.tools import TOOLS
 
 API_VERSION = "belay.dev/v1alpha1"
@@ -583,6 +585,20 @@ class AgentSession(BaseModel):
 
     def to_manifest(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def on_executor(self, executor: Mapping[str, Any]) -> AgentSession:
+        """The same session on another executor (`spec.executor` as the API spells it), validated
+        as the API validates it: ManifestError when it refuses it."""
+        try:
+            spec = ExecutorSpec.model_validate(dict(executor))
+        except ValidationError as error:
+            raise ManifestError(f"spec.executor: {describe_validation_error(error)}") from None
+        return self.model_copy(update={"spec": self.spec.model_copy(update={"executor": spec})})
+
+    def as_recorded(self, changes: Sequence[ExecutorChangeRecord]) -> AgentSession:
+        """The session as its next attempt runs it: on the executor its record last moved it to
+        (`belay resume --executor`, an edit of `spec.executor`), else on the manifest's."""
+        return self.on_executor(changes[-1].executor) if changes else self
 
 
 class ManifestError(ValueError):

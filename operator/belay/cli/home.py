@@ -7,15 +7,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 from typing import Any
 
+from belay.api.agentsession import AgentSession
 from belay.cli import terminal
 from belay.cli.core import brief as brief_command
+from belay.cli.core.errors import CommandError
+from belay.cli.core.handover import change_event, moved_executor
 from belay.cli.terminal import fail
+from belay.executors.endpoints import not_configured
 from belay.journal.decisions import DecisionError, decision_write
-from belay.journal.events import Approval, Event, EventDraft, OperationOutcome, Rejection, ScopeChange, Wait
-from belay.journal.phase import HEARTBEAT_INTERVAL_S, Liveness, Phase, phase_of
+from belay.journal.events import (
+    Actor,
+    Approval,
+    Event,
+    EventDraft,
+    OperationOutcome,
+    Rejection,
+    ScopeChange,
+    Wait,
+)
+from belay.journal.handover import change_phrase, executor_label
+from belay.journal.phase import HEARTBEAT_INTERVAL_S, Liveness, Phase, attempt_alive, phase_of
 from belay.journal.state import SessionState, apply
 from belay.local.liveness import local_liveness, reap_orphans
 from belay.local.runtime import LocalHome, load_session_state, read_state, unknown_session
@@ -211,3 +226,50 @@ def reopened_after(session_id: str, seq: int) -> str:
         f"; to redo: {', '.join(sorted(steps))}. A running harness takes it from here; "
         f"otherwise continue with `belay resume {session_id}`"
     )
+
+
+MOVED_BY = Actor(kind="user", name="belay resume")
+
+
+def move_executor(
+    session: AgentSession, state: SessionState, to_type: str, model: str | None, reason: str
+) -> None:
+    """Record that the session's next attempt runs on `to_type` (`--model`), or refuse with why
+    and record nothing: no such executor, one not configured here, an ended session, or an
+    attempt still live (it holds the lease, and moving it mid-step would split a step between two
+    executors)."""
+    session_id = session.session_id
+    try:
+        new = moved_executor(session, to_type, model)
+    except CommandError as error:
+        raise fail(f"{error}; nothing was recorded") from None
+    if new is None:
+        label = executor_label(session.spec.executor.type, session.spec.executor.model)
+        terminal.echo(f"belay: {session_id} is on {label} already; it goes on there", err=True)
+        return
+    lifecycle = state.lifecycle
+    if lifecycle.completed or lifecycle.failed:
+        ended = "Succeeded" if lifecycle.completed else "Failed"
+        raise fail(f"session {session_id} has ended ({ended}): there is no next attempt to move")
+    liveness = read_liveness(session_id)
+    if attempt_alive(state, liveness):
+        raise fail(
+            f"session {session_id} has a live attempt ({liveness.holder}, lease {liveness.lease}): stop "
+            "it first (Ctrl-C or SIGTERM where it runs), then resume with --executor; nothing was recorded"
+        )
+    problem = not_configured(new.type, new.plan, os.environ)
+    if problem is not None:
+        raise fail(f"{problem}; nothing was recorded")
+    change = change_event(session, new, at_seq=state.last_seq, by=MOVED_BY.name or "", reason=reason)
+
+    async def write() -> int:
+        store = home_of(session_id).open_event_store()
+        try:
+            [event] = await store.append(session_id, [EventDraft(payload=change, actor=MOVED_BY)])
+        finally:
+            await store.close()
+        return event.seq
+
+    seq = asyncio.run(write())
+    phrase = change_phrase(change.from_type, change.from_model, change.to_type, change.to_model)
+    terminal.echo(f"belay: {session_id} {phrase} (recorded at seq {seq}); this attempt runs there", err=True)

@@ -46,6 +46,7 @@ from belay.cli.home import (
     home_of,
     known_record,
     known_state,
+    move_executor,
     print_brief,
     read_liveness,
     reopened_after,
@@ -231,15 +232,35 @@ def resume(
     no_ticket_service: Annotated[
         bool, typer.Option("--no-ticket-service", hidden=True, help="Drill: the tracker is unreachable.")
     ] = False,
+    executor: Annotated[
+        str | None,
+        typer.Option(
+            "--executor",
+            metavar="TYPE",
+            help="Go on with another executor: self-hosted (scripted), openai, anthropic, "
+            "openai-agents or anthropic-managed. It starts from the record, not the old executor's memory.",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", metavar="ID", help="The model the executor runs.")
+    ] = None,
+    reason: Annotated[str, typer.Option("--reason", help="Why the session moves (recorded).")] = "",
 ) -> None:
-    """Start a new harness attempt that recovers the session from its record and continues it."""
+    """Start a new harness attempt that recovers the session from its record and continues it,
+    on the executor it was on or (--executor, --model) on another one."""
     try:
-        load_installed(Context.home, session_id)
+        session = load_installed(Context.home, session_id)
     except ManifestError as error:
         raise fail(str(error)) from None
     # The record is checked before a new attempt takes the session over (RecordCorrupt): the events
     # after the latest snapshot here, those before it when the snapshot was taken.
-    asyncio.run(load_session_state(home_of(session_id), session_id))
+    state = asyncio.run(load_session_state(home_of(session_id), session_id))
+    if executor is not None or model is not None:
+        try:
+            on_record = session.as_recorded(state.executor_changes)
+        except ManifestError as error:
+            raise fail(f"the record's last executor change cannot be used: {error}") from None
+        move_executor(on_record, state, executor or on_record.spec.executor.type, model, reason)
     run_session(session_id, quiet, with_ticket_service=not no_ticket_service)
 
 

@@ -76,3 +76,28 @@ async def local_standin(executor_type: str, plan: Path) -> AsyncIterator[Endpoin
     module = importlib.import_module(PROVIDERS[executor_type].standin_module)
     async with module.running(plan) as standin:
         yield Endpoint(standin.base_url, STANDIN_KEY, endpoint_label(standin.base_url, "the local stand-in"))
+
+
+# The variables a self-hosted model executor reads (its SDK's own).
+MODEL_KEYS = {"openai": PROVIDERS["openai-agents"], "anthropic": PROVIDERS["anthropic-managed"]}
+
+
+def not_configured(executor_type: str, plan: str | None, environ: Mapping[str, str]) -> str | None:
+    """Why `executor_type` cannot run here (no provider configured and no local stand-in to stand
+    in for it), or None when it can. `scripted` needs only its plan, which validation requires."""
+    if executor_type in PROVIDERS:
+        variables = PROVIDERS[executor_type]
+        if configured_endpoint(executor_type, environ) is not None or plan:
+            return None
+        return (
+            f"{executor_type} is not configured here: set {variables.api_key} (or {variables.base_url} "
+            "for another server that speaks its API), or give the session an executor.plan for the "
+            "local stand-in"
+        )
+    keys = MODEL_KEYS.get(executor_type)
+    if keys is None or environ.get(keys.api_key) or environ.get(keys.base_url):
+        return None
+    return (
+        f"{executor_type} is not configured here: set {keys.api_key} (or {keys.base_url} "
+        "for another server that speaks its API)"
+    )

@@ -26,6 +26,7 @@ from belay.journal.events import (
     ArtifactEvent,
     CheckpointEvent,
     Event,
+    ExecutorChangeEvent,
     LifecycleEvent,
     ModelOutputEvent,
     NoteEvent,
@@ -41,6 +42,7 @@ from belay.journal.events import (
     UserInputEvent,
     WaitEvent,
 )
+from belay.journal.handover import change_phrase
 from belay.journal.state import SessionState
 from belay.journal.storage import EventReader
 
@@ -192,6 +194,11 @@ def _remote(e: RemoteEvent) -> str:
     return f"{p.executor} {p.kind.value} {p.operation_id or p.remote_session_id} {p.detail}".rstrip()
 
 
+def _executor_change(e: ExecutorChangeEvent) -> str:
+    p = e.payload
+    return change_phrase(p.from_type, p.from_model, p.to_type, p.to_model, at_seq=p.at_seq, reason=p.reason)
+
+
 # The body of each event's line; the events with none (a state snapshot, a session link) show
 # their head alone.
 _BODIES = handler_table(
@@ -212,6 +219,7 @@ _BODIES = handler_table(
     _summary,
     _rejection,
     _remote,
+    _executor_change,
 )
 
 

@@ -405,6 +405,25 @@ class SessionLink(Payload):
     deliverables: dict[str, str] = Field(default_factory=dict)  # an ended child's: name -> sha256
 
 
+class ExecutorChange(Payload):
+    """From its next attempt on, the session runs on another executor (or another model): asked by
+    a person (`belay resume --executor`), or by an edit of `spec.executor` in a cluster. What the
+    new executor starts from is the record, never the old executor's memory; an approval stays
+    bound to its payload's hash, so it covers nothing the new executor proposes differently."""
+
+    EVENT_TYPE: ClassVar[str] = "executor_change"
+    from_type: str
+    from_model: str | None = None
+    to_type: str
+    to_model: str | None = None
+    # The new `spec.executor` as the API spells it (type, model, plan, ...), which the next attempt
+    # runs: the record, not the manifest on disk, says which executor the session is on.
+    executor: dict[str, Any] = Field(default_factory=dict)
+    at_seq: int = 0  # the record's last event when the change was asked
+    by: str = ""
+    reason: str = ""
+
+
 # A coordinator's wait on one of its child sessions: id `session-<child>`, condition `session:<child>`.
 CHILD_CONDITION_PREFIX = "session:"
 CHILD_WAIT_PREFIX = "session-"
@@ -463,6 +482,7 @@ PAYLOAD_TYPES: tuple[type[Payload], ...] = (
     Remote,
     StateSnapshot,
     SessionLink,
+    ExecutorChange,
 )
 PAYLOAD_BY_TYPE: dict[str, type[Payload]] = {p.EVENT_TYPE: p for p in PAYLOAD_TYPES}
 EVENT_TYPES: tuple[str, ...] = tuple(PAYLOAD_BY_TYPE)
@@ -578,6 +598,11 @@ class SessionLinkEvent(EventBase):
     payload: SessionLink
 
 
+class ExecutorChangeEvent(EventBase):
+    type: Literal["executor_change"] = "executor_change"
+    payload: ExecutorChange
+
+
 Event = Annotated[
     UserInputEvent
     | ScopeChangeEvent
@@ -597,7 +622,8 @@ Event = Annotated[
     | SummaryEvent
     | RemoteEvent
     | StateSnapshotEvent
-    | SessionLinkEvent,
+    | SessionLinkEvent
+    | ExecutorChangeEvent,
     Field(discriminator="type"),
 ]
 

@@ -407,6 +407,7 @@ async def run_local(
 
     harness: Harness | None = None
     try:
+        session = await on_recorded_executor(store, artifacts, session)
         async with provider_endpoint(session) as endpoint:
             if with_ticket_service:
                 from belay.local.tickets import TicketService
@@ -444,6 +445,17 @@ async def run_local(
         log.close()
         if newest:
             stop_leftover_sandboxes(home, session)
+
+
+async def on_recorded_executor(
+    store: EventStore, artifacts: ArtifactStore, session: AgentSession
+) -> AgentSession:
+    """The session on the executor its record last moved it to (`belay resume --executor`), else
+    on its manifest's: the record, not the manifest on disk, says which executor runs it."""
+    from belay.journal.snapshots import load_state
+
+    state = (await load_state(store, artifacts, session.session_id)).state
+    return session.as_recorded(state.executor_changes)
 
 
 @contextlib.asynccontextmanager

@@ -17,6 +17,7 @@ from belay.journal.events import (
     ArtifactEvent,
     CheckpointEvent,
     Event,
+    ExecutorChangeEvent,
     LifecycleEvent,
     NoteEvent,
     OperationOutcomeEvent,
@@ -26,6 +27,7 @@ from belay.journal.events import (
     ToolResultEvent,
     WaitEvent,
 )
+from belay.journal.handover import change_phrase
 
 
 def _who(event: Event) -> str:
@@ -99,6 +101,13 @@ def _remote(event: RemoteEvent, style: CommandStyle) -> str | None:
     return None
 
 
+def _executor_change(event: ExecutorChangeEvent, style: CommandStyle) -> str | None:
+    p = event.payload
+    return change_phrase(
+        p.from_type, p.from_model, p.to_type, p.to_model, by=p.by, at_seq=p.at_seq, reason=p.reason
+    )
+
+
 _LINES: dict[type, Callable[[Any, CommandStyle], str | None]] = handler_table(
     _lifecycle,
     _task,
@@ -112,6 +121,7 @@ _LINES: dict[type, Callable[[Any, CommandStyle], str | None]] = handler_table(
     _operation_outcome,
     _wait,
     _remote,
+    _executor_change,
 )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from belay.journal.events import (
     ArtifactRef,
@@ -332,3 +332,18 @@ class SessionLinkRecord(Record):
     seq: int
     phase: str = ""  # a child that ended: how
     deliverables: tuple[tuple[str, str], ...] = ()  # an ended child's (name, sha256)
+
+
+class ExecutorChangeRecord(Record):
+    """The session moved to another executor from its next attempt on (`ExecutorChange`)."""
+
+    seq: int
+    from_type: str
+    from_model: str | None = None
+    to_type: str
+    to_model: str | None = None
+    executor: dict[str, Any] = Field(default_factory=dict)  # the new spec.executor, API spelling
+    at_seq: int = 0
+    by: str = ""
+    reason: str = ""
+    at: datetime | None = None

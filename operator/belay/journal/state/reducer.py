@@ -22,6 +22,7 @@ from belay.journal.state.handlers.request import (
     on_user_input,
 )
 from belay.journal.state.handlers.runtime import (
+    on_executor_change,
     on_lifecycle,
     on_remote,
     on_session_link,
@@ -57,6 +58,7 @@ HANDLERS: dict[type[EventBase], Callable[..., Updates]] = handler_table(
     on_remote,
     on_state_snapshot,
     on_session_link,
+    on_executor_change,
 )
 
 

@@ -13,6 +13,7 @@ from belay.journal.state.records import (
     ApprovalRecord,
     ArtifactRecord,
     CheckpointRecord,
+    ExecutorChangeRecord,
     Lifecycle,
     NoteRecord,
     OperationRecord,
@@ -107,6 +108,9 @@ class SessionState(BaseModel):
     # The coordinator pattern: the session that started this one, and the sessions it started.
     parent: SessionLinkRecord | None = None
     children: Map[str, SessionLinkRecord] = _empty_map()  # by child session name
+
+    # The executors the session moved to, oldest first; the last says which one runs it now.
+    executor_changes: tuple[ExecutorChangeRecord, ...] = ()
 
     # ---- queries that read indexes only (cheap at any history length)
 

@@ -36,6 +36,7 @@ from belay.views.briefing.model import (
     BudgetUsage,
     CheckpointItem,
     EffectItem,
+    ExecutorMoveItem,
     ExternalItem,
     FetchItem,
     NoteItem,
@@ -365,6 +366,18 @@ def _recovery(state: SessionState) -> RecoveryItem:
             for o in sorted(state.unknown_outcomes)
         ],
         reconciled=sorted(state.reconciled_operations),
+        executor_moves=[
+            ExecutorMoveItem(
+                from_type=c.from_type,
+                from_model=c.from_model,
+                to_type=c.to_type,
+                to_model=c.to_model,
+                at_seq=c.at_seq,
+                by=c.by,
+                reason=c.reason,
+            )
+            for c in state.executor_changes
+        ],
     )
 
 

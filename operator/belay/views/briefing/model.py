@@ -194,6 +194,18 @@ class UnknownOutcomeItem(Model):
     detail: str = ""
 
 
+class ExecutorMoveItem(Model):
+    """The session moved to another executor (or model) from its next attempt on."""
+
+    from_type: str
+    from_model: str | None = None
+    to_type: str
+    to_model: str | None = None
+    at_seq: int = 0
+    by: str = ""
+    reason: str = ""
+
+
 class RecoveryItem(Model):
     attempt: int = 0
     harness_lost: int = 0
@@ -205,6 +217,7 @@ class RecoveryItem(Model):
     restored_from: str | None = None
     unknown_outcomes: list[UnknownOutcomeItem] = []
     reconciled: list[str] = []
+    executor_moves: list[ExecutorMoveItem] = []  # oldest first
 
 
 class CheckpointItem(Model):

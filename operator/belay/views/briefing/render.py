@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+from belay.journal.handover import change_phrase
 from belay.views.briefing.model import Briefing, NoteItem, RequestDifference, StepVerdict
 
 Row = tuple[int, str]
@@ -305,6 +306,21 @@ def _recovery_rows(b: Briefing) -> list[Row]:
     rows.append((1, f"{attempt}; " + "; ".join(happened)))
     if rec.last_failure:
         rows.append((2, f"last recovery failure: {rec.last_failure}"))
+    for move in rec.executor_moves:
+        rows.append(
+            (
+                1,
+                change_phrase(
+                    move.from_type,
+                    move.from_model,
+                    move.to_type,
+                    move.to_model,
+                    by=move.by,
+                    at_seq=move.at_seq,
+                    reason=move.reason,
+                ),
+            )
+        )
     if rec.unknown_outcomes:
         rows.append(
             (

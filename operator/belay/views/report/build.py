@@ -21,6 +21,7 @@ from belay.journal.events import (
     ArtifactRef,
     CheckpointEvent,
     Event,
+    ExecutorChangeEvent,
     LifecycleEvent,
     LifecycleKind,
     OperationOutcomeEvent,
@@ -34,6 +35,7 @@ from belay.journal.events import (
     WaitEvent,
     WaitKind,
 )
+from belay.journal.handover import change_phrase
 from belay.journal.phase import Liveness, interruption_of, phase_of
 from belay.journal.state import SessionState, fold
 from belay.views.report.model import (
@@ -440,6 +442,13 @@ def _on_lifecycle(scan: _Scan, event: LifecycleEvent) -> None:
         scan.recoveries.append(RecoveryLine(at=at, by=_who(event.actor), text=label, ok=False))
 
 
+def _on_executor_change(scan: _Scan, event: ExecutorChangeEvent) -> None:
+    p, at = event.payload, event.created_at
+    label = change_phrase(p.from_type, p.from_model, p.to_type, p.to_model, at_seq=p.at_seq, reason=p.reason)
+    scan.session_marks.append(Mark(kind="executor", at=at, label=label))
+    scan.recoveries.append(RecoveryLine(at=at, by=p.by or _who(event.actor), text=label))
+
+
 # The events a report shows; the others (model output, notes, summaries, ...) add nothing to it.
 _HANDLERS = handler_table(
     _on_user_input,
@@ -455,6 +464,7 @@ _HANDLERS = handler_table(
     _on_artifact,
     _on_checkpoint,
     _on_lifecycle,
+    _on_executor_change,
 )
 
 

@@ -327,6 +327,7 @@ TEXT_GLYPHS: dict[str, tuple[str, str]] = {
     "reconciled": ("\u2713", "#2e7d32"),
     "rejected": ("\u2718", "#c62828"),
     "recovery_failed": ("\u2716", "#c62828"),
+    "executor": ("\u21c4", "#6a1b9a"),  # the session moved to another executor
 }
 
 

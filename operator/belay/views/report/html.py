@@ -216,6 +216,7 @@ GLYPHS: tuple[tuple[MarkKind, bool | None, str], ...] = (
     ("reconciled", None, '<b style="color:#2e7d32">\u2713</b> outcome reconciled'),
     ("recovery_failed", None, '<b style="color:#c62828">\u2716</b> recovery failed'),
     ("rejected", None, '<b style="color:#c62828">\u2718</b> deliverable rejected'),
+    ("executor", None, '<b style="color:#6a1b9a">\u21c4</b> moved to another executor'),
     ("asked", None, '<b style="color:#2e7d32">\u25cf</b> asked'),
     ("ended", None, '<b style="color:#2e7d32">\u25cf</b> session ended'),
 )

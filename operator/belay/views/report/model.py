@@ -33,6 +33,7 @@ MarkKind = Literal[
     "unknown",
     "reconciled",
     "rejected",
+    "executor",
 ]
 
 

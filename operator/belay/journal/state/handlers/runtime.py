@@ -8,6 +8,7 @@ from typing import Any
 from immutables import Map
 
 from belay.journal.events import (
+    ExecutorChangeEvent,
     LifecycleEvent,
     LifecycleKind,
     RemoteEvent,
@@ -20,6 +21,7 @@ from belay.journal.events import (
 from belay.journal.state.building import Updates, new_record, note_subagent, replaced
 from belay.journal.state.records import (
     RECENT_LIMIT,
+    ExecutorChangeRecord,
     LifecycleEntry,
     RemoteCallRecord,
     RemoteSessionRecord,
@@ -235,3 +237,21 @@ def on_session_link(s: SessionState, e: SessionLinkEvent) -> Updates:
         "deliverables": tuple(sorted(p.deliverables.items())) or (known.deliverables if known else ()),
     }
     return {"children": s.children.set(p.session, new_record(SessionLinkRecord, **fields))}
+
+
+def on_executor_change(s: SessionState, e: ExecutorChangeEvent) -> Updates:
+    p = e.payload
+    change = new_record(
+        ExecutorChangeRecord,
+        seq=e.seq,
+        from_type=p.from_type,
+        from_model=p.from_model,
+        to_type=p.to_type,
+        to_model=p.to_model,
+        executor=dict(p.executor),
+        at_seq=p.at_seq,
+        by=p.by or e.actor.name or e.actor.kind,
+        reason=p.reason,
+        at=e.created_at,
+    )
+    return {"executor_changes": (*s.executor_changes, change)}

@@ -1,0 +1,111 @@
+"""`belay resume --executor TYPE [--model ID]`: the move is recorded as an event of its own and the
+next attempt runs there; what cannot be done here is refused before anything is recorded.
+
+The run is stopped by its own harness right after the first tool result of the fix step
+(BELAY_FAULT_STOP_AFTER), then killed as a whole, as `kill -9` would leave it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from belay.journal.events import Event, ExecutorChange
+from belay.local.liveness import this_holder
+from belay.local.runtime import LocalHome
+from tests.belay_cli import kill_group, read_events, run_belay, start_belay, wait_until_stopped
+from tests.harness.example import MANIFEST, SESSION
+
+# Inside a step: the implementer's first call of its fix step has its result.
+STOP_POINT = "tool_result:implementer.fix.1"
+
+
+def killed_inside_a_step(home: Path) -> Path:
+    """`home` with its parser-fix session killed inside a step."""
+    process = start_belay(home, "run", "--quiet", str(MANIFEST), stop_after=STOP_POINT)
+    try:
+        wait_until_stopped(process, STOP_POINT)
+    finally:
+        kill_group(process)
+    return home
+
+
+@pytest.fixture
+def interrupted(tmp_path: Path) -> Path:
+    return killed_inside_a_step(tmp_path / "home")
+
+
+@pytest.fixture(scope="module")
+def untouched(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One interrupted home for the refusals, which must leave it as it was."""
+    return killed_inside_a_step(tmp_path_factory.mktemp("refusals") / "home")
+
+
+def take_lease(home: Path) -> None:
+    """Take the session's next lease for this process and renew it, as a live attempt does."""
+
+    async def take() -> None:
+        store = LocalHome(home).for_session(SESSION).open_event_store()
+        try:
+            lease = await store.acquire_lease(SESSION, this_holder())
+            await store.renew_lease(SESSION, lease.number)
+        finally:
+            await store.close()
+
+    asyncio.run(take())
+
+
+def moves(events: list[Event]) -> list[ExecutorChange]:
+    return [e.payload for e in events if isinstance(e.payload, ExecutorChange)]
+
+
+def no_key_environment() -> dict[str, str]:
+    """This environment without any provider configured, so that only a stand-in could stand in."""
+    return {
+        key: "" for key in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")
+    }
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--executor", "gemini"], "no executor 'gemini'; the executors are: self-hosted, scripted"),
+        (["--executor", "openai-agents"], "openai-agents needs a model: add --model ID"),
+        (["--executor", "scripted", "--model", "gpt-5"], "--model does not apply to scripted"),
+        (
+            ["--executor", "openai", "--model", "gpt-5"],
+            "openai is not configured here: set OPENAI_API_KEY (or OPENAI_BASE_URL",
+        ),
+    ],
+)
+def test_a_move_that_cannot_run_here_is_refused_and_nothing_is_recorded(
+    untouched: Path, arguments: list[str], message: str
+) -> None:
+    before = read_events(untouched, SESSION)
+    result = run_belay(untouched, "resume", SESSION, *arguments, environment=no_key_environment())
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"error: {message}" in result.stderr
+    assert "nothing was recorded" in result.stderr
+    assert read_events(untouched, SESSION) == before
+
+
+def test_a_move_while_an_attempt_holds_the_lease_is_refused(interrupted: Path) -> None:
+    # A live attempt: this test process holds the session's lease and renewed it just now.
+    take_lease(interrupted)
+    before = read_events(interrupted, SESSION)
+    result = run_belay(interrupted, "resume", SESSION, "--executor", "openai-agents", "--model", "gpt-5")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"session {SESSION} has a live attempt" in result.stderr
+    assert "stop it first" in result.stderr
+    assert read_events(interrupted, SESSION) == before
+
+
+def test_a_move_of_an_ended_session_is_refused(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert run_belay(home, "run", "--quiet", str(MANIFEST)).returncode == 0
+    before = read_events(home, SESSION)
+    result = run_belay(home, "resume", SESSION, "--executor", "openai-agents", "--model", "gpt-5")
+    assert result.returncode == 1
+    assert f"session {SESSION} has ended (Succeeded): there is no next attempt to move" in result.stderr
+    assert read_events(home, SESSION) == before
