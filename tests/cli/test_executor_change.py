@@ -7,14 +7,27 @@ The run is stopped by its own harness right after the first tool result of the f
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from pathlib import Path
 
 import pytest
 
-from belay.journal.events import Event, ExecutorChange
+from belay.harness.runtime import current_step_of
+from belay.journal.events import (
+    Actor,
+    Event,
+    EventDraft,
+    ExecutorChange,
+    Lifecycle,
+    LifecycleKind,
+    Task,
+    TaskStatus,
+)
+from belay.journal.state import fold
 from belay.local.liveness import this_holder
 from belay.local.runtime import LocalHome
-from tests.belay_cli import kill_group, read_events, run_belay, start_belay, wait_until_stopped
+from tests.belay_cli import RUN_TIMEOUT_S, kill_group, read_events, run_belay, start_belay, wait_until_stopped
 from tests.harness.example import MANIFEST, SESSION
 
 # Inside a step: the implementer's first call of its fix step has its result.
@@ -54,6 +67,19 @@ def take_lease(home: Path) -> None:
             await store.close()
 
     asyncio.run(take())
+
+
+def append(home: Path, payload: ExecutorChange) -> None:
+    """Record the move as the operator would, beside the running attempt."""
+
+    async def write() -> None:
+        store = LocalHome(home).for_session(SESSION).open_event_store()
+        try:
+            await store.append(SESSION, [EventDraft(payload=payload, actor=Actor(kind="operator"))])
+        finally:
+            await store.close()
+
+    asyncio.run(write())
 
 
 def moves(events: list[Event]) -> list[ExecutorChange]:
@@ -109,3 +135,47 @@ def test_a_move_of_an_ended_session_is_refused(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert f"session {SESSION} has ended (Succeeded): there is no next attempt to move" in result.stderr
     assert read_events(home, SESSION) == before
+
+
+def test_a_move_recorded_while_an_attempt_runs_ends_it_at_the_next_step_boundary(tmp_path: Path) -> None:
+    """As an edit of spec.executor does in a cluster: the operator records the move while the
+    harness runs; each subagent finishes the step it is in, and the attempt stops cleanly."""
+    home = tmp_path / "home"
+    process = start_belay(home, "run", "--quiet", str(MANIFEST), stop_after=STOP_POINT)
+    try:
+        wait_until_stopped(process, STOP_POINT)
+        running = fold(read_events(home, SESSION))
+        assert current_step_of(running, "implementer") == "implementer/fix"  # inside a step
+        in_progress = {t for t, task in running.tasks.items() if task.status == TaskStatus.RUNNING}
+        move = ExecutorChange(
+            from_type="scripted",
+            to_type="openai-agents",
+            to_model="gpt-5",
+            executor={"type": "openai-agents", "model": "gpt-5", "plan": str(MANIFEST.parent / "plan.yaml")},
+            at_seq=running.last_seq,
+            by="kubectl-edit",
+        )
+        append(home, move)
+        os.killpg(process.pid, signal.SIGCONT)
+        process.wait(timeout=RUN_TIMEOUT_S)
+    finally:
+        kill_group(process)
+    assert process.returncode == 1
+    events = read_events(home, SESSION)
+    stop = events[-1]
+    assert isinstance(stop.payload, Lifecycle)
+    assert (stop.payload.kind, stop.payload.reason) == (LifecycleKind.HARNESS_STOPPED, "ExecutorChanged")
+    assert "the next attempt runs on openai-agents (gpt-5)" in stop.payload.detail
+    state = fold(events)
+    # Every subagent stopped between two steps: none is left inside one, none was cut off.
+    assert not state.open_operations
+    assert all(current_step_of(state, sub) is None for sub in ("researcher", "implementer"))
+    assert not state.lifecycle.completed
+    # ...and none began a step after the move: the steps to come run on the new executor.
+    move_seq = next(e.seq for e in events if isinstance(e.payload, ExecutorChange))
+    begun = {
+        e.payload.task_id
+        for e in events[move_seq:]
+        if isinstance(e.payload, Task) and e.payload.status == TaskStatus.RUNNING
+    }
+    assert begun <= in_progress, begun - in_progress

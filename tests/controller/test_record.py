@@ -9,6 +9,7 @@ from belay.controller.kube import KubeClient
 from belay.controller.reconciler import SessionReconciler
 from belay.controller.record import (
     ForkSourceMissing,
+    executor_change_write,
     fork_write,
     gave_up_write,
     harness_lost_write,
@@ -26,6 +27,7 @@ from belay.journal.events import (
     ArtifactRef,
     Checkpoint,
     EventDraft,
+    ExecutorChange,
     Lifecycle,
     Rejection,
     ScopeChange,
@@ -57,10 +59,37 @@ def test_the_request_is_recorded_once_keyed_by_uid_and_generation() -> None:
     assert write is not None
     assert write.idempotency_key == "request/uid-1/1"
     (draft,) = write.drafts
-    assert draft.payload == UserInput(goal=GOAL, parts=PARTS)
+    # With the executor the session starts on, which a later edit of spec.executor moves it from.
+    assert draft.payload == UserInput(goal=GOAL, parts=PARTS, executor=SCRIPTED)
     assert draft.actor.kind == "operator"
     # Once recorded (by this or an earlier pass, or by a fork's copy), a spec change is a scope change.
     assert request_write(UID, 2, spec_with(request={"goal": "other"}), recorded()) is None
+
+
+SCRIPTED = dict(EXAMPLE_MANIFEST["spec"]["executor"])
+MANAGED = {"type": "openai-agents", "model": "gpt-5", "plan": SCRIPTED["plan"], "credentialsSecret": "keys"}
+
+
+def test_an_edit_of_spec_executor_is_one_move_keyed_by_uid_and_generation() -> None:
+    log = LogBuilder()
+    log.add(UserInput(goal=GOAL, parts=PARTS, executor=SCRIPTED))
+    started = fold(log.events)
+    assert executor_change_write(UID, 1, spec_with(), started) is None  # the executor it is on
+    write = executor_change_write(UID, 3, spec_with(executor=MANAGED), started, by="kubectl-belay/ana")
+    assert write is not None
+    assert write.idempotency_key == "executor/uid-1/3"
+    (draft,) = write.drafts
+    move = draft.payload
+    assert isinstance(move, ExecutorChange)
+    assert (move.from_type, move.to_type, move.to_model) == ("scripted", "openai-agents", "gpt-5")
+    assert move.executor == MANAGED
+    assert move.by == "kubectl-belay/ana"
+    assert move.at_seq == started.last_seq
+    # Once recorded, the record has the session on the new executor: nothing more to write.
+    log.add(move)
+    assert executor_change_write(UID, 4, spec_with(executor=MANAGED), fold(log.events)) is None
+    # A record that never said which executor it started on is not guessed at.
+    assert executor_change_write(UID, 3, spec_with(executor=MANAGED), recorded()) is None
 
 
 def test_no_scope_change_before_the_first_request_or_when_nothing_changed() -> None:

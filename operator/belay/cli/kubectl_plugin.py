@@ -66,10 +66,12 @@ from belay.cli.core.decide import (
 )
 from belay.cli.core.errors import CommandError
 from belay.cli.core.events import event_line
+from belay.cli.core.handover import moved_executor
 from belay.cli.core.report import write_page, written
 from belay.cli.terminal import fail
 from belay.journal import commands
 from belay.journal.events import event_from_json
+from belay.journal.handover import change_phrase
 from belay.local.fleet import without_clock
 from belay.views.briefing.render import render_rows
 from belay.views.fleet.build import fleet_row, fleet_view, objective_view
@@ -284,6 +286,63 @@ def amend(
         )
     except CommandError as error:
         raise fail(str(error)) from None
+
+
+@app.command()
+def resume(
+    name: str,
+    executor: Annotated[
+        str | None,
+        typer.Option("--executor", metavar="TYPE", help="Go on with another executor (spec.executor.type)."),
+    ] = None,
+    model: Annotated[str | None, typer.Option("--model", metavar="ID", help="The model it runs.")] = None,
+    credentials_secret: Annotated[
+        str | None,
+        typer.Option("--credentials-secret", metavar="SECRET", help="The Secret with the provider's key."),
+    ] = None,
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Move the session to another executor (or model): the operator records the move, the
+    running attempt ends at its next step boundary, and the next attempt runs there."""
+    if executor is None and model is None:
+        raise fail(
+            "the operator resumes a session by itself; name --executor TYPE (and --model ID) to move it"
+        )
+    try:
+        cluster = Cluster.connect(kubeconfig)
+        namespace = namespace or cluster.namespace
+        moved: list[str] = []
+
+        def change(session: dict[str, Any]) -> dict[str, Any] | None:
+            read = typed(session)
+            current = read.spec.executor
+            new = moved_executor(read, executor or current.type, model)
+            if new is None:
+                return None
+            spec = new.model_dump(mode="json", by_alias=True, exclude_none=True)
+            if credentials_secret is not None:
+                spec["credentialsSecret"] = credentials_secret
+            elif new.type != "scripted" and "credentialsSecret" not in spec:
+                raise CommandError(
+                    f"{new.type} needs --credentials-secret SECRET: the Secret with its API key"
+                )
+            moved.append(change_phrase(current.type, current.model, new.type, new.model))
+            # A merge patch: every field of the old executor the new one does not name is removed.
+            old = current.model_dump(mode="json", by_alias=True, exclude_none=True)
+            return {"executor": {**dict.fromkeys(old), **spec}}
+
+        written_to = cluster.update_spec(namespace, name, change)
+    except CommandError as error:
+        raise fail(str(error)) from None
+    if written_to is None:
+        terminal.echo(f"{name} is on that executor already: nothing to change")
+        return
+    terminal.echo(
+        f"{name}: {moved[-1]} (spec.executor, by {cluster.field_manager}); the operator records the "
+        "move, the running attempt ends at its next step boundary and the next runs there: "
+        f"kubectl belay brief {name}"
+    )
 
 
 def _decide(cluster: Cluster, namespace: str, name: str, decision: dict[str, str]) -> str:

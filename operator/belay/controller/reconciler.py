@@ -46,6 +46,7 @@ from belay.controller.kube import KubeClient
 from belay.controller.record import (
     ForkSourceMissing,
     RecordWrite,
+    executor_change_write,
     fork_write,
     gave_up_write,
     harness_lost_write,
@@ -587,7 +588,9 @@ class SessionReconciler:
         writes += spec_rejection_writes(ref.uid, spec, memory.state)
         writes += spec_decision_writes(ref.uid, spec, memory.state)
         scope = scope_change_write(ref.uid, ref.generation, spec, memory.state, by=request_editor(meta))
-        for write in [*writes, *([scope] if scope else [])]:
+        editor = request_editor(meta, "executor")
+        move = executor_change_write(ref.uid, ref.generation, spec, memory.state, by=editor)
+        for write in [*writes, *([scope] if scope else []), *([move] if move else [])]:
             await self._write(store, ref.name, write)
 
     async def _answer_requests(

@@ -24,6 +24,7 @@ from belay.journal.events import (
     CheckpointEvent,
     Event,
     EventDraft,
+    ExecutorChange,
     Lifecycle,
     LifecycleKind,
     Payload,
@@ -59,18 +60,47 @@ def request_write(
     takes its request from the copied history (a different spec request is then a scope change)."""
     if state.request.version != 0:
         return None
-    request = UserInput(goal=spec.request.goal, parts=dict(spec.request.parts))
+    request = UserInput(goal=spec.request.goal, parts=dict(spec.request.parts), executor=executor_of(spec))
     return _write(f"request/{uid}/{generation}", request)
 
 
-def request_editor(metadata: Mapping[str, Any]) -> str:
-    """Who last edited `spec.request`: the field manager of the newest managedFields entry that
-    owns it (`kubectl-belay/<user>` for `kubectl belay amend`, `kubectl-edit`, `argocd-controller`,
-    ...); "" when the object does not say."""
+def executor_of(spec: AgentSessionSpec) -> dict[str, Any]:
+    return spec.executor.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def executor_change_write(
+    uid: str, generation: int, spec: AgentSessionSpec, state: SessionState, by: str = ""
+) -> RecordWrite | None:
+    """The move to another executor (or model) when `spec.executor` names one the record does not
+    have the session on; the running attempt ends at its next step boundary and the next one runs
+    there. None when they agree, or when the record does not say which executor it is on."""
+    current = state.current_executor()
+    if not current:
+        return None
+    wanted = executor_of(spec)
+    if (wanted.get("type"), wanted.get("model")) == (current.get("type"), current.get("model")):
+        return None
+    change = ExecutorChange(
+        from_type=str(current.get("type", "")),
+        from_model=current.get("model"),
+        to_type=spec.executor.type,
+        to_model=spec.executor.model,
+        executor=wanted,
+        at_seq=state.last_seq,
+        by=by,
+        reason=f"spec.executor changed in generation {generation}",
+    )
+    return _write(f"executor/{uid}/{generation}", change)
+
+
+def request_editor(metadata: Mapping[str, Any], field: str = "request") -> str:
+    """Who last edited `spec.<field>` (`spec.request` by default): the field manager of the newest
+    managedFields entry that owns it (`kubectl-belay/<user>` for `kubectl belay amend`,
+    `kubectl-edit`, `argocd-controller`, ...); "" when the object does not say."""
     latest: tuple[str, str] | None = None
     for entry in metadata.get("managedFields") or []:
         fields = entry.get("fieldsV1") or {}
-        if "f:request" not in (fields.get("f:spec") or {}):
+        if f"f:{field}" not in (fields.get("f:spec") or {}):
             continue
         when, manager = str(entry.get("time") or ""), str(entry.get("manager") or "")
         if latest is None or when >= latest[0]:

@@ -40,9 +40,10 @@ from belay.journal.events import (
     ToolRequest,
     ToolRequestEvent,
 )
+from belay.journal.handover import executor_label
 from belay.journal.phase import HEARTBEAT_INTERVAL_S
 from belay.journal.snapshots import FOLD_VERSION, load_state, snapshot_due, write_snapshot
-from belay.journal.state import EMPTY, SessionState, apply
+from belay.journal.state import EMPTY, ExecutorChangeRecord, SessionState, apply
 from belay.stores.base import ArtifactStore, EventStore, RecordCorrupt, StaleLease, StoreError
 
 HARNESS_VERSION = f"belay-harness/{__version__}"
@@ -353,6 +354,23 @@ class Attempt:
             [
                 Lifecycle(
                     kind=LifecycleKind.HARNESS_FINISHED, attempt=self.number, reason=reason, detail=detail
+                )
+            ]
+        )
+        return HarnessResult(False, detail, self.number)
+
+    async def stop_for_move(self, move: ExecutorChangeRecord) -> HarnessResult:
+        """End this attempt cleanly at a step boundary because the session moved to another
+        executor: not a lost attempt (it counts as a clean stop), and the next runs there."""
+        to = executor_label(move.to_type, move.to_model)
+        detail = f"every subagent at a step boundary; the next attempt runs on {to}"
+        await self.record(
+            [
+                Lifecycle(
+                    kind=LifecycleKind.HARNESS_STOPPED,
+                    attempt=self.number,
+                    reason="ExecutorChanged",
+                    detail=detail,
                 )
             ]
         )

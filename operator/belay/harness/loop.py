@@ -37,7 +37,7 @@ from belay.harness.executor import (
 )
 from belay.harness.harness_tools import DONE_STATUSES
 from belay.harness.recovery import Recovery, SandboxProvider
-from belay.harness.runtime import ToolRuntime
+from belay.harness.runtime import ToolRuntime, current_step_of
 from belay.harness.stopping import InFlight, StopRequest, stop_payloads, until_stopped
 from belay.harness.tickets import TicketClient
 from belay.journal.events import (
@@ -52,7 +52,7 @@ from belay.journal.events import (
     ToolResultEvent,
 )
 from belay.journal.recovery import RUN_AGAIN_BLINDLY
-from belay.journal.state import SessionState
+from belay.journal.state import ExecutorChangeRecord, SessionState
 from belay.stores.base import ArtifactStore, EventStore, StaleLease
 
 
@@ -200,7 +200,19 @@ class Harness:
         finally:
             for executor in built.values():  # built, never handed to a loop
                 await executor.close()
+        move = self.move_since_start(await attempt.state())
+        if move is not None:
+            return await attempt.stop_for_move(move)
         return await attempt.finish()
+
+    def move_since_start(self, state: SessionState) -> ExecutorChangeRecord | None:
+        """The record's move to another executor since this attempt started (an edit of
+        `spec.executor` in a cluster), which the next attempt runs on; None when there is none."""
+        move = state.executor_changes[-1] if state.executor_changes else None
+        if move is None or move.seq < self.attempt.started_seq:
+            return None
+        mine = self.session.spec.executor
+        return None if (move.to_type, move.to_model) == (mine.type, mine.model) else move
 
     async def build_executor(self, sub: SubagentSpec, built: dict[str, Executor]) -> None:
         """The subagent's executor, built in a thread while the sandboxes are prepared: a
@@ -245,6 +257,10 @@ class Harness:
             while True:
                 state = await attempt.state()
                 if is_finished(state, sub):
+                    return
+                if self.move_since_start(state) is not None and current_step_of(state, sub.name) is None:
+                    # Between two steps: the step to come runs on the executor the session moved to,
+                    # in the next attempt, so that no step is split between two executors.
                     return
                 subtask = state.tasks.get(sub.name)
                 if subtask is not None and subtask.status == TaskStatus.PLANNED:

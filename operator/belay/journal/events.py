@@ -99,6 +99,9 @@ class UserInput(Payload):
     goal: str
     parts: dict[str, str] = Field(default_factory=dict)
     request_version: int = 1
+    # The executor the session started on (`spec.executor` as the API spells it), which a later
+    # `executor_change` moves it from; empty in a record that did not keep it.
+    executor: dict[str, Any] = Field(default_factory=dict)
 
 
 class ScopeChange(Payload):

@@ -374,7 +374,11 @@ async def record_request(store: EventStore, session: AgentSession) -> None:
     here there is no operator, so the runtime that starts the harness does."""
     if await store.latest(session.session_id, UserInput.EVENT_TYPE) is not None:
         return
-    request = UserInput(goal=session.spec.request.goal, parts=dict(session.spec.request.parts))
+    request = UserInput(
+        goal=session.spec.request.goal,
+        parts=dict(session.spec.request.parts),
+        executor=session.spec.executor.model_dump(mode="json", by_alias=True, exclude_none=True),
+    )
     await store.append(
         session.session_id,
         [EventDraft(payload=request, actor=LOCAL_USER)],

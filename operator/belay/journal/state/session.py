@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from immutables import Map
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from belay.journal.events import Checkpoint
 from belay.journal.state.records import (
@@ -109,10 +109,19 @@ class SessionState(BaseModel):
     parent: SessionLinkRecord | None = None
     children: Map[str, SessionLinkRecord] = _empty_map()  # by child session name
 
-    # The executors the session moved to, oldest first; the last says which one runs it now.
+    # The executor the session started on, and those it moved to, oldest first: the last says
+    # which one runs it now (`current_executor`).
+    started_executor: dict[str, Any] = Field(default_factory=dict)
     executor_changes: tuple[ExecutorChangeRecord, ...] = ()
 
     # ---- queries that read indexes only (cheap at any history length)
+
+    def current_executor(self) -> dict[str, Any]:
+        """`spec.executor` (API spelling) of the executor the session is on: the last it moved to,
+        else the one it started on; empty when the record does not say."""
+        return (
+            dict(self.executor_changes[-1].executor) if self.executor_changes else dict(self.started_executor)
+        )
 
     def operation(self, operation_id: str) -> OperationRecord | None:
         return self.operations.get(operation_id)

@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from belay.journal import commands
-from belay.journal.events import ArtifactRef, TaskStatus, WaitKind
+from belay.journal.events import ArtifactRef, LifecycleKind, TaskStatus, WaitKind
+from belay.journal.handover import executor_label
 from belay.journal.phase import (
     STATUS_LIST_LIMIT,
     Interruption,
@@ -22,7 +23,7 @@ from belay.journal.phase import (
     open_wait_ids,
     phase_of,
 )
-from belay.journal.state import SessionState
+from belay.journal.state import ExecutorChangeRecord, SessionState
 from belay.views.status.model import (
     CheckpointStatus,
     Condition,
@@ -95,7 +96,27 @@ def _ready(state: SessionState, phase: Phase, interruption: Interruption | None)
             "no request recorded yet" if not state.request.goal else "no harness attempt started yet"
         )
         return not_ready(Reason.INITIALIZING, waiting_for)
+    move = pending_move(state)
+    if move is not None:
+        to = executor_label(move.to_type, move.to_model)
+        message = f"{phase.value}; moves to {to} at the next step boundary (recorded at seq {move.seq})"
+        return Condition(
+            type=ConditionType.READY, status="True", reason=Reason.EXECUTOR_CHANGE_PENDING, message=message
+        )
     return Condition(type=ConditionType.READY, status="True", reason=Reason.RUNNING, message=phase.value)
+
+
+def pending_move(state: SessionState) -> ExecutorChangeRecord | None:
+    """The move to another executor recorded while an attempt runs, which no attempt has started
+    on yet: the running one ends at its next step boundary."""
+    move = state.executor_changes[-1] if state.executor_changes else None
+    if move is None or not state.lifecycle.harness_running:
+        return None
+    started_since = any(
+        entry.kind == LifecycleKind.HARNESS_STARTED and entry.seq > move.seq
+        for entry in state.lifecycle.recent
+    )
+    return None if started_since else move
 
 
 def _abnormal(state: SessionState, phase: Phase, ready: Condition) -> list[Condition]:

@@ -38,6 +38,9 @@ class Reason(StrEnum):
     HARNESS_LOST = "HarnessLost"
     HARNESS_SILENT = "HarnessSilent"  # its lease is no longer renewed; not yet recorded as lost
     HARNESS_STOPPED = "HarnessStopped"  # it stopped cleanly on a signal; the next attempt starts
+    # spec.executor names another executor: the running attempt ends at its next step boundary
+    # and the next attempt runs there.
+    EXECUTOR_CHANGE_PENDING = "ExecutorChangePending"
     INTERRUPTED = "Interrupted"
     SANDBOX_REPLACED = "SandboxReplaced"
     RESTORING = "Restoring"

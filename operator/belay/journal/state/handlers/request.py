@@ -31,7 +31,10 @@ from belay.journal.state.session import SessionState
 def on_user_input(s: SessionState, e: UserInputEvent) -> Updates:
     p = e.payload
     return {
-        "request": new_record(Request, goal=p.goal, parts=dict(p.parts), version=p.request_version, seq=e.seq)
+        "request": new_record(
+            Request, goal=p.goal, parts=dict(p.parts), version=p.request_version, seq=e.seq
+        ),
+        "started_executor": dict(p.executor),
     }
 
 
