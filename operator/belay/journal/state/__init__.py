@@ -49,6 +49,7 @@ from belay.journal.state.records import (
     TaskRecord,
     TaskTransition,
     WaitRecord,
+    operation_ordinal,
     operation_payload_sha256,
 )
 from belay.journal.state.reducer import FoldError, apply, fold
@@ -83,5 +84,6 @@ __all__ = [
     "WaitRecord",
     "apply",
     "fold",
+    "operation_ordinal",
     "operation_payload_sha256",
 ]
