@@ -1,7 +1,8 @@
 """What the tests use to drive `belay` and judge what it recorded, from one place.
 
 Most pieces are the drill's own: running the command line as a process group and stopping it at
-a point of its record (`belay.local.cli_process`), a provider's stand-in as a process
+a point of its record (`belay.local.cli_process`) or until it waits on a person
+(`belay.local.drill.waiting`), a provider's stand-in as a process
 (`belay.local.standin_process`), the session moved to another executor (`belay.local.drill`), and
 the judgments of a record (`belay.journal.verdicts`). Two are the tests' alone: every point of a
 record a run can be interrupted at, and the wait for a run to stop itself at its point."""
@@ -34,6 +35,7 @@ from belay.local.cli_process import (
     tickets_in,
 )
 from belay.local.drill.manifest import DEFAULT_MANIFEST, manifest_for
+from belay.local.drill.waiting import run_watched
 from belay.local.standin_process import StandinProcess, provider_problems
 from tests.testenv.polling import wait_until
 
@@ -78,6 +80,7 @@ __all__ = [
     "remote_sessions",
     "run_belay",
     "run_until",
+    "run_watched",
     "start_belay",
     "steps_run_twice",
     "tickets_in",

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import json
+import re
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.belay_cli import run_belay
-from tests.harness.example import MANIFEST, manifest_copy
+from tests.belay_cli import RUN_TIMEOUT_S, run_belay
+from tests.harness.example import EXAMPLE, MANIFEST, manifest_copy
 
 pytestmark = pytest.mark.slow
 
+SCENARIOS = (
+    "kill after a tool request",
+    "kill between a tool result and its delivery",
+    "kill after an unsafe request",
+    "kill after a verified checkpoint, nothing declared",
+)
 EXPECTED_CHECKS = (
     "uninterrupted run completes",
     "SIGKILL right after a tool request; the request is in the record outside the sandbox",
@@ -29,13 +37,28 @@ EXPECTED_CHECKS = (
 def test_drill_json_passes_every_check(tmp_path: Path) -> None:
     result = run_belay(tmp_path / "home", "drill", str(MANIFEST), "--json", timeout=600)
     report = json.loads(result.stdout)
-    assert set(report) == {"passed", "checks", "executor", "points", "reference_run_s", "reference_events"}
+    assert set(report) == {
+        "passed",
+        "checks",
+        "skipped",
+        "executor",
+        "points",
+        "reference_run_s",
+        "reference_events",
+    }
     failed = [c for c in report["checks"] if not c["passed"]]
     assert not failed, failed
     assert report["passed"] is True and result.returncode == 0
     names = [c["name"] for c in report["checks"]]
     assert all(name in names for name in EXPECTED_CHECKS)
     assert all(set(c) == {"name", "passed", "detail"} for c in report["checks"])
+    # A self-hosted executor hands no result to a provider: that scenario is named, not run.
+    assert report["skipped"] == [
+        {
+            "scenario": "kill between a tool result and its delivery",
+            "reason": "not a boundary of the self-hosted executor",
+        }
+    ]
 
 
 def test_a_failing_check_fails_the_drill(tmp_path: Path) -> None:
@@ -52,3 +75,55 @@ def test_a_failing_check_fails_the_drill(tmp_path: Path) -> None:
         "detail": report["checks"][0]["detail"],
     }
     assert "never-published.md" in report["checks"][0]["detail"]
+
+
+def test_a_reference_run_that_waits_on_a_person_fails_its_check_with_the_command_that_answers_it(
+    tmp_path: Path,
+) -> None:
+    """The manifest's approval names another payload: the uninterrupted run asks for an approval
+    nobody gives. The drill stops it, says so, and ends with its report (no traceback)."""
+    approval = {"operationId": "implementer.publish.3", "payloadSha256": "0" * 64}
+    manifest = manifest_copy(tmp_path / "manifest", approvals=[approval])
+    home = tmp_path / "home"
+    started = time.monotonic()
+    result = run_belay(home, "drill", str(manifest), "--json", timeout=600)
+    elapsed = time.monotonic() - started
+    assert "Traceback" not in result.stderr, result.stderr
+    report = json.loads(result.stdout)
+    assert result.returncode == 1 and report["passed"] is False
+    [check] = report["checks"]
+    assert check["name"] == "uninterrupted run completes" and not check["passed"]
+    detail = check["detail"]
+    assert "waited on the person: approval approve-implementer.publish.3" in detail
+    assert re.search(
+        rf"`belay --home {home}/drill/\S+/reference approve parser-fix approve-implementer.publish.3`", detail
+    )
+    assert elapsed < RUN_TIMEOUT_S  # stopped once it waited, not at the run's limit
+    assert [s["scenario"] for s in report["skipped"]] == list(SCENARIOS)
+    assert all(s["reason"] for s in report["skipped"])
+
+
+def test_a_scenario_that_does_not_apply_is_skipped_and_the_counts_match_the_checks(tmp_path: Path) -> None:
+    """Without an unsafe operation there is nothing to interrupt there: that scenario is named as
+    skipped, the drill passes, and the summary counts the checks it printed."""
+    plan = yaml.safe_load((EXAMPLE / "plan.yaml").read_text())
+    for step in plan["subagents"]["researcher"]["steps"]:
+        step["actions"] = [a for a in step["actions"] if a["tool"] != "create_ticket"]
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(yaml.safe_dump(plan, sort_keys=False))
+    manifest = manifest_copy(tmp_path / "manifest")
+    data = yaml.safe_load(manifest.read_text())
+    data["spec"]["executor"]["plan"] = str(plan_file)
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = run_belay(tmp_path / "home", "drill", str(manifest), timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stderr.splitlines()
+    assert (
+        "SKIP kill after an unsafe request: the session makes no unsafe external operation to interrupt"
+        in lines
+    )
+    assert not [line for line in lines if line.startswith("FAIL")]
+    passed = [line for line in lines if line.startswith("PASS")]
+    summary = " ".join(result.stdout.split())
+    assert f"drill passed: {len(passed)} of {len(passed)} checks passed; 2 skipped (" in summary
+    assert not any("unsafe external operation" in line for line in passed)

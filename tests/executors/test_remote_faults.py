@@ -43,6 +43,8 @@ PLAN = ScriptedPlan.model_validate(
         }
     }
 )
+# The plan's first call (update_plan starts step `work`), under its id on every executor.
+FIRST_CALL = "worker.work.start"
 
 
 def session(executor: str) -> AgentSession:
@@ -143,7 +145,7 @@ def first_result(event: Event) -> bool:
     return (
         isinstance(event, RemoteEvent)
         and event.payload.kind == "result_delivered"
-        and event.payload.operation_id == "worker.remote-1"
+        and event.payload.operation_id == FIRST_CALL
     )
 
 

@@ -95,15 +95,16 @@ async def test_a_session_on_the_openai_adapter(
     third = received[2]["input"]
     calls = [i["call_id"] for i in third if i.get("type") == "function_call"]
     outputs = [i["call_id"] for i in third if i.get("type") == "function_call_output"]
-    assert calls == outputs == ["solo.call_1", "solo.call_2"]
+    assert calls == outputs == ["call_1", "call_2"]  # the provider's own ids, as it gave them
 
     store = LocalHome(tmp_path).open_event_store()
     events = await store.read("answer")
     await store.close()
     requests = [e.payload for e in events if e.type == "tool_request"]
-    assert [(r.operation_id, r.tool) for r in requests] == [
-        ("solo.call_1", "write_file"),
-        ("solo.call_2", "publish_deliverable"),
+    # Outside any step (the model framed none): `<subagent>.<k>`, the provider's id beside it.
+    assert [(r.operation_id, r.provider_call_id, r.tool) for r in requests] == [
+        ("solo.1", "call_1", "write_file"),
+        ("solo.2", "call_2", "publish_deliverable"),
     ]
     [artifact] = [e.payload for e in events if e.type == "artifact"]
     assert artifact.name == "answer.txt" and artifact.deliverable

@@ -648,7 +648,11 @@ def drill(
         for check in failed:
             console.print(f"[red]FAIL[/red] {check.name}: {check.detail}", highlight=False)
         verdict = f"drill {'passed' if report.passed else 'failed'}: {len(report.checks) - len(failed)}"
-        console.print(f"{verdict} of {len(report.checks)} checks passed", highlight=False)
+        verdict += f" of {len(report.checks)} checks passed"
+        if report.skipped:  # each was printed as it was skipped, with why; never a check
+            names = ", ".join(s.scenario for s in report.skipped)
+            verdict += f"; {len(report.skipped)} skipped ({names})"
+        console.print(verdict, highlight=False)
     if not report.passed:
         raise typer.Exit(1)
 

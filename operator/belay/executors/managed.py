@@ -10,8 +10,9 @@ the truth and the provider is settled against it:
   before creating one, the executor looks for a session carrying this subagent's metadata
   (`belay_session`, `belay_subagent`, `belay_record`), since creation has no idempotency key.
 - Each call the remote agent asks for is recorded (kind `call`: call id, turn id, tool) before its
-  tool request, and gets a stable operation id (`<subagent>.remote-<n>`, n counting the calls the
-  record holds), so a resumed attempt gives it the same one.
+  tool request, under the operation id derived from the record (`belay.journal.operations`: the
+  subagent, its running step and round, the call's ordinal there), the id the same call gets on
+  any other executor; a resumed attempt finds it recorded and gives it the same one.
 - A call whose arguments do not fit its tool's schema is recorded as refused and answered with an
   error result; it never runs and never stops the session.
 - A result goes back under a key derived from the record (session id, record tag, and the seq of
@@ -44,6 +45,7 @@ from typing import Any, TypeVar
 from belay.executors.provider import (
     Delivery,
     ManagedProvider,
+    RemoteCall,
     RemoteEnded,
     RemoteGone,
     RemoteRefused,
@@ -76,6 +78,7 @@ from belay.journal.events import (
     Wait,
     WaitKind,
 )
+from belay.journal.operations import ProposedCall, operation_ids
 from belay.journal.state import RemoteCallRecord, SessionState
 from belay.journal.tools import TOOLS
 
@@ -487,44 +490,55 @@ class ManagedExecutor:
 
     def take_calls(self, state: SessionState, snapshot: Snapshot) -> tuple[list[ToolCall], list[Payload]]:
         """The pending calls to run, and what must be recorded of the calls the record never saw
-        (each call, and its refusal when its arguments do not fit the tool)."""
-        mine = [c for c in state.remote_calls.values() if c.subagent == self.sub]
-        by_call_id = {c.call_id: c for c in mine}
-        count = len(mine)
-        decided: list[ToolCall] = []
-        payloads: list[Payload] = []
+        (each call, and its refusal when its arguments do not fit the tool). A new call is
+        recorded under the operation id the harness derives for it from the record
+        (`belay.journal.operations`), the same as on any other executor."""
+        by_call_id = {c.call_id: c for c in state.remote_calls.values() if c.subagent == self.sub}
+        batch: list[tuple[RemoteCall, dict[str, Any], str | None]] = []
+        proposed: list[ProposedCall] = []
         for call in snapshot.pending:
             arguments, problem = check_arguments(call.name, call.arguments)
             known = by_call_id.get(call.call_id)
-            if known is not None:
-                # Recorded, but its request is not: an attempt stopped in between. Same id again.
-                if known.refused_seq is None and known.operation_id not in state.operations:
-                    decided.append(ToolCall(call_id=known.operation_id, name=call.name, arguments=arguments))
-                continue
-            count += 1
-            operation_id = f"{self.sub}.remote-{count}"
-            self.taken_here.add(call.call_id)
-            payloads.append(
-                self.remote(
-                    RemoteKind.CALL,
-                    call_id=call.call_id,
-                    turn_id=call.turn_id,
-                    operation_id=operation_id,
-                    tool=call.name,
-                )
+            if any(taken.call_id == call.call_id for taken, _, _ in batch):
+                continue  # shown twice: one call
+            answered = known is not None and (
+                known.refused_seq is not None or known.operation_id in state.operations
             )
-            if problem is not None:
+            if answered:
+                continue  # answered from the record (`settle`), never run again
+            # Recorded, but its request is not (an attempt stopped in between): the same id again.
+            batch.append((call, arguments, problem))
+            proposed.append(ProposedCall(call.name, arguments, known.operation_id if known else None))
+        decided: list[ToolCall] = []
+        payloads: list[Payload] = []
+        for (call, arguments, problem), (operation_id, _) in zip(
+            batch, operation_ids(state, self.sub, proposed), strict=True
+        ):
+            if call.call_id not in by_call_id:
+                self.taken_here.add(call.call_id)
                 payloads.append(
                     self.remote(
-                        RemoteKind.CALL_REFUSED,
+                        RemoteKind.CALL,
                         call_id=call.call_id,
+                        turn_id=call.turn_id,
                         operation_id=operation_id,
                         tool=call.name,
-                        detail=problem,
                     )
                 )
-            else:
-                decided.append(ToolCall(call_id=operation_id, name=call.name, arguments=arguments))
+                if problem is not None:
+                    payloads.append(
+                        self.remote(
+                            RemoteKind.CALL_REFUSED,
+                            call_id=call.call_id,
+                            operation_id=operation_id,
+                            tool=call.name,
+                            detail=problem,
+                        )
+                    )
+                    continue
+            decided.append(
+                ToolCall(call_id=call.call_id, name=call.name, arguments=arguments, operation_id=operation_id)
+            )
         return decided, payloads
 
     async def settle(self, state: SessionState, snapshot: Snapshot) -> bool:

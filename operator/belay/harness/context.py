@@ -9,6 +9,7 @@ events, so its cost does not grow with history.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 
 from belay.harness.models.base import ModelMessage, ModelRequest, ToolCall
@@ -17,6 +18,29 @@ from belay.journal.events import Event, ModelOutputEvent, ToolRequestEvent, Tool
 from belay.journal.state import SessionState
 
 MAX_RESULT_CHARS = 4000
+# What both provider APIs take as a call id: Anthropic's tool_use ids must match it, and an
+# operation id (`implementer.fix.1`) does not.
+WIRE_CALL_ID = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def wire_call_id(call_id: str) -> str:
+    """A recorded call id as both provider APIs take it: as it is when it fits, else with each
+    other character written `_<hex code>_` (and `_` itself as `__`), so two operation ids stay two
+    on the wire."""
+    if WIRE_CALL_ID.match(call_id):
+        return call_id
+    return "".join(
+        c if c.isascii() and (c.isalnum() or c == "-") else ("__" if c == "_" else f"_{ord(c):x}_")
+        for c in call_id
+    )
+
+
+def call_id_of(state: SessionState, operation_id: str) -> str:
+    """The id an operation's call was made under, as sent to the model: the provider's own when it
+    is recorded, else the operation id."""
+    operation = state.operation(operation_id)
+    provider_call_id = operation.provider_call_id if operation is not None else None
+    return wire_call_id(provider_call_id or operation_id)
 
 
 def system_prompt(state: SessionState, subagent: str, role: str, deliverable: str | None) -> str:
@@ -71,7 +95,9 @@ def build_model_request(
         elif isinstance(event, ToolRequestEvent):
             # The request belongs to the assistant turn just before it (the same atomic batch).
             call = ToolCall(
-                call_id=event.payload.operation_id, name=event.payload.tool, arguments=event.payload.arguments
+                call_id=wire_call_id(event.payload.provider_call_id or event.payload.operation_id),
+                name=event.payload.tool,
+                arguments=event.payload.arguments,
             )
             if messages[-1].role == "assistant":
                 turn = messages.pop()
@@ -84,7 +110,7 @@ def build_model_request(
                 ModelMessage(
                     role="tool",
                     content=json.dumps(body, sort_keys=True, default=str)[:MAX_RESULT_CHARS],
-                    tool_call_id=event.payload.operation_id,
+                    tool_call_id=call_id_of(state, event.payload.operation_id),
                 )
             )
     system = system_prompt(state, subagent, role, deliverable)

@@ -12,9 +12,10 @@ It puts the rooms together, each a module of its own:
 - `belay.harness.executor`: the protocol of whoever decides each subagent's next action (its
   implementations are in `belay.executors`).
 
-Each subagent's loop asks its executor for the next calls, records them (with any approval they
-need) before anything runs, has the runtime run each one to a recorded result, and hands the
-results back to the executor, until the executor has nothing more to do.
+Each subagent's loop asks its executor for the next calls, gives each the operation id the record
+derives for it (`belay.journal.operations`: the same whichever executor decided it), records them
+(with any approval they need) before anything runs, has the runtime run each one to a recorded
+result, and hands the results back to the executor, until the executor has nothing more to do.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from belay.journal.events import (
     ToolRequestEvent,
     ToolResultEvent,
 )
+from belay.journal.operations import ProposedCall, operation_ids
 from belay.journal.recovery import RUN_AGAIN_BLINDLY
 from belay.journal.state import ExecutorChangeRecord, SessionState
 from belay.stores.base import ArtifactStore, EventStore, StaleLease
@@ -293,7 +295,18 @@ class Harness:
                         subagent=sub.name,
                     )
                     return
-                requests = [await runtime.describe_call(sub, state, call) for call in decision.tool_calls]
+                # Each call's operation id, from the record as it stands after the decision (with
+                # whatever the executor recorded to reach it): the same on every executor.
+                decided = await attempt.known_state()
+                derived = operation_ids(
+                    decided,
+                    sub.name,
+                    [ProposedCall(c.name, c.arguments, c.operation_id) for c in decision.tool_calls],
+                )
+                requests = [
+                    await runtime.describe_call(sub, decided, call, ids)
+                    for call, ids in zip(decision.tool_calls, derived, strict=True)
+                ]
                 payloads: list[Payload] = [
                     *decision.records,
                     ModelOutput(**said, tool_calls=tuple(r.operation_id for r in requests)),

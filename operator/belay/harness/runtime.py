@@ -59,7 +59,6 @@ from belay.journal.events import (
     Note,
     OperationOutcome,
     Payload,
-    TaskStatus,
     ToolRequest,
     ToolResult,
     Wait,
@@ -68,6 +67,7 @@ from belay.journal.events import (
     canonical_json,
     now_utc,
 )
+from belay.journal.operations import DerivedOperation
 from belay.journal.recovery import RecoveryActionKind, recovery_plan
 from belay.journal.state import (
     GOAL_PART,
@@ -114,13 +114,14 @@ class ToolRuntime:
     # ---------------------------------------------------------------------------------------------
     # Requests
 
-    async def describe_call(self, sub: SubagentSpec, state: SessionState, call: ToolCall) -> ToolRequest:
-        """The request to record for one decided call: its operation id, effect class and the hash
-        of its payload (what an approval binds)."""
+    async def describe_call(
+        self, sub: SubagentSpec, state: SessionState, call: ToolCall, derived: DerivedOperation
+    ) -> ToolRequest:
+        """The request to record for one decided call: its operation id (derived from the record,
+        `belay.journal.operations`) beside the executor's own id of the call, its effect class
+        and the hash of its payload (what an approval binds)."""
         spec = tool_spec(call.name)
-        operation_id = (
-            call.call_id if call.call_id.startswith(f"{sub.name}.") else f"{sub.name}.{call.call_id}"
-        )
+        operation_id = derived.operation_id
         if operation_id in state.operations:
             raise RuntimeError(f"the executor reused operation id {operation_id!r}")
         arguments = dict(call.arguments)
@@ -145,11 +146,12 @@ class ToolRuntime:
             tool=spec.name,
             arguments=arguments,
             effect=spec.effect,
-            step=current_step_of(state, sub.name),
+            step=derived.step,
             subagent=sub.name,
             idempotency_key=operation_id if spec.effect == EffectClass.KEYED else None,
             payload_sha256=operation_payload_sha256(spec.name, arguments),
             redactions=redacted.count,
+            provider_call_id=call.call_id if call.call_id != operation_id else None,
         )
 
     def needs_approval(self, sub: SubagentSpec, tool: str) -> bool:
@@ -621,17 +623,6 @@ def approval_request(sub: SubagentSpec, request: ToolRequest) -> ApprovalRequest
         payload_sha256=request.payload_sha256,
         summary=f"{sub.name} wants to run {request.tool} {_short(request.arguments)}",
     )
-
-
-def current_step_of(state: SessionState, subagent: str) -> str | None:
-    running = [
-        t
-        for t in state.tasks.values()
-        if t.owner == subagent and t.task_id.startswith(f"{subagent}/") and t.status == TaskStatus.RUNNING
-    ]
-    if not running:
-        return None
-    return max(running, key=lambda t: t.last_seq).task_id
 
 
 def _short(arguments: dict[str, Any]) -> str:

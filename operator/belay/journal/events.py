@@ -135,6 +135,9 @@ class ToolRequest(Payload):
     idempotency_key: str | None = None  # passed to `keyed` tools
     payload_sha256: str = ""
     redactions: int = 0  # secrets replaced in the arguments before they were recorded
+    # The executor's own id of the call (a provider's call id), kept when it is not the
+    # operation id, which is derived from the record (belay.journal.operations).
+    provider_call_id: str | None = None
 
 
 class ToolResult(Payload):

@@ -34,9 +34,13 @@ class ToolSchema(BaseModel):
 class ToolCall(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    call_id: str
+    call_id: str  # the executor's own id of the call (a provider's call id)
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+    # The operation id the call was recorded under already, by the executor (a managed executor
+    # records the remote call before its request); None: the harness derives it from the record
+    # (belay.journal.operations), as for every other call.
+    operation_id: str | None = None
 
 
 class ModelRequest(BaseModel):

@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from belay.harness.models.base import ModelRequest, ModelTurn, ToolCall
+from belay.journal.operations import place_of
 from belay.journal.state import EMPTY, SessionState, TaskRecord
 from belay.journal.tools import TOOLS
 from belay.sandbox.protocol import MAX_COMMAND_BYTES, command_size
@@ -180,8 +181,9 @@ END_OF_PLAN = "end"
 
 
 def operation_id(subagent: str, step: str, position: str, round_: int = 1) -> str:
-    where = step if round_ == 1 else f"{step}@{round_}"
-    return f"{subagent}.{where}.{position}"
+    """The id the harness derives for the plan's call at `position` (`start`, 1..n, `done`) of
+    the step's round (belay.journal.operations): the plan's calls are framed as it counts them."""
+    return f"{place_of(subagent, step, round_)}.{position}"
 
 
 def planned_calls(subagent: str, plan: ScriptedSubagentPlan, state: SessionState = EMPTY) -> list[ToolCall]:
@@ -240,15 +242,18 @@ def texts(subagent: str, plan: ScriptedSubagentPlan, state: SessionState) -> dic
     return said
 
 
-def is_settled(state: SessionState, operation_id: str) -> bool:
-    """The record shows the operation finished: it has a result, or its outcome was reconciled."""
-    operation = state.operation(operation_id)
+def is_settled(state: SessionState, subagent: str, call_id: str) -> bool:
+    """The record shows the plan's call finished: it has a result, or its outcome was reconciled.
+    The call is looked up by its own id, which is its operation id unless the harness derived
+    another (a plan whose actions call `update_plan` themselves): then through the fold's index
+    of provider call ids."""
+    operation = state.operation_of_call(subagent, call_id)
     return operation is not None and (operation.has_result or operation.outcome == "reconciled")
 
 
 def next_call(subagent: str, plan: ScriptedSubagentPlan, state: SessionState) -> ToolCall | None:
     for call in planned_calls(subagent, plan, state):
-        if not is_settled(state, call.call_id):
+        if not is_settled(state, subagent, call.call_id):
             return call
     return None
 

@@ -50,6 +50,7 @@ from belay.journal.state.records import (
     TaskRecord,
     TaskTransition,
     WaitRecord,
+    operation_ordinal,
     operation_payload_sha256,
 )
 from belay.journal.state.reducer import FoldError, apply, fold
@@ -85,5 +86,6 @@ __all__ = [
     "WaitRecord",
     "apply",
     "fold",
+    "operation_ordinal",
     "operation_payload_sha256",
 ]

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from immutables import Map
 from pydantic import BaseModel
 
-from belay.journal.state.records import RECENT_LIMIT, SubagentRecord
+from belay.journal.state.records import RECENT_LIMIT, SubagentRecord, operation_ordinal
 from belay.journal.state.session import SessionState
 
 # The fields of SessionState a handler changes, by name.
@@ -79,3 +79,14 @@ def note_subagent(s: SessionState, updates: dict[str, Any], name: str | None, se
     subagents: Map[str, SubagentRecord] = updates.get("subagents", s.subagents)
     if name not in subagents:
         updates["subagents"] = subagents.set(name, new_record(SubagentRecord, name=name, first_seq=seq))
+
+
+def note_ordinal(s: SessionState, updates: dict[str, Any], operation_id: str) -> None:
+    """The highest ordinal recorded where `operation_id` counts calls, raised to its own."""
+    found = operation_ordinal(operation_id)
+    if found is None:
+        return
+    place, ordinal = found
+    ordinals: Map[str, int] = updates.get("operation_ordinals", s.operation_ordinals)
+    if ordinal > ordinals.get(place, 0):
+        updates["operation_ordinals"] = ordinals.set(place, ordinal)

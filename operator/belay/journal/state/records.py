@@ -37,6 +37,16 @@ def operation_payload_sha256(tool: str, arguments: dict[str, Any]) -> str:
     return sha256_of({"tool": tool, "arguments": arguments})
 
 
+def operation_ordinal(operation_id: str) -> tuple[str, int] | None:
+    """Where an operation id counts calls, and its count there: `<place>.<k>` with k a decimal
+    ordinal (`belay.journal.operations`); None for any other id (`.start`, `.done`, the
+    `remote-<n>` of older records)."""
+    place, _, last = operation_id.rpartition(".")
+    if not place or not last.isascii() or not last.isdigit():
+        return None
+    return place, int(last)
+
+
 class Request(Record):
     goal: str = ""
     parts: dict[str, str] = {}  # never mutated: a scope change builds a new dict
@@ -120,6 +130,8 @@ class OperationRecord(Record):
     step: str | None = None
     subagent: str | None = None
     idempotency_key: str | None = None
+    # The executor's own id of the call (a provider's call id), when it is not the operation id.
+    provider_call_id: str | None = None
     attempt: int = 0
     request_version: int = 0  # the request version the call was decided under
     result_seq: int | None = None

@@ -61,6 +61,13 @@ class SessionState(BaseModel):
     unknown_outcomes: Map[str, int] = _empty_map()  # operation id -> seq marked unknown
     reconciled_operations: Map[str, int] = _empty_map()  # operation id -> seq reconciled
     repeated_effects: Map[str, int] = _empty_map()  # operation id -> seq of a probe that found several
+    # Where operation ids count calls (`<subagent>.<step>[@<round>]`, or `<subagent>` outside any
+    # step) -> the highest ordinal recorded there, in a tool request or a remote call: the next
+    # call there is one past it (belay.journal.operations).
+    operation_ordinals: Map[str, int] = _empty_map()
+    # "<subagent>/<the executor's own call id>" -> operation id, for the calls recorded under an
+    # operation id other than the executor's own id.
+    provider_calls: Map[str, str] = _empty_map()
 
     approvals: Map[str, ApprovalRecord] = _empty_map()
     approvals_by_operation: Map[str, tuple[str, ...]] = _empty_map()
@@ -125,6 +132,18 @@ class SessionState(BaseModel):
 
     def operation(self, operation_id: str) -> OperationRecord | None:
         return self.operations.get(operation_id)
+
+    def operation_of_call(self, subagent: str, call_id: str) -> OperationRecord | None:
+        """The operation a call the executor named `call_id` was recorded as: the one recorded
+        with it as its provider call id, else the operation of that id, unless that operation
+        is another call's (recorded with a provider call id of its own)."""
+        mapped = self.provider_calls.get(f"{subagent}/{call_id}")
+        if mapped is not None:
+            return self.operations.get(mapped)
+        operation = self.operations.get(call_id)
+        if operation is None or operation.provider_call_id not in (None, call_id):
+            return None
+        return operation
 
     def open_operation_records(self) -> list[OperationRecord]:
         ids = sorted(self.open_operations, key=lambda op: (self.open_operations[op], op))

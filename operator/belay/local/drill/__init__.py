@@ -15,7 +15,10 @@ Each kill point is reported with the record's seq range, the deliverables' hashe
 harness and executor versions, and the transition expected and observed.
 
 `manifest` prepares the session for the executor, `run` holds one run's homes, stand-ins and
-findings, `scenarios` are the checks, run in order by `run_drill`, and `report` is what it returns.
+findings, `scenarios` are the checks, run in order by `run_drill` (a scenario that does not apply is
+skipped, named with why), `waiting` stops a run that waits on a person or passes its limit (its
+check fails with what it waited on and the command that answers it), and `report` is what it
+returns.
 """
 
 from belay.local.drill.manifest import DEFAULT_MANIFEST, EXECUTORS

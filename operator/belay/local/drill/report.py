@@ -11,6 +11,14 @@ class DrillCheck(BaseModel):
     detail: str
 
 
+class SkippedScenario(BaseModel):
+    """A scenario that does not apply to the manifest (nothing of its kind to interrupt), or that
+    could not run (the uninterrupted run did not complete): never a check, never a failure."""
+
+    scenario: str
+    reason: str
+
+
 class SeqRange(BaseModel):
     first: int
     last: int
@@ -37,6 +45,7 @@ class KillPoint(BaseModel):
 class DrillReport(BaseModel):
     passed: bool
     checks: list[DrillCheck]
+    skipped: list[SkippedScenario] = Field(default_factory=list)
     executor: str = "self-hosted"
     points: list[KillPoint] = Field(default_factory=list)
     # The uninterrupted run: its wall time (`belay run` from start to exit) and its record's size.

@@ -4,7 +4,6 @@ every scenario takes: kill a run at a point of its record, and resume it."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -17,14 +16,15 @@ import yaml
 from belay.api.agentsession import MANAGED_EXECUTORS
 from belay.journal.events import Event
 from belay.journal.verdicts import deliverables
-from belay.local.cli_process import read_events, run_belay, run_until
+from belay.local.cli_process import read_events, run_until
 from belay.local.drill.manifest import executor_kind, executor_version, manifest_for
-from belay.local.drill.report import DrillCheck, DrillReport, KillPoint, SeqRange
+from belay.local.drill.report import DrillCheck, DrillReport, KillPoint, SeqRange, SkippedScenario
+from belay.local.drill.waiting import Watched, run_watched
 from belay.local.standin_process import StandinProcess
 
 
 class Resumed(NamedTuple):
-    result: subprocess.CompletedProcess[str]
+    result: Watched  # `stalled` says what it waited on when the drill had to stop it
     events: list[Event]  # the whole record after the resume
     seconds: float  # wall time of the `belay resume`
 
@@ -47,6 +47,7 @@ class Drill:
         self.plan = Path(self.data["spec"]["executor"].get("plan") or "")
         self.progress = progress
         self.checks: list[DrillCheck] = []
+        self.skipped: list[SkippedScenario] = []
         self.points: list[KillPoint] = []
         self.standins: dict[Path, StandinProcess] = {}
         self.reference_run_s: float | None = None
@@ -59,6 +60,11 @@ class Drill:
         if self.progress:
             print(f"{'PASS' if passed else 'FAIL'} {name}: {detail}", file=sys.stderr, flush=True)
         return bool(passed)
+
+    def skip(self, scenario: str, reason: str) -> None:
+        self.skipped.append(SkippedScenario(scenario=scenario, reason=reason))
+        if self.progress:
+            print(f"SKIP {scenario}: {reason}", file=sys.stderr, flush=True)
 
     def home(self, name: str) -> Path:
         path = self.workdir / name
@@ -84,7 +90,7 @@ class Drill:
 
     def resume(self, home: Path, env: dict[str, str] | None) -> Resumed:
         started = time.monotonic()
-        result = run_belay(home, "resume", "--quiet", self.session_id, environment=env)
+        result = run_watched(home, ["resume", "--quiet", self.session_id], self.session_id, environment=env)
         seconds = time.monotonic() - started
         return Resumed(result, read_events(home, self.session_id), seconds)
 
@@ -127,6 +133,7 @@ class Drill:
         return DrillReport(
             passed=all(c.passed for c in self.checks),
             checks=self.checks,
+            skipped=self.skipped,
             executor=executor_version(self.executor),
             points=self.points,
             reference_run_s=self.reference_run_s,

@@ -1,13 +1,20 @@
 """The drill's scenarios, each in a fresh home, and `run_drill`, which runs them in order: the
 uninterrupted reference, a kill right after a sandbox tool request, (for a managed executor) a
 kill between a tool's recorded result and its delivery, a kill right after an unsafe request whose
-outcome cannot be asked, and a kill with nothing declared."""
+outcome cannot be asked, and a kill with nothing declared.
+
+A scenario that does not apply (the session has nothing of its kind to interrupt, or the executor
+has no such boundary) is skipped and named with why, never a failure; all of them are, when the
+uninterrupted run did not complete. A run that waits on a person or runs past its limit is stopped
+and fails its check with what it waited on and the command that answers it
+(`belay.local.drill.waiting`); a scenario that breaks off for any other reason fails a check that
+says why. The drill itself always ends with its report."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -33,26 +40,57 @@ from belay.journal.verdicts import (
 from belay.local.cli_process import RUN_TIMEOUT_S, read_events, run_belay, run_until_event, tickets_in
 from belay.local.drill.report import DrillReport
 from belay.local.drill.run import Drill
+from belay.local.drill.waiting import Watched, run_watched
 from belay.local.standin_process import provider_problems, provider_summary
 
 E = TypeVar("E", bound=Event)
+
+
+UNINTERRUPTED = "uninterrupted run completes"
+AFTER_REQUEST = "kill after a tool request"
+BEFORE_DELIVERY = "kill between a tool result and its delivery"
+AFTER_UNSAFE = "kill after an unsafe request"
+UNDECLARED = "kill after a verified checkpoint, nothing declared"
 
 
 def run_drill(
     manifest: Path, workdir: Path, *, progress: bool = True, executor: str | None = None
 ) -> DrillReport:
     drill = Drill(manifest, workdir, progress, executor)
+    scenarios: list[tuple[str, Callable[[Drill, list[Event]], None]]] = [
+        (AFTER_REQUEST, kill_after_tool_request),
+        (BEFORE_DELIVERY, kill_before_delivery),
+        (AFTER_UNSAFE, unknown_external_outcome),
+        (UNDECLARED, undeclared_state),
+    ]
     try:
-        reference = uninterrupted(drill)
-        if reference:
-            kill_after_tool_request(drill, reference)
-            if drill.managed:
-                kill_before_delivery(drill, reference)
-            unknown_external_outcome(drill, reference)
-            undeclared_state(drill, reference)
+        try:
+            reference = uninterrupted(drill)
+        except Exception as error:
+            drill.check(UNINTERRUPTED, False, broke_off(error))
+            reference = None
+        for scenario, run in scenarios:
+            if scenario == BEFORE_DELIVERY and not drill.managed:
+                drill.skip(scenario, f"not a boundary of the {drill.executor} executor")
+            elif reference is None:
+                drill.skip(scenario, "not run: the uninterrupted run did not complete")
+            else:
+                try:
+                    run(drill, reference)
+                except Exception as error:
+                    drill.check(f"{scenario}: the scenario ran to its end", False, broke_off(error))
     finally:
         drill.stop_standins()
     return drill.report()
+
+
+def broke_off(error: Exception) -> str:
+    return f"it broke off: {type(error).__name__}: {error}"
+
+
+def ended(result: Watched, what: str) -> str:
+    """A check's detail about a run: what the drill stopped it for, else `what`."""
+    return result.stalled or what
 
 
 def uninterrupted(drill: Drill) -> list[Event] | None:
@@ -60,15 +98,15 @@ def uninterrupted(drill: Drill) -> list[Event] | None:
     home = drill.home("reference")
     env = drill.environment(home)
     started = time.monotonic()
-    result = run_belay(home, "run", "--quiet", str(drill.manifest), environment=env)
+    result = run_watched(home, ["run", "--quiet", str(drill.manifest)], drill.session_id, environment=env)
     drill.reference_run_s = round(time.monotonic() - started, 2)
     events = read_events(home, drill.session_id)
     drill.reference_events = len(events)
     ok = result.returncode == 0 and completed(events)
     detail = f"{len(events)} events, deliverables {sorted(deliverables(events))}"
     if not ok:
-        detail = f"exit {result.returncode}: {(result.stderr or result.stdout)[-400:]}"
-    if not drill.check("uninterrupted run completes", ok, detail):
+        detail = ended(result, f"exit {result.returncode}: {(result.stderr or result.stdout)[-400:]}")
+    if not drill.check(UNINTERRUPTED, ok, detail):
         return None
     if drill.managed:
         stats = drill.standins[home].stats()
@@ -81,12 +119,16 @@ def uninterrupted(drill: Drill) -> list[Event] | None:
     return events
 
 
-def first_kill_point(drill: Drill, name: str, candidates: Sequence[E], missing: str) -> E | None:
-    """The first of the events a scenario could kill at, once the check that there is one passed."""
-    found = drill.check(
-        name, bool(candidates), f"kill point {fault_key(candidates[0])}" if candidates else missing
-    )
-    return candidates[0] if found else None
+def first_kill_point(
+    drill: Drill, scenario: str, name: str, candidates: Sequence[E], missing: str
+) -> E | None:
+    """The first of the events a scenario could kill at, checked; with none, the scenario does
+    not apply to this session and is skipped, saying why."""
+    if not candidates:
+        drill.skip(scenario, missing)
+        return None
+    drill.check(name, True, f"kill point {fault_key(candidates[0])}")
+    return candidates[0]
 
 
 def managed_checks(
@@ -177,9 +219,10 @@ def check_restored_from_last_verified(
 def kill_after_tool_request(drill: Drill, reference: list[Event]) -> None:
     request = first_kill_point(
         drill,
+        AFTER_REQUEST,
         "a sandbox tool request after a verified checkpoint",
         sandbox_requests_after_verified_checkpoint(reference),
-        "the session has none to interrupt",
+        "the session makes no sandbox tool request after a verified checkpoint",
     )
     if request is None:
         return
@@ -202,7 +245,7 @@ def kill_after_tool_request(drill: Drill, reference: list[Event]) -> None:
     drill.check(
         "the resumed session completes with the same deliverables",
         done,
-        f"exit {result.returncode}; {deliverables(after)}",
+        ended(result, f"exit {result.returncode}; {deliverables(after)}"),
     )
     reran = [e for e in resumed if isinstance(e, ToolResultEvent) and e.payload.operation_id == operation]
     observed = (
@@ -214,7 +257,7 @@ def kill_after_tool_request(drill: Drill, reference: list[Event]) -> None:
     if drill.managed:
         passed = managed_checks(drill, home, before, after, operation) and passed
     drill.report_point(
-        "kill after a tool request",
+        AFTER_REQUEST,
         point,
         before,
         after,
@@ -248,11 +291,24 @@ def delivered_sandbox_results(reference: Sequence[Event]) -> list[ToolResultEven
 
 def kill_before_delivery(drill: Drill, reference: list[Event]) -> None:
     """Kill the adapter between a tool's recorded result and its delivery to the provider."""
+    targets = delivered_sandbox_results(reference)
+    run_commands = [
+        e for e in reference if isinstance(e, ToolRequestEvent) and e.payload.tool == "run_command"
+    ]
+    if run_commands and not targets:
+        drill.check(
+            "a sandbox tool result delivered to the provider",
+            False,
+            f"the record shows no delivery of the result of {run_commands[0].payload.operation_id} or any "
+            "other run_command",
+        )
+        return
     target = first_kill_point(
         drill,
+        BEFORE_DELIVERY,
         "a sandbox tool result delivered to the provider",
-        delivered_sandbox_results(reference),
-        "the session has no run_command result",
+        targets,
+        "the session runs no run_command",
     )
     if target is None:
         return
@@ -271,7 +327,7 @@ def kill_before_delivery(drill: Drill, reference: list[Event]) -> None:
     drill.check(
         "the resumed session delivers the result and completes with the same deliverables",
         done,
-        f"exit {result.returncode}; {deliverables(after)}",
+        ended(result, f"exit {result.returncode}; {deliverables(after)}"),
     )
     provider_ok = managed_checks(drill, home, before, after, operation)
     reran = [e for e in after if isinstance(e, ToolResultEvent) and e.payload.operation_id == operation]
@@ -286,7 +342,7 @@ def kill_before_delivery(drill: Drill, reference: list[Event]) -> None:
         else "never delivered"
     )
     drill.report_point(
-        "kill between a tool result and its delivery",
+        BEFORE_DELIVERY,
         point,
         before,
         after,
@@ -304,12 +360,14 @@ def kill_before_delivery(drill: Drill, reference: list[Event]) -> None:
 
 def unknown_external_outcome(drill: Drill, reference: list[Event]) -> None:
     unsafe = [e for e in reference if isinstance(e, ToolRequestEvent) and e.payload.effect == "unsafe"]
-    if not drill.check(
-        "the session has an unsafe external operation",
-        bool(unsafe),
-        f"{unsafe[0].payload.tool} ({unsafe[0].payload.operation_id})" if unsafe else "none to interrupt",
-    ):
+    if not unsafe:
+        drill.skip(AFTER_UNSAFE, "the session makes no unsafe external operation to interrupt")
         return
+    drill.check(
+        "the session has an unsafe external operation",
+        True,
+        f"{unsafe[0].payload.tool} ({unsafe[0].payload.operation_id})",
+    )
     request = unsafe[0]
     op = request.payload.operation_id
     home = drill.home("unknown-outcome")
@@ -346,13 +404,13 @@ def unknown_external_outcome(drill: Drill, reference: list[Event]) -> None:
     one = drill.check(
         "after the user reconciles it, the session completes with exactly one ticket",
         answer.returncode == 0 and result.returncode == 0 and tickets_in(home, drill.session_id) == 1,
-        f"tickets {tickets_in(home, drill.session_id)}, exit {result.returncode}",
+        ended(result, f"tickets {tickets_in(home, drill.session_id)}, exit {result.returncode}"),
     )
     passed = shown and one
     if drill.managed:
         passed = managed_checks(drill, home, before, after, op) and passed
     drill.report_point(
-        "kill after an unsafe request",
+        AFTER_UNSAFE,
         fault_key(request),
         before,
         after,
@@ -399,6 +457,7 @@ def undeclared_state(drill: Drill, reference: list[Event]) -> None:
     copy.write_text(yaml.safe_dump(manifest, sort_keys=False))
     request = first_kill_point(
         drill,
+        UNDECLARED,
         "a verified checkpoint followed by more work",
         requests_after_first_verified_checkpoint(reference),
         "no work follows a verified checkpoint",
@@ -418,10 +477,12 @@ def undeclared_state(drill: Drill, reference: list[Event]) -> None:
     passed = drill.check(
         "a recovery that needs an undeclared file fails visibly (RecoveryFailed UndeclaredState)",
         reached and result.returncode != 0 and bool(failed) and "UndeclaredState" in brief.stdout,
-        failed[0].payload.detail if failed else f"exit {result.returncode}: {result.stderr[-300:]}",
+        failed[0].payload.detail
+        if failed
+        else ended(result, f"exit {result.returncode}: {result.stderr[-300:]}"),
     )
     drill.report_point(
-        "kill after a verified checkpoint, nothing declared",
+        UNDECLARED,
         fault_key(request),
         before,
         events,

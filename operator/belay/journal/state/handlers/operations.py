@@ -13,7 +13,7 @@ from belay.journal.events import (
     ToolRequestEvent,
     ToolResultEvent,
 )
-from belay.journal.state.building import Updates, new_record, note_subagent, replaced
+from belay.journal.state.building import Updates, new_record, note_ordinal, note_subagent, replaced
 from belay.journal.state.invalidation import register_result
 from belay.journal.state.records import RECENT_LIMIT, OperationRecord, operation_payload_sha256
 from belay.journal.state.session import SessionState
@@ -41,6 +41,7 @@ def on_tool_request(s: SessionState, e: ToolRequestEvent) -> Updates:
         step=p.step,
         subagent=subagent,
         idempotency_key=p.idempotency_key,
+        provider_call_id=p.provider_call_id,
         attempt=e.actor.attempt,
         request_version=s.request.version,
     )
@@ -48,6 +49,9 @@ def on_tool_request(s: SessionState, e: ToolRequestEvent) -> Updates:
         "operations": s.operations.set(p.operation_id, record),
         "open_operations": s.open_operations.set(p.operation_id, e.seq),
     }
+    note_ordinal(s, updates, p.operation_id)
+    if p.provider_call_id and subagent:
+        updates["provider_calls"] = s.provider_calls.set(f"{subagent}/{p.provider_call_id}", p.operation_id)
     if p.effect in (EffectClass.UNSAFE, EffectClass.KEYED) and p.operation_id not in s.external_operations:
         updates["external_operations"] = s.external_operations.set(p.operation_id, e.seq)
         recent = (*s.recent_external_operations, p.operation_id)

@@ -18,7 +18,7 @@ from belay.journal.events import (
     SummaryEvent,
     TaskStatus,
 )
-from belay.journal.state.building import Updates, new_record, note_subagent, replaced
+from belay.journal.state.building import Updates, new_record, note_ordinal, note_subagent, replaced
 from belay.journal.state.records import (
     RECENT_LIMIT,
     ExecutorChangeRecord,
@@ -185,6 +185,7 @@ def on_remote(s: SessionState, e: RemoteEvent) -> Updates:
             seq=e.seq,
         )
         updates["remote_calls"] = calls.set(p.operation_id, call)
+        note_ordinal(s, updates, p.operation_id)
         counter = "calls"
     elif p.kind == RemoteKind.CALL_REFUSED and call is not None:
         changed = {"refused_seq": e.seq, "refusal": p.detail}
