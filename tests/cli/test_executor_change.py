@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from belay.harness.runtime import current_step_of
 from belay.journal.events import (
     Actor,
     Event,
@@ -24,6 +23,7 @@ from belay.journal.events import (
     Task,
     TaskStatus,
 )
+from belay.journal.operations import current_step_of
 from belay.journal.state import fold
 from belay.local.liveness import this_holder
 from belay.local.runtime import LocalHome

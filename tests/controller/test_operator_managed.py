@@ -59,11 +59,10 @@ SECRET = "provider-keys"
 
 
 def ticket_operation() -> str:
-    """The operation id the executor gives the plan's `create_ticket` call: the remote agent asks
-    for the plan's calls one at a time, and the executor numbers them in the order asked."""
+    """The operation id the plan's `create_ticket` call gets: derived from the record's structure
+    (subagent, step, ordinal in the step), the same as the scripted plan's own id for it."""
     calls = planned_calls(SUBAGENT, example_plan().subagents[SUBAGENT])
-    position = next(n for n, call in enumerate(calls, start=1) if call.name == "create_ticket")
-    return f"{SUBAGENT}.remote-{position}"
+    return next(call.call_id for call in calls if call.name == "create_ticket")
 
 
 def cluster_manifest(name: str, executor: str) -> dict[str, Any]:

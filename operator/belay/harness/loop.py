@@ -38,7 +38,7 @@ from belay.harness.executor import (
 )
 from belay.harness.harness_tools import DONE_STATUSES
 from belay.harness.recovery import Recovery, SandboxProvider
-from belay.harness.runtime import ToolRuntime, current_step_of
+from belay.harness.runtime import ToolRuntime
 from belay.harness.stopping import InFlight, StopRequest, stop_payloads, until_stopped
 from belay.harness.tickets import TicketClient
 from belay.journal.events import (
@@ -52,7 +52,7 @@ from belay.journal.events import (
     ToolRequestEvent,
     ToolResultEvent,
 )
-from belay.journal.operations import ProposedCall, operation_ids
+from belay.journal.operations import ProposedCall, current_step_of, operation_ids
 from belay.journal.recovery import RUN_AGAIN_BLINDLY
 from belay.journal.state import ExecutorChangeRecord, SessionState
 from belay.stores.base import ArtifactStore, EventStore, StaleLease
