@@ -7,6 +7,7 @@ The run is stopped by its own harness right after the first tool result of the f
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 from pathlib import Path
@@ -179,3 +180,50 @@ def test_a_move_recorded_while_an_attempt_runs_ends_it_at_the_next_step_boundary
         if isinstance(e.payload, Task) and e.payload.status == TaskStatus.RUNNING
     }
     assert begun <= in_progress, begun - in_progress
+
+
+def test_the_move_is_recorded_and_the_next_attempt_runs_on_the_new_executor(interrupted: Path) -> None:
+    killed_at = read_events(interrupted, SESSION)[-1].seq
+    result = run_belay(
+        interrupted,
+        "resume",
+        SESSION,
+        "--quiet",
+        "--executor",
+        "openai-agents",
+        "--model",
+        "gpt-5",
+        "--reason",
+        "trying the managed executor",
+        environment=no_key_environment(),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "moved from scripted to openai-agents (gpt-5)" in result.stderr
+    events = read_events(interrupted, SESSION)
+    [move] = moves(events)
+    assert (move.from_type, move.to_type, move.to_model) == ("scripted", "openai-agents", "gpt-5")
+    assert move.at_seq == killed_at
+    assert move.by == "belay resume"
+    assert move.reason == "trying the managed executor"
+    assert move.executor["plan"] == str(interrupted / "sessions" / SESSION / "plan.yaml")  # the home's copy
+    # The attempt after the move ran on the managed executor: its start names its model.
+    move_seq = next(e.seq for e in events if isinstance(e.payload, ExecutorChange))
+    starts = [
+        e
+        for e in events
+        if e.seq > move_seq
+        and isinstance(e.payload, Lifecycle)
+        and e.payload.kind == LifecycleKind.HARNESS_STARTED
+    ]
+    assert starts and starts[0].actor.model_id == "gpt-5"
+    assert any(e.type == "remote" for e in events if e.seq > move_seq)
+    assert not any(e.type == "remote" for e in events if e.seq < move_seq)
+    # A later resume without --executor stays on the executor the record moved it to.
+    brief = run_belay(interrupted, "brief", SESSION, "--json")
+    sections = json.loads(brief.stdout)
+    [line] = sections["recovery"]["executor_moves"]
+    assert (line["from_type"], line["to_type"], line["at_seq"]) == ("scripted", "openai-agents", killed_at)
+    text = run_belay(interrupted, "brief", SESSION).stdout
+    assert f"moved from scripted to openai-agents (gpt-5) at seq {killed_at} by belay resume" in text
+    listing = run_belay(interrupted, "events", SESSION).stdout
+    assert "moved from scripted to openai-agents (gpt-5)" in listing

@@ -276,6 +276,13 @@ class Harness:
                     raise BudgetExhausted(f"budgets.maxModelCalls ({budget}) used up")
                 self._model_calls += 1
                 decision = await executor.next_actions(state)
+                if (
+                    self.move_since_start(await attempt.state()) is not None
+                    and current_step_of(state, sub.name) is None
+                ):
+                    # Decided while the move was being recorded: the step it begins is left to the
+                    # executor the session moved to (nothing of it is recorded, so nothing is split).
+                    return
                 if decision.model_id:  # the exact model snapshot the provider reports
                     attempt.model_id = decision.model_id
                 said = {
