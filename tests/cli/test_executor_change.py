@@ -28,8 +28,18 @@ from belay.journal.operations import current_step_of
 from belay.journal.state import fold
 from belay.local.liveness import this_holder
 from belay.local.runtime import LocalHome
-from tests.belay_cli import RUN_TIMEOUT_S, kill_group, read_events, run_belay, start_belay, wait_until_stopped
-from tests.harness.example import MANIFEST, SESSION
+from tests.belay_cli import (
+    RUN_TIMEOUT_S,
+    StandinProcess,
+    kill_group,
+    read_events,
+    run_belay,
+    start_belay,
+    wait_until_stopped,
+)
+from tests.harness.example import EXAMPLE, MANIFEST, SESSION
+
+PLAN = EXAMPLE / "plan.yaml"
 
 # Inside a step: the implementer's first call of its fix step has its result.
 STOP_POINT = "tool_result:implementer.fix.1"
@@ -227,3 +237,23 @@ def test_the_move_is_recorded_and_the_next_attempt_runs_on_the_new_executor(inte
     assert f"moved from scripted to openai-agents (gpt-5) at seq {killed_at} by belay resume" in text
     listing = run_belay(interrupted, "events", SESSION).stdout
     assert "moved from scripted to openai-agents (gpt-5)" in listing
+
+
+@pytest.mark.parametrize(
+    ("executor", "model"), [("openai-agents", "claude-sonnet-4-5"), ("anthropic-managed", "gpt-5")]
+)
+def test_a_model_the_provider_does_not_know_is_refused_and_nothing_is_recorded(
+    untouched: Path, tmp_path: Path, executor: str, model: str
+) -> None:
+    """The provider (here its stand-in, through its Models API) is asked before anything is recorded."""
+    standin = StandinProcess(executor, PLAN, tmp_path / "standin")
+    try:
+        before = read_events(untouched, SESSION)
+        arguments = ("resume", SESSION, "--executor", executor, "--model", model)
+        result = run_belay(untouched, *arguments, environment=standin.environment())
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert f"does not know model {model!r} (404" in result.stderr
+        assert "nothing was recorded" in result.stderr
+        assert read_events(untouched, SESSION) == before
+    finally:
+        standin.stop()

@@ -17,7 +17,7 @@ from belay.cli.core import brief as brief_command
 from belay.cli.core.errors import CommandError
 from belay.cli.core.handover import change_event, moved_executor
 from belay.cli.terminal import fail
-from belay.executors.endpoints import not_configured
+from belay.executors.endpoints import model_endpoint, model_refusal, not_configured
 from belay.journal.decisions import DecisionError, decision_write
 from belay.journal.events import (
     Actor,
@@ -258,6 +258,9 @@ def move_executor(
             "it first (Ctrl-C or SIGTERM where it runs), then resume with --executor; nothing was recorded"
         )
     problem = not_configured(new.type, new.plan, os.environ)
+    endpoint = model_endpoint(new.type, os.environ) if new.model else None
+    if problem is None and endpoint is not None and new.model:
+        problem = model_refusal(new.type, endpoint, new.model)
     if problem is not None:
         raise fail(f"{problem}; nothing was recorded")
     change = change_event(session, new, at_seq=state.last_seq, by=MOVED_BY.name or "", reason=reason)

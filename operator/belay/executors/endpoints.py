@@ -101,3 +101,36 @@ def not_configured(executor_type: str, plan: str | None, environ: Mapping[str, s
         f"{executor_type} is not configured here: set {keys.api_key} (or {keys.base_url} "
         "for another server that speaks its API)"
     )
+
+
+def model_endpoint(executor_type: str, environ: Mapping[str, str]) -> Endpoint | None:
+    """The provider endpoint the environment configures for a model executor, self-hosted
+    (`openai`, `anthropic`: the same SDK variables) or managed; None when it configures none."""
+    managed = {"openai": "openai-agents", "anthropic": "anthropic-managed"}.get(executor_type, executor_type)
+    return configured_endpoint(managed, environ) if managed in PROVIDERS else None
+
+
+# How long `belay resume --executor` waits for the provider to say whether it knows the model.
+MODEL_CHECK_TIMEOUT_S = 20.0
+
+
+def model_refusal(executor_type: str, endpoint: Endpoint, model: str) -> str | None:
+    """Why the provider at `endpoint` refuses `model` (its Models API does not know it), or None
+    when it knows it, or when it could not be asked (unreachable, no key): the attempt then says
+    so itself, and a refusal here must never rest on a guess."""
+    provider = "openai" if executor_type in ("openai", "openai-agents") else "anthropic"
+    sdk = importlib.import_module(provider)
+    client = sdk.OpenAI if provider == "openai" else sdk.Anthropic
+    try:
+        api = client(
+            api_key=endpoint.api_key or NO_KEY,
+            base_url=endpoint.base_url,
+            timeout=MODEL_CHECK_TIMEOUT_S,
+            max_retries=1,
+        )
+        api.models.retrieve(model)
+    except sdk.NotFoundError as refused:
+        return f"{endpoint.label} does not know model {model!r} ({refused.status_code}: {refused.message})"
+    except sdk.APIError:
+        return None
+    return None

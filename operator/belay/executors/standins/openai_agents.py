@@ -174,6 +174,7 @@ class OpenAIAgentsStandin(StandinServer[RemoteSession]):
     def add_routes(self, router: web.UrlDispatcher) -> None:
         sessions = "/v1/agents/sessions"
         one = sessions + "/{session_id}"
+        router.add_get("/v1/models/{model}", self.retrieve_model)
         router.add_post(sessions, self.create_session)
         router.add_get(sessions, self.list_sessions)
         router.add_get(one, self.retrieve_session)
@@ -209,8 +210,22 @@ class OpenAIAgentsStandin(StandinServer[RemoteSession]):
             )
         if self.api_key is not None and key.strip() != self.api_key:
             raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key")
+        if request.path.startswith("/v1/models"):  # the Models API is no agents beta
+            return
         if BETA_HEADER not in header_tokens(request, "OpenAI-Beta"):
             raise ApiError(400, f"This endpoint requires the OpenAI-Beta: {BETA_HEADER} header.")
+
+    async def retrieve_model(self, request: web.Request) -> web.Response:
+        """`GET /v1/models/{model}`: an OpenAI model id (`gpt-...`, `o<digit>...`) is known, any other
+        is not, as the Models API answers for a model that does not exist."""
+        model = request.match_info["model"]
+        if not re.match(r"^(gpt-|o[0-9]|codex-)", model):
+            raise ApiError(
+                404,
+                f"The model `{model}` does not exist or you do not have access to it.",
+                code="model_not_found",
+            )
+        return web.json_response({"id": model, "object": "model", "created": 0, "owned_by": "openai"})
 
     def session_not_found(self, session_id: str) -> ApiError:
         return ApiError(404, f"No session found with id '{session_id}'.", code="not_found")
