@@ -31,6 +31,8 @@ class Endpoint:
     base_url: str | None = None
     api_key: str | None = None
     label: str = ""  # what the record and the briefing say; never a credential
+    standin: bool = False  # Belay's local stand-in (`belay.executors.standins`), not a provider
+    timeout: float | None = None  # the SDK client's, in seconds; None: the SDK's default
 
 
 def endpoint_label(base_url: str, what: str) -> str:
@@ -144,7 +146,13 @@ class ManagedProvider(abc.ABC):
 
     @abc.abstractmethod
     def new_client(self, endpoint: Endpoint) -> Any:
-        """The SDK's async client for the endpoint (None fields: the SDK's own variables)."""
+        """The SDK's async client for the endpoint (None fields: the SDK's own variables; the
+        timeout given to the client when there is one, see `client_options`)."""
+
+    @abc.abstractmethod
+    async def close_session(self, session_id: str) -> None:
+        """End a remote session Belay no longer uses (replaced by another), where the API allows
+        it. Raises as every method does: the caller decides what a failure means."""
 
     @abc.abstractmethod
     async def find_session(self, metadata: dict[str, str], resources: dict[str, str]) -> str | None:
@@ -207,6 +215,14 @@ class ManagedProvider(abc.ABC):
 
     async def close(self) -> None:
         await self.client.close()
+
+
+def client_options(endpoint: Endpoint) -> dict[str, Any]:
+    """What an SDK client is built with: the endpoint, and its timeout when it has one."""
+    options: dict[str, Any] = {"base_url": endpoint.base_url, "api_key": endpoint.api_key}
+    if endpoint.timeout is not None:
+        options["timeout"] = endpoint.timeout
+    return options
 
 
 def classify(error: BaseException, connection_errors: tuple[type[BaseException], ...]) -> Exception | None:
