@@ -4,8 +4,8 @@ answers mean, and `ManagedProvider`, the wire format each provider module implem
 official SDK (`openai_agents`, `anthropic_managed`).
 
 What a provider answers is one of three outcomes (`classify`): the remote session is gone
-(`RemoteGone`, a 404), the provider refused for good (`RemoteRefused`, another 4xx), or it did not
-answer in a way it may repeat (`RemoteTransient`: no answer, 5xx, 408, 409, 429).
+(`RemoteGone`, a 404 or 410), the provider refused for good (`RemoteRefused`, another 4xx), or it
+did not answer in a way it may repeat (`RemoteTransient`: no answer, 5xx, 408, 409, 429).
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ def classify(error: BaseException, connection_errors: tuple[type[BaseException],
     status = getattr(error, "status_code", None)
     if isinstance(status, int):
         text = f"HTTP {status}: {_message_of(error)}"
-        if status == 404:
+        if status in (404, 410):  # not found, or gone for good (an expired session)
             return RemoteGone(text)
         if status in (408, 409, 429) or status >= 500:
             return RemoteTransient(text)
