@@ -3,14 +3,17 @@
 Most pieces are the drill's own: running the command line as a process group and stopping it at
 a point of its record (`belay.local.cli_process`) or until it waits on a person
 (`belay.local.drill.waiting`), a provider's stand-in as a process
-(`belay.local.standin_process`), the session moved to another executor (`belay.local.drill`), and
-the judgments of a record (`belay.journal.verdicts`). Two are the tests' alone: every point of a
-record a run can be interrupted at, and the wait for a run to stop itself at its point."""
+(`belay.local.standin_process`: a test's own, or the one `belay run` started for a session), the
+session moved to another executor (`belay.local.drill`), and the judgments of a record
+(`belay.journal.verdicts`). Three are the tests' alone: every point of a record a run can be
+interrupted at, the wait for a run to stop itself at its point, and the session's stand-in found
+in a home."""
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 
 from belay.harness.attempt import fault_key
 from belay.journal.events import CheckpointEvent, Event, ToolRequestEvent
@@ -36,7 +39,8 @@ from belay.local.cli_process import (
 )
 from belay.local.drill.manifest import DEFAULT_MANIFEST, manifest_for
 from belay.local.drill.waiting import run_watched
-from belay.local.standin_process import StandinProcess, provider_problems
+from belay.local.runtime import LocalHome
+from belay.local.standin_process import StandinProcess, provider_problems, stop_session_standins
 from tests.testenv.polling import wait_until
 
 
@@ -48,6 +52,12 @@ def interruption_points(events: Sequence[Event]) -> list[str]:
         if isinstance(e, ToolRequestEvent)
         or (isinstance(e, CheckpointEvent) and not e.payload.checkpoint_id.endswith("/inputs"))
     ]
+
+
+def session_standin(home: Path, session_id: str, executor: str) -> StandinProcess | None:
+    """The stand-in `belay run` started for the session in `home`, found as `belay resume` finds
+    it; None when it is not running."""
+    return StandinProcess.found(executor, LocalHome(home).standin_dir(session_id, executor))
 
 
 def wait_until_stopped(process: subprocess.Popen[bytes], point: str, timeout: float = RUN_TIMEOUT_S) -> None:
@@ -81,8 +91,10 @@ __all__ = [
     "run_belay",
     "run_until",
     "run_watched",
+    "session_standin",
     "start_belay",
     "steps_run_twice",
+    "stop_session_standins",
     "tickets_in",
     "wait_until_stopped",
 ]

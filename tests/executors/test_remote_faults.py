@@ -2,8 +2,10 @@
 a cut event stream (abrupt or clean), a 5xx (before or after the request took effect), a tool call
 delivered twice on the stream and a rescheduling session are gone through, the session completes
 and the provider still sees each result once; a create whose answer was lost makes one remote
-session, not two; a remote session that failed, was terminated or deleted fails the Belay session
-with that reason, recorded."""
+session, not two; a remote session that failed, was terminated or deleted is recorded with its
+reason and replaced by a new one seeded from the record, which goes on without asking again for a
+call the record holds; remote sessions lost again and again before taking a result end the session
+with that reason."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 
 from belay.api.agentsession import AgentSession
+from belay.executors.managed import MAX_FRUITLESS_LOSSES
 from belay.harness.models.scripted import ScriptedPlan
 from belay.journal.events import Event, RemoteEvent
 from belay.local.runtime import LocalHome, read_state, run_local
@@ -158,26 +161,53 @@ def after_first_result(fault: str) -> Callable[[Event, Any], None]:
 
 
 ENDINGS = [
-    ("openai-agents", "fail_session", "RemoteSessionFailed", "failed"),
-    ("anthropic-managed", "terminate_session", "RemoteSessionFailed", "terminated"),
-    ("openai-agents", "delete_session", "RemoteSessionDeleted", "no longer exists"),
-    ("anthropic-managed", "delete_session", "RemoteSessionDeleted", "no longer exists"),
+    ("openai-agents", "fail_session", "failed"),
+    ("anthropic-managed", "terminate_session", "terminated"),
+    ("openai-agents", "delete_session", "no longer exists"),
+    ("anthropic-managed", "delete_session", "no longer exists"),
 ]
 
 
-@pytest.mark.parametrize(
-    ("executor", "fault", "reason", "words"), ENDINGS, ids=[f"{e[0]}-{e[1]}" for e in ENDINGS]
-)
-async def test_a_remote_session_that_cannot_go_on_fails_the_session_with_its_reason(
-    executor: str, fault: str, reason: str, words: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("executor", "fault", "words"), ENDINGS, ids=[f"{e[0]}-{e[1]}" for e in ENDINGS])
+async def test_a_remote_session_that_cannot_go_on_is_replaced_seeded_from_the_record(
+    executor: str, fault: str, words: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    result, events, _ = await run_with(executor, tmp_path, monkeypatch, when=after_first_result(fault))
-    assert not result.completed
+    result, events, stats = await run_with(executor, tmp_path, monkeypatch, when=after_first_result(fault))
+    assert result.completed, result.detail
+    first, second = (p.remote_session_id for p in remote(events, "session"))
     [failure] = remote(events, "failed")
-    assert failure.remote_session_id == remote_id(events) and words in failure.detail
+    assert failure.remote_session_id == first and words in failure.detail
+    assert (
+        second != first
+        and f"seeded from the record in place of {first}" in remote(events, "session")[1].detail
+    )
+    # The old session is closed where it still exists; the record keeps its id.
+    assert stats["sessions"][first]["status"] == "deleted" and stats["sessions_created"] == 2
+    # Nothing the record held was asked for again: each planned call ran once, across both.
+    tools = [e.payload.tool for e in events if e.type == "tool_request"]
+    assert sorted(tools) == sorted(
+        ["update_plan", "run_command", "write_file", "publish_deliverable", "update_plan"]
+    )
+    assert not [s for s in stats["sessions"].values() if s["answered_twice"]]
+    state, _ = await read_state(LocalHome(tmp_path), "faults")
+    assert state.remote_sessions["worker"].replaced == (first,)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+async def test_remote_sessions_lost_again_and_again_end_the_session_with_that_reason(
+    executor: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def lose_each(event: Event, standin: Any) -> None:
+        if isinstance(event, RemoteEvent) and event.payload.kind == "session":
+            standin.add_fault({"kind": "delete_session", "session_id": event.payload.remote_session_id})
+
+    result, events, stats = await run_with(executor, tmp_path, monkeypatch, when=lose_each)
+    assert not result.completed
+    assert stats["sessions_created"] == MAX_FRUITLESS_LOSSES
+    assert len(remote(events, "failed")) == MAX_FRUITLESS_LOSSES
     ended = [e.payload for e in events if e.type == "lifecycle" and e.payload.kind == "session_failed"]
-    assert [e.reason for e in ended] == [reason]
-    assert words in ended[0].detail
+    assert [e.reason for e in ended] == ["RemoteSessionsLost"]
+    assert f"{MAX_FRUITLESS_LOSSES} remote sessions in a row were lost" in ended[0].detail
 
 
 async def test_a_provider_compaction_is_recorded_as_what_it_is(

@@ -33,7 +33,7 @@ from belay.journal.handover import change_phrase, executor_label
 from belay.journal.phase import HEARTBEAT_INTERVAL_S, Liveness, Phase, attempt_alive, phase_of
 from belay.journal.state import SessionState, apply
 from belay.local.liveness import local_liveness, reap_orphans
-from belay.local.runtime import LocalHome, load_session_state, read_state, unknown_session
+from belay.local.runtime import LocalHome, load_session_state, read_state, session_provider, unknown_session
 from belay.stores.base import ClaimTaken
 
 
@@ -258,7 +258,16 @@ def move_executor(
             "it first (Ctrl-C or SIGTERM where it runs), then resume with --executor; nothing was recorded"
         )
     problem = not_configured(new.type, new.plan, os.environ)
-    endpoint = model_endpoint(new.type, os.environ) if new.model else None
+    endpoint = None
+    if problem is None and new.model:
+        moved = session.on_executor(new.model_dump(mode="json", by_alias=True, exclude_none=True))
+        # A managed executor's provider, or its stand-in (started here if need be, as the attempt
+        # would): asked whether it knows the model before anything is recorded.
+        endpoint = (
+            session_provider(home_of(session_id), moved)
+            if new.managed
+            else model_endpoint(new.type, os.environ)
+        )
     if problem is None and endpoint is not None and new.model:
         problem = model_refusal(new.type, endpoint, new.model)
     if problem is not None:

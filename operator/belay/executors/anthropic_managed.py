@@ -8,7 +8,9 @@ What is used of the API (`anthropic` >= 2.14):
 - `sessions.list(agent_id=...)` and `sessions.create(agent, environment_id, metadata,
   initial_events=[user.message])`: the session and its first message in one request, created
   once (no idempotency key anywhere in this API: it is sent once, never retried by the SDK, and
-  looked for among the agent's sessions by its metadata first).
+  looked for among the agent's sessions by its metadata first). A replacement session reuses the
+  agent and the environment, made again (and recorded) when the provider no longer has them.
+- `sessions.delete`: a session that was terminated, replaced by a new one seeded from the record.
 - `sessions.retrieve`: `status` (`idle`, `running`, `rescheduling`, `terminated`).
 - `sessions.events.list`: the history. A call is pending when the last `session.status_idle`
   names it (`stop_reason: requires_action`) or, while running, when an `agent.custom_tool_use`
@@ -42,6 +44,7 @@ from belay.executors.provider import (
     Snapshot,
     TaskBrief,
     classify,
+    client_options,
 )
 from belay.harness.executor import ExecutorContext
 from belay.harness.tools import tool_schema
@@ -87,7 +90,7 @@ class AnthropicManagedProvider(ManagedProvider):
     def new_client(self, endpoint: Endpoint) -> Any:
         from anthropic import AsyncAnthropic
 
-        return AsyncAnthropic(base_url=endpoint.base_url, api_key=endpoint.api_key)
+        return AsyncAnthropic(**client_options(endpoint))
 
     @property
     def beta(self) -> Any:
@@ -101,6 +104,9 @@ class AnthropicManagedProvider(ManagedProvider):
             if all(session.metadata.get(k) == v for k, v in metadata.items()):
                 return str(session.id)
         return None
+
+    async def close_session(self, session_id: str) -> None:
+        await self.once.beta.sessions.delete(session_id)
 
     async def create_session(
         self,

@@ -2,19 +2,18 @@
 
 - `*_BASE_URL` set: that server (any server that speaks the provider's API), with `*_API_KEY`.
 - Only `*_API_KEY` set: the provider's own API.
-- Neither: no provider is configured; `belay run` starts the local stand-in on loopback (with the
-  manifest's `executor.plan`) for the run, and stops it after.
+- Neither: no provider is configured; `belay run` and `belay resume` use the provider's local
+  stand-in (its remote agent following the manifest's `executor.plan`): a process of its own,
+  found under the session's directory in the home (`belay.local.standin_process`).
 
 In a cluster the harness pod's environment carries the variables from `executor.credentialsSecret`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from belay.executors.provider import Endpoint, endpoint_label
 
@@ -47,6 +46,7 @@ PROVIDERS = {
 # A server named by `*_BASE_URL` may need no key; the SDKs insist on one.
 NO_KEY = "belay-no-key"
 STANDIN_KEY = "belay-local-standin"
+STANDIN_TIMEOUT_S = 20.0
 
 
 def configured_endpoint(executor_type: str, environ: Mapping[str, str]) -> Endpoint | None:
@@ -69,13 +69,19 @@ def default_endpoint(executor_type: str, environ: Mapping[str, str]) -> Endpoint
     return configured or Endpoint(label=endpoint_label(variables.default_base_url, variables.provider))
 
 
-@contextlib.asynccontextmanager
-async def local_standin(executor_type: str, plan: Path) -> AsyncIterator[Endpoint]:
-    """The provider's stand-in on loopback for the block, its remote agent following `plan`."""
-    # By name: a run that needs no stand-in does not load one (an aiohttp server of its own).
-    module = importlib.import_module(PROVIDERS[executor_type].standin_module)
-    async with module.running(plan) as standin:
-        yield Endpoint(standin.base_url, STANDIN_KEY, endpoint_label(standin.base_url, "the local stand-in"))
+def standin_endpoint(base_url: str) -> Endpoint:
+    """The local stand-in at `base_url`. A stand-in that stops answering mid-run must not hold each
+    request for the SDK's default ten minutes: 20 s without a byte is a stand-in gone (its event
+    streams send a keepalive every ten seconds), and the attempt ends as the provider unavailable
+    once its tries are spent."""
+    label = endpoint_label(base_url, "the local stand-in")
+    return Endpoint(base_url, STANDIN_KEY, label, standin=True, timeout=STANDIN_TIMEOUT_S)
+
+
+def standin_model_id(asked: str) -> str:
+    """The model a stand-in reports, and the record names, for a session that asked for `asked`:
+    its scripted plan decided, not that model."""
+    return f"local stand-in (scripted plan, in place of {asked or 'the model asked for'})"
 
 
 # The variables a self-hosted model executor reads (its SDK's own).

@@ -19,10 +19,15 @@ the truth and the provider is settled against it:
   the event that caused it: the result, the refusal or the reconciliation), and its acceptance is
   recorded (kind `result_delivered`). A resumed attempt delivers every recorded result the
   provider still waits for; a call the record never saw is recorded, then run.
-- A remote session that failed, was terminated or deleted ends the Belay session with that reason
-  (recorded). A cut event stream is reopened and the session read again; a request the provider
-  may retry safely is retried; the rest is checked against the remote state before it is sent
-  again. A provider that does not answer ends the attempt (not the session) with the reason.
+- The record is authoritative, the remote session a cache. One that is gone (404), failed or was
+  terminated is recorded (kind `failed`, its id kept) and replaced: a new remote session on the
+  same executor, seeded with the record's projection (`belay.executors.seeding`), the old one
+  closed where the provider allows it. The old one's calls stay as the record has them: a result
+  stays settled, an unknown outcome in reconciliation; none is asked again. Once
+  MAX_FRUITLESS_LOSSES remote sessions in a row were lost before any took a result, the session
+  fails (`RemoteSessionsLost`). A cut event stream is reopened and the session read again; a
+  request the provider may retry safely is retried; the rest is checked against the remote state
+  before it is sent again. A provider that does not answer ends the attempt (not the session).
 - When the remote agent is done, its outputs (files, artifacts) are copied into the artifact store
   with their sha256 and recorded as deliverables, with the same fetch command as any other.
 
@@ -39,9 +44,10 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, TypeVar
 
+from belay.executors.call_arguments import check_arguments
 from belay.executors.provider import (
     Delivery,
     ManagedProvider,
@@ -53,10 +59,10 @@ from belay.executors.provider import (
     RemoteTransient,
     ResultToDeliver,
     Snapshot,
-    TaskBrief,
     classify,
     translated,
 )
+from belay.executors.seeding import seed_text, task_brief
 from belay.harness.executor import (
     Decision,
     ExecutorContext,
@@ -80,7 +86,6 @@ from belay.journal.events import (
 )
 from belay.journal.operations import ProposedCall, operation_ids
 from belay.journal.state import RemoteCallRecord, SessionState
-from belay.journal.tools import TOOLS
 
 METADATA_SESSION = "belay_session"
 METADATA_SUBAGENT = "belay_subagent"
@@ -101,89 +106,19 @@ FIND_AFTER_LOST_CREATE_S = (0.2, 0.5, 1.0)
 # A result is handed to the remote agent as text, at most this long.
 MAX_RESULT_CHARS = 32_000
 
+# Remote sessions of one subagent lost in a row before any took a result: then the session fails.
+MAX_FRUITLESS_LOSSES = 3
+
 T = TypeVar("T")
 
 
-# --------------------------------------------------------------------------------------------------
-# Arguments that fit a tool's schema
-
-
-def check_arguments(name: str, raw: Any) -> tuple[dict[str, Any], str | None]:
-    """The call's arguments as an object, and why they do not fit the tool's schema (None when
-    they fit): unknown tool, not a JSON object, a required argument missing, a wrong type."""
-    spec = TOOLS.get(name)
-    if spec is None:
-        return {}, f"unknown tool {name!r}; the tools are: {', '.join(sorted(TOOLS))}"
-    arguments = raw
-    if isinstance(raw, str):
-        try:
-            arguments = json.loads(raw) if raw.strip() else {}
-        except ValueError as error:
-            return {}, f"{name}: the arguments are not valid JSON ({error})"
-    if not isinstance(arguments, dict):
-        return {}, f"{name}: the arguments must be a JSON object, got {type(arguments).__name__}"
-    missing = [key for key in spec.required if key not in arguments]
-    if missing:
-        return arguments, f"{name}: missing required argument {', '.join(missing)}"
-    for key, schema in spec.parameters.items():
-        if key in arguments and not _fits(arguments[key], schema):
-            return arguments, f"{name}: argument {key!r} must be of type {schema.get('type')}"
-    return arguments, None
-
-
-_JSON_TYPES: dict[str, Callable[[Any], bool]] = {
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-}
-
-
-def _fits(value: Any, schema: dict[str, Any]) -> bool:
-    check = _JSON_TYPES.get(str(schema.get("type")))
-    if check is None:
-        return True
-    if not check(value):
-        return False
-    items = schema.get("items")
-    if isinstance(value, list) and isinstance(items, dict):
-        return all(_fits(item, items) for item in value)
-    return True
+class RemoteLost(ExecutorFailed):
+    """The remote session is gone (404), failed or was terminated; recorded as `failed`. The
+    executor replaces it (`ManagedExecutor.replace`)."""
 
 
 # --------------------------------------------------------------------------------------------------
 # What the remote agent is told
-
-
-def task_brief(context: ExecutorContext, state: SessionState) -> TaskBrief:
-    session, sub = context.session, context.subagent
-    executor = session.spec.executor
-    instructions = (
-        f"You are {sub.name}, one subagent of the Belay session {session.session_id}"
-        + (f": {sub.role}." if sub.role else ".")
-        + " Every tool you call runs in your own sandboxed workspace, recorded, under Belay's "
-        "effect classes and approvals. Frame each step of your work with update_plan (running, "
-        "then done with a verification command). Record hypotheses, decisions and findings with "
-        "record_note, citing the file, test or output behind each in its evidence."
-        + (
-            f" Publish your deliverable {sub.deliverable} with publish_deliverable."
-            if sub.deliverable
-            else ""
-        )
-    )
-    lines = [f"Goal: {state.request.goal}"]
-    lines += [f"{name}: {text}" for name, text in sorted(state.request.parts.items())]
-    if sub.deliverable:
-        lines.append(f"Your deliverable: {sub.deliverable}")
-    return TaskBrief(
-        model=executor.model or "",
-        name=f"belay-{session.session_id}-{sub.name}",
-        instructions=instructions,
-        message="\n".join(lines),
-        tools=tuple(TOOLS.values()),
-    )
 
 
 def result_text(output: Any) -> str:
@@ -268,9 +203,19 @@ class ManagedExecutor:
 
     async def resume(self, state: SessionState) -> None:
         await self.attach(state, look_first=True)
-        await self.settle(await self.context.read_state(), await self.look())
+        try:
+            await self.settle(await self.context.read_state(), await self.look())
+        except RemoteLost as lost:
+            await self.replace(lost)
 
     async def next_actions(self, state: SessionState) -> Decision:
+        while True:
+            try:
+                return await self.decide(state)
+            except RemoteLost as lost:
+                await self.replace(lost)
+
+    async def decide(self, state: SessionState) -> Decision:
         while True:
             generation = self.signal.generation
             heard, self.heard = self.heard, None
@@ -329,6 +274,12 @@ class ManagedExecutor:
         return self.signal.generation > generation
 
     async def deliver_results(self, outcomes: Sequence[ToolOutcome]) -> None:
+        try:
+            await self.hand_back(outcomes)
+        except RemoteLost as lost:  # the results stay in the record, settled: none runs again
+            await self.replace(lost)
+
+    async def hand_back(self, outcomes: Sequence[ToolOutcome]) -> None:
         state = await self.context.known_state()  # the calls and results were recorded by this attempt
         generation = self.signal.generation
         for outcome in outcomes:
@@ -363,7 +314,8 @@ class ManagedExecutor:
                 self.remote(RemoteKind.INTERRUPTED, detail="Belay interrupts the remote agent (cancel)"),
             ]
         )
-        await self.retrying("cancel", lambda: self.provider.cancel(self.remote_id, self.key(event.seq)))
+        with contextlib.suppress(RemoteLost):  # recorded as lost: the next attempt replaces it
+            await self.retrying("cancel", lambda: self.provider.cancel(self.remote_id, self.key(event.seq)))
 
     async def remote_resources(self) -> list[RemoteResource]:
         state = await self.context.read_state()
@@ -381,23 +333,28 @@ class ManagedExecutor:
     async def close(self) -> None:
         with contextlib.suppress(Exception):  # unrecorded, a later attempt delivers them again
             await self.record_deliveries()
+        await self.stop_watching()
+        await self.provider.close()
+
+    async def stop_watching(self) -> None:
         if self._watcher is not None:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._watcher
             self._watcher = None
-        await self.provider.close()
 
     # ---- the remote session
 
     async def attach(self, state: SessionState, *, look_first: bool) -> None:
         """Find the remote session in the record, else (`look_first`: an earlier attempt may have
         created it before recording it) at the provider by its metadata, else create it; then
-        follow its events."""
+        follow its events. One the record says was lost is replaced (`replace`)."""
         self.record_tag = await self.tag()
         known = state.remote_sessions.get(self.sub)
-        if known is not None and known.failure:
-            raise ExecutorFailed("RemoteSessionFailed", known.failure)
+        if known is not None and known.failure:  # lost under an earlier attempt, not yet replaced
+            self.remote_id = known.remote_session_id
+            await self.replace(RemoteLost("RemoteSessionFailed", known.failure))
+            return
         if known is not None:
             self.remote_id = known.remote_session_id
         else:
@@ -412,13 +369,70 @@ class ManagedExecutor:
             self.remote_id = found
             # Lost with the machine, a resume finds the session by its metadata.
             await self.context.record([self.remote(RemoteKind.SESSION, detail=how)], durable=False)
+        self.follow()
+
+    def follow(self) -> None:
         self._watcher = asyncio.create_task(self.watch(), name=f"{self.kind}-{self.sub}-events")
 
-    async def create(self, metadata: dict[str, str], state: SessionState) -> tuple[str, str]:
+    async def replace(self, lost: RemoteLost) -> None:
+        """The record is authoritative, the remote session a cache: in place of the lost one
+        (recorded `failed`), a new remote session on the same executor, seeded from the record
+        (`belay.executors.seeding`), the old one closed where the provider allows it. The calls
+        of the old one stay as the record has them. Bounded: once MAX_FRUITLESS_LOSSES remote
+        sessions in a row were lost before any took a result, the session fails."""
+        with contextlib.suppress(Exception):  # what the old session took, counted as its own
+            await self.record_deliveries()
+        state = await self.context.read_state()
+        known = state.remote_sessions[self.sub]
+        losses = known.lost_in_a_row + (0 if known.delivered else 1)
+        if losses >= MAX_FRUITLESS_LOSSES:
+            raise ExecutorFailed(
+                "RemoteSessionsLost",
+                f"{self.sub}: {losses} remote sessions in a row were lost before any took a result "
+                f"(the last, {known.remote_session_id}: {known.failure or lost.detail}); the record "
+                "holds the work so far: check the provider, then resume the session",
+            )
+        await self.stop_watching()
+        old, why = known.remote_session_id, known.failure or lost.detail
+        closed = await self.close_lost(old)
+        metadata = self.metadata(generation=len(known.replaced) + 2)
+        found = await self.retrying("find", functools.partial(self.find_replacement, metadata, state))
+        how = "found by its metadata: an earlier attempt created it before recording it"
+        if found is None:
+            seed = await seed_text(self.context, state, old, why)
+            found, how = await self.create(metadata, state, seed)
+        self.remote_id = found
+        self.heard, self.busy, self.delivered_at, self.taken_here = None, False, None, set()
+        detail = f"{how}, seeded from the record in place of {old} (lost; {closed})"
+        await self.context.record([self.remote(RemoteKind.SESSION, detail=detail)], durable=False)
+        self.follow()
+
+    async def close_lost(self, remote_id: str) -> str:
+        """Close a lost remote session at the provider; what became of it, for the record."""
+        try:
+            await translated(self.provider.close_session(remote_id), self.connection_errors)
+        except RemoteGone:
+            return "already gone at the provider"
+        except (RemoteRefused, RemoteTransient) as refused:
+            return f"not closed: {refused}"
+        return "closed at the provider"
+
+    async def find_replacement(self, metadata: dict[str, str], state: SessionState) -> str | None:
+        """A replacement an earlier attempt created and did not record; none when what it would
+        have been made with (Anthropic's agent) is gone as well."""
+        try:
+            return await self.provider.find_session(metadata, self.resources(state))
+        except Exception as error:
+            if isinstance(classify(error, self.connection_errors), RemoteGone):
+                return None
+            raise
+
+    async def create(self, metadata: dict[str, str], state: SessionState, seed: str = "") -> tuple[str, str]:
         """The new remote session's id, and how it was come by."""
-        brief = task_brief(self.context, state)
+        brief = task_brief(self.context, state, seed)
+        gone: set[str] = set()  # recorded resources the provider no longer has: made again
         for attempt in range(TRIES):
-            resources = self.resources(await self.context.read_state())
+            resources = self.resources(await self.context.read_state(), without=gone)
             try:
                 created = await translated(
                     self.provider.create_session(metadata, brief, resources, self.record_resource),
@@ -430,11 +444,18 @@ class ManagedExecutor:
                     f"creating the remote session: {lost}; looking for it before creating it again"
                 )
             except (RemoteRefused, RemoteGone) as refused:
+                if isinstance(refused, RemoteGone) and resources:
+                    gone |= set(resources.values())
+                    await self.note_interruption(
+                        f"creating the remote session: {refused}; its {', '.join(sorted(resources))} "
+                        "no longer exist at the provider and are made again"
+                    )
+                    continue
                 await self.unavailable(f"the provider refused to create the remote session: {refused}")
             # The create may have taken effect with its answer lost: it has no idempotency key.
             for delay in FIND_AFTER_LOST_CREATE_S:
                 await asyncio.sleep(delay)
-                resources = self.resources(await self.context.read_state())
+                resources = self.resources(await self.context.read_state(), without=gone)
                 found = await self.retrying(
                     "find", functools.partial(self.provider.find_session, metadata, resources)
                 )
@@ -458,19 +479,22 @@ class ManagedExecutor:
             ]
         )
 
-    def resources(self, state: SessionState) -> dict[str, str]:
+    def resources(self, state: SessionState, without: Collection[str] = ()) -> dict[str, str]:
         prefix = f"{self.sub}/"
         return {
             name.removeprefix(prefix): remote_id
             for name, remote_id in state.remote_resources.items()
-            if name.startswith(prefix)
+            if name.startswith(prefix) and remote_id not in without
         }
 
-    def metadata(self) -> dict[str, str]:
+    def metadata(self, generation: int = 1) -> dict[str, str]:
+        """What names this subagent's remote session of this record; a replacement (`generation`
+        2 on) apart from the ones before it, so that looking for one never finds another."""
+        tag = self.record_tag if generation == 1 else f"{self.record_tag}.{generation}"
         return {
             METADATA_SESSION: self.context.session.session_id,
             METADATA_SUBAGENT: self.sub,
-            METADATA_RECORD: self.record_tag,
+            METADATA_RECORD: tag,
         }
 
     async def tag(self) -> str:
@@ -738,8 +762,10 @@ class ManagedExecutor:
         )
 
     async def fail(self, reason: str, detail: str) -> None:
+        """The remote session cannot go on: recorded, then `RemoteLost`, which the protocol's
+        methods answer by replacing it (and which fails the session wherever it is not)."""
         await self.context.record([self.remote(RemoteKind.FAILED, detail=detail)])
-        raise ExecutorFailed(reason, f"{self.sub}: {detail}")
+        raise RemoteLost(reason, f"{self.sub}: {detail}")
 
     def remote(self, kind: RemoteKind, **fields: Any) -> Remote:
         return Remote(

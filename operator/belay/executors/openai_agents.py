@@ -7,6 +7,7 @@ tool is a function tool. What is used of the API (`openai` >= 3.57):
 - `sessions.list(metadata=...)` and `sessions.create(environment, agent, input, metadata)`: the
   session and its first message, created once (creation takes no idempotency key, so it is sent
   once, never retried by the SDK, and looked for by its metadata first).
+- `sessions.delete`: a session that failed, replaced by a new one seeded from the record.
 - `sessions.retrieve`: `status` (`idle`, `in_progress`, `requires_action`, `failed`),
   `required_actions` (the `function_call`s waiting on a result, with their `turn_id`).
 - `sessions.events.create(events=[agent.session.input.tool_result], idempotency_key=...)`: each
@@ -41,6 +42,7 @@ from belay.executors.provider import (
     ResultToDeliver,
     Snapshot,
     TaskBrief,
+    client_options,
 )
 from belay.harness.executor import ExecutorContext
 from belay.harness.tools import tool_schema
@@ -82,7 +84,7 @@ class OpenAIAgentsProvider(ManagedProvider):
     def new_client(self, endpoint: Endpoint) -> Any:
         from openai import AsyncOpenAI
 
-        return AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key)
+        return AsyncOpenAI(**client_options(endpoint))
 
     @property
     def sessions(self) -> Any:
@@ -93,6 +95,9 @@ class OpenAIAgentsProvider(ManagedProvider):
             if all(session.metadata.get(k) == v for k, v in metadata.items()):
                 return str(session.id)
         return None
+
+    async def close_session(self, session_id: str) -> None:
+        await self.once.beta.agents.sessions.delete(session_id)
 
     async def create_session(
         self,

@@ -4,8 +4,8 @@ answers mean, and `ManagedProvider`, the wire format each provider module implem
 official SDK (`openai_agents`, `anthropic_managed`).
 
 What a provider answers is one of three outcomes (`classify`): the remote session is gone
-(`RemoteGone`, a 404), the provider refused for good (`RemoteRefused`, another 4xx), or it did not
-answer in a way it may repeat (`RemoteTransient`: no answer, 5xx, 408, 409, 429).
+(`RemoteGone`, a 404 or 410), the provider refused for good (`RemoteRefused`, another 4xx), or it
+did not answer in a way it may repeat (`RemoteTransient`: no answer, 5xx, 408, 409, 429).
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ class Endpoint:
     base_url: str | None = None
     api_key: str | None = None
     label: str = ""  # what the record and the briefing say; never a credential
+    standin: bool = False  # Belay's local stand-in (`belay.executors.standins`), not a provider
+    timeout: float | None = None  # the SDK client's, in seconds; None: the SDK's default
 
 
 def endpoint_label(base_url: str, what: str) -> str:
@@ -144,7 +146,13 @@ class ManagedProvider(abc.ABC):
 
     @abc.abstractmethod
     def new_client(self, endpoint: Endpoint) -> Any:
-        """The SDK's async client for the endpoint (None fields: the SDK's own variables)."""
+        """The SDK's async client for the endpoint (None fields: the SDK's own variables; the
+        timeout given to the client when there is one, see `client_options`)."""
+
+    @abc.abstractmethod
+    async def close_session(self, session_id: str) -> None:
+        """End a remote session Belay no longer uses (replaced by another), where the API allows
+        it. Raises as every method does: the caller decides what a failure means."""
 
     @abc.abstractmethod
     async def find_session(self, metadata: dict[str, str], resources: dict[str, str]) -> str | None:
@@ -209,13 +217,21 @@ class ManagedProvider(abc.ABC):
         await self.client.close()
 
 
+def client_options(endpoint: Endpoint) -> dict[str, Any]:
+    """What an SDK client is built with: the endpoint, and its timeout when it has one."""
+    options: dict[str, Any] = {"base_url": endpoint.base_url, "api_key": endpoint.api_key}
+    if endpoint.timeout is not None:
+        options["timeout"] = endpoint.timeout
+    return options
+
+
 def classify(error: BaseException, connection_errors: tuple[type[BaseException], ...]) -> Exception | None:
     """The provider's answer as one of `RemoteGone`, `RemoteRefused`, `RemoteTransient`, or None
     when the error is not the provider's (a bug, which must surface as one)."""
     status = getattr(error, "status_code", None)
     if isinstance(status, int):
         text = f"HTTP {status}: {_message_of(error)}"
-        if status == 404:
+        if status in (404, 410):  # not found, or gone for good (an expired session)
             return RemoteGone(text)
         if status in (408, 409, 429) or status >= 500:
             return RemoteTransient(text)

@@ -349,7 +349,8 @@ class RemoteKind(StrEnum):
     # Something the executor created at the provider before its session (an agent, an
     # environment), named by `resource` and `resource_id`.
     RESOURCE = "resource"
-    # The provider's session this subagent's executor holds (created, or found by its metadata).
+    # The provider's session this subagent's executor holds (created, or found by its metadata);
+    # one with another id than the subagent's last replaces that one, lost, seeded from the record.
     SESSION = "session"
     # The remote agent asked for a call; recorded before the call's tool request, so a resumed
     # attempt gives it the same operation id.
@@ -361,6 +362,7 @@ class RemoteKind(StrEnum):
     # The connection to the provider was cut or answered an error, and the executor went on.
     INTERRUPTED = "interrupted"
     # The remote session cannot go on (failed, terminated, deleted): the reason is in `detail`.
+    # The executor replaces it (a `session` event follows), within its bound.
     FAILED = "failed"
     # The provider compacted the remote session's own context (its summary, in its records, not
     # Belay's); `detail` names the provider's event. Belay's record is not compacted by it.

@@ -9,6 +9,8 @@ Home layout (`--home`, `BELAY_HOME`, default `./.belay`):
     <home>/sessions/<id>/sandboxes/   one directory per subagent sandbox (workspaces, logs)
     <home>/sessions/<id>/tickets.json the local ticket service's state
     <home>/sessions/<id>/logs/harness.log  one line per event the harness recorded
+    <home>/sessions/<id>/standins/<executor>/  a managed executor's local stand-in, when no provider
+                                      is configured: ready.json (pid, base URL), standin.log
 
 The record and the artifacts live elsewhere when the manifest names `spec.stores` (etcd:// and
 s3:// URLs, opened through `belay.stores.factory` with credentials from the environment), or when
@@ -19,6 +21,7 @@ entry (another directory, another machine) read it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import os
@@ -131,6 +134,9 @@ class LocalHome:
 
     def logs_dir(self, session_id: str) -> Path:
         return self.session_dir(session_id) / "logs"
+
+    def standin_dir(self, session_id: str, executor_type: str) -> Path:
+        return self.session_dir(session_id) / "standins" / executor_type
 
     def check(self) -> None:
         """Refuse a home that exists but is not one, before any command reads or writes it. Only
@@ -412,7 +418,7 @@ async def run_local(
     harness: Harness | None = None
     try:
         session = await on_recorded_executor(store, artifacts, session)
-        async with provider_endpoint(session) as endpoint:
+        async with provider_endpoint(home, session) as endpoint:
             if with_ticket_service:
                 from belay.local.tickets import TicketService
 
@@ -431,7 +437,7 @@ async def run_local(
                 tickets=tickets,
                 inputs=read_inputs(session),
                 holder=this_holder(),
-                model_id=initial_model_id(session),
+                model_id=model_id_for(session, endpoint),
                 on_event=record_and_forward,
                 stop=stop,
             )
@@ -463,27 +469,43 @@ async def on_recorded_executor(
 
 
 @contextlib.asynccontextmanager
-async def provider_endpoint(session: AgentSession) -> AsyncIterator[Endpoint | None]:
+async def provider_endpoint(home: LocalHome, session: AgentSession) -> AsyncIterator[Endpoint | None]:
+    """A managed executor's provider for the attempt (`session_provider`). None: self-hosted."""
+    yield await asyncio.to_thread(session_provider, home, session)
+
+
+def session_provider(home: LocalHome, session: AgentSession) -> Endpoint | None:
     """A managed executor's provider: the one the SDK's standard variables configure, else the
-    local stand-in on loopback following the manifest's plan, for the run. None: self-hosted."""
-    from belay.executors.endpoints import PROVIDERS, configured_endpoint, local_standin
+    session's local stand-in following the manifest's plan (`belay.local.standin_process`: found
+    in the home while it runs, else started, and left running after this process, as a
+    provider's service is). None: self-hosted."""
+    from belay.executors.endpoints import PROVIDERS, configured_endpoint, standin_endpoint
+    from belay.local.standin_process import StandinProcess
 
     executor = session.spec.executor
     if not executor.managed:
-        yield None
-        return
+        return None
     endpoint = configured_endpoint(executor.type, os.environ)
     if endpoint is not None:
-        yield endpoint
-        return
+        return endpoint
     if not executor.plan:
         variables = PROVIDERS[executor.type]
         raise ManifestError(
             f"{executor.type}: no provider is configured ({variables.api_key} and {variables.base_url} "
             "are unset) and the manifest has no executor.plan for the local stand-in: set one of them"
         )
-    async with local_standin(executor.type, Path(executor.plan)) as standin:
-        yield standin
+    directory = home.standin_dir(session.session_id, executor.type)
+    standin = StandinProcess.for_session(executor.type, Path(executor.plan), directory)
+    return standin_endpoint(standin.base_url)
+
+
+def model_id_for(session: AgentSession, endpoint: Endpoint | None) -> str:
+    """What the attempt says decides: where a local stand-in answers, its scripted plan."""
+    from belay.executors.endpoints import standin_model_id
+
+    if endpoint is not None and endpoint.standin:
+        return standin_model_id(session.spec.executor.model or "")
+    return initial_model_id(session)
 
 
 def stop_leftover_sandboxes(home: LocalHome, session: AgentSession) -> None:

@@ -51,9 +51,9 @@ from typing import ClassVar
 
 from aiohttp import web
 
+from belay.executors.endpoints import standin_model_id
 from belay.executors.standins import common
 from belay.executors.standins.common import (
-    SUBAGENT_METADATA_KEY,
     ApiError,
     CompactContext,
     DeleteSession,
@@ -79,8 +79,8 @@ from belay.executors.standins.common import (
     query_limit,
     query_list,
     query_order,
-    remote_notes_name,
 )
+from belay.executors.standins.remote_agent import SUBAGENT_METADATA_KEY, remote_notes_name
 from belay.harness.models.scripted import ScriptedPlan
 
 BETA = "managed-agents-2026-04-01"
@@ -234,9 +234,9 @@ class AnthropicManagedStandin(StandinServer[RemoteSession]):
             raise ApiError(400, "name: field required")
         model = body.get("model")
         if isinstance(model, str) and model:
-            model_config: Json = {"id": model, "speed": "standard"}
+            model_config: Json = {"id": standin_model_id(model), "speed": "standard"}
         elif isinstance(model, dict) and isinstance(model.get("id"), str):
-            model_config = {"speed": "standard", **model}
+            model_config = {"speed": "standard", **model, "id": standin_model_id(model["id"])}
         else:
             raise ApiError(400, "model: field required")
         tools = body.get("tools") or []
@@ -463,6 +463,7 @@ class AnthropicManagedStandin(StandinServer[RemoteSession]):
         event["processed_at"] = iso_now()
         self._publish(session, event)
         if event["type"] == "user.message":
+            session.remote.read(event["content"])
             if not session.in_turn:
                 session.in_turn = True
                 self._running(session)

@@ -1,14 +1,17 @@
-"""What both provider stand-ins share: the scripted remote agent, the counters, the fault hooks, the
-event streams and the server's life (in process or as a command).
+"""What both provider stand-ins share: the counters, the fault hooks, the event streams and the
+server's life (in process or as a command).
 
 The remote agent. A session created with metadata `belay_subagent: NAME` follows the calls the
-scripted plan makes for NAME (`belay.harness.models.scripted.planned_calls`): the first user
-message starts a turn, the agent asks for one call at a time and asks for the next only once the
+scripted plan makes for NAME (`belay.executors.standins.remote_agent`): the first user message
+starts a turn (a message seeded from Belay's record says where the work stands, and the agent goes
+on from there), the agent asks for one call at a time and asks for the next only once the
 previous one has a result (an error result does not stop it), then ends the turn with a final
 message listing each call and how it ended. When a turn ends with every call done the first time,
 the agent publishes that message as one remote output named `<subagent>-remote-notes.md`. A turn
 cancelled or interrupted while a call is pending does not settle that call: the next turn asks for
-it again, under a new call id. Everything lives in the server's memory.
+it again, under a new call id. The agent reports its model as the stand-in's (`standin_model_id`:
+the scripted plan, in place of the model asked for). Everything lives in the server's memory: a
+new stand-in process has no sessions, like a provider that lost them.
 
 Counters. `GET /_standin/stats` (or `RunningStandin.stats()`) answers, per remote session: each
 input message (keyed by its content) and each tool result (keyed by call id) with how many times it
@@ -32,13 +35,18 @@ server, or `RunningStandin.add_fault(...)`. Each is one of:
 - `{"kind": "duplicate_event", "session_id": S?}`: the next tool call delivered on a stream
   (OpenAI `agent.session.turn.item.added` with a function call, Anthropic `agent.custom_tool_use`)
   is written twice on that stream, byte for byte.
-- `{"kind": "delete_session", "session_id": S}`: the session is gone, as if deleted through the
-  API: its streams end and every request about it answers 404.
+- `{"kind": "delete_session", "session_id": S?}`: the session (without `session_id`: every
+  session) is gone, as if deleted through the API or lost by the provider: its streams end and
+  every request about it answers 404.
 - Provider-specific session faults (`fail_session`; `reschedule_session`, `recover_session`,
   `terminate_session`, `compact_context`) are described in each provider's module.
 
 `GET /_standin/faults` lists the armed faults and those served. Nothing under `/_standin/` is part
 of either provider's API, and nothing there needs a key.
+
+Its life as a command (`main`): it listens on loopback, writes its ready file (`{base_url, pid}`)
+once it does, and stops on SIGTERM, or by itself after `--idle-exit` seconds in which it had no
+request (an open event stream is a request under way, so a followed session is never idle).
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ import re
 import secrets
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -63,10 +72,11 @@ from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from belay.harness.models.base import ToolCall
-from belay.harness.models.scripted import PlanError, ScriptedPlan, load_plan, planned_calls
+from belay.executors.standins.remote_agent import (
+    ScriptedRemoteAgent,
+)
+from belay.harness.models.scripted import PlanError, ScriptedPlan, load_plan
 
-SUBAGENT_METADATA_KEY = "belay_subagent"
 KEEPALIVE_SECONDS = 10.0
 Json = dict[str, Any]
 
@@ -89,63 +99,6 @@ def canonical(value: Any) -> str:
 
 def digest(value: Any) -> str:
     return hashlib.sha256(canonical(value).encode()).hexdigest()
-
-
-def remote_notes_name(subagent: str) -> str:
-    return f"{subagent}-remote-notes.md"
-
-
-# ------------------------------------------------------------------------------------ the agent
-
-
-class ScriptedRemoteAgent:
-    """The remote agent of one session: the plan's calls for one subagent, one at a time."""
-
-    def __init__(self, subagent: str, calls: list[ToolCall]) -> None:
-        self.subagent = subagent
-        self.calls = calls
-        self.position = 0
-        self.outcomes: list[tuple[str, bool]] = []
-        self.published = False
-
-    @classmethod
-    def for_metadata(cls, plan: ScriptedPlan, metadata: dict[str, str]) -> ScriptedRemoteAgent:
-        """The agent named by the session's metadata; `PlanError` when it names none of the plan's."""
-        name = metadata.get(SUBAGENT_METADATA_KEY)
-        if name not in plan.subagents:
-            known = ", ".join(sorted(plan.subagents))
-            raise PlanError(
-                f"metadata.{SUBAGENT_METADATA_KEY} must name a subagent of the stand-in's plan "
-                f"({known}); got {name!r}"
-            )
-        return cls(name, planned_calls(name, plan.subagents[name]))
-
-    def upcoming(self) -> ToolCall | None:
-        return self.calls[self.position] if self.position < len(self.calls) else None
-
-    def settle(self, success: bool) -> None:
-        """The pending call has its first result: the agent moves on, whatever the result says."""
-        call = self.calls[self.position]
-        self.outcomes.append((call.name, success))
-        self.position += 1
-
-    def final_message(self) -> str:
-        if not self.outcomes:
-            return f"# {self.subagent}: remote notes\n\nThere was nothing left to do.\n"
-        lines = [f"- {name}: {'succeeded' if success else 'failed'}" for name, success in self.outcomes]
-        return (
-            f"# {self.subagent}: remote notes\n\n"
-            f"I asked for {len(self.outcomes)} tool calls, one at a time; each ended as follows.\n\n"
-            + "\n".join(lines)
-            + "\n"
-        )
-
-    def take_publication(self) -> bool:
-        """True once: when the turn that finished the plan ends and nothing was published yet."""
-        if self.published or self.upcoming() is not None or not self.outcomes:
-            return False
-        self.published = True
-        return True
 
 
 # -------------------------------------------------------------------------------------- counters
@@ -240,8 +193,10 @@ class DuplicateEvent(_Fault):
 
 
 class DeleteSession(_Fault):
+    """Without `session_id`: every session, as a provider that lost them all."""
+
     kind: Literal["delete_session"] = "delete_session"
-    session_id: str
+    session_id: str | None = None
 
 
 class FailSession(_Fault):
@@ -383,6 +338,8 @@ class StandinServer(Generic[SessionT]):
         self.armed: list[CutStream | ServerError | DuplicateEvent] = []
         self.served: list[Json] = []
         self.streams: dict[str, set[EventStream]] = {}
+        self.under_way = 0
+        self.last_request = time.monotonic()
         for fault in faults:
             parsed = parse_fault(fault)
             if isinstance(parsed, SessionFault):
@@ -454,10 +411,15 @@ class StandinServer(Generic[SessionT]):
         if isinstance(fault, SessionFault):
             if not isinstance(fault, self.session_faults):
                 raise FaultRefused(f"the {self.provider} stand-in has no fault {fault.kind!r}")
-            if fault.session_id not in self.sessions:
+            if fault.session_id is None:  # delete_session alone may name none: every session
+                targets = list(self.sessions.values())
+            elif fault.session_id in self.sessions:
+                targets = [self.sessions[fault.session_id]]
+            else:
                 raise FaultRefused(f"no session {fault.session_id}")
-            self.apply_session_fault(self.sessions[fault.session_id], fault)
-            self.served.append(fault.model_dump())
+            for session in targets:
+                self.apply_session_fault(session, fault)
+            self.served.append({**fault.model_dump(), "sessions": [session.id for session in targets]})
             return
         if isinstance(fault, ServerError) and fault.after_apply and fault.method not in ("POST", "DELETE"):
             raise FaultRefused("after_apply needs method POST or DELETE: a read has no effect to apply")
@@ -567,6 +529,20 @@ class StandinServer(Generic[SessionT]):
 
     @web.middleware
     async def _middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Any]
+    ) -> web.StreamResponse:
+        # What `idle_s` counts from: no request under way (a stream open is one), none since.
+        self.under_way += 1
+        try:
+            return await self._answer(request, handler)
+        finally:
+            self.under_way -= 1
+            self.last_request = time.monotonic()
+
+    def idle_s(self) -> float:
+        return 0.0 if self.under_way else time.monotonic() - self.last_request
+
+    async def _answer(
         self, request: web.Request, handler: Callable[[web.Request], Any]
     ) -> web.StreamResponse:
         if request.path.startswith("/_standin/"):
@@ -738,18 +714,36 @@ def read_ready_file(path: Path) -> StandinReady:
     return StandinReady.model_validate_json(path.read_text())
 
 
-async def _serve_forever(server: StandinServer[Any], host: str, port: int, ready_file: Path | None) -> None:
+async def _serve_forever(
+    server: StandinServer[Any], host: str, port: int, ready_file: Path | None, idle_exit_s: float | None
+) -> None:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stopping.set)
+
+    async def stop_when_idle(limit: float) -> None:
+        while server.idle_s() < limit:
+            await asyncio.sleep(min(max(limit - server.idle_s(), 0.05), 30.0))
+        stopping.set()
+
+    watchdog = asyncio.create_task(stop_when_idle(idle_exit_s)) if idle_exit_s else None
     async with serve(server, host=host, port=port) as standin:
+        ready = StandinReady(base_url=standin.base_url, pid=os.getpid())
         if ready_file is not None:
             temporary = ready_file.with_name(f".{ready_file.name}.{os.getpid()}.tmp")
-            temporary.write_text(StandinReady(base_url=standin.base_url, pid=os.getpid()).model_dump_json())
+            temporary.write_text(ready.model_dump_json())
             os.replace(temporary, ready_file)
         print(standin.base_url, flush=True)
-        await stopping.wait()
+        try:
+            await stopping.wait()
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+            # Gone, it is no longer to be found: unless a newer stand-in has taken the file over.
+            with contextlib.suppress(OSError, ValueError):
+                if ready_file is not None and read_ready_file(ready_file) == ready:
+                    ready_file.unlink()
 
 
 def main(server_class: type[StandinServer[Any]], module: str, argv: list[str] | None = None) -> None:
@@ -762,6 +756,12 @@ def main(server_class: type[StandinServer[Any]], module: str, argv: list[str] | 
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--ready-file", type=Path, help="written with {base_url, pid} once listening")
     parser.add_argument("--api-key", help="the only key accepted (default: any non-empty key)")
+    parser.add_argument(
+        "--idle-exit",
+        type=float,
+        metavar="SECONDS",
+        help="stop after this long without a request (default: never)",
+    )
     options = parser.parse_args(argv)
     try:
         plan = load_plan(options.plan)
@@ -771,7 +771,7 @@ def main(server_class: type[StandinServer[Any]], module: str, argv: list[str] | 
         raise SystemExit(2) from None
     server = server_class(plan, api_key=options.api_key)
     try:
-        asyncio.run(_serve_forever(server, options.host, options.port, options.ready_file))
+        asyncio.run(_serve_forever(server, options.host, options.port, options.ready_file, options.idle_exit))
     except OSError as error:
         print(f"error: cannot listen on {options.host}:{options.port}: {error.strerror}", file=sys.stderr)
         raise SystemExit(2) from None

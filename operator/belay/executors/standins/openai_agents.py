@@ -47,9 +47,9 @@ from typing import Any, ClassVar
 
 from aiohttp import web
 
+from belay.executors.endpoints import standin_model_id
 from belay.executors.standins import common
 from belay.executors.standins.common import (
-    SUBAGENT_METADATA_KEY,
     ApiError,
     DeleteSession,
     FailSession,
@@ -70,9 +70,9 @@ from belay.executors.standins.common import (
     new_id,
     query_limit,
     query_order,
-    remote_notes_name,
     unix_now,
 )
+from belay.executors.standins.remote_agent import SUBAGENT_METADATA_KEY, remote_notes_name
 from belay.harness.models.base import ToolCall
 from belay.harness.models.scripted import ScriptedPlan
 
@@ -472,6 +472,7 @@ class OpenAIAgentsStandin(StandinServer[RemoteSession]):
             }
             session.items.append(item)
             self._item_event(session, "agent.session.turn.item.added", item)
+            session.remote.read(message["content"])
 
     def _advance(self, session: RemoteSession) -> None:
         call = session.remote.upcoming()
@@ -680,7 +681,7 @@ def _resolve_agent(raw: Any) -> Json:
     return {
         "id": new_id("agent"),
         "instructions": raw.get("instructions"),
-        "model": model,
+        "model": standin_model_id(model),
         "multi_agent": {"enabled": False, "max_concurrent_subagents": None},
         "name": None,
         "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},

@@ -253,6 +253,7 @@ class LifecycleEntry(Record):
 
 class Lifecycle(Record):
     attempt: int = 0  # the highest harness attempt seen
+    model_id: str = ""  # what the latest attempt started deciding with (its harness_started)
     lease: int = 0
     harness_running: bool = False
     harness_starts: int = 0
@@ -310,6 +311,12 @@ class RemoteSessionRecord(Record):
     interruptions: int = 0  # cut streams and errors the executor went on after
     failure: str = ""  # why the remote session cannot go on, when it cannot
     last_detail: str = ""
+    # The remote sessions of this subagent it replaced, oldest first (each lost: gone, failed or
+    # terminated), why the last of them was lost, and how many of them in a row, up to that one,
+    # were lost before any took a result.
+    replaced: tuple[str, ...] = ()
+    replaced_because: str = ""
+    lost_in_a_row: int = 0
 
 
 class RemoteCallRecord(Record):

@@ -7,10 +7,12 @@ checks read only the record, the artifact store and the ticket service's file.
 
 The same checks run on every executor (`--executor`): `self-hosted` runs the manifest's plan as a
 scripted model; a managed executor (`openai-agents`, `anthropic-managed`) runs against its local
-stand-in, one per scenario, started outside the killed process group so the provider outlives the
-adapter. For a managed executor the drill also kills the adapter between a tool's recorded result
-and its delivery, and checks with the stand-in's counters that the provider saw each input and
-each tool result once, and with the record that the remote session is the same before and after.
+stand-in as a person's run does: nothing configured, `belay run` starts the session's stand-in in
+the scenario's home, outside the process group the drill kills, and `belay resume` finds it there
+(`belay.local.standin_process`). For a managed executor the drill also kills the adapter between
+a tool's recorded result and its delivery, and checks with the stand-in's counters that the
+provider saw each input and each tool result once, and with the record that the remote session is
+the same before and after.
 Each kill point is reported with the record's seq range, the deliverables' hashes, the model,
 harness and executor versions, and the transition expected and observed.
 

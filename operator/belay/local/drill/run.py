@@ -1,6 +1,11 @@
-"""One run of the drill: the session prepared for its executor, a fresh home per scenario (with a
-managed executor's stand-in beside it), the checks and kill points found so far, and the two steps
-every scenario takes: kill a run at a point of its record, and resume it."""
+"""One run of the drill: the session prepared for its executor, a fresh home per scenario, the checks
+and kill points found so far, and the two steps every scenario takes: kill a run at a point of its
+record, and resume it.
+
+A managed executor runs on its local stand-in exactly as a person's `belay run` does: nothing is
+configured (the provider's variables are blanked, so a real key is never used), `belay run` starts
+the session's stand-in in the home and `belay resume` finds it there (`belay.local.standin_process`);
+the drill kills the `belay` process group only, and reads the stand-in's counters where it finds it."""
 
 from __future__ import annotations
 
@@ -14,19 +19,41 @@ from typing import NamedTuple
 import yaml
 
 from belay.api.agentsession import MANAGED_EXECUTORS
+from belay.executors.endpoints import PROVIDERS
 from belay.journal.events import Event
 from belay.journal.verdicts import deliverables
 from belay.local.cli_process import read_events, run_until
 from belay.local.drill.manifest import executor_kind, executor_version, manifest_for
 from belay.local.drill.report import DrillCheck, DrillReport, KillPoint, SeqRange, SkippedScenario
 from belay.local.drill.waiting import Watched, run_watched
-from belay.local.standin_process import StandinProcess
+from belay.local.runtime import LocalHome
+from belay.local.standin_process import StandinProcess, stop_session_standins
 
 
 class Resumed(NamedTuple):
     result: Watched  # `stalled` says what it waited on when the drill had to stop it
     events: list[Event]  # the whole record after the resume
     seconds: float  # wall time of the `belay resume`
+
+
+class SessionStandins:
+    """The stand-in `belay` started for the drill's session in each home, found as `belay resume`
+    finds it."""
+
+    def __init__(self, executor: str, session_id: str) -> None:
+        self.executor, self.session_id = executor, session_id
+        self.homes: set[Path] = set()
+
+    def __getitem__(self, home: Path) -> StandinProcess:
+        directory = LocalHome(home).standin_dir(self.session_id, self.executor)
+        found = StandinProcess.found(self.executor, directory)
+        if found is None:
+            raise LookupError(f"no {self.executor} stand-in is running in {directory}")
+        return found
+
+    def stop(self) -> None:
+        for home in self.homes:
+            stop_session_standins(home)
 
 
 class Drill:
@@ -49,10 +76,14 @@ class Drill:
         self.checks: list[DrillCheck] = []
         self.skipped: list[SkippedScenario] = []
         self.points: list[KillPoint] = []
-        self.standins: dict[Path, StandinProcess] = {}
         self.reference_run_s: float | None = None
         self.reference_events: int | None = None
         self.session_id = str(self.data["metadata"]["name"])
+        self.standins = SessionStandins(self.executor, self.session_id)
+        # Where a stand-in answers, the report says so: its scripted plan decided, no model did.
+        self.executor_label = executor_version(self.executor) + (
+            ", on its local stand-in (scripted plan)" if self.managed else ""
+        )
         self.subagents = len(self.data["spec"]["subagents"])
 
     def check(self, name: str, passed: bool, detail: str) -> bool:
@@ -72,12 +103,13 @@ class Drill:
         return path
 
     def environment(self, home: Path) -> dict[str, str] | None:
-        """What `belay` runs with in this home: a managed executor's stand-in, never a real key."""
+        """What `belay` runs with in this home: for a managed executor, no provider configured,
+        so that `belay` uses the session's local stand-in, never a real key."""
         if not self.managed:
             return None
-        if home not in self.standins:
-            self.standins[home] = StandinProcess(self.executor, self.plan, home / "standin")
-        return self.standins[home].environment()
+        self.standins.homes.add(home)
+        variables = PROVIDERS[self.executor]
+        return {variables.base_url: "", variables.api_key: ""}
 
     def kill_run_at(
         self, home: Path, env: dict[str, str] | None, point: str, manifest: Path | None = None
@@ -117,7 +149,7 @@ class Drill:
                 artifacts=deliverables(after),
                 models=sorted({e.actor.model_id for e in after if e.actor.model_id}),
                 harness_versions=sorted({e.actor.harness_version for e in after if e.actor.harness_version}),
-                executor=executor_version(self.executor),
+                executor=self.executor_label,
                 expected=expected,
                 observed=observed,
                 passed=passed,
@@ -126,15 +158,14 @@ class Drill:
         )
 
     def stop_standins(self) -> None:
-        for standin in self.standins.values():
-            standin.stop()
+        self.standins.stop()
 
     def report(self) -> DrillReport:
         return DrillReport(
             passed=all(c.passed for c in self.checks),
             checks=self.checks,
             skipped=self.skipped,
-            executor=executor_version(self.executor),
+            executor=self.executor_label,
             points=self.points,
             reference_run_s=self.reference_run_s,
             reference_events=self.reference_events,

@@ -352,6 +352,7 @@ def _recovery(state: SessionState) -> RecoveryItem:
     failure = lc.last_recovery_failure
     return RecoveryItem(
         attempt=lc.attempt,
+        model=lc.model_id,
         harness_lost=lc.harness_lost,
         restores=lc.restores,
         recovery_restores=lc.recovery_restores,
@@ -393,6 +394,8 @@ def _remote_sessions(state: SessionState) -> list[RemoteSessionItem]:
             refused=r.refused,
             interruptions=r.interruptions,
             failure=r.failure,
+            replaced=list(r.replaced),
+            replaced_because=r.replaced_because,
         )
         for r in sorted(state.remote_sessions.values(), key=lambda r: r.subagent)
     ]

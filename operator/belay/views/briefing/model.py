@@ -208,6 +208,7 @@ class ExecutorMoveItem(Model):
 
 class RecoveryItem(Model):
     attempt: int = 0
+    model: str = ""  # what the latest attempt started deciding with (a local stand-in says so)
     harness_lost: int = 0
     restores: int = 0  # every restore, the first seeding of each sandbox included
     recovery_restores: int = 0  # restores into a sandbox that replaced an earlier one
@@ -260,6 +261,10 @@ class RemoteSessionItem(Model):
     refused: int
     interruptions: int
     failure: str = ""
+    # The remote sessions it replaced (each lost), oldest first, and why the last one was lost:
+    # the executor started this one seeded from the record.
+    replaced: list[str] = []
+    replaced_because: str = ""
 
 
 class BudgetUsage(Model):

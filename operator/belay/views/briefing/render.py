@@ -302,6 +302,8 @@ def _recovery_rows(b: Briefing) -> list[Row]:
     if rec.recovery_failures:
         happened.append(f"recovery failures {rec.recovery_failures}")
     attempt = f"attempt {rec.attempt}" + (" (interrupted, see above)" if b.interruption else "")
+    if rec.model:
+        attempt += f", model {rec.model}"
     happened = happened or ["no attempt lost, no sandbox replaced"]
     rows.append((1, f"{attempt}; " + "; ".join(happened)))
     if rec.last_failure:
@@ -395,6 +397,15 @@ def _remote_rows(b: Briefing) -> list[Row]:
             f"{remote.refused} refused for their arguments, {remote.interruptions} interruptions"
         )
         rows.append((2, counts + (f"; failed: {remote.failure}" if remote.failure else "")))
+        if remote.replaced:
+            rows.append(
+                (
+                    2,
+                    f"a new remote session, seeded from the record, in place of {remote.replaced[-1]} "
+                    f"(lost: {remote.replaced_because or 'unknown'})"
+                    + (f"; {len(remote.replaced)} replaced in all" if len(remote.replaced) > 1 else ""),
+                )
+            )
     return rows
 
 

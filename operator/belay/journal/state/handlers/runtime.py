@@ -63,7 +63,8 @@ def _lifecycle_changes(
     lc, p = s.lifecycle, e.payload
     match p.kind:
         case LifecycleKind.HARNESS_STARTED:
-            return {"harness_running": True, "harness_starts": lc.harness_starts + 1}
+            started = {"harness_running": True, "harness_starts": lc.harness_starts + 1}
+            return {**started, "model_id": e.actor.model_id or ""}
         case LifecycleKind.HARNESS_LOST:
             return {"harness_running": False, "harness_lost": lc.harness_lost + 1, "recovering": True}
         case LifecycleKind.HARNESS_FINISHED:
@@ -159,6 +160,14 @@ def on_remote(s: SessionState, e: RemoteEvent) -> Updates:
                 previous, {"endpoint": p.endpoint or previous.endpoint, "last_detail": p.detail}
             )
         else:
+            # A replacement (belay.executors.managed): the one before it stays named in the record.
+            before = {}
+            if previous is not None:
+                before = {
+                    "replaced": (*previous.replaced, previous.remote_session_id),
+                    "replaced_because": previous.failure,
+                    "lost_in_a_row": 0 if previous.delivered else previous.lost_in_a_row + 1,
+                }
             session = new_record(
                 RemoteSessionRecord,
                 subagent=p.subagent,
@@ -167,6 +176,7 @@ def on_remote(s: SessionState, e: RemoteEvent) -> Updates:
                 endpoint=p.endpoint,
                 seq=e.seq,
                 last_detail=p.detail,
+                **before,
             )
         updates["remote_sessions"] = s.remote_sessions.set(p.subagent, session)
         note_subagent(s, updates, p.subagent, e.seq)
@@ -198,7 +208,9 @@ def on_remote(s: SessionState, e: RemoteEvent) -> Updates:
     elif p.kind == RemoteKind.INTERRUPTED:
         counter = "interruptions"
     known = s.remote_sessions.get(p.subagent)
-    if known is not None:
+    # What concerns a remote session that was replaced since (a delivery noted late) is not the
+    # replacement's.
+    if known is not None and p.remote_session_id in ("", known.remote_session_id):
         fields: dict[str, Any] = {"last_detail": p.detail}
         if counter is not None:
             fields[counter] = getattr(known, counter) + 1

@@ -1,0 +1,140 @@
+"""What a managed executor's remote agent is told: the first message of its remote session, and,
+when that session replaces one the provider lost, where the work stands according to the record.
+
+The record is authoritative and the remote session is a cache. When the provider no longer has the
+remote session (a 404: expired, deleted, a provider that lost it) or it cannot go on (failed,
+terminated), the executor starts a new remote session on the same executor and seeds its first
+message with the record's projection: the goal and every scope change, each step of this subagent
+as the record has it, the last verified checkpoint, the evidence and notes, and the recent events
+(`belay.journal.context`). A real model reads that text as it is; the local stand-ins' remote agent
+reads only its step lines, one per step the record knows, in the order the steps began:
+
+    - step inspect: verified
+    - step report: done
+    - step reproduce: running, 1 call settled
+    - step fix: planned again (round 2): <why its earlier work is invalid>
+
+A call is settled when the record holds it: its result, its reconciliation, or an unknown outcome
+that waits on one (never to be asked again). The calls counted are those of the step's current
+round; a running step's own `update_plan` start is not among them (it is why the step runs).
+"""
+
+from __future__ import annotations
+
+import re
+
+from belay.executors.provider import TaskBrief
+from belay.harness.executor import ExecutorContext
+from belay.journal.context import build_context
+from belay.journal.events import TaskStatus
+from belay.journal.state import SessionState, TaskRecord
+from belay.journal.tools import TOOLS
+
+SEED_BUDGET_TOKENS = 6000
+SEED_HEADER = "Where the work stands, from Belay's record"
+# One step line, as `step_lines` writes it and the stand-ins' remote agent reads it.
+STEP_LINE = re.compile(
+    r"^- step (?P<step>[a-z0-9][-a-z0-9_]*): (?P<status>verified|done|running)"
+    r"(?:, (?P<settled>\d+) calls? settled)?",
+    re.MULTILINE,
+)
+
+
+def task_brief(context: ExecutorContext, state: SessionState, seed: str = "") -> TaskBrief:
+    """The remote agent's instructions, tools and first message; `seed` (from `seed_text`) goes
+    after the request when the session replaces a lost one."""
+    session, sub = context.session, context.subagent
+    executor = session.spec.executor
+    instructions = (
+        f"You are {sub.name}, one subagent of the Belay session {session.session_id}"
+        + (f": {sub.role}." if sub.role else ".")
+        + " Every tool you call runs in your own sandboxed workspace, recorded, under Belay's "
+        "effect classes and approvals. Frame each step of your work with update_plan (running, "
+        "then done with a verification command). Record hypotheses, decisions and findings with "
+        "record_note, citing the file, test or output behind each in its evidence."
+        + (
+            f" Publish your deliverable {sub.deliverable} with publish_deliverable."
+            if sub.deliverable
+            else ""
+        )
+    )
+    lines = [f"Goal: {state.request.goal}"]
+    lines += [f"{name}: {text}" for name, text in sorted(state.request.parts.items())]
+    if sub.deliverable:
+        lines.append(f"Your deliverable: {sub.deliverable}")
+    if seed:
+        lines += ["", seed]
+    return TaskBrief(
+        model=executor.model or "",
+        name=f"belay-{session.session_id}-{sub.name}",
+        instructions=instructions,
+        message="\n".join(lines),
+        tools=tuple(TOOLS.values()),
+    )
+
+
+def settled_calls(state: SessionState, task: TaskRecord) -> int:
+    """The calls of the step's current round that the record holds (see the module's docstring).
+    It walks every operation: it runs only when a remote session is replaced."""
+    since = (task.reopened_seq or 0) if task.round > 1 else 0
+    return sum(1 for op in state.operations.values() if op.step == task.task_id and op.request_seq > since)
+
+
+def step_lines(state: SessionState, subagent: str) -> list[str]:
+    prefix = f"{subagent}/"
+    steps = sorted(
+        (t for t in state.tasks.values() if t.task_id.startswith(prefix) and t.owner == subagent),
+        key=lambda t: t.first_seq,
+    )
+    lines = []
+    for task in steps:
+        step = task.task_id.removeprefix(prefix)
+        if task.status == TaskStatus.RUNNING:
+            settled = settled_calls(state, task)
+            lines.append(f"- step {step}: running, {settled} call{'s' if settled != 1 else ''} settled")
+        elif task.status == TaskStatus.PLANNED and task.round > 1:
+            lines.append(f"- step {step}: planned again (round {task.round}): {task.reopened_because}")
+        else:
+            lines.append(f"- step {step}: {task.status.value}")
+    return lines
+
+
+async def seed_text(context: ExecutorContext, state: SessionState, lost: str, why: str) -> str:
+    """Where the work stands, for the remote session that replaces `lost` (gone for `why`)."""
+    sub = context.subagent.name
+    lines = [
+        f"{SEED_HEADER} (the remote session {lost} that held this work is gone: {why}). Go on "
+        "from here: never redo a step that is done or verified, nor a settled call; a running "
+        "step goes on after its settled calls.",
+    ]
+    if state.scope_changes:
+        lines.append(f"Scope changes (the goal above is request v{state.request.version}):")
+        lines += [
+            f"- v{c.request_version}" + (f" by {c.by}" if c.by else "") + f": {c.summary}"
+            for c in state.scope_changes
+        ]
+    steps = step_lines(state, sub)
+    lines += ["Steps:", *steps] if steps else ["Steps: none begun yet."]
+    verified = state.verified_checkpoints.get(sub)
+    if verified is not None:
+        checkpoint = verified.checkpoint
+        done = ", ".join(checkpoint.completed_steps) or "none"
+        lines.append(
+            f"Last verified checkpoint: {checkpoint.checkpoint_id} (covers seq {checkpoint.covers_seq}; "
+            f"done: {done}; next: {checkpoint.next_step})"
+        )
+    projection = await build_context(context.store, context.session.session_id, state, SEED_BUDGET_TOKENS)
+    if projection.summary:
+        lines.append(f"Summary of earlier events: {projection.summary}")
+    if projection.evidence:
+        lines.append("Evidence and notes:")
+        lines += [f"- {e.kind} {e.id}: {e.text}" for e in projection.evidence]
+    if projection.recent:
+        lines.append(f"Recent events (from seq {projection.recent_from_seq}):")
+        lines += projection.recent
+    return "\n".join(lines)
+
+
+def seeded_steps(message: str) -> dict[str, tuple[str, int]]:
+    """The step lines of a seeded first message: step id -> (status, calls settled)."""
+    return {m["step"]: (m["status"], int(m["settled"] or 0)) for m in STEP_LINE.finditer(message)}

@@ -1,0 +1,101 @@
+"""The stand-ins' remote agent: a remote session's decider, following the scripted plan's calls for
+one subagent (`belay.harness.models.scripted.planned_calls`), one at a time.
+
+A session whose first message is seeded from Belay's record (it replaces a remote session the
+provider lost, `belay.executors.seeding`) goes on from where that message says the work stands:
+a step the message calls done or verified is skipped, a running step goes on after the number of
+calls it says are settled (its `update_plan` start among the skipped, since the step runs), and
+every other step is done whole. Only those step lines are read; a real model reads the whole text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from belay.executors.seeding import seeded_steps
+from belay.harness.models.base import ToolCall
+from belay.harness.models.scripted import PlanError, ScriptedPlan, planned_calls
+
+SUBAGENT_METADATA_KEY = "belay_subagent"
+
+
+def remote_notes_name(subagent: str) -> str:
+    return f"{subagent}-remote-notes.md"
+
+
+class ScriptedRemoteAgent:
+    """The remote agent of one session: the plan's calls for one subagent, one at a time."""
+
+    def __init__(self, subagent: str, calls: list[ToolCall]) -> None:
+        self.subagent = subagent
+        self.calls = calls
+        self.position = 0
+        self.outcomes: list[tuple[str, bool]] = []
+        self.published = False
+        self.seeded = False
+
+    @classmethod
+    def for_metadata(cls, plan: ScriptedPlan, metadata: dict[str, str]) -> ScriptedRemoteAgent:
+        """The agent named by the session's metadata; `PlanError` when it names none of the plan's."""
+        name = metadata.get(SUBAGENT_METADATA_KEY)
+        if name not in plan.subagents:
+            known = ", ".join(sorted(plan.subagents))
+            raise PlanError(
+                f"metadata.{SUBAGENT_METADATA_KEY} must name a subagent of the stand-in's plan "
+                f"({known}); got {name!r}"
+            )
+        return cls(name, planned_calls(name, plan.subagents[name]))
+
+    def step_of(self, call: ToolCall) -> str:
+        """The plan step a call belongs to (its id is `<subagent>.<step>.<position>`)."""
+        return call.call_id.removeprefix(f"{self.subagent}.").rsplit(".", 1)[0]
+
+    def read(self, content: Any) -> None:
+        """A user message (text, or the provider's content blocks). Before the agent asked for
+        anything, a seeded one says where to start."""
+        if not isinstance(content, str):
+            blocks = content if isinstance(content, list) else []
+            content = "".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict))
+        steps = seeded_steps(content)
+        if not steps or self.position or self.outcomes or self.seeded:
+            return
+        self.seeded = True
+        remaining: list[ToolCall] = []
+        taken: dict[str, int] = {}  # calls of each step seen so far
+        for call in self.calls:
+            step = self.step_of(call)
+            status, settled = steps.get(step, ("", 0))
+            seen = taken[step] = taken.get(step, 0) + 1
+            if status in ("done", "verified"):
+                continue
+            if status == "running" and seen <= settled + 1:  # the start and the settled calls
+                continue
+            remaining.append(call)
+        self.calls = remaining
+
+    def upcoming(self) -> ToolCall | None:
+        return self.calls[self.position] if self.position < len(self.calls) else None
+
+    def settle(self, success: bool) -> None:
+        """The pending call has its first result: the agent moves on, whatever the result says."""
+        call = self.calls[self.position]
+        self.outcomes.append((call.name, success))
+        self.position += 1
+
+    def final_message(self) -> str:
+        if not self.outcomes:
+            return f"# {self.subagent}: remote notes\n\nThere was nothing left to do.\n"
+        lines = [f"- {name}: {'succeeded' if success else 'failed'}" for name, success in self.outcomes]
+        return (
+            f"# {self.subagent}: remote notes\n\n"
+            f"I asked for {len(self.outcomes)} tool calls, one at a time; each ended as follows.\n\n"
+            + "\n".join(lines)
+            + "\n"
+        )
+
+    def take_publication(self) -> bool:
+        """True once: when the turn that finished the plan ends and nothing was published yet."""
+        if self.published or self.upcoming() is not None or not self.outcomes:
+            return False
+        self.published = True
+        return True
