@@ -35,6 +35,7 @@ from tests.belay_cli import (
     read_events,
     run_belay,
     start_belay,
+    steps_run_twice,
     wait_until_stopped,
 )
 from tests.harness.example import EXAMPLE, MANIFEST, SESSION
@@ -225,8 +226,10 @@ def test_the_move_is_recorded_and_the_next_attempt_runs_on_the_new_executor(inte
         and isinstance(e.payload, Lifecycle)
         and e.payload.kind == LifecycleKind.HARNESS_STARTED
     ]
-    assert starts and starts[0].actor.model_id == "gpt-5"
+    assert starts and starts[0].actor.model_id == "local stand-in (scripted plan, in place of gpt-5)"
     assert any(e.type == "remote" for e in events if e.seq > move_seq)
+    # Nothing verified before the move was verified again after it.
+    assert steps_run_twice(events) == []
     assert not any(e.type == "remote" for e in events if e.seq < move_seq)
     # A later resume without --executor stays on the executor the record moved it to.
     brief = run_belay(interrupted, "brief", SESSION, "--json")

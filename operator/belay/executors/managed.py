@@ -63,6 +63,7 @@ from belay.executors.provider import (
     translated,
 )
 from belay.executors.seeding import seed_text, task_brief
+from belay.executors.waking import Signal
 from belay.harness.executor import (
     Decision,
     ExecutorContext,
@@ -84,8 +85,9 @@ from belay.journal.events import (
     Wait,
     WaitKind,
 )
+from belay.journal.handover import change_phrase
 from belay.journal.operations import ProposedCall, operation_ids
-from belay.journal.state import RemoteCallRecord, SessionState
+from belay.journal.state import RemoteCallRecord, RemoteSessionRecord, SessionState
 
 METADATA_SESSION = "belay_session"
 METADATA_SUBAGENT = "belay_subagent"
@@ -135,33 +137,6 @@ def plain_name(name: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# Waking up when the remote session moves
-
-
-class Signal:
-    """A counter of "something may have changed", and a wait for it to move past a value."""
-
-    def __init__(self) -> None:
-        self.generation = 0
-        self._waiters: list[asyncio.Future[None]] = []
-
-    def bump(self) -> None:
-        self.generation += 1
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-
-    async def wait_past(self, generation: int, timeout: float) -> None:
-        if self.generation > generation:
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(waiter, timeout)
-
-
-# --------------------------------------------------------------------------------------------------
 # The executor
 
 
@@ -181,6 +156,7 @@ class ManagedExecutor:
         self.sub = context.subagent.name
         self.remote_id = ""
         self.record_tag = ""
+        self.moves = 0  # how many times the record moved the session to another executor
         self.signal = Signal()
         self._watcher: asyncio.Task[None] | None = None
         # The calls the event stream last showed waiting, not yet looked at; whether its last
@@ -350,7 +326,11 @@ class ManagedExecutor:
         created it before recording it) at the provider by its metadata, else create it; then
         follow its events. One the record says was lost is replaced (`replace`)."""
         self.record_tag = await self.tag()
+        self.moves = len(state.executor_changes)
         known = state.remote_sessions.get(self.sub)
+        if known is not None and self.moved_away_since(state, known.seq, known.executor):
+            await self.take_over(state, known)
+            return
         if known is not None and known.failure:  # lost under an earlier attempt, not yet replaced
             self.remote_id = known.remote_session_id
             await self.replace(RemoteLost("RemoteSessionFailed", known.failure))
@@ -364,11 +344,41 @@ class ManagedExecutor:
             if look_first:
                 found = await self.retrying("find", lambda: self.provider.find_session(metadata, resources))
             how = "found by its metadata: an earlier attempt created it before recording it"
-            if found is None:
+            if found is None and self.moves:  # moved here: the record holds work done elsewhere
+                seed = await seed_text(self.context, state, "", self.move_phrase(state))
+                found, how = await self.create(metadata, state, seed)
+                how += ", seeded from the record after the move to this executor"
+            elif found is None:
                 found, how = await self.create(metadata, state)
             self.remote_id = found
             # Lost with the machine, a resume finds the session by its metadata.
             await self.context.record([self.remote(RemoteKind.SESSION, detail=how)], durable=False)
+        self.follow()
+
+    def moved_away_since(self, state: SessionState, seq: int, executor: str) -> bool:
+        """Whether the session was on another executor since the remote session recorded at `seq`
+        (of `executor`) was made: its conversation is not the record's any more."""
+        return executor != self.kind or any(c.seq > seq for c in state.executor_changes)
+
+    def move_phrase(self, state: SessionState) -> str:
+        move = state.executor_changes[-1]
+        return change_phrase(move.from_type, move.from_model, move.to_type, move.to_model, at_seq=move.at_seq)
+
+    async def take_over(self, state: SessionState, known: RemoteSessionRecord) -> None:
+        """After a move to this executor: a new remote session seeded from the record, never the
+        one from before the move (its conversation stops where the session left this executor);
+        that one stays in the record, and is closed where this provider can close it."""
+        old = known.remote_session_id
+        closed = await self.close_lost(old) if known.executor == self.kind else f"held by {known.executor}"
+        metadata = self.metadata()
+        found = await self.retrying("find", functools.partial(self.find_replacement, metadata, state))
+        how = "found by its metadata: an earlier attempt created it before recording it"
+        if found is None:
+            seed = await seed_text(self.context, state, "", self.move_phrase(state))
+            found, how = await self.create(metadata, state, seed)
+        self.remote_id = found
+        detail = f"{how}, seeded from the record after the move to this executor, not {old} ({closed})"
+        await self.context.record([self.remote(RemoteKind.SESSION, detail=detail)], durable=False)
         self.follow()
 
     def follow(self) -> None:
@@ -491,6 +501,8 @@ class ManagedExecutor:
         """What names this subagent's remote session of this record; a replacement (`generation`
         2 on) apart from the ones before it, so that looking for one never finds another."""
         tag = self.record_tag if generation == 1 else f"{self.record_tag}.{generation}"
+        if self.moves:  # the sessions made after the n-th move to another executor, apart again
+            tag += f".m{self.moves}"
         return {
             METADATA_SESSION: self.context.session.session_id,
             METADATA_SUBAGENT: self.sub,

@@ -100,10 +100,12 @@ def step_lines(state: SessionState, subagent: str) -> list[str]:
 
 
 async def seed_text(context: ExecutorContext, state: SessionState, lost: str, why: str) -> str:
-    """Where the work stands, for the remote session that replaces `lost` (gone for `why`)."""
+    """Where the work stands, for the remote session that replaces `lost` (gone for `why`), or,
+    with no `lost`, that takes the work over after the session moved here (`why`: the move)."""
     sub = context.subagent.name
+    came = f"the remote session {lost} that held this work is gone: {why}" if lost else why
     lines = [
-        f"{SEED_HEADER} (the remote session {lost} that held this work is gone: {why}). Go on "
+        f"{SEED_HEADER} ({came}). Go on "
         "from here: never redo a step that is done or verified, nor a settled call; a running "
         "step goes on after its settled calls.",
     ]

@@ -242,18 +242,28 @@ def texts(subagent: str, plan: ScriptedSubagentPlan, state: SessionState) -> dic
     return said
 
 
-def is_settled(state: SessionState, subagent: str, call_id: str) -> bool:
+def is_settled(
+    state: SessionState, subagent: str, call: ToolCall, planned: frozenset[str] = frozenset()
+) -> bool:
     """The record shows the plan's call finished: it has a result, or its outcome was reconciled.
     The call is looked up by its own id, which is its operation id unless the harness derived
     another (a plan whose actions call `update_plan` themselves): then through the fold's index
-    of provider call ids."""
-    operation = state.operation_of_call(subagent, call_id)
+    of provider call ids. An operation of that id that another executor proposed (under a call id
+    of its own, none of the plan's `planned` ids) is this call when it is the same tool: operation
+    ids come from the record's structure, the same whichever executor proposed the call."""
+    operation = state.operation_of_call(subagent, call.call_id)
+    if operation is None:
+        recorded = state.operations.get(call.call_id)
+        if recorded is not None and recorded.tool == call.name and recorded.provider_call_id not in planned:
+            operation = recorded
     return operation is not None and (operation.has_result or operation.outcome == "reconciled")
 
 
 def next_call(subagent: str, plan: ScriptedSubagentPlan, state: SessionState) -> ToolCall | None:
-    for call in planned_calls(subagent, plan, state):
-        if not is_settled(state, subagent, call.call_id):
+    calls = planned_calls(subagent, plan, state)
+    planned = frozenset(c.call_id for c in calls)
+    for call in calls:
+        if not is_settled(state, subagent, call, planned):
             return call
     return None
 
