@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,15 @@ from belay.controller.kube import load_api_client
 from belay.executors.endpoints import PROVIDERS
 from belay.harness.attempt import fault_key
 from belay.harness.models.scripted import planned_calls
-from belay.journal.events import Event, ToolRequestEvent, ToolResultEvent
+from belay.journal.events import (
+    Event,
+    ExecutorChange,
+    Lifecycle,
+    LifecycleKind,
+    RemoteEvent,
+    ToolRequestEvent,
+    ToolResultEvent,
+)
 from belay.local.tickets import load_tickets
 from belay.stores.base import EventStore
 from belay.stores.factory import open_event_store
@@ -45,13 +54,14 @@ from tests.controller.test_operator import (  # noqa: F401 (fixtures)
     harness_env,
     harness_lost_seq,
     is_stopped_pod,
+    kubectl_belay,
     operator,
     stores,
     tickets,
 )
 from tests.executors.example import MANIFEST, PLAN, SUBAGENT, example_plan, review_sha256
 from tests.testenv.kube import ControlPlane
-from tests.testenv.polling import wait_until_async
+from tests.testenv.polling import wait_until, wait_until_async
 
 pytestmark = pytest.mark.testenv
 
@@ -202,6 +212,109 @@ async def test_a_managed_session_survives_its_harness_pod_and_keeps_its_remote_s
         assert files and all(key.encode() not in f.read_bytes() for f in files)
         session_object = kubectl_json(kube, "get", "agentsession", "-n", NAMESPACE, session)
         assert key not in json.dumps(session_object)
+    finally:
+        await store.close()
+        kube.kubectl(
+            "delete", "agentsession", "-n", NAMESPACE, session, "--ignore-not-found", "--timeout=120s"
+        )
+        kube.kubectl("delete", "secret", "-n", NAMESPACE, SECRET, "--ignore-not-found")
+        standin.stop()
+
+
+async def test_an_edit_of_spec_executor_moves_a_live_session_at_its_next_step_boundary(
+    e2e_cluster: ControlPlane,  # noqa: F811
+    operator: OperatorProcess,  # noqa: F811
+    stores: tuple[str, str],  # noqa: F811
+    tickets: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The session starts self-hosted; while its harness is inside a step, `kubectl belay resume
+    --executor openai-agents` edits spec.executor. The operator records the move, Ready says it is
+    pending, the harness finishes its step and stops cleanly, and the next attempt goes on with the
+    managed executor from the record: nothing verified is verified again."""
+    kube = e2e_cluster
+    session = "review-moved"
+    standin = StandinProcess("openai-agents", PLAN, tmp_path / "standin")
+    # Inside the second step: its first call has its result.
+    point = f"tool_result:{SUBAGENT}.reproduce.1"
+    api = load_api_client(str(kube.kubeconfig))
+    kubelet = LocalKubelet(api, NAMESPACE, tmp_path / "kubelet", extra_env=harness_env(tickets, point))
+    first_harness = f"{session}-harness-0"
+
+    def describe() -> str:
+        logs = "\n".join(
+            f"--- {name}\n{pod.log.read_text(errors='replace')[-3000:]}"
+            for name, pod in kubelet.started_pods.items()
+            if pod.log.exists()
+        )
+        return f"operator log:\n{operator.log()[-3000:]}\n{logs}"
+
+    store = open_event_store(stores[0])
+    try:
+        with kubelet:
+            kube.kubectl("apply", "-f", "-", input=json.dumps(provider_secret(standin)))
+            manifest = manifest_for(yaml.safe_load(MANIFEST.read_text()), MANIFEST, "self-hosted")
+            manifest["metadata"] = {"name": session, "namespace": NAMESPACE}
+            kube.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+            await wait_for_event(store, session, point, describe)
+            first = kubelet.started_pods[first_harness]
+            wait_for(lambda: is_stopped_pod(first.process.pid), "the harness to stop itself", 60, describe)
+
+            moved = kubectl_belay(
+                kube.kubeconfig,
+                "resume",
+                session,
+                "-n",
+                NAMESPACE,
+                "--executor",
+                "openai-agents",
+                "--model",
+                "gpt-5",
+                "--credentials-secret",
+                SECRET,
+            )
+            assert moved.returncode == 0, moved.stderr
+            assert "moved from scripted to openai-agents (gpt-5)" in moved.stdout
+            await wait_for_event(store, session, "executor_change:", describe)
+
+            def ready() -> dict[str, Any]:
+                status = (
+                    kubectl_json(kube, "get", "agentsession", "-n", NAMESPACE, session).get("status") or {}
+                )
+                return next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
+
+            pending = wait_until(
+                ready,
+                "Ready to say the move is pending",
+                until=lambda c: c.get("reason") == "ExecutorChangePending",
+                timeout=60,
+                describe=describe,
+            )
+            assert "moves to openai-agents (gpt-5) at the next step boundary" in pending["message"]
+            kubelet.send_signal(first_harness, signal.SIGCONT)
+            done = wait_for_session_end(kube, NAMESPACE, session, timeout=600, describe=describe)
+            assert done["phase"] == "Succeeded", json.dumps(done, indent=1) + describe()
+            later = [
+                pod
+                for name, pod in kubelet.started_pods.items()
+                if pod.labels.get(names.LABEL_COMPONENT) == names.COMPONENT_HARNESS and name != first_harness
+            ]
+            assert later and all(pod.env["OPENAI_BASE_URL"] == standin.base_url for pod in later)
+        events = await store.read(session)
+        [move] = [e for e in events if isinstance(e.payload, ExecutorChange)]
+        assert move.payload.by.startswith("kubectl-belay/")
+        assert (move.payload.from_type, move.payload.to_type) == ("scripted", "openai-agents")
+        stop = next(
+            e
+            for e in events[move.seq :]
+            if isinstance(e.payload, Lifecycle) and e.payload.kind == LifecycleKind.HARNESS_STOPPED
+        )
+        assert stop.payload.reason == "ExecutorChanged"
+        # The step in progress was finished by the first attempt; the steps after, by the managed one.
+        assert steps_run_twice(events) == []
+        assert list(remote_sessions(events)) == [SUBAGENT]
+        assert all(e.seq > stop.seq for e in events if isinstance(e, RemoteEvent))
+        assert deliverables(events)["review.md"] == review_sha256()
     finally:
         await store.close()
         kube.kubectl(
