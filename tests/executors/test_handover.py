@@ -20,9 +20,16 @@ from pathlib import Path
 import pytest
 
 from belay.harness.attempt import fault_key
-from belay.journal.events import CheckpointEvent, Event, ExecutorChange, ToolRequestEvent, ToolResultEvent
+from belay.journal.events import (
+    CheckpointEvent,
+    Event,
+    ExecutorChange,
+    OperationOutcome,
+    ToolRequestEvent,
+    ToolResultEvent,
+)
 from belay.local.drill.manifest import DRILL_MODELS, EXECUTORS
-from tests.belay_cli import read_events, run_belay, run_until, stop_session_standins
+from tests.belay_cli import read_events, run_belay, run_until, stop_session_standins, tickets_in
 from tests.executors.example import SESSION, example_manifest
 from tests.executors.test_resume_by_hand import HANG_S, NO_PROVIDER, check_resumed
 
@@ -71,6 +78,12 @@ def kill_points(reference: list[Event]) -> list[str]:
     ]
 
 
+def resume_on(target: str) -> list[str]:
+    """`belay resume` on `target`, with the model it needs."""
+    model = ["--model", DRILL_MODELS[target]] if target in DRILL_MODELS else []
+    return ["resume", SESSION, "--quiet", "--executor", target, *model]
+
+
 @pytest.mark.parametrize(("source", "target"), list(itertools.permutations(EXECUTORS, 2)))
 def test_a_session_killed_on_one_executor_completes_on_another(
     source: str, target: str, references: dict[str, tuple[Path, list[Event]]], tmp_path: Path
@@ -98,3 +111,39 @@ def test_a_session_killed_on_one_executor_completes_on_another(
     assert (change.from_type, change.to_type) == (TYPES[source], TYPES[target]), where
     check_resumed(reference, before, after, f"{where}\n{resumed.stderr}")
     assert f"moved from {TYPES[source]}" in brief and f"to {TYPES[target]}" in brief, where
+
+
+@pytest.mark.parametrize(
+    ("source", "target"), [("openai-agents", "self-hosted"), ("self-hosted", "anthropic-managed")]
+)
+def test_an_effect_of_unknown_outcome_stays_in_reconciliation_across_the_handover(
+    source: str, target: str, references: dict[str, tuple[Path, list[Event]]], tmp_path: Path
+) -> None:
+    """Killed right after the unsafe ticket's request was recorded: the new executor never runs it
+    blindly; the outcome is recorded unknown, then reconciled (the ticket service's probe finds the
+    ticket by its client reference, or that there is none), and the ticket exists at most once."""
+    manifest, reference = references[source]
+    [ticket] = [e for e in reference if isinstance(e, ToolRequestEvent) and e.payload.tool == "create_ticket"]
+    point = fault_key(ticket)
+    home = tmp_path / "home"
+    try:
+        reached, _ = run_until(
+            home, ["run", "--quiet", str(manifest)], point, timeout=HANG_S, environment=NO_PROVIDER
+        )
+        assert reached
+        resumed = run_belay(home, *resume_on(target), environment=NO_PROVIDER, timeout=HANG_S)
+        after = read_events(home, SESSION)
+    finally:
+        stop_session_standins(home)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    operation = ticket.payload.operation_id
+    outcomes = [
+        e.payload.outcome
+        for e in after
+        if isinstance(e.payload, OperationOutcome) and e.payload.operation_id == operation
+    ]
+    assert outcomes[:1] == ["unknown"] and "reconciled" in outcomes, outcomes
+    # Never requested again under another id, nor dispatched twice.
+    tickets = [e for e in after if isinstance(e, ToolRequestEvent) and e.payload.tool == "create_ticket"]
+    assert [e.payload.operation_id for e in tickets] == [operation]
+    assert tickets_in(home, SESSION) <= 1
