@@ -94,6 +94,20 @@ def provider_secret(standin: StandinProcess) -> dict[str, Any]:
     }
 
 
+def describer(running: OperatorProcess, kubelet: LocalKubelet) -> Callable[[], str]:
+    """What a failed wait shows: the operator's log, each pod's, the kubelet's last errors."""
+
+    def describe() -> str:
+        logs = "\n".join(
+            f"--- {name}\n{pod.log.read_text(errors='replace')[-3000:]}"
+            for name, pod in kubelet.started_pods.items()
+            if pod.log.exists()
+        )
+        return f"operator log:\n{running.log()[-3000:]}\n{logs}\nkubelet errors: {kubelet.errors[-5:]}"
+
+    return describe
+
+
 async def wait_for_event(store: EventStore, session: str, key: str, describe: Callable[[], str]) -> None:
     async def keys() -> list[str]:
         return [fault_key(e) for e in await store.read(session)]
@@ -141,13 +155,7 @@ async def test_a_managed_session_survives_its_harness_pod_and_keeps_its_remote_s
     api = load_api_client(str(kube.kubeconfig))
     kubelet = LocalKubelet(api, NAMESPACE, tmp_path / "kubelet", extra_env=harness_env(tickets, point))
 
-    def describe() -> str:
-        logs = "\n".join(
-            f"--- {name}\n{pod.log.read_text(errors='replace')[-3000:]}"
-            for name, pod in kubelet.started_pods.items()
-            if pod.log.exists()
-        )
-        return f"operator log:\n{operator.log()[-3000:]}\n{logs}\nkubelet errors: {kubelet.errors[-5:]}"
+    describe = describer(operator, kubelet)
 
     store = open_event_store(stores[0])
     try:
@@ -241,13 +249,7 @@ async def test_an_edit_of_spec_executor_moves_a_live_session_at_its_next_step_bo
     kubelet = LocalKubelet(api, NAMESPACE, tmp_path / "kubelet", extra_env=harness_env(tickets, point))
     first_harness = f"{session}-harness-0"
 
-    def describe() -> str:
-        logs = "\n".join(
-            f"--- {name}\n{pod.log.read_text(errors='replace')[-3000:]}"
-            for name, pod in kubelet.started_pods.items()
-            if pod.log.exists()
-        )
-        return f"operator log:\n{operator.log()[-3000:]}\n{logs}"
+    describe = describer(operator, kubelet)
 
     store = open_event_store(stores[0])
     try:

@@ -30,8 +30,8 @@ from belay.journal.events import (
 )
 from belay.local.drill.manifest import DRILL_MODELS, EXECUTORS
 from tests.belay_cli import read_events, run_belay, run_until, stop_session_standins, tickets_in
-from tests.executors.example import SESSION, example_manifest
-from tests.executors.test_resume_by_hand import HANG_S, NO_PROVIDER, check_resumed
+from tests.executors.example import SESSION
+from tests.executors.test_resume_by_hand import HANG_S, NO_PROVIDER, check_resumed, uninterrupted
 
 pytestmark = pytest.mark.slow
 
@@ -47,18 +47,7 @@ TYPES = {
 @pytest.fixture(scope="module")
 def references(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, list[Event]]]:
     """Each executor's manifest and the record of its uninterrupted run."""
-    found = {}
-    for executor in EXECUTORS:
-        base = tmp_path_factory.mktemp(f"reference-{executor}")
-        manifest = example_manifest(base / "manifest", executor)
-        home = base / "home"
-        try:
-            result = run_belay(home, "run", "--quiet", str(manifest), environment=NO_PROVIDER, timeout=HANG_S)
-            assert result.returncode == 0, result.stderr
-        finally:
-            stop_session_standins(home)
-        found[executor] = (manifest, read_events(home, SESSION))
-    return found
+    return {e: uninterrupted(tmp_path_factory.mktemp(f"reference-{e}"), e) for e in EXECUTORS}
 
 
 def kill_points(reference: list[Event]) -> list[str]:

@@ -62,7 +62,12 @@ def reference(
 ) -> tuple[str, Path, list[Event]]:
     """The executor, its manifest, and the record of its uninterrupted run."""
     executor = str(request.param)
-    base = tmp_path_factory.mktemp(f"reference-{executor}")
+    return executor, *uninterrupted(tmp_path_factory.mktemp(f"reference-{executor}"), executor)
+
+
+def uninterrupted(base: Path, executor: str) -> tuple[Path, list[Event]]:
+    """The example's manifest on `executor` under `base`, and the record of its uninterrupted run
+    (on the session's local stand-in, stopped after)."""
     manifest = example_manifest(base / "manifest", executor)
     home = base / "home"
     try:
@@ -70,7 +75,7 @@ def reference(
         assert result.returncode == 0, result.stderr
     finally:
         stop_session_standins(home)
-    return executor, manifest, read_events(home, SESSION)
+    return manifest, read_events(home, SESSION)
 
 
 def kill_point(reference: list[Event]) -> str:
