@@ -125,14 +125,14 @@ def test_every_held_value_is_replaced_wherever_it_appears() -> None:
         (
             "aws_secret_access_key = Hq3/9xVbN2mK8pL0sT4uW7yZ1aC5eG6iJ+oR2dF4",
             "Hq3/9xVbN2mK8pL0sT4uW7yZ1aC5eG6iJ+oR2dF4",
-            "AWS Secret Access Key",  # the more specific of the two detectors that find it
+            "Secret Keyword",
         ),
         ("DB_PASSWORD=correct-horse-battery-staple", "correct-horse-battery-staple", "Secret Keyword"),
         ("DB_PASSWORD=!correct-horse", "!correct-horse", "Secret Keyword"),
         (
             "aws_secret_access_key = +Hq3/9xVbN2mK8pL0sT4uW7yZ1aC5eG6iJ+oR2dF",
             "+Hq3/9xVbN2mK8pL0sT4uW7yZ1aC5eG6iJ+oR2dF",
-            "AWS Secret Access Key",
+            "Secret Keyword",
         ),
         ("password: '#1 choice'", "#1 choice", "Secret Keyword"),
         ('{"password": "s3cr3t-Pa55word"}', "s3cr3t-Pa55word", "Secret Keyword"),

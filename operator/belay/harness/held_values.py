@@ -7,7 +7,7 @@ A held value is found
   case): `[REDACTED:OPENAI_API_KEY base64]`, `[REDACTED:OPENAI_API_KEY hex]`;
 - **split across lines**: the text with its line breaks taken out holds it (`echo ${K:0:20};
   echo ${K:20}`, base64 wrapped at 76 columns): each piece is replaced, the line breaks are kept,
-  `[REDACTED:OPENAI_API_KEY split]`;
+  `[REDACTED:OPENAI_API_KEY split]`, `[REDACTED:OPENAI_API_KEY base64 split]`;
 - **split across two outputs**: the caller passes the end of the subagent's previous output
   (`before`); a value that begins there and ends in this text is found, and its piece here is
   replaced. So that the first output does not carry the first half into the record, a text that
@@ -65,9 +65,9 @@ def held_spans(text: str, held: tuple[tuple[str, str], ...], before: str = "") -
             for start, end, split in pieces.find(form):
                 if end <= shift:
                     continue  # all in the previous output: found (and recorded) there
-                named = f"{kind} split" if split or start < shift else label
+                named = f"{label} split" if split or start < shift else label
                 found.append((max(start, shift) - shift, end - shift, named))
-            found += _first_half(text, form, f"{kind} split")
+            found += _first_half(text, form, f"{label} split")
     return found
 
 

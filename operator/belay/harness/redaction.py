@@ -332,7 +332,7 @@ def _assignments(text: str) -> Iterator[tuple[int, int, str]]:
 
 def _merged(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
     merged: list[tuple[int, int, str]] = []
-    for start, end, kind in sorted(spans, key=lambda span: (span[0], -span[1], span[2])):
+    for start, end, kind in sorted(spans, key=lambda span: (span[0], -span[1])):
         if merged and start < merged[-1][1]:
             last_start, last_end, last_kind = merged[-1]
             merged[-1] = (last_start, max(last_end, end), last_kind)
