@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from belay.harness.redaction import Redactor
 from belay.journal.events import CheckpointEvent, Event, ToolRequestEvent, ToolResultEvent
 from belay.local.runtime import LocalHome
 from tests.belay_cli import run_belay, steps_run_twice, tickets_in
@@ -152,3 +153,19 @@ def test_every_checkpoint_is_what_the_design_describes(finished: tuple[Path, str
     assert results and all(
         r.derived_from is not None and r.derived_from.request_version == 1 for r in results
     )
+
+
+def test_the_example_record_holds_no_redaction(finished: tuple[Path, str, list[Event]]) -> None:
+    """False positives stay low: the example's commands, sources, test output, patch and notes are
+    scanned like any tool's, and none of it is taken for a secret (each scan again, here, finds
+    nothing either, so a detector that starts taking code for secrets fails this test)."""
+    home, _, events = finished
+    record = run_belay(home, "events", SESSION, "--json").stdout
+    assert "[REDACTED:" not in record
+    redactor = Redactor()
+    results = [e.payload for e in events if isinstance(e, ToolResultEvent)]
+    requests = [e.payload for e in events if isinstance(e, ToolRequestEvent)]
+    assert len(results) > 20 and any("confparse" in json.dumps(r.output) for r in results)
+    assert all(r.redactions == 0 for r in [*results, *requests])
+    assert sum(redactor.output([r.output, r.error]).count for r in results) == 0
+    assert sum(redactor.arguments(r.arguments).count for r in requests) == 0

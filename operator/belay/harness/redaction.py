@@ -31,13 +31,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
+import math
 import os
 import re
 import string
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from belay.harness.held_values import held_spans, tail_of
 
 # Test switch: `BELAY_REDACTION=off` records tool requests and results as they are, so the
 # security tests can show that their check finds a leak when the redaction is gone.
@@ -90,6 +94,7 @@ class Redaction:
 
     value: Any
     count: int
+    tail: str = ""  # the end of the raw output, kept in memory only (`redact_value`)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -237,9 +242,73 @@ def detect(text: str, *, assignments: bool) -> list[tuple[int, int, str]]:
                 start, end = _span(match)
             if end > start:
                 found.append((start, end, detector.kind))
+    found += _provider_keys(text)
     if assignments:
         found += _assignments(text)
+        found += _entropy_findings(text)
     return _merged(found)
+
+
+# --------------------------------------------------------------------------------------------------
+# Belay's own detectors, for what the token formats miss
+
+
+PROVIDER_KEY = "Provider API Key"
+AWS_SECRET_KEY = "AWS Secret Access Key"
+BESIDE_A_NAME = "High Entropy Beside A Secret Name"
+# An `sk-` key of any vendor's shape (`sk-`, `sk-proj-`, `sk-ant-api03-`, ...): what follows `sk-`
+# is 20 or more key characters, holding a run of 16 letters and digits with both in it (so that
+# `sk-some-long-identifier` is not one).
+_PROVIDER_KEY = re.compile(r"(?<![A-Za-z0-9_\-])sk-[A-Za-z0-9_\-]{20,}")
+_KEY_RUN = re.compile(r"[A-Za-z0-9]{16,}")
+# An AWS secret access key on its own: exactly 40 base64 characters, not inside a longer run.
+_AWS_SECRET_KEY = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+# A secret-like name and, after a separator of at most a few characters (`: `, `=`, `" : "`, ` is `),
+# a value of 16 or more characters.
+_BESIDE_A_NAME = re.compile(
+    r"(?i)(?:secret|key|token|password|passwd|credential)s?\b[\w-]{0,20}?['\"]?"
+    r"(?:\s*[:=]\s*|\s+is\s+|\s+)['\"]?(?P<value>[A-Za-z0-9+/_\-.~]{16,}=*)"
+)
+_HEX = re.compile(r"[0-9a-fA-F]+")
+# Bits per character above which a string is taken for random: a random 40-character string of
+# base64 characters scores about 4.8, English words and identifiers stay below 4.
+ENTROPY_BITS = 4.0
+
+
+def entropy(text: str) -> float:
+    """Shannon entropy of `text`, in bits per character."""
+    counts = [text.count(c) for c in set(text)]
+    return -sum(n / len(text) * math.log2(n / len(text)) for n in counts) if text else 0.0
+
+
+def _mixed(text: str) -> bool:
+    """Letters of both cases and a digit, as generated keys have and words do not."""
+    return (
+        any(c.isdigit() for c in text) and any(c.isupper() for c in text) and any(c.islower() for c in text)
+    )
+
+
+def _provider_keys(text: str) -> Iterator[tuple[int, int, str]]:
+    if "sk-" not in text:
+        return
+    for match in _PROVIDER_KEY.finditer(text):
+        runs = _KEY_RUN.findall(match.group())
+        if any(any(c.isdigit() for c in run) and any(c.isalpha() for c in run) for run in runs):
+            yield match.start(), match.end(), PROVIDER_KEY
+
+
+def _entropy_findings(text: str) -> Iterator[tuple[int, int, str]]:
+    """AWS secret keys on their own, and random-looking values beside a secret-like name. A hex
+    string is never taken for one (every commit id and checksum is one): a hex credential the
+    harness holds is found by value, and one assigned to a name by the keyword detector."""
+    for match in _AWS_SECRET_KEY.finditer(text):
+        if _mixed(match.group()) and entropy(match.group()) >= ENTROPY_BITS:
+            yield match.start(), match.end(), AWS_SECRET_KEY
+    for match in _BESIDE_A_NAME.finditer(text):
+        value = match.group("value")
+        if _HEX.fullmatch(value) or not _mixed(value) or entropy(value) < ENTROPY_BITS * 0.875:
+            continue
+        yield match.start("value"), match.end("value"), BESIDE_A_NAME
 
 
 def _assignments(text: str) -> Iterator[tuple[int, int, str]]:
@@ -263,7 +332,7 @@ def _assignments(text: str) -> Iterator[tuple[int, int, str]]:
 
 def _merged(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
     merged: list[tuple[int, int, str]] = []
-    for start, end, kind in sorted(spans):
+    for start, end, kind in sorted(spans, key=lambda span: (span[0], -span[1])):
         if merged and start < merged[-1][1]:
             last_start, last_end, last_kind = merged[-1]
             merged[-1] = (last_start, max(last_end, end), last_kind)
@@ -276,34 +345,50 @@ def _merged(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
 # Redacting
 
 
-def redact_text(text: str, held: tuple[HeldSecret, ...], *, assignments: bool) -> tuple[str, int]:
-    """`text` with every held value and every detected secret replaced by its marker."""
-    count = 0
-    for secret in held:  # longest first, so a held value inside another is not split
-        occurrences = text.count(secret.value)
-        if occurrences:
-            count += occurrences
-            text = text.replace(secret.value, marker(secret.kind))
+def redact_text(
+    text: str, held: tuple[HeldSecret, ...], *, assignments: bool, before: str = ""
+) -> tuple[str, int]:
+    """`text` with every held value (as it is, encoded, split: `belay.harness.held_values`) and
+    every detected secret replaced by its marker. `before`: the end of the previous output of the
+    same subagent, to find a held value split between the two."""
+    spans = _merged(held_spans(text, _pairs(held), before)) if held else []
+    count = len(spans)
+    text = _replaced(text, spans)
     spans = detect(text, assignments=assignments)
+    return _replaced(text, spans), count + len(spans)
+
+
+def _replaced(text: str, spans: list[tuple[int, int, str]]) -> str:
     if not spans:
-        return text, count
+        return text
     pieces, position = [], 0
     for start, end, kind in spans:
         pieces += [text[position:start], marker(kind)]
         position = end
     pieces.append(text[position:])
-    return "".join(pieces), count + len(spans)
+    return "".join(pieces)
 
 
-def redact_value(value: Any, held: tuple[HeldSecret, ...], *, assignments: bool) -> Redaction:
+@functools.cache
+def _pairs(held: tuple[HeldSecret, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((secret.value, secret.kind) for secret in held)
+
+
+def redact_value(
+    value: Any, held: tuple[HeldSecret, ...], *, assignments: bool, tail: str | None = None
+) -> Redaction:
     """Every string inside `value` (dict values, list and tuple items, nested) redacted; keys and
-    other types are kept as they are."""
+    other types are kept as they are. With `tail` (the end of the subagent's previous output),
+    a held value split between it and the first string, or between two strings, is found too, and
+    the result's `tail` is what to pass with the next output."""
     total = 0
 
     def walk(item: Any) -> Any:
-        nonlocal total
+        nonlocal total, tail
         if isinstance(item, str):
-            text, count = redact_text(item, held, assignments=assignments)
+            text, count = redact_text(item, held, assignments=assignments, before=tail or "")
+            if tail is not None and item:
+                tail = tail_of(tail, item, _pairs(held))
             total += count
             return text
         if isinstance(item, dict):
@@ -312,7 +397,7 @@ def redact_value(value: Any, held: tuple[HeldSecret, ...], *, assignments: bool)
             return type(item)(walk(inner) for inner in item)
         return item
 
-    return Redaction(walk(value), total)
+    return Redaction(walk(value), total, tail or "")
 
 
 # Scanning a few KiB takes microseconds, less than handing the value to a thread; a larger value is
@@ -360,16 +445,37 @@ def held_secrets(
     read = read_files or _read_secret_files
     found: dict[str, str] = {}
     for name, value in sorted(environment.items()):
-        if is_credential_name(name) and name.upper().endswith(FILE_NAME_SUFFIXES):
-            for content in read(value):
-                found.setdefault(content.strip(), name)
-        elif is_credential_name(name):
-            found.setdefault(value.strip(), name)
-        else:
-            for start, end, _ in detect(value, assignments=False):
-                found.setdefault(value[start:end], name)
+        _hold(name, value, name, read, found)
     held = [HeldSecret(value, kind) for value, kind in found.items() if len(value) >= MIN_HELD_LENGTH]
     return tuple(sorted(held, key=lambda secret: (-len(secret.value), secret.value)))
+
+
+def _hold(name: str, value: Any, kind: str, read: Callable[[str], list[str]], found: dict[str, str]) -> None:
+    """What `found` (value -> kind) gains from one variable, or one field of a store spec given as
+    JSON in a variable (`{"backend": "s3", "secret_key": ...}`, `"record_key_file": ...`)."""
+    if not isinstance(value, str):
+        return
+    if is_credential_name(name) and name.upper().endswith(FILE_NAME_SUFFIXES):
+        for content in read(value):
+            found.setdefault(content.strip(), kind)
+    elif is_credential_name(name):
+        found.setdefault(value.strip(), kind)
+    else:
+        for start, end, _ in detect(value, assignments=False):
+            found.setdefault(value[start:end], kind)
+        spec = _json_object(value)
+        for key, inner in spec.items():
+            _hold(str(key), inner, f"{kind}.{key}", read, found)
+
+
+def _json_object(value: str) -> dict[str, Any]:
+    if not value.lstrip().startswith("{"):
+        return {}
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
 
 
 def _read_secret_files(path: str) -> list[str]:
@@ -391,6 +497,9 @@ class Redactor:
 
     held: tuple[HeldSecret, ...] = ()
     enabled: bool = True
+    # The end of each subagent's last output (raw, in memory only), to find a held value split
+    # between two of its outputs.
+    tails: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_environment(cls, environment: Mapping[str, str] | None = None) -> Redactor:
@@ -399,12 +508,25 @@ class Redactor:
             return cls(enabled=False)
         return cls(held=held_secrets(env))
 
+    def holding(self, value: str, kind: str) -> Redactor:
+        """This redactor, holding one more value (a sandbox's token, learnt when it starts)."""
+        if not self.enabled or len(value) < MIN_HELD_LENGTH or any(s.value == value for s in self.held):
+            return self
+        held = sorted((*self.held, HeldSecret(value, kind)), key=lambda s: (-len(s.value), s.value))
+        return Redactor(tuple(held), self.enabled, self.tails)
+
     def arguments(self, arguments: dict[str, Any]) -> Redaction:
         if not self.enabled:
             return Redaction(arguments, 0)
         return redact_value(arguments, self.held, assignments=False)
 
-    def output(self, output: Any) -> Redaction:
+    def output(self, output: Any, subagent: str | None = None) -> Redaction:
+        """`output` redacted; with `subagent`, also a held value split between its last output
+        and this one."""
         if not self.enabled:
             return Redaction(output, 0)
-        return redact_value(output, self.held, assignments=True)
+        if subagent is None:
+            return redact_value(output, self.held, assignments=True)
+        redacted = redact_value(output, self.held, assignments=True, tail=self.tails.get(subagent, ""))
+        self.tails[subagent] = redacted.tail
+        return redacted

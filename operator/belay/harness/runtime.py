@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -286,17 +287,19 @@ class ToolRuntime:
 
     async def run_in_sandbox(self, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
         arguments = await resolve_arguments(self.artifacts, request.arguments)
-        response = await self.recovery.handle(sub.name).client.call(request.tool, arguments)
-        return [
-            await self.tool_result(
-                request.operation_id, response.get("ok", False), response.get("output"), response.get("error")
-            )
-        ]
+        client = self.recovery.handle(sub.name).client
+        # The sandbox's token is a secret the harness holds: its output never records it.
+        self.redactor = self.redactor.holding(client.token, "sandbox token")
+        response = await client.call(request.tool, arguments)
+        ok, output, error = response.get("ok", False), response.get("output"), response.get("error")
+        return [await self.tool_result(request.operation_id, ok, output, error, subagent=sub.name)]
 
     async def tool_result(
-        self, operation_id: str, ok: bool, output: Any, error: str | None = None
+        self, operation_id: str, ok: bool, output: Any, error: str | None = None, subagent: str | None = None
     ) -> ToolResult:
-        redacted = await scanned(self.redactor.output, [output, error])
+        """The result to record, redacted; with `subagent`, also of a held value split between its
+        previous output and this one."""
+        redacted = await scanned(functools.partial(self.redactor.output, subagent=subagent), [output, error])
         output, error = redacted.value
         body = canonical_json(output)
         if len(body) > MAX_PAYLOAD_BYTES // 2:

@@ -64,6 +64,11 @@ class SandboxClient:
         else:
             raise ValueError(f"sandbox endpoint must be unix:///path or http://host:port, got {endpoint!r}")
 
+    @property
+    def token(self) -> str:
+        """The bearer token (for the redactor to hold: never written anywhere)."""
+        return self._token
+
     def __repr__(self) -> str:
         return f"SandboxClient({self.endpoint!r})"
 
