@@ -286,7 +286,13 @@ class ToolRuntime:
 
     async def run_in_sandbox(self, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
         arguments = await resolve_arguments(self.artifacts, request.arguments)
-        response = await self.recovery.handle(sub.name).client.call(request.tool, arguments)
+        try:
+            response = await self.recovery.handle(sub.name).client.call(request.tool, arguments)
+        except SandboxUnavailable:
+            raise
+        except SandboxError as error:
+            # A refusal by the sandbox (a request it will not take) is the call's failed result.
+            response = {"ok": False, "output": None, "error": str(error)}
         return [
             await self.tool_result(
                 request.operation_id, response.get("ok", False), response.get("output"), response.get("error")
