@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from belay.sandbox.client import SandboxError
+from belay.sandbox.client import SandboxError, WorkspaceRefused
 from belay.sandbox.local import LocalSandbox
 
 # Each test here touches only its own paths, so the module shares one sandbox.
@@ -67,3 +67,34 @@ async def test_manifest_refuses_escaping_paths(sandbox: LocalSandbox) -> None:
     with pytest.raises(SandboxError, match="escapes") as caught:
         await sandbox.client.manifest(["../outside-manifest.txt"])
     assert caught.value.status == 400
+
+
+# A declared path whose content the sandbox will not describe, planted by a command, and the rule
+# the manifest names for it (the harness hands both to the agent as its step's failure).
+REFUSED_CONTENT = {
+    "escape": (
+        "mkdir -p {host} && echo h > {host}/h.txt && ln -s {host} refused-escape",
+        "refused-escape/h.txt",
+    ),
+    "symlink": ("ln -s /etc/passwd refused-link.txt", "refused-link.txt"),
+    "hard-link": ("echo mine > refused-own.txt && ln refused-own.txt refused-hard.txt", "refused-hard.txt"),
+    "fifo": ("mkfifo refused-pipe", "refused-pipe"),
+    "socket": (
+        "python -c \"import socket; socket.socket(socket.AF_UNIX).bind('refused-socket')\"",
+        "refused-socket",
+    ),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(REFUSED_CONTENT))
+async def test_manifest_names_the_path_and_the_rule_of_refused_content(
+    sandbox: LocalSandbox, rule: str
+) -> None:
+    command, name = REFUSED_CONTENT[rule]
+    host = sandbox.workspace.parent / "refused-host"
+    planted = await sandbox.client.call("run_command", {"command": command.format(host=host)})
+    assert planted["ok"] and planted["output"]["exit_code"] == 0, planted
+    with pytest.raises(WorkspaceRefused) as caught:
+        await sandbox.client.manifest([name])
+    assert (caught.value.path, caught.value.rule) == (name, rule)
+    assert name in str(caught.value) and f"({rule})" in str(caught.value)

@@ -33,3 +33,20 @@ def test_symlink_out_of_the_workspace_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UnsafePath):
         workspace.write_atomically(root, "link/new.txt", b"x")
     assert not (tmp_path / "new.txt").exists()
+
+
+def test_describe_refuses_a_file_over_the_size_limit(tmp_path: Path) -> None:
+    (tmp_path / "big.bin").write_bytes(b"x" * 2048)
+    assert workspace.describe(tmp_path, "big.bin", max_bytes=2048).size == 2048
+    with pytest.raises(workspace.WorkspaceRefusal) as caught:
+        workspace.describe(tmp_path, "big.bin", max_bytes=2047)
+    assert (caught.value.path, caught.value.rule) == ("big.bin", "size")
+
+
+def test_describe_refuses_a_device(tmp_path: Path) -> None:
+    (tmp_path / "null").symlink_to("/dev/null")  # the link is refused, and so is what it names
+    with pytest.raises(workspace.WorkspaceRefusal, match=r"\(symlink\)"):
+        workspace.describe(tmp_path, "null")
+    with pytest.raises(workspace.WorkspaceRefusal) as caught:
+        workspace.describe(Path("/dev"), "null")
+    assert caught.value.rule == "device"

@@ -68,6 +68,7 @@ from belay.journal.events import (
 from belay.journal.events import (
     event_line as event_json,
 )
+from belay.journal.state.repeats import REPEATED_FAILURE, repeated_failure, repeated_failure_text
 from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, run_drill
 from belay.local.fleet import LocalFleet, without_clock
 from belay.local.runtime import (
@@ -225,6 +226,16 @@ def run(
     run_session(session.session_id, quiet)
 
 
+def what_to_do(session_id: str) -> str:
+    """What a person can do about a repeated failure: anything that moves the point it recurs at."""
+    return (
+        "another attempt would end the same way, so none is started (nothing was recorded). Change "
+        f"what it starts from: amend the request (`belay amend {session_id} --goal ...`), reject "
+        f"the step's work (`belay reject {session_id} ITEM`), or go on with another executor "
+        f"(`belay resume {session_id} --executor TYPE`); or leave the session ended here"
+    )
+
+
 @app.command()
 def resume(
     session_id: Annotated[str, typer.Argument(metavar="SESSION")],
@@ -255,6 +266,9 @@ def resume(
     # The record is checked before a new attempt takes the session over (RecordCorrupt): the events
     # after the latest snapshot here, those before it when the snapshot was taken.
     state = asyncio.run(load_session_state(home_of(session_id), session_id))
+    repeated = repeated_failure(state)
+    if repeated is not None and executor is None and model is None:
+        raise fail(f"{REPEATED_FAILURE}: {repeated_failure_text(repeated)}; {what_to_do(session_id)}")
     if executor is not None or model is not None:
         try:
             on_record = session.as_recorded(state.executor_changes)

@@ -24,6 +24,7 @@ from belay.api.status import PodPhase
 from belay.controller import names
 from belay.journal.phase import Liveness, Phase, clean_stop, phase_of, recovery_failed
 from belay.journal.state import SessionState
+from belay.journal.state.repeats import REPEATED_FAILURE, repeated_failure, repeated_failure_text
 
 LIVE_PHASES: tuple[PodPhase, ...] = ("Pending", "Running", "Unknown")
 
@@ -103,6 +104,12 @@ def decide_harness(
     phase = phase_of(state)
     if phase in (Phase.SUCCEEDED, Phase.FAILED):
         return HarnessDecision(Action.STOP, None, why=f"the session {phase.value.lower()}")
+    repeated = repeated_failure(state)
+    if repeated is not None:
+        # Another pod would end the same way: none is started until a person moves the point.
+        return HarnessDecision(
+            Action.STOP, None, why=f"{REPEATED_FAILURE}: {repeated_failure_text(repeated)}"
+        )
     if recovery_failed(state):
         return HarnessDecision(Action.STOP, None, why="recovery failed; a person has to look")
 

@@ -19,7 +19,9 @@ from belay.harness.declared import declared_paths
 from belay.harness.revision import Revision, dependency_manifests
 from belay.journal.events import ArtifactRef, Checkpoint, DeclaredArtifact, Verification, sha256_of
 from belay.journal.state import SessionState
-from belay.sandbox.client import SandboxClient
+from belay.sandbox.client import SandboxClient, WorkspaceRefused
+from belay.sandbox.protocol import REFUSED_STATUS
+from belay.sandbox.workspace import REFUSAL_RULES
 from belay.stores.base import ArtifactStore
 
 
@@ -66,7 +68,8 @@ async def store_declared_files(
     client: SandboxClient, artifacts: ArtifactStore, patterns: Sequence[str]
 ) -> list[DeclaredArtifact]:
     """The workspace's declared files, each stored in the artifact store under the hash the
-    sandbox gave for it (a file that changed meanwhile fails the checkpoint)."""
+    sandbox gave for it. What the sandbox refuses to describe (a symlink, a pipe...) and a file that
+    changed meanwhile raise WorkspaceRefused."""
     listing = await client.call("list_files", {"path": "."})
     paths = declared_paths((listing.get("output") or {}).get("files", []), patterns)
     entries = await client.manifest(paths) if paths else []
@@ -75,7 +78,8 @@ async def store_declared_files(
         data = await client.get_file(entry.name)
         ref = await asyncio.to_thread(artifacts.put, data)
         if ref.sha256 != entry.sha256:
-            raise RuntimeError(f"{entry.name} changed while it was checkpointed")
+            message = f"path {entry.name!r} refused (changed): {REFUSAL_RULES['changed']}"
+            raise WorkspaceRefused(message, REFUSED_STATUS, entry.name, "changed")
         return entry.model_copy(update={"uri": ref.uri})
 
     # Side by side: each store waits on the disk, the next file's fetch on the sandbox.

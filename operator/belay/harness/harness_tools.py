@@ -47,7 +47,7 @@ from belay.journal.events import (
     WaitKind,
 )
 from belay.journal.state import SessionState
-from belay.sandbox.client import SandboxClient, SandboxError, SandboxUnavailable
+from belay.sandbox.client import SandboxClient, SandboxError, SandboxUnavailable, WorkspaceRefused
 from belay.stores.base import ArtifactStore
 
 DONE_STATUSES = (TaskStatus.DONE, TaskStatus.VERIFIED)
@@ -87,6 +87,12 @@ async def run_in_harness(
         payloads = await handler(runtime, sub, request)
     except (KeyError, ValueError, TypeError) as error:
         payloads = [ToolResult(operation_id=request.operation_id, ok=False, error=f"bad arguments: {error}")]
+    except SandboxUnavailable:
+        raise  # the runtime answers a lost sandbox with a restored one
+    except SandboxError as error:
+        # The sandbox answered and refused: what is in a sandbox is the agent's, so its refusal is
+        # this call's failure, never the harness's.
+        payloads = [ToolResult(operation_id=request.operation_id, ok=False, error=str(error))]
     # What a sandbox or an external service answered (an error text, a ticket) is scanned like
     # every other tool's result.
     return [await runtime.redacted_result(p) if isinstance(p, ToolResult) else p for p in payloads]
@@ -185,7 +191,10 @@ async def checkpoint(
     """A step boundary: declared files into the artifact store and committed in the sandbox, the
     patch since the inputs stored, the verification run."""
     client = runtime.recovery.handle(sub.name).client
-    declared = await store_declared_files(client, runtime.artifacts, sub.declared)
+    try:
+        declared = await store_declared_files(client, runtime.artifacts, sub.declared)
+    except WorkspaceRefused as refusal:
+        return refused_checkpoint(sub.name, step, request, refusal)
     verification = await requested_verification(client, request)
     state = await runtime.attempt.state()
     checkpoint_id = step_checkpoint_id(state, sub.name, step)
@@ -220,6 +229,25 @@ async def checkpoint(
             operation_id=request.operation_id,
             ok=True,
             output={"step": step, "status": "verified" if verified else "done", "declared": len(declared)},
+        ),
+    ]
+
+
+def refused_checkpoint(
+    subagent: str, step: str, request: ToolRequest, refusal: WorkspaceRefused
+) -> list[Payload]:
+    """The step's checkpoint refused over the workspace's content: the step failed, saying which
+    path broke which rule, and the call's error tells the agent how to put it right (the step is
+    done once a later `update_plan` done is checkpointed)."""
+    why = f"the checkpoint of step {step!r} was refused: {refusal}"
+    return [
+        Task(task_id=f"{subagent}/{step}", status=TaskStatus.FAILED, owner=subagent, detail=why),
+        ToolResult(
+            operation_id=request.operation_id,
+            ok=False,
+            error=f"{why}. Replace {refusal.path!r} with a regular file of its own, or remove it, "
+            "then mark the step done again",
+            output={"step": step, "status": "failed", "path": refusal.path, "rule": refusal.rule},
         ),
     ]
 

@@ -57,6 +57,9 @@ from belay.journal.recovery import RUN_AGAIN_BLINDLY
 from belay.journal.state import ExecutorChangeRecord, SessionState
 from belay.stores.base import ArtifactStore, EventStore, StaleLease
 
+# The reason an attempt's end is recorded with when it stopped on an error nothing else answers.
+HARNESS_ERROR = "HarnessError"
+
 
 @dataclass
 class Harness:
@@ -171,6 +174,12 @@ class Harness:
             return HarnessResult(
                 False, f"attempt {self.attempt.number} was superseded by a newer attempt", self.attempt.number
             )
+        except Exception as error:
+            # The end is recorded with its error, so an attempt after it that ends the same way is
+            # counted (belay.journal.state.repeats); a store that cannot take it loses only that.
+            with contextlib.suppress(Exception):
+                await self.attempt.stop(HARNESS_ERROR, f"{type(error).__name__}: {error}")
+            raise
 
     async def attempt_session(self) -> HarnessResult:
         attempt = self.attempt

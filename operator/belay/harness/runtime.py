@@ -290,7 +290,13 @@ class ToolRuntime:
         client = self.recovery.handle(sub.name).client
         # The sandbox's token is a secret the harness holds: its output never records it.
         self.redactor = self.redactor.holding(client.token, "sandbox token")
-        response = await client.call(request.tool, arguments)
+        try:
+            response = await client.call(request.tool, arguments)
+        except SandboxUnavailable:
+            raise
+        except SandboxError as refused:
+            # A refusal by the sandbox (a request it will not take) is the call's failed result.
+            response = {"ok": False, "output": None, "error": str(refused)}
         ok, output, error = response.get("ok", False), response.get("output"), response.get("error")
         return [await self.tool_result(request.operation_id, ok, output, error, subagent=sub.name)]
 

@@ -23,6 +23,7 @@ from belay.journal import commands
 from belay.journal.events import EffectClass, LifecycleKind, TaskStatus, WaitKind
 from belay.journal.recovery import RecoveryAction, RecoveryActionKind, recovery_plan
 from belay.journal.state import SessionState
+from belay.journal.state.repeats import REPEATED_FAILURE, repeated_failure, repeated_failure_text
 
 # Every list a status or a briefing carries is bounded: this many entries, and a count of the rest.
 STATUS_LIST_LIMIT = 20
@@ -314,14 +315,28 @@ def phase_of(state: SessionState, liveness: Liveness | None = None) -> Phase:
     return Phase.RUNNING
 
 
+def stalled_by_failure(state: SessionState) -> tuple[str, str] | None:
+    """Why no attempt may start (reason, message): a repeated failure, else the recovery failure."""
+    repeated = repeated_failure(state)
+    if repeated is not None:
+        return REPEATED_FAILURE, repeated_failure_text(repeated)
+    failure = state.lifecycle.last_recovery_failure
+    if failure is not None and recovery_failed(state):
+        return failure.reason, failure.detail
+    return None
+
+
 def open_wait_ids(state: SessionState, kind: WaitKind) -> list[str]:
     """The open waits of one kind, in the order they opened."""
     return [w.wait_id for w in state.open_wait_records() if w.kind == kind]
 
 
 def recovery_failed(state: SessionState) -> bool:
-    """A recovery failed (for instance on undeclared state) and no restore has succeeded since:
-    another attempt would fail the same way."""
+    """A recovery failed (for instance on undeclared state) and no restore has succeeded since, or
+    attempts ended the same way REPEATED_FAILURE_LIMIT times in a row at the point the record still
+    stands at: another attempt would fail the same way."""
+    if repeated_failure(state) is not None:
+        return True
     failure = state.lifecycle.last_recovery_failure
     if failure is None:
         return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import hashlib
 import hmac
 import json
@@ -29,6 +30,7 @@ from belay.sandbox.protocol import (
     MAX_COMMAND_BYTES,
     MAX_OUTPUT_BYTES,
     MODE_HEADER,
+    REFUSED_STATUS,
     SHA256_HEADER,
     STOPPING_STATUS,
     ErrorBody,
@@ -52,7 +54,7 @@ from belay.stores.base import UnsafePath
 # the server hold. A larger file goes through PUT /v1/files, which streams.
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 # One file put: streamed to disk as it arrives, refused once it passes this.
-MAX_FILE_BYTES = 1024 * 1024 * 1024
+MAX_FILE_BYTES = workspace.MAX_FILE_BYTES
 # A file put is kept in memory up to this size, on disk beyond.
 SPOOL_BYTES = 1024 * 1024
 # After a timeout kill, how long to wait for pipes held open by processes that left the group.
@@ -88,6 +90,18 @@ def too_large(limit: int) -> web.Response:
 
 def json_error(status: int, message: str) -> web.Response:
     return web.json_response(ErrorBody(error=message).model_dump(), status=status)
+
+
+def refused(error: workspace.WorkspaceRefusal) -> web.Response:
+    body = ErrorBody(error=str(error), rule=error.rule, path=error.path)
+    return web.json_response(body.model_dump(), status=REFUSED_STATUS)
+
+
+def out_of_space(name: str, error: OSError) -> workspace.WorkspaceRefusal | None:
+    """A write that failed because the workspace is full or over its quota, as a refusal."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return workspace.refusal(name, "quota")
+    return None
 
 
 class CapturedOutput:
@@ -291,8 +305,15 @@ class SandboxServer:
             try:
                 await asyncio.to_thread(workspace.write_atomically, self.root, name, body, mode)
                 entry = await asyncio.to_thread(workspace.describe, self.root, name)
+            except workspace.WorkspaceRefusal as refusal:
+                return refused(refusal)
             except TOOL_ERRORS as error:
                 return json_error(400, str(error))
+            except OSError as error:
+                quota = out_of_space(name, error)
+                if quota is None:
+                    raise
+                return refused(quota)
         return web.json_response(entry.model_dump(mode="json"))
 
     async def get_file(self, request: web.Request) -> web.StreamResponse:
@@ -315,13 +336,20 @@ class SandboxServer:
         except (json.JSONDecodeError, ValidationError) as error:
             return json_error(400, f"expected {{'paths': [...]}}: {error}")
         try:
-            resolved = [workspace.resolve_in_workspace(self.root, name) for name in body.paths]
+            for name in body.paths:
+                workspace.check_relative_name(name)
         except UnsafePath as error:
             return json_error(400, str(error))
-        missing = [name for name, path in zip(body.paths, resolved, strict=True) if not path.is_file()]
+        entries, missing = [], []
+        for name in body.paths:
+            try:
+                entries.append(await asyncio.to_thread(workspace.describe, self.root, name))
+            except workspace.WorkspaceRefusal as refusal:
+                return refused(refusal)
+            except FileNotFoundError:
+                missing.append(name)
         if missing:
             return json_error(404, f"declared files missing from the workspace: {missing}")
-        entries = [await asyncio.to_thread(workspace.describe, self.root, name) for name in body.paths]
         return web.json_response([entry.model_dump(mode="json") for entry in entries])
 
     # -------------------------------------------------------------------------------------- tools

@@ -15,8 +15,10 @@ from belay.sandbox.protocol import (
     INSTANCE_HEADER,
     INSTANCE_MISMATCH_STATUS,
     MODE_HEADER,
+    REFUSED_STATUS,
     SHA256_HEADER,
     STOPPING_STATUS,
+    ErrorBody,
     Health,
     ToolResponse,
 )
@@ -28,6 +30,17 @@ class SandboxError(Exception):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class WorkspaceRefused(SandboxError):
+    """The sandbox refused the workspace's content: the file at `path` breaks `rule`
+    (belay.sandbox.workspace.REFUSAL_RULES). Content is the agent's doing: the harness answers this
+    with a failed step the agent can put right, never by stopping."""
+
+    def __init__(self, message: str, status: int, path: str, rule: str) -> None:
+        super().__init__(message, status)
+        self.path = path
+        self.rule = rule
 
 
 class SandboxUnavailable(SandboxError):
@@ -112,6 +125,10 @@ class SandboxClient:
             raise SandboxReplaced(f"sandbox at {self.endpoint}: {_error_text(body)}", status)
         if status == STOPPING_STATUS:
             raise SandboxUnavailable(f"sandbox at {self.endpoint}: {_error_text(body)}", status)
+        if status == REFUSED_STATUS:
+            refusal = _refusal(body)
+            if refusal is not None:
+                raise WorkspaceRefused(refusal.error, status, refusal.path or "", refusal.rule or "")
         if status >= 400:
             raise SandboxError(f"sandbox {method} {path} -> {status}: {_error_text(body)}", status)
         return status, body
@@ -164,6 +181,14 @@ class SandboxClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+def _refusal(body: bytes) -> ErrorBody | None:
+    try:
+        parsed = ErrorBody.model_validate_json(body)
+    except ValidationError:
+        return None
+    return parsed if parsed.rule else None
 
 
 def _error_text(body: bytes) -> str:

@@ -22,6 +22,9 @@ INSTANCE_MISMATCH_STATUS = 409
 # A server told to stop (SIGTERM) lets the requests it is running finish and refuses new ones with
 # this status: the request did not run, and the sandbox is going away.
 STOPPING_STATUS = 503
+# The workspace's content was refused (a symlink, a hard link, a pipe... in a declared path, a file
+# that changed while it was read, a full workspace): the body's `rule` and `path` say which.
+REFUSED_STATUS = 422
 # A local sandbox's instance marker (see belay.sandbox.local); the server takes it as its instance
 # id when set, so the harness's handle and the server name the same instance.
 INSTANCE_ENV = "BELAY_SANDBOX_INSTANCE"
@@ -115,6 +118,10 @@ class ManifestRequest(BaseModel):
 class ErrorBody(BaseModel):
     ok: Literal[False] = False
     error: str
+    # A refusal of the workspace's content (belay.sandbox.workspace.REFUSAL_RULES): the rule broken
+    # and the path that broke it, so the harness can hand it to the agent as its step's failure.
+    rule: str | None = None
+    path: str | None = None
 
 
 class ReadyFile(BaseModel):

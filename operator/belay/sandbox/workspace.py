@@ -18,6 +18,39 @@ from belay.journal.events import DeclaredArtifact
 from belay.stores.base import UnsafePath
 
 DEFAULT_FILE_MODE = 0o644
+# The largest file the harness takes out of (or puts into) a workspace: the sandbox's limit on one
+# file put, so whatever a checkpoint records can be restored.
+MAX_FILE_BYTES = 1024 * 1024 * 1024
+
+
+class WorkspaceRefusal(UnsafePath):
+    """The workspace's content is not something the harness may take: the file at `path` breaks
+    `rule` (one of REFUSAL_RULES). What is in a workspace is the agent's doing, so this is an answer
+    to the agent (its step fails and says why), never a fault of the harness."""
+
+    def __init__(self, path: str, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.rule = rule
+
+
+# Each way a declared file can be refused, and what it means.
+REFUSAL_RULES: dict[str, str] = {
+    "escape": "the path leaves the workspace",
+    "symlink": "a declared file must be a regular file, not a symbolic link",
+    "hard-link": "a declared file must not be a hard link (its content could be another file's)",
+    "fifo": "a declared file must be a regular file, not a named pipe",
+    "device": "a declared file must be a regular file, not a device",
+    "socket": "a declared file must be a regular file, not a socket",
+    "not-a-file": "a declared file must be a regular file",
+    "size": f"a declared file may hold at most {MAX_FILE_BYTES} bytes",
+    "changed": "the file changed while it was read",
+    "quota": "the workspace is out of disk space or over its quota",
+}
+
+
+def refusal(name: str, rule: str) -> WorkspaceRefusal:
+    return WorkspaceRefusal(name, rule, f"path {name!r} refused ({rule}): {REFUSAL_RULES[rule]}")
 
 
 def check_relative_name(name: str) -> PurePosixPath:
@@ -104,19 +137,60 @@ def list_files(root: Path, name: str = ".") -> list[str]:
     return sorted(found)
 
 
-def describe(root: Path, name: str) -> DeclaredArtifact:
-    """The declared-artifact entry for one workspace file: name, sha256, size and mode."""
-    path = resolve_in_workspace(root, name)
-    if not path.is_file():
-        raise FileNotFoundError(f"declared file {name!r} is missing from the workspace")
-    hasher, size = hashlib.sha256(), 0
-    with path.open("rb") as handle:
+def _kind_rule(mode: int) -> str | None:
+    """The refusal rule a file's type breaks, None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "not-a-file"
+
+
+def describe(root: Path, name: str, max_bytes: int = MAX_FILE_BYTES) -> DeclaredArtifact:
+    """The declared-artifact entry for one workspace file: name, sha256, size and mode. Only a
+    regular file with one link, at most `max_bytes`, that stays the same while it is hashed is
+    described; anything else is a WorkspaceRefusal naming the rule it breaks."""
+    relative = check_relative_name(name)
+    try:
+        # The parent directories: a symlink among them may not lead out of the workspace.
+        path = resolve_in_workspace(root, relative.parent.as_posix()) / relative.name
+    except UnsafePath:
+        raise refusal(name, "escape") from None
+    try:
+        before = path.lstat()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"declared file {name!r} is missing from the workspace") from None
+    rule = _kind_rule(before.st_mode)
+    if rule is None and before.st_nlink > 1:
+        rule = "hard-link"
+    if rule is None and before.st_size > max_bytes:
+        rule = "size"
+    if rule is not None:
+        raise refusal(name, rule)
+    # No following a link swapped in since, and no blocking on a pipe swapped in since.
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        raise refusal(name, "changed") from None
+    with os.fdopen(descriptor, "rb") as handle:
+        opened = os.fstat(handle.fileno())
+        if (opened.st_ino, opened.st_dev) != (before.st_ino, before.st_dev):
+            raise refusal(name, "changed")
+        hasher, size = hashlib.sha256(), 0
         while chunk := handle.read(1024 * 1024):
             hasher.update(chunk)
             size += len(chunk)
+            if size > max_bytes:
+                raise refusal(name, "size")
+        after = os.fstat(handle.fileno())
+    if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns) or size != after.st_size:
+        raise refusal(name, "changed")
     return DeclaredArtifact(
-        name=check_relative_name(name).as_posix(),
-        sha256=hasher.hexdigest(),
-        size=size,
-        mode=stat.S_IMODE(path.stat().st_mode),
+        name=relative.as_posix(), sha256=hasher.hexdigest(), size=size, mode=stat.S_IMODE(after.st_mode)
     )

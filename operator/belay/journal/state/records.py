@@ -251,6 +251,19 @@ class LifecycleEntry(Record):
     checkpoint_id: str | None = None
 
 
+class RepeatedFailure(Record):
+    """Attempts in a row that ended abnormally at the same point with the same error (folded
+    from their lifecycle entries: belay.journal.state.repeats)."""
+
+    point: str  # where the record stood when each of them ended (failure_point)
+    error: str  # what each of them ended with: reason and detail
+    step: str = ""  # the step the session was at
+    count: int = 1
+    first_attempt: int | None = None
+    last_attempt: int | None = None
+    seq: int = 0  # the last of them
+
+
 class Lifecycle(Record):
     attempt: int = 0  # the highest harness attempt seen
     model_id: str = ""  # what the latest attempt started deciding with (its harness_started)
@@ -280,6 +293,8 @@ class Lifecycle(Record):
     reopened: int = 0
     reopened_seq: int | None = None
     reopened_because: str = ""
+    # The latest abnormal ends of attempts, while each repeated the one before it.
+    repeated_failure: RepeatedFailure | None = None
 
 
 class SubagentRecord(Record):

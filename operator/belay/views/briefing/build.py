@@ -20,7 +20,7 @@ from typing import Any, Literal
 from belay.journal import commands
 from belay.journal.commands import CommandStyle
 from belay.journal.events import ArtifactRef, NoteKind, TaskStatus, WaitKind
-from belay.journal.phase import Liveness, interruption_of, phase_of
+from belay.journal.phase import Liveness, interruption_of, phase_of, stalled_by_failure
 from belay.journal.state import ApprovalRecord, NoteRecord, OperationRecord, SessionState, TaskRecord
 from belay.views.briefing.changes import plan_order, rejection_item, scan_results, scope_change_item
 from belay.views.briefing.model import (
@@ -350,6 +350,7 @@ def _recovery(state: SessionState) -> RecoveryItem:
         (e.checkpoint_id for e in reversed(lc.recent) if e.kind == "restored" and e.checkpoint_id), None
     )
     failure = lc.last_recovery_failure
+    stalled = stalled_by_failure(state)
     return RecoveryItem(
         attempt=lc.attempt,
         model=lc.model_id,
@@ -358,7 +359,13 @@ def _recovery(state: SessionState) -> RecoveryItem:
         recovery_restores=lc.recovery_restores,
         sandbox_replaced=lc.sandbox_replaced,
         recovery_failures=lc.recovery_failures,
-        last_failure=f"{failure.reason}: {failure.detail}".strip(": ") if failure else None,
+        last_failure=(
+            f"{stalled[0]}: {stalled[1]}".strip(": ")
+            if stalled
+            else f"{failure.reason}: {failure.detail}".strip(": ")
+            if failure
+            else None
+        ),
         restored_from=restored_from,
         unknown_outcomes=[
             UnknownOutcomeItem(

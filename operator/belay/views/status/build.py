@@ -22,6 +22,7 @@ from belay.journal.phase import (
     interruption_of,
     open_wait_ids,
     phase_of,
+    stalled_by_failure,
 )
 from belay.journal.state import ExecutorChangeRecord, SessionState
 from belay.views.status.model import (
@@ -58,7 +59,6 @@ def _recovering_reason(state: SessionState, interruption: Interruption | None) -
 def _ready(state: SessionState, phase: Phase, interruption: Interruption | None) -> Condition:
     """Ready: True while the session runs or waits as it should, or once it succeeded."""
     lc = state.lifecycle
-    failure = lc.last_recovery_failure
     recovering_reason = _recovering_reason(state, interruption)
 
     def not_ready(reason: Reason | str, message: str) -> Condition:
@@ -70,8 +70,9 @@ def _ready(state: SessionState, phase: Phase, interruption: Interruption | None)
         return Condition(
             type=ConditionType.READY, status="True", reason=Reason.COMPLETED, message=lc.end_reason
         )
-    if phase == Phase.RECOVERY_FAILED and failure is not None:
-        return not_ready(Reason.RECOVERY_FAILED, f"{failure.reason}: {failure.detail}".strip(": "))
+    stalled = stalled_by_failure(state) if phase == Phase.RECOVERY_FAILED else None
+    if stalled is not None:
+        return not_ready(Reason.RECOVERY_FAILED, f"{stalled[0]}: {stalled[1]}".strip(": "))
     if phase == Phase.INTERRUPTED and interruption is not None:
         return not_ready(Reason.INTERRUPTED, f"{interruption.why}; {interruption.next}")
     if phase == Phase.RECOVERING and recovering_reason == Reason.SANDBOX_REPLACED:
@@ -122,19 +123,19 @@ def pending_move(state: SessionState) -> ExecutorChangeRecord | None:
 def _abnormal(state: SessionState, phase: Phase, ready: Condition) -> list[Condition]:
     """Reconciling and Stalled: present only while True, as kstatus reads them."""
     lc = state.lifecycle
-    failure = lc.last_recovery_failure
+    failure = stalled_by_failure(state) if phase == Phase.RECOVERY_FAILED else None
     conditions = []
     if phase in (Phase.PENDING, Phase.RECOVERING):
         reason = Reason.INITIALIZING if phase == Phase.PENDING else Reason.RESTORING
         conditions.append(
             Condition(type=ConditionType.RECONCILING, status="True", reason=reason, message=ready.message)
         )
-    if phase == Phase.RECOVERY_FAILED and failure is not None:
+    if failure is not None:
         stalled = Condition(
             type=ConditionType.STALLED,
             status="True",
-            reason=failure.reason or Reason.RECOVERY_FAILED,
-            message=failure.detail or "recovery failed",
+            reason=failure[0] or Reason.RECOVERY_FAILED,
+            message=failure[1] or "recovery failed",
         )
     elif phase == Phase.INTERRUPTED:
         # Nothing goes on until a person resumes the session.
@@ -238,8 +239,9 @@ def waiting_on(state: SessionState, phase: Phase, interruption: Interruption | N
     """One line for a table column: what the session waits on."""
     if phase == Phase.INTERRUPTED and interruption is not None:
         return interruption.command or "resume"
-    if phase == Phase.RECOVERY_FAILED and state.lifecycle.last_recovery_failure is not None:
-        return f"recovery failed: {state.lifecycle.last_recovery_failure.reason}"
+    stalled = stalled_by_failure(state) if phase == Phase.RECOVERY_FAILED else None
+    if stalled is not None:
+        return f"recovery failed: {stalled[0]}"
     if phase == Phase.WAITING_ON_USER:
         if state.pending_approvals:
             return f"approval {state.pending_approval_records()[0].approval_id}"

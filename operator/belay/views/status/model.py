@@ -45,6 +45,8 @@ class Reason(StrEnum):
     SANDBOX_REPLACED = "SandboxReplaced"
     RESTORING = "Restoring"
     RECOVERY_FAILED = "RecoveryFailed"
+    # Attempts ended the same way three times in a row at the same point (journal.state.repeats).
+    REPEATED_FAILURE = "RepeatedFailure"
     AWAITING_APPROVAL = "AwaitingApproval"
     AWAITING_RECONCILIATION = "AwaitingReconciliation"
     AWAITING_DECISION = "AwaitingDecision"

@@ -28,6 +28,7 @@ from belay.journal.state.records import (
     SessionLinkRecord,
     SubagentRecord,
 )
+from belay.journal.state.repeats import counted
 from belay.journal.state.session import SessionState
 
 
@@ -66,11 +67,14 @@ def _lifecycle_changes(
             started = {"harness_running": True, "harness_starts": lc.harness_starts + 1}
             return {**started, "model_id": e.actor.model_id or ""}
         case LifecycleKind.HARNESS_LOST:
-            return {"harness_running": False, "harness_lost": lc.harness_lost + 1, "recovering": True}
+            lost = {"harness_running": False, "harness_lost": lc.harness_lost + 1, "recovering": True}
+            return {**lost, "repeated_failure": counted(s, entry)}
         case LifecycleKind.HARNESS_FINISHED:
-            return {"harness_running": False}
+            # An end with a reason that does not end the session is abnormal; one without is not.
+            abnormal = bool(p.reason) and not (lc.completed or lc.failed)
+            return {"harness_running": False, "repeated_failure": counted(s, entry) if abnormal else None}
         case LifecycleKind.HARNESS_STOPPED:
-            return {"harness_running": False, "clean_stops": lc.clean_stops + 1}
+            return {"harness_running": False, "clean_stops": lc.clean_stops + 1, "repeated_failure": None}
         case LifecycleKind.SANDBOX_STARTED | LifecycleKind.SANDBOX_REPLACED:
             return _sandbox_started(s, updates, e)
         case LifecycleKind.SANDBOX_LOST:
