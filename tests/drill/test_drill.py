@@ -42,6 +42,7 @@ def test_drill_json_passes_every_check(tmp_path: Path) -> None:
         "checks",
         "skipped",
         "executor",
+        "handover_to",
         "points",
         "reference_run_s",
         "reference_events",
@@ -49,6 +50,7 @@ def test_drill_json_passes_every_check(tmp_path: Path) -> None:
     failed = [c for c in report["checks"] if not c["passed"]]
     assert not failed, failed
     assert report["passed"] is True and result.returncode == 0
+    assert report["handover_to"] is None and report["executor"].startswith("self-hosted")
     names = [c["name"] for c in report["checks"]]
     assert all(name in names for name in EXPECTED_CHECKS)
     assert all(set(c) == {"name", "passed", "detail"} for c in report["checks"])

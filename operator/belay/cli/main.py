@@ -69,7 +69,7 @@ from belay.journal.events import (
     event_line as event_json,
 )
 from belay.journal.state.repeats import REPEATED_FAILURE, repeated_failure, repeated_failure_text
-from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, run_drill
+from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, drill_executor, handover_refusal, run_drill
 from belay.local.fleet import LocalFleet, without_clock
 from belay.local.runtime import (
     ARTIFACTS_ENV,
@@ -641,17 +641,35 @@ def drill(
             "the local stand-in). Default: the manifest's own.",
         ),
     ] = None,
+    handover_to: Annotated[
+        str | None,
+        typer.Option(
+            "--handover-to",
+            metavar="EXECUTOR",
+            help="Resume each interrupted run on this executor (`belay resume --executor`), another one "
+            "of the three, and check the handover too.",
+        ),
+    ] = None,
 ) -> None:
     """Interrupt a short session on purpose and check that the resumed session makes sense."""
     path = manifest or DEFAULT_MANIFEST
     if executor is not None and executor not in EXECUTORS:
         raise fail(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     try:
-        load_manifest(path)
+        session = load_manifest(path)
     except ManifestError as error:
         raise fail(f"bad manifest: {error}") from None
+    refusal = handover_refusal(executor or drill_executor(session.spec.executor.type), handover_to)
+    if refusal:
+        raise fail(refusal)
     try:
-        report = run_drill(path, Context.home.root / "drill", progress=not as_json, executor=executor)
+        report = run_drill(
+            path,
+            Context.home.root / "drill",
+            progress=not as_json,
+            executor=executor,
+            handover_to=handover_to,
+        )
     except ValueError as error:
         raise fail(str(error)) from None
     if as_json:
@@ -666,7 +684,7 @@ def drill(
         if report.skipped:  # each was printed as it was skipped, with why; never a check
             names = ", ".join(s.scenario for s in report.skipped)
             verdict += f"; {len(report.skipped)} skipped ({names})"
-        console.print(verdict, highlight=False)
+        console.print(f"{verdict}; executor {report.executor}", highlight=False)
     if not report.passed:
         raise typer.Exit(1)
 

@@ -16,6 +16,9 @@ the same before and after.
 Each kill point is reported with the record's seq range, the deliverables' hashes, the model,
 harness and executor versions, and the transition expected and observed.
 
+With `--handover-to B` every scenario that interrupts runs on the executor and resumes on B
+(`belay resume --executor B`), and ends with the handover's checks (`handover`).
+
 `manifest` prepares the session for the executor, `run` holds one run's homes, stand-ins and
 findings, `scenarios` are the checks, run in order by `run_drill` (a scenario that does not apply is
 skipped, named with why), `waiting` stops a run that waits on a person or passes its limit (its
@@ -23,8 +26,8 @@ check fails with what it waited on and the command that answers it), and `report
 returns.
 """
 
-from belay.local.drill.manifest import DEFAULT_MANIFEST, EXECUTORS
+from belay.local.drill.manifest import DEFAULT_MANIFEST, EXECUTORS, drill_executor, handover_refusal
 from belay.local.drill.report import DrillReport
 from belay.local.drill.scenarios import run_drill
 
-__all__ = ["DEFAULT_MANIFEST", "EXECUTORS", "DrillReport", "run_drill"]
+__all__ = ["DEFAULT_MANIFEST", "EXECUTORS", "DrillReport", "drill_executor", "handover_refusal", "run_drill"]

@@ -19,9 +19,13 @@ EXECUTORS = ("self-hosted", *MANAGED_EXECUTORS)
 DRILL_MODELS = {"openai-agents": "gpt-5", "anthropic-managed": "claude-sonnet-4-5"}
 
 
-def executor_kind(manifest: Mapping[str, Any]) -> str:
-    executor_type = str(manifest["spec"]["executor"]["type"])
+def drill_executor(executor_type: str) -> str:
+    """The drill's name (one of EXECUTORS) for a manifest's `spec.executor.type`."""
     return "self-hosted" if executor_type in SELF_HOSTED_EXECUTORS else executor_type
+
+
+def executor_kind(manifest: Mapping[str, Any]) -> str:
+    return drill_executor(str(manifest["spec"]["executor"]["type"]))
 
 
 def manifest_for(manifest: Mapping[str, Any], source: Path, executor: str) -> dict[str, Any]:
@@ -54,3 +58,25 @@ def executor_version(executor: str) -> str:
     if executor == "anthropic-managed":
         return f"anthropic-managed (anthropic {version('anthropic')})"
     return f"self-hosted ({HARNESS_VERSION})"
+
+
+def handover_refusal(executor: str, handover_to: str | None) -> str | None:
+    """Why `--executor executor --handover-to handover_to` cannot run, or None."""
+    if handover_to is None:
+        return None
+    if handover_to not in EXECUTORS:
+        return f"--handover-to must be one of {', '.join(EXECUTORS)}, got {handover_to!r}"
+    if handover_to == executor:
+        return f"--handover-to {handover_to} is the executor the run starts on: name another one"
+    return None
+
+
+def recorded_type(executor: str) -> str:
+    """The `spec.executor.type` the record names for one of the drill's executors."""
+    return "scripted" if executor == "self-hosted" else executor
+
+
+def move_options(executor: str) -> list[str]:
+    """What a person adds to `belay resume` to move the session to `executor`."""
+    model = DRILL_MODELS.get(executor)
+    return ["--executor", executor] + (["--model", model] if model else [])

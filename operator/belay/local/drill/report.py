@@ -46,7 +46,8 @@ class DrillReport(BaseModel):
     passed: bool
     checks: list[DrillCheck]
     skipped: list[SkippedScenario] = Field(default_factory=list)
-    executor: str = "self-hosted"
+    executor: str = "self-hosted"  # with a handover, both: "A ..., handed over to B ..."
+    handover_to: str | None = None  # the executor the interrupted runs were resumed on
     points: list[KillPoint] = Field(default_factory=list)
     # The uninterrupted run: its wall time (`belay run` from start to exit) and its record's size.
     reference_run_s: float | None = None

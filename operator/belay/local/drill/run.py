@@ -23,7 +23,13 @@ from belay.executors.endpoints import PROVIDERS
 from belay.journal.events import Event
 from belay.journal.verdicts import deliverables
 from belay.local.cli_process import read_events, run_until
-from belay.local.drill.manifest import executor_kind, executor_version, manifest_for
+from belay.local.drill.manifest import (
+    executor_kind,
+    executor_version,
+    handover_refusal,
+    manifest_for,
+    move_options,
+)
 from belay.local.drill.report import DrillCheck, DrillReport, KillPoint, SeqRange, SkippedScenario
 from belay.local.drill.waiting import Watched, run_watched
 from belay.local.runtime import LocalHome
@@ -56,12 +62,32 @@ class SessionStandins:
             stop_session_standins(home)
 
 
+def executor_label(executor: str) -> str:
+    # Where a stand-in answers, the report says so: its scripted plan decided, no model did.
+    local = ", on its local stand-in (scripted plan)" if executor in MANAGED_EXECUTORS else ""
+    return executor_version(executor) + local
+
+
 class Drill:
-    def __init__(self, manifest: Path, workdir: Path, progress: bool, executor: str | None = None) -> None:
+    def __init__(
+        self,
+        manifest: Path,
+        workdir: Path,
+        progress: bool,
+        executor: str | None = None,
+        handover_to: str | None = None,
+    ) -> None:
         source = manifest.resolve()
         original = yaml.safe_load(source.read_text())
         self.executor = executor or executor_kind(original)
+        refusal = handover_refusal(self.executor, handover_to)
+        if refusal:
+            raise ValueError(refusal)
         self.managed = self.executor in MANAGED_EXECUTORS
+        # With a handover, each interrupted run is resumed on `handover_to` (the reference runs on
+        # `executor` alone); `moved` holds the homes whose session was moved already.
+        self.handover_to = handover_to
+        self.moved: set[Path] = set()
         self.workdir = workdir / datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.data = manifest_for(original, source, self.executor)
@@ -80,10 +106,10 @@ class Drill:
         self.reference_events: int | None = None
         self.session_id = str(self.data["metadata"]["name"])
         self.standins = SessionStandins(self.executor, self.session_id)
-        # Where a stand-in answers, the report says so: its scripted plan decided, no model did.
-        self.executor_label = executor_version(self.executor) + (
-            ", on its local stand-in (scripted plan)" if self.managed else ""
-        )
+        self.target_standins = SessionStandins(handover_to or self.executor, self.session_id)
+        self.executor_label = executor_label(self.executor)
+        if handover_to:
+            self.executor_label += f", handed over to {executor_label(handover_to)}"
         self.subagents = len(self.data["spec"]["subagents"])
 
     def check(self, name: str, passed: bool, detail: str) -> bool:
@@ -105,11 +131,12 @@ class Drill:
     def environment(self, home: Path) -> dict[str, str] | None:
         """What `belay` runs with in this home: for a managed executor, no provider configured,
         so that `belay` uses the session's local stand-in, never a real key."""
-        if not self.managed:
+        involved = {self.executor, self.handover_to} & set(MANAGED_EXECUTORS)
+        if not involved:
             return None
         self.standins.homes.add(home)
-        variables = PROVIDERS[self.executor]
-        return {variables.base_url: "", variables.api_key: ""}
+        # Every provider blanked: a handover reaches a second executor, whose key must not be used either.
+        return {name: "" for p in PROVIDERS.values() for name in (p.base_url, p.api_key)}
 
     def kill_run_at(
         self, home: Path, env: dict[str, str] | None, point: str, manifest: Path | None = None
@@ -120,11 +147,34 @@ class Drill:
         reached, _ = run_until(home, run, point, environment=env)
         return reached, read_events(home, self.session_id)
 
+    def resume_args(self, home: Path, *options: str) -> list[str]:
+        """`resume SESSION`, with the move to the handover's executor on the first resume in `home`
+        (later ones go on where the record says the session is)."""
+        move = []
+        if self.handover_to and home not in self.moved:
+            self.moved.add(home)
+            move = move_options(self.handover_to)
+        return ["resume", "--quiet", *options, self.session_id, *move]
+
     def resume(self, home: Path, env: dict[str, str] | None) -> Resumed:
         started = time.monotonic()
-        result = run_watched(home, ["resume", "--quiet", self.session_id], self.session_id, environment=env)
+        result = run_watched(home, self.resume_args(home), self.session_id, environment=env)
         seconds = time.monotonic() - started
         return Resumed(result, read_events(home, self.session_id), seconds)
+
+    def same_deliverables(self, reference: Sequence[Event], after: Sequence[Event]) -> bool:
+        """Whether a resumed run delivered what the reference did. Across a handover, the
+        manifest's deliverables: a provider's own outputs (a managed stand-in's remote notes,
+        published when a turn did every call the first time) belong to the executor that ran,
+        not to the work."""
+        if not self.handover_to:
+            return deliverables(after) == deliverables(reference)
+        named = {str(sub["deliverable"]) for sub in self.data["spec"]["subagents"] if sub.get("deliverable")}
+
+        def of_the_work(events: Sequence[Event]) -> dict[str, str]:
+            return {name: sha for name, sha in deliverables(events).items() if name in named}
+
+        return of_the_work(after) == of_the_work(reference)
 
     def report_point(
         self,
@@ -166,6 +216,7 @@ class Drill:
             checks=self.checks,
             skipped=self.skipped,
             executor=self.executor_label,
+            handover_to=self.handover_to,
             points=self.points,
             reference_run_s=self.reference_run_s,
             reference_events=self.reference_events,

@@ -38,6 +38,7 @@ from belay.journal.verdicts import (
     steps_run_twice,
 )
 from belay.local.cli_process import RUN_TIMEOUT_S, read_events, run_belay, run_until_event, tickets_in
+from belay.local.drill.handover import handover_checks, handover_provider_checks
 from belay.local.drill.report import DrillReport
 from belay.local.drill.run import Drill
 from belay.local.drill.waiting import Watched, run_watched
@@ -54,9 +55,14 @@ UNDECLARED = "kill after a verified checkpoint, nothing declared"
 
 
 def run_drill(
-    manifest: Path, workdir: Path, *, progress: bool = True, executor: str | None = None
+    manifest: Path,
+    workdir: Path,
+    *,
+    progress: bool = True,
+    executor: str | None = None,
+    handover_to: str | None = None,
 ) -> DrillReport:
-    drill = Drill(manifest, workdir, progress, executor)
+    drill = Drill(manifest, workdir, progress, executor, handover_to)
     scenarios: list[tuple[str, Callable[[Drill, list[Event]], None]]] = [
         (AFTER_REQUEST, kill_after_tool_request),
         (BEFORE_DELIVERY, kill_before_delivery),
@@ -136,7 +142,10 @@ def managed_checks(
 ) -> bool:
     """After a kill and a resume: the provider saw each input and result once, the remote
     session is the one the record held before the kill, and the operation's result went out
-    once."""
+    once. Across a handover the remote session cannot be the same: A's are left behind and B's
+    provider saw what it was given once (`belay.local.drill.handover`)."""
+    if drill.handover_to:
+        return handover_provider_checks(drill, home, before, after)
     stats = drill.standins[home].stats()
     problems = provider_problems(stats, drill.subagents)
     once = drill.check(
@@ -158,6 +167,19 @@ def managed_checks(
         or "never delivered",
     )
     return once and same and delivered
+
+
+def resumed_checks(
+    drill: Drill, home: Path, before: Sequence[Event], after: Sequence[Event], operation: str
+) -> bool:
+    """What a resumed run adds to its scenario's checks: the provider's (where a managed executor
+    ran), and across a handover the handover's."""
+    passed = True
+    if drill.managed or drill.handover_to:
+        passed = managed_checks(drill, home, before, after, operation)
+    if drill.handover_to:
+        passed = handover_checks(drill, before, after) and passed
+    return passed
 
 
 # --------------------------------------------------------------------------------------------------
@@ -241,7 +263,7 @@ def kill_after_tool_request(drill: Drill, reference: list[Event]) -> None:
     check_restored_from_last_verified(drill, before, resumed)
     twice = steps_run_twice(after)
     drill.check("no completed step ran twice", not twice, ", ".join(twice) or "each step completed once")
-    done = result.returncode == 0 and completed(after) and deliverables(after) == deliverables(reference)
+    done = result.returncode == 0 and completed(after) and drill.same_deliverables(reference, after)
     drill.check(
         "the resumed session completes with the same deliverables",
         done,
@@ -254,8 +276,7 @@ def kill_after_tool_request(drill: Drill, reference: list[Event]) -> None:
         f"{'completed' if completed(after) else 'not completed'}"
     )
     passed = done and len(reran) == 1 and not twice
-    if drill.managed:
-        passed = managed_checks(drill, home, before, after, operation) and passed
+    passed = resumed_checks(drill, home, before, after, operation) and passed
     drill.report_point(
         AFTER_REQUEST,
         point,
@@ -323,13 +344,13 @@ def kill_before_delivery(drill: Drill, reference: list[Event]) -> None:
         f"killed at {point}; the record ends with seq {len(before)}; nothing delivered",
     )
     result, after, resumed_s = drill.resume(home, env)
-    done = result.returncode == 0 and completed(after) and deliverables(after) == deliverables(reference)
+    done = result.returncode == 0 and completed(after) and drill.same_deliverables(reference, after)
     drill.check(
         "the resumed session delivers the result and completes with the same deliverables",
         done,
         ended(result, f"exit {result.returncode}; {deliverables(after)}"),
     )
-    provider_ok = managed_checks(drill, home, before, after, operation)
+    provider_ok = resumed_checks(drill, home, before, after, operation)
     reran = [e for e in after if isinstance(e, ToolResultEvent) and e.payload.operation_id == operation]
     drill.check(
         "the tool did not run again", len(reran) == 1, f"{len(reran)} results recorded for {operation}"
@@ -339,6 +360,8 @@ def kill_before_delivery(drill: Drill, reference: list[Event]) -> None:
         f"attempt {sent[0].actor.attempt} delivered the result recorded at seq {target.seq} under key "
         f"{sent[0].payload.idempotency_key}"
         if sent
+        else f"no delivery: {drill.handover_to} read the result from the record"
+        if drill.handover_to
         else "never delivered"
     )
     drill.report_point(
@@ -347,7 +370,10 @@ def kill_before_delivery(drill: Drill, reference: list[Event]) -> None:
         before,
         after,
         f"the result of {operation}, recorded before the kill, is delivered once by the next attempt "
-        "under its record-derived key; the tool does not run again; the same remote session completes",
+        "under its record-derived key; the tool does not run again; the same remote session completes"
+        if not drill.handover_to
+        else f"the result of {operation}, recorded before the kill, reaches {drill.handover_to} from the "
+        "record; the tool does not run again; the session completes there",
         observed,
         done and provider_ok and len(reran) == 1,
         resumed_s,
@@ -376,7 +402,7 @@ def unknown_external_outcome(drill: Drill, reference: list[Event]) -> None:
     # The external system cannot be asked: its outcome stays unknown.
     waiting = run_until_event(
         home,
-        ["resume", "--quiet", "--no-ticket-service", drill.session_id],
+        drill.resume_args(home, "--no-ticket-service"),
         drill.session_id,
         f"wait:reconcile-{op}",
         RUN_TIMEOUT_S,
@@ -407,8 +433,7 @@ def unknown_external_outcome(drill: Drill, reference: list[Event]) -> None:
         ended(result, f"tickets {tickets_in(home, drill.session_id)}, exit {result.returncode}"),
     )
     passed = shown and one
-    if drill.managed:
-        passed = managed_checks(drill, home, before, after, op) and passed
+    passed = resumed_checks(drill, home, before, after, op) and passed
     drill.report_point(
         AFTER_UNSAFE,
         fault_key(request),
@@ -474,6 +499,8 @@ def undeclared_state(drill: Drill, reference: list[Event]) -> None:
         and e.payload.reason == "UndeclaredState"
     ]
     brief = run_belay(home, "brief", drill.session_id)
+    if drill.handover_to:
+        handover_checks(drill, before, events)
     passed = drill.check(
         "a recovery that needs an undeclared file fails visibly (RecoveryFailed UndeclaredState)",
         reached and result.returncode != 0 and bool(failed) and "UndeclaredState" in brief.stdout,
