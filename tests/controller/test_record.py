@@ -20,6 +20,7 @@ from belay.controller.record import (
     spec_rejection_writes,
 )
 from belay.controller.settings import OperatorSettings
+from belay.journal.claims import approval_claim
 from belay.journal.events import (
     Approval,
     ApprovalRequest,
@@ -33,7 +34,6 @@ from belay.journal.events import (
     ScopeChange,
     UserInput,
     Verification,
-    approval_claim,
 )
 from belay.journal.state import SessionState, fold
 from belay.stores.base import ClaimTaken

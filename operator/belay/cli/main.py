@@ -54,6 +54,7 @@ from belay.cli.home import (
 )
 from belay.cli.running import run_session
 from belay.cli.terminal import fail
+from belay.journal.claims import rejection_claim, scope_claim
 from belay.journal.decisions import DecisionError, reconcile_write
 from belay.journal.events import (
     Actor,
@@ -62,8 +63,6 @@ from belay.journal.events import (
     EventDraft,
     Rejection,
     ScopeChange,
-    rejection_claim,
-    scope_claim,
 )
 from belay.journal.events import (
     event_line as event_json,

@@ -17,6 +17,7 @@ from typing import Any
 
 from belay.api.agentsession import AgentSessionSpec, ApprovalGrant
 from belay.api.status import ForkStatus, OperatorReason
+from belay.journal.claims import approval_claim, rejection_claim
 from belay.journal.decisions import DecisionError, decision_write, reconcile_write
 from belay.journal.events import (
     Actor,
@@ -31,8 +32,6 @@ from belay.journal.events import (
     Rejection,
     ScopeChange,
     UserInput,
-    approval_claim,
-    rejection_claim,
 )
 from belay.journal.state import SessionState
 

@@ -48,6 +48,7 @@ from belay.harness.stopping import InFlight
 from belay.harness.tickets import TicketClient
 from belay.journal import commands
 from belay.journal.approvals import ApprovalState, approval_state
+from belay.journal.claims import approval_claim
 from belay.journal.events import (
     ARTIFACT_ARGUMENT,
     Approval,
@@ -64,7 +65,6 @@ from belay.journal.events import (
     ToolResult,
     Wait,
     WaitKind,
-    approval_claim,
     canonical_json,
     now_utc,
 )

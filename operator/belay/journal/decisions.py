@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from belay.journal.claims import approval_claim, reconcile_claim, wait_claim
 from belay.journal.events import (
     Actor,
     Approval,
     EventDraft,
     OperationOutcome,
     Wait,
-    approval_claim,
-    reconcile_claim,
-    wait_claim,
 )
 from belay.journal.state import SessionState
 

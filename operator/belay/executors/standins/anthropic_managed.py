@@ -43,6 +43,7 @@ Fault hooks (see `belay.executors.standins.common` for the shared ones):
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -168,7 +169,7 @@ class AnthropicManagedStandin(StandinServer[RemoteSession]):
         router.add_post(one + "/events", self.send_events)
         router.add_get(one + "/events", self.list_events)
         router.add_get(one + "/events/stream", self.stream_events)
-        router.add_get("/v1/models/{model_id}", self.retrieve_model)
+        router.add_get("/v1/models/{model}", self.retrieve_model)
         router.add_get("/v1/files", self.list_files)
         router.add_get("/v1/files/{file_id}", self.retrieve_file)
         router.add_get("/v1/files/{file_id}/content", self.download_file)
@@ -201,14 +202,13 @@ class AnthropicManagedStandin(StandinServer[RemoteSession]):
         if BETA not in header_tokens(request, "anthropic-beta"):
             raise ApiError(400, f"This endpoint requires the anthropic-beta header to include {BETA}.")
 
-    async def retrieve_model(self, request: web.Request) -> web.Response:
-        """`GET /v1/models/{model_id}`: a Claude model id (`claude-...`) is known, any other is not,
-        as the Models API answers for a model that does not exist."""
-        model = request.match_info["model_id"]
-        if not model.startswith("claude-"):
-            raise ApiError(404, f"model: {model}")
-        body = {"type": "model", "id": model, "display_name": model, "created_at": "2026-01-01T00:00:00Z"}
-        return web.json_response(body)
+    known_models = re.compile(r"^claude-")
+
+    def model_json(self, model: str) -> Json:
+        return {"type": "model", "id": model, "display_name": model, "created_at": "2026-01-01T00:00:00Z"}
+
+    def unknown_model(self, model: str) -> ApiError:
+        return ApiError(404, f"model: {model}")
 
     def session_not_found(self, session_id: str) -> ApiError:
         return ApiError(404, f"session {session_id} not found")

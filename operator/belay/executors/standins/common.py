@@ -364,6 +364,22 @@ class StandinServer(Generic[SessionT]):
     def session_not_found(self, session_id: str) -> ApiError:
         raise NotImplementedError
 
+    # -- models: the provider's Models API, as it answers for a model it has or has not
+    known_models: ClassVar[re.Pattern[str]]
+
+    def model_json(self, model: str) -> Json:
+        raise NotImplementedError
+
+    def unknown_model(self, model: str) -> ApiError:
+        raise NotImplementedError
+
+    async def retrieve_model(self, request: web.Request) -> web.Response:
+        """`GET /v1/models/{model}`: a model id of the provider's family is known, any other is not."""
+        model = request.match_info["model"]
+        if not self.known_models.match(model):
+            raise self.unknown_model(model)
+        return web.json_response(self.model_json(model))
+
     # -- sessions
 
     def remote_agent(self, metadata: dict[str, str]) -> ScriptedRemoteAgent:

@@ -13,8 +13,8 @@ nothing; `stream: true` answers the session's events up to the end of its first 
 `POST /agents/sessions/{id}/events` (message, tool_result, cancel; `202` with an empty body),
 `GET /agents/sessions/{id}/events` (live server-sent events: only what happens after it opens),
 `items`, `turns`, `turns/{turn_id}`, `turns/{turn_id}/items`, and
-`artifacts[/{artifact_id}[/content]]` (list, retrieve, content, delete). Lists page with `after`,
-`limit` (1-100, default 20) and `order` (default `desc`).
+`artifacts[/{artifact_id}[/content]]` (list, retrieve, content, delete), and `GET /models/{id}`
+(no beta header). Lists page with `after`, `limit` (1-100, default 20) and `order` (default `desc`).
 
 What a client can rely on, as the SDK and the provider's documentation describe the real API:
 - `Idempotency-Key` on `POST .../events`: the same key with the same body answers 202 and changes
@@ -192,12 +192,7 @@ class OpenAIAgentsStandin(StandinServer[RemoteSession]):
         router.add_get(one + "/artifacts/{artifact_id}/content", self.artifact_content)
 
     def error_response(self, error: ApiError) -> web.Response:
-        kind = {
-            400: "invalid_request_error",
-            401: "invalid_request_error",
-            404: "invalid_request_error",
-            409: "invalid_request_error",
-        }.get(error.status, "server_error")
+        kind = "invalid_request_error" if error.status in (400, 401, 404, 409) else "server_error"
         body = {"error": {"message": error.message, "type": kind, "param": None, "code": error.code}}
         return web.json_response(body, status=error.status, headers=error.headers)
 
@@ -215,17 +210,14 @@ class OpenAIAgentsStandin(StandinServer[RemoteSession]):
         if BETA_HEADER not in header_tokens(request, "OpenAI-Beta"):
             raise ApiError(400, f"This endpoint requires the OpenAI-Beta: {BETA_HEADER} header.")
 
-    async def retrieve_model(self, request: web.Request) -> web.Response:
-        """`GET /v1/models/{model}`: an OpenAI model id (`gpt-...`, `o<digit>...`) is known, any other
-        is not, as the Models API answers for a model that does not exist."""
-        model = request.match_info["model"]
-        if not re.match(r"^(gpt-|o[0-9]|codex-)", model):
-            raise ApiError(
-                404,
-                f"The model `{model}` does not exist or you do not have access to it.",
-                code="model_not_found",
-            )
-        return web.json_response({"id": model, "object": "model", "created": 0, "owned_by": "openai"})
+    known_models = re.compile(r"^(gpt-|o[0-9]|codex-)")
+
+    def model_json(self, model: str) -> Json:
+        return {"id": model, "object": "model", "created": 0, "owned_by": "openai"}
+
+    def unknown_model(self, model: str) -> ApiError:
+        message = f"The model `{model}` does not exist or you do not have access to it."
+        return ApiError(404, message, code="model_not_found")
 
     def session_not_found(self, session_id: str) -> ApiError:
         return ApiError(404, f"No session found with id '{session_id}'.", code="not_found")
