@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from belay.executors.provider import Endpoint, endpoint_label
 
@@ -120,13 +121,17 @@ def model_endpoint(executor_type: str, environ: Mapping[str, str]) -> Endpoint |
 MODEL_CHECK_TIMEOUT_S = 20.0
 
 
+def provider_sdk(executor_type: str) -> Any:
+    """The provider's SDK module (`openai`, `anthropic`), loaded on first use: seconds of CPU."""
+    return importlib.import_module("openai" if executor_type in ("openai", "openai-agents") else "anthropic")
+
+
 def model_refusal(executor_type: str, endpoint: Endpoint, model: str) -> str | None:
     """Why the provider at `endpoint` refuses `model` (its Models API does not know it), or None
     when it knows it, or when it could not be asked (unreachable, no key): the attempt then says
     so itself, and a refusal here must never rest on a guess."""
-    provider = "openai" if executor_type in ("openai", "openai-agents") else "anthropic"
-    sdk = importlib.import_module(provider)
-    client = sdk.OpenAI if provider == "openai" else sdk.Anthropic
+    sdk = provider_sdk(executor_type)
+    client = sdk.OpenAI if sdk.__name__ == "openai" else sdk.Anthropic
     try:
         api = client(
             api_key=endpoint.api_key or NO_KEY,
