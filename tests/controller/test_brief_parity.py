@@ -20,7 +20,7 @@ from belay.local.runtime import LocalHome
 from tests.api.kubehelpers import install_crds
 from tests.belay_cli import run_belay
 from tests.controller.sessions_only_user import kubectl_belay, sessions_only_kubeconfig
-from tests.controller.test_fleet_cluster import NAMESPACE, holder, manifest, project
+from tests.controller.test_fleet_cluster import holder, manifest, project
 from tests.fleet_records import EXPECTED, write_five_sessions
 from tests.testenv.kube import ControlPlane
 
@@ -44,6 +44,11 @@ def sections(page: str) -> dict[str, list[str]]:
     return found
 
 
+# Its own: the fleet test writes sessions of the same names, on the same control plane when both run
+# in one worker.
+NAMESPACE = "belay-parity"
+
+
 async def test_kubectl_belay_brief_prints_the_sections_belay_brief_prints_for_one_record(
     kube: ControlPlane, tmp_path: Path
 ) -> None:
@@ -57,13 +62,13 @@ async def test_kubectl_belay_brief_prints_the_sections_belay_brief_prints_for_on
     try:
         await write_five_sessions(store, artifacts, holder)
         for name in EXPECTED:
-            kube.kubectl("create", "-f", "-", input=json.dumps(manifest(name, {})))
+            kube.kubectl("create", "-f", "-", input=json.dumps(manifest(name, {}, NAMESPACE)))
         for name in EXPECTED:
             # A live attempt renews its lease right before both read it, and both read at once: the
             # renewal is fresh for both.
             if EXPECTED[name].alive:
                 await store.renew_lease(name, 1)
-            await project(client, store, artifacts, name)
+            await project(client, store, artifacts, name, NAMESPACE)
             with ThreadPoolExecutor(2) as pool:
                 asked = pool.submit(run_belay, home.root, "brief", name)
                 cluster = kubectl_belay(config_file, "brief", name)

@@ -58,14 +58,16 @@ def stores(tmp_path: Path) -> Iterator[tuple[EventStore, ArtifactStore, str]]:
     asyncio.run(events.close())
 
 
-def manifest(name: str, labels: dict[str, str]) -> dict[str, Any]:
+def manifest(name: str, labels: dict[str, str], namespace: str = NAMESPACE) -> dict[str, Any]:
     session = copy.deepcopy(EXAMPLE_MANIFEST)
-    session["metadata"] = {"name": name, "namespace": NAMESPACE, "labels": labels}
+    session["metadata"] = {"name": name, "namespace": namespace, "labels": labels}
     session["spec"]["request"] = {"goal": f"the goal of {name}"}
     return session
 
 
-async def project(kube: KubeClient, store: EventStore, artifacts: ArtifactStore, session: str) -> None:
+async def project(
+    kube: KubeClient, store: EventStore, artifacts: ArtifactStore, session: str, namespace: str = NAMESPACE
+) -> None:
     """One status write, as the operator's pass ends: the record folded, the lease read, the
     status applied to the subresource."""
     state = fold(await store.read(session))
@@ -77,7 +79,7 @@ async def project(kube: KubeClient, store: EventStore, artifacts: ArtifactStore,
         locate=lambda ref: artifacts.location(ref.sha256),
         liveness=await operator_liveness(store, session),
     )
-    await asyncio.to_thread(kube.apply_status, NAMESPACE, session, status.to_status())
+    await asyncio.to_thread(kube.apply_status, namespace, session, status.to_status())
 
 
 def cluster_expected() -> dict[str, dict[str, Any]]:
