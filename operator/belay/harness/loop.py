@@ -254,6 +254,10 @@ class Harness:
 
     async def run_subagent(self, sub: SubagentSpec, executor: Executor | None = None) -> None:
         """The subagent's loop, with its `executor` if `build_executor` built it already."""
+        # One function on purpose: each turn reads the record, asks the executor, records the
+        # decision with its requests in one append and runs them, and the order of those steps (and
+        # where a move or a budget ends the loop) is the durability argument; split, it is no
+        # longer visible in one place.
         attempt, runtime = self.attempt, self.runtime
         try:
             await runtime.settle_open_operations(sub)
