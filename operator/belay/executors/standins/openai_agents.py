@@ -28,12 +28,10 @@ What a client can rely on, as the SDK and the provider's documentation describe 
   registered, then `agent.session.requires_action`; `GET /agents/sessions/{id}` shows it in
   `required_actions` until its result arrives.
 
-Fault hooks (see `belay.executors.standins.common` for the shared ones):
-- `{"kind": "fail_session", "session_id": S, "message"?}`: the session goes `failed` (its active
-  turn too): `agent.session.turn.failed` and `agent.session.failed` are emitted, further input
-  answers 400.
-- `delete_session`, `cut_stream`, `server_error`, `duplicate_event` as described there; a deleted
-  session's streams end cleanly.
+Fault hooks: `{"kind": "fail_session", "session_id": S, "message"?}` makes the session (and its
+active turn) `failed`, emitting `agent.session.turn.failed` and `agent.session.failed`, and further
+input answers 400; `delete_session` (a deleted session's streams end cleanly), `cut_stream`,
+`server_error` and `duplicate_event` as `belay.executors.standins.common` describes them.
 """
 
 from __future__ import annotations
