@@ -1,10 +1,8 @@
 """A stand-in for the OpenAI Agents API (`client.beta.agents.sessions`), good enough for the official
-`openai` SDK, on loopback:
-
-    python -m belay.executors.standins.openai_agents --plan PLAN.yaml [--port 0] [--ready-file F]
-
-prints its base URL (`http://127.0.0.1:PORT/v1`, for `OPENAI_BASE_URL`) once it listens, and
-writes `{"base_url", "pid"}` to the ready file. In process: `async with running(plan) as standin:`.
+`openai` SDK, on loopback: `python -m belay.executors.standins.openai_agents --plan PLAN.yaml
+[--port 0] [--ready-file F]` prints its base URL (`http://127.0.0.1:PORT/v1`, for
+`OPENAI_BASE_URL`) once it listens, and writes `{"base_url", "pid"}` to the ready file. In process:
+`async with running(plan) as standin:`.
 
 Served (paths under `/v1`, each requiring `OpenAI-Beta: agents=v1` and `Authorization: Bearer`):
 `POST /agents/sessions` (`environment` `none`, which needs `input`, or `openai_hosted`, hosting
