@@ -6,7 +6,6 @@ record moves on, and a person's decision appended under its claim."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import os
 import sys
@@ -18,7 +17,7 @@ from belay.cli.core import brief as brief_command
 from belay.cli.core.errors import CommandError
 from belay.cli.core.handover import change_event, moved_executor
 from belay.cli.terminal import fail
-from belay.executors.endpoints import model_endpoint, model_refusal, not_configured, provider_sdk
+from belay.executors.endpoints import model_endpoint, model_refusal, not_configured
 from belay.journal.decisions import DecisionError, decision_write
 from belay.journal.events import (
     Actor,
@@ -264,11 +263,8 @@ def move_executor(
         moved = session.on_executor(new.model_dump(mode="json", by_alias=True, exclude_none=True))
         # A managed executor's provider, or its stand-in (started here if need be, as the attempt
         # would): asked whether it knows the model before anything is recorded.
-        with concurrent.futures.ThreadPoolExecutor(1) as starting:
-            # The stand-in boots in a process of its own while this one loads the provider's SDK.
-            found = starting.submit(session_provider, home_of(session_id), moved) if new.managed else None
-            provider_sdk(new.type)
-            endpoint = found.result() if found is not None else model_endpoint(new.type, os.environ)
+        home = home_of(session_id)
+        endpoint = session_provider(home, moved) if new.managed else model_endpoint(new.type, os.environ)
     if problem is None and endpoint is not None and new.model:
         problem = model_refusal(new.type, endpoint, new.model)
     if problem is not None:

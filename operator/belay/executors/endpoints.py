@@ -11,10 +11,12 @@ In a cluster the harness pod's environment carries the variables from `executor.
 
 from __future__ import annotations
 
-import importlib
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from urllib.parse import quote
 
 from belay.executors.provider import Endpoint, endpoint_label
 
@@ -121,27 +123,34 @@ def model_endpoint(executor_type: str, environ: Mapping[str, str]) -> Endpoint |
 MODEL_CHECK_TIMEOUT_S = 20.0
 
 
-def provider_sdk(executor_type: str) -> Any:
-    """The provider's SDK module (`openai`, `anthropic`), loaded on first use: seconds of CPU."""
-    return importlib.import_module("openai" if executor_type in ("openai", "openai-agents") else "anthropic")
-
-
 def model_refusal(executor_type: str, endpoint: Endpoint, model: str) -> str | None:
-    """Why the provider at `endpoint` refuses `model` (its Models API does not know it), or None
-    when it knows it, or when it could not be asked (unreachable, no key): the attempt then says
-    so itself, and a refusal here must never rest on a guess."""
-    sdk = provider_sdk(executor_type)
-    client = sdk.OpenAI if sdk.__name__ == "openai" else sdk.Anthropic
+    """Why the provider at `endpoint` refuses `model` (its Models API, `GET .../models/{id}`,
+    answers 404), or None when it knows it, or when it could not be asked (unreachable, no key,
+    any other answer): the attempt then says so itself, and a refusal here never rests on a
+    guess. Plain HTTP, as both APIs document it: the provider's SDK takes seconds to import."""
+    openai = executor_type in ("openai", "openai-agents")
+    default = PROVIDERS["openai-agents" if openai else "anthropic-managed"].default_base_url
+    base = (endpoint.base_url or default).rstrip("/")
+    url = f"{base}/models/{quote(model, safe='')}" if openai else f"{base}/v1/models/{quote(model, safe='')}"
+    key = endpoint.api_key or NO_KEY
+    headers = (
+        {"Authorization": f"Bearer {key}"}
+        if openai
+        else {"x-api-key": key, "anthropic-version": "2023-06-01"}
+    )
     try:
-        api = client(
-            api_key=endpoint.api_key or NO_KEY,
-            base_url=endpoint.base_url,
-            timeout=MODEL_CHECK_TIMEOUT_S,
-            max_retries=1,
-        )
-        api.models.retrieve(model)
-    except sdk.NotFoundError as refused:
-        return f"{endpoint.label} does not know model {model!r} ({refused.status_code}: {refused.message})"
-    except sdk.APIError:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=MODEL_CHECK_TIMEOUT_S
+        ):
+            return None
+    except urllib.error.HTTPError as refused:
+        if refused.code != 404:
+            return None
+        try:
+            said = json.loads(refused.read() or b"{}").get("error", {}).get("message", "")
+        except (ValueError, AttributeError):
+            said = ""
+        return f"{endpoint.label} does not know model {model!r} (404: {said or 'not found'})"
+    except (OSError, ValueError):
         return None
     return None
