@@ -235,9 +235,9 @@ def move_executor(
     session: AgentSession, state: SessionState, to_type: str, model: str | None, reason: str
 ) -> None:
     """Record that the session's next attempt runs on `to_type` (`--model`), or refuse with why
-    and record nothing: no such executor, one not configured here, an ended session, or an
-    attempt still live (it holds the lease, and moving it mid-step would split a step between two
-    executors)."""
+    and record nothing: no such executor, one not configured here, a model its provider does not
+    know, an ended session, or an attempt still live (it holds the lease, and moving it mid-step
+    would split a step between two executors)."""
     session_id = session.session_id
     try:
         new = moved_executor(session, to_type, model)
@@ -264,7 +264,10 @@ def move_executor(
         # A managed executor's provider, or its stand-in (started here if need be, as the attempt
         # would): asked whether it knows the model before anything is recorded.
         home = home_of(session_id)
-        endpoint = session_provider(home, moved) if new.managed else model_endpoint(new.type, os.environ)
+        try:
+            endpoint = session_provider(home, moved) if new.managed else model_endpoint(new.type, os.environ)
+        except (OSError, RuntimeError, ValueError) as error:  # a stand-in that would not start
+            raise fail(f"{new.type}: {error}; nothing was recorded") from None
     if problem is None and endpoint is not None and new.model:
         problem = model_refusal(new.type, endpoint, new.model)
     if problem is not None:
