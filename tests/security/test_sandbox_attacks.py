@@ -21,7 +21,7 @@ from belay.journal.events import EventDraft, UserInput
 from belay.local.runtime import LocalHome
 from belay.sandbox.local import LocalSandbox
 from tests.security.conftest import WALLS, isolation_for, judge, kill_all, processes_with_argument
-from tests.testenv.polling import settle_async
+from tests.testenv.polling import settle_async, wait_until_async
 
 SESSION = "target"
 # From a workspace (<home>/sessions/<id>/sandboxes/<subagent>/workspace-<n>) up to the home.
@@ -243,7 +243,11 @@ async def test_no_process_outlives_its_sandbox(scene: Scene, end: str) -> None:
     process group nor the environment marker finds it)."""
     marker = f"{os.getpid() % 1000}.{secrets.randbelow(10**9):09d}"
     await scene.attack(f"env -i setsid sleep 1000{marker} > /dev/null 2>&1 < /dev/null &")
-    assert processes_with_argument(marker), "the background process never started"
+    # The command returns once it has put `setsid` in the background, which may fork again before
+    # `sleep` runs: wait until it has.
+    await wait_until_async(
+        lambda: processes_with_argument(marker), "the background process to start", timeout=10, interval=0.02
+    )
     namespace = scene.attacker.pid_namespace
     if end == "stop":
         await scene.attacker.stop()
