@@ -63,7 +63,9 @@ def _wrapped(text: str) -> str:
 
 @pytest.mark.parametrize("shape", list(shapes("x" * 40)))
 def test_a_held_value_is_redacted_in_every_shape(shape: str) -> None:
-    value = _random(ALNUM, 32)  # of no format at all: only holding it finds it
+    # Of no format at all, so only holding it finds it; fixed, because a random one's base64 can
+    # spell a secret-like name ("kEy") that the name detector then follows, and the control fails.
+    value = "Zq8vN2mW4tR7pL1xC9bH3sD6fJ0gA5yU"
     text = shapes(value)[shape]
     plain = Redactor().output(text).value
     redacted = held_redactor(value).output(text)
