@@ -240,13 +240,14 @@ def move_executor(
     would split a step between two executors)."""
     session_id = session.session_id
     try:
-        new = moved_executor(session, to_type, model)
+        moved = moved_executor(session, to_type, model)
     except CommandError as error:
         raise fail(f"{error}; nothing was recorded") from None
-    if new is None:
+    if moved is None:
         label = executor_label(session.spec.executor.type, session.spec.executor.model)
         terminal.echo(f"belay: {session_id} is on {label} already; it goes on there", err=True)
         return
+    new = moved.spec.executor
     lifecycle = state.lifecycle
     if lifecycle.completed or lifecycle.failed:
         ended = "Succeeded" if lifecycle.completed else "Failed"
@@ -260,7 +261,6 @@ def move_executor(
     problem = not_configured(new.type, new.plan, os.environ)
     endpoint = None
     if problem is None and new.model:
-        moved = session.on_executor(new.model_dump(mode="json", by_alias=True, exclude_none=True))
         # A managed executor's provider, or its stand-in (started here if need be, as the attempt
         # would): asked whether it knows the model before anything is recorded.
         home = home_of(session_id)

@@ -317,9 +317,10 @@ def resume(
         def change(session: dict[str, Any]) -> dict[str, Any] | None:
             read = typed(session)
             current = read.spec.executor
-            new = moved_executor(read, executor or current.type, model)
-            if new is None:
+            on_new = moved_executor(read, executor or current.type, model)
+            if on_new is None:
                 return None
+            new = on_new.spec.executor
             spec = new.model_dump(mode="json", by_alias=True, exclude_none=True)
             if credentials_secret is not None:
                 spec["credentialsSecret"] = credentials_secret

@@ -88,7 +88,13 @@ def standin_model_id(asked: str) -> str:
 
 
 # The variables a self-hosted model executor reads (its SDK's own).
-MODEL_KEYS = {"openai": PROVIDERS["openai-agents"], "anthropic": PROVIDERS["anthropic-managed"]}
+# A self-hosted model executor reads the same SDK variables as the managed executor of its provider.
+SAME_PROVIDER = {"openai": "openai-agents", "anthropic": "anthropic-managed"}
+
+
+def provider_type(executor_type: str) -> str:
+    """The managed executor type whose provider (and variables) `executor_type` uses."""
+    return SAME_PROVIDER.get(executor_type, executor_type)
 
 
 def not_configured(executor_type: str, plan: str | None, environ: Mapping[str, str]) -> str | None:
@@ -103,7 +109,7 @@ def not_configured(executor_type: str, plan: str | None, environ: Mapping[str, s
             "for another server that speaks its API), or give the session an executor.plan for the "
             "local stand-in"
         )
-    keys = MODEL_KEYS.get(executor_type)
+    keys = PROVIDERS.get(provider_type(executor_type))
     if keys is None or environ.get(keys.api_key) or environ.get(keys.base_url):
         return None
     return (
@@ -115,7 +121,7 @@ def not_configured(executor_type: str, plan: str | None, environ: Mapping[str, s
 def model_endpoint(executor_type: str, environ: Mapping[str, str]) -> Endpoint | None:
     """The provider endpoint the environment configures for a model executor, self-hosted
     (`openai`, `anthropic`: the same SDK variables) or managed; None when it configures none."""
-    managed = {"openai": "openai-agents", "anthropic": "anthropic-managed"}.get(executor_type, executor_type)
+    managed = provider_type(executor_type)
     return configured_endpoint(managed, environ) if managed in PROVIDERS else None
 
 
@@ -128,8 +134,9 @@ def model_refusal(executor_type: str, endpoint: Endpoint, model: str) -> str | N
     answers 404), or None when it knows it, or when it could not be asked (unreachable, no key,
     any other answer): the attempt then says so itself, and a refusal here never rests on a
     guess. Plain HTTP, as both APIs document it: the provider's SDK takes seconds to import."""
-    openai = executor_type in ("openai", "openai-agents")
-    default = PROVIDERS["openai-agents" if openai else "anthropic-managed"].default_base_url
+    provider = provider_type(executor_type)
+    openai = provider == "openai-agents"
+    default = PROVIDERS[provider].default_base_url
     base = (endpoint.base_url or default).rstrip("/")
     url = f"{base}/models/{quote(model, safe='')}" if openai else f"{base}/v1/models/{quote(model, safe='')}"
     key = endpoint.api_key or NO_KEY

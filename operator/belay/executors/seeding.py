@@ -126,15 +126,7 @@ async def seed_text(context: ExecutorContext, state: SessionState, lost: str, wh
             f"done: {done}; next: {checkpoint.next_step})"
         )
     projection = await build_context(context.store, context.session.session_id, state, SEED_BUDGET_TOKENS)
-    if projection.summary:
-        lines.append(f"Summary of earlier events: {projection.summary}")
-    if projection.evidence:
-        lines.append("Evidence and notes:")
-        lines += [f"- {e.kind} {e.id}: {e.text}" for e in projection.evidence]
-    if projection.recent:
-        lines.append(f"Recent events (from seq {projection.recent_from_seq}):")
-        lines += projection.recent
-    return "\n".join(lines)
+    return "\n".join(lines + projection.history_lines("Evidence and notes:"))
 
 
 def seeded_steps(message: str) -> dict[str, tuple[str, int]]:

@@ -89,15 +89,18 @@ class ModelContext(Model):
             lines.append(f"Current step: {self.current_step}")
         if self.checkpoint:
             lines.append(f"Checkpoint: {self.checkpoint}")
-        if self.summary:
-            lines.append(f"Summary of earlier events: {self.summary}")
+        return "\n".join(lines + self.history_lines("Evidence:"))
+
+    def history_lines(self, evidence_heading: str) -> list[str]:
+        """The summary of earlier events, the evidence (under `evidence_heading`), the recent events."""
+        lines = [f"Summary of earlier events: {self.summary}"] if self.summary else []
         if self.evidence:
-            lines.append("Evidence:")
+            lines.append(evidence_heading)
             lines += [f"- {e.kind} {e.id}: {e.text}" for e in self.evidence]
         if self.recent:
             lines.append(f"Recent events (from seq {self.recent_from_seq}):")
             lines += self.recent
-        return "\n".join(lines)
+        return lines
 
 
 def _clip(text: str, limit: int = LINE_CHARS) -> str:

@@ -22,10 +22,10 @@ ALIASES = {"self-hosted": "scripted"}
 TYPES = ("self-hosted", "scripted", "openai", "anthropic", *MANAGED_EXECUTORS)
 
 
-def moved_executor(session: AgentSession, to_type: str, model: str | None) -> ExecutorSpec | None:
-    """The executor `--executor to_type --model model` asks for, for a session on `session`'s;
-    None when it is the one the session is on already. Refused (CommandError) when it is no
-    executor or lacks what its type needs."""
+def moved_executor(session: AgentSession, to_type: str, model: str | None) -> AgentSession | None:
+    """The session on the executor `--executor to_type --model model` asks for, validated as the
+    API validates it; None when it is the one the session is on already. Refused (CommandError)
+    when it is no executor or lacks what its type needs."""
     current = session.spec.executor
     wanted = ALIASES.get(to_type, to_type)
     if wanted not in TYPES:
@@ -49,11 +49,12 @@ def moved_executor(session: AgentSession, to_type: str, model: str | None) -> Ex
     if current.credentials_secret and wanted != "scripted" and same_provider(current.type, wanted):
         spec["credentialsSecret"] = current.credentials_secret
     try:
-        executor = session.on_executor(spec).spec.executor
+        moved = session.on_executor(spec)
     except ManifestError as error:
         raise CommandError(str(error)) from None
+    executor = moved.spec.executor
     same = executor.type == current.type and executor.model == current.model
-    return None if same else executor
+    return None if same else moved
 
 
 def same_provider(a: str, b: str) -> bool:
