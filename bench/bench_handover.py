@@ -4,7 +4,8 @@ start the new attempt than a plain `belay resume` on the executor the session ra
 - `handover_resume_ratio`: the parser-review example (examples/parser-review) run on the
   self-hosted executor, its `belay run` process group SIGKILLed at KILL_POINT, then resumed on the
   OpenAI Agents executor (`belay resume SESSION --executor openai-agents --model gpt-5`, which
-  starts the session's local stand-in and seeds a new remote session from the record) against a
+  checks the model against the session's local stand-in's rule, starts the stand-in beside the
+  attempt, and seeds a new remote session from the record) against a
   plain `belay resume SESSION` after the same kill; median over median (goal: at most 1.5).
 - `handover_resume_ratio_openai_agents_to_self_hosted`: the other direction, the same example run
   on the OpenAI Agents executor, resumed with `--executor self-hosted` against a plain resume
@@ -13,9 +14,10 @@ start the new attempt than a plain `belay resume` on the executor the session ra
 Each sample is one fresh home: `belay run` to the kill point, then one `belay resume`, timed from
 just before its process starts to the `created_at` of the `harness_started` event its attempt
 records (the first event of the new attempt; `--executor` also records the move before it). The
-process start, the CLI's checks (the model asked of the provider's Models API), the stand-in's
-start and the attempt's open of the record all count. The resume runs to its end (the session must
-complete) before the record is read, so nothing polls the record while it is timed. The two sides
+process start, the CLI's checks (the model checked as the stand-in's Models API would answer),
+the attempt's open of the record and whatever of the stand-in's start it waits for all count.
+The resume runs to its end (the session must complete) before the record is read, so nothing
+polls the record while it is timed. The two sides
 of a direction take turns, pair by pair, the order swapped each pair. No provider is configured
 (NO_PROVIDER): `belay` uses the session's local stand-in, as `belay run` does on a laptop.
 """
@@ -85,7 +87,7 @@ def new_attempt_started(events: list[Event], after_seq: int) -> Event:
 def one_resume(home: Path, session_manifest: Path, target: str | None) -> tuple[float, float | None]:
     """Seconds from the start of `belay resume` (moved to `target`, or not) to its attempt's
     harness_started, after a kill of `belay run` at KILL_POINT in a fresh home; and, when moved,
-    to the executor change it records first (the CLI's checks done, the stand-in started)."""
+    to the executor change it records first (the CLI's checks done)."""
     try:
         run = ["run", "--quiet", str(session_manifest)]
         reached, _ = run_until(home, run, KILL_POINT, timeout=HANG_S, environment=NO_PROVIDER)
@@ -124,7 +126,7 @@ def direction(workdir: Path, key: str, source: str, target: str) -> Figure:
     other: list[float] = []
     changes: list[float] = []
     loads = [os.getloadavg()[0]]
-    standin = ", the stand-in's start" if target in DRILL_MODELS else ""
+    standin = ", the stand-in's model rule" if target in DRILL_MODELS else ""
     for index in range(PAIRS):
         order = [(same, None), (other, target)]
         for samples, moved in order if index % 2 == 0 else reversed(order):

@@ -260,3 +260,23 @@ def test_a_model_the_provider_does_not_know_is_refused_and_nothing_is_recorded(
         assert read_events(untouched, SESSION) == before
     finally:
         standin.stop()
+
+
+@pytest.mark.parametrize(
+    ("executor", "model"), [("openai-agents", "claude-sonnet-4-5"), ("anthropic-managed", "gpt-5")]
+)
+def test_a_model_the_sessions_own_standin_does_not_know_is_refused_before_it_starts(
+    untouched: Path, executor: str, model: str
+) -> None:
+    """With no provider configured, the session's stand-in's rule is asked here, without waiting
+    for the stand-in to start (none is started), and nothing is recorded."""
+    before = read_events(untouched, SESSION)
+    arguments = ("resume", SESSION, "--executor", executor, "--model", model)
+    result = run_belay(untouched, *arguments, environment=no_key_environment())
+    assert result.returncode == 1, result.stdout + result.stderr
+    provider = "OpenAI" if executor == "openai-agents" else "Anthropic"
+    assert f"local stand-in for the {provider} API" in result.stderr
+    assert f"does not know model {model!r}" in result.stderr
+    assert "nothing was recorded" in result.stderr
+    assert read_events(untouched, SESSION) == before
+    assert not list(untouched.glob("sessions/*/standins/*/ready.json"))

@@ -17,7 +17,7 @@ from belay.cli.core import brief as brief_command
 from belay.cli.core.errors import CommandError
 from belay.cli.core.handover import change_event, moved_executor
 from belay.cli.terminal import fail
-from belay.executors.endpoints import model_endpoint, model_refusal, not_configured
+from belay.executors.endpoints import model_endpoint, model_refusal, not_configured, standin_model_refusal
 from belay.journal.decisions import DecisionError, decision_write
 from belay.journal.events import (
     Actor,
@@ -33,7 +33,7 @@ from belay.journal.handover import change_phrase, executor_label
 from belay.journal.phase import HEARTBEAT_INTERVAL_S, Liveness, Phase, attempt_alive, phase_of
 from belay.journal.state import SessionState, apply
 from belay.local.liveness import local_liveness, reap_orphans
-from belay.local.runtime import LocalHome, load_session_state, read_state, session_provider, unknown_session
+from belay.local.runtime import LocalHome, load_session_state, read_state, unknown_session
 from belay.stores.base import ClaimTaken
 
 
@@ -259,17 +259,15 @@ def move_executor(
             "it first (Ctrl-C or SIGTERM where it runs), then resume with --executor; nothing was recorded"
         )
     problem = not_configured(new.type, new.plan, os.environ)
-    endpoint = None
     if problem is None and new.model:
-        # A managed executor's provider, or its stand-in (started here if need be, as the attempt
-        # would): asked whether it knows the model before anything is recorded.
-        home = home_of(session_id)
-        try:
-            endpoint = session_provider(home, moved) if new.managed else model_endpoint(new.type, os.environ)
-        except (OSError, RuntimeError, ValueError) as error:  # a stand-in that would not start
-            raise fail(f"{new.type}: {error}; nothing was recorded") from None
-    if problem is None and endpoint is not None and new.model:
-        problem = model_refusal(new.type, endpoint, new.model)
+        # Whoever will answer for the model is asked whether it knows it before anything is
+        # recorded: the provider configured here, else the session's local stand-in, by its rule
+        # (it starts beside the attempt, as a provider's service is already up).
+        endpoint = model_endpoint(new.type, os.environ)
+        if endpoint is not None:
+            problem = model_refusal(new.type, endpoint, new.model)
+        elif new.managed:
+            problem = standin_model_refusal(new.type, new.model)
     if problem is not None:
         raise fail(f"{problem}; nothing was recorded")
     change = change_event(session, new, at_seq=state.last_seq, by=MOVED_BY.name or "", reason=reason)

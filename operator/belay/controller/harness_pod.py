@@ -24,7 +24,7 @@ from typing import Any
 
 from belay.api.agentsession import AgentSession, SubagentSpec
 from belay.controller import desired, names
-from belay.executors import executor_factory_for
+from belay.executors.factory import executor_factory_for
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult
 from belay.harness.declared import read_inputs

@@ -12,6 +12,7 @@ In a cluster the harness pod's environment carries the variables from `executor.
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -28,6 +29,9 @@ class ProviderVariables:
     default_base_url: str
     provider: str
     standin_module: str
+    # The model ids the local stand-in knows (those of the provider's family; its Models API
+    # answers 404 for any other), read by the stand-in and by the check before a move to it.
+    standin_models: str
 
 
 PROVIDERS = {
@@ -37,6 +41,7 @@ PROVIDERS = {
         "https://api.openai.com/v1",
         "the OpenAI API",
         "belay.executors.standins.openai_agents",
+        r"^(gpt-|o[0-9]|codex-)",
     ),
     "anthropic-managed": ProviderVariables(
         "ANTHROPIC_API_KEY",
@@ -44,6 +49,7 @@ PROVIDERS = {
         "https://api.anthropic.com",
         "the Anthropic API",
         "belay.executors.standins.anthropic_managed",
+        r"^claude-",
     ),
 }
 # A server named by `*_BASE_URL` may need no key; the SDKs insist on one.
@@ -127,6 +133,18 @@ def model_endpoint(executor_type: str, environ: Mapping[str, str]) -> Endpoint |
 
 # How long `belay resume --executor` waits for the provider to say whether it knows the model.
 MODEL_CHECK_TIMEOUT_S = 20.0
+
+
+def standin_model_refusal(executor_type: str, model: str) -> str | None:
+    """Why the session's local stand-in would refuse `model` (what its Models API answers), asked
+    of its rule here, so that a move to a stand-in not yet running does not wait for its start."""
+    variables = PROVIDERS[executor_type]
+    if re.match(variables.standin_models, model):
+        return None
+    return (
+        f"the local stand-in for {variables.provider} does not know model {model!r} "
+        f"(it knows ids matching {variables.standin_models})"
+    )
 
 
 def model_refusal(executor_type: str, endpoint: Endpoint, model: str) -> str | None:

@@ -21,11 +21,11 @@ entry (another directory, another machine) read it.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import os
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from belay.api.agentsession import (
     load_manifest,
     parse_manifest,
 )
-from belay.executors import Endpoint, executor_factory_for
+from belay.executors.factory import Endpoint, executor_factory_for
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult, fault_key
 from belay.harness.declared import read_inputs
@@ -469,41 +469,60 @@ async def on_recorded_executor(
 
 
 @contextlib.asynccontextmanager
-async def provider_endpoint(home: LocalHome, session: AgentSession) -> AsyncIterator[Endpoint | None]:
-    """A managed executor's provider for the attempt (`session_provider`). None: self-hosted."""
-    yield await asyncio.to_thread(session_provider, home, session)
+async def provider_endpoint(
+    home: LocalHome, session: AgentSession
+) -> AsyncIterator[Endpoint | Future[Endpoint] | None]:
+    """A managed executor's provider for the attempt: the one the SDK's standard variables
+    configure, else the session's local stand-in (`session_standin`). None: self-hosted. The
+    stand-in, which may have to be started (about 0.4 s: a Python process of its own), is found or
+    started in a thread beside the attempt's own start: the endpoint is then a future, which the
+    executors wait for when they are built, after the attempt's first event."""
+    from belay.executors.endpoints import configured_endpoint
+
+    executor = session.spec.executor
+    configured = configured_endpoint(executor.type, os.environ) if executor.managed else None
+    if not executor.managed or configured is not None:
+        yield configured
+        return
+    standin_plan(session)  # no plan: refused here, before the attempt starts
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="standin") as starting:
+        yield starting.submit(session_standin, home, session)
 
 
-def session_provider(home: LocalHome, session: AgentSession) -> Endpoint | None:
-    """A managed executor's provider: the one the SDK's standard variables configure, else the
-    session's local stand-in following the manifest's plan (`belay.local.standin_process`: found
-    in the home while it runs, else started, and left running after this process, as a
-    provider's service is). None: self-hosted."""
-    from belay.executors.endpoints import PROVIDERS, configured_endpoint, standin_endpoint
+def session_standin(home: LocalHome, session: AgentSession) -> Endpoint:
+    """The session's local stand-in following the manifest's plan (`belay.local.standin_process`:
+    found in the home while it runs, else started, and left running after this process, as a
+    provider's service is)."""
+    from belay.executors.endpoints import standin_endpoint
     from belay.local.standin_process import StandinProcess
 
     executor = session.spec.executor
-    if not executor.managed:
-        return None
-    endpoint = configured_endpoint(executor.type, os.environ)
-    if endpoint is not None:
-        return endpoint
+    directory = home.standin_dir(session.session_id, executor.type)
+    standin = StandinProcess.for_session(executor.type, standin_plan(session), directory)
+    return standin_endpoint(standin.base_url)
+
+
+def standin_plan(session: AgentSession) -> Path:
+    """The plan the session's local stand-in follows, or why there is none (no provider is
+    configured either: a managed session with neither cannot run here)."""
+    from belay.executors.endpoints import PROVIDERS
+
+    executor = session.spec.executor
     if not executor.plan:
         variables = PROVIDERS[executor.type]
         raise ManifestError(
             f"{executor.type}: no provider is configured ({variables.api_key} and {variables.base_url} "
             "are unset) and the manifest has no executor.plan for the local stand-in: set one of them"
         )
-    directory = home.standin_dir(session.session_id, executor.type)
-    standin = StandinProcess.for_session(executor.type, Path(executor.plan), directory)
-    return standin_endpoint(standin.base_url)
+    return Path(executor.plan)
 
 
-def model_id_for(session: AgentSession, endpoint: Endpoint | None) -> str:
-    """What the attempt says decides: where a local stand-in answers, its scripted plan."""
+def model_id_for(session: AgentSession, endpoint: Endpoint | Future[Endpoint] | None) -> str:
+    """What the attempt says decides: where a local stand-in answers (or is starting), its
+    scripted plan."""
     from belay.executors.endpoints import standin_model_id
 
-    if endpoint is not None and endpoint.standin:
+    if isinstance(endpoint, Future) or (endpoint is not None and endpoint.standin):
         return standin_model_id(session.spec.executor.model or "")
     return initial_model_id(session)
 

@@ -52,7 +52,7 @@ from typing import ClassVar
 
 from aiohttp import web
 
-from belay.executors.endpoints import standin_model_id
+from belay.executors.endpoints import PROVIDERS, standin_model_id
 from belay.executors.standins import common
 from belay.executors.standins.common import (
     ApiError,
@@ -202,7 +202,7 @@ class AnthropicManagedStandin(StandinServer[RemoteSession]):
         if BETA not in header_tokens(request, "anthropic-beta"):
             raise ApiError(400, f"This endpoint requires the anthropic-beta header to include {BETA}.")
 
-    known_models = re.compile(r"^claude-")
+    known_models = re.compile(PROVIDERS["anthropic-managed"].standin_models)
 
     def model_json(self, model: str) -> Json:
         return {"type": "model", "id": model, "display_name": model, "created_at": "2026-01-01T00:00:00Z"}

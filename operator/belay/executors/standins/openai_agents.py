@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 from aiohttp import web
 
-from belay.executors.endpoints import standin_model_id
+from belay.executors.endpoints import PROVIDERS, standin_model_id
 from belay.executors.standins import common
 from belay.executors.standins.common import (
     ApiError,
@@ -206,7 +206,7 @@ class OpenAIAgentsStandin(StandinServer[RemoteSession]):
         if BETA_HEADER not in header_tokens(request, "OpenAI-Beta"):
             raise ApiError(400, f"This endpoint requires the OpenAI-Beta: {BETA_HEADER} header.")
 
-    known_models = re.compile(r"^(gpt-|o[0-9]|codex-)")
+    known_models = re.compile(PROVIDERS["openai-agents"].standin_models)
 
     def model_json(self, model: str) -> Json:
         return {"id": model, "object": "model", "created": 0, "owned_by": "openai"}
