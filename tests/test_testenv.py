@@ -212,6 +212,9 @@ def test_children_die_with_the_process_that_started_them(
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         text=True,
+        # As from a terminal: a shell's background job starts with SIGINT ignored, and Python then
+        # leaves it ignored, so the owner would never see the SIGINT this test sends.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert owner.stdout is not None
     child_pid = int(owner.stdout.readline())
