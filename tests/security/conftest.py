@@ -39,9 +39,10 @@ def judge(mode: str, got_through: bool, attack: str) -> None:
         assert got_through, f"{attack}: failed even without walls, so this test could not see it succeed"
 
 
-def processes_with_argument(marker: str) -> list[int]:
-    """Every process on the machine whose command line contains `marker`, whatever its namespace,
-    environment or session: how an escaped process is found without trusting any of them."""
+def processes_with_argument(marker: str, program: str | None = None) -> list[int]:
+    """Every process on the machine whose command line contains `marker` (and, given `program`, whose
+    first argument is it), whatever its namespace, environment or session: how an escaped process
+    is found without trusting any of them."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -50,7 +51,9 @@ def processes_with_argument(marker: str) -> list[int]:
             command_line = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if marker.encode() in command_line:
+        if marker.encode() in command_line and (
+            program is None or command_line.startswith(f"{program}\0".encode())
+        ):
             found.append(int(entry.name))
     return found
 

@@ -243,10 +243,13 @@ async def test_no_process_outlives_its_sandbox(scene: Scene, end: str) -> None:
     process group nor the environment marker finds it)."""
     marker = f"{os.getpid() % 1000}.{secrets.randbelow(10**9):09d}"
     await scene.attack(f"env -i setsid sleep 1000{marker} > /dev/null 2>&1 < /dev/null &")
-    # The command returns once it has put `setsid` in the background, which may fork again before
-    # `sleep` runs: wait until it has.
+    # The command returns once it has put `env` in the background; the marker is in its command line
+    # before `setsid` has left the command's session. Wait until `sleep` runs: only then has it left.
     await wait_until_async(
-        lambda: processes_with_argument(marker), "the background process to start", timeout=10, interval=0.02
+        lambda: processes_with_argument(marker, program="sleep"),
+        "the background process to leave the session",
+        timeout=10,
+        interval=0.02,
     )
     namespace = scene.attacker.pid_namespace
     if end == "stop":
