@@ -6,6 +6,7 @@ says who decided what, when and why, and nothing waits any more."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import shlex
 from pathlib import Path
@@ -30,6 +31,7 @@ from belay.journal.events import (
     WaitKind,
 )
 from belay.local.runtime import LocalHome
+from tests.belay_cli import run_belay
 
 runner = CliRunner()
 SESSION = "printed"
@@ -177,3 +179,16 @@ def test_each_alternative_printed_is_accepted_as_printed(home: Path) -> None:
     assert page["waiting_on_you"] == [] and page["ready_for_review"] == []
     [rejection] = [r for r in page["rejections"] if r["item"] == "research.md"]
     assert rejection["reason"] == "..."
+
+
+def test_artifacts_through_a_pipe_keep_every_cell_whole_and_as_json(home: Path) -> None:
+    listed = run_belay(home, "artifacts", SESSION)  # stdout is a pipe, not a terminal
+    assert listed.returncode == 0, listed.stderr
+    [row] = [line for line in listed.stdout.splitlines() if line.startswith("research.md")]
+    digest = hashlib.sha256(REPORT).hexdigest()
+    assert digest in row.split() and "…" not in listed.stdout
+    as_json = run_belay(home, "artifacts", SESSION, "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    [entry] = json.loads(as_json.stdout)
+    assert (entry["name"], entry["sha256"], entry["size"]) == ("research.md", digest, len(REPORT))
+    assert entry["deliverable"] and entry["ready_for_review"] and Path(entry["location"]).is_file()
