@@ -73,8 +73,9 @@ def test_amending_the_goal_redoes_only_what_depended_on_it(tmp_path: Path) -> No
     assert all(step_status(brief, step) == "planned" for step in REDONE)
     assert all(step_status(brief, step) == "verified" for step in REUSED)
     assert brief["ready_for_review"] == []
-    # No attempt runs: the session says it was reopened and how to go on.
-    assert brief["phase"] == "Interrupted"
+    # No attempt runs: nothing broke, request v2 waits for a resume, and the page says how.
+    assert brief["phase"] == "Pending"
+    assert "request v2 waits for a resume" in brief["interruption"]["why"]
     assert brief["interruption"]["command"] == f"belay resume {SESSION}"
     assert "reopened (request v2 (dana): refuse duplicate keys)" in brief["interruption"]["why"]
     text = run_belay(home, "brief", SESSION).stdout

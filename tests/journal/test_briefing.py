@@ -63,7 +63,8 @@ def test_steps_done_and_verified() -> None:
 def test_what_is_running() -> None:
     running = _section(_text(), "Running now")
     assert "task publish: Publish the release [implementer]" in running
-    assert "op-publish-1: publish_package [unsafe] (awaiting approval)" in running
+    # The publish awaiting approval waits on you, listed there only.
+    assert "op-publish-1" not in running
     # The push whose outcome is unknown is not "running": it waits on reconciliation.
     assert "op-push-1" not in running
 
@@ -75,7 +76,10 @@ def test_what_waits_on_the_user_with_the_command_to_act() -> None:
     assert "run: belay approve parser-fix apr-publish" in waiting
     assert "belay reject parser-fix apr-publish" in waiting
     assert "reconciliation op-push-1: git_push outcome unknown" in waiting
-    assert "run: belay reconcile parser-fix op-push-1 --succeeded|--failed" in waiting
+    assert (
+        "run: belay reconcile parser-fix op-push-1 --succeeded  "
+        "(or: belay reconcile parser-fix op-push-1 --failed)" in waiting
+    )
     assert "reconcile-op-push-1" not in waiting  # its wait is the reconciliation, listed once
     # The wait that restates the approval is not listed twice.
     assert "approve-publish" not in waiting

@@ -287,17 +287,19 @@ def test_an_approval_says_how_to_fetch_what_it_binds() -> None:
     assert "run: belay approve parser-fix approve-op-p" in waiting
 
 
-def test_a_reopened_session_no_attempt_took_up_is_interrupted_with_the_reason_and_resume() -> None:
+def test_a_reopened_session_no_attempt_took_up_waits_for_a_resume_with_the_reason() -> None:
     session = Session()
     session.log.add(Lifecycle(kind=LifecycleKind.HARNESS_FINISHED, attempt=1))
     session.log.add(Rejection(name="fix.patch", sha256=PATCH.sha256, reason="no", by="dana"))
     state = session.state()
     liveness = Liveness(now=session.log.events[-1].created_at, lease=1)
-    assert phase_of(state, liveness) == Phase.INTERRUPTED
+    # Nothing broke: the request waits for an attempt to take it up.
+    assert phase_of(state, liveness) == Phase.PENDING
     interruption = interruption_of(state, liveness)
     assert interruption is not None and interruption.command == "belay resume parser-fix"
     assert interruption.why == (
-        "the session ended and was reopened (fix.patch rejected by dana: no); no attempt has run since"
+        "the session ended and was reopened (fix.patch rejected by dana: no); request v1 waits for a "
+        "resume, no attempt has run since"
     )
     session.log.add(Lifecycle(kind=LifecycleKind.HARNESS_STARTED, attempt=2, lease=2))
     session.log.add(Lifecycle(kind=LifecycleKind.HARNESS_FINISHED, attempt=2, detail="stopped"))

@@ -415,6 +415,7 @@ def artifacts(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Where `get` writes the bytes.")
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The list as JSON.")] = False,
     namespace: Namespace = None,
     kubeconfig: Kubeconfig = None,
 ) -> None:
@@ -433,7 +434,8 @@ def artifacts(
             )
         cluster = Cluster.connect(kubeconfig)
         status = _status(cluster.session(namespace or cluster.namespace, words[0]))
-        terminal.echo(artifact_commands.render_rows(words[0], artifact_commands.rows_of_status(status)))
+        rows = artifact_commands.rows_of_status(status)
+        terminal.echo(artifact_commands.render(words[0], rows, as_json))
     except CommandError as error:
         raise fail(str(error)) from None
 

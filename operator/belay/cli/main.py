@@ -590,6 +590,7 @@ def artifacts(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Where `get` writes the bytes.")
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The list as JSON.")] = False,
 ) -> None:
     """List a session's artifacts, or `artifacts get SESSION NAME [-o PATH]` to download one
     (without -o, to ./NAME; NAME may be `sha256:HASH` for any blob the record names)."""
@@ -607,7 +608,8 @@ def artifacts(
         for sha256 in {record.ref.sha256 for record in state.artifacts.values()}
         if store.exists(sha256)
     }
-    terminal.echo(artifact_commands.render_rows(words[0], artifact_commands.rows_of_state(state, where)))
+    rows = artifact_commands.rows_of_state(state, where)
+    terminal.echo(artifact_commands.render(words[0], rows, as_json))
 
 
 def _get_artifact(session_id: str, name: str, output: Path | None) -> None:

@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from belay.journal.tools import TOOLS
+from belay.journal.tools import TOOLS, unknown_tool
 
 
 def check_arguments(name: str, raw: Any) -> tuple[dict[str, Any], str | None]:
@@ -15,7 +15,7 @@ def check_arguments(name: str, raw: Any) -> tuple[dict[str, Any], str | None]:
     they fit): unknown tool, not a JSON object, a required argument missing, a wrong type."""
     spec = TOOLS.get(name)
     if spec is None:
-        return {}, f"unknown tool {name!r}; the tools are: {', '.join(sorted(TOOLS))}"
+        return {}, unknown_tool(name)
     arguments = raw
     if isinstance(raw, str):
         try:

@@ -41,7 +41,7 @@ from belay.journal.events import (
     ToolRequestEvent,
 )
 from belay.journal.handover import executor_label
-from belay.journal.phase import HEARTBEAT_INTERVAL_S
+from belay.journal.phase import HEARTBEAT_INTERVAL_S, failed_delegations_text
 from belay.journal.snapshots import FOLD_VERSION, load_state, snapshot_due, write_snapshot
 from belay.journal.state import EMPTY, ExecutorChangeRecord, SessionState, apply
 from belay.stores.base import ArtifactStore, EventStore, RecordCorrupt, StaleLease, StoreError
@@ -389,6 +389,9 @@ class Attempt:
                 [Lifecycle(kind=LifecycleKind.HARNESS_FINISHED, attempt=self.number, detail=detail)]
             )
             return HarnessResult(False, detail, self.number)
+        if state.failed_delegations:
+            # A part handed to a child session that could not be started or awaited is not done.
+            return await self.fail_session("DelegationFailed", failed_delegations_text(state))
         names = ", ".join(sorted(state.deliverables))
         await self.record(
             [

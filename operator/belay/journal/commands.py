@@ -17,14 +17,20 @@ def reject(session_id: str, item_id: str) -> str:
     return f'belay reject {session_id} {item_id} --reason "..."'
 
 
-def reconcile(session_id: str, operation_id: str) -> str:
-    """Settles an unknown outcome (and the wait on the user that asks about it, if any)."""
-    return f"belay reconcile {session_id} {operation_id} --succeeded|--failed"
+def reconcile(session_id: str, operation_id: str, succeeded: bool = True) -> str:
+    """Settles an unknown outcome (and the wait on the user that asks about it, if any): it took
+    effect (`--succeeded`), or it did not (`--failed`)."""
+    return f"belay reconcile {session_id} {operation_id} {'--succeeded' if succeeded else '--failed'}"
 
 
 def answer(session_id: str, wait_id: str) -> str:
     """Answers a wait on the user (a question or a decision) with text."""
     return f'belay answer {session_id} {wait_id} "..."'
+
+
+def condition_met(session_id: str, wait_id: str) -> str:
+    """Marks an external condition met: a yes to the wait on it."""
+    return f"belay approve {session_id} {wait_id}"
 
 
 def download(session_id: str, name: str) -> str:

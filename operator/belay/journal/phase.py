@@ -98,6 +98,13 @@ class InterruptedOperation(StatusModel):
     settled: str  # "interrupted, will be settled on resume: <effect class and what it does>"
 
 
+class ResumePoint(StatusModel):
+    """Where one subagent with work left goes on from."""
+
+    subagent: str
+    step: str
+
+
 class Interruption(StatusModel):
     """The attempt that stopped proving it is alive: since when, what it was doing, what comes next."""
 
@@ -109,6 +116,7 @@ class Interruption(StatusModel):
     next: str  # what happens next, in words
     operations: list[InterruptedOperation] = []
     operations_omitted: int = 0
+    resumes: list[ResumePoint] = []  # every subagent with steps left, and the step it goes on from
 
 
 T = TypeVar("T")
@@ -183,16 +191,16 @@ def _why(state: SessionState, liveness: Liveness) -> str:
     """Why no attempt is alive, in words."""
     lifecycle = state.lifecycle
     attempt = lifecycle.attempt
-    reopened = lifecycle.reopened_seq is not None and not any(
-        e.kind == LifecycleKind.HARNESS_STARTED and e.seq > (lifecycle.reopened_seq or 0)
-        for e in lifecycle.recent
-    )
+    reopened = awaiting_resume(state)
     ended = _last_end(state) if not lifecycle.harness_running else ""
     stopped = clean_stop(state)
     if lifecycle.harness_starts == 0:
         return "no harness attempt has started on the recorded request"
     if reopened and not lifecycle.harness_running:
-        return f"the session ended and was reopened ({lifecycle.reopened_because}); no attempt has run since"
+        return (
+            f"the session ended and was reopened ({lifecycle.reopened_because}); request "
+            f"v{state.request.version} waits for a resume, no attempt has run since"
+        )
     if stopped:
         return f"attempt {attempt} stopped cleanly {stopped}"
     if ended:
@@ -220,15 +228,49 @@ def _doing(state: SessionState, open_actions: int) -> str:
     return "; ".join(doing_parts) or "nothing recorded in progress"
 
 
-def _next(state: SessionState, liveness: Liveness, next_step: str | None) -> tuple[str | None, str]:
+UNFINISHED = (TaskStatus.PLANNED, TaskStatus.RUNNING, TaskStatus.BLOCKED)
+
+
+def resume_points(state: SessionState) -> list[ResumePoint]:
+    """Each subagent with steps left (a subagent's own task aside), and the step it goes on from:
+    the one its last verified checkpoint names when that is left to do, else its first step left
+    (a running one first), in plan order. One pass over the plan."""
+    left: dict[str, list[tuple[int, int, str]]] = {}
+    for task in state.tasks.values():
+        if task.owner and task.task_id != task.owner and task.status in UNFINISHED:
+            rank = 0 if task.status == TaskStatus.RUNNING else 1
+            left.setdefault(task.owner, []).append((rank, task.first_seq, task.task_id))
+    points = []
+    for subagent in sorted(left):
+        steps = left[subagent]
+        checkpoint = state.verified_checkpoints.get(subagent)
+        named = checkpoint.checkpoint.next_step if checkpoint is not None else None
+        ids = {task_id for _, _, task_id in steps}
+        if named and (named in ids or f"{subagent}/{named}" in ids):
+            step = named if named in ids else f"{subagent}/{named}"
+        else:
+            step = min(steps)[2]
+        points.append(ResumePoint(subagent=subagent, step=step))
+    return points
+
+
+def _from_where(points: Sequence[ResumePoint], next_step: str | None) -> str:
+    if points:
+        return ", then " + "; ".join(f"{p.subagent} from step {p.step}" for p in points)
+    return f", from step {next_step}" if next_step else ""
+
+
+def _next(
+    state: SessionState, liveness: Liveness, next_step: str | None, points: Sequence[ResumePoint]
+) -> tuple[str | None, str]:
     """The command a person runs next (None where the operator acts), and what happens next."""
     attempt = state.lifecycle.attempt
     if liveness.recovered_by == "resume":
         command = commands.resume(state.session_id)
-        step = f", from step {next_step}" if next_step else ""
         return command, (
             f"run `{command}`: a new attempt takes the next lease, restores every subagent from its "
-            f"last verified checkpoint{step}, and settles the interrupted operations"
+            f"last verified checkpoint{_from_where(points, next_step)}, and settles the interrupted "
+            "operations"
         )
     if clean_stop(state):
         return None, (
@@ -245,15 +287,18 @@ def interruption_of(state: SessionState, liveness: Liveness | None) -> Interrupt
     """What a session without a live attempt was doing, and what happens next; None while an
     attempt is alive, before one has started, or once the session ended or its recovery failed."""
     phase = phase_of(state, liveness)
-    if liveness is None or phase not in (Phase.INTERRUPTED, Phase.RECOVERING):
+    if liveness is None or phase not in (Phase.INTERRUPTED, Phase.RECOVERING, Phase.PENDING):
         return None
+    if phase == Phase.PENDING and not awaiting_resume(state):
+        return None  # nothing started on the request yet: nothing was interrupted
     if phase == Phase.RECOVERING and attempt_alive(state, liveness):
         return None  # a live attempt is restoring; nothing is interrupted
     signs = [t for t in (liveness.renewed_at, state.last_event_at) if t is not None]
     plan = recovery_plan(state)
     actions = [a for a in plan.actions if a.operation_id not in state.unknown_outcomes]
     shown, omitted = bounded(actions, STATUS_LIST_LIMIT)
-    command, next_text = _next(state, liveness, plan.next_step)
+    points = resume_points(state)
+    command, next_text = _next(state, liveness, plan.next_step, points)
     return Interruption(
         attempt=state.lifecycle.attempt,
         since=max(signs) if signs else None,
@@ -274,6 +319,7 @@ def interruption_of(state: SessionState, liveness: Liveness | None) -> Interrupt
             for a in shown
         ],
         operations_omitted=omitted,
+        resumes=points,
     )
 
 
@@ -288,9 +334,13 @@ def phase_of(state: SessionState, liveness: Liveness | None = None) -> Phase:
     if lc.failed:
         return Phase.FAILED
     if lc.completed:
-        return Phase.SUCCEEDED
+        # A coordinator whose delegation failed has not done its objective, whatever it recorded.
+        return Phase.FAILED if state.failed_delegations else Phase.SUCCEEDED
     if recovery_failed(state):
         return Phase.RECOVERY_FAILED
+    if liveness is not None and not attempt_alive(state, liveness) and awaiting_resume(state):
+        # Ended, then amended or rejected: the new request waits for an attempt; nothing broke.
+        return Phase.PENDING
     if liveness is not None and not attempt_alive(state, liveness):
         if liveness.recovered_by == "operator":
             # The operator starts the first attempt, and replaces a lost one.
@@ -313,6 +363,33 @@ def phase_of(state: SessionState, liveness: Liveness | None = None) -> Phase:
     if state.lifecycle.harness_starts == 0 or not state.request.goal:
         return Phase.PENDING
     return Phase.RUNNING
+
+
+def awaiting_resume(state: SessionState) -> bool:
+    """The session ended and a scope change or a rejection reopened it, and no attempt has started
+    since."""
+    lifecycle = state.lifecycle
+    if lifecycle.reopened_seq is None or lifecycle.harness_running:
+        return False
+    return not any(
+        e.kind == LifecycleKind.HARNESS_STARTED and e.seq > (lifecycle.reopened_seq or 0)
+        for e in lifecycle.recent
+    )
+
+
+def failed_delegations_text(state: SessionState) -> str:
+    """Why a coordinator whose delegations failed did not succeed, in words; "" when none did."""
+    if not state.failed_delegations:
+        return ""
+    failed = ", ".join(f"{d} ({op})" for d, op in sorted(state.failed_delegations.items()))
+    return f"delegation failed: {failed}"
+
+
+def end_reason(state: SessionState) -> str:
+    """How the session ended, in words."""
+    if state.lifecycle.completed and state.failed_delegations:
+        return failed_delegations_text(state)
+    return state.lifecycle.end_reason
 
 
 def stalled_by_failure(state: SessionState) -> tuple[str, str] | None:

@@ -9,6 +9,7 @@ a probe or a person reconciles it.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -155,8 +156,63 @@ TOOLS: dict[str, ToolSpec] = {
 }
 
 
+def unknown_tool(name: str) -> str:
+    """Why `name` is no tool: the nearest tool's name, when one is near, and every tool."""
+    nearest = difflib.get_close_matches(name, TOOLS, n=1, cutoff=0.5)
+    near = f"; did you mean {nearest[0]!r}?" if nearest else ""
+    return f"unknown tool {name!r}{near} (the tools are: {', '.join(sorted(TOOLS))}; docs/tools.md)"
+
+
 def tool_spec(name: str) -> ToolSpec:
     try:
         return TOOLS[name]
     except KeyError:
-        raise KeyError(f"unknown tool {name!r}; known tools: {', '.join(sorted(TOOLS))}") from None
+        raise KeyError(unknown_tool(name)) from None
+
+
+def _parameter(name: str, schema: dict[str, Any], required: tuple[str, ...]) -> str:
+    kind = schema.get("type", "")
+    if kind == "array":
+        kind = f"array of {schema.get('items', {}).get('type', '')}".strip()
+    described = f": {schema['description']}" if schema.get("description") else ""
+    return f"`{name}` ({kind}{', required' if name in required else ''}){described}"
+
+
+def reference() -> str:
+    """docs/tools.md: the plan vocabulary, written from this catalogue (a test checks the file
+    equals it; `python -m belay.journal.tools > docs/tools.md` writes it again)."""
+    lines = [
+        "# Tools",
+        "",
+        "<!-- Generated from belay.journal.tools by `python -m belay.journal.tools > docs/tools.md`; "
+        "tests/journal/test_tools_doc.py checks it is current. -->",
+        "",
+        "The tools a plan's actions and a model may call, by the name a plan writes in `tool:`. The",
+        "effect class decides what a new attempt does with a call that has no result (read_only and",
+        "idempotent run again, keyed runs again with its key, unsafe is never repeated blindly).",
+        "A plan that names another tool is refused with the nearest name and this list.",
+        "",
+        "| tool | effect | runs in | approval | what it does | arguments |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in sorted(TOOLS):
+        spec = TOOLS[name]
+        arguments = "; ".join(
+            _parameter(arg, schema, spec.required) for arg, schema in spec.parameters.items()
+        )
+        approval = "always" if spec.needs_approval else "when `spec.approvalRequired` names it"
+        probe = spec.reconcile_probe and f" An unknown outcome is probed with `{spec.reconcile_probe}`."
+        cells = [
+            f"`{name}`",
+            spec.effect.value,
+            spec.where,
+            approval,
+            spec.description + (probe or ""),
+            arguments or "-",
+        ]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference(), end="")

@@ -8,8 +8,9 @@ plain file name without `-o PATH`, an output that cannot be written.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from belay.api.agentsession import is_plain_file_name
@@ -83,6 +84,15 @@ def render_rows(session: str, rows: Sequence[ArtifactRow]) -> str:
         for row in rows
     ]
     return columns(header, cells)
+
+
+def render_json(rows: Sequence[ArtifactRow]) -> str:
+    """The rows as a JSON list (`artifacts --json`): every field of each, in full."""
+    return json.dumps([asdict(row) for row in rows], indent=2)
+
+
+def render(session: str, rows: Sequence[ArtifactRow], as_json: bool) -> str:
+    return render_json(rows) if as_json else render_rows(session, rows)
 
 
 def blobs_named(state: SessionState) -> set[str]:

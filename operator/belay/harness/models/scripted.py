@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from belay.harness.models.base import ModelRequest, ModelTurn, ToolCall
 from belay.journal.operations import place_of
 from belay.journal.state import EMPTY, SessionState, TaskRecord
-from belay.journal.tools import TOOLS
+from belay.journal.tools import TOOLS, unknown_tool
 from belay.sandbox.protocol import MAX_COMMAND_BYTES, command_size
 
 SCRIPTED_MODEL_ID = "scripted/v1"
@@ -166,7 +166,7 @@ def plan_problems(plan: ScriptedPlan, subagents: list[str] | None = None) -> lis
             actions = [*step.actions, *(a for v in step.variants for a in v.actions)]
             for index, action in enumerate(actions, start=1):
                 if action.tool not in TOOLS:
-                    problems.append(f"{where}: unknown tool {action.tool!r}")
+                    problems.append(f"{where}: {unknown_tool(action.tool)}")
                 elif action.tool == "run_command" and command_size(action.arguments.get("command")) > (
                     MAX_COMMAND_BYTES
                 ):

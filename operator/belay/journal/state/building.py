@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from immutables import Map
 from pydantic import BaseModel
 
-from belay.journal.state.records import RECENT_LIMIT, SubagentRecord, operation_ordinal
+from belay.journal.state.records import RECENT_LIMIT, DecisionRecord, SubagentRecord, operation_ordinal
 from belay.journal.state.session import SessionState
 
 # The fields of SessionState a handler changes, by name.
@@ -21,6 +21,12 @@ def push_recent(items: tuple[str, ...], item: str) -> tuple[str, ...]:
     if item in items:
         items = tuple(i for i in items if i != item)
     return (*items, item)[-RECENT_LIMIT:]
+
+
+def decided(s: SessionState, updates: Updates, decision: DecisionRecord) -> None:
+    """Keep a person's decision among the latest ones, and count it."""
+    updates["decisions"] = (*s.decisions, decision)[-RECENT_LIMIT:]
+    updates["decision_count"] = s.decision_count + 1
 
 
 _M = TypeVar("_M", bound=BaseModel)

@@ -91,6 +91,22 @@ class RejectionRecord(Record):
     reopened_steps: tuple[str, ...] = ()
 
 
+DecisionKind = Literal["approval", "rejection", "answer", "reconciliation", "amend"]
+
+
+class DecisionRecord(Record):
+    """What a person decided: an approval or its refusal, a rejected deliverable, an answer to a
+    wait, a verdict on an unknown outcome, an amended request; who, when and why."""
+
+    seq: int
+    kind: DecisionKind
+    item: str  # the approval, deliverable, wait or operation decided on; "request vN" for an amend
+    outcome: str  # "granted", "rejected", "yes", "no", "took effect", "took no effect", "v2"
+    by: str = ""
+    at: datetime | None = None
+    reason: str = ""
+
+
 class TaskTransition(Record):
     seq: int
     status: TaskStatus

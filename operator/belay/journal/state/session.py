@@ -13,6 +13,7 @@ from belay.journal.state.records import (
     ApprovalRecord,
     ArtifactRecord,
     CheckpointRecord,
+    DecisionRecord,
     ExecutorChangeRecord,
     Lifecycle,
     NoteRecord,
@@ -47,6 +48,9 @@ class SessionState(BaseModel):
     scope_changes: tuple[ScopeChangeRecord, ...] = ()
     part_changed_in_version: Map[str, int] = _empty_map()
     rejections: tuple[RejectionRecord, ...] = ()
+    # What people decided, the latest RECENT_LIMIT, oldest first, and how many in all.
+    decisions: tuple[DecisionRecord, ...] = ()
+    decision_count: int = 0
 
     tasks: Map[str, TaskRecord] = _empty_map()
     current_step: str | None = None
@@ -68,6 +72,12 @@ class SessionState(BaseModel):
     # "<subagent>/<the executor's own call id>" -> operation id, for the calls recorded under an
     # operation id other than the executor's own id.
     provider_calls: Map[str, str] = _empty_map()
+
+    # Delegations to child sessions (`start_session`, `await_session`): "<tool> <child>" by the
+    # operation asking for it, and those whose latest call failed ("<tool> <child>" -> operation):
+    # a coordinator with one cannot have done its objective.
+    delegations: Map[str, str] = _empty_map()
+    failed_delegations: Map[str, str] = _empty_map()
 
     approvals: Map[str, ApprovalRecord] = _empty_map()
     approvals_by_operation: Map[str, tuple[str, ...]] = _empty_map()

@@ -19,10 +19,11 @@ from typing import Any, Literal
 
 from belay.journal import commands
 from belay.journal.commands import CommandStyle
-from belay.journal.events import ArtifactRef, NoteKind, TaskStatus, WaitKind
+from belay.journal.events import ArtifactRef, NoteKind, TaskStatus
 from belay.journal.phase import Liveness, interruption_of, phase_of, stalled_by_failure
 from belay.journal.state import ApprovalRecord, NoteRecord, OperationRecord, SessionState, TaskRecord
 from belay.views.briefing.changes import plan_order, rejection_item, scan_results, scope_change_item
+from belay.views.briefing.classify import classify, of_state
 from belay.views.briefing.model import (
     LIST_LIMIT,
     NOTE_LIMIT,
@@ -35,11 +36,13 @@ from belay.views.briefing.model import (
     BudgetItem,
     BudgetUsage,
     CheckpointItem,
+    DecisionItem,
     EffectItem,
     ExecutorMoveItem,
     ExternalItem,
     FetchItem,
     NoteItem,
+    OpenItem,
     RecoveryItem,
     RemoteSessionItem,
     ReviewItem,
@@ -220,6 +223,7 @@ def _attention(state: SessionState, style: CommandStyle) -> tuple[list[Attention
                     summary=f"{op.tool} ({op_id}): outcome unknown, never repeated blindly; did it "
                     "take effect?",
                     command=style(commands.reconcile(sid, op_id)),
+                    alternative=style(commands.reconcile(sid, op_id, succeeded=False)),
                 )
             )
             continue
@@ -239,94 +243,96 @@ def _attention(state: SessionState, style: CommandStyle) -> tuple[list[Attention
     return items, max(0, len(failed) - LIST_LIMIT)
 
 
-def _running(state: SessionState) -> list[RunningItem]:
-    """The steps running and the operations without a result (but those whose outcome is unknown:
-    they wait on a person)."""
-    pending_by_operation = {a.operation_id for a in state.pending_approval_records()}
-    running = [
-        RunningItem(kind="task", id=t.task_id, description=t.title or t.task_id, subagent=t.owner)
-        for t in sorted((t for t in state.tasks.values() if t.status == TaskStatus.RUNNING), key=plan_order)
-    ]
-    for op in state.open_operation_records():
-        if op.operation_id in state.unknown_outcomes:
-            continue
-        blocked = " (awaiting approval)" if op.operation_id in pending_by_operation else ""
-        running.append(
-            RunningItem(
-                kind="operation",
-                id=op.operation_id,
-                description=f"{op.tool} [{op.effect.value}]{blocked}",
-                subagent=op.subagent,
-            )
+def _running(items: list[OpenItem]) -> list[RunningItem]:
+    """The steps and operations the classification says run."""
+    return [
+        RunningItem(
+            kind="task" if i.kind == "step" else "operation",
+            id=i.id,
+            description=i.summary,
+            subagent=i.subagent,
         )
-    return running
+        for i in of_state(items, "running")
+    ]
 
 
-def _waiting_on_you(state: SessionState, style: CommandStyle) -> list[ActionItem]:
-    """Every approval pending, every question a person answers, every unknown outcome to reconcile."""
-    sid = state.session_id
-    pending = state.pending_approval_records()
-    actions: list[ActionItem] = [
-        ActionItem(
-            kind="approval",
-            id=a.approval_id,
-            summary=f"{a.summary or a.tool} (operation {a.operation_id}, tool {a.tool})",
-            command=style(commands.approve(sid, a.approval_id)),
-            alternative=style(commands.reject(sid, a.approval_id)),
-            payload_sha256=a.payload_sha256,
-            expires_at=a.request_expires_at,
-            fetch=_fetch_items(state, a, style),
-        )
-        for a in pending
-    ]
-    pending_ids = [a.approval_id for a in pending]
-    # A wait on the user whose condition names an operation with an unknown outcome is settled by
-    # reconciling that operation, so it is listed once, as the reconciliation.
-    reconcile_waits = {
-        w.condition
-        for w in state.open_wait_records()
-        if w.kind == WaitKind.ON_USER and w.condition in state.unknown_outcomes
-    }
-    for w in state.open_wait_records():
-        # A wait that names a pending approval (in its id or reason) is answered by that approval.
-        names_approval = any(a in w.wait_id or a in w.reason for a in pending_ids)
-        if w.kind != WaitKind.ON_USER or names_approval or w.condition in reconcile_waits:
-            continue
-        actions.append(
-            ActionItem(
-                kind="decision",
-                id=w.wait_id,
-                summary=w.reason,
-                command=style(commands.answer(sid, w.wait_id)),
+def _waiting_on_you(state: SessionState, items: list[OpenItem], style: CommandStyle) -> list[ActionItem]:
+    """Every approval pending, every question a person answers, every unknown outcome to reconcile:
+    the items the classification says wait on you, each with the command that ends it."""
+    actions: list[ActionItem] = []
+    for item in of_state(items, "waiting_on_you"):
+        command = item.command or ""
+        if item.kind == "approval":
+            a = state.approvals[item.id]
+            actions.append(
+                ActionItem(
+                    kind="approval",
+                    id=a.approval_id,
+                    summary=item.summary,
+                    command=command,
+                    alternative=item.alternative,
+                    payload_sha256=a.payload_sha256,
+                    expires_at=a.request_expires_at,
+                    fetch=_fetch_items(state, a, style),
+                )
             )
-        )
-    for op_id in sorted(state.unknown_outcomes, key=lambda o: (state.unknown_outcomes[o], o)):
-        op = state.operations[op_id]
-        summary = f"{op.tool or 'operation'} outcome unknown" + (
-            f" ({op.outcome_detail})" if op.outcome_detail else ""
-        )
-        actions.append(
-            ActionItem(
-                kind="reconciliation",
-                id=op_id,
-                summary=f"{summary}; did it take effect?",
-                command=style(commands.reconcile(sid, op_id)),
+        elif item.ended_by == "reconcile":
+            op = state.operations[item.id]
+            summary = f"{op.tool or 'operation'} outcome unknown" + (
+                f" ({op.outcome_detail})" if op.outcome_detail else ""
             )
-        )
+            actions.append(
+                ActionItem(
+                    kind="reconciliation",
+                    id=item.id,
+                    summary=f"{summary}; did it take effect?",
+                    command=command,
+                    alternative=item.alternative,
+                )
+            )
+        else:
+            actions.append(
+                ActionItem(
+                    kind="decision",
+                    id=item.id,
+                    summary=item.summary,
+                    command=command,
+                    alternative=item.alternative,
+                )
+            )
     return actions
 
 
-def _reviews(state: SessionState, locate: ArtifactLocator | None, style: CommandStyle) -> list[ReviewItem]:
-    sid = state.session_id
+def _external(items: list[OpenItem], state: SessionState) -> list[ExternalItem]:
+    return [
+        ExternalItem(wait_id=i.id, reason=i.summary, condition=state.waits[i.id].condition, command=i.command)
+        for i in of_state(items, "waiting_on_external")
+    ]
+
+
+def _rejected_before(state: SessionState, name: str, sha256: str) -> str | None:
+    """Who rejected these very bytes under this name, and why; None when nobody did."""
+    for r in reversed(state.rejections):
+        if r.kind == "deliverable" and r.item == name and r.sha256 == sha256:
+            return (
+                f"{r.by or 'you'}"
+                + (f" at {r.at:%Y-%m-%d %H:%M %Z}".rstrip() if r.at else "")
+                + (f": {r.reason}" if r.reason else "")
+            )
+    return None
+
+
+def _reviews(state: SessionState, items: list[OpenItem], locate: ArtifactLocator | None) -> list[ReviewItem]:
     reviews: list[ReviewItem] = []
-    for w in state.open_wait_records():
-        if w.kind != WaitKind.READY_FOR_REVIEW:
-            continue
+    for item in of_state(items, "ready_for_review"):
+        w = state.waits[item.id]
         name = w.artifact or w.wait_id
-        command = style(commands.download(sid, name))
+        command = item.command or ""
         artifact = state.artifacts.get(name)
         if artifact is None:
-            reviews.append(ReviewItem(name=name, description=w.reason, command=command))
+            reviews.append(
+                ReviewItem(name=name, description=w.reason, command=command, alternative=item.alternative)
+            )
             continue
         ref = artifact.ref
         reviews.append(
@@ -339,9 +345,38 @@ def _reviews(state: SessionState, locate: ArtifactLocator | None, style: Command
                 media_type=ref.media_type,
                 location=locate(ref) if locate is not None else (ref.uri or None),
                 command=command,
+                alternative=item.alternative,
+                rejected_before=_rejected_before(state, name, ref.sha256),
             )
         )
     return reviews
+
+
+def _left_open(state: SessionState, items: list[OpenItem], interrupted: bool) -> list[AttentionItem]:
+    """What needs attention that is no failed effect: a failed delegation, and what was left open
+    in a session that failed (an interruption lists what it left open itself)."""
+    delegations = set(state.failed_delegations.values())
+    shown = []
+    for item in of_state(items, "needs_attention"):
+        if item.kind == "operation" and item.id in delegations:
+            shown.append(AttentionItem(kind="failed_delegation", id=item.id, summary=item.summary))
+        elif not interrupted:
+            what = "step" if item.kind == "step" else "operation"
+            summary = f"{what} {item.summary} was left without an end when the session stopped"
+            shown.append(AttentionItem(kind="left_open", id=item.id, summary=summary))
+    return shown
+
+
+def _decided(state: SessionState) -> list[DecisionItem]:
+    """Approvals, answers and reconciliations people made (amends and rejections have their own
+    sections, with who, when and why)."""
+    return [
+        DecisionItem(
+            seq=d.seq, kind=d.kind, item=d.item, outcome=d.outcome, by=d.by, at=d.at, reason=d.reason
+        )
+        for d in state.decisions
+        if d.kind in ("approval", "answer", "reconciliation")
+    ]
 
 
 def _recovery(state: SessionState) -> RecoveryItem:
@@ -482,7 +517,11 @@ def briefing_sections(
     latest_effects = state.recent_external_operations[-LIST_LIMIT:]
     # Nothing runs while no attempt is alive: what the dead one left open is in its interruption.
     interrupted = interruption_of(state, liveness) is not None
+    items = classify(state, liveness, style)
     return BriefingSections(
+        items=items,
+        decided=_decided(state),
+        decided_omitted=state.decision_count - len(state.decisions),
         scope_changes=[scope_change_item(state, scan, parts_by_step) for scan in scans],
         scope_changes_omitted=max(0, len(state.scope_changes) - SCOPE_CHANGE_LIMIT),
         rejections=[rejection_item(state, r) for r in state.rejections[-SCOPE_CHANGE_LIMIT:]],
@@ -491,18 +530,14 @@ def briefing_sections(
         steps_omitted=omitted.total(),
         steps_omitted_done=omitted[TaskStatus.DONE],
         steps_omitted_verified=omitted[TaskStatus.VERIFIED],
-        running=[] if interrupted else _running(state),
-        waiting_on_you=_waiting_on_you(state, style),
-        needs_attention=attention,
+        running=_running(items),
+        waiting_on_you=_waiting_on_you(state, items, style),
+        needs_attention=attention + _left_open(state, items, interrupted),
         needs_attention_omitted=attention_omitted,
         effects=[_effect_item(state, state.operations[op]) for op in latest_effects],
         effects_omitted=len(state.external_operations) - len(latest_effects),
-        waiting_on_external=[
-            ExternalItem(wait_id=w.wait_id, reason=w.reason, condition=w.condition)
-            for w in state.open_wait_records()
-            if w.kind == WaitKind.ON_EXTERNAL
-        ],
-        ready_for_review=_reviews(state, locate, style),
+        waiting_on_external=_external(items, state),
+        ready_for_review=_reviews(state, items, locate),
         hypotheses=hypotheses,
         decisions=decisions,
         findings=findings,

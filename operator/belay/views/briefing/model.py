@@ -101,6 +101,57 @@ class RejectionItem(Model):
     invalidated_count: int = 0
 
 
+# What an open item is, decided once (`belay.views.briefing.classify`) and read by every view.
+ItemState = Literal[
+    "running",
+    "waiting_on_you",
+    "waiting_on_external",
+    "ready_for_review",
+    "needs_attention",
+    "done",
+    "invalid",
+]
+ITEM_STATES: tuple[ItemState, ...] = (
+    "running",
+    "waiting_on_you",
+    "waiting_on_external",
+    "ready_for_review",
+    "needs_attention",
+    "done",
+    "invalid",
+)
+ItemKind = Literal["step", "operation", "wait", "approval", "deliverable"]
+# How a person ends a wait: approve or reject an approval, answer a question, reconcile an unknown
+# outcome, mark an external condition met, review a deliverable; a child session ends by itself.
+EndedBy = Literal["approval", "answer", "reconcile", "condition", "child", "review"]
+
+
+class OpenItem(Model):
+    """One item of the session and the one thing it is now."""
+
+    kind: ItemKind
+    id: str
+    state: ItemState
+    ended_by: EndedBy | None = None  # set on every wait (what the person runs to end it)
+    subagent: str | None = None
+    summary: str = ""
+    label: str = ""  # how a table names it: "approval ID", a condition, a deliverable's name
+    command: str | None = None  # the command that ends it, spelled for where the session runs
+    alternative: str | None = None
+
+
+class DecisionItem(Model):
+    """A decision a person made: who, when and why."""
+
+    seq: int
+    kind: Literal["approval", "rejection", "answer", "reconciliation", "amend"]
+    item: str
+    outcome: str
+    by: str = ""
+    at: datetime | None = None
+    reason: str = ""
+
+
 class StepItem(Model):
     task_id: str
     title: str
@@ -144,7 +195,9 @@ class ActionItem(Model):
 class AttentionItem(Model):
     """An external effect that went wrong, what it is, and what to do about it."""
 
-    kind: Literal["failed_effect", "unknown_effect", "repeated_effect"]
+    # left_open: an operation or a step without an end in a session that ended or failed;
+    # failed_delegation: a child session that could not be started or awaited.
+    kind: Literal["failed_effect", "unknown_effect", "repeated_effect", "left_open", "failed_delegation"]
     id: str  # the operation
     summary: str
     command: str | None = None
@@ -168,6 +221,7 @@ class ExternalItem(Model):
     wait_id: str
     reason: str
     condition: str | None = None
+    command: str | None = None  # what marks the condition met (a child session ends by itself)
 
 
 class ReviewItem(Model):
@@ -179,6 +233,9 @@ class ReviewItem(Model):
     media_type: str | None = None
     location: str | None = None
     command: str
+    alternative: str | None = None  # what turns it down
+    # These very bytes were rejected before (by whom and why): republished unchanged.
+    rejected_before: str | None = None
 
 
 class NoteItem(Model):
@@ -282,6 +339,10 @@ class BriefingSections(Model):
     of a status does not carry; an AgentSession's status carries it as `briefing`, built by the
     operator with the commands spelled for `kubectl belay`."""
 
+    # Every open item and what it is: the one classification the sections below are cut from.
+    items: list[OpenItem] = []
+    decided: list[DecisionItem] = []  # what people decided, the latest ones, oldest first
+    decided_omitted: int = 0
     scope_changes: list[ScopeChangeItem] = []
     scope_changes_omitted: int = 0  # the earliest ones
     rejections: list[RejectionItem] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+from belay.journal.events import CHILD_CONDITION_PREFIX
 from belay.journal.handover import change_phrase
 from belay.views.briefing.model import Briefing, NoteItem, RequestDifference, StepVerdict
 
@@ -94,7 +95,19 @@ def _scope_change_rows(b: Briefing) -> list[Row]:
         if c.invalid_outputs_omitted:
             invalid.append(f"... and {c.invalid_outputs_omitted} more")
         if invalid:
-            rows.append((2, f"made invalid ({c.invalidated_count} results; the steps are redone):"))
+            listed = (
+                len(c.invalid_steps)
+                + c.invalid_steps_omitted
+                + len(c.invalid_outputs)
+                + c.invalid_outputs_omitted
+            )
+            rows.append(
+                (
+                    2,
+                    f"made invalid ({listed} steps and outputs, of {c.invalidated_count} results; "
+                    "the steps are redone):",
+                )
+            )
         elif c.invalidated_count:
             rows.append(
                 (2, f"made invalid: {c.invalidated_count} intermediate results, no step, artifact or note")
@@ -128,6 +141,22 @@ def _rejection_rows(b: Briefing) -> list[Row]:
             (1, f"{rejection.item} ({what}, sha256 {_short(rejection.sha256)}) rejected{who}{when}: {reason}")
         )
         rows += [(2, "redo " + _verdict(v).split(": ", 1)[0]) for v in rejection.steps]
+    return rows
+
+
+def _decided_rows(b: Briefing) -> list[Row]:
+    """What people decided: who, when, why."""
+    if not b.decided:
+        return []
+    rows = _heading("Decided by people")
+    if b.decided_omitted:
+        rows.append((1, f"... {b.decided_omitted} earlier decisions not shown; `{b.every_event}` lists them"))
+    for d in b.decided:
+        who = d.by or "someone"
+        why = f": {d.reason}" if d.reason and d.reason != d.outcome else ""
+        rows.append(
+            (1, f"{d.kind} {d.item}: {d.outcome} by {who} at {_when_exactly(d.at)} (seq {d.seq}){why}")
+        )
     return rows
 
 
@@ -218,6 +247,10 @@ def _external_rows(b: Briefing) -> list[Row]:
     rows = _heading("Waiting on external conditions")
     for e in b.waiting_on_external:
         rows.append((1, f"{e.wait_id}: {e.reason}" + (f" [{e.condition}]" if e.condition else "")))
+        if e.command and (e.condition or "").startswith(CHILD_CONDITION_PREFIX):
+            rows.append((2, f"ends when that session ends: {e.command}"))
+        elif e.command:
+            rows.append((2, f"once it holds, run: {e.command}"))
     if not b.waiting_on_external:
         rows.append((1, "nothing"))
     return rows
@@ -232,6 +265,10 @@ def _review_rows(b: Briefing) -> list[Row]:
         rows.append((1, f"{label}: {review.description}"))
         place = review.location or b.artifact_store or "the artifact store"
         rows.append((2, f"download: {review.command}  (sha256 {_short(review.sha256)}, at {place})"))
+        if review.rejected_before:
+            rows.append((2, f"these are the bytes rejected before, unchanged (by {review.rejected_before})"))
+        if review.alternative:
+            rows.append((2, f"or turn it down: {review.alternative}"))
     if not b.ready_for_review:
         rows.append((1, "nothing"))
     return rows
@@ -304,7 +341,10 @@ def _recovery_rows(b: Briefing) -> list[Row]:
     attempt = f"attempt {rec.attempt}" + (" (interrupted, see above)" if b.interruption else "")
     if rec.model:
         attempt += f", model {rec.model}"
-    happened = happened or ["no attempt lost, no sandbox replaced"]
+    if not happened and b.interruption is None:
+        happened = ["no attempt lost, no sandbox replaced"]
+    elif not happened:
+        happened = ["no sandbox replaced"]
     rows.append((1, f"{attempt}; " + "; ".join(happened)))
     if rec.last_failure:
         rows.append((2, f"last recovery failure: {rec.last_failure}"))
@@ -417,6 +457,7 @@ SECTIONS: tuple[Callable[[Briefing], list[Row]], ...] = (
     _request_rows,
     _scope_change_rows,
     _rejection_rows,
+    _decided_rows,
     _step_rows,
     _running_rows,
     _waiting_rows,

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import Literal
 
 from belay.journal import commands
 from belay.journal.commands import CommandStyle
-from belay.journal.events import CHILD_CONDITION_PREFIX, WaitKind
+from belay.journal.events import CHILD_CONDITION_PREFIX
 from belay.journal.phase import Phase
 from belay.views.fleet.model import (
     BUCKET_WORDS,
@@ -28,6 +29,7 @@ from belay.views.fleet.model import (
     FleetRow,
     FleetSummary,
     FleetView,
+    FleetWait,
     ObjectiveView,
     ObjectiveWait,
 )
@@ -40,7 +42,7 @@ def _bucket(status: SessionStatus, stalled_by: str | None) -> Bucket:
         return "succeeded"
     if phase in (Phase.FAILED, Phase.RECOVERY_FAILED) or stalled_by in STALLING_PROBLEMS:
         return "failed"
-    if phase == Phase.INTERRUPTED or (phase == Phase.RECOVERING and status.interruption):
+    if phase == Phase.INTERRUPTED or (phase in (Phase.RECOVERING, Phase.PENDING) and status.interruption):
         return "interrupted"
     if phase == Phase.WAITING_ON_USER:
         return "waiting_on_you"
@@ -67,49 +69,45 @@ def _problem(status: SessionStatus) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _waits(status: SessionStatus) -> tuple[list[str], list[str], list[str]]:
-    """What the session waits on: the person (approvals, reconciliations, questions), external
-    conditions, and the person's review."""
-    user = [f"approval {a.approval_id}" for a in status.pending_approvals]
-    user += [f"reconcile {op}" for op in status.unknown_outcomes]
-    for wait in status.waits:
-        # A reconcile wait asks about an unknown outcome listed above.
-        if wait.kind == WaitKind.ON_USER and wait.condition not in status.unknown_outcomes:
-            user.append(f"answer {wait.wait_id}")
-    external = [w.condition or w.wait_id for w in status.waits if w.kind == WaitKind.ON_EXTERNAL]
-    review = [w.artifact or w.wait_id for w in status.waits if w.kind == WaitKind.READY_FOR_REVIEW]
-    return user, external, review
+WAIT_KINDS: dict[str, Literal["user", "external", "review"]] = {
+    "waiting_on_you": "user",
+    "waiting_on_external": "external",
+    "ready_for_review": "review",
+}
 
 
-def unblocking_command(session: str, status: SessionStatus, style: CommandStyle) -> str | None:
+def _waits(status: SessionStatus, style: CommandStyle) -> list[FleetWait]:
+    """What the session waits on, as its status classified it: the person (approvals,
+    reconciliations, questions), external conditions, and the person's review; each with the
+    command that ends it."""
+    return [
+        FleetWait(
+            kind=WAIT_KINDS[item.state],
+            what=item.label or item.id,
+            command=style(item.command) if item.command else None,
+        )
+        for item in status.items
+        if item.state in WAIT_KINDS
+    ]
+
+
+def unblocking_command(
+    session: str, status: SessionStatus, style: CommandStyle, waits: Sequence[FleetWait] = ()
+) -> str | None:
     """The one command a person runs next for the session, or None when nothing a person runs
-    moves it on (it is moving, or the operator acts)."""
+    moves it on (it is moving, or the operator acts): the command of the first wait its phase
+    names."""
     phase = status.phase
-    if phase == Phase.INTERRUPTED and status.interruption is not None and status.interruption.command:
+    if phase in (Phase.INTERRUPTED, Phase.PENDING) and status.interruption and status.interruption.command:
         return style(status.interruption.command)
     if phase in (Phase.FAILED, Phase.RECOVERY_FAILED):
         return style(commands.brief(session))
-    first = {kind: next((w for w in status.waits if w.kind == kind), None) for kind in WaitKind}
-    if phase == Phase.WAITING_ON_USER:
-        if status.pending_approvals:
-            return style(commands.approve(session, status.pending_approvals[0].approval_id))
-        if status.unknown_outcomes:
-            return style(commands.reconcile(session, status.unknown_outcomes[0]))
-        asked = first[WaitKind.ON_USER]
-        if asked is not None:
-            return style(commands.answer(session, asked.wait_id))
-    external = first[WaitKind.ON_EXTERNAL]
-    if phase == Phase.WAITING_ON_EXTERNAL and external is not None:
-        condition = external.condition or ""
-        if condition.startswith(CHILD_CONDITION_PREFIX):
-            # Its own session ends the wait; what moves that session on is in its row.
-            return style(commands.brief(condition.removeprefix(CHILD_CONDITION_PREFIX)))
-        # A yes to the wait says the condition holds.
-        return style(commands.approve(session, external.wait_id))
-    review = first[WaitKind.READY_FOR_REVIEW]
-    if phase == Phase.READY_FOR_REVIEW and review is not None and review.artifact:
-        return style(commands.download(session, review.artifact))
-    return None
+    kind = {
+        Phase.WAITING_ON_USER: "user",
+        Phase.WAITING_ON_EXTERNAL: "external",
+        Phase.READY_FOR_REVIEW: "review",
+    }.get(phase)
+    return next((w.command for w in waits if w.kind == kind), None)
 
 
 def fleet_row(
@@ -125,7 +123,7 @@ def fleet_row(
     status = status or NOT_PROJECTED
     labels = labels or {}
     stalled_by, problem = _problem(status)
-    user, external, review = _waits(status)
+    waits = _waits(status, style)
     parent = status.parent
     last_at = status.last_event_at
     return FleetRow(
@@ -137,10 +135,11 @@ def fleet_row(
         phase=status.phase.value,
         bucket=_bucket(status, stalled_by),
         step=status.current_step,
-        waits_on_user=user,
-        waits_on_external=external,
-        ready_for_review=review,
-        command=unblocking_command(session, status, style),
+        waits_on_user=[w.what for w in waits if w.kind == "user"],
+        waits_on_external=[w.what for w in waits if w.kind == "external"],
+        ready_for_review=[w.what for w in waits if w.kind == "review"],
+        waits=waits,
+        command=unblocking_command(session, status, style, waits),
         deliverables=[d.name for d in status.deliverables],
         children=[c.session for c in status.children],
         events=status.last_seq,
@@ -165,8 +164,28 @@ def corrupt_row(session: str, seq: int, labels: Mapping[str, str] | None = None)
     )
 
 
+# The buckets that count the sessions with such a wait, whatever their phase says first: a session
+# that waits on you and on CI counts in both.
+WAIT_BUCKETS: dict[Bucket, str] = {
+    "waiting_on_you": "user",
+    "on_external": "external",
+    "ready_for_review": "review",
+}
+
+
 def summarize(rows: Sequence[FleetRow]) -> FleetSummary:
-    counts = {bucket: sum(1 for r in rows if r.bucket == bucket) for bucket in BUCKETS}
+    counts = {
+        bucket: sum(
+            1
+            for r in rows
+            if (
+                any(w.kind == WAIT_BUCKETS[bucket] for w in r.waits)
+                if bucket in WAIT_BUCKETS
+                else r.bucket == bucket
+            )
+        )
+        for bucket in BUCKETS
+    }
     parts = ", ".join(f"{counts[b]} {BUCKET_WORDS[b]}" for b in BUCKETS)
     line = f"{len(rows)} session{'s' if len(rows) != 1 else ''}: {parts}"
     return FleetSummary(sessions=len(rows), line=line, **counts)
@@ -196,23 +215,22 @@ def objective_view(objective: str, rows: Iterable[FleetRow]) -> ObjectiveView:
                     session=row.session, kind="failed", what=row.problem or row.phase, command=row.command
                 )
             )
-        for item in row.waits_on_user:
-            waits.append(ObjectiveWait(session=row.session, kind="user", what=item, command=row.command))
-        for condition in row.waits_on_external:
-            child = condition.removeprefix(CHILD_CONDITION_PREFIX)
-            if condition.startswith(CHILD_CONDITION_PREFIX) and child in names:
-                continue
+        for wait in row.waits:
+            child = wait.what.removeprefix(CHILD_CONDITION_PREFIX)
+            if wait.kind == "external" and wait.what.startswith(CHILD_CONDITION_PREFIX) and child in names:
+                continue  # the child's own row says what it waits on
+            if wait.kind == "review" and row.parent in names:
+                continue  # a child's deliverables come back to its coordinator, where they are reviewed
             waits.append(
-                ObjectiveWait(session=row.session, kind="external", what=condition, command=row.command)
+                ObjectiveWait(session=row.session, kind=wait.kind, what=wait.what, command=wait.command)
             )
-        if row.parent in names:
-            continue  # a child's deliverables come back to its coordinator, where they are reviewed
-        for name in row.ready_for_review:
-            waits.append(ObjectiveWait(session=row.session, kind="review", what=name, command=row.command))
     return ObjectiveView(
         objective=objective,
         sessions=mine,
         summary=summarize(mine),
         waits_on=waits,
-        done=bool(mine) and all(r.bucket == "succeeded" for r in mine),
+        # Done once every session succeeded and nothing but a review of what they made is left.
+        done=bool(mine)
+        and all(r.bucket == "succeeded" for r in mine)
+        and all(w.kind == "review" for w in waits),
     )

@@ -45,6 +45,14 @@ class FleetModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class FleetWait(FleetModel):
+    """One thing a session waits on, and the command that ends it, spelled for where it runs."""
+
+    kind: Literal["user", "external", "review"]
+    what: str
+    command: str | None = None
+
+
 class FleetRow(FleetModel):
     session: str
     namespace: str | None = None
@@ -59,6 +67,7 @@ class FleetRow(FleetModel):
     waits_on_user: list[str] = []
     waits_on_external: list[str] = []
     ready_for_review: list[str] = []
+    waits: list[FleetWait] = []  # each of the three above, with the command that ends it
     command: str | None = None  # the one command that unblocks it, spelled for where it runs
     deliverables: list[str] = []
     children: list[str] = []

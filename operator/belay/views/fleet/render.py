@@ -74,7 +74,13 @@ def render_objective(view: ObjectiveView, *, with_namespace: bool = False) -> st
         header.insert(0, "NAMESPACE")
     rows = []
     for row in view.sessions:
-        waits = [*row.waits_on_user, *row.waits_on_external, *(f"review {n}" for n in row.ready_for_review)]
+        # What the whole waits on, of this session: a child's reviews and a coordinator's waits on
+        # its children are the objective's own business, not waits.
+        waits = [
+            f"review {w.what}" if w.kind == "review" else w.what
+            for w in view.waits_on
+            if w.session == row.session and w.kind in ("user", "external", "review")
+        ]
         cells = [
             row.session,
             row.part or ("coordinator" if row.children else "-"),
@@ -88,8 +94,11 @@ def render_objective(view: ObjectiveView, *, with_namespace: bool = False) -> st
             cells.insert(0, row.namespace or "-")
         rows.append(cells)
     lines.append(columns(header, rows) if rows else "no sessions carry this objective")
-    if view.done:
+    if view.done and not view.waits_on:
         lines.append("The whole waits on nothing: every session succeeded.")
+    elif view.done:
+        lines.append("Every session succeeded; what is left is yours to review:")
+        lines += [f"  {w.kind} {w.what} in {w.session}: {w.command or '-'}" for w in view.waits_on]
     elif not view.waits_on:
         lines.append("The whole waits on nothing a person or the world must do: its sessions are moving.")
     else:

@@ -19,12 +19,14 @@ from belay.journal.phase import (
     Phase,
     bounded,
     clean_stop,
+    end_reason,
     interruption_of,
     open_wait_ids,
     phase_of,
     stalled_by_failure,
 )
 from belay.journal.state import ExecutorChangeRecord, SessionState
+from belay.views.briefing.classify import classify
 from belay.views.status.model import (
     CheckpointStatus,
     Condition,
@@ -65,7 +67,7 @@ def _ready(state: SessionState, phase: Phase, interruption: Interruption | None)
         return Condition(type=ConditionType.READY, status="False", reason=reason, message=message)
 
     if phase == Phase.FAILED:
-        return not_ready(Reason.FAILED, lc.end_reason)
+        return not_ready(Reason.FAILED, end_reason(state))
     if phase == Phase.SUCCEEDED:
         return Condition(
             type=ConditionType.READY, status="True", reason=Reason.COMPLETED, message=lc.end_reason
@@ -92,6 +94,8 @@ def _ready(state: SessionState, phase: Phase, interruption: Interruption | None)
             Reason.HARNESS_LOST,
             f"harness attempt {lc.attempt} lost; restoring from the last verified checkpoint",
         )
+    if phase == Phase.PENDING and interruption is not None:
+        return not_ready(Reason.INITIALIZING, f"{interruption.why}; {interruption.next}")
     if phase == Phase.PENDING:
         waiting_for = (
             "no request recorded yet" if not state.request.goal else "no harness attempt started yet"
@@ -122,7 +126,6 @@ def pending_move(state: SessionState) -> ExecutorChangeRecord | None:
 
 def _abnormal(state: SessionState, phase: Phase, ready: Condition) -> list[Condition]:
     """Reconciling and Stalled: present only while True, as kstatus reads them."""
-    lc = state.lifecycle
     failure = stalled_by_failure(state) if phase == Phase.RECOVERY_FAILED else None
     conditions = []
     if phase in (Phase.PENDING, Phase.RECOVERING):
@@ -144,7 +147,7 @@ def _abnormal(state: SessionState, phase: Phase, ready: Condition) -> list[Condi
         )
     elif phase == Phase.FAILED:
         stalled = Condition(
-            type=ConditionType.STALLED, status="True", reason=Reason.FAILED, message=lc.end_reason
+            type=ConditionType.STALLED, status="True", reason=Reason.FAILED, message=end_reason(state)
         )
     else:
         return conditions
@@ -237,7 +240,7 @@ def conditions_of(
 
 def waiting_on(state: SessionState, phase: Phase, interruption: Interruption | None = None) -> str:
     """One line for a table column: what the session waits on."""
-    if phase == Phase.INTERRUPTED and interruption is not None:
+    if phase in (Phase.INTERRUPTED, Phase.PENDING) and interruption is not None:
         return interruption.command or "resume"
     stalled = stalled_by_failure(state) if phase == Phase.RECOVERY_FAILED else None
     if stalled is not None:
@@ -367,6 +370,9 @@ def session_status(
     deliverables, deliverables_omitted = _deliverables(state, locate)
     subagent_names, subagents_omitted = bounded(sorted(state.subagents), STATUS_LIST_LIMIT)
     unknown, unknown_omitted = bounded(sorted(state.unknown_outcomes), STATUS_LIST_LIMIT)
+    items, items_omitted = bounded(
+        [i for i in classify(state, liveness) if i.state != "done"], STATUS_LIST_LIMIT
+    )
     return SessionStatus(
         phase=phase,
         waiting_on=waiting_on(state, phase, interruption),
@@ -397,6 +403,8 @@ def session_status(
         subagents_omitted=subagents_omitted,
         unknown_outcomes=unknown,
         unknown_outcomes_omitted=unknown_omitted,
+        items=items,
+        items_omitted=items_omitted,
         **_links_status(state),
     )
 

@@ -16,7 +16,7 @@ from typing import Literal
 
 from belay.journal.events import WaitKind
 from belay.journal.phase import Interruption, Phase, StatusModel
-from belay.views.briefing.model import BriefingSections
+from belay.views.briefing.model import BriefingSections, OpenItem
 
 
 class ConditionType(StrEnum):
@@ -175,6 +175,10 @@ class SessionStatus(StatusModel):
     subagents_omitted: int = 0
     unknown_outcomes: list[str] = []
     unknown_outcomes_omitted: int = 0
+    # What each open item is (`belay.views.briefing.classify`), those not done, commands spelled
+    # for the local `belay`: what the fleet and objective views read.
+    items: list[OpenItem] = []
+    items_omitted: int = 0
     last_event_at: datetime | None = None  # for the fleet view's age of the last event
     parent: SessionLinkStatus | None = None
     children: list[SessionLinkStatus] = []

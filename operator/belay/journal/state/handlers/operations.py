@@ -13,9 +13,14 @@ from belay.journal.events import (
     ToolRequestEvent,
     ToolResultEvent,
 )
-from belay.journal.state.building import Updates, new_record, note_ordinal, note_subagent, replaced
+from belay.journal.state.building import Updates, decided, new_record, note_ordinal, note_subagent, replaced
 from belay.journal.state.invalidation import register_result
-from belay.journal.state.records import RECENT_LIMIT, OperationRecord, operation_payload_sha256
+from belay.journal.state.records import (
+    RECENT_LIMIT,
+    DecisionRecord,
+    OperationRecord,
+    operation_payload_sha256,
+)
 from belay.journal.state.session import SessionState
 
 
@@ -26,6 +31,10 @@ def on_model_output(s: SessionState, e: ModelOutputEvent) -> Updates:
         updates["input_tokens"] = s.input_tokens + p.input_tokens
         updates["output_tokens"] = s.output_tokens + p.output_tokens
     return updates
+
+
+# The tools that hand a part of the objective to a child session.
+DELEGATION_TOOLS = frozenset({"start_session", "await_session"})
 
 
 def on_tool_request(s: SessionState, e: ToolRequestEvent) -> Updates:
@@ -50,6 +59,8 @@ def on_tool_request(s: SessionState, e: ToolRequestEvent) -> Updates:
         "open_operations": s.open_operations.set(p.operation_id, e.seq),
     }
     note_ordinal(s, updates, p.operation_id)
+    if p.tool in DELEGATION_TOOLS:
+        updates["delegations"] = s.delegations.set(p.operation_id, f"{p.tool} {p.arguments.get('name', '')}")
     if p.provider_call_id and subagent:
         updates["provider_calls"] = s.provider_calls.set(f"{subagent}/{p.provider_call_id}", p.operation_id)
     if p.effect in (EffectClass.UNSAFE, EffectClass.KEYED) and p.operation_id not in s.external_operations:
@@ -99,6 +110,13 @@ def on_tool_result(s: SessionState, e: ToolResultEvent) -> Updates:
             updates["failed_external_operations"] = failed.set(p.operation_id, requested)
         elif p.operation_id in failed:
             updates["failed_external_operations"] = failed.delete(p.operation_id)
+    delegation = s.delegations.get(p.operation_id)
+    if delegation is not None:
+        failed_delegations = s.failed_delegations
+        if not p.ok:
+            updates["failed_delegations"] = failed_delegations.set(delegation, p.operation_id)
+        elif delegation in failed_delegations:
+            updates["failed_delegations"] = failed_delegations.delete(delegation)
     record = replaced(existing, fields)
     updates["operations"] = s.operations.set(p.operation_id, record)
     if p.operation_id in s.open_operations:
@@ -151,6 +169,21 @@ def on_operation_outcome(s: SessionState, e: OperationOutcomeEvent) -> Updates:
         if p.operation_id in s.unknown_outcomes:
             updates["unknown_outcomes"] = s.unknown_outcomes.delete(p.operation_id)
         updates["reconciled_operations"] = s.reconciled_operations.set(p.operation_id, e.seq)
+        if e.actor.kind == "user":
+            decided(
+                s,
+                updates,
+                new_record(
+                    DecisionRecord,
+                    seq=e.seq,
+                    kind="reconciliation",
+                    item=p.operation_id,
+                    outcome="took effect" if p.succeeded else "took no effect",
+                    by=p.by or e.actor.name or "user",
+                    at=e.created_at,
+                    reason=p.detail,
+                ),
+            )
         # Reconciling settles the operation: it no longer waits for a result.
         if p.operation_id in s.open_operations:
             updates["open_operations"] = s.open_operations.delete(p.operation_id)

@@ -14,12 +14,13 @@ from belay.journal.events import (
     ScopeChangeEvent,
     UserInputEvent,
 )
-from belay.journal.state.building import Updates, new_record, replaced
+from belay.journal.state.building import Updates, decided, new_record, replaced
 from belay.journal.state.invalidation import invalidate, invalidate_from, reopen
 from belay.journal.state.records import (
     GOAL_PART,
     ApprovalRecord,
     Decision,
+    DecisionRecord,
     RejectionRecord,
     Request,
     RequestChange,
@@ -91,6 +92,20 @@ def on_scope_change(s: SessionState, e: ScopeChangeEvent) -> Updates:
             at=e.created_at,
             changes=tuple(differences),
             reopened_steps=reopened,
+        ),
+    )
+    decided(
+        s,
+        updates,
+        new_record(
+            DecisionRecord,
+            seq=e.seq,
+            kind="amend",
+            item=f"request v{p.request_version}",
+            outcome=p.summary,
+            by=who,
+            at=e.created_at,
+            reason=p.summary,
         ),
     )
     return updates
@@ -171,6 +186,20 @@ def on_approval(s: SessionState, e: ApprovalEvent) -> Updates:
         "approvals": s.approvals.set(p.approval_id, record),
         "approvals_by_operation": _add_approval_id(s, p.operation_id, p.approval_id),
     }
+    decided(
+        s,
+        updates,
+        new_record(
+            DecisionRecord,
+            seq=e.seq,
+            kind="approval",
+            item=p.approval_id,
+            outcome=decision,
+            by=p.by or e.actor.name or e.actor.kind,
+            at=e.created_at,
+            reason=p.reason,
+        ),
+    )
     if p.approval_id in s.pending_approvals:
         updates["pending_approvals"] = s.pending_approvals.delete(p.approval_id)
         if not p.granted and record.kind == "dispatch":
@@ -209,6 +238,20 @@ def on_rejection(s: SessionState, e: RejectionEvent) -> Updates:
         produced = artifact.result_id  # other bytes under the name are not what was rejected
     result = s.results.get(produced) if produced else None
     updates: Updates = {}
+    decided(
+        s,
+        updates,
+        new_record(
+            DecisionRecord,
+            seq=e.seq,
+            kind="rejection",
+            item=p.name,
+            outcome=f"rejected sha256 {p.sha256[:12]}",
+            by=p.by or e.actor.name or e.actor.kind,
+            at=e.created_at,
+            reason=p.reason,
+        ),
+    )
     _record_rejection(
         s,
         updates,

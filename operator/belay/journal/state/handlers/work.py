@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from belay.journal.events import ArtifactEvent, CheckpointEvent, NoteEvent, TaskEvent, TaskStatus, WaitEvent
-from belay.journal.state.building import Updates, new_record, note_subagent, push_recent, replaced
+from belay.journal.state.building import Updates, decided, new_record, note_subagent, push_recent, replaced
 from belay.journal.state.invalidation import register_result
 from belay.journal.state.records import (
     TASK_HISTORY_LIMIT,
     ArtifactRecord,
     CheckpointRecord,
+    DecisionRecord,
     NoteRecord,
     TaskRecord,
     TaskTransition,
@@ -168,6 +169,28 @@ def on_wait(s: SessionState, e: WaitEvent) -> Updates:
     if p.resolved:
         if p.wait_id in s.open_waits:
             updates["open_waits"] = s.open_waits.delete(p.wait_id)
+            if e.actor.kind == "user" and previous is not None:
+                decided(s, updates, _answer(previous, e))
     else:
         updates["open_waits"] = s.open_waits.set(p.wait_id, record.opened_seq)
     return updates
+
+
+def _answer(wait: WaitRecord, e: WaitEvent) -> DecisionRecord:
+    """A person's answer to a wait: the resolved reason is the wait's own, then "-> yes (who) text"."""
+    said = e.payload.reason.removeprefix(wait.reason).removeprefix(" -> ")
+    outcome, _, rest = said.partition(" ")
+    by = e.actor.name or "user"
+    if outcome not in ("yes", "no"):
+        outcome, rest = "answered", said
+    reason = rest.removeprefix(f"({by})").strip()
+    return new_record(
+        DecisionRecord,
+        seq=e.seq,
+        kind="answer",
+        item=wait.wait_id,
+        outcome=outcome,
+        by=by,
+        at=e.created_at,
+        reason=reason,
+    )

@@ -1,0 +1,214 @@
+"""What every open item of a session is: the one classification every view reads.
+
+An item is a step, an operation, a wait, an approval or a deliverable, and it is exactly one of:
+running, waiting on the person, waiting on an external condition, ready for review, needs
+attention, done or invalid. `classify` decides it once, from the fold and what is known of the
+attempt's liveness; the briefing's sections (`belay.views.briefing.build`), the status the fleet
+and objective views read (`belay.views.status.build`) and so the report are cut from it, and none
+decides again. What an item waits on carries the command that ends it, specific to its kind.
+
+The rules, in words: a pending approval waits on you (the operation it holds is not also running);
+an unknown outcome waits on your reconciliation; a wait on you that an approval or a
+reconciliation answers is that approval or reconciliation; an external wait waits on its
+condition, a deliverable on your review; an operation that waits (on a wait it opened, or a child
+session) is its wait, not running. Nothing runs while no attempt is alive or once the session
+ended: what is left open then needs attention (an interruption says how each is settled), or, in a
+session that succeeded, is done. A failed delegation needs attention; a step reopened by a scope
+change or a rejection is invalid until it is redone, and so are the bytes a person rejected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from belay.journal import commands
+from belay.journal.commands import CommandStyle
+from belay.journal.events import CHILD_CONDITION_PREFIX, CHILD_WAIT_PREFIX, TaskStatus, WaitKind
+from belay.journal.phase import Liveness, Phase, interruption_of, phase_of
+from belay.journal.state import OperationRecord, SessionState, WaitRecord
+from belay.views.briefing.model import ItemState, OpenItem
+
+# Phases in which nothing runs.
+ENDED = (Phase.SUCCEEDED, Phase.FAILED, Phase.RECOVERY_FAILED)
+WAIT_TOOLS = frozenset({"wait_on_user", "wait_on_external", "await_session", "request_approval"})
+
+
+def _left_open(phase: Phase, stopped: bool) -> ItemState:
+    """What an unfinished step or operation is: running while an attempt is alive and the session
+    goes on; once it succeeded, done; otherwise it needs attention."""
+    if not stopped:
+        return "running"
+    return "done" if phase == Phase.SUCCEEDED else "needs_attention"
+
+
+def _waits_elsewhere(state: SessionState, op: OperationRecord, open_wait_ids: set[str]) -> bool:
+    """An operation that waits: on the wait it opened, or on a child session."""
+    if op.tool not in WAIT_TOOLS:
+        return False
+    if f"wait-{op.operation_id}" in open_wait_ids:
+        return True
+    return op.tool == "await_session" and any(w.startswith(CHILD_WAIT_PREFIX) for w in open_wait_ids)
+
+
+def _wait_item(state: SessionState, w: WaitRecord, style: CommandStyle) -> OpenItem | None:
+    """An open wait with the command that ends it; None when another item stands for it."""
+    sid = state.session_id
+    base = {"kind": "wait", "id": w.wait_id, "summary": w.reason}
+    if w.kind == WaitKind.ON_USER:
+        if w.condition is not None and w.condition in state.unknown_outcomes:
+            return None  # the reconciliation of that operation settles it
+        if any(a in w.wait_id or a in w.reason for a in state.pending_approvals):
+            return None  # the approval it names answers it
+        return OpenItem(
+            **base,
+            state="waiting_on_you",
+            ended_by="answer",
+            label=f"answer {w.wait_id}",
+            command=style(commands.answer(sid, w.wait_id)),
+            alternative=style(commands.reject(sid, w.wait_id)),
+        )
+    if w.kind == WaitKind.ON_EXTERNAL:
+        condition = w.condition or ""
+        if condition.startswith(CHILD_CONDITION_PREFIX):
+            child = condition.removeprefix(CHILD_CONDITION_PREFIX)
+            return OpenItem(
+                **base,
+                state="waiting_on_external",
+                ended_by="child",
+                label=condition,
+                command=style(commands.brief(child)),
+            )
+        return OpenItem(
+            **base,
+            state="waiting_on_external",
+            ended_by="condition",
+            label=condition or w.wait_id,
+            command=style(commands.condition_met(sid, w.wait_id)),
+        )
+    name = w.artifact or w.wait_id
+    return OpenItem(
+        **base,
+        state="ready_for_review",
+        ended_by="review",
+        label=name,
+        subagent=state.artifacts[name].subagent if name in state.artifacts else None,
+        command=style(commands.download(sid, name)),
+        alternative=style(commands.reject(sid, name)),
+    )
+
+
+def _decisions(state: SessionState, style: CommandStyle) -> Iterator[OpenItem]:
+    """What waits on the person: approvals, reconciliations, questions."""
+    sid = state.session_id
+    for a in state.pending_approval_records():
+        op = state.operations.get(a.operation_id)
+        yield OpenItem(
+            kind="approval",
+            id=a.approval_id,
+            state="waiting_on_you",
+            ended_by="approval",
+            label=f"approval {a.approval_id}",
+            subagent=op.subagent if op is not None else None,
+            summary=f"{a.summary or a.tool} (operation {a.operation_id}, tool {a.tool})",
+            command=style(commands.approve(sid, a.approval_id)),
+            alternative=style(commands.reject(sid, a.approval_id)),
+        )
+    for op_id in sorted(state.unknown_outcomes, key=lambda o: (state.unknown_outcomes[o], o)):
+        op = state.operations.get(op_id)
+        yield OpenItem(
+            kind="operation",
+            id=op_id,
+            state="waiting_on_you",
+            ended_by="reconcile",
+            label=f"reconcile {op_id}",
+            subagent=op.subagent if op is not None else None,
+            summary=f"{op.tool if op else 'operation'} outcome unknown",
+            command=style(commands.reconcile(sid, op_id)),
+            alternative=style(commands.reconcile(sid, op_id, succeeded=False)),
+        )
+
+
+def _work(state: SessionState, phase: Phase, stopped: bool) -> Iterator[OpenItem]:
+    """Operations without a result and steps in progress or reopened."""
+    held = {a.operation_id for a in state.pending_approval_records()}
+    open_wait_ids = set(state.open_waits)
+    for op in state.open_operation_records():
+        if op.operation_id in held or op.operation_id in state.unknown_outcomes:
+            continue
+        if _waits_elsewhere(state, op, open_wait_ids):
+            continue
+        yield OpenItem(
+            kind="operation",
+            id=op.operation_id,
+            state=_left_open(phase, stopped),
+            subagent=op.subagent,
+            summary=f"{op.tool} [{op.effect.value}]",
+        )
+    for delegation, op_id in sorted(state.failed_delegations.items()):
+        failed = state.operations.get(op_id)
+        yield OpenItem(
+            kind="operation",
+            id=op_id,
+            state="needs_attention",
+            subagent=failed.subagent if failed is not None else None,
+            summary=f"{delegation} failed: {(failed.error if failed else '') or 'no reason given'}",
+        )
+    for task in sorted(state.tasks.values(), key=lambda t: (t.first_seq, t.task_id)):
+        if task.status == TaskStatus.RUNNING:
+            state_of: ItemState = _left_open(phase, stopped)
+        elif task.status == TaskStatus.PLANNED and task.round > 1 and task.reopened_because:
+            state_of = "invalid"
+        else:
+            continue
+        yield OpenItem(
+            kind="step",
+            id=task.task_id,
+            state=state_of,
+            subagent=task.owner,
+            summary=task.title or task.task_id,
+        )
+
+
+def _deliverables(state: SessionState) -> Iterator[OpenItem]:
+    """Published deliverables that wait on no review (done), and rejected bytes still named by an
+    artifact (invalid)."""
+    reviewed = {w.artifact for w in state.open_wait_records() if w.kind == WaitKind.READY_FOR_REVIEW}
+    for name in sorted(state.deliverables, key=lambda n: (state.deliverables[n], n)):
+        if name in reviewed:
+            continue
+        yield OpenItem(kind="deliverable", id=name, state="done", subagent=state.artifacts[name].subagent)
+    for rejection in state.rejections:
+        if rejection.kind != "deliverable" or rejection.item in state.deliverables:
+            continue
+        artifact = state.artifacts.get(rejection.item)
+        if artifact is None or artifact.ref.sha256 != rejection.sha256:
+            continue
+        yield OpenItem(
+            kind="deliverable",
+            id=rejection.item,
+            state="invalid",
+            subagent=artifact.subagent,
+            summary=f"rejected by {rejection.by or 'you'}: {rejection.reason}",
+        )
+
+
+def classify(
+    state: SessionState, liveness: Liveness | None = None, style: CommandStyle = commands.local
+) -> list[OpenItem]:
+    """Every open item of the session, each once, with what it is now; waits first, in the order
+    they opened, then the work, then the deliverables."""
+    phase = phase_of(state, liveness)
+    stopped = phase in ENDED or interruption_of(state, liveness) is not None
+    items = list(_decisions(state, style))
+    for w in state.open_wait_records():
+        item = _wait_item(state, w, style)
+        if item is not None:
+            items.append(item)
+    items += _work(state, phase, stopped)
+    seen = {(i.kind, i.id) for i in items}
+    items += [d for d in _deliverables(state) if (d.kind, d.id) not in seen]
+    return items
+
+
+def of_state(items: list[OpenItem], state: ItemState) -> list[OpenItem]:
+    return [item for item in items if item.state == state]
