@@ -37,7 +37,7 @@ for ns in "$system" "$sessions"; do
   "${kube[@]}" label namespace "$ns" pod-security.kubernetes.io/enforce=restricted --overwrite
 done
 
-# The stores' credentials and endpoints, and the ticket service's address: loaded with envFrom by
+# The stores' credentials and endpoints, and the ticket service's address and credential: loaded with envFrom by
 # the operator and every harness. Made once; a later run keeps them (and the data they protect).
 if ! "${kube[@]}" get secret belay-stores -n "$system" >/dev/null 2>&1; then
   key=$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
@@ -47,6 +47,13 @@ if ! "${kube[@]}" get secret belay-stores -n "$system" >/dev/null 2>&1; then
       --from-literal=AWS_ACCESS_KEY_ID="belay-$key" --from-literal=AWS_SECRET_ACCESS_KEY="$secret" \
       --from-literal=AWS_ENDPOINT_URL="http://belay-s3.$system:7070" --from-literal=AWS_DEFAULT_REGION=us-east-1 \
       --from-literal=BELAY_TICKETS_URL="http://belay-tickets.$system:8090"
+  done
+fi
+# The credential the ticket service takes from every request (added to a Secret made without it).
+if [ -z "$("${kube[@]}" get secret belay-stores -n "$system" -o jsonpath='{.data.BELAY_TICKETS_TOKEN}')" ]; then
+  token=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  for ns in "$system" "$sessions"; do
+    "${kube[@]}" patch secret belay-stores -n "$ns" --type merge -p "{\"stringData\":{\"BELAY_TICKETS_TOKEN\":\"$token\"}}"
   done
 fi
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from belay.harness.effect_marks import EffectMarks
 from belay.harness.runtime import FENCE_ENV
 from belay.journal.events import OperationOutcomeEvent, ToolResultEvent
 from belay.local.runtime import LocalHome
@@ -121,8 +122,9 @@ def test_a_probe_that_finds_several_effects_records_them_all_and_the_brief_asks_
     # The request took effect twice before any result was recorded (a superseded attempt's call
     # got through between its lease check and the call).
     state_file = LocalHome(home).tickets_file(SESSION)
+    reference = EffectMarks(LocalHome(home).effect_key(), SESSION).reference(OPERATION)
     for _ in range(2):
-        add_ticket(state_file, TicketDraft(title="parse() crashes on '='", client_ref=OPERATION))
+        add_ticket(state_file, TicketDraft(title="parse() crashes on '='", client_ref=reference))
     resumed = run_belay(home, "resume", "--quiet", SESSION)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert tickets(home) == ["TICKET-1", "TICKET-2"]  # nothing issued again

@@ -11,6 +11,7 @@ import base64
 import contextlib
 import copy
 import json
+import secrets
 import signal
 import sqlite3
 import subprocess
@@ -109,9 +110,8 @@ def tickets(tmp_path: Path) -> Iterator[str]:
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    service = asyncio.run_coroutine_threadsafe(TicketService(tmp_path / "tickets.json").start(), loop).result(
-        30
-    )
+    starting = TicketService(tmp_path / "tickets.json", TICKETS_TOKEN).start()
+    service = asyncio.run_coroutine_threadsafe(starting, loop).result(30)
     try:
         yield service.url
     finally:
@@ -140,6 +140,10 @@ def session_status(kube: ControlPlane, session: str = SESSION) -> dict[str, Any]
     return agentsession_status(kube, NAMESPACE, session)
 
 
+# The credential the ticket service takes, which the cluster gives the harness pods.
+TICKETS_TOKEN = "tickets-credential-" + secrets.token_hex(16)
+
+
 def harness_env(
     tickets_url: str, fault_point: str | None = None
 ) -> Callable[[dict[str, Any]], dict[str, str]]:
@@ -150,7 +154,7 @@ def harness_env(
         labels = pod["metadata"]["labels"]
         if labels.get(names.LABEL_COMPONENT) != names.COMPONENT_HARNESS:
             return {}
-        values = {"BELAY_TICKETS_URL": tickets_url}
+        values = {"BELAY_TICKETS_URL": tickets_url, "BELAY_TICKETS_TOKEN": TICKETS_TOKEN}
         if fault_point and labels.get(names.LABEL_ATTEMPT) == "0":
             values[FAULT_ENV] = fault_point
         return values

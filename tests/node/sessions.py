@@ -35,6 +35,10 @@ GRANT = EXAMPLE_MANIFEST["spec"]["approvals"][0]
 APPROVAL_ID = f"approve-{GRANT['operationId']}"
 
 
+# The credential the ticket service takes, which the store Secret gives every harness.
+TICKETS_TOKEN = "tickets-credential-" + secrets.token_hex(16)
+
+
 @contextmanager
 def ticket_service(state_file: Path) -> Iterator[TicketService]:
     """The ticket service the example's tools call, on the node's address (where the harness pod
@@ -42,9 +46,8 @@ def ticket_service(state_file: Path) -> Iterator[TicketService]:
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    service = asyncio.run_coroutine_threadsafe(TicketService(state_file, host=NODE_IP).start(), loop).result(
-        30
-    )
+    starting = TicketService(state_file, TICKETS_TOKEN, host=NODE_IP).start()
+    service = asyncio.run_coroutine_threadsafe(starting, loop).result(30)
     try:
         yield service
     finally:
@@ -93,6 +96,7 @@ class SessionSetup:
             "AWS_ENDPOINT_URL": s3.endpoint_url,
             "AWS_DEFAULT_REGION": s3.region,
             "BELAY_TICKETS_URL": self.tickets.url,
+            "BELAY_TICKETS_TOKEN": TICKETS_TOKEN,
         }
 
     def prepare(self) -> None:

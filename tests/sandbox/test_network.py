@@ -18,6 +18,7 @@ from belay.sandbox.local import LocalSandbox
 from belay.sandbox.protocol import ReadyFile
 from belay.sandbox.walls import WALLS_ENV
 from tests.sandbox.helpers import wait_gone
+from tests.sandbox.netns import PrivateNetwork, private_network
 from tests.testenv.polling import wait_until_async
 
 
@@ -204,67 +205,73 @@ class HttpListener(HostListener):
 
 
 @pytest.fixture
-async def web_servers() -> AsyncIterator[tuple[HttpListener, HttpListener]]:
-    """The same port on two loopback addresses: one the allowlist opens, one it does not."""
-    allowed, refused = HttpListener(), HttpListener()
-    allowed.server = await asyncio.start_server(allowed.handle, "127.0.0.2", 0)
-    port = allowed.server.sockets[0].getsockname()[1]
-    refused.server = await asyncio.start_server(refused.handle, "127.0.0.3", port)
-    allowed.port = refused.port = port
-    yield allowed, refused
-    for listener in (allowed, refused):
-        assert listener.server is not None
-        listener.server.close()
-        await listener.server.wait_closed()
+async def web_servers() -> AsyncIterator[tuple[PrivateNetwork, HttpListener, HttpListener, HttpListener]]:
+    """The same port on two addresses of another machine (one the allowlist opens, one it does
+    not), and on this host's loopback, which no allowlist opens."""
+    with private_network() as network:
+        allowed, refused, host = HttpListener(), HttpListener(), HttpListener()
+        first, second = network.remote_addresses
+        allowed.server = await asyncio.start_server(allowed.handle, sock=network.remote_listener(first))
+        port = allowed.server.sockets[0].getsockname()[1]
+        refused.server = await asyncio.start_server(
+            refused.handle, sock=network.remote_listener(second, port)
+        )
+        host.server = await asyncio.start_server(host.handle, "127.0.0.1", port)
+        allowed.port = refused.port = host.port = port
+        try:
+            yield network, allowed, refused, host
+        finally:
+            for listener in (allowed, refused, host):
+                assert listener.server is not None
+                listener.server.close()
+                await listener.server.wait_closed()
 
 
 FETCH = """
 import socket, sys, urllib.request
-port = int(sys.argv[1])
-for host in ("127.0.0.2", "127.0.0.3"):
+port, allowed, refused = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+for host in (allowed, refused):
     try:
         print(host, urllib.request.urlopen(f"http://{host}:{port}/", timeout=10).read().decode())
     except Exception as error:
         print(host, "refused:", error)
 try:
-    socket.create_connection(("127.0.0.2", port), timeout=5)
+    socket.create_connection((allowed, port), timeout=5)
     print("direct connected")
 except OSError as error:
     print("direct failed:", error)
-# A listed host name, through the proxy by hand (the proxy variables skip localhost).
+# A listed host name that is this host, through the proxy by hand (the proxy variables skip localhost).
 with socket.create_connection(("127.0.0.1", 3128)) as proxy:
     proxy.sendall(f"GET http://localhost:{port}/ HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n".encode())
-    print("by name:", proxy.makefile("rb").read().decode().split("\\r\\n\\r\\n", 1)[1])
+    print("by name:", proxy.makefile("rb").read().decode().split("\\r\\n")[0])
 """
 
 
 async def test_profile_allowlist_opens_only_what_it_lists(
-    tmp_path: Path, web_servers: tuple[HttpListener, HttpListener]
+    tmp_path: Path, web_servers: tuple[PrivateNetwork, HttpListener, HttpListener, HttpListener]
 ) -> None:
-    allowed, refused = web_servers
-    localhost = HttpListener()
-    localhost.server = await asyncio.start_server(localhost.handle, "127.0.0.1", allowed.port)
+    network, allowed, refused, host = web_servers
+    first, second = network.remote_addresses
     sandbox = await LocalSandbox.start(
-        tmp_path, "fetcher", "allowlist", allowlist=["127.0.0.2", "localhost", "not a host"]
+        tmp_path, "fetcher", "allowlist", allowlist=[first, "localhost", "not a host"]
     )
     try:
         health = await sandbox.client.health()
         assert health.network_isolated is True
-        assert "opens only localhost, 127.0.0.2/32 (any port)" in health.detail
+        assert f"opens only localhost, {first}/32 (any port)" in health.detail
         assert "ignored entries (neither a host name nor an address): not a host" in health.detail
         await sandbox.client.call("write_file", {"path": "fetch.py", "content": FETCH})
         result = await sandbox.client.call(
-            "run_command", {"command": ["python", "fetch.py", str(allowed.port)]}
+            "run_command", {"command": ["python", "fetch.py", str(allowed.port), first, second]}
         )
         lines = result["output"]["stdout"].splitlines()
     finally:
         await sandbox.stop()
-        localhost.server.close()
-        await localhost.server.wait_closed()
-    assert lines[0] == "127.0.0.2 hello from 127.0.0.2", result
-    assert lines[1].startswith("127.0.0.3 refused: HTTP Error 403"), result
+    assert lines[0] == f"{first} hello from {first}", result
+    assert lines[1].startswith(f"{second} refused: HTTP Error 403"), result
     assert lines[2].startswith("direct failed:"), result
-    assert lines[3] == "by name: hello from 127.0.0.1", result
-    assert (allowed.connections, refused.connections, localhost.connections) == (1, 0, 1)
+    assert lines[3] == "by name: HTTP/1.1 403 Forbidden", result
+    assert (allowed.connections, refused.connections, host.connections) == (1, 0, 0)
     log = (sandbox.sandbox_dir / "egress-1.log").read_text()
-    assert "opened: 127.0.0.2" in log and "refused: 127.0.0.3" in log
+    assert f"opened: {first}" in log and f"refused: {second}" in log
+    assert "127.0.0.1 is a loopback address: the proxy never connects to the host it runs on" in log

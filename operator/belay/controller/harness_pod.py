@@ -28,14 +28,17 @@ from belay.executors.factory import executor_factory_for
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult
 from belay.harness.declared import read_inputs
+from belay.harness.effect_marks import derived_key
 from belay.harness.loop import Harness
 from belay.harness.stopping import StopRequest, drain_from_environment
 from belay.harness.tickets import TicketServiceClient
 from belay.sandbox.client import SandboxClient, SandboxUnavailable
-from belay.stores.factory import open_artifact_store, open_event_store
+from belay.stores.factory import normalize_spec, open_artifact_store, open_event_store
+from belay.stores.integrity import record_key_for
 
-# An external ticket service, when the session's tools use one.
+# An external ticket service, when the session's tools use one, and the credential it takes.
 TICKETS_URL_ENV = "BELAY_TICKETS_URL"
+TICKETS_TOKEN_ENV = "BELAY_TICKETS_TOKEN"
 SANDBOX_WAIT_S = 120.0
 # A lost sandbox pod is replaced by the operator once it notices: the harness waits this long.
 REPLACEMENT_WAIT_S = 300.0
@@ -106,6 +109,15 @@ def sandbox_tokens(directory: Path, subagents: list[str]) -> dict[str, str]:
     return {name: (directory / name).read_text().strip() for name in subagents}
 
 
+def effect_key(environment: Mapping[str, str]) -> bytes:
+    """The key of the marks on external effects: derived from the record key, which no sandbox
+    pod holds; without one, from the ticket service's credential, which none holds either."""
+    secret = record_key_for(normalize_spec(environment[desired.ENV_EVENT_STORE]))
+    if secret is None:
+        secret = (environment.get(TICKETS_TOKEN_ENV) or "").encode()
+    return derived_key(secret)
+
+
 def session_from_environment(environment: Mapping[str, str]) -> AgentSession:
     return AgentSession.model_validate(
         {
@@ -125,6 +137,7 @@ async def run_attempt(environment: Mapping[str, str], stop: StopRequest | None =
     store = open_event_store(environment[desired.ENV_EVENT_STORE])
     artifacts = open_artifact_store(environment[desired.ENV_ARTIFACT_STORE])
     tickets_url = environment.get(TICKETS_URL_ENV)
+    tickets_token = environment.get(TICKETS_TOKEN_ENV) or None
     pod_name = environment.get("HOSTNAME") or f"harness-{environment.get(desired.ENV_HARNESS_INDEX, '?')}"
     if stop is not None:
         stop.install(asyncio.get_running_loop(), (signal.SIGTERM, signal.SIGINT), hard_deadline=True)
@@ -135,7 +148,8 @@ async def run_attempt(environment: Mapping[str, str], stop: StopRequest | None =
             artifacts=artifacts,
             sandboxes=PodSandboxProvider(endpoints, tokens),
             executors=executor_factory_for(session),
-            tickets=TicketServiceClient(tickets_url) if tickets_url else None,
+            tickets=TicketServiceClient(tickets_url, tickets_token) if tickets_url else None,
+            effect_key=effect_key(environment),
             inputs=read_inputs(session),
             holder=names.harness_holder(pod_name),
             model_id=initial_model_id(session),

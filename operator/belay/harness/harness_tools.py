@@ -24,6 +24,7 @@ from belay.harness.checkpoints import (
     store_declared_files,
     verify,
 )
+from belay.harness.effect_marks import EffectMarks
 from belay.harness.recovery import Recovery
 from belay.harness.revision import RevisionError, make_revision
 from belay.harness.tickets import TicketClient
@@ -67,6 +68,9 @@ class HarnessToolContext(Protocol):
 
     @property
     def session_id(self) -> str: ...
+
+    @property
+    def marks(self) -> EffectMarks: ...
 
     @property
     def in_cluster(self) -> bool: ...
@@ -405,8 +409,10 @@ async def create_ticket(
         return [
             ToolResult(operation_id=request.operation_id, ok=False, error="no ticket service is configured")
         ]
+    # The reference carries the operation's mark, the only evidence a later attempt's probe takes.
+    client_ref = runtime.marks.reference(request.operation_id)
     ticket = await runtime.tickets.create(
-        request.arguments["title"], request.arguments.get("body", ""), client_ref=request.operation_id
+        request.arguments["title"], request.arguments.get("body", ""), client_ref=client_ref
     )
     return [ToolResult(operation_id=request.operation_id, ok=True, output=ticket)]
 

@@ -69,6 +69,9 @@ class Harness:
     sandboxes: SandboxProvider
     executors: ExecutorFactory
     tickets: TicketClient | None = None
+    # The key of the marks on external effects' references (belay.harness.effect_marks): a file
+    # in the home, or derived from the record key; never in a sandbox.
+    effect_key: bytes = b""
     # subagent -> (workspace path, bytes): declared inputs, recorded on the first attempt only
     inputs: dict[str, list[tuple[str, bytes]]] = field(default_factory=dict)
     holder: str = "local"
@@ -105,6 +108,7 @@ class Harness:
             artifacts=self.artifacts,
             recovery=self.recovery,
             tickets=self.tickets,
+            effect_key=self.effect_key,
             poll_interval_s=self.poll_interval_s,
             in_flight=InFlight(self.stop),
         )

@@ -40,6 +40,7 @@ from typing import Any
 from belay.api.agentsession import ApprovalGrant, SubagentSpec
 from belay.harness.arguments import externalize_arguments, resolve_arguments
 from belay.harness.attempt import Attempt
+from belay.harness.effect_marks import EffectMarks
 from belay.harness.harness_tools import run_in_harness
 from belay.harness.models.base import ToolCall
 from belay.harness.recovery import Recovery
@@ -85,6 +86,8 @@ from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, ClaimTaken
 # first, so the frozen-harness test can show that its check finds the duplicate without the fence.
 FENCE_ENV = "BELAY_EFFECT_FENCE"
 FENCED_EFFECTS = (EffectClass.KEYED, EffectClass.UNSAFE)
+# How many unmarked findings a reason names: anyone can file many, the person needs a few.
+SHOWN_UNMARKED = 5
 
 
 @dataclass
@@ -93,14 +96,24 @@ class ToolRuntime:
     artifacts: ArtifactStore
     recovery: Recovery
     tickets: TicketClient | None = None
+    # The key of the marks on external effects' references, held outside every sandbox.
+    effect_key: bytes = b""
     poll_interval_s: float = 0.05
     redactor: Redactor = field(default_factory=Redactor.from_environment)
     fenced: bool = field(default_factory=lambda: os.environ.get(FENCE_ENV) != "off")
     in_flight: InFlight = field(default_factory=InFlight)
 
+    def __post_init__(self) -> None:
+        if self.tickets is not None and self.tickets.token:
+            self.redactor = self.redactor.holding(self.tickets.token, "ticket service credential")
+
     @property
     def session_id(self) -> str:
         return self.attempt.session_id
+
+    @property
+    def marks(self) -> EffectMarks:
+        return EffectMarks(self.effect_key, self.session_id)
 
     @property
     def in_cluster(self) -> bool:
@@ -339,27 +352,28 @@ class ToolRuntime:
         attempt = self.attempt
         spec = tool_spec(op.tool)
         recorded: list[Event] = []
+        probe = await self.probe(spec, op.operation_id)
         if op.outcome != "unknown":
+            detail = f"{op.tool} was requested; no result was recorded before the harness stopped"
+            if probe is not None and probe.unmarked and not probe.effects:
+                # What the person reconciling it reads: the findings that are no evidence.
+                detail += f"; {probe.describe_unmarked()}, so not taken as its effect"
             recorded += await attempt.record(
-                [
-                    OperationOutcome(
-                        operation_id=op.operation_id,
-                        outcome="unknown",
-                        detail=f"{op.tool} was requested; no result was recorded before the harness stopped",
-                    )
-                ],
+                [OperationOutcome(operation_id=op.operation_id, outcome="unknown", detail=detail)],
                 subagent=sub.name,
                 parent_seq=op.request_seq,
             )
-        probe = await self.probe(spec, op.operation_id)
         if probe is None:
             return recorded + await self.wait_for_reconciliation(sub, op, request)
-        if probe:
+        if probe.effects:
             return recorded + await attempt.record(
                 await self.probe_found(op.operation_id, spec, probe),
                 subagent=sub.name,
                 parent_seq=op.request_seq,
             )
+        if probe.unmarked:
+            # Something names the operation but not as its harness does: no evidence either way.
+            return recorded + await self.wait_for_reconciliation(sub, op, request, probe)
         recorded += await attempt.record(
             [
                 OperationOutcome(
@@ -376,47 +390,60 @@ class ToolRuntime:
         )
         return recorded + await self.execute(sub, op.request_seq, request)
 
-    async def probe_found(
-        self, operation_id: str, spec: ToolSpec, effects: list[dict[str, Any]]
-    ) -> list[Payload]:
+    async def probe_found(self, operation_id: str, spec: ToolSpec, probe: ProbeFindings) -> list[Payload]:
         """What a probe that found the operation's effect records: the effect as its result. An
         operation that took effect more than once (a superseded attempt's call that got through
         between its lease check and the call) has every effect recorded, in the outcome and the
-        result, and the briefing shows it for a person to undo the extra ones."""
+        result, and the briefing shows it for a person to undo the extra ones. What names the
+        operation without its mark is only mentioned."""
+        effects = probe.effects
         output = effects[0] if len(effects) == 1 else {"effects": effects}
         names = tuple(effect_name(effect, index) for index, effect in enumerate(effects))
         found = f"{len(effects)} effects" if len(effects) > 1 else "it"
+        ignored = f"; {probe.describe_unmarked()}, not counted" if probe.unmarked else ""
         outcome = OperationOutcome(
             operation_id=operation_id,
             outcome="reconciled",
             succeeded=True,
-            detail=f"{spec.reconcile_probe} found {found}: {', '.join(names)}",
+            detail=f"{spec.reconcile_probe} found {found}: {', '.join(names)}{ignored}",
             by="probe",
             effects=names,
         )
         result = await self.tool_result(operation_id, True, output)
         return [outcome, result]
 
-    async def probe(self, spec: ToolSpec, operation_id: str) -> list[dict[str, Any]] | None:
-        """What the reconcile probe finds, or None when there is no probe or it cannot answer."""
+    async def probe(self, spec: ToolSpec, operation_id: str) -> ProbeFindings | None:
+        """What the reconcile probe finds, sorted by the mark on each finding's reference; None
+        when there is no probe or it cannot answer."""
         if spec.reconcile_probe != "find_tickets" or self.tickets is None:
             return None
         try:
-            return await self.tickets.find(operation_id)
+            found = await self.tickets.find(operation_id)
         except Exception:
             return None
+        findings = ProbeFindings(spec.reconcile_probe)
+        for effect in found:
+            marked = self.marks.is_marked(effect.get("client_ref"), operation_id)
+            (findings.effects if marked else findings.unmarked).append(effect)
+        return findings
 
     async def wait_for_reconciliation(
-        self, sub: SubagentSpec, op: OperationRecord, request: ToolRequest
+        self, sub: SubagentSpec, op: OperationRecord, request: ToolRequest, probe: ProbeFindings | None = None
     ) -> list[Event]:
         attempt = self.attempt
         wait_id = f"reconcile-{op.operation_id}"
         state = await attempt.state()
         if wait_id not in state.waits:
+            unmarked = (
+                f" ({probe.describe_unmarked()}: not made by this session's harness, so not taken as "
+                "its effect)"
+                if probe is not None and probe.unmarked
+                else ""
+            )
             reason = (
-                f"did {op.tool} ({op.operation_id}) take effect? Its outcome is unknown and it is never "
-                f"repeated blindly: `{self.command(commands.approve(self.session_id, wait_id))}` if it "
-                f"did, `{self.command(commands.reject(self.session_id, wait_id))}` if it did not"
+                f"did {op.tool} ({op.operation_id}) take effect? Its outcome is unknown{unmarked} and it "
+                f"is never repeated blindly: `{self.command(commands.approve(self.session_id, wait_id))}` "
+                f"if it did, `{self.command(commands.reject(self.session_id, wait_id))}` if it did not"
             )
             await attempt.record(
                 [Wait(wait_id=wait_id, kind=WaitKind.ON_USER, reason=reason, condition=op.operation_id)],
@@ -521,6 +548,24 @@ def latest_retry(state: SessionState, operation_id: str) -> ApprovalRecord | Non
     """The newest request to retry a failed external effect, if any."""
     retries = [a for a in state.approvals_for(operation_id) if a.kind == "retry"]
     return retries[-1] if retries else None
+
+
+@dataclass
+class ProbeFindings:
+    """What a reconcile probe found for one operation: the effects whose reference carries the
+    operation's mark (it took effect), and those that name the operation without it (forged,
+    copied from elsewhere, or made by hand), which are no evidence."""
+
+    probe: str
+    effects: list[dict[str, Any]] = field(default_factory=list)
+    unmarked: list[dict[str, Any]] = field(default_factory=list)
+
+    def describe_unmarked(self) -> str:
+        names = [effect_name(effect, index) for index, effect in enumerate(self.unmarked)]
+        shown = ", ".join(names[:SHOWN_UNMARKED]) + (
+            f" and {len(names) - SHOWN_UNMARKED} more" if len(names) > SHOWN_UNMARKED else ""
+        )
+        return f"{self.probe} found {shown} naming it without the harness's mark"
 
 
 def effect_name(effect: dict[str, Any], index: int) -> str:

@@ -3,6 +3,7 @@
 Home layout (`--home`, `BELAY_HOME`, default `./.belay`):
 
     <home>/events.db                  the session record (SQLite), every session
+    <home>/effect.key                 the key of the marks on external effects (0600, made once)
     <home>/artifacts/                 content-addressed artifact store
     <home>/sessions/<id>/session.yaml the manifest as run (plan path made absolute)
     <home>/sessions/<id>/plan.yaml    the plan as run (scripted, or the local stand-in's)
@@ -24,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import secrets
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,6 +46,7 @@ from belay.executors.factory import Endpoint, executor_factory_for
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult, fault_key
 from belay.harness.declared import read_inputs
+from belay.harness.effect_marks import EffectKeyError, key_in_file
 from belay.harness.loop import Harness
 from belay.harness.stopping import StopRequest
 from belay.harness.tickets import TicketServiceClient
@@ -116,6 +119,17 @@ class LocalHome:
     @property
     def artifacts_dir(self) -> Path:
         return self.root / "artifacts"
+
+    @property
+    def effect_key_file(self) -> Path:
+        return self.root / "effect.key"
+
+    def effect_key(self) -> bytes:
+        """The key of the marks on this home's external effects (`belay.harness.effect_marks`)."""
+        try:
+            return key_in_file(self.effect_key_file)
+        except EffectKeyError as error:
+            raise HomeError(str(error)) from None
 
     def session_dir(self, session_id: str) -> Path:
         return self.root / "sessions" / session_id
@@ -422,8 +436,10 @@ async def run_local(
             if with_ticket_service:
                 from belay.local.tickets import TicketService
 
-                service = await TicketService(home.tickets_file(session.session_id)).start()
-                tickets = TicketServiceClient(service.url)
+                # This attempt's credential: in this process's memory only, never in a sandbox's.
+                credential = secrets.token_urlsafe(32)
+                service = await TicketService(home.tickets_file(session.session_id), credential).start()
+                tickets = TicketServiceClient(service.url, credential)
             await record_request(store, session)
             harness = Harness(
                 session=session,
@@ -435,6 +451,7 @@ async def run_local(
                 ),
                 executors=executor_factory_for(session, endpoint),
                 tickets=tickets,
+                effect_key=home.effect_key(),
                 inputs=read_inputs(session),
                 holder=this_holder(),
                 model_id=model_id_for(session, endpoint),

@@ -1,12 +1,18 @@
 """A small ticket service on loopback: the example external system with an effect that must not be
 repeated.
 
-    python -m belay.local.tickets --state FILE [--port 0] [--ready-file FILE]
+    python -m belay.local.tickets --state FILE --token-file FILE [--port 0] [--ready-file FILE]
+
+Every request must carry the service's credential (`Authorization: Bearer <token>`), else it is
+answered `401` and nothing is read or written: the port is open to every process on the machine,
+and to every `internet` sandbox. `belay run` makes a new credential for each attempt, held in the
+harness's memory only.
 
 `POST /tickets` always creates a new ticket, even for a `client_ref` it has seen: it does not
 deduplicate, which is exactly why `create_ticket` is an `unsafe` tool. `GET /tickets?client_ref=X`
-lists the tickets carrying a reference; it is the reconcile probe a resumed harness uses to find
-out whether a request whose result was lost did create a ticket.
+lists the tickets carrying a reference, `GET /tickets?client_ref_prefix=X` those whose reference
+begins with X; the second is the reconcile probe a resumed harness uses to find out whether a
+request whose result was lost did create a ticket.
 
 Tickets live in one JSON file (the session home passes `<home>/sessions/<id>/tickets.json`), written
 before the response is sent, so a test can count them and a killed service loses nothing it
@@ -19,9 +25,10 @@ import argparse
 import asyncio
 import contextlib
 import fcntl
+import hmac
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -29,6 +36,8 @@ from aiohttp import web
 from pydantic import BaseModel, Field, ValidationError
 
 from belay.harness.tickets import Ticket, TicketDraft
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # What one request may carry; what one ticket may carry is the wire format's (belay.harness.tickets).
 MAX_REQUEST_BYTES = 256 * 1024
@@ -86,10 +95,14 @@ def add_ticket(state_file: Path, draft: TicketDraft) -> Ticket:
 
 
 class TicketService:
-    """The ticket service as an in-process aiohttp server: `await start()`, `.url`, `await stop()`."""
+    """The ticket service as an in-process aiohttp server: `await start()`, `.url`, `await stop()`;
+    it answers only requests that carry `token`."""
 
-    def __init__(self, state_file: Path, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, state_file: Path, token: str, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        if not token:
+            raise ValueError("the ticket service needs a credential")
         self.state_file = state_file
+        self._expected = f"Bearer {token}".encode()
         self.host = host
         self.port = port
         self._runner: web.AppRunner | None = None
@@ -101,7 +114,7 @@ class TicketService:
         return f"http://{self.host}:{self.port}"
 
     def app(self) -> web.Application:
-        application = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        application = web.Application(client_max_size=MAX_REQUEST_BYTES, middlewares=[self._authenticated])
         application.router.add_post("/tickets", self._create)
         application.router.add_get("/tickets", self._list)
         application.router.add_get("/tickets/{ticket_id}", self._get)
@@ -127,6 +140,13 @@ class TicketService:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
+    @web.middleware
+    async def _authenticated(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        given = request.headers.get("Authorization", "").encode()
+        if not hmac.compare_digest(given, self._expected):
+            return web.json_response({"error": "the ticket service needs its credential"}, status=401)
+        return await handler(request)
+
     async def _create(self, request: web.Request) -> web.Response:
         too_large = {"error": f"request body above the ticket service's limit of {MAX_REQUEST_BYTES} bytes"}
         if request.content_length is not None and request.content_length > MAX_REQUEST_BYTES:
@@ -146,6 +166,9 @@ class TicketService:
         client_ref = request.query.get("client_ref")
         if client_ref is not None:
             tickets = [ticket for ticket in tickets if ticket.client_ref == client_ref]
+        prefix = request.query.get("client_ref_prefix")
+        if prefix is not None:
+            tickets = [ticket for ticket in tickets if (ticket.client_ref or "").startswith(prefix)]
         return web.json_response([ticket.model_dump(mode="json") for ticket in tickets])
 
     async def _get(self, request: web.Request) -> web.Response:
@@ -164,8 +187,8 @@ class TicketServiceReady(BaseModel):
     pid: int
 
 
-async def _serve(state: Path, host: str, port: int, ready_file: Path | None) -> None:
-    service = await TicketService(state, host=host, port=port).start()
+async def _serve(state: Path, token: str, host: str, port: int, ready_file: Path | None) -> None:
+    service = await TicketService(state, token, host=host, port=port).start()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
@@ -184,11 +207,23 @@ async def _serve(state: Path, host: str, port: int, ready_file: Path | None) -> 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m belay.local.tickets", description=__doc__)
     parser.add_argument("--state", required=True, type=Path, help="the tickets JSON file")
+    parser.add_argument(
+        "--token-file",
+        required=True,
+        type=Path,
+        help="a file holding the credential every request must carry",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--ready-file", type=Path, help="written with {url, pid} once listening")
     options = parser.parse_args(argv)
-    asyncio.run(_serve(options.state, options.host, options.port, options.ready_file))
+    try:
+        token = options.token_file.read_text().strip()
+    except OSError as error:
+        parser.exit(2, f"error: cannot read the credential {options.token_file}: {error.strerror}\n")
+    if not token:
+        parser.exit(2, f"error: the credential file {options.token_file} is empty\n")
+    asyncio.run(_serve(options.state, token, options.host, options.port, options.ready_file))
 
 
 if __name__ == "__main__":

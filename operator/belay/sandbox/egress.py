@@ -11,6 +11,14 @@ HTTP requests in absolute form (`GET http://host/path`). An allowlist entry is a
 name exactly, any port) or an IP address or range (any port). A name that is not listed is still
 opened when it resolves into a listed range. The cloud metadata address is never opened. The
 destination is resolved once, on the harness's side, and the connection goes to that address.
+
+Whatever the allowlist says, the proxy never connects to the host it runs on: not to a loopback
+address, a link-local one, the unspecified one, or any address of the host's own interfaces. The
+harness's own services listen there (the ticket service on loopback, a local store), and the
+proxy, unlike the sandbox, can reach them. The check is made on each address right before the
+connection to it is opened, after resolution, so no name (`localhost`, one whose record points at
+127.0.0.1 or at the host) gets round it. An address is the host's own when a socket can be bound to
+it, which is the kernel's own answer, for every interface and alias as they are at that moment.
 """
 
 from __future__ import annotations
@@ -67,7 +75,7 @@ class Allowlist:
         text = f"opens only {', '.join(opened)} (any port)" if opened else "opens nothing (empty allowlist)"
         if self.ignored:
             text += f"; ignored entries (neither a host name nor an address): {', '.join(self.ignored)}"
-        return text + "; never the metadata address"
+        return text + "; never the metadata address, this host's own, loopback or link-local addresses"
 
     def admits_address(self, address: IPAddress) -> bool:
         if is_metadata(address):
@@ -77,6 +85,37 @@ class Allowlist:
 
 def is_metadata(address: IPAddress) -> bool:
     return any(address.version == network.version and address in network for network in METADATA_ADDRESSES)
+
+
+THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # "this host on this network": a connect lands here
+
+
+def on_this_host(address: IPAddress) -> str | None:
+    """Why the proxy must not connect to `address` (it is this host), or None."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback:
+        return "a loopback address"
+    if address.is_link_local:
+        return "a link-local address"
+    if address.is_unspecified or (address.version == 4 and address in THIS_NETWORK):
+        return "this host (the unspecified address)"
+    if is_own_address(address):
+        return "an address of this host"
+    return None
+
+
+def is_own_address(address: IPAddress) -> bool:
+    """Whether the kernel takes `address` as one of this host's: it lets a socket bind to it. (Where
+    binding to any address is allowed, `ip_nonlocal_bind`, every address is taken as the host's and
+    refused: the check fails closed.)"""
+    family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((str(address), 0))
+        except OSError:
+            return False
+    return True
 
 
 class Refused(Exception):
@@ -210,13 +249,21 @@ class EgressProxy:
     async def connect(
         addresses: list[IPAddress], port: int
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        failures = []
+        failures, refusals = [], []
         for address in addresses:
+            # Checked here, on the very address connected to: the host's own services are never a
+            # destination, whatever name led to them.
+            reason = on_this_host(address)
+            if reason is not None:
+                refusals.append(f"{address} is {reason}")
+                continue
             try:
                 return await asyncio.wait_for(asyncio.open_connection(str(address), port), CONNECT_TIMEOUT_S)
             except (OSError, TimeoutError) as error:
                 failures.append(f"{address}: {error}")
-        raise OSError(f"cannot connect: {'; '.join(failures)}")
+        if refusals and not failures:
+            raise Refused(f"{'; '.join(refusals)}: the proxy never connects to the host it runs on")
+        raise OSError(f"cannot connect: {'; '.join(refusals + failures)}")
 
 
 async def forward_to_proxy(port: int, socket_path: str) -> asyncio.Server:
