@@ -15,7 +15,14 @@ import pytest
 
 from belay.journal.events import Event, EventDraft, Note, NoteKind
 from belay.stores import open_event_store
-from belay.stores.base import IdempotencyConflict, StaleLease, StoreError, StoreUnavailable
+from belay.stores.base import (
+    IdempotencyConflict,
+    RecordCorrupt,
+    StaleLease,
+    StoreCorrupt,
+    StoreError,
+    StoreUnavailable,
+)
 from belay.stores.sqlite import SqliteEventStore
 from tests.testenv.polling import wait_until_async
 
@@ -267,3 +274,51 @@ async def test_only_durable_appends_wait_for_the_disk(tmp_path: Path) -> None:
         assert ids == expected
     finally:
         await reopened.close()
+
+
+async def test_a_read_only_store_never_writes_and_reads_the_live_file(tmp_path: Path) -> None:
+    """A missing file reads as an empty record and is not created; every write is refused; once
+    a writer has made the file, the reader sees what it appends, as any reader of the file does."""
+    path = tmp_path / "events.db"
+    missing = SqliteEventStore(path, read_only=True)
+    try:
+        assert await missing.list_sessions() == [] and await missing.read("s") == []
+        with pytest.raises(StoreError, match="opened for reading only"):
+            await missing.append("s", notes("refused", 1))
+    finally:
+        await missing.close()
+    assert not path.exists()
+    writer = SqliteEventStore(path)
+    reader = None
+    try:
+        await writer.append("s", notes("first", 2))
+        reader = SqliteEventStore(path, read_only=True)
+        assert [e.seq for e in await reader.read("s")] == [1, 2]
+        await writer.append("s", notes("later", 1))
+        assert await reader.last_seq("s") == 3
+    finally:
+        await writer.close()
+        if reader is not None:
+            await reader.close()
+
+
+async def test_damaged_pages_are_store_corrupt_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    store = SqliteEventStore(path)
+    try:
+        for batch in range(20):
+            await store.append("s", notes(f"b{batch}", 10))
+    finally:
+        await store.close()
+    size = path.stat().st_size
+    with path.open("r+b") as record:
+        record.seek(size // 2 // 4096 * 4096)
+        record.write(bytes(8192))
+    for read_only in (True, False):
+        damaged = SqliteEventStore(path, read_only=read_only)
+        try:
+            with pytest.raises(StoreCorrupt, match=f"RecordCorrupt: {path} is damaged") as raised:
+                await damaged.read("s")
+            assert isinstance(raised.value, RecordCorrupt)  # refused wherever a damaged record is
+        finally:
+            await damaged.close()

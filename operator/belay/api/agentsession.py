@@ -39,6 +39,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonDict
 from pydantic_core import PydanticCustomError
 
+from belay.api.bounded_yaml import describe_yaml_error, load_yaml
 from belay.api.status import AgentSessionStatus
 from belay.journal.state.records import ExecutorChangeRecord
 from belay.journal.tools import TOOLS
@@ -726,17 +727,9 @@ def read_manifest(path: Path) -> Any:
     except UnicodeDecodeError:
         raise ManifestError(f"{path}: not a text file (not UTF-8)") from None
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)  # aliases bounded before anything walks the document (bounded_yaml)
     except yaml.YAMLError as error:
         raise ManifestError(f"{path}: not valid YAML: {describe_yaml_error(error)}") from None
-
-
-def describe_yaml_error(error: yaml.YAMLError) -> str:
-    """A YAML error on one line: what and where."""
-    mark = getattr(error, "problem_mark", None)
-    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return f"{problem}{where}"
 
 
 def load_manifest(path: Path) -> AgentSession:

@@ -51,7 +51,8 @@ def stop_orphans(home: LocalHome) -> None:
     """Stop the sandbox servers of dead attempts before doing anything else, and say so."""
     found = asyncio.run(
         reap_orphans(
-            home.root / "sessions", lambda session_id: home.for_session(session_id).open_event_store()
+            home.root / "sessions",
+            lambda session_id: home.for_session(session_id).open_event_store(read_only=True),
         )
     )
     for reaped in found:
@@ -89,7 +90,7 @@ def print_brief(session_id: str, style: str) -> None:
 
 def read_liveness(session_id: str) -> Liveness:
     async def read() -> Liveness:
-        store = home_of(session_id).open_event_store()
+        store = home_of(session_id).open_event_store(read_only=True)
         try:
             return await local_liveness(store, session_id)
         finally:
@@ -112,7 +113,7 @@ async def follow_brief(session_id: str, style: str) -> None:
     state = await load_session_state(home, session_id)
     if not state.last_seq:
         raise fail(unknown_session(session_id, home))
-    store = home.open_event_store()
+    store = home.open_event_store(read_only=True)
     liveness = await local_liveness(store, session_id)
     sys.stdout.write(render_brief(state, style, liveness) + "\n")
     sys.stdout.flush()

@@ -76,6 +76,7 @@ from belay.local.runtime import (
     HOME_ENV,
     HomeError,
     LocalHome,
+    check_record_present,
     install_session,
     load_installed,
     load_session_state,
@@ -380,13 +381,14 @@ def events(
     home = home_of(session_id)
 
     async def read() -> tuple[int, list[Event]]:
-        store = home.open_event_store()
+        store = home.open_event_store(read_only=True)
         try:
             return await store.last_seq(session_id), await store.read(session_id, from_seq=max(from_seq, 1))
         finally:
             await store.close()
 
     last_seq, found = asyncio.run(read())
+    check_record_present(home, session_id, last_seq)
     if not last_seq:
         raise fail(unknown_session(session_id, home))
     for event in found:

@@ -13,8 +13,8 @@ from belay.api.agentsession import ManifestError, load_manifest
 from belay.journal.events import now_utc
 from belay.journal.state import EMPTY, SessionState, fold
 from belay.local.liveness import local_liveness
-from belay.local.runtime import LocalHome
-from belay.stores.base import RecordCorrupt
+from belay.local.runtime import LocalHome, missing_record
+from belay.stores.base import RecordCorrupt, StoreCorrupt
 from belay.views.fleet.build import corrupt_row, fleet_row
 from belay.views.fleet.model import FleetRow
 from belay.views.fleet.selectors import selector_matches
@@ -41,21 +41,22 @@ class LocalFleet:
 
     async def rows(self) -> list[FleetRow]:
         """Every session of the home the selector matches, now. A record that fails its
-        integrity check is listed as such (`RecordCorrupt`), the others as they stand."""
-        if self.home.events_url is None and not self.home.events_db.exists():
-            return []  # nothing recorded here yet (a store named by --events is always read)
-        store = self.home.open_event_store()
-        rows = []
+        integrity check is listed as such (`RecordCorrupt`), and so is a session the home ran
+        whose record has no events (`missing_record`); the others as they stand. A damaged store
+        file (StoreCorrupt) ends the listing: no row of it can be read."""
+        store = self.home.open_event_store(read_only=True)
         try:
-            for session_id in await store.list_sessions():
-                if session_id not in self.labels:
-                    self.labels[session_id] = manifest_labels(self.home, session_id)
-                labels = self.labels[session_id]
+            recorded = await store.list_sessions()
+            rows = self.missing_rows(recorded)
+            for session_id in recorded:
+                labels = self.labels_of(session_id)
                 if self.selector and not selector_matches(self.selector, labels):
                     continue
                 known = self.states.get(session_id, EMPTY)
                 try:
                     fresh = await store.read(session_id, from_seq=known.last_seq + 1)
+                except StoreCorrupt:
+                    raise
                 except RecordCorrupt as error:
                     self.corrupt[session_id] = error
                     rows.append(corrupt_row(session_id, error.seq, labels))
@@ -67,6 +68,31 @@ class LocalFleet:
                 rows.append(fleet_row(session_id, status, now=liveness.now, labels=labels))
         finally:
             await store.close()
+        return sorted(rows, key=lambda row: row.session)
+
+    def labels_of(self, session_id: str) -> dict[str, str]:
+        if session_id not in self.labels:
+            self.labels[session_id] = manifest_labels(self.home, session_id)
+        return self.labels[session_id]
+
+    def missing_rows(self, recorded: list[str]) -> list[FleetRow]:
+        """A RecordCorrupt row for each session of the home's directory that ran, whose record
+        would be in this store (not in stores its manifest names) and is not."""
+        try:
+            directories = sorted(path.name for path in (self.home.root / "sessions").iterdir())
+        except OSError:
+            return []
+        rows = []
+        for session_id in sorted(set(directories) - set(recorded)):
+            if self.home.for_session(session_id).events_url != self.home.events_url:
+                continue
+            labels = self.labels_of(session_id)
+            if self.selector and not selector_matches(self.selector, labels):
+                continue
+            missing = missing_record(self.home, session_id)
+            if missing is not None:
+                self.corrupt[session_id] = missing
+                rows.append(corrupt_row(session_id, missing.seq, labels))
         return rows
 
 

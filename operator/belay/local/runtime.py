@@ -53,7 +53,7 @@ from belay.harness.tickets import TicketServiceClient
 from belay.journal.events import Actor, Event, EventDraft, UserInput
 from belay.journal.state import SessionState
 from belay.local.liveness import GuardedSandboxProvider, this_holder
-from belay.stores.base import ArtifactStore, EventStore
+from belay.stores.base import ArtifactStore, EventStore, RecordCorrupt
 
 DEFAULT_HOME = ".belay"
 HOME_ENV = "BELAY_HOME"
@@ -173,12 +173,15 @@ class LocalHome:
                     f"home {self.root}: {self.events_db} is not a session record (not SQLite); {advice}"
                 )
 
-    def open_event_store(self) -> EventStore:
+    def open_event_store(self, *, read_only: bool = False) -> EventStore:
+        """The session record's store; `read_only` for a command that only reads it, which then
+        works on a full disk and cannot change it (`belay.stores.sqlite.opening`)."""
         from belay.stores.sqlite import SqliteEventStore
 
         if self.events_url:
             return _open_store("event", self.events_url)
-
+        if read_only:
+            return SqliteEventStore(self.events_db, read_only=True)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -368,6 +371,47 @@ def unknown_session(session_id: str, home: LocalHome) -> str:
     )
 
 
+def record_traces(home: LocalHome, session_id: str) -> list[str]:
+    """What in the home shows that the session's record has events: its harness log has a line
+    (written after each event an attempt recorded), or its sandboxes exist (started after its
+    request was recorded). Its manifest alone is no sign: `belay run` writes it before anything
+    is recorded, and a run refused then (a provider not configured) leaves it behind."""
+    traces = []
+    log = home.logs_dir(session_id) / "harness.log"
+    with contextlib.suppress(OSError):
+        if log.stat().st_size:
+            traces.append(f"its harness log {log} lists events recorded")
+    sandboxes = home.sandboxes_dir(session_id)
+    with contextlib.suppress(OSError):
+        if any(sandboxes.iterdir()):
+            traces.append(f"its sandboxes are in {sandboxes}")
+    return traces
+
+
+def missing_record(home: LocalHome, session_id: str) -> RecordCorrupt | None:
+    """RecordCorrupt for a session this home ran whose record has no events (None when nothing
+    says it ran): a record emptied, cut short or lost is never taken for a new session, which a
+    new attempt would start over, repeating every effect the session had."""
+    traces = record_traces(home, session_id)
+    if not traces:
+        return None
+    return RecordCorrupt(
+        session_id,
+        1,
+        f"{home.events_location} holds no event of it, but this home ran it ({'; '.join(traces)}): its "
+        "record was emptied, cut short or lost (or --events names another store than it ran on), and "
+        "a new attempt would start it over and repeat what it did",
+    )
+
+
+def check_record_present(home: LocalHome, session_id: str, last_seq: int) -> None:
+    """Raise `missing_record` when the record read has no events of a session the home ran."""
+    if not last_seq:
+        missing = missing_record(home, session_id)
+        if missing is not None:
+            raise missing
+
+
 def load_installed(home: LocalHome, session_id: str) -> AgentSession:
     """The manifest a session was started with, and its plan, both still usable."""
     from belay.harness.models.scripted import PlanError, load_plan
@@ -431,6 +475,7 @@ async def run_local(
 
     harness: Harness | None = None
     try:
+        check_record_present(home, session.session_id, await store.last_seq(session.session_id))
         session = await on_recorded_executor(store, artifacts, session)
         async with provider_endpoint(home, session) as endpoint:
             if with_ticket_service:
@@ -555,22 +600,27 @@ def stop_leftover_sandboxes(home: LocalHome, session: AgentSession) -> None:
 
 async def load_session_state(home: LocalHome, session_id: str) -> SessionState:
     """The session's state as a reader needs it: the latest usable snapshot plus the events after
-    it, so a command costs the same at any history length (`belay.journal.snapshots`)."""
+    it, so a command costs the same at any history length (`belay.journal.snapshots`); read
+    without writing, and RecordCorrupt when the home ran the session but its record has no events
+    (`missing_record`)."""
     from belay.journal.snapshots import load_state
 
-    store = home.open_event_store()
+    store = home.open_event_store(read_only=True)
     try:
-        return (await load_state(store, home.open_artifact_store(), session_id)).state
+        state = (await load_state(store, home.open_artifact_store(), session_id)).state
     finally:
         await store.close()
+    check_record_present(home, session_id, state.last_seq)
+    return state
 
 
 async def read_state(home: LocalHome, session_id: str) -> tuple[SessionState, list[Event]]:
     from belay.journal.state import fold
 
-    store = home.open_event_store()
+    store = home.open_event_store(read_only=True)
     try:
         events = await store.read(session_id)
     finally:
         await store.close()
+    check_record_present(home, session_id, len(events))
     return fold(events), events

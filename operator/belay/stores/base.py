@@ -70,6 +70,22 @@ class RecordCorrupt(StoreError):
         self.problem = problem
 
 
+class StoreCorrupt(RecordCorrupt):
+    """The store's own file is damaged (pages that are not what was written, a file cut short):
+    no record in it can be read whole, so none is trusted. A RecordCorrupt too, so whatever
+    refuses a damaged record refuses it; `seq` is 0 (no session's events were checked)."""
+
+    def __init__(self, where: str, problem: str, way_out: str) -> None:
+        StoreError.__init__(
+            self,
+            f"RecordCorrupt: {where} is damaged ({problem}). Belay will not act on a record it cannot "
+            f"read whole: {way_out}",
+        )
+        self.session_id = ""
+        self.seq = 0
+        self.problem = problem
+
+
 class UnsafePath(StoreError):
     """A name would escape its root: `..`, an absolute path, or a symlink on the way."""
 

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from belay.api.bounded_yaml import describe_yaml_error, load_yaml
 from belay.harness.models.base import ModelRequest, ModelTurn, ToolCall
 from belay.journal.operations import place_of
 from belay.journal.state import EMPTY, SessionState, TaskRecord
@@ -119,13 +120,11 @@ def load_plan(path: Path) -> ScriptedPlan:
 
 def parse_plan(data: bytes, *, source: str) -> ScriptedPlan:
     try:
-        loaded = yaml.safe_load(data.decode())
+        loaded = load_yaml(data.decode())
     except UnicodeDecodeError:
         raise PlanError(f"{source}: not a text file (not UTF-8)") from None
     except yaml.YAMLError as error:
-        where = getattr(error, "problem_mark", None)
-        at = f" at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
-        raise PlanError(f"{source}: not valid YAML{at}") from None
+        raise PlanError(f"{source}: not valid YAML: {describe_yaml_error(error)}") from None
     try:
         plan = ScriptedPlan.model_validate(loaded)
     except ValidationError as error:

@@ -19,6 +19,7 @@ from typing import NamedTuple
 import yaml
 
 from belay.api.agentsession import MANAGED_EXECUTORS
+from belay.api.bounded_yaml import load_yaml
 from belay.executors.endpoints import PROVIDERS
 from belay.journal.events import Event
 from belay.journal.verdicts import deliverables
@@ -78,7 +79,7 @@ class Drill:
         handover_to: str | None = None,
     ) -> None:
         source = manifest.resolve()
-        original = yaml.safe_load(source.read_text())
+        original = load_yaml(source.read_text())
         self.executor = executor or executor_kind(original)
         refusal = handover_refusal(self.executor, handover_to)
         if refusal:

@@ -81,26 +81,33 @@ CREATE TABLE IF NOT EXISTS lease_renewals (
 SESSION_TABLES = ("events", "sessions", "idempotency", "leases", "latest_of_type", "claims", "lease_renewals")
 
 
+def create_tables(conn: sqlite3.Connection) -> None:
+    """Every table a store reads, where they do not exist yet."""
+    for statement in (SCHEMA + LEASE_RENEWAL_SCHEMA).split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def earlier_schema(path: Path, version: int) -> StoreError:
+    return StoreError(
+        f"{path} was written by an earlier Belay (schema {version}), before the record "
+        f"had a hash chain, and cannot be read by this one (schema {SCHEMA_VERSION}): move "
+        "it aside and start a new home"
+    )
+
+
 def create_schema(conn: sqlite3.Connection, path: Path) -> None:
     """Switch the file at `path` to WAL mode and create the tables it lacks, refusing a file of
-    an earlier schema."""
-    try:
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise StoreUnavailable(f"{path}: cannot switch to WAL mode (got {mode})")
-        conn.execute("BEGIN IMMEDIATE")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, SCHEMA_VERSION):
-            conn.execute("ROLLBACK")
-            raise StoreError(
-                f"{path} was written by an earlier Belay (schema {version}), before the record "
-                f"had a hash chain, and cannot be read by this one (schema {SCHEMA_VERSION}): move "
-                "it aside and start a new home"
-            )
-        for statement in (SCHEMA + LEASE_RENEWAL_SCHEMA).split(";"):
-            if statement.strip():
-                conn.execute(statement)
+    an earlier schema. Raises sqlite3.Error as it comes (the store says what it means)."""
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise StoreUnavailable(f"{path}: cannot switch to WAL mode (got {mode})")
+    conn.execute("BEGIN IMMEDIATE")
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version not in (0, SCHEMA_VERSION):
+        conn.execute("ROLLBACK")
+        raise earlier_schema(path, version)
+    create_tables(conn)
+    if version != SCHEMA_VERSION:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-    except sqlite3.Error as exc:
-        raise StoreUnavailable(f"cannot create the schema in {path}: {exc}") from exc
+    conn.execute("COMMIT")

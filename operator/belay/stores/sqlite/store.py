@@ -33,9 +33,14 @@ Why it is shaped this way:
   written in the append's transaction. A read takes the head, the event before its range and the
   range in one read transaction and checks them (RecordCorrupt).
 - A decision's claim is a `claims` row, looked up and inserted in the append's transaction.
+- `read_only=True` (the commands that only read) opens the file with `mode=ro` and never writes,
+  so reads work on a full disk; a missing or emptied file reads as an empty record (`opening`).
+- A SQLite error is said in the person's terms (`opening.store_failure`): damaged pages are
+  StoreCorrupt, a full disk says so, the rest is StoreUnavailable.
 
 The tables are in `schema`, the SQL of each read and write in `records`, the writer thread in
-`writer`, the waiting watches in `wakeups`; this module puts them together.
+`writer`, the waiting watches in `wakeups`, the read-only opening and the meaning of SQLite's errors in
+`opening`; this module puts them together.
 """
 
 from __future__ import annotations
@@ -61,9 +66,9 @@ from belay.stores.base import (
     SessionDeleted,
     StaleLease,
     StoreError,
-    StoreUnavailable,
 )
 from belay.stores.integrity import Chain, record_key_for
+from belay.stores.sqlite.opening import ReadSource, read_source, store_failure
 from belay.stores.sqlite.records import (
     append_within,
     checked_events,
@@ -96,6 +101,8 @@ class SqliteEventStore:
 
     `record_key`: the key of the record's hash chain; by default the one BELAY_RECORD_KEY_FILE
     names, if any (`belay.stores.integrity`). b"" for none, whatever the environment says.
+
+    `read_only`: for a reader that never writes (see `opening`); every write is refused.
     """
 
     def __init__(
@@ -107,39 +114,51 @@ class SqliteEventStore:
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         read_threads: int = 2,
         record_key: bytes | None = None,
+        read_only: bool = False,
     ) -> None:
         self.path = Path(path)
         self.chain = Chain(record_key if record_key is not None else record_key_for())
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
         self.poll_interval = poll_interval
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
         self._wakeups = Wakeups()
         self._closed = False
-        self._create_schema()
-        self._writer = GroupCommitWriter(self._open_connection, self._wakeups.wake, synchronous)
+        self._source: ReadSource | None = None
+        self._writer: GroupCommitWriter | None = None
+        if read_only:
+            self._source = read_source(self.path)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._create_schema()
+            self._writer = GroupCommitWriter(
+                self._open_connection,
+                self._wakeups.wake,
+                synchronous,
+                failure=lambda error: store_failure(self.path, error, "nothing written to"),
+            )
         self._readers = ThreadPoolExecutor(max_workers=read_threads, thread_name_prefix="belay-sqlite-read")
 
     # ---------------------------------------------------------------------------------------------
     # connections and threads
 
     def _open_connection(self) -> sqlite3.Connection:
+        timeout = self.busy_timeout_ms / 1000
         try:
-            # isolation_level=None: the module issues no implicit BEGIN; transactions are explicit.
-            # check_same_thread=False only so close() can close every thread's connection.
-            conn = sqlite3.connect(
-                self.path,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=self.busy_timeout_ms / 1000,
-            )
+            if self._source is not None:
+                conn = self._source.connect(timeout)
+            else:
+                # isolation_level=None: the module issues no implicit BEGIN; transactions are
+                # explicit. check_same_thread=False only so close() can close every thread's connection.
+                conn = sqlite3.connect(
+                    self.path, isolation_level=None, check_same_thread=False, timeout=timeout
+                )
+                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         except sqlite3.Error as exc:
-            raise StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
+            raise store_failure(self.path, exc, "cannot open") from exc
         return conn
 
     def _connection(self) -> sqlite3.Connection:
@@ -155,6 +174,8 @@ class SqliteEventStore:
         conn = self._open_connection()
         try:
             create_schema(conn, self.path)
+        except sqlite3.Error as exc:
+            raise store_failure(self.path, exc, "cannot create the schema in") from exc
         finally:
             conn.close()
 
@@ -165,8 +186,8 @@ class SqliteEventStore:
         def guarded() -> T:
             try:
                 return fn()
-            except sqlite3.OperationalError as exc:
-                raise StoreUnavailable(f"{self.path}: {exc}") from exc
+            except sqlite3.Error as exc:
+                raise store_failure(self.path, exc, "cannot read") from exc
 
         return await asyncio.get_running_loop().run_in_executor(executor, guarded)
 
@@ -175,6 +196,8 @@ class SqliteEventStore:
     ) -> T:
         if self._closed:
             raise StoreError("the store is closed")
+        if self._writer is None:
+            raise StoreError(f"{self.path} was opened for reading only")
         result: T = await asyncio.wrap_future(self._writer.submit(work, wakes, durable))
         return result
 
@@ -226,8 +249,8 @@ class SqliteEventStore:
         first_part = INLINE_READ_EVENTS if limit is None else min(limit, INLINE_READ_EVENTS)
         try:
             events = checked_events(self._connection(), self.chain, session_id, from_seq, to_seq, first_part)
-        except sqlite3.OperationalError as exc:
-            raise StoreUnavailable(f"{self.path}: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise store_failure(self.path, exc, "cannot read") from exc
         if len(events) < first_part or (limit is not None and limit == first_part):
             return events
         rest = None if limit is None else limit - first_part
@@ -425,7 +448,8 @@ class SqliteEventStore:
         await asyncio.get_running_loop().run_in_executor(None, self._shutdown)
 
     def _shutdown(self) -> None:
-        self._writer.stop()
+        if self._writer is not None:
+            self._writer.stop()
         self._readers.shutdown(wait=True)
         with self._connections_lock:
             connections, self._connections = self._connections, []

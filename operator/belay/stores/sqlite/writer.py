@@ -12,7 +12,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from belay.stores.base import StoreUnavailable
+from belay.stores.base import StoreError, StoreUnavailable
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
@@ -35,8 +35,9 @@ class GroupCommitWriter:
     Writes that queue up while a commit is in flight are applied in one `BEGIN IMMEDIATE`
     transaction, each inside its own SAVEPOINT: a write that is refused (StaleLease,
     IdempotencyConflict, a bad draft) is rolled back alone and the others commit; a database
-    failure (busy beyond the timeout, I/O) rolls back the whole group and every write in it fails
-    with StoreUnavailable, having written nothing. Results are released only after the COMMIT.
+    failure (busy beyond the timeout, I/O, a full disk, a damaged file) rolls back the whole group
+    and every write in it fails with what `failure` makes of it (StoreUnavailable, StoreCorrupt),
+    having written nothing. Results are released only after the COMMIT.
 
     A caller may be cancelled while its write waits (its future is then cancelled too). The
     thread claims each future before running its write (`set_running_or_notify_cancel`): a write
@@ -51,8 +52,10 @@ class GroupCommitWriter:
         wake: Callable[[str], None],
         synchronous: Synchronous = "FULL",
         max_group: int = MAX_GROUP_WRITES,
+        failure: Callable[[sqlite3.Error], StoreError] | None = None,
     ) -> None:
         self._open_connection = open_connection
+        self._failure = failure or (lambda error: StoreUnavailable(f"nothing written: {error}"))
         self._wake = wake
         self._max_group = max_group
         # The level durable writes commit with (the connection's own, set when it is opened), and
@@ -146,11 +149,13 @@ class GroupCommitWriter:
         except BaseException as failure:
             self._roll_back()
             for job in group:
-                if isinstance(failure, sqlite3.Error | StoreUnavailable):
-                    error: BaseException = StoreUnavailable(f"nothing written: {failure}")
+                error: BaseException = failure
+                if isinstance(failure, sqlite3.Error):
+                    error = self._failure(failure)
                     error.__cause__ = failure
-                else:
-                    error = failure
+                elif isinstance(failure, StoreUnavailable):  # the connection would not open
+                    error = StoreUnavailable(f"nothing written: {failure}")
+                    error.__cause__ = failure
                 job.result.set_exception(error)
             if not isinstance(failure, Exception):
                 raise
