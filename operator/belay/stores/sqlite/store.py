@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -88,6 +89,13 @@ INLINE_READ_EVENTS = 64
 T = TypeVar("T")
 
 
+def create_private(path: Path) -> None:
+    """A new record file only its owner may read, whatever the umask: SQLite gives its WAL and
+    shared-memory files the mode of the database file."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
 class SqliteEventStore:
     """`EventStore` on a local SQLite file. Safe for many writers in one process and across processes.
 
@@ -114,6 +122,7 @@ class SqliteEventStore:
         self.busy_timeout_ms = busy_timeout_ms
         self.poll_interval = poll_interval
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        create_private(self.path)
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._connections_lock = threading.Lock()
