@@ -30,8 +30,11 @@ from belay.api.agentsession import (
     DELIVERABLE_MESSAGE,
     EVENTS_URL_MESSAGE,
     FORK_IMMUTABLE_MESSAGE,
+    INPUT_SOURCE_MESSAGE,
     INPUT_TARGET_MESSAGE,
     MANAGED_BASE_URL_MESSAGE,
+    MAX_ATTEMPTS,
+    MAX_MODEL_CALLS,
     MODEL_ONLY_PROVIDERS_MESSAGE,
     MODEL_REQUIRED_MESSAGE,
     PART_NAME_MESSAGE,
@@ -40,6 +43,7 @@ from belay.api.agentsession import (
     SESSION_NAME_MESSAGE,
     UNIQUE_SUBAGENTS_MESSAGE,
 )
+from belay.journal.tools import MAX_CAPTURE_BYTES
 from belay.sandbox.protocol import MAX_COMMAND_BYTES
 from tests.api.kubehelpers import REPO_ROOT
 
@@ -54,7 +58,7 @@ def valid_manifest(name: str = "valid") -> dict[str, Any]:
     manifest["spec"]["executor"]["plan"] = str(PLAN)
     for subagent in manifest["spec"]["subagents"]:
         for item in subagent["inputs"]:
-            item["source"] = str(EXAMPLE_DIR / item["source"])
+            item["source"], item["hostPath"] = str(EXAMPLE_DIR / item["source"]), True
     return manifest
 
 
@@ -340,6 +344,49 @@ BOTH: list[Case] = [
         "than or equal to 1",
     ),
     Case(
+        "model-calls-above-the-bound",
+        changed("budget-bound", **{"spec.budgets.maxModelCalls": MAX_MODEL_CALLS + 1}),
+        f"spec.budgets.maxModelCalls: Invalid value: {MAX_MODEL_CALLS + 1}: spec.budgets.maxModelCalls in "
+        f"body should be less than or equal to {MAX_MODEL_CALLS}",
+    ),
+    Case(
+        "attempts-above-the-bound",
+        changed("attempts-bound", **{"spec.recovery": {"maxAttempts": MAX_ATTEMPTS + 1}}),
+        f"spec.recovery.maxAttempts: Invalid value: {MAX_ATTEMPTS + 1}: spec.recovery.maxAttempts in body "
+        f"should be less than or equal to {MAX_ATTEMPTS}",
+    ),
+    Case(
+        "read-file-cap-above-the-bound",
+        changed("read-cap", **{"spec.limits": {"readFileBytes": MAX_CAPTURE_BYTES + 1}}),
+        f"spec.limits.readFileBytes: Invalid value: {MAX_CAPTURE_BYTES + 1}: spec.limits.readFileBytes in "
+        f"body should be less than or equal to {MAX_CAPTURE_BYTES}",
+    ),
+    Case(
+        "output-cap-zero",
+        changed("output-cap", **{"spec.limits": {"commandOutputBytes": 0}}),
+        "spec.limits.commandOutputBytes: Invalid value: 0: spec.limits.commandOutputBytes in body should "
+        "be greater than or equal to 1",
+    ),
+    Case(
+        "input-source-absolute",
+        changed(
+            "input-absolute",
+            **{"spec.subagents.0.inputs.0.source": "/etc/ssh", "spec.subagents.0.inputs.0.hostPath": DELETE},
+        ),
+        INPUT_SOURCE_MESSAGE,
+    ),
+    Case(
+        "input-source-climbs-out",
+        changed(
+            "input-climbs",
+            **{
+                "spec.subagents.0.inputs.0.source": "repo/../../../../etc/ssh",
+                "spec.subagents.0.inputs.0.hostPath": False,
+            },
+        ),
+        INPUT_SOURCE_MESSAGE,
+    ),
+    Case(
         "unknown-field",
         changed("unknown", **{"spec.budget": {"maxModelCalls": 3}}),
         'unknown field "spec.budget"',
@@ -378,6 +425,13 @@ _UPDATE_REASON = (
 )
 
 APISERVER_ONLY: list[Case] = [
+    Case(
+        "model-calls-of-ten-to-the-thirty-on-the-apiserver",
+        changed("budget-huge", **{"spec.budgets.maxModelCalls": 10**30}),
+        'spec.budgets.maxModelCalls: Invalid value: "number": spec.budgets.maxModelCalls in body must be of '
+        'type integer: "number"',
+        reason="beyond int64, which the apiserver's decoder reads as a float: `belay run` names the bound",
+    ),
     Case(
         "fork-source-changed",
         changed("forked", **{"spec.forkFrom": {"session": "other", "checkpoint": "cp-1"}}),
@@ -482,6 +536,24 @@ CLI_ONLY: list[Case] = [
         "contains a symlink",
         files={"repo/confparse/__init__.py": ""},
         symlinks={"repo/confparse/shadow": "/etc/shadow"},
+        reason=_FILES_REASON,
+    ),
+    Case(
+        "model-calls-of-ten-to-the-thirty",
+        changed("budget-huge", **{"spec.budgets.maxModelCalls": 10**30}),
+        "spec.budgets.maxModelCalls: Invalid value: 1000000000000000000000000000000: "
+        f"spec.budgets.maxModelCalls in body should be less than or equal to {MAX_MODEL_CALLS}",
+        reason="beyond int64: the apiserver refuses it as no integer before it checks the bound "
+        "(model-calls-of-ten-to-the-thirty-on-the-apiserver)",
+    ),
+    Case(
+        "input-source-a-link-out-of-the-manifest-directory",
+        changed(
+            "input-link-out",
+            **{"spec.subagents.0.inputs.0.source": "keys", "spec.subagents.0.inputs.0.hostPath": DELETE},
+        ),
+        "outside the manifest's directory",
+        symlinks={"keys": "/etc"},
         reason=_FILES_REASON,
     ),
     Case(

@@ -82,7 +82,7 @@ def cluster_manifest(name: str = SESSION) -> dict[str, Any]:
     manifest["spec"]["executor"]["plan"] = str(example / "plan.yaml")
     for sub in manifest["spec"]["subagents"]:
         for item in sub["inputs"]:
-            item["source"] = str(example / item["source"])
+            item["source"], item["hostPath"] = str(example / item["source"]), True
     return manifest
 
 

@@ -35,7 +35,7 @@ def manifest_copy(directory: Path, **spec_changes: object) -> Path:
     manifest["spec"]["executor"]["plan"] = str(EXAMPLE / "plan.yaml")
     for sub in manifest["spec"]["subagents"]:
         for item in sub.get("inputs", []):
-            item["source"] = str(EXAMPLE / item["source"])
+            item["source"], item["hostPath"] = str(EXAMPLE / item["source"]), True
     path = directory / "session.yaml"
     directory.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(manifest, sort_keys=False))

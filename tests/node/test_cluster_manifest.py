@@ -22,5 +22,5 @@ def test_the_cluster_manifest_is_the_example_with_its_paths_in_the_image() -> No
     local["spec"]["executor"]["plan"] = f"{IN_IMAGE}/{local['spec']['executor']['plan']}"
     for sub in local["spec"]["subagents"]:
         for item in sub["inputs"]:
-            item["source"] = f"{IN_IMAGE}/{item['source']}"
+            item["source"], item["hostPath"] = f"{IN_IMAGE}/{item['source']}", True
     assert cluster == local

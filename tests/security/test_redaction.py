@@ -346,7 +346,7 @@ def leaky_session(directory: Path, credentials: dict[str, str]) -> tuple[Path, d
     agent = {
         "name": "agent",
         "networkProfile": "none",
-        "inputs": [{"source": str(inputs), "target": "cfg"}],
+        "inputs": [{"source": str(inputs), "target": "cfg", "hostPath": True}],
         "declared": ["out/*"],
     }
     goal = "Read the service's configuration and report what it uses."

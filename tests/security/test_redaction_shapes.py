@@ -224,7 +224,11 @@ def canary_session(directory: Path, value: str, unheld: dict[str, str]) -> Path:
             "actions": [{"tool": "run_command", "arguments": {"command": command}} for command in commands],
         }
     ]
-    agent = {"name": "agent", "networkProfile": "none", "inputs": [{"source": str(inputs), "target": "cfg"}]}
+    agent = {
+        "name": "agent",
+        "networkProfile": "none",
+        "inputs": [{"source": str(inputs), "target": "cfg", "hostPath": True}],
+    }
     return write_scripted_session(directory, SESSION, "Print the configuration.", [agent], {"agent": steps})
 
 

@@ -29,7 +29,7 @@ def test_blobs_live_at_their_fanned_out_address_read_only(tmp_path: Path) -> Non
     ref = store.put(data)
     path = tmp_path / "artifacts" / "blobs" / digest[:2] / digest
     assert blob_files(store) == [path]
-    assert stat.S_IMODE(path.stat().st_mode) == 0o444
+    assert stat.S_IMODE(path.stat().st_mode) == 0o400
     assert ref.uri == path.as_uri()
     assert store.location(digest) == str(path)
 

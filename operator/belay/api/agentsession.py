@@ -42,7 +42,12 @@ from pydantic_core import PydanticCustomError
 from belay.api.bounded_yaml import describe_yaml_error, load_yaml
 from belay.api.status import AgentSessionStatus
 from belay.journal.state.records import ExecutorChangeRecord
-from belay.journal.tools import TOOLS
+from belay.journal.tools import (
+    DEFAULT_COMMAND_OUTPUT_BYTES,
+    DEFAULT_READ_FILE_BYTES,
+    MAX_CAPTURE_BYTES,
+    TOOLS,
+)
 
 API_VERSION = "belay.dev/v1alpha1"
 KIND = "AgentSession"
@@ -76,6 +81,13 @@ DELIVERABLE_MESSAGE = (
 # A workspace path given in the manifest: relative, never climbing out with `..`.
 _CEL_NO_DOTDOT = "!{x}.startsWith('/') && !{x}.matches('(^|/)[.][.](/|$)')"
 INPUT_TARGET_MESSAGE = "inputs[].target must be a relative path inside the workspace, without '..'"
+# An input is copied into a sandbox, where the agent (and its model provider) reads it: a source
+# outside the manifest's own directory (`/etc/ssh`, `../../.aws`) is taken only when the manifest
+# says so in as many words.
+INPUT_SOURCE_MESSAGE = (
+    "inputs[].source must be a relative path inside the manifest's directory, without '..'; "
+    "set hostPath: true on the input to copy a directory from elsewhere on the host"
+)
 DECLARED_MESSAGE = "declared patterns must be relative to the workspace, without '..'"
 ALLOWLIST_MESSAGE = "allowlist applies only to networkProfile 'allowlist'"
 
@@ -311,14 +323,24 @@ class SubagentInput(ApiModel):
                     "rule": _CEL_NO_DOTDOT.format(x="self.target"),
                     "message": INPUT_TARGET_MESSAGE,
                     "fieldPath": ".target",
-                }
+                },
+                {
+                    "rule": "(has(self.hostPath) && self.hostPath) || ("
+                    + _CEL_NO_DOTDOT.format(x="self.source")
+                    + ")",
+                    "message": INPUT_SOURCE_MESSAGE,
+                    "fieldPath": ".source",
+                },
             ]
         }
     )
 
-    # Relative to the manifest for `belay run`; in a cluster, a path inside the harness image.
+    # Relative to the manifest for `belay run` (and inside its directory); with `hostPath: true`,
+    # any directory of the machine the harness runs on (in a cluster, a path inside the harness
+    # image).
     source: str = Field(min_length=1, max_length=4096)
     target: str = Field(min_length=1, max_length=1024)
+    host_path: bool = False
 
     @field_validator("target")
     @classmethod
@@ -326,6 +348,12 @@ class SubagentInput(ApiModel):
         if not is_workspace_relative(target):
             raise ValueError(INPUT_TARGET_MESSAGE)
         return target
+
+    @model_validator(mode="after")
+    def _source_beside_the_manifest(self) -> SubagentInput:
+        if not self.host_path and not is_workspace_relative(self.source):
+            raise ValueError(INPUT_SOURCE_MESSAGE)
+        return self
 
 
 class SubagentSpec(ApiModel):
@@ -440,13 +468,28 @@ class SpecDecision(ApiModel):
     by: str = Field(default="", max_length=253)
 
 
+# Upper bounds: a number nobody could mean (10^30 model calls) is a typo, refused with the bound
+# named rather than taken as "no limit".
+MAX_MODEL_CALLS = 1_000_000
+MAX_ATTEMPTS = 1_000
+
+
 class Budgets(ApiModel):
     # Only budgets the harness enforces: one it ignored would be a promise nobody keeps.
-    max_model_calls: int | None = Field(default=None, ge=1)
+    max_model_calls: int | None = Field(default=None, ge=1, le=MAX_MODEL_CALLS)
 
 
 class RecoveryPolicy(ApiModel):
-    max_attempts: int = Field(default=5, ge=1)
+    max_attempts: int = Field(default=5, ge=1, le=MAX_ATTEMPTS)
+
+
+class ToolLimits(ApiModel):
+    """What one sandbox call may bring back into the harness: a file above readFileBytes is refused
+    (its bytes go to the artifact store instead), a command's output is cut at commandOutputBytes
+    per stream. Each at most 16 MiB."""
+
+    read_file_bytes: int = Field(default=DEFAULT_READ_FILE_BYTES, ge=1, le=MAX_CAPTURE_BYTES)
+    command_output_bytes: int = Field(default=DEFAULT_COMMAND_OUTPUT_BYTES, ge=1, le=MAX_CAPTURE_BYTES)
 
 
 class StoresSpec(ApiModel):
@@ -542,6 +585,7 @@ class AgentSessionSpec(ApiModel):
         },
     )
     budgets: Budgets = Budgets()
+    limits: ToolLimits = ToolLimits()
     recovery: RecoveryPolicy = RecoveryPolicy()
     stores: StoresSpec = StoresSpec()
     fork_from: ForkFrom | None = None
@@ -676,6 +720,11 @@ def describe_issue(issue: Any) -> str:
             return (
                 f"{path}: Invalid value: {_shown(value)}: {path} in body should be greater than or "
                 f"equal to {context['ge']}"
+            )
+        case "less_than_equal":
+            return (
+                f"{path}: Invalid value: {_shown(value)}: {path} in body should be less than or "
+                f"equal to {context['le']}"
             )
         case "string_pattern_mismatch":
             return (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -70,6 +71,7 @@ from belay.journal.events import (
 from belay.journal.state.repeats import REPEATED_FAILURE, repeated_failure, repeated_failure_text
 from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, drill_executor, handover_refusal, run_drill
 from belay.local.fleet import LocalFleet, without_clock
+from belay.local.garbage import collect, shown_size
 from belay.local.runtime import (
     ARTIFACTS_ENV,
     EVENTS_ENV,
@@ -159,6 +161,7 @@ app = typer.Typer(
     cls=UserErrorsAsOneLine,
 )
 console = terminal.console()
+PRIVATE_UMASK = 0o077
 
 
 @app.callback()
@@ -187,9 +190,13 @@ def main(
         ),
     ] = None,
 ) -> None:
+    # Whatever this command creates (the record, blobs, logs, liveness and stand-in files, the
+    # processes it starts) is its owner's alone, whatever the umask it was started with.
+    os.umask(PRIVATE_UMASK)
     ctx.with_resource(terminal.printable_output())
     Context.home = LocalHome.resolve(home, events_url, artifacts_url)
     Context.home.check()  # before any command reads or writes it; UserErrorsAsOneLine words a refusal
+    Context.home.keep_private()
     stop_orphans(Context.home)
 
 
@@ -275,7 +282,7 @@ def resume(
         except ManifestError as error:
             raise fail(f"the record's last executor change cannot be used: {error}") from None
         move_executor(on_record, state, executor or on_record.spec.executor.type, model, reason)
-    run_session(session_id, quiet, with_ticket_service=not no_ticket_service)
+    run_session(session_id, quiet, with_ticket_service=not no_ticket_service, collect_after=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -626,6 +633,26 @@ def _get_artifact(session_id: str, name: str, output: Path | None) -> None:
     data = home_of(session_id).open_artifact_store().get(found.sha256)
     artifact_commands.write_output(found.target, data)
     terminal.echo(f"wrote {found.target} ({len(data)} bytes, sha256 {found.sha256})", err=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Garbage
+
+
+@app.command()
+def gc(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would go; remove nothing.")] = False,
+) -> None:
+    """Remove what no record of the home needs: partial uploads, blobs no record names, and
+    superseded sandbox workspaces (also done after every `belay resume`)."""
+    collected = asyncio.run(collect(Context.home, dry_run=dry_run))
+    for item in collected.removed:
+        sys.stdout.write(f"{item.kind}: {item.path} ({shown_size(item.size)})\n")
+    sys.stdout.write(collected.summary("would remove" if dry_run else "removed") + "\n")
+    if collected.live_attempt:
+        terminal.echo("belay: an attempt is running: what was written since it started was kept", err=True)
+    for note in collected.notes:
+        terminal.echo(f"belay: {note}", err=True)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -8,13 +8,14 @@ import asyncio
 from belay.api.agentsession import ManifestError
 from belay.cli import terminal
 from belay.cli.core.events import progress_line
-from belay.cli.home import home_of, print_brief
+from belay.cli.home import Context, home_of, print_brief
 from belay.cli.terminal import fail
 from belay.harness.attempt import HarnessResult
 from belay.harness.stopping import StopRequest
 from belay.journal.events import Event
+from belay.local.garbage import collect
 from belay.local.runtime import HomeError, load_installed, run_local
-from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, RecordCorrupt
+from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, RecordCorrupt, StoreError
 
 console = terminal.console()
 
@@ -28,7 +29,11 @@ def print_progress(event: Event) -> None:
         console.print(line, highlight=False, markup=False)
 
 
-def run_session(session_id: str, quiet: bool, with_ticket_service: bool = True) -> None:
+def run_session(
+    session_id: str, quiet: bool, with_ticket_service: bool = True, collect_after: bool = False
+) -> None:
+    """One attempt; with `collect_after` (a resume), then what no record needs any more: what the
+    attempt it follows left behind (a partial upload, an orphan blob, the old workspaces)."""
     home = home_of(session_id)
     try:
         session = load_installed(home, session_id)
@@ -64,6 +69,8 @@ def run_session(session_id: str, quiet: bool, with_ticket_service: bool = True) 
         ) from None
     finally:
         stop.disarm()
+    if collect_after:
+        collect_garbage()
     if result.stopped_by is not None:
         terminal.echo(f"belay: attempt {result.attempt} stopped cleanly: {result.detail}", err=True)
         raise fail(
@@ -88,3 +95,17 @@ def tell_stopping(stop: StopRequest, first: bool) -> None:
     else:
         message = "belay: stopping at once: calls still in flight are cut off"
     terminal.echo(message, err=True)
+
+
+def collect_garbage() -> None:
+    """`belay gc` for the whole home, said in one line when it removed anything; a failure to
+    collect is said, never the attempt's failure."""
+    try:
+        collected = asyncio.run(collect(Context.home))
+    except (StoreError, HomeError, OSError) as error:
+        terminal.echo(f"belay: nothing was collected: {error}", err=True)
+        return
+    if collected.removed:
+        terminal.echo(f"belay: {collected.summary()}", err=True)
+    for note in collected.notes:
+        terminal.echo(f"belay: {note}", err=True)

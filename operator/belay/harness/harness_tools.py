@@ -17,6 +17,7 @@ from typing import Protocol
 
 from belay.api.agentsession import SESSION_NAME_PATTERN, SubagentSpec, check_deliverable_name
 from belay.harness.attempt import Attempt
+from belay.harness.bounded import store_file
 from belay.harness.checkpoints import (
     checkpoint_of,
     inputs_checkpoint,
@@ -112,12 +113,12 @@ async def publish_deliverable(
     path = request.arguments["path"]
     name = check_deliverable_name(request.arguments.get("name") or path.rsplit("/", 1)[-1])
     try:
-        data = await runtime.recovery.handle(sub.name).client.get_file(path)
+        # Streamed into the store: a large deliverable is never held whole.
+        ref = await store_file(runtime.recovery.handle(sub.name).client, runtime.artifacts, path)
     except SandboxUnavailable:
         raise
     except SandboxError as error:
         return [ToolResult(operation_id=request.operation_id, ok=False, error=str(error))]
-    ref = await asyncio.to_thread(runtime.artifacts.put, data)
     expected = request.arguments.get("content_sha256")
     if expected and ref.sha256 != expected:
         return [

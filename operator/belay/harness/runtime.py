@@ -40,6 +40,7 @@ from typing import Any
 from belay.api.agentsession import ApprovalGrant, SubagentSpec
 from belay.harness.arguments import externalize_arguments, resolve_arguments
 from belay.harness.attempt import Attempt
+from belay.harness.bounded import store_file, stored_when_too_large, with_caps
 from belay.harness.effect_marks import EffectMarks
 from belay.harness.harness_tools import run_in_harness
 from belay.harness.models.base import ToolCall
@@ -183,14 +184,12 @@ class ToolRuntime:
         path, expected = request.arguments.get("path"), request.arguments.get("content_sha256")
         if request.tool == "publish_deliverable" and isinstance(path, str) and isinstance(expected, str):
             try:
-                data = await self.recovery.handle(sub.name).client.get_file(path)
+                stored = await store_file(self.recovery.handle(sub.name).client, self.artifacts, path)
             except SandboxError:
-                data = None  # gone since it was described: the dispatch fails visibly
-            if data is not None:
-                stored = await asyncio.to_thread(self.artifacts.put, data)
-                if stored.sha256 == expected:
-                    content_ref = stored
-                    content_name = request.arguments.get("name") or path.rsplit("/", 1)[-1]
+                stored = None  # gone since it was described: the dispatch fails visibly
+            if stored is not None and stored.sha256 == expected:
+                content_ref = stored
+                content_name = request.arguments.get("name") or path.rsplit("/", 1)[-1]
         base = approval_request(sub, request)
         return base.model_copy(
             update={
@@ -303,15 +302,19 @@ class ToolRuntime:
         client = self.recovery.handle(sub.name).client
         # The sandbox's token is a secret the harness holds: its output never records it.
         self.redactor = self.redactor.holding(client.token, "sandbox token")
+        limits = self.attempt.session.spec.limits
         try:
-            response = await client.call(request.tool, arguments)
+            response = await client.call(request.tool, with_caps(request.tool, arguments, limits))
         except SandboxUnavailable:
             raise
         except SandboxError as refused:
             # A refusal by the sandbox (a request it will not take) is the call's failed result.
             response = {"ok": False, "output": None, "error": str(refused)}
+        answer = await stored_when_too_large(client, self.artifacts, request.tool, response)
+        response = answer.response
         ok, output, error = response.get("ok", False), response.get("output"), response.get("error")
-        return [await self.tool_result(request.operation_id, ok, output, error, subagent=sub.name)]
+        result = await self.tool_result(request.operation_id, ok, output, error, subagent=sub.name)
+        return [result.model_copy(update={"output_ref": answer.stored}) if answer.stored else result]
 
     async def tool_result(
         self, operation_id: str, ok: bool, output: Any, error: str | None = None, subagent: str | None = None

@@ -17,6 +17,14 @@ from belay.journal.events import EffectClass
 
 Where = Literal["sandbox", "harness"]
 
+# What one sandbox call may bring back into the harness (and into the model's context): a file
+# above the read_file cap is refused, its bytes streamed to the artifact store instead; a command's
+# output is cut at the output cap, per stream. The defaults, and the most a manifest may set
+# (`spec.limits`), which bounds the JSON the sandbox answers with.
+DEFAULT_READ_FILE_BYTES = 1024 * 1024
+DEFAULT_COMMAND_OUTPUT_BYTES = 1024 * 1024
+MAX_CAPTURE_BYTES = 16 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class ToolSpec:

@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import os
 import secrets
+import stat
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -173,6 +174,27 @@ class LocalHome:
                     f"home {self.root}: {self.events_db} is not a session record (not SQLite); {advice}"
                 )
 
+    def keep_private(self) -> None:
+        """The home is its owner's alone (0700), whatever the umask it was made under: the record,
+        the artifacts and the workspaces beneath it hold what the sessions read and wrote. Every
+        `belay` command also runs under umask 077 (`belay.cli.main`), so what it creates inside is
+        0600 (directories 0700); a home made before keeps its files, unreachable to others once
+        its directory is closed."""
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            info = self.root.stat()
+            if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o077:
+                os.chmod(self.root, stat.S_IMODE(info.st_mode) & 0o700)
+
+    def create(self) -> None:
+        """The home directory, made private (`keep_private`) before anything is written in it."""
+        try:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as error:
+            raise HomeError(
+                f"cannot create home {self.root}: {error.strerror}; choose another --home"
+            ) from None
+        self.keep_private()
+
     def open_event_store(self, *, read_only: bool = False) -> EventStore:
         """The session record's store; `read_only` for a command that only reads it, which then
         works on a full disk and cannot change it (`belay.stores.sqlite.opening`)."""
@@ -182,12 +204,7 @@ class LocalHome:
             return _open_store("event", self.events_url)
         if read_only:
             return SqliteEventStore(self.events_db, read_only=True)
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise HomeError(
-                f"cannot create home {self.root}: {error.strerror}; choose another --home"
-            ) from None
+        self.create()
         return SqliteEventStore(self.events_db)
 
     def open_artifact_store(self) -> ArtifactStore:
@@ -196,6 +213,7 @@ class LocalHome:
         if self.artifacts_url:
             return _open_store("artifact", self.artifacts_url)
 
+        self.create()
         return FilesystemArtifactStore(self.artifacts_dir)
 
     def session_exists(self, session_id: str) -> bool:
@@ -271,9 +289,25 @@ def prepare_session(home: LocalHome, manifest_path: Path) -> Installation:
         manifest["spec"]["executor"]["plan"] = str(home.plan_file(session.session_id))
     for sub_index, sub in enumerate(manifest["spec"]["subagents"]):
         for input_index, item in enumerate(sub.get("inputs", [])):
-            field = f"spec.subagents[{sub_index}].inputs[{input_index}].source"
-            item["source"] = str(_input_directory(manifest_path.parent / item["source"], f"{where}: {field}"))
+            field = f"{where}: spec.subagents[{sub_index}].inputs[{input_index}].source"
+            if not item.get("hostPath"):
+                _beside_the_manifest(manifest_path.parent / item["source"], manifest_path.parent, field)
+            source = _input_directory(manifest_path.parent / item["source"], field)
+            # Stored absolute, so the stored manifest names the same directory from anywhere: a
+            # host path by now, checked above.
+            item["source"], item["hostPath"] = str(source), True
     return Installation(parse_manifest(manifest, source=where), manifest, plan)
+
+
+def _beside_the_manifest(source: Path, manifest_dir: Path, field: str) -> None:
+    """A source that is not marked as a host path stays inside the manifest's directory, symlinks
+    resolved: a link there to `/etc` is as far out as `source: /etc`."""
+    if not source.resolve().is_relative_to(manifest_dir.resolve()):
+        raise ManifestError(
+            f"{field}: {source} is {source.resolve()}, outside the manifest's directory "
+            f"{manifest_dir.resolve()}; "
+            "set hostPath: true on the input to copy a directory from elsewhere on the host"
+        )
 
 
 def _read_plan(path: Path, session: AgentSession, where: str) -> bytes:
@@ -325,7 +359,8 @@ def install_session(home: LocalHome, manifest_path: Path) -> AgentSession:
                 "metadata.name or another --home"
             )
         return installation.session
-    home.session_dir(session_id).mkdir(parents=True, exist_ok=True)
+    home.create()
+    home.session_dir(session_id).mkdir(mode=0o700, parents=True, exist_ok=True)
     if installation.plan is not None:
         _write_atomically(home.plan_file(session_id), installation.plan)
     _write_atomically(
@@ -354,7 +389,9 @@ def _stored_difference(home: LocalHome, installation: Installation) -> str:
 
 def _write_atomically(path: Path, data: bytes) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_bytes(data)
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(data)
     os.replace(temporary, path)
 
 

@@ -28,7 +28,6 @@ from belay.sandbox.protocol import (
     INSTANCE_HEADER,
     INSTANCE_MISMATCH_STATUS,
     MAX_COMMAND_BYTES,
-    MAX_OUTPUT_BYTES,
     MODE_HEADER,
     REFUSED_STATUS,
     SHA256_HEADER,
@@ -43,6 +42,7 @@ from belay.sandbox.protocol import (
     ReadyFile,
     RunCommandArgs,
     RunCommandOutput,
+    TooLargeOutput,
     ToolResponse,
     WriteFileArgs,
     WriteFileOutput,
@@ -265,6 +265,11 @@ class SandboxServer:
             return self.tool_response(ToolResponse(ok=False, error=f"invalid arguments for {name}: {error}"))
         try:
             output = await run(arguments)
+        except workspace.TooLarge as error:
+            # Refused for its size: the output says how large and what cap, so the harness can
+            # stream the file to the artifact store instead.
+            refusal = TooLargeOutput(path=error.name, size=error.size, cap=error.cap)
+            return self.tool_response(ToolResponse(ok=False, output=refusal.model_dump(), error=str(error)))
         except TOOL_ERRORS as error:
             return self.tool_response(ToolResponse(ok=False, error=str(error)))
         return self.tool_response(ToolResponse(ok=True, output=output.model_dump()))
@@ -317,18 +322,28 @@ class SandboxServer:
         return web.json_response(entry.model_dump(mode="json"))
 
     async def get_file(self, request: web.Request) -> web.StreamResponse:
+        """The file streamed in pieces (hashed first, for the header), never held whole."""
         name = request.match_info["path"]
         try:
-            data = await asyncio.to_thread(workspace.read_bytes, self.root, name)
+            handle, size, digest = await asyncio.to_thread(workspace.hashed_file, self.root, name)
         except UnsafePath as error:
             return json_error(400, str(error))
         except (FileNotFoundError, IsADirectoryError) as error:
             return json_error(404, str(error))
-        return web.Response(
-            body=data,
-            content_type="application/octet-stream",
-            headers={SHA256_HEADER: workspace.sha256_bytes(data)},
-        )
+        with handle:
+            response = web.StreamResponse(headers={SHA256_HEADER: digest})
+            response.content_type = "application/octet-stream"
+            response.content_length = size
+            await response.prepare(request)
+            remaining = size
+            while remaining > 0:
+                chunk = await asyncio.to_thread(handle.read, min(workspace.CHUNK_BYTES, remaining))
+                if not chunk:
+                    break  # cut short since it was hashed: the reader sees fewer bytes than declared
+                await response.write(chunk)
+                remaining -= len(chunk)
+            await response.write_eof()
+        return response
 
     async def manifest(self, request: web.Request) -> web.Response:
         try:
@@ -390,7 +405,8 @@ class SandboxServer:
         except (FileNotFoundError, PermissionError) as error:
             return RunCommandOutput(exit_code=127, stdout="", stderr=str(error))
         self.running_groups.add(process.pid)
-        stdout, stderr = CapturedOutput(MAX_OUTPUT_BYTES), CapturedOutput(MAX_OUTPUT_BYTES)
+        cap = arguments.max_output_bytes
+        stdout, stderr = CapturedOutput(cap), CapturedOutput(cap)
         readers = asyncio.gather(stdout.read_all(process.stdout), stderr.read_all(process.stderr))
         timed_out = False
         try:
@@ -411,6 +427,12 @@ class SandboxServer:
             notes.append("[belay] output cut: a background process still holds stdout/stderr")
         if timed_out:
             notes.append(f"[belay] command timed out after {arguments.timeout_s}s and was killed")
+        for stream, captured in (("stdout", stdout), ("stderr", stderr)):
+            if captured.truncated:
+                notes.append(
+                    f"[belay] {stream} cut at the command output cap of {cap} bytes: redirect it to a "
+                    "file and read that in parts"
+                )
         return RunCommandOutput(
             exit_code=process.returncode if process.returncode is not None else -1,
             stdout=stdout.text(),
@@ -420,7 +442,7 @@ class SandboxServer:
         )
 
     async def read_file(self, arguments: ReadFileArgs) -> ReadFileOutput:
-        data = await asyncio.to_thread(workspace.read_bytes, self.root, arguments.path)
+        data = await asyncio.to_thread(workspace.read_bytes, self.root, arguments.path, arguments.max_bytes)
         try:
             return ReadFileOutput(content=data.decode())
         except UnicodeDecodeError as error:

@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import hashlib
+import io
+from collections.abc import Callable
+from typing import Any, BinaryIO, TypeVar, cast
 from urllib.parse import quote
 
 import aiohttp
@@ -56,7 +60,13 @@ class SandboxReplaced(SandboxUnavailable):
 CALL_TIMEOUT_MARGIN_S = 30.0
 DEFAULT_TIMEOUT_S = 60.0
 
+# How much of a download is asked for (and held) at once.
+DOWNLOAD_CHUNK_BYTES = 1024 * 1024
+# A download may stall this long between two pieces; it has no bound as a whole.
+DOWNLOAD_READ_TIMEOUT_S = 300.0
+
 _MANIFEST = TypeAdapter(list[DeclaredArtifact])
+T = TypeVar("T")
 
 
 class SandboxClient:
@@ -121,6 +131,11 @@ class SandboxClient:
                 status = response.status
         except (aiohttp.ClientConnectionError, TimeoutError, OSError) as error:
             raise SandboxUnavailable(f"sandbox at {self.endpoint} unreachable: {error!r}") from error
+        self._raise_for(method, path, status, body)
+        return status, body
+
+    def _raise_for(self, method: str, path: str, status: int, body: bytes) -> None:
+        """An answer that is not a success, as the error it means."""
         if status == INSTANCE_MISMATCH_STATUS and self.instance is not None:
             raise SandboxReplaced(f"sandbox at {self.endpoint}: {_error_text(body)}", status)
         if status == STOPPING_STATUS:
@@ -131,7 +146,6 @@ class SandboxClient:
                 raise WorkspaceRefused(refusal.error, status, refusal.path or "", refusal.rule or "")
         if status >= 400:
             raise SandboxError(f"sandbox {method} {path} -> {status}: {_error_text(body)}", status)
-        return status, body
 
     async def health(self) -> Health:
         _, body = await self._request("GET", "/healthz", timeout_s=10)
@@ -167,6 +181,48 @@ class SandboxClient:
         _, body = await self._request("GET", f"/v1/files/{quote(path, safe='')}", timeout_s=300)
         return body
 
+    async def download(self, path: str, consume: Callable[[BinaryIO], T], max_bytes: int) -> T:
+        """Stream a workspace file to `consume` (run in a thread, given a file to read to its end,
+        e.g. an artifact store's `put`) in pieces, never holding it whole; its result once the
+        bytes are checked against the sandbox's sha256. A file above `max_bytes`, or one that
+        changed while it was sent, is a SandboxError."""
+        url = yarl.URL(f"{self._base_url}/v1/files/{quote(path, safe='')}", encoded=True)
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=DOWNLOAD_READ_TIMEOUT_S)
+        try:
+            response = await self._client().get(url, timeout=timeout)
+        except (aiohttp.ClientConnectionError, TimeoutError, OSError) as error:
+            raise SandboxUnavailable(f"sandbox at {self.endpoint} unreachable: {error!r}") from error
+        async with response:
+            if response.status >= 400:
+                self._raise_for("GET", f"/v1/files/{path}", response.status, await response.read())
+            size = response.content_length or 0
+            if size > max_bytes:
+                raise SandboxError(
+                    f"{path!r} is {size} bytes, above the largest file taken out of a workspace "
+                    f"({max_bytes} bytes)"
+                )
+            received = _Received(self._piece_reader(response, asyncio.get_running_loop()), size)
+            result = await asyncio.to_thread(consume, cast("BinaryIO", received))
+        expected = response.headers.get(SHA256_HEADER, "")
+        if received.size != size or received.hash.hexdigest() != expected:
+            raise SandboxError(f"{path!r} changed while it was read; read it again")
+        return result
+
+    def _piece_reader(
+        self, response: aiohttp.ClientResponse, loop: asyncio.AbstractEventLoop
+    ) -> Callable[[], bytes]:
+        """The next piece of the body (b"" at its end), for a thread to call: read on the loop."""
+
+        async def piece() -> bytes:
+            try:
+                return await response.content.read(DOWNLOAD_CHUNK_BYTES)
+            except (aiohttp.ClientError, TimeoutError, OSError) as error:
+                raise SandboxUnavailable(
+                    f"sandbox at {self.endpoint}: the download broke: {error!r}"
+                ) from error
+
+        return lambda: asyncio.run_coroutine_threadsafe(piece(), loop).result()
+
     async def manifest(self, paths: list[str]) -> list[DeclaredArtifact]:
         _, body = await self._request("POST", "/v1/manifest", json_body={"paths": paths}, timeout_s=120)
         return _MANIFEST.validate_json(body)
@@ -181,6 +237,46 @@ class SandboxClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+class _Received(io.RawIOBase):
+    """A download as a file read front to back in a thread, hashed and counted as it passes, and
+    never past the size the sandbox declared."""
+
+    def __init__(self, next_piece: Callable[[], bytes], declared: int) -> None:
+        self._next_piece = next_piece
+        self._declared = declared
+        self._buffer = b""
+        self._ended = False
+        self.hash = hashlib.sha256()
+        self.size = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def _fill(self, wanted: int) -> None:
+        while not self._ended and (wanted < 0 or len(self._buffer) < wanted):
+            piece = self._next_piece()
+            if not piece or self.size + len(piece) > self._declared:
+                self._ended = True
+                piece = piece[: self._declared - self.size]
+            self.hash.update(piece)
+            self.size += len(piece)
+            self._buffer += piece
+
+    def read(self, size: int | None = -1) -> bytes:
+        wanted = -1 if size is None else size
+        self._fill(wanted)
+        if wanted < 0:
+            data, self._buffer = self._buffer, b""
+        else:
+            data, self._buffer = self._buffer[:wanted], self._buffer[wanted:]
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
 
 
 def _refusal(body: bytes) -> ErrorBody | None:

@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from belay.journal.tools import DEFAULT_COMMAND_OUTPUT_BYTES, DEFAULT_READ_FILE_BYTES, MAX_CAPTURE_BYTES
+
 NetworkProfile = Literal["none", "allowlist", "internet"]
 
 # Header names of the raw file endpoints.
@@ -29,8 +31,9 @@ REFUSED_STATUS = 422
 # id when set, so the harness's handle and the server name the same instance.
 INSTANCE_ENV = "BELAY_SANDBOX_INSTANCE"
 
-# Captured output above this many bytes per stream is cut, and the result says so.
-MAX_OUTPUT_BYTES = 1024 * 1024
+# Captured output above this many bytes per stream is cut, and the result says so; the harness
+# passes the manifest's cap (`spec.limits.commandOutputBytes`) as `max_output_bytes`.
+MAX_OUTPUT_BYTES = DEFAULT_COMMAND_OUTPUT_BYTES
 # Linux refuses a single exec argument above 128 KiB (MAX_ARG_STRLEN), and `sh -c COMMAND` passes
 # the whole command as one; the sandbox's own wrapper needs room beside it. A longer command is
 # refused with this limit named: a script written with write_file has no such bound.
@@ -54,6 +57,7 @@ class RunCommandArgs(Arguments):
     command: str | list[str]
     timeout_s: int = Field(default=120, ge=1, le=24 * 3600)
     cwd: str | None = None
+    max_output_bytes: int = Field(default=MAX_OUTPUT_BYTES, ge=1, le=MAX_CAPTURE_BYTES)
 
 
 class RunCommandOutput(BaseModel):
@@ -66,10 +70,21 @@ class RunCommandOutput(BaseModel):
 
 class ReadFileArgs(Arguments):
     path: str
+    # A larger file is refused (`TooLargeOutput`), read no further than this: the harness passes the
+    # manifest's cap (`spec.limits.readFileBytes`) and streams the file to the artifact store.
+    max_bytes: int = Field(default=DEFAULT_READ_FILE_BYTES, ge=1, le=MAX_CAPTURE_BYTES)
 
 
 class ReadFileOutput(BaseModel):
     content: str
+
+
+class TooLargeOutput(BaseModel):
+    """The output of a read_file refused for its size (`ok: false`)."""
+
+    path: str
+    size: int  # bytes, as far as they were counted
+    cap: int
 
 
 class WriteFileArgs(Arguments):

@@ -53,6 +53,10 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     arguments = sys.argv[1:] if argv is None else argv
     options = parse_arguments(arguments)
+    # A sandbox is a machine of its own: what its commands create has the usual modes, whatever
+    # the umask of the harness that started it (`belay` keeps 077 for its home). The workspace is
+    # still private: its directory is its owner's alone, inside the home (docs/security.md).
+    os.umask(0o022)
     # Every process a command starts stays a descendant of the server, however it detaches, so
     # the server takes them all with it when it stops.
     lifetime.become_subreaper()

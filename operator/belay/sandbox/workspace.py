@@ -21,6 +21,8 @@ DEFAULT_FILE_MODE = 0o644
 # The largest file the harness takes out of (or puts into) a workspace: the sandbox's limit on one
 # file put, so whatever a checkpoint records can be restored.
 MAX_FILE_BYTES = 1024 * 1024 * 1024
+# How much of a file is held at once while it is hashed or streamed.
+CHUNK_BYTES = 1024 * 1024
 
 
 class WorkspaceRefusal(UnsafePath):
@@ -79,11 +81,53 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def read_bytes(root: Path, name: str) -> bytes:
+class TooLarge(ValueError):
+    """A file above what the reader may take; never read past the cap."""
+
+    def __init__(self, name: str, size: int, cap: int) -> None:
+        super().__init__(f"{name!r} is {size} bytes, above the read_file cap of {cap} bytes")
+        self.name = name
+        self.size = size
+        self.cap = cap
+
+
+def open_file(root: Path, name: str) -> tuple[IO[bytes], int]:
+    """A workspace file opened for reading, and its size when it was opened."""
     path = resolve_in_workspace(root, name)
     if not path.is_file():
         raise FileNotFoundError(f"no file {name!r} in the workspace")
-    return path.read_bytes()
+    handle = open(path, "rb")  # noqa: SIM115 (the caller closes it)
+    return handle, os.fstat(handle.fileno()).st_size
+
+
+def read_bytes(root: Path, name: str, cap: int) -> bytes:
+    """The file's bytes, at most `cap` of them: a larger file (or one that grows past it while it
+    is read) is TooLarge, and no more than `cap + 1` bytes are ever held."""
+    handle, size = open_file(root, name)
+    with handle:
+        if size > cap:
+            raise TooLarge(name, size, cap)
+        data = handle.read(cap + 1)
+    if len(data) > cap:
+        raise TooLarge(name, len(data), cap)
+    return data
+
+
+def hashed_file(root: Path, name: str) -> tuple[IO[bytes], int, str]:
+    """A workspace file opened, its size and the sha256 of that many bytes, positioned at its
+    start: what a download streams (a file that changes meanwhile fails the reader's hash check;
+    one that grows is sent as it was when opened)."""
+    handle, size = open_file(root, name)
+    try:
+        hasher, remaining = hashlib.sha256(), size
+        while remaining > 0 and (chunk := handle.read(min(CHUNK_BYTES, remaining))):
+            hasher.update(chunk)
+            remaining -= len(chunk)
+        handle.seek(0)
+    except BaseException:
+        handle.close()
+        raise
+    return handle, size - remaining, hasher.hexdigest()
 
 
 def write_atomically(root: Path, name: str, data: bytes | IO[bytes], mode: int | None = None) -> Path:

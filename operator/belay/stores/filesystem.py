@@ -4,6 +4,11 @@ Layout: `root/blobs/ab/abcdef…` (the sha256 of the bytes, fanned out by its fi
 `root/tmp/` for writes in progress. A blob is written to tmp, fsynced, then renamed into place, so a
 reader (or a crash) never sees half a blob under its address. Every read re-hashes the bytes.
 
+The store is its owner's alone, whatever the umask: directories 0700, writes in progress 0600,
+blobs 0400 (read-only: a blob never changes under its address). Storing bytes that are there
+already touches the blob's modification time, so a collector that spares what was written since
+it started (`belay.local.garbage`) spares a blob a writer is about to name.
+
 `materialize` is the backend-independent `belay.stores.materialize.materialize_from`.
 """
 
@@ -59,8 +64,8 @@ class FilesystemArtifactStore:
         self.root = Path(root).absolute()
         self._blobs = self.root / "blobs"
         self._tmp = self.root / "tmp"
-        self._blobs.mkdir(parents=True, exist_ok=True)
-        self._tmp.mkdir(parents=True, exist_ok=True)
+        for directory in (self.root, self._blobs, self._tmp):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def blob_path(self, sha256: str) -> Path:
         check_address(sha256)
@@ -74,7 +79,7 @@ class FilesystemArtifactStore:
         size = 0
         tmp = self._tmp / f"{uuid.uuid4().hex}.partial"
         try:
-            with open(tmp, "xb") as out:
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
                 for chunk in _chunks(source):
                     hasher.update(chunk)
                     size += len(chunk)
@@ -85,10 +90,12 @@ class FilesystemArtifactStore:
             final = self.blob_path(sha256)
             if final.exists() and self._verifies(final, sha256):
                 tmp.unlink()  # already stored: content addressing deduplicates
+                with contextlib.suppress(OSError):
+                    os.utime(final)  # stored again now, as far as a collector can tell
             else:
                 # Absent, or present but damaged: the fresh copy takes its place.
-                final.parent.mkdir(exist_ok=True)
-                os.chmod(tmp, 0o444)
+                final.parent.mkdir(mode=0o700, exist_ok=True)
+                os.chmod(tmp, 0o400)
                 os.replace(tmp, final)
                 _fsync_directory(final.parent)
         finally:

@@ -1,4 +1,5 @@
-"""Which blobs a deleted session takes with it: a pure function of the records.
+"""Which blobs a deleted session takes with it, and which blobs any records still name (`named_blobs`,
+what `belay gc` keeps): pure functions of the records.
 
 Artifacts are content-addressed and shared. Two sessions that stored the same bytes hold one blob,
 and a fork's copied history refers to its source's blobs, so deleting a session's artifacts may
@@ -16,8 +17,10 @@ A verification's `output_sha256` is a hash of its output, never stored as a blob
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from belay.journal.events import (
     ARTIFACT_ARGUMENT,
@@ -28,6 +31,7 @@ from belay.journal.events import (
     DerivedFrom,
     Event,
     Note,
+    StateSnapshot,
     ToolRequest,
     ToolResult,
 )
@@ -106,3 +110,53 @@ def blobs_only_of(
     for refs in others:
         theirs |= expanded(refs, manifest_entries)
     return frozenset(mine - theirs)
+
+
+# --------------------------------------------------------------------------------------------------
+# Everything a record names, for a collector that must never remove what it still needs
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class Named:
+    """Every sha256 some records name, anywhere in any event (a superset of the blobs they refer
+    to: a verification's output hash, an approval's payload hash, a hash quoted in a text are
+    named too). `documents`: the named blobs that name further blobs, to be read for those (a
+    manifest's entries; a state snapshot's pages)."""
+
+    blobs: frozenset[str] = frozenset()
+    documents: frozenset[str] = frozenset()
+
+
+def named_blobs(events: Iterable[Event]) -> Named:
+    """What a collector keeps: read from the events, not the fold, because the record keeps naming
+    what the fold has set aside (a superseded artifact, an old snapshot, an invalidated checkpoint)
+    and every view may still read it."""
+    blobs: set[str] = set()
+    documents: set[str] = set()
+    for event in events:
+        payload = event.payload.model_dump(mode="json")
+        _collect(payload, blobs, documents)
+        if isinstance(event.payload, StateSnapshot):
+            documents.add(event.payload.ref.sha256)
+    return Named(frozenset(blobs), frozenset(documents))
+
+
+def hashes_in(text: str) -> set[str]:
+    """Every sha256 written in a text (a document's bytes, decoded)."""
+    return set(_SHA256.findall(text))
+
+
+def _collect(value: Any, blobs: set[str], documents: set[str]) -> None:
+    if isinstance(value, str):
+        blobs.update(_SHA256.findall(value))
+    elif isinstance(value, dict):
+        if value.get("media_type") == MANIFEST_MEDIA_TYPE and isinstance(value.get("sha256"), str):
+            documents.add(value["sha256"])
+        for key, item in value.items():
+            _collect(key, blobs, documents)
+            _collect(item, blobs, documents)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _collect(item, blobs, documents)

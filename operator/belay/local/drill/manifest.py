@@ -9,7 +9,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from belay.api.agentsession import MANAGED_EXECUTORS, SELF_HOSTED_EXECUTORS
+from belay.api.agentsession import MANAGED_EXECUTORS, SELF_HOSTED_EXECUTORS, is_workspace_relative
 from belay.harness.attempt import HARNESS_VERSION
 
 DEFAULT_MANIFEST = Path(__file__).resolve().parents[4] / "examples" / "parser-fix" / "session.yaml"
@@ -48,7 +48,11 @@ def manifest_for(manifest: Mapping[str, Any], source: Path, executor: str) -> di
         spec["executor"]["plan"] = plan
     for sub in spec["subagents"]:
         for item in sub.get("inputs", []):
-            item["source"] = str((source.parent / item["source"]).resolve())
+            # Absolute from here on, which the manifest allows only of a host path: a source beside
+            # the manifest is one now; one the manifest did not mark and that leaves its directory
+            # stays unmarked, and is refused.
+            marked = bool(item.get("hostPath")) or is_workspace_relative(str(item["source"]))
+            item["source"], item["hostPath"] = str((source.parent / item["source"]).resolve()), marked
     return copy
 
 

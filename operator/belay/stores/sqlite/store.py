@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -93,6 +94,13 @@ INLINE_READ_EVENTS = 64
 T = TypeVar("T")
 
 
+def create_private(path: Path) -> None:
+    """A new record file only its owner may read, whatever the umask: SQLite gives its WAL and
+    shared-memory files the mode of the database file."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
 class SqliteEventStore:
     """`EventStore` on a local SQLite file. Safe for many writers in one process and across processes.
 
@@ -132,6 +140,7 @@ class SqliteEventStore:
             self._source = read_source(self.path)
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            create_private(self.path)
             self._create_schema()
             self._writer = GroupCommitWriter(
                 self._open_connection,
