@@ -94,6 +94,8 @@ class ToolRuntime:
     recovery: Recovery
     tickets: TicketClient | None = None
     poll_interval_s: float = 0.05
+    # Someone starts the child sessions this attempt records (HarnessToolContext.children_followed).
+    children_followed: bool = False
     redactor: Redactor = field(default_factory=Redactor.from_environment)
     fenced: bool = field(default_factory=lambda: os.environ.get(FENCE_ENV) != "off")
     in_flight: InFlight = field(default_factory=InFlight)

@@ -363,6 +363,7 @@ class SessionLinkRecord(Record):
     operation_id: str = ""
     goal: str = ""
     plan: str = ""
+    deliverable: str = ""  # what the child owes
     seq: int
     phase: str = ""  # a child that ended: how
     deliverables: tuple[tuple[str, str], ...] = ()  # an ended child's (name, sha256)
