@@ -205,3 +205,39 @@ def test_a_killed_child_is_interrupted_while_the_others_move_and_its_resume_repe
     view = objective(home, "trio")
     assert view["done"] is True, view
     assert sorted(rows(view)["trio"]["deliverables"]) == sorted(f"{n}/{n}.md" for n in CHILDREN)
+
+
+def test_an_amend_of_the_coordinators_request_reopens_exactly_the_child_whose_part_changed(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    ran = run_belay(home, "run", "--quiet", str(RELEASE_NOTES))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    docs_before = read_events(home, "notes-docs")
+
+    new_part = "the parser fix, with its regression test"
+    amended = run_belay(home, "amend", "release-notes", "--part", f"parser={new_part}")
+    assert amended.returncode == 0, amended.stderr
+    assert "child sessions reopened: notes-parser (part parser); the other children stand" in amended.stdout
+    shown = rows(objective(home, "release-notes"))
+    assert shown["notes-docs"]["bucket"] == "succeeded", shown["notes-docs"]
+    assert shown["notes-parser"]["bucket"] != "succeeded" and shown["notes-parser"]["deliverables"] == []
+    [change] = [e.payload for e in read_events(home, "notes-parser") if e.type == "scope_change"]
+    assert change.changed_parts == {"parser": new_part}, change
+
+    resumed = run_belay(home, "resume", "--quiet", "release-notes")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert read_events(home, "notes-docs") == docs_before  # it stood: not a single event more
+    parser = read_events(home, "notes-parser")
+    rounds = [
+        e
+        for e in parser
+        if e.type == "task" and e.payload.task_id == "writer/write" and e.payload.status == "verified"
+    ]
+    assert len(rounds) == 2, rounds  # its step, done again for the changed part
+    view = objective(home, "release-notes")
+    assert view["done"] is True, view
+    assert sorted(rows(view)["release-notes"]["deliverables"]) == [
+        "notes-docs/docs.md",
+        "notes-parser/parser.md",
+    ]

@@ -14,6 +14,8 @@ from __future__ import annotations
 import copy
 import posixpath
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from belay.journal.events import (
@@ -21,6 +23,7 @@ from belay.journal.events import (
     CHILD_WAIT_PREFIX,
     Artifact,
     Payload,
+    ScopeChange,
     SessionLink,
     SessionLinkKind,
     Wait,
@@ -54,15 +57,30 @@ def child_labels(parent: str, parent_labels: dict[str, str], link: SessionLinkRe
     return {k: v for k, v in labels.items() if v}
 
 
+def child_parts(parent_parts: Mapping[str, str], link: SessionLinkRecord) -> dict[str, str]:
+    """The child's request parts: the coordinator's part of the same name, when it has one. A
+    change of that part in the coordinator's request is a change of the child's (`reopened`)."""
+    return {link.part: parent_parts[link.part]} if link.part in parent_parts else {}
+
+
 def child_spec(
-    parent_spec: dict[str, Any], link: SessionLinkRecord, plan_base: str | None = None
+    parent_spec: dict[str, Any],
+    link: SessionLinkRecord,
+    plan_base: str | None = None,
+    parent_parts: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The child's spec (API spelling): the coordinator's, with the child's request, its plan (a
-    relative plan is read from `plan_base`, by default the directory of the coordinator's plan)
-    and the deliverable it owes, declared on its first subagent so that the child completes only
-    once it is published."""
+    """The child's spec (API spelling): the coordinator's, with the child's request (its goal and
+    its part of the coordinator's request as it stands, `parent_parts`, by default the spec's), its
+    plan (a relative plan is read from `plan_base`, by default the directory of the coordinator's
+    plan) and the deliverable it owes, declared on its first subagent so that the child completes
+    only once it is published."""
     spec = copy.deepcopy(parent_spec)
+    if parent_parts is None:
+        parent_parts = spec.get("request", {}).get("parts") or {}
     spec["request"] = {"goal": link.goal}
+    parts = child_parts(parent_parts, link)
+    if parts:
+        spec["request"]["parts"] = parts
     if link.plan:
         base = (
             plan_base if plan_base is not None else posixpath.dirname(str(spec["executor"].get("plan") or ""))
@@ -127,15 +145,15 @@ def child_ended(state: SessionState, child: str, child_state: SessionState) -> l
 
 
 def child_wait_ended(state: SessionState, child: str) -> tuple[int, list[Payload]] | None:
-    """A wait the coordinator opened on a child that had already ended: (the seq it was opened
-    at, the events that end it), or None."""
+    """A wait the coordinator opened on a child that had already ended: (the seq it was last
+    opened at, the events that end it), or None."""
     link = state.children.get(child)
     if link is None or not link.phase:
         return None
     payloads = wait_ended(state, child, link.phase)
     if not payloads:
         return None
-    return state.waits[f"{CHILD_WAIT_PREFIX}{child}"].opened_seq, payloads
+    return state.waits[f"{CHILD_WAIT_PREFIX}{child}"].last_seq, payloads
 
 
 def wait_ended(state: SessionState, child: str, phase: str) -> list[Payload]:
@@ -151,3 +169,45 @@ def wait_ended(state: SessionState, child: str, phase: str) -> list[Payload]:
             condition=f"{CHILD_CONDITION_PREFIX}{child}",
         )
     ]
+
+
+@dataclass(frozen=True)
+class Reopening:
+    """A child whose part a scope change of the coordinator's request changed: the scope change
+    recorded in the child's record, and the link recorded in the coordinator's."""
+
+    child: str
+    change: ScopeChange
+    link: SessionLink
+
+
+def reopened(
+    parent: str,
+    state: SessionState,
+    change: ScopeChange,
+    children: Mapping[str, SessionState],
+    by: str,
+) -> list[Reopening]:
+    """Exactly the children whose part `change` (request version N+1 of the coordinator `parent`,
+    folded in `state`) changed or removed; `children` holds each child's folded record. A child
+    whose request already says so (a second pass) is not reopened again."""
+    touched = set(change.changed_parts) | set(change.removed_parts)
+    found = []
+    for name, link in sorted(state.children.items()):
+        child = children.get(name)
+        if link.part not in touched or child is None or not child.request.version:
+            continue
+        wanted = child_parts(state.request.parts, link)
+        if dict(child.request.parts) == wanted:
+            continue
+        removed = tuple(p for p in child.request.parts if p not in wanted)
+        scope = ScopeChange(
+            request_version=child.request.version + 1,
+            summary=f"{link.part} changed in request v{change.request_version} of {parent}",
+            changed_parts={k: v for k, v in wanted.items() if child.request.parts.get(k) != v},
+            removed_parts=removed,
+            by=by,
+        )
+        again = SessionLink(kind=SessionLinkKind.CHILD, session=name, part=link.part, reopened=True)
+        found.append(Reopening(name, scope, again))
+    return found

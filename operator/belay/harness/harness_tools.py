@@ -356,7 +356,11 @@ async def start_session(
     else:
         known = (await runtime.attempt.state()).children.get(name)
         if known is not None and known.operation_id not in ("", request.operation_id):
-            error = f"a child session {name!r} was already started (by {known.operation_id})"
+            if (known.part, known.goal, known.deliverable) != (part, goal, deliverable):
+                error = f"a child session {name!r} was already started (by {known.operation_id})"
+            else:  # the same child, asked again in the step's next round: it stands as it is
+                output = {"session": name, "part": part, "started_by": known.operation_id}
+                return [ToolResult(operation_id=request.operation_id, ok=True, output=output)]
     if error:
         return [ToolResult(operation_id=request.operation_id, ok=False, error=error)]
     link = SessionLink(
@@ -395,6 +399,10 @@ async def await_session(
             reason=f"child session {name} ({link.part}) runs",
             condition=f"{CHILD_CONDITION_PREFIX}{name}",
         )
+        opened = state.waits.get(wait.wait_id)
+        if opened is not None and opened.resolved:
+            # The child was reopened (its part changed) after an earlier wait on it ended.
+            await runtime.attempt.record([wait], subagent=sub.name)
         await _wait(runtime, sub, request, wait)
         link = (await runtime.attempt.state()).children[name]
     deliverables = {f"{name}/{n}": sha for n, sha in link.deliverables}

@@ -31,20 +31,23 @@ from pathlib import Path
 from belay.api.agentsession import AgentSession, ManifestError, parse_manifest
 from belay.harness.children import (
     PART_ANNOTATION,
+    Reopening,
     child_ended,
     child_labels,
     child_spec,
     child_wait_ended,
     parent_link,
+    reopened,
 )
-from belay.journal.events import Actor, EventDraft, Payload, SessionLink, SessionLinkKind
+from belay.journal.claims import scope_claim
+from belay.journal.events import Actor, EventDraft, Payload, ScopeChange, SessionLink, SessionLinkKind
 from belay.journal.phase import Phase
 from belay.journal.state import EMPTY, SessionLinkRecord, SessionState, fold
 from belay.lifetime import die_with_parent
 from belay.local.cli_process import belay_command, belay_environment
 from belay.local.liveness import holder_alive
 from belay.local.runtime import LocalHome, load_installed, prepare_parsed, write_installation
-from belay.stores.base import ArtifactStore, EventStore
+from belay.stores.base import ArtifactStore, ClaimTaken, EventStore
 from belay.views.fleet.model import PARENT_LABEL
 
 log = logging.getLogger("belay.local")
@@ -64,6 +67,7 @@ class LocalChildren:
     state: SessionState = EMPTY
     child_states: dict[str, SessionState] = field(default_factory=dict)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    started_round: dict[str, int] = field(default_factory=dict)  # by child: the round it was started for
     _task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -107,7 +111,7 @@ class LocalChildren:
         """One pass: every child the coordinator's record started installed, told its parent,
         running, and its end recorded once it ended."""
         for process in self.processes.values():
-            process.poll()  # an ended child is reaped
+            process.poll()  # an ended child is reaped; its round's end is in its record
         fresh = await self.store.read(self.parent_id, from_seq=self.state.last_seq + 1)
         self.state = fold(fresh, self.state)
         for name, link in sorted(self.state.children.items()):
@@ -128,9 +132,10 @@ class LocalChildren:
                 await self._record(name, f"parent/{self.parent_id}", [told])
             payloads = child_ended(self.state, name, child)
             if payloads is not None:
-                await self._record(self.parent_id, f"child-ended/{name}", payloads)
-            elif name not in self.processes and not await self._running(name):
+                await self._record(self.parent_id, f"child-ended/{name}/{link.round}", payloads)
+            elif self.started_round.get(name) != link.round and not await self._running(name):
                 self._start(name)
+                self.started_round[name] = link.round
 
     def _install(self, link: SessionLinkRecord) -> str:
         """The child's entry in the home, written once; why it cannot be ('' when it is)."""
@@ -152,7 +157,9 @@ class LocalChildren:
                 "labels": child_labels(self.parent_id, dict(self.parent.metadata.labels), link),
                 "annotations": {PART_ANNOTATION: link.part},
             },
-            "spec": child_spec(parent["spec"], link, plan_base=str(self._plan_base())),
+            "spec": child_spec(
+                parent["spec"], link, plan_base=str(self._plan_base()), parent_parts=self.state.request.parts
+            ),
         }
         where = f"child session {name} of {self.parent_id}"
         try:
@@ -210,3 +217,37 @@ class LocalChildren:
             [EventDraft(payload=p, actor=RUNTIME) for p in payloads],
             idempotency_key=f"children/{self.parent_id}/{key}",
         )
+
+
+async def reopen_children(home: LocalHome, parent: str, by: str) -> list[Reopening]:
+    """After `belay amend` of a coordinator: exactly the children whose part the latest scope
+    change changed, reopened (the change of their part recorded in each one's record, under the
+    claim of its next request version, and the link reopened in the coordinator's record). The
+    next attempt of the coordinator (or the one running) starts them again; the others stand."""
+    from belay.journal.snapshots import load_state
+
+    store = home.open_event_store()
+    artifacts = home.open_artifact_store()
+    try:
+        state = (await load_state(store, artifacts, parent)).state
+        latest = await store.latest(parent, ScopeChange.EVENT_TYPE)
+        if latest is None or not isinstance(latest.payload, ScopeChange):
+            return []
+        children = {name: (await load_state(store, artifacts, name)).state for name in state.children}
+        found = reopened(parent, state, latest.payload, children, by)
+        for reopening in found:
+            version = reopening.change.request_version
+            with contextlib.suppress(ClaimTaken):  # someone amended the child first: theirs stands
+                await store.append(
+                    reopening.child,
+                    [EventDraft(payload=reopening.change, actor=Actor(kind="user", name=by))],
+                    claim=scope_claim(version),
+                )
+            await store.append(
+                parent,
+                [EventDraft(payload=reopening.link, actor=RUNTIME)],
+                idempotency_key=f"children/{parent}/reopen/{reopening.child}/v{state.request.version}",
+            )
+        return found
+    finally:
+        await store.close()

@@ -253,7 +253,11 @@ def on_session_link(s: SessionState, e: SessionLinkEvent) -> Updates:
         "seq": known.seq if known else e.seq,
         "phase": p.phase or (known.phase if known else ""),
         "deliverables": tuple(sorted(p.deliverables.items())) or (known.deliverables if known else ()),
+        "round": known.round if known else 1,
     }
+    if p.reopened and known is not None:
+        # Its part changed: how it ended no longer stands, and it runs its next round.
+        fields.update(phase="", deliverables=(), round=known.round + 1)
     return {"children": s.children.set(p.session, new_record(SessionLinkRecord, **fields))}
 
 
