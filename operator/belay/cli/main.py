@@ -69,6 +69,7 @@ from belay.journal.events import (
     event_line as event_json,
 )
 from belay.journal.state.repeats import REPEATED_FAILURE, repeated_failure, repeated_failure_text
+from belay.local.children import reopen_children
 from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, drill_executor, handover_refusal, run_drill
 from belay.local.fleet import LocalFleet, without_clock
 from belay.local.garbage import collect, shown_size
@@ -536,8 +537,12 @@ def amend(
     )
     drafts = [EventDraft(payload=scope_change, actor=Actor(kind="user", name=by))]
     append_decision(session_id, drafts, scope_claim(version))
+    children = asyncio.run(reopen_children(home_of(session_id), session_id, by))
     recorded = briefing(known_state(session_id)).scope_changes[-1]
     lines = [f"recorded request v{version} of {session_id} ({', '.join(change.touched)} changed, by {by})"]
+    if children:
+        reopened = ", ".join(f"{r.child} (part {r.link.part})" for r in children)
+        lines.append(f"child sessions reopened: {reopened}; the other children stand")
     if recorded.invalid_steps or recorded.invalid_outputs:
         more = f" and {recorded.invalid_steps_omitted:,} more" if recorded.invalid_steps_omitted else ""
         lines.append("to redo: " + (", ".join(v.step for v in recorded.invalid_steps) or "nothing") + more)

@@ -13,6 +13,7 @@ from belay.cli.terminal import fail
 from belay.harness.attempt import HarnessResult
 from belay.harness.stopping import StopRequest
 from belay.journal.events import Event
+from belay.local.children import LocalChildren
 from belay.local.garbage import collect
 from belay.local.runtime import HomeError, load_installed, run_local
 from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, RecordCorrupt, StoreError
@@ -52,6 +53,7 @@ def run_session(
             on_event=None if quiet else print_progress,
             with_ticket_service=with_ticket_service,
             stop=stop,
+            children=LocalChildren.follower(home, say=None if quiet else say),
         )
 
     try:
@@ -82,6 +84,10 @@ def run_session(
         print_brief(session_id, "text")
     if not result.completed:
         raise fail(f"session {session_id} did not complete: {result.detail}")
+
+
+def say(line: str) -> None:
+    console.print(f"belay: {line}", highlight=False, markup=False)
 
 
 def tell_stopping(stop: StopRequest, first: bool) -> None:

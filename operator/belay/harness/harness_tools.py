@@ -15,7 +15,13 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from belay.api.agentsession import SESSION_NAME_PATTERN, SubagentSpec, check_deliverable_name
+from belay.api.agentsession import (
+    DELIVERABLE_MESSAGE,
+    SESSION_NAME_PATTERN,
+    SubagentSpec,
+    check_deliverable_name,
+    is_plain_file_name,
+)
 from belay.harness.attempt import Attempt
 from belay.harness.bounded import store_file
 from belay.harness.checkpoints import (
@@ -66,6 +72,9 @@ class HarnessToolContext(Protocol):
     recovery: Recovery
     tickets: TicketClient | None
     poll_interval_s: float
+    # Someone starts the child sessions this attempt records (`belay.local.children` beside a
+    # local attempt); in a cluster the operator always does.
+    children_followed: bool
 
     @property
     def session_id(self) -> str: ...
@@ -332,23 +341,31 @@ async def _wait(
 async def start_session(
     runtime: HarnessToolContext, sub: SubagentSpec, request: ToolRequest
 ) -> list[Payload]:
-    """Record the child session this one starts for one part of its objective; in a cluster the
-    operator creates it from that record and brings its deliverables back when it ends."""
+    """Record the child session this one starts for one part of its objective; whoever starts the
+    children (the operator in a cluster, the embedded runtime on one machine) creates it from that
+    record and brings its deliverables back when it ends (`belay.harness.children`)."""
     args = request.arguments
     name, part, goal = str(args["name"]), str(args["part"]), str(args["goal"])
+    deliverable = str(args.get("deliverable") or "")
     error = ""
     if not re.fullmatch(SESSION_NAME_PATTERN, name) or name == runtime.session_id:
         error = f"{name!r} cannot name a child session: a DNS label other than this session's name"
-    elif not runtime.in_cluster:
-        # Locally nobody would create it, and the coordinator would wait forever.
+    elif deliverable and not is_plain_file_name(deliverable):
+        error = f"deliverable {deliverable!r}: {DELIVERABLE_MESSAGE}"
+    elif not (runtime.in_cluster or runtime.children_followed):
+        # Nobody would create it, and the coordinator would wait forever.
         error = (
-            "start_session needs the operator, which creates the child session: it runs in a cluster; "
-            "locally, run each part as a session of its own with the label belay.dev/objective"
+            "start_session needs someone to start the child session: the operator in a cluster, or "
+            "`belay run` / `belay resume` on one machine"
         )
     else:
         known = (await runtime.attempt.state()).children.get(name)
         if known is not None and known.operation_id not in ("", request.operation_id):
-            error = f"a child session {name!r} was already started (by {known.operation_id})"
+            if (known.part, known.goal, known.deliverable) != (part, goal, deliverable):
+                error = f"a child session {name!r} was already started (by {known.operation_id})"
+            else:  # the same child, asked again in the step's next round: it stands as it is
+                output = {"session": name, "part": part, "started_by": known.operation_id}
+                return [ToolResult(operation_id=request.operation_id, ok=True, output=output)]
     if error:
         return [ToolResult(operation_id=request.operation_id, ok=False, error=error)]
     link = SessionLink(
@@ -357,12 +374,11 @@ async def start_session(
         part=part,
         goal=goal,
         plan=str(args.get("plan") or ""),
+        deliverable=deliverable,
         operation_id=request.operation_id,
     )
-    return [
-        link,
-        ToolResult(operation_id=request.operation_id, ok=True, output={"session": name, "part": part}),
-    ]
+    output = {"session": name, "part": part, **({"deliverable": deliverable} if deliverable else {})}
+    return [link, ToolResult(operation_id=request.operation_id, ok=True, output=output)]
 
 
 async def await_session(
@@ -388,19 +404,18 @@ async def await_session(
             reason=f"child session {name} ({link.part}) runs",
             condition=f"{CHILD_CONDITION_PREFIX}{name}",
         )
+        opened = state.waits.get(wait.wait_id)
+        if opened is not None and opened.resolved:
+            # The child was reopened (its part changed) after an earlier wait on it ended.
+            await runtime.attempt.record([wait], subagent=sub.name)
         await _wait(runtime, sub, request, wait)
         link = (await runtime.attempt.state()).children[name]
     deliverables = {f"{name}/{n}": sha for n, sha in link.deliverables}
     output = {"session": name, "phase": link.phase, "deliverables": deliverables}
-    ok = link.phase == "Succeeded"
-    return [
-        ToolResult(
-            operation_id=request.operation_id,
-            ok=ok,
-            output=output,
-            error=None if ok else f"child session {name} ended {link.phase}",
-        )
-    ]
+    error = None if link.phase == "Succeeded" else f"child session {name} ended {link.phase}"
+    if error is None and link.deliverable and link.deliverable not in dict(link.deliverables):
+        error = f"child session {name} ended without its deliverable {link.deliverable}"
+    return [ToolResult(operation_id=request.operation_id, ok=error is None, output=output, error=error)]
 
 
 async def create_ticket(

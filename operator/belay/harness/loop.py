@@ -78,6 +78,8 @@ class Harness:
     model_id: str = ""
     runtime_image: str = "local"
     poll_interval_s: float = 0.05
+    # Someone starts the child sessions this attempt records (`belay.local.children`, locally).
+    children_followed: bool = False
     on_event: Any = None  # Callable[[Event], None]: every event this attempt records, as recorded
     # Set by a signal handler to stop the attempt cleanly (belay.harness.stopping); None: never.
     stop: StopRequest | None = None
@@ -110,6 +112,7 @@ class Harness:
             tickets=self.tickets,
             effect_key=self.effect_key,
             poll_interval_s=self.poll_interval_s,
+            children_followed=self.children_followed,
             in_flight=InFlight(self.stop),
         )
 

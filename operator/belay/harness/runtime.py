@@ -100,6 +100,8 @@ class ToolRuntime:
     # The key of the marks on external effects' references, held outside every sandbox.
     effect_key: bytes = b""
     poll_interval_s: float = 0.05
+    # Someone starts the child sessions this attempt records (HarnessToolContext.children_followed).
+    children_followed: bool = False
     redactor: Redactor = field(default_factory=Redactor.from_environment)
     fenced: bool = field(default_factory=lambda: os.environ.get(FENCE_ENV) != "off")
     in_flight: InFlight = field(default_factory=InFlight)

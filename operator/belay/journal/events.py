@@ -409,8 +409,12 @@ class SessionLink(Payload):
     operation_id: str = ""  # the parent's start_session operation
     goal: str = ""  # what the child is asked (its request), for whoever starts it
     plan: str = ""  # a scripted child's plan file
+    deliverable: str = ""  # what the child owes: it completes only once it is published
     phase: str = ""  # for a child that ended: Succeeded or Failed
     deliverables: dict[str, str] = Field(default_factory=dict)  # an ended child's: name -> sha256
+    # The child's part changed in the parent's request: it runs again (its next round), and how it
+    # ended before, with what, no longer stands.
+    reopened: bool = False
 
 
 class ExecutorChange(Payload):

@@ -133,14 +133,15 @@ TOOLS: dict[str, ToolSpec] = {
             "start_session",
             EffectClass.IDEMPOTENT,
             "harness",
-            "Start a child session for one part of this session's objective (in a cluster, the operator "
-            "creates it); its deliverables come back as this session's artifacts. Wait for it with "
-            "await_session.",
+            "Start a child session for one part of this session's objective (the operator in a "
+            "cluster, the embedded runtime on one machine creates it); its deliverables come back as "
+            "this session's artifacts. Wait for it with await_session.",
             {
                 "name": _string("the child session's name (a DNS label)"),
                 "part": _string("which part of the objective it does"),
                 "goal": _string("what it is asked to do"),
                 "plan": _string("for a scripted child: its plan file"),
+                "deliverable": _string("the deliverable the child owes: it completes once it is published"),
             },
             required=("name", "part", "goal"),
         ),

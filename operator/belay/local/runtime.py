@@ -7,6 +7,8 @@ Home layout (`--home`, `BELAY_HOME`, default `./.belay`):
     <home>/artifacts/                 content-addressed artifact store
     <home>/sessions/<id>/session.yaml the manifest as run (plan path made absolute)
     <home>/sessions/<id>/plan.yaml    the plan as run (scripted, or the local stand-in's)
+    <home>/sessions/<id>/plan-source  where that plan was read from: a child session's plan is
+                                      read next to it (`belay.local.children`)
     <home>/sessions/<id>/sandboxes/   one directory per subagent sandbox (workspaces, logs)
     <home>/sessions/<id>/tickets.json the local ticket service's state
     <home>/sessions/<id>/logs/harness.log  one line per event the harness recorded
@@ -31,7 +33,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
@@ -51,7 +53,7 @@ from belay.harness.effect_marks import EffectKeyError, key_in_file
 from belay.harness.loop import Harness
 from belay.harness.stopping import StopRequest
 from belay.harness.tickets import TicketServiceClient
-from belay.journal.events import Actor, Event, EventDraft, UserInput
+from belay.journal.events import Actor, Event, EventDraft, SessionLink, UserInput
 from belay.journal.state import SessionState
 from belay.local.liveness import GuardedSandboxProvider, this_holder
 from belay.stores.base import ArtifactStore, EventStore, RecordCorrupt
@@ -140,6 +142,9 @@ class LocalHome:
 
     def plan_file(self, session_id: str) -> Path:
         return self.session_dir(session_id) / "plan.yaml"
+
+    def plan_source_file(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / "plan-source"
 
     def sandboxes_dir(self, session_id: str) -> Path:
         return self.session_dir(session_id) / "sandboxes"
@@ -263,14 +268,19 @@ class Installation:
     session: AgentSession
     manifest: dict[str, Any]  # the plan path and input sources made absolute
     plan: bytes | None  # the scripted plan's bytes
+    plan_source: Path | None = None  # where they were read from
 
 
 def prepare_session(home: LocalHome, manifest_path: Path) -> Installation:
     """Everything `belay run` can check before it writes anything: the manifest against the API
     models, then what only this machine can see (the plan file and its contents, the input
     directories) and what the embedded runtime does not do (forkFrom, a Secret for the stores)."""
-    session = load_manifest(manifest_path)
-    where, spec = str(manifest_path), session.spec
+    return prepare_parsed(home, load_manifest(manifest_path), manifest_path.parent, str(manifest_path))
+
+
+def prepare_parsed(home: LocalHome, session: AgentSession, base: Path, where: str) -> Installation:
+    """`prepare_session` of a manifest already parsed, its relative paths read from `base`."""
+    spec = session.spec
     if spec.fork_from is not None:
         raise ManifestError(
             f"{where}: spec.forkFrom: the embedded runtime does not fork sessions; "
@@ -283,20 +293,21 @@ def prepare_session(home: LocalHome, manifest_path: Path) -> Installation:
             "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL for S3)"
         )
     manifest = session.to_manifest()
-    plan = None
+    plan = plan_source = None
     if spec.executor.plan:  # scripted: the plan it follows; managed: what the local stand-in follows
-        plan = _read_plan(manifest_path.parent / spec.executor.plan, session, where)
+        plan_source = (base / spec.executor.plan).absolute()
+        plan = _read_plan(plan_source, session, where)
         manifest["spec"]["executor"]["plan"] = str(home.plan_file(session.session_id))
     for sub_index, sub in enumerate(manifest["spec"]["subagents"]):
         for input_index, item in enumerate(sub.get("inputs", [])):
             field = f"{where}: spec.subagents[{sub_index}].inputs[{input_index}].source"
             if not item.get("hostPath"):
-                _beside_the_manifest(manifest_path.parent / item["source"], manifest_path.parent, field)
-            source = _input_directory(manifest_path.parent / item["source"], field)
+                _beside_the_manifest(base / item["source"], base, field)
+            source = _input_directory(base / item["source"], field)
             # Stored absolute, so the stored manifest names the same directory from anywhere: a
             # host path by now, checked above.
             item["source"], item["hostPath"] = str(source), True
-    return Installation(parse_manifest(manifest, source=where), manifest, plan)
+    return Installation(parse_manifest(manifest, source=where), manifest, plan, plan_source)
 
 
 def _beside_the_manifest(source: Path, manifest_dir: Path, field: str) -> None:
@@ -359,14 +370,23 @@ def install_session(home: LocalHome, manifest_path: Path) -> AgentSession:
                 "metadata.name or another --home"
             )
         return installation.session
+    write_installation(home, installation)
+    return installation.session
+
+
+def write_installation(home: LocalHome, installation: Installation) -> None:
+    """The session's entry in the home: its plan (and where it came from), then its manifest,
+    each written whole, the manifest last (a session exists once its manifest does)."""
+    session_id = installation.session.session_id
     home.create()
     home.session_dir(session_id).mkdir(mode=0o700, parents=True, exist_ok=True)
     if installation.plan is not None:
         _write_atomically(home.plan_file(session_id), installation.plan)
+    if installation.plan_source is not None:
+        _write_atomically(home.plan_source_file(session_id), str(installation.plan_source).encode())
     _write_atomically(
         home.manifest_file(session_id), yaml.safe_dump(installation.manifest, sort_keys=False).encode()
     )
-    return installation.session
 
 
 def _stored_difference(home: LocalHome, installation: Installation) -> str:
@@ -487,6 +507,18 @@ async def record_request(store: EventStore, session: AgentSession) -> None:
     )
 
 
+class Following(Protocol):
+    """What follows an attempt's child sessions (`belay.local.children.LocalChildren`)."""
+
+    def begin(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+# Given the session, its event store and its artifact store: the follower of its children.
+ChildrenFollower = Callable[[AgentSession, EventStore, ArtifactStore], Following]
+
+
 async def run_local(
     home: LocalHome,
     session: AgentSession,
@@ -494,26 +526,34 @@ async def run_local(
     on_event: Callable[[Event], None] | None = None,
     with_ticket_service: bool = True,
     stop: StopRequest | None = None,
+    children: ChildrenFollower | None = None,
 ) -> HarnessResult:
     """One harness attempt in this process, with local sandboxes and the local ticket service;
-    `stop`, set by a signal handler, stops it cleanly (belay.harness.stopping)."""
+    `stop`, set by a signal handler, stops it cleanly (belay.harness.stopping). `children` starts
+    and follows the child sessions its record starts (`belay.local.children.LocalChildren.follower`,
+    which `belay run` passes); without it the attempt's `start_session` is refused."""
     store = home.open_event_store()
     artifacts = home.open_artifact_store()
     service = None
     tickets = None
     home.logs_dir(session.session_id).mkdir(parents=True, exist_ok=True)
     log = (home.logs_dir(session.session_id) / "harness.log").open("a", buffering=1)
+    following = children(session, store, artifacts) if children is not None else None
 
     def record_and_forward(event: Event) -> None:
         who = event.actor.subagent or "-"
         log.write(f"{event.created_at.isoformat()} attempt={event.actor.attempt} {who} {fault_key(event)}\n")
+        if following is not None and isinstance(event.payload, SessionLink):
+            following.begin()  # followed from the first child on, not before
         if on_event is not None:
             on_event(event)
 
     harness: Harness | None = None
     try:
         check_record_present(home, session.session_id, await store.last_seq(session.session_id))
-        session = await on_recorded_executor(store, artifacts, session)
+        session, state = await on_recorded_executor(store, artifacts, session)
+        if following is not None and state.children:
+            following.begin()
         async with provider_endpoint(home, session) as endpoint:
             if with_ticket_service:
                 from belay.local.tickets import TicketService
@@ -539,9 +579,12 @@ async def run_local(
                 model_id=model_id_for(session, endpoint),
                 on_event=record_and_forward,
                 stop=stop,
+                children_followed=following is not None,
             )
             return await harness.run()
     finally:
+        if following is not None:
+            await following.close()
         # Only the newest attempt may clean up: a superseded one must not stop its replacement's
         # sandboxes.
         newest = False
@@ -558,13 +601,14 @@ async def run_local(
 
 async def on_recorded_executor(
     store: EventStore, artifacts: ArtifactStore, session: AgentSession
-) -> AgentSession:
+) -> tuple[AgentSession, SessionState]:
     """The session on the executor its record last moved it to (`belay resume --executor`), else
-    on its manifest's: the record, not the manifest on disk, says which executor runs it."""
+    on its manifest's: the record, not the manifest on disk, says which executor runs it; and the
+    state it was read from."""
     from belay.journal.snapshots import load_state
 
     state = (await load_state(store, artifacts, session.session_id)).state
-    return session.as_recorded(state.executor_changes)
+    return session.as_recorded(state.executor_changes), state
 
 
 @contextlib.asynccontextmanager

@@ -13,10 +13,14 @@ it produced, the record reopens it for its next round: the step is done again un
 ids (`<subagent>.<step>@<round>.<position>` from the second round on), with the first of its
 `variants` whose condition the record meets (the goal now says something, the round was opened by
 a rejection), else with its own actions.
+
+An action may declare `latency_s`: the model call that decides it then takes that long, as a
+hosted model's would, so a plan can stand for a slow model (`bench/bench_children.py`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,9 @@ class ScriptedAction(PlanModel):
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     text: str = ""  # what the model "says" with this call
+    # How long the model call that decides this action takes, in seconds: the scripted model
+    # waits this long before it answers, as a hosted model's round trip would.
+    latency_s: float = Field(default=0.0, ge=0.0, le=600.0)
 
 
 class StepVerification(PlanModel):
@@ -229,16 +236,21 @@ def planned_calls(subagent: str, plan: ScriptedSubagentPlan, state: SessionState
     return calls
 
 
-def texts(subagent: str, plan: ScriptedSubagentPlan, state: SessionState) -> dict[str, str]:
-    """What the model "says" with each call of the current rounds, by operation id."""
-    said = {}
+def actions(subagent: str, plan: ScriptedSubagentPlan, state: SessionState) -> dict[str, ScriptedAction]:
+    """The plan's action behind each call of the current rounds, by operation id."""
+    found = {}
     for step in plan.steps:
         task = state.tasks.get(f"{subagent}/{step.id}")
         round_ = task.round if task is not None else 1
         variant = step.chosen(state, task)
         for position, action in enumerate(variant.actions if variant else step.actions, start=1):
-            said[operation_id(subagent, step.id, str(position), round_)] = action.text
-    return said
+            found[operation_id(subagent, step.id, str(position), round_)] = action
+    return found
+
+
+def texts(subagent: str, plan: ScriptedSubagentPlan, state: SessionState) -> dict[str, str]:
+    """What the model "says" with each call of the current rounds, by operation id."""
+    return {call_id: action.text for call_id, action in actions(subagent, plan, state).items()}
 
 
 def is_settled(
@@ -286,8 +298,11 @@ class ScriptedModel:
         call = next_call(self.subagent, self.plan, state)
         if call is None:
             return ModelTurn(text="Every step of my plan is done.", model_id=self.model_id)
+        action = actions(self.subagent, self.plan, state).get(call.call_id)
+        if action is not None and action.latency_s:
+            await asyncio.sleep(action.latency_s)
         return ModelTurn(
-            text=texts(self.subagent, self.plan, state).get(call.call_id, ""),
+            text=action.text if action is not None else "",
             tool_calls=[call],
             model_id=self.model_id,
             input_tokens=sum(len(m.content) for m in request.messages) // 4,

@@ -379,9 +379,11 @@ class SessionLinkRecord(Record):
     operation_id: str = ""
     goal: str = ""
     plan: str = ""
+    deliverable: str = ""  # what the child owes
     seq: int
     phase: str = ""  # a child that ended: how
     deliverables: tuple[tuple[str, str], ...] = ()  # an ended child's (name, sha256)
+    round: int = 1  # reopened by a change of its part: the round it runs in now
 
 
 class ExecutorChangeRecord(Record):

@@ -249,10 +249,15 @@ def on_session_link(s: SessionState, e: SessionLinkEvent) -> Updates:
         "operation_id": p.operation_id or (known.operation_id if known else ""),
         "goal": p.goal or (known.goal if known else ""),
         "plan": p.plan or (known.plan if known else ""),
+        "deliverable": p.deliverable or (known.deliverable if known else ""),
         "seq": known.seq if known else e.seq,
         "phase": p.phase or (known.phase if known else ""),
         "deliverables": tuple(sorted(p.deliverables.items())) or (known.deliverables if known else ()),
+        "round": known.round if known else 1,
     }
+    if p.reopened and known is not None:
+        # Its part changed: how it ended no longer stands, and it runs its next round.
+        fields.update(phase="", deliverables=(), round=known.round + 1)
     return {"children": s.children.set(p.session, new_record(SessionLinkRecord, **fields))}
 
 
