@@ -9,7 +9,8 @@ every process it started with it when it stops.
   kubelet stand-in's) pass it explicitly.
 - `become_subreaper()` makes orphaned descendants (a command's `setsid` daemon, a double fork)
   the children of this process instead of init's, so `kill_descendants()` finds and kills every
-  one of them: the sandbox server does this when it stops.
+  one of them: the sandbox server does this when it stops. Until then, `reap_adopted()` reaps the
+  orphans that ended, which would otherwise stay zombies and count against its process limit.
 """
 
 from __future__ import annotations
@@ -104,3 +105,22 @@ def kill_descendants(timeout_s: float = 5.0) -> int:
             killed.add(pid)
         time.sleep(0.01)
     return len(killed)
+
+
+def reap_adopted(keep: set[int]) -> int:
+    """Reap every ended child of this process but those in `keep` (the children it waits for
+    itself: reaping one would take its exit status away). Returns how many were reaped."""
+    reaped = 0
+    own = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in keep:
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == "Z" and int(fields[1]) == own:
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(int(entry.name), os.WNOHANG)[0]:
+                    reaped += 1
+    return reaped

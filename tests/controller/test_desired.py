@@ -8,6 +8,7 @@ from belay.controller import names
 from belay.controller.desired import (
     BLOCKED_IPV4,
     ENV_SANDBOX_TOKEN_DIR,
+    EPHEMERAL_HEADROOM_MIB,
     HARNESS_TOKENS_MOUNT,
     TOKEN_KEY,
     TOKEN_MOUNT,
@@ -329,3 +330,34 @@ def test_harness_and_sandbox_pods_get_a_grace_period_above_the_harness_drain() -
     sandbox = pods["parser-fix-sbx-researcher-0"]["spec"]["containers"][0]
     argv = sandbox["command"] + sandbox.get("args", [])
     assert argv[argv.index("--drain-s") + 1] == "45"
+
+
+def test_a_sandbox_pod_carries_the_manifests_resource_walls() -> None:
+    walled = {**subagent("builder"), "resources": {"processes": 64, "memoryMib": 128, "diskMib": 16}}
+    spec = spec_with(subagents=[walled, subagent("researcher")])
+    pods = by_kind(desired_children(REF, spec, SETTINGS, attempt_index=0), "Pod")
+    sandbox = pods["parser-fix-sbx-builder-0"]["spec"]
+    container = sandbox["containers"][0]
+    assert container["resources"]["limits"] == {
+        "cpu": "2000m",
+        "memory": "128Mi",
+        "ephemeral-storage": f"{16 + EPHEMERAL_HEADROOM_MIB}Mi",
+    }
+    volumes = {volume["name"]: volume for volume in sandbox["volumes"]}
+    assert volumes["workspace"]["emptyDir"] == {"sizeLimit": f"{16 + EPHEMERAL_HEADROOM_MIB}Mi"}
+    argv = container["command"]
+    # The server stops a command at each figure, before the kubelet's own walls would lose the pod.
+    for option, value in [
+        ("--max-processes", "64"),
+        ("--max-memory-mib", "128"),
+        ("--max-disk-mib", "16"),
+        ("--max-command-s", "600"),
+        ("--cgroup", "/sys/fs/cgroup"),
+        ("--disk-path", "/tmp"),
+    ]:
+        assert argv[argv.index(option) + 1] == value, option
+    assert "--rlimits" not in argv
+    # A subagent without `resources` gets the defaults.
+    other = pods["parser-fix-sbx-researcher-0"]["spec"]["containers"][0]
+    assert other["resources"]["limits"]["memory"] == "2048Mi"
+    assert other["command"][other["command"].index("--max-processes") + 1] == "1024"

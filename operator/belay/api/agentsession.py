@@ -24,7 +24,6 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     AfterValidator,
-    AliasGenerator,
     AwareDatetime,
     BaseModel,
     BeforeValidator,
@@ -35,11 +34,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonDict
 from pydantic_core import PydanticCustomError
 
+from belay.api.base import ApiModel
 from belay.api.bounded_yaml import describe_yaml_error, load_yaml
+from belay.api.resources import SandboxResources
 from belay.api.status import AgentSessionStatus
 from belay.journal.state.records import ExecutorChangeRecord
 from belay.journal.tools import (
@@ -177,17 +177,6 @@ def check_deliverable_name(name: str) -> str:
 
 def is_workspace_relative(path: str) -> bool:
     return not path.startswith("/") and ".." not in path.split("/")
-
-
-class ApiModel(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=AliasGenerator(validation_alias=to_camel, serialization_alias=to_camel),
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-        # As the apiserver does: "3" is not a number, 3 is not a string.
-        strict=True,
-    )
 
 
 def _no_number(value: Any) -> Any:
@@ -401,6 +390,8 @@ class SubagentSpec(ApiModel):
     declared: list[Annotated[str, Field(min_length=1, max_length=1024)]] = Field(
         default_factory=list, max_length=64
     )
+    # The sandbox's resource walls (belay.api.resources): each has a default.
+    resources: SandboxResources = SandboxResources()
 
     @field_validator("allowlist")
     @classmethod

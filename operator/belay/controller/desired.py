@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from belay.api.agentsession import AgentSessionSpec, SubagentSpec
+from belay.api.resources import MIN_DISK_MIB, MIN_MEMORY_MIB, SandboxResources
 from belay.controller import names
 from belay.controller.settings import EgressTarget, OperatorSettings
 from belay.harness.attempt import FAULT_ENV
 from belay.harness.stopping import DRAIN_ENV, STOP_MARGIN_S
+from belay.sandbox import limits
 from belay.sandbox.egress import METADATA_ADDRESSES
 
 # Ranges a sandbox with `internet` egress still may not reach: the cluster's private networks and
@@ -34,6 +36,8 @@ BLOCKED_IPV6 = ["fc00::/7", "fe80::/10", "fd00:ec2::254/128"]
 
 # A sandbox pod's own token; the harness has every sandbox's, one file per subagent.
 TOKEN_MOUNT = "/var/run/belay/sandbox-token"
+# A sandbox pod's disk beyond its workspace figure: its log and what the kubelet counts besides.
+EPHEMERAL_HEADROOM_MIB = 256
 TOKEN_KEY = "token"
 HARNESS_TOKENS_MOUNT = "/var/run/belay/sandbox-tokens"
 WORKSPACE = "/workspace"
@@ -176,8 +180,10 @@ def _harness_tokens_volume(ref: SessionRef, spec: AgentSessionSpec) -> dict[str,
     return {"name": "sandbox-tokens", "projected": {"sources": sources, "defaultMode": 0o400}}
 
 
-def _scratch(name: str) -> dict[str, Any]:
-    return {"name": name, "emptyDir": {}}
+def _scratch(name: str, size_mib: int | None = None) -> dict[str, Any]:
+    if size_mib is None:
+        return {"name": name, "emptyDir": {}}
+    return {"name": name, "emptyDir": {"sizeLimit": f"{size_mib + EPHEMERAL_HEADROOM_MIB}Mi"}}
 
 
 def _env(values: dict[str, str]) -> list[dict[str, str]]:
@@ -266,7 +272,13 @@ def sandbox_pod(
             subagent.network_profile,
             "--drain-s",
             str(settings.stop_drain_s),
+            # The container's cgroup (the kubelet's memory wall) is the server's to read; no rlimits:
+            # RLIMIT_NPROC counts the uid's processes in every container of the node.
+            *limits.server_arguments(
+                subagent.resources, rlimits=False, cgroups=["/sys/fs/cgroup"], disk_paths=["/tmp"]
+            ),
         ],
+        "resources": container_resources(subagent.resources),
         "ports": [{"name": "http", "containerPort": settings.sandbox_port, "protocol": "TCP"}],
         "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 5},
         "volumeMounts": [
@@ -285,8 +297,31 @@ def sandbox_pod(
             names.LABEL_REPLACEMENT: str(replacement),
         },
         container=container,
-        volumes=[_sandbox_token_volume(ref, subagent.name), _scratch("workspace"), _scratch("tmp")],
+        volumes=[
+            _sandbox_token_volume(ref, subagent.name),
+            _scratch("workspace", subagent.resources.disk_mib),
+            _scratch("tmp", subagent.resources.disk_mib),
+        ],
     )
+
+
+def container_resources(resources: SandboxResources) -> dict[str, Any]:
+    """A sandbox container's limits: the kubelet's walls behind the server's own. Its disk limit
+    leaves room above the workspace figure (the server stops a command at the figure; an eviction
+    at the kubelet's would lose the sandbox). Requests are small, so a default session fits a small
+    node; the limits are what the manifest allows."""
+    return {
+        "limits": {
+            "cpu": f"{resources.cpu_millicores}m",
+            "memory": f"{resources.memory_mib}Mi",
+            "ephemeral-storage": f"{resources.disk_mib + EPHEMERAL_HEADROOM_MIB}Mi",
+        },
+        "requests": {
+            "cpu": "100m",
+            "memory": f"{MIN_MEMORY_MIB}Mi",
+            "ephemeral-storage": f"{MIN_DISK_MIB}Mi",
+        },
+    }
 
 
 def sandbox_service(

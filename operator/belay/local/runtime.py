@@ -258,6 +258,7 @@ class LocalSandboxProvider:
             subagent.network_profile,
             isolation_level=subagent.isolation,
             allowlist=subagent.allowlist,
+            resources=subagent.resources,
         )
 
 

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from belay import lifetime
-from belay.sandbox import isolation, workspace
+from belay.sandbox import isolation, limits, workspace
 from belay.sandbox.protocol import (
     INSTANCE_ENV,
     INSTANCE_HEADER,
@@ -69,6 +70,20 @@ class CommandTooLong(ValueError):
     """run_command was given a command above MAX_COMMAND_BYTES."""
 
 
+class WorkspaceFull(ValueError):
+    """write_file would take the workspace past its disk figure."""
+
+
+class WallReached(Exception):
+    """A command ran into one of the sandbox's resource walls: the call fails with the trip's
+    message, and what the command printed goes with it."""
+
+    def __init__(self, trip: limits.Trip, output: RunCommandOutput) -> None:
+        super().__init__(trip.message)
+        self.trip = trip
+        self.output = output
+
+
 # Failures that are the tool's answer to bad arguments, not a server fault.
 TOOL_ERRORS = (
     UnsafePath,
@@ -77,6 +92,7 @@ TOOL_ERRORS = (
     NotADirectoryError,
     BinaryContent,
     CommandTooLong,
+    WorkspaceFull,
 )
 
 
@@ -149,13 +165,17 @@ class SandboxServer:
         profile: str,
         report: isolation.IsolationReport,
         instance: str | None = None,
+        walls: limits.Walls | None = None,
     ) -> None:
         self.root = root
+        self.walls = walls or limits.Walls(limits.Limits(), root)
         self.instance = instance or uuid.uuid4().hex
         self.token = token
         self.profile = profile
         self.report = report
         self.running_groups: set[int] = set()
+        # Commands being spawned: until each one's pid is known, no ended child is reaped.
+        self.spawning = 0
         # Told to stop: requests already running may finish, new ones are refused.
         self.stopping = False
         self.requests_running = 0
@@ -272,6 +292,14 @@ class SandboxServer:
             return self.tool_response(ToolResponse(ok=False, output=refusal.model_dump(), error=str(error)))
         except TOOL_ERRORS as error:
             return self.tool_response(ToolResponse(ok=False, error=str(error)))
+        except WallReached as reached:
+            return self.tool_response(
+                ToolResponse(
+                    ok=False,
+                    output={**reached.output.model_dump(), "wall": reached.trip.wall},
+                    error=str(reached),
+                )
+            )
         return self.tool_response(ToolResponse(ok=True, output=output.model_dump()))
 
     @staticmethod
@@ -307,6 +335,8 @@ class SandboxServer:
                     400, f"sha256 mismatch for {name!r}: header says {expected}, body is {actual}"
                 )
             body.seek(0)
+            if not await self.walls.admits(size):
+                return refused(workspace.refusal(name, "quota"))
             try:
                 await asyncio.to_thread(workspace.write_atomically, self.root, name, body, mode)
                 entry = await asyncio.to_thread(workspace.describe, self.root, name)
@@ -390,8 +420,30 @@ class SandboxServer:
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         if not argv:
             raise FileNotFoundError("empty command")
+        before = self.walls.reading()
         try:
-            process = await asyncio.create_subprocess_exec(
+            process = await self.spawn(argv, cwd)
+        except (FileNotFoundError, PermissionError) as error:
+            return RunCommandOutput(exit_code=127, stdout="", stderr=str(error))
+        except (BlockingIOError, RuntimeError) as error:
+            if not self.walls.limits.processes:
+                raise
+            # No process (or no thread to wait for one) to be had: the sandbox is at its process
+            # limit, held there by what earlier commands left running.
+            self.stop_every_command()
+            output = RunCommandOutput(exit_code=-1, stdout="", stderr=str(error))
+            raise WallReached(limits.process_trip(self.walls.limits.processes), output) from None
+        self.running_groups.add(process.pid)
+        try:
+            return await self.follow_command(process, arguments.timeout_s, before, arguments.max_output_bytes)
+        finally:
+            self.running_groups.discard(process.pid)
+            self.reap()
+
+    async def spawn(self, argv: list[str], cwd: Path) -> asyncio.subprocess.Process:
+        self.spawning += 1
+        try:
+            return await asyncio.create_subprocess_exec(
                 *self.report.command_prefix,
                 *argv,
                 cwd=cwd,
@@ -401,22 +453,36 @@ class SandboxServer:
                 stderr=asyncio.subprocess.PIPE,
                 # Its own process group, so a timeout (or the server stopping) kills all it started.
                 start_new_session=True,
+                preexec_fn=self.walls.preexec(),
             )
-        except (FileNotFoundError, PermissionError) as error:
-            return RunCommandOutput(exit_code=127, stdout="", stderr=str(error))
-        self.running_groups.add(process.pid)
-        cap = arguments.max_output_bytes
+        finally:
+            self.spawning -= 1
+
+    async def follow_command(
+        self, process: asyncio.subprocess.Process, requested_s: float, before: limits.Reading, cap: int
+    ) -> RunCommandOutput:
+        """Until the command ends, its timeout passes or it trips a wall; what it printed, and the
+        trip (WallReached) when one stopped it."""
         stdout, stderr = CapturedOutput(cap), CapturedOutput(cap)
         readers = asyncio.gather(stdout.read_all(process.stdout), stderr.read_all(process.stderr))
-        timed_out = False
+        timeout_s, timeout_is_the_wall = self.walls.timeout(requested_s)
+        exited = asyncio.ensure_future(wait_for_exit(process))
+        watch = asyncio.ensure_future(self.walls.watch(before))
         try:
-            await asyncio.wait_for(wait_for_exit(process), arguments.timeout_s)
-        except TimeoutError:
-            timed_out = True
-            self.kill_group(process.pid)
-            await wait_for_exit(process)
+            await asyncio.wait({exited, watch}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            self.running_groups.discard(process.pid)
+            watch.cancel()
+        trip = watch.result() if watch.done() and not watch.cancelled() else None
+        timed_out = not exited.done() and trip is None
+        if not exited.done():
+            self.kill_group(process.pid)
+        await exited
+        if trip is None and not timed_out:
+            trip = await self.walls.after(before)
+        if trip is not None and trip.wall == "processes":
+            self.stop_every_command()
+        if timed_out and timeout_is_the_wall:
+            trip = limits.time_trip(int(timeout_s))
         notes = []
         output_cut = False
         try:
@@ -425,21 +491,30 @@ class SandboxServer:
             # A process it left running in the background still holds the pipes: keep what was read.
             output_cut = True
             notes.append("[belay] output cut: a background process still holds stdout/stderr")
-        if timed_out:
-            notes.append(f"[belay] command timed out after {arguments.timeout_s}s and was killed")
+        if trip is None and not timed_out and process.returncode:
+            trip = self.walls.refused_by_rlimit(stderr.text())
+            if trip is not None and trip.wall == "processes":
+                self.stop_every_command()
+        if trip is not None:
+            notes.append(f"[belay] {trip.message}")
+        elif timed_out:
+            notes.append(f"[belay] command timed out after {timeout_s:g}s and was killed")
         for stream, captured in (("stdout", stdout), ("stderr", stderr)):
             if captured.truncated:
                 notes.append(
                     f"[belay] {stream} cut at the command output cap of {cap} bytes: redirect it to a "
                     "file and read that in parts"
                 )
-        return RunCommandOutput(
+        output = RunCommandOutput(
             exit_code=process.returncode if process.returncode is not None else -1,
             stdout=stdout.text(),
             stderr=stderr.text() + "".join(f"\n{note}\n" for note in notes),
             timed_out=timed_out,
             truncated=stdout.truncated or stderr.truncated or output_cut,
         )
+        if trip is not None:
+            raise WallReached(trip, output)
+        return output
 
     async def read_file(self, arguments: ReadFileArgs) -> ReadFileOutput:
         data = await asyncio.to_thread(workspace.read_bytes, self.root, arguments.path, arguments.max_bytes)
@@ -452,6 +527,8 @@ class SandboxServer:
 
     async def write_file(self, arguments: WriteFileArgs) -> WriteFileOutput:
         data = arguments.content.encode()
+        if not await self.walls.admits(len(data)):
+            raise WorkspaceFull(self.walls.full(len(data)).message)
         await asyncio.to_thread(workspace.write_atomically, self.root, arguments.path, data, arguments.mode)
         return WriteFileOutput(sha256=workspace.sha256_bytes(data), size=len(data))
 
@@ -467,11 +544,30 @@ class SandboxServer:
         for group in list(self.running_groups):
             self.kill_group(group)
 
+    def stop_every_command(self) -> None:
+        """Every process the sandbox's commands started, wherever it went: after a process-limit
+        trip, whatever was left running would keep the sandbox at its limit."""
+        self.kill_all_commands()
+        lifetime.kill_descendants()
+        self.reap()
+
+    def reap(self) -> None:
+        """Ended orphans (a command's background processes, adopted as subreaper) are reaped here;
+        the commands' own processes are asyncio's to wait for."""
+        if self.spawning == 0:
+            lifetime.reap_adopted(self.running_groups)
+
 
 def write_ready_file(path: Path, ready: ReadyFile) -> None:
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(ready.model_dump_json())
     os.replace(temporary, path)
+
+
+async def reap_every_second(server: SandboxServer) -> None:
+    while True:
+        await asyncio.sleep(1.0)
+        server.reap()
 
 
 async def serve(options: argparse.Namespace, report: isolation.IsolationReport) -> None:
@@ -480,7 +576,12 @@ async def serve(options: argparse.Namespace, report: isolation.IsolationReport) 
         raise SystemExit(f"token file {options.token_file} is empty")
     root = options.workspace.resolve()
     root.mkdir(parents=True, exist_ok=True)
-    server = SandboxServer(root, token, options.network_profile, report, os.environ.get(INSTANCE_ENV))
+    walls = limits.Walls(limits.from_options(options), root)
+    await asyncio.to_thread(walls.measure_disk)
+    report = replace(report, detail=f"{report.detail}; {walls.describe()}")
+    server = SandboxServer(
+        root, token, options.network_profile, report, os.environ.get(INSTANCE_ENV), walls=walls
+    )
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
     site: web.BaseSite
@@ -504,10 +605,12 @@ async def serve(options: argparse.Namespace, report: isolation.IsolationReport) 
             pid=os.getpid(), endpoint=endpoint, network_isolated=report.network_isolated, detail=report.detail
         )
         write_ready_file(options.ready_file, ready)
+    reaper = asyncio.ensure_future(reap_every_second(server))
     try:
         await stopping.wait()
         await server.stop(options.drain_s)
     finally:
+        reaper.cancel()
         server.kill_all_commands()
         await asyncio.to_thread(lifetime.kill_descendants)
         await runner.cleanup()

@@ -39,7 +39,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from belay import lifetime
-from belay.sandbox import isolation, walls
+from belay.api.resources import SandboxResources
+from belay.sandbox import isolation, limits, walls
 from belay.sandbox.client import SandboxClient, SandboxUnavailable
 from belay.sandbox.egress import Allowlist, EgressProxy, proxy_environment
 from belay.sandbox.isolation import NETWORK_PROFILES
@@ -182,6 +183,7 @@ class StartRequest:
     allowlist: tuple[str, ...]
     record: ServerRecord
     log_path: Path
+    server_options: tuple[str, ...]  # the resource walls' figures (belay.sandbox.limits)
 
 
 @dataclass
@@ -205,11 +207,13 @@ class LocalSandbox:
         profile: str,
         isolation_level: str,
         allowlist: tuple[str, ...],
+        resources: SandboxResources,
         workspace: Path,
         token: str,
         instance: str,
         started: Started,
     ) -> None:
+        self.resources = resources
         self.base_dir = base_dir
         self.name = name
         self.profile = profile
@@ -246,8 +250,10 @@ class LocalSandbox:
         *,
         isolation_level: str = "required",
         allowlist: Sequence[str] = (),
+        resources: SandboxResources | None = None,
     ) -> LocalSandbox:
-        """Start a server on a fresh, empty workspace and wait until it answers /healthz."""
+        """Start a server on a fresh, empty workspace and wait until it answers /healthz, inside
+        the resource walls `resources` gives (the manifest's defaults when None)."""
         if profile not in NETWORK_PROFILES:
             raise ValueError(f"unknown network profile {profile!r}; expected one of {NETWORK_PROFILES}")
         choice = choose_walls(name, isolation_level)
@@ -266,8 +272,18 @@ class LocalSandbox:
         record = ServerRecord(instance=instance, workspace=str(workspace))
         record_path.write_text(record.model_dump_json())
         log_path = sandbox_dir / f"server-{number}.log"
+        resources = resources or SandboxResources()
         request = StartRequest(
-            choice, sandbox_dir, number, workspace, token, profile, tuple(allowlist), record, log_path
+            choice,
+            sandbox_dir,
+            number,
+            workspace,
+            token,
+            profile,
+            tuple(allowlist),
+            record,
+            log_path,
+            local_server_options(resources, choice.walled),
         )
         started = await (start_walled if choice.walled else start_plain)(request)
         sandbox = cls(
@@ -276,6 +292,7 @@ class LocalSandbox:
             profile=profile,
             isolation_level=isolation_level,
             allowlist=tuple(allowlist),
+            resources=resources,
             workspace=workspace,
             token=token,
             instance=instance,
@@ -313,6 +330,7 @@ class LocalSandbox:
             self.profile,
             isolation_level=self.isolation_level,
             allowlist=self.allowlist,
+            resources=self.resources,
         )
 
 
@@ -364,6 +382,14 @@ def still_running(processes: dict[int, int]) -> bool:
     return any(pid in table and table[pid][1] == start for pid, start in processes.items())
 
 
+def local_server_options(resources: SandboxResources, walled: bool) -> tuple[str, ...]:
+    """No cgroup of its own is writable on every host: rlimits, and the server's own count. Inside
+    the walls /tmp is a tmpfs of the sandbox's own, held in memory no rlimit sees: it counts
+    against the disk figure (without walls /tmp is the host's, not the sandbox's)."""
+    disk_paths = ("/tmp",) if walled else ()
+    return tuple(limits.server_arguments(resources, rlimits=True, cgroups=(), disk_paths=disk_paths))
+
+
 async def start_plain(request: StartRequest) -> Started:
     """The server as a plain process of the harness's user: no walls but the network namespace."""
     sandbox_dir, number, record = request.sandbox_dir, request.number, request.record
@@ -387,6 +413,7 @@ async def start_plain(request: StartRequest) -> Started:
             request.profile,
             "--ready-file",
             str(ready_file),
+            *request.server_options,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -427,6 +454,7 @@ async def start_walled(request: StartRequest) -> Started:
         instance_env={INSTANCE_ENV: record.instance},
         egress_socket=proxy.socket_path if proxy is not None else None,
         egress_environment=egress_environment,
+        server_options=request.server_options,
     )
     try:
         process, cut_short = await spawn_bwrap(launch, request.log_path)

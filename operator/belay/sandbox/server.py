@@ -1,7 +1,12 @@
 """The sandbox server: runs tools in one workspace, behind a bearer token.
 
     python -m belay.sandbox.server --workspace DIR (--socket PATH | --port N) --token-file FILE \
-        --network-profile none|allowlist|internet [--ready-file FILE] [--drain-s SECONDS]
+        --network-profile none|allowlist|internet [--ready-file FILE] [--drain-s SECONDS] \
+        [--max-processes N] [--max-memory-mib N] [--max-disk-mib N] [--max-command-s N] \
+        [--rlimits] [--cgroup DIR]... [--disk-path DIR]...
+
+The `--max-*` figures are the sandbox's resource walls (belay.sandbox.limits): a command that runs
+into one is stopped and its call fails, naming the wall and its figure.
 
 On SIGTERM (or SIGINT) it refuses new requests, lets the running ones finish for up to
 `--drain-s` seconds (default 0), kills every process its commands started and exits.
@@ -28,7 +33,7 @@ from pathlib import Path
 # Only light imports here: with profile `none` this module runs twice (before and after entering
 # the new network namespace), and aiohttp and pydantic are imported once, after the re-exec.
 from belay import lifetime
-from belay.sandbox import isolation, walls
+from belay.sandbox import isolation, limits, walls
 
 
 def parse_arguments(argv: list[str]) -> argparse.Namespace:
@@ -47,6 +52,7 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
         default=0.0,
         help="on SIGTERM, how long running requests may go on before every process is killed",
     )
+    limits.add_arguments(parser)
     return parser.parse_args(argv)
 
 

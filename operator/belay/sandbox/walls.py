@@ -32,6 +32,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -308,9 +309,11 @@ def build_launch(
     instance_env: dict[str, str],
     egress_socket: Path | None,
     egress_environment: dict[str, str],
+    server_options: Sequence[str] = (),
 ) -> Launch:
-    """The bwrap command line for one sandbox server, and the pipes it inherits. The caller closes
-    the pass_fds once bwrap is spawned."""
+    """The bwrap command line for one sandbox server, and the pipes it inherits (`server_options`
+    are the server's resource walls, belay.sandbox.limits). The caller closes the pass_fds once bwrap
+    is spawned."""
     code = server_code()
     # The server reopens this pipe through /proc/self/fd after dropping to SANDBOX_UID.
     token_fd = data_fd(token, owner=SANDBOX_UID if privileged() else None)
@@ -369,6 +372,7 @@ def build_launch(
         profile,
         "--ready-file",
         READY_FILE,
+        *server_options,
     ]
     return Launch(arguments, (token_fd, *file_fds.values(), status_write), status_read)
 
