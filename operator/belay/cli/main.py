@@ -403,7 +403,8 @@ def events(
         if as_json:
             sys.stdout.write(event_json(event) + "\n")
         else:
-            console.print(event_line(event), highlight=False, markup=False)
+            # Never wrapped: a wrapped line could start with whatever an event's text puts there.
+            terminal.echo(event_line(event))
 
 
 @app.command()

@@ -27,7 +27,8 @@ STOP_AGAIN = "Ctrl-C or SIGTERM"
 def print_progress(event: Event) -> None:
     line = progress_line(event)
     if line is not None:
-        console.print(line, highlight=False, markup=False)
+        # Never wrapped: a wrapped line could start with whatever an event's text puts there.
+        terminal.echo(line)
 
 
 def run_session(

@@ -3,9 +3,11 @@
 
 Goals, notes, titles, reasons and names come from manifests, from people and from models, and a
 model's text is hostile input: raw control bytes in it (ESC starts a terminal escape sequence, CR
-rewrites a line) could repaint or corrupt a person's terminal. `printable` shows every control
-character except newline and tab as `\\uXXXX`, which is also how JSON spells it, so a JSON line stays
-valid and means the same. No styles either: with `color_system=None` rich emits no escape sequence
+rewrites a line) could repaint or corrupt a person's terminal. `printable`
+(`belay.views.escaping`, the escaping every view uses) shows every control character except
+newline and tab as `\\uXXXX`, which is also how JSON spells it, so a JSON line stays valid and
+means the same. The views put record text into their lines with newlines escaped too, so a note
+cannot print a line of its own. No styles either: with `color_system=None` rich emits no escape sequence
 of its own, so nothing that reaches the terminal is one.
 """
 
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import re
 import sys
 from collections.abc import Iterator
 from typing import TextIO
@@ -21,12 +22,7 @@ from typing import TextIO
 import typer
 from rich.console import Console
 
-# C0 except tab and newline, DEL, C1.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    return _CONTROL.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+from belay.views.escaping import printable
 
 
 def one_line(text: str) -> str:

@@ -227,7 +227,37 @@ def _is_not_a_value(secret: str, assignment: str) -> bool:
         or is_prefixed_with_dollar_sign(secret)
         or is_not_alphanumeric_string(secret)
         or is_indirect_reference(assignment)
+        or _reads_as_a_path(secret)
+        or _reads_as_an_error(secret)
     )
+
+
+# A path, absolute or relative to `.`, `..` or `~`: `PWD=/workspace`, `PASSWORD_FILE=/run/secrets/db`.
+_PATH = re.compile(r"(?:~|\.{1,2})?(?:/[\w.@%-]*)+")
+# A message of plain words, the first capitalised, as `strerror` words them: `ln: '/w/secret': File
+# exists`, `cat: /etc/passwd: Permission denied`, `Read-only file system`.
+_ERROR_WORDS = re.compile(r"[A-Z][a-z]*(?:[ -][A-Za-z][a-z]*)+")
+
+
+def _reads_as_a_path(value: str) -> bool:
+    """A path names where a secret may be, it is not one; unless it looks generated (an AWS
+    secret key may begin with `/` and hold more of them)."""
+    return _PATH.fullmatch(value) is not None and not _looks_generated(value)
+
+
+def _looks_generated(value: str) -> bool:
+    """A part of 16 characters or more with both cases and a digit, or letters of both cases in
+    near equal numbers, as random base64 has them and names (`HomeController`) do not."""
+    if any(len(part) >= 16 and _mixed(part) for part in value.split("/")):
+        return True
+    upper, lower = sum(c.isupper() for c in value), sum(c.islower() for c in value)
+    return min(upper, lower) >= 6 and 1 / 3 <= upper / lower <= 3
+
+
+def _reads_as_an_error(value: str) -> bool:
+    """What follows `name: ` in a tool's error message (`ln: '/workspace/secret': File exists`),
+    where the name was a file's. One plain word (`password: letmein`) is still taken for a value."""
+    return _ERROR_WORDS.fullmatch(value) is not None
 
 
 def detect(text: str, *, assignments: bool) -> list[tuple[int, int, str]]:
@@ -243,6 +273,7 @@ def detect(text: str, *, assignments: bool) -> list[tuple[int, int, str]]:
             if end > start:
                 found.append((start, end, detector.kind))
     found += _provider_keys(text)
+    found += _github_tokens(text)
     if assignments:
         found += _assignments(text)
         found += _entropy_findings(text)
@@ -254,6 +285,11 @@ def detect(text: str, *, assignments: bool) -> list[tuple[int, int, str]]:
 
 
 PROVIDER_KEY = "Provider API Key"
+# detect-secrets' name for GitHub's tokens; its pattern knows only the classic `ghp_`-style ones.
+GITHUB_TOKEN = "GitHub Token"
+# A fine-grained personal access token: `github_pat_`, 22 characters, `_`, 59 characters. Taken
+# with any length from 40 characters on, should the parts grow.
+_GITHUB_FINE_GRAINED = re.compile(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{40,}")
 AWS_SECRET_KEY = "AWS Secret Access Key"
 BESIDE_A_NAME = "High Entropy Beside A Secret Name"
 # An `sk-` key of any vendor's shape (`sk-`, `sk-proj-`, `sk-ant-api03-`, ...): what follows `sk-`
@@ -295,6 +331,13 @@ def _provider_keys(text: str) -> Iterator[tuple[int, int, str]]:
         runs = _KEY_RUN.findall(match.group())
         if any(any(c.isdigit() for c in run) and any(c.isalpha() for c in run) for run in runs):
             yield match.start(), match.end(), PROVIDER_KEY
+
+
+def _github_tokens(text: str) -> Iterator[tuple[int, int, str]]:
+    if "github_pat_" not in text:
+        return
+    for match in _GITHUB_FINE_GRAINED.finditer(text):
+        yield match.start(), match.end(), GITHUB_TOKEN
 
 
 def _entropy_findings(text: str) -> Iterator[tuple[int, int, str]]:

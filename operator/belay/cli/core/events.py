@@ -1,6 +1,8 @@
 """One line per event a person cares about: `belay run`'s progress, and `belay events` /
 `kubectl belay events` without `--json`. Each kind of event has its own function
 (`belay.journal.dispatch`); the events without one (model output, summaries, ...) get a bare line.
+A line is one line whatever the record text in it holds (`belay.views.escaping.inline`): a newline
+in a note or an error cannot print a line of its own.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from belay.journal.events import (
     WaitEvent,
 )
 from belay.journal.handover import change_phrase
+from belay.views.escaping import inline
 
 
 def _who(event: Event) -> str:
@@ -130,9 +133,9 @@ def progress_line(event: Event, style: CommandStyle = commands.local) -> str | N
     commands a line names)."""
     line = _LINES.get(type(event))
     shown = line(event, style) if line is not None else None
-    return f"{event.seq:>4} {_who(event)}{shown}" if shown is not None else None
+    return inline(f"{event.seq:>4} {_who(event)}{shown}") if shown is not None else None
 
 
 def event_line(event: Event, style: CommandStyle = commands.local) -> str:
     """The event's line for a listing of the whole record: its progress line, else seq and type."""
-    return progress_line(event, style) or f"{event.seq:>4} {event.type}"
+    return progress_line(event, style) or inline(f"{event.seq:>4} {event.type}")

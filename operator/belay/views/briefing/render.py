@@ -3,6 +3,10 @@
 They read only the model (`belay.views.briefing.model`), so the page is the same wherever it was
 built. Each section is a function giving (level, text) rows: level 0 is a section heading, 1 an
 entry, 2 and deeper a detail under an entry.
+
+A row is one line whatever its text holds: notes, titles, reasons and names were written by a
+model, a plan or a sandbox, so every row goes through `belay.views.escaping` (newlines and control
+characters shown escaped; in Markdown, markup too), and no text can open a section of its own.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from datetime import datetime
 
 from belay.journal.events import CHILD_CONDITION_PREFIX
 from belay.journal.handover import change_phrase
+from belay.views import escaping
 from belay.views.briefing.model import Briefing, NoteItem, RequestDifference, StepVerdict
 
 Row = tuple[int, str]
@@ -475,8 +480,8 @@ SECTIONS: tuple[Callable[[Briefing], list[Row]], ...] = (
 
 def render_rows(b: Briefing) -> list[Row]:
     """(level, text) rows for a renderer elsewhere (the HTML report): level 0 is a section
-    heading, 1 an entry, 2 a detail under an entry."""
-    return [row for section in SECTIONS for row in section(b)]
+    heading, 1 an entry, 2 a detail under an entry. Each text is one line (`escaping.inline`)."""
+    return [(level, escaping.inline(text)) for section in SECTIONS for level, text in section(b)]
 
 
 def section_titles(b: Briefing) -> list[str]:
@@ -492,10 +497,11 @@ def render_text(b: Briefing) -> str:
 def render_markdown(b: Briefing) -> str:
     out = []
     for index, (level, text) in enumerate(render_rows(b)):
+        shown = escaping.markdown(text)
         if level == 0:
-            out.append(f"# {text}" if index == 0 else f"\n## {text}")
+            out.append(f"# {shown}" if index == 0 else f"\n## {shown}")
         else:
-            out.append("  " * (level - 1) + f"- {text}")
+            out.append("  " * (level - 1) + f"- {shown}")
     return "\n".join(out) + "\n"
 
 

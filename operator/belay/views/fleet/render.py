@@ -1,9 +1,13 @@
-"""The fleet view's renderers: the table of sessions and its summary line, and an objective's."""
+"""The fleet view's renderers: the table of sessions and its summary line, and an objective's.
+
+Names, objectives, problems and commands are record text: each cell and line is one line
+(`belay.views.escaping.inline`), so no name can add a row."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from belay.views.escaping import inline
 from belay.views.fleet.model import FleetView, ObjectiveView
 
 
@@ -19,7 +23,8 @@ def age(seconds: int | None) -> str:
 
 def columns(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A plain table: every cell in full, however wide (nothing is cut when the output is piped),
-    columns two spaces apart, no trailing blanks."""
+    each on one line, columns two spaces apart, no trailing blanks."""
+    header, rows = [inline(cell) for cell in header], [[inline(cell) for cell in row] for row in rows]
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
     lines = []
     for line in (header, *rows):
@@ -64,11 +69,11 @@ def render_fleet(view: FleetView, *, with_namespace: bool = False, where: str = 
             cells.insert(0, row.namespace or "-")
         rows.append(cells)
     table = columns(header, rows) if rows else f"no sessions{f' in {where}' if where else ''}"
-    return f"{table}\n{view.summary.line}"
+    return f"{table}\n{inline(view.summary.line)}"
 
 
 def render_objective(view: ObjectiveView, *, with_namespace: bool = False) -> str:
-    lines = [f"Objective {view.objective}: {view.summary.line}"]
+    lines = [inline(f"Objective {view.objective}: {view.summary.line}")]
     header = ["SESSION", "PART", "PARENT", "PHASE", "DELIVERABLES", "WAITS ON", "COMMAND"]
     if with_namespace:
         header.insert(0, "NAMESPACE")
@@ -105,5 +110,5 @@ def render_objective(view: ObjectiveView, *, with_namespace: bool = False) -> st
         lines.append("The whole waits on:")
         for wait in view.waits_on:
             command = f": {wait.command}" if wait.command else ""
-            lines.append(f"  {wait.kind} {wait.what} in {wait.session}{command}")
+            lines.append("  " + inline(f"{wait.kind} {wait.what} in {wait.session}{command}"))
     return "\n".join(lines)

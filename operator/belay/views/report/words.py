@@ -2,27 +2,27 @@
 and moments in words.
 
 Everything that came from the record (a goal, a note, a reason, a name a model chose) is hostile
-input: it reaches the page only through `escaped` (HTML-escaped, control characters shown as
-\\uXXXX) and only through `href` into a link (file, http and https URLs; anything else is shown as
-text).
+input: it reaches the page only through `escaped` (the views' `inline`, so newlines and control
+characters are shown as `\\n` and `\\uXXXX`, then HTML-escaped) and only through `href` into a
+link (file, http and https URLs; anything else is shown as text).
 """
 
 from __future__ import annotations
 
 import html
-import re
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+from belay.views.escaping import inline
+
 LINK_SCHEMES = ("file", "http", "https")
 
 
 def escaped(value: object) -> str:
-    """Record text as HTML text or an attribute value: escaped, control characters made visible."""
-    shown = _CONTROL.sub(lambda match: f"\\u{ord(match.group()):04x}", str(value))
-    return html.escape(shown, quote=True)
+    """Record text as HTML text or an attribute value: escaped, control characters and newlines
+    made visible (an item stays one line, as on the text page)."""
+    return html.escape(inline(str(value)), quote=True)
 
 
 def href(url: str) -> str | None:
@@ -32,7 +32,7 @@ def href(url: str) -> str | None:
         scheme = urlsplit(url).scheme.lower()
     except ValueError:
         return None
-    if scheme not in LINK_SCHEMES or _CONTROL.search(url) or any(c.isspace() for c in url):
+    if scheme not in LINK_SCHEMES or inline(url) != url or any(c.isspace() for c in url):
         return None
     return escaped(url)
 
