@@ -63,6 +63,11 @@ def typed(status: dict[str, Any]) -> SessionStatus:
     return SessionStatus.model_validate({"conditions": [], "counts": {}, **status})
 
 
+def item(kind: str, item_id: str, state: str) -> dict[str, str]:
+    """An open item as the status classifies it (belay.views.briefing.classify): what the gauges count."""
+    return {"kind": kind, "id": item_id, "state": state}
+
+
 def approval(approval_id: str) -> dict[str, str]:
     return {
         "approvalId": approval_id,
@@ -83,15 +88,31 @@ def test_sessions_by_phase_and_waits_by_kind_follow_the_statuses() -> None:
             {"waitId": "question-1", "kind": "on_user", "reason": "which?"},
             {"waitId": "wait-ci", "kind": "on_external", "reason": "CI", "condition": "ci-green"},
         ],
+        "items": [
+            item("approval", "approve-a.1", "waiting_on_you"),
+            item("approval", "approve-a.2", "waiting_on_you"),
+            item("operation", "a.3", "waiting_on_you"),
+            item("wait", "question-1", "waiting_on_you"),
+            item("wait", "wait-ci", "waiting_on_external"),
+            item("step", "a/work", "running"),
+        ],
     }
     review = {
         "phase": "ReadyForReview",
         "waits": [{"waitId": "r", "kind": "ready_for_review", "reason": "read it", "artifact": "x.md"}],
+        "items": [item("deliverable", "x.md", "ready_for_review"), item("step", "a/done", "done")],
     }
     metrics.observe_session("test/one", typed(waiting))
     metrics.observe_session("test/two", typed(review))
     metrics.observe_session(
-        "test/three", typed({"phase": "WaitingOnUser", "pendingApprovals": [approval("b")]})
+        "test/three",
+        typed(
+            {
+                "phase": "WaitingOnUser",
+                "pendingApprovals": [approval("b")],
+                "items": [item("approval", "b", "waiting_on_you")],
+            }
+        ),
     )
     try:
         assert sample("belay_sessions_by_phase", phase="WaitingOnUser") == 2

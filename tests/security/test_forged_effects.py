@@ -74,10 +74,10 @@ def ask(method, path, body=None):
         return error.code, error.read().decode()
 
 status, listing = ask("GET", "/tickets")
-print(f"list {status} {listing[:200]}")
+print(f"list {status} {listing[:200]}", flush=True)
 for ref in (target, target + "~" + "0" * 64):
     status, answer = ask("POST", "/tickets", {"title": "forged by sandbox forger", "client_ref": ref})
-    print(f"forge {ref} {status}")
+    print(f"forge {ref} {status}", flush=True)
 # Tell the filer the forgery is done (abstract sockets are the network namespace's, shared here).
 with socket.socket(socket.AF_UNIX) as signal:
     signal.bind("\\0" + rendezvous)
@@ -207,7 +207,10 @@ class Outcome:
     def output_of(self, operation_id: str) -> str:
         for event in self.events:
             if isinstance(event, ToolResultEvent) and event.payload.operation_id == operation_id:
-                return str((event.payload.output or {}).get("stdout", ""))
+                output = event.payload.output or {}
+                if not output.get("stdout"):  # say why, should an assertion on it fail
+                    print(f"{operation_id}: {event.payload.model_dump_json()[:2000]}")
+                return str(output.get("stdout", ""))
         raise AssertionError(f"no result for {operation_id}")
 
     def genuine(self, operation_id: str) -> list[Ticket]:
@@ -218,9 +221,15 @@ class Outcome:
 def tell_the_forger(home: Path, port: int, replaced: bool) -> None:
     """Write the ticket service's port into the forger's workspace (its second, once replaced)."""
     forger_dir = LocalHome(home).sandboxes_dir(SESSION) / "forger"
-    workspace = forger_dir / ("workspace-2" if replaced else "workspace-1")
-    wait_until(workspace.is_dir, f"the forger's {workspace.name}", timeout=120)
-    (workspace / "port.txt").write_text(str(port))
+
+    def workspaces() -> list[Path]:
+        found = sorted(forger_dir.glob("workspace-*")) if forger_dir.is_dir() else []
+        return [w for w in found if (w.name != "workspace-1") is replaced]
+
+    # A replacement may be replaced again under load (workspace-3): each is told.
+    wait_until(workspaces, f"the forger's {'replacement' if replaced else 'first'} workspace", timeout=120)
+    for workspace in workspaces():
+        (workspace / "port.txt").write_text(str(port))
 
 
 def plant_forgeries(home: Path) -> dict[str, str]:
