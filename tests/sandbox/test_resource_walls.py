@@ -59,6 +59,19 @@ async def test_a_fork_bomb_is_a_failed_call_at_the_process_limit(walled: LocalSa
     await still_answers(walled)
 
 
+async def test_a_refused_fork_names_the_process_wall_even_when_the_time_runs_out(
+    walled: LocalSandbox,
+) -> None:
+    """bash retries a refused fork with growing sleeps, so a command the kernel refused a process
+    can sit until its time limit while the server's own count stays low (as root, RLIMIT_NPROC
+    counts every local sandbox's processes). The refusal is the wall it ran into, not the time.
+    Here the command lowers its own limit below what its uid already runs: a real refusal."""
+    answer = await run(walled, "echo before; exec bash -c 'ulimit -u 1; sleep 30 & wait'", timeout_s=600)
+    assert "Resource temporarily unavailable" in answer["output"]["stderr"], answer
+    assert_tripped(answer, "processes", "process limit 64 reached")
+    await still_answers(walled)
+
+
 async def test_a_memory_bomb_is_a_failed_call_at_the_memory_limit(walled: LocalSandbox) -> None:
     grows = "python3 -c 'x = []\nwhile True: x.append(b\"m\" * (4 << 20))'"
     assert_tripped(await run(walled, grows), "memory", "memory limit 128 MiB reached")

@@ -22,12 +22,14 @@ mark check the resume takes a forged ticket as the filed one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,18 +220,40 @@ class Outcome:
         return [t for t in self.tickets if marks.is_marked(t.client_ref, operation_id)]
 
 
-def tell_the_forger(home: Path, port: int, replaced: bool) -> None:
-    """Write the ticket service's port into the forger's workspace (its second, once replaced)."""
-    forger_dir = LocalHome(home).sandboxes_dir(SESSION) / "forger"
+class ForgerTeller:
+    """Writes the ticket service's port into every workspace the forger gets while a run lasts.
 
-    def workspaces() -> list[Path]:
-        found = sorted(forger_dir.glob("workspace-*")) if forger_dir.is_dir() else []
-        return [w for w in found if (w.name != "workspace-1") is replaced]
+    Under load a sandbox whose start passes its timeout is started again on a fresh workspace
+    (`workspace-2`, in the first run as in the resume): each one the forger could run in is told,
+    as soon as it exists and again whenever its port file says otherwise (a restore may bring back
+    the old one), so the forger never waits on a port written where it no longer runs."""
 
-    # A replacement may be replaced again under load (workspace-3): each is told.
-    wait_until(workspaces, f"the forger's {'replacement' if replaced else 'first'} workspace", timeout=120)
-    for workspace in workspaces():
-        (workspace / "port.txt").write_text(str(port))
+    def __init__(self, home: Path, port: int) -> None:
+        self.forger_dir = LocalHome(home).sandboxes_dir(SESSION) / "forger"
+        self.port = str(port)
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.tell, daemon=True)
+
+    def __enter__(self) -> ForgerTeller:
+        wait_until(self.workspaces, "the forger's workspace", timeout=120)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+    def workspaces(self) -> list[Path]:
+        return sorted(self.forger_dir.glob("workspace-*")) if self.forger_dir.is_dir() else []
+
+    def tell(self) -> None:
+        while not self.stopped.is_set():
+            for workspace in self.workspaces():
+                port_file = workspace / "port.txt"
+                with contextlib.suppress(OSError):  # a superseded workspace may be gone
+                    if not port_file.is_file() or port_file.read_text() != self.port:
+                        port_file.write_text(self.port)
+            self.stopped.wait(0.05)
 
 
 def plant_forgeries(home: Path) -> dict[str, str]:
@@ -256,8 +280,8 @@ def run_forgery_session(workdir: Path) -> Outcome:
     manifest = forgery_session(workdir / "manifest", f"belay-forgery-{secrets.token_hex(6)}")
     run = start_belay(home, "run", "--quiet", str(manifest), stop_after=POINT)
     try:
-        tell_the_forger(home, ticket_port(run), replaced=False)
-        wait_until_stopped(run, POINT, timeout=RUN_TIMEOUT_S)
+        with ForgerTeller(home, ticket_port(run)):
+            wait_until_stopped(run, POINT, timeout=RUN_TIMEOUT_S)
     finally:
         kill_group(run)  # the harness dies before the second ticket's result
     planted = plant_forgeries(home)
@@ -265,10 +289,12 @@ def run_forgery_session(workdir: Path) -> Outcome:
     resume = start_belay(home, "resume", "--quiet", SESSION)
     local_statuses: dict[str, int] = {}
     brief = ""
+    teller = None
     try:
         port = ticket_port(resume)
-        # The restored forger runs its recorded commands again: it is told the new port, and forges again.
-        tell_the_forger(home, port, replaced=True)
+        # The restored forger runs its recorded commands again in a fresh workspace: it is told the
+        # new port, and forges again.
+        teller = ForgerTeller(home, port).__enter__()
         local_statuses = forge_from_a_local_process(port)
 
         def settled() -> bool:
@@ -285,6 +311,8 @@ def run_forgery_session(workdir: Path) -> Outcome:
             assert answer.returncode == 0, answer.stdout + answer.stderr
         resumed = resume.wait(timeout=RUN_TIMEOUT_S)
     finally:
+        if teller is not None:
+            teller.__exit__()
         if resume.poll() is None:
             kill_group(resume)
     tickets = load_tickets(LocalHome(home).tickets_file(SESSION))

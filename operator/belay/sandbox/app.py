@@ -491,8 +491,12 @@ class SandboxServer:
             # A process it left running in the background still holds the pipes: keep what was read.
             output_cut = True
             notes.append("[belay] output cut: a background process still holds stdout/stderr")
-        if trip is None and not timed_out and process.returncode:
-            trip = self.walls.refused_by_rlimit(stderr.text())
+        if (trip is None or trip.wall == "time") and (timed_out or process.returncode):
+            # A refused fork or allocation is the wall the command ran into, even when it then sat
+            # until its time ran out: bash retries a refused fork with growing sleeps, and as root
+            # RLIMIT_NPROC counts every local sandbox's processes, so the server's own count of
+            # this sandbox's tasks can stay below the figure while the kernel refuses.
+            trip = self.walls.refused_by_rlimit(stderr.text()) or trip
             if trip is not None and trip.wall == "processes":
                 self.stop_every_command()
         if trip is not None:
