@@ -3,7 +3,9 @@ session is stalled (`RepeatedFailure`) until something moves the point it fails 
 
 from __future__ import annotations
 
-from belay.controller.recovery import Action, HarnessPod, decide_harness
+from datetime import UTC, datetime, timedelta
+
+from belay.controller.recovery import Action, HarnessDecision, HarnessPod, decide_harness, failure_backoff
 from belay.journal.events import Lifecycle, LifecycleKind, Payload, ScopeChange, UserInput
 from belay.journal.phase import Phase, phase_of
 from belay.journal.state import SessionState, fold
@@ -41,7 +43,8 @@ def test_the_third_identical_failure_stops_the_pods_and_stalls_the_session() -> 
     decision = decide_harness(thrice, [], lease=3, max_attempts=10)
     assert decision.action == Action.STOP and decision.index is None
     assert (
-        decision.why.startswith("RepeatedFailure: attempts 1-3 ended the same way") and CRASH in decision.why
+        decision.why.startswith("RepeatedFailure: 3 attempts in a row ended the same way (attempts 1 to 3)")
+        and CRASH in decision.why
     )
     assert phase_of(thrice) == Phase.RECOVERY_FAILED
     stalled = session_status(thrice).condition(ConditionType.STALLED)
@@ -75,3 +78,34 @@ def test_a_different_error_or_a_moved_point_starts_the_count_again() -> None:
         then=ScopeChange(request_version=2, summary="differently", goal="g, differently"),
     )
     assert decide(amended) == Action.REPLACE and phase_of(amended) != Phase.RECOVERY_FAILED
+
+
+def backoff(state: SessionState, after_s: float, base_s: float = 10.0) -> HarnessDecision:
+    """The decision for `state` `after_s` seconds after the operator saw its latest end."""
+    seen = datetime(2026, 1, 1, tzinfo=UTC)
+    replace = HarnessDecision(Action.REPLACE, None)
+    return failure_backoff(state, replace, seen, seen + timedelta(seconds=after_s), base_s)
+
+
+def test_the_second_identical_failure_waits_before_the_next_attempt() -> None:
+    # A first failure is replaced at once: a lost pod must come back fast.
+    assert backoff(crashed(("harness_finished", CRASH)), after_s=0).action == Action.REPLACE
+    twice = crashed(("harness_finished", CRASH), ("harness_finished", CRASH))
+    waiting = backoff(twice, after_s=4)
+    assert waiting.action == Action.BACK_OFF and waiting.index is None
+    assert (
+        waiting.retry_in_s == 6
+        and "2 attempts in a row ended the same way (attempts 1 and 2)" in waiting.why
+        and CRASH in waiting.why
+    )
+    assert backoff(twice, after_s=10).action == Action.REPLACE
+    # Each further repeat waits twice as long (were the limit higher than three).
+    four = crashed(*[("harness_finished", CRASH)] * 4)
+    assert backoff(four, after_s=30).action == Action.BACK_OFF
+    assert backoff(four, after_s=40).action == Action.REPLACE
+    # A different error, or a decision other than a replacement, is never held back.
+    other = crashed(("harness_finished", CRASH), ("harness_finished", "HarnessError: RuntimeError: else"))
+    assert backoff(other, after_s=0).action == Action.REPLACE
+    stop = HarnessDecision(Action.STOP, None)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    assert failure_backoff(twice, stop, now, now, 10.0) is stop

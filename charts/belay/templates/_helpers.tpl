@@ -41,6 +41,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   "artifact_store" .Values.stores.artifacts
   "run_as_user" .Values.sessions.runAsUser
   "stop_drain_s" .Values.sessions.stopDrainSeconds
+  "failure_backoff_s" .Values.sessions.failureBackoffSeconds
   "store_egress" (include "belay.egress" .Values.sessions.storeEgress | fromJsonArray)
   "model_egress" (include "belay.egress" .Values.sessions.modelEgress | fromJsonArray)
 -}}

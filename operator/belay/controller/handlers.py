@@ -232,6 +232,8 @@ async def _work(
                 if outcome.decision.action == "replace":
                     metrics.HARNESS_REPLACEMENTS.inc()
                 resync_s = LIVE_RESYNC_INTERVAL_S if outcome.follows_clock else RESYNC_INTERVAL_S
+                if outcome.next_pass_in_s is not None:
+                    resync_s = min(resync_s, outcome.next_pass_in_s)
             except Exception as error:
                 metrics.RECONCILES.labels(result="error").inc()
                 if isinstance(error, StoreUnavailable | RecordCorrupt):  # in the status; no traceback needed

@@ -59,11 +59,13 @@ from belay.controller.record import (
     spec_rejection_writes,
 )
 from belay.controller.recovery import (
+    BACKING_OFF,
     Action,
     HarnessDecision,
     HarnessPod,
     SandboxPod,
     decide_harness,
+    failure_backoff,
     sandbox_losses,
     sandbox_replacement,
 )
@@ -105,6 +107,8 @@ class SessionMemory:
     drill: DrillStatus | None = None
     # The last events export asked for with the annotation, and the blob that answers it.
     events_export: tuple[EventsExport, ArtifactRef] | None = None
+    # The seq of the latest repeated failure, and when this operator first saw it (its backoff).
+    repeat_seen: tuple[int, datetime] | None = None
 
 
 @dataclass
@@ -115,6 +119,8 @@ class PassResult:
     # A harness renews the session's lease: only a clock notices it stop, so passes must keep
     # coming while nothing changes.
     follows_clock: bool = False
+    # A backoff before the next attempt: the pass that starts it is due then, whatever else happens.
+    next_pass_in_s: float | None = None
 
 
 async def operator_liveness(store: EventStore, session: str) -> Liveness:
@@ -392,15 +398,34 @@ class SessionReconciler:
         if memory.fork_error:
             return HarnessDecision(Action.STOP, None, why=memory.fork_error)
         liveness = await operator_liveness(store, ref.name)
-        decision = decide_harness(
-            memory.state, harness_pods(pods), liveness.lease, spec.recovery.max_attempts, liveness
-        )
+
+        def decide() -> HarnessDecision:
+            return decide_harness(
+                memory.state, harness_pods(pods), liveness.lease, spec.recovery.max_attempts, liveness
+            )
+
+        decision = decide()
         if decision.action == Action.KEEP and decision.index is not None:
             await self._record_lost_sandboxes(store, ref, spec, memory, pods, decision.index)
+        if decision.action == Action.REPLACE and decision.lost_attempt is not None:
+            lost = harness_lost_write(ref.uid, decision.lost_attempt, decision.lost_pod, decision.why)
+            await self._write(store, ref.name, lost)
+            # The loss is an end of its own: it may repeat the one before it (a backoff, or a stall).
+            await self._follow(store, ref, memory)
+            again = decide()
+            if again.action != Action.REPLACE:
+                decision = again
         if decision.action == Action.REPLACE:
-            if decision.lost_attempt is not None:
-                lost = harness_lost_write(ref.uid, decision.lost_attempt, decision.lost_pod, decision.why)
-                await self._write(store, ref.name, lost)
+            decision = failure_backoff(
+                memory.state,
+                decision,
+                self._repeat_seen_at(memory),
+                liveness.now,
+                self.settings.failure_backoff_s,
+            )
+            if decision.action == Action.BACK_OFF:
+                log.info("session %s/%s: %s", ref.namespace, ref.name, decision.why)
+        if decision.action == Action.REPLACE:
             # Fence first: from here on the lost attempt cannot append, even if it still runs.
             fenced = await store.acquire_lease(ref.name, holder=names.FIELD_MANAGER)
             decision = HarnessDecision(
@@ -417,6 +442,16 @@ class SessionReconciler:
             )
         await self._follow(store, ref, memory)
         return decision
+
+    @staticmethod
+    def _repeat_seen_at(memory: SessionMemory) -> datetime:
+        """When this operator first saw the record's latest repeated failure: a backoff counts from
+        there (an operator that restarts counts again from its own first sight)."""
+        repeated = memory.state.lifecycle.repeated_failure
+        seq = repeated.seq if repeated is not None else 0
+        if memory.repeat_seen is None or memory.repeat_seen[0] != seq:
+            memory.repeat_seen = (seq, datetime.now(UTC))
+        return memory.repeat_seen[1]
 
     async def _record_lost_sandboxes(
         self,
@@ -540,10 +575,16 @@ class SessionReconciler:
         liveness = await operator_liveness(store, ref.name)
         harness, sandboxes = self._pod_statuses(ref, spec, decision, pods, liveness.lease, replacements)
         previous = body.get("status") or memory.status
-        status = self._status_of(ref, memory, artifacts, previous, harness, sandboxes, liveness)
+        backing_off = (
+            OperatorProblem(BACKING_OFF, decision.why, stalls=False)
+            if decision.action == Action.BACK_OFF
+            else None
+        )
+        status = self._status_of(ref, memory, artifacts, previous, harness, sandboxes, liveness, backing_off)
         transitions = await self._publish_status(body, ref, memory, previous, status)
         follows_clock = decision.index is not None and liveness.renewed_current_lease
-        return PassResult(decision, status, transitions, follows_clock)
+        next_pass = decision.retry_in_s if decision.action == Action.BACK_OFF else None
+        return PassResult(decision, status, transitions, follows_clock, next_pass)
 
     async def _ensure_sandbox_tokens(
         self, ref: SessionRef, spec: AgentSessionSpec, memory: SessionMemory
@@ -614,7 +655,10 @@ class SessionReconciler:
         harness: HarnessPodStatus | None,
         sandboxes: list[SandboxPodStatus],
         liveness: Liveness,
+        problem: OperatorProblem | None = None,
     ) -> AgentSessionStatus:
+        """`problem`: what only this pass knows (a backoff), else a fork whose source is missing."""
+
         def locate(artifact: ArtifactRef) -> str:
             return artifacts.location(artifact.sha256)
 
@@ -633,9 +677,12 @@ class SessionReconciler:
             if memory.events_export is not None
             else None,
             locate=locate,
-            problem=OperatorProblem(OperatorReason.FORK_SOURCE_MISSING, memory.fork_error)
-            if memory.fork_error
-            else None,
+            problem=problem
+            or (
+                OperatorProblem(OperatorReason.FORK_SOURCE_MISSING, memory.fork_error)
+                if memory.fork_error
+                else None
+            ),
             liveness=liveness,
         )
 

@@ -5,6 +5,10 @@ operator records "harness lost", advances the fencing lease (so the old attempt,
 still running somewhere, can no longer append) and starts the next attempt, which restores from the
 last verified checkpoint. After `recovery.maxAttempts` losses it gives up and records why.
 
+An attempt that ended abnormally at the same point with the same error as the one before it is
+not replaced at once: the next attempt waits `failure_backoff_s`, doubled for each further repeat
+(`failure_backoff`), and after REPEATED_FAILURE_LIMIT in a row none is started (`RepeatedFailure`).
+
 A harness pod being deleted (or evicted) is told to stop with SIGTERM: while it still renews its
 lease the operator waits for it to record its stop, and once the record shows the attempt stopped
 cleanly (`harness_stopped`), its pod ending is no loss: the next attempt starts, nothing is
@@ -18,15 +22,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 from belay.api.status import PodPhase
 from belay.controller import names
 from belay.journal.phase import Liveness, Phase, clean_stop, phase_of, recovery_failed
 from belay.journal.state import SessionState
-from belay.journal.state.repeats import REPEATED_FAILURE, repeated_failure, repeated_failure_text
+from belay.journal.state.repeats import (
+    REPEATED_FAILURE,
+    failure_point,
+    repeated_failure,
+    repeated_failure_text,
+)
 
 LIVE_PHASES: tuple[PodPhase, ...] = ("Pending", "Running", "Unknown")
+# The longest wait before an attempt after repeated identical failures.
+FAILURE_BACKOFF_CAP_S = 600.0
+BACKING_OFF = "BackingOff"
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,8 @@ class Action(StrEnum):
     # lease: it records its stop before the next attempt starts.
     WAIT = "wait"
     REPLACE = "replace"  # the current attempt is lost: record it, fence it, start the next
+    # The last attempt ended as the one before it did: the next starts once its backoff is over.
+    BACK_OFF = "back_off"
     GIVE_UP = "give_up"  # too many losses: record the failure, start nothing
     STOP = "stop"  # the session ended (or recovery failed): no pods
 
@@ -63,6 +78,8 @@ class HarnessDecision:
     lost_attempt: int | None = None
     lost_pod: str = ""
     why: str = ""
+    # With BACK_OFF: how long until the next attempt may start.
+    retry_in_s: float = 0.0
 
 
 def current_pod(pods: list[HarnessPod]) -> HarnessPod | None:
@@ -150,6 +167,33 @@ def decide_harness(
         lost_pod=current.name if current is not None else "",
         why=why,
     )
+
+
+def failure_backoff(
+    state: SessionState, decision: HarnessDecision, seen_at: datetime, now: datetime, base_s: float
+) -> HarnessDecision:
+    """`decision` (a REPLACE of an attempt the record shows ended), held back while the attempts
+    before it end the same way: the second identical end in a row waits `base_s`, each further one
+    twice as long (at most FAILURE_BACKOFF_CAP_S), counted from `seen_at`, when the operator first
+    saw that end. Any other decision, or a first failure, goes ahead at once."""
+    repeated = state.lifecycle.repeated_failure
+    if (
+        decision.action != Action.REPLACE
+        or repeated is None
+        or repeated.count < 2
+        or state.lifecycle.harness_running
+        or repeated.point != failure_point(state)
+    ):
+        return decision
+    delay = min(base_s * 2 ** (repeated.count - 2), FAILURE_BACKOFF_CAP_S)
+    remaining = delay - (now - seen_at).total_seconds()
+    if remaining <= 0:
+        return decision
+    why = (
+        f"{repeated_failure_text(repeated)}; the next attempt starts in {remaining:.0f} s "
+        f"(backoff {delay:g} s)"
+    )
+    return HarnessDecision(Action.BACK_OFF, None, why=why, retry_in_s=remaining)
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,9 @@ class OperatorSettings(Settings):
     # this plus belay.harness.stopping.STOP_MARGIN_S as their terminationGracePeriodSeconds.
     stop_drain_s: int = Field(default=20, ge=0, le=3600)
     run_as_user: int = 65532
+    # How long the next harness attempt waits after two attempts in a row ended the same way at the
+    # same point (doubled for each further one, until the third stalls the session).
+    failure_backoff_s: float = Field(default=10.0, ge=0, le=600)
     workload_service_account: str = "default"
 
 

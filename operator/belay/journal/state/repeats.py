@@ -69,7 +69,9 @@ def repeated_failure(state: SessionState) -> RepeatedFailure | None:
 def repeated_failure_text(repeated: RepeatedFailure) -> str:
     """The failure in words: which attempts, at which step, with which error."""
     step = f" at step {repeated.step}" if repeated.step else ""
+    # In a cluster the attempts' numbers are their leases, which the operator's fencing skips.
+    joined = " and " if repeated.count == 2 else " to "
     return (
-        f"attempts {repeated.first_attempt}-{repeated.last_attempt} ended the same way{step} "
-        f"({repeated.count} in a row): {repeated.error}"
+        f"{repeated.count} attempts in a row ended the same way{step} (attempts "
+        f"{repeated.first_attempt}{joined}{repeated.last_attempt}): {repeated.error}"
     )
