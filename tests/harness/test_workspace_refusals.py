@@ -1,6 +1,10 @@
 """What an agent leaves in its workspace is input, never a fault: a declared path the sandbox
-refuses to take (a symlink, a hard link, a named pipe) fails that step, says which path broke which
-rule to the agent as the `update_plan` result, and the other subagents go on."""
+refuses to take (a symlink, a hard link, a named pipe, a socket, a file over the size a declared
+file may have, a file still being written while the checkpoint hashes it) fails that step, says
+which path broke which rule to the agent as the `update_plan` result, and the other subagents go
+on. (An escape through a symlinked directory, a device and the disk quota are refused by the
+sandbox in tests/sandbox/test_paths.py, test_workspace.py and test_resource_walls.py: an agent
+cannot make a device, and the same refusal takes the same path through the harness.)"""
 
 from __future__ import annotations
 
@@ -17,6 +21,18 @@ PLANTS = {
     "symlink": "mkdir -p out && ln -s /etc/passwd out/probe.txt",
     "hard-link": "mkdir -p out && echo mine > kept.txt && ln kept.txt out/probe.txt",
     "fifo": "mkdir -p out && mkfifo out/probe.txt",
+    "socket": (
+        "mkdir -p out && python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('out/probe.txt')\""
+    ),
+    # Sparse: past the size a declared file may have, without taking the disk.
+    "size": "mkdir -p out && truncate -s 2G out/probe.txt",
+    # Still being written, by a process the command left behind, while the checkpoint hashes it:
+    # large enough that hashing it takes longer than the writer's pauses between writes.
+    "changed": (
+        "mkdir -p out && head -c 200M /dev/zero > out/probe.txt && "
+        "(python3 -c \"import os, time\nfd = os.open('out/probe.txt', os.O_WRONLY)\n"
+        "while True: os.pwrite(fd, b'y', 0); time.sleep(0.001)\" >/dev/null 2>&1 &) && sleep 0.2"
+    ),
 }
 
 
