@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,26 @@ def test_describe_refuses_a_device(tmp_path: Path) -> None:
     with pytest.raises(workspace.WorkspaceRefusal) as caught:
         workspace.describe(Path("/dev"), "null")
     assert caught.value.rule == "device"
+
+
+@pytest.mark.parametrize("swapped_in", ["pipe", "link"])
+def test_a_file_swapped_after_the_check_is_refused_not_followed_or_waited_on(
+    tmp_path: Path, swapped_in: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command running beside a download may replace the file between the server's look at it
+    and its open: a pipe would block the reader for good, a link would be followed. What is opened
+    is checked itself. (The swap is simulated by having the look see a regular file.)"""
+    root = tmp_path / "ws"
+    root.mkdir()
+    if swapped_in == "pipe":
+        os.mkfifo(root / "out.txt")
+    else:
+        (root / "target.txt").write_text("elsewhere")
+        (root / "out.txt").symlink_to(root / "target.txt")
+    real_resolve = workspace.resolve_in_workspace
+    # As the check saw it: a regular file at the path, not yet swapped.
+    monkeypatch.setattr(workspace, "resolve_in_workspace", lambda r, n: real_resolve(r, ".") / n)
+    monkeypatch.setattr(Path, "is_file", lambda self: True)
+    with pytest.raises(workspace.WorkspaceRefusal) as caught:
+        workspace.hashed_file(root, "out.txt")
+    assert (caught.value.path, caught.value.rule) == ("out.txt", "changed")

@@ -356,6 +356,8 @@ class SandboxServer:
         name = request.match_info["path"]
         try:
             handle, size, digest = await asyncio.to_thread(workspace.hashed_file, self.root, name)
+        except workspace.WorkspaceRefusal as refusal:
+            return refused(refusal)
         except UnsafePath as error:
             return json_error(400, str(error))
         except (FileNotFoundError, IsADirectoryError) as error:

@@ -96,8 +96,18 @@ def open_file(root: Path, name: str) -> tuple[IO[bytes], int]:
     path = resolve_in_workspace(root, name)
     if not path.is_file():
         raise FileNotFoundError(f"no file {name!r} in the workspace")
-    handle = open(path, "rb")  # noqa: SIM115 (the caller closes it)
-    return handle, os.fstat(handle.fileno()).st_size
+    # A command running meanwhile may swap in a link (which the resolved path must not follow) or a
+    # pipe (which would block the reader): what is opened is checked, not what was looked at.
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        raise refusal(name, "changed") from None
+    opened = os.fstat(descriptor)
+    if not stat.S_ISREG(opened.st_mode):
+        os.close(descriptor)
+        raise refusal(name, "changed")
+    os.set_blocking(descriptor, True)
+    return os.fdopen(descriptor, "rb"), opened.st_size
 
 
 def read_bytes(root: Path, name: str, cap: int) -> bytes:
