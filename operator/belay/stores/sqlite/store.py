@@ -352,27 +352,39 @@ class SqliteEventStore:
         only when that moved are the heads and deletion counts read and compared with the last."""
         loop = asyncio.get_running_loop()
         conn = await self._run(self._readers, self._open_connection)
+        # A cancelled watch leaves its last query running on a reader thread; closing the connection
+        # under it would free what SQLite is still using (a crash): queries and the close take turns.
+        in_use = threading.Lock()
+
+        def on_conn(query: Callable[[sqlite3.Connection], T]) -> Callable[[], T]:
+            def locked() -> T:
+                with in_use:
+                    return query(conn)
+
+            return locked
+
         try:
-            version, marks = await self._run(self._readers, lambda: session_marks(conn))
+            version, marks = await self._run(self._readers, on_conn(session_marks))
             yield None
             while True:
                 woken: asyncio.Future[None] = loop.create_future()
                 self._wakeups.add(ANY_SESSION, woken)
                 try:
-                    now = await self._run(self._readers, lambda: data_version(conn))
+                    now = await self._run(self._readers, on_conn(data_version))
                     if now == version:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(asyncio.shield(woken), timeout=self.poll_interval)
                         continue
                 finally:
                     self._wakeups.remove(ANY_SESSION, woken)
-                version, latest = await self._run(self._readers, lambda: session_marks(conn))
+                version, latest = await self._run(self._readers, on_conn(session_marks))
                 moved = [s for s in marks.keys() | latest.keys() if marks.get(s) != latest.get(s)]
                 marks = latest
                 for session_id in sorted(moved):
                     yield session_id
         finally:
-            conn.close()
+            with in_use:  # one short statement at most
+                conn.close()
 
     def wait_until_watched(self, session_id: str, timeout: float) -> bool:
         """Block until a watch of the session, on any thread or event loop, has read all there
