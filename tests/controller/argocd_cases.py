@@ -48,16 +48,16 @@ RUNNING_STEP = Task(task_id="researcher/reproduce", status=TaskStatus.RUNNING, o
 STARTED = Lifecycle(kind=LifecycleKind.HARNESS_STARTED, attempt=1, lease=1)
 
 
-def liveness(renewed_s_ago: float | None) -> Liveness:
-    """What the operator knows of attempt 1's lease: renewed that long ago (None: no attempt took
-    one)."""
+def liveness(renewed_s_ago: float | None, lease: int = 1) -> Liveness:
+    """What the operator knows of the attempt holding the lease: renewed that long ago (None: no
+    attempt took one)."""
     if renewed_s_ago is None:
         return Liveness(now=NOW, recovered_by="operator")
     return Liveness(
         now=NOW,
-        lease=1,
-        holder="pod:parser-fix-harness-1",
-        renewed_lease=1,
+        lease=lease,
+        holder=f"pod:parser-fix-harness-{lease}",
+        renewed_lease=lease,
         renewed_at=NOW - timedelta(seconds=renewed_s_ago),
         recovered_by="operator",
     )
@@ -68,6 +68,7 @@ class Case:
     name: str  # the file: testdata/<name>.yaml
     payloads: tuple[Payload, ...] = ()  # after the request
     renewed_s_ago: float | None = 2.0
+    lease: int = 1  # the lease of the attempt that renewed it
     generation: int = 1
     observed: int | None = 1  # None: the status the apiserver shows before the operator's pass
     problem: OperatorProblem | None = None
@@ -114,6 +115,18 @@ CASES = [
         "recovering",
         (STARTED, RUNNING_STEP, Lifecycle(kind=LifecycleKind.HARNESS_LOST, attempt=1, reason="PodDeleted")),
         renewed_s_ago=None,
+    ),
+    # The replacement (lease 3: the operator advanced the lease past the lost attempt's) started
+    # and restores.
+    Case(
+        "restoring",
+        (
+            STARTED,
+            RUNNING_STEP,
+            Lifecycle(kind=LifecycleKind.HARNESS_LOST, attempt=1, reason="PodDeleted"),
+            Lifecycle(kind=LifecycleKind.HARNESS_STARTED, attempt=3, lease=3),
+        ),
+        lease=3,
     ),
     Case(
         "ready-for-review",
@@ -164,6 +177,7 @@ KSTATUS = {
     "waiting-on-external": "Current",
     "interrupted": "InProgress",
     "recovering": "InProgress",
+    "restoring": "InProgress",
     "ready-for-review": "Current",
     "succeeded": "Current",
     "failed": "Failed",
@@ -187,7 +201,7 @@ def status_of(case: Case) -> dict[str, Any]:
         generation=case.observed,
         now=NOW,
         problem=case.problem,
-        liveness=liveness(case.renewed_s_ago),
+        liveness=liveness(case.renewed_s_ago, case.lease),
     )
     return status.to_status()
 
