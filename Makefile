@@ -25,10 +25,15 @@ demo: setup
 	$(BIN)/belay brief parser-fix
 	$(BIN)/belay drill examples/parser-fix/session.yaml
 
+# The manifests too: helm lint --strict, and kubeconform over the rendered chart and the examples
+# (hack/kubeconform.sh builds helm and kubeconform first on a fresh machine).
 lint: setup
 	$(BIN)/ruff check operator tests bench
 	$(BIN)/ruff format --check operator tests bench
 	$(BIN)/lint-imports --no-cache
+	@unformatted=$$(PATH="$$PATH:/usr/local/go/bin" gofmt -l tools); \
+	  if [ -n "$$unformatted" ]; then echo "not gofmt-formatted: $$unformatted"; exit 1; fi
+	PYTHON=$(BIN)/python bash hack/kubeconform.sh
 
 typecheck: setup
 	$(BIN)/mypy

@@ -4,7 +4,8 @@
 # module downloads), so two at once fill the machine. One lane builds the Kubernetes control plane,
 # then the node's kubelet and kube-proxy, which reuse most of its compiled packages; the other etcd
 # and the S3 server (the store tests need them), helm, then the node's kube-router, CoreDNS and
-# crictl. Then the Belay image (hack/build-harness-image.sh), which needs root for its Docker engine;
+# crictl, then the platform's tools that judge the operator's objects (kstatus, the Argo CD health
+# harness, kubeconform). Then the Belay image (hack/build-harness-image.sh), which needs root for its Docker engine;
 # without root it is left out and the tests that run it skip.
 #
 # A cached run only checks that the binaries exist and takes well under a second. Each script that
@@ -25,7 +26,7 @@ ensure_debian_packages "${apt_packages[@]}"
 command -v go >/dev/null || { log "go is not on PATH; the components are built from Go modules"; exit 1; }
 
 lanes=("build-kube.sh build-kube-node.sh"
-       "build-etcd.sh build-s3.sh build-helm.sh build-kube-router.sh build-coredns.sh build-crictl.sh")
+       "build-etcd.sh build-s3.sh build-helm.sh build-kube-router.sh build-coredns.sh build-crictl.sh build-kstatus.sh build-argocd-health.sh build-kubeconform.sh")
 cold=1
 [[ -d $BELAY_CACHE/bin ]] && [[ -n $(ls -A "$BELAY_CACHE/bin" 2>/dev/null) ]] && cold=0
 

@@ -21,6 +21,13 @@ BELAY_S3_VERSION=v1.8.0
 BELAY_KUBEROUTER_VERSION=v2.1.0
 BELAY_COREDNS_VERSION=v1.14.3
 BELAY_CRICTL_VERSION=v1.34.0
+# The platform's own tools, which judge the operator's objects in the tests and `make lint`: kstatus
+# (the cli-utils library Flux and kpt compute status with), the Lua runtime Argo CD runs health
+# scripts in, with the YAML reader Argo CD's tests use, and the manifest validator.
+BELAY_CLIUTILS_VERSION=v0.37.2
+BELAY_GOPHERLUA_VERSION=v1.1.2
+BELAY_SIGSYAML_VERSION=v1.6.0
+BELAY_KUBECONFORM_VERSION=v0.8.0
 
 log() { printf '[hack %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -143,4 +150,32 @@ kube_ldflags() {
     ldflags+=" -X k8s.io/component-base/version.$kv -X k8s.io/client-go/pkg/version.$kv"
   done
   echo "$ldflags"
+}
+
+# The project's own Go programs (tools/<name>/main.go) are built against pinned modules; their
+# cache folder is keyed by the pinned versions and by a hash of their source, so an edit of the
+# program builds it again and an unchanged one is found in the cache.
+own_tool_key() {
+  local name=$1; shift
+  local root
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  { printf '%s\n' "$@"; cat "$root/tools/$name"/*.go; } | sha256sum | cut -c1-12
+}
+
+# Builds tools/<name> in the current (fresh) work folder into $bin_dir.partial/<name>, requiring
+# the given module@version pairs; the other modules are what those pinned versions require.
+build_own_tool() {
+  local name=$1 bin_dir=$2; shift 2
+  local root requirement
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  printf 'module belay.dev/tools/%s\n\ngo %s\n' "$name" "$(go env GOVERSION | sed 's/^go//; s/\.[0-9]*$//')" > go.mod
+  cp "$root/tools/$name"/*.go .
+  for requirement in "$@"; do
+    log "requiring $requirement"
+    go get "$requirement"
+  done
+  go mod tidy
+  mkdir -p "$bin_dir.partial"
+  log "building $name"
+  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin_dir.partial/$name" .
 }

@@ -1,12 +1,22 @@
-"""docs/argocd-health.lua, run by a real Lua interpreter (lupa) against statuses the operator's
-own status projection produces, the way Argo CD runs it (a global `obj`, a returned table)."""
+"""The Argo CD health check for AgentSessions
+(argocd/resource_customizations/belay.dev/AgentSession/health.lua), judged the way Argo CD judges
+it: under gopher-lua, the Lua runtime Argo CD embeds, set up as Argo CD sets it up
+(tools/argocd-health), against the cases in Argo CD's own layout (health_test.yaml and testdata/,
+one object per phase, made by the operator's status projection). kstatus (sigs.k8s.io/cli-utils,
+tools/kstatus) is asked about the same objects. The older check under lupa (another Lua, run from
+Python) stays below; the gopher-lua run is the authority."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from lupa import LuaRuntime
 
 from belay.controller.status import OperatorProblem, session_status_patch
@@ -22,11 +32,81 @@ from belay.journal.events import (
     WaitKind,
 )
 from belay.journal.state import fold
-from tests.api.kubehelpers import REPO_ROOT
+from tests.controller.argocd_cases import CASES as PHASES
+from tests.controller.argocd_cases import CUSTOMIZATION, KSTATUS, session_object, stale_files
 from tests.journal.fixtures import LogBuilder, sha
 
-SCRIPT = (REPO_ROOT / "docs/argocd-health.lua").read_text()
+ROOT = CUSTOMIZATION.parents[1]  # what Argo CD calls resource_customizations/
+SCRIPT = (CUSTOMIZATION / "health.lua").read_text()
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def run_cases(argocd_health_bin: Path, root: Path) -> tuple[int, list[dict[str, Any]]]:
+    """Every health.lua under root against its health_test.yaml: the exit status and one result
+    per case and mode (Lua's standard libraries closed, as for a script in argocd-cm; open, as
+    Argo CD's own tests run its scripts)."""
+    ran = subprocess.run(
+        [str(argocd_health_bin), "test", str(root)], capture_output=True, text=True, timeout=60
+    )
+    return ran.returncode, [json.loads(line) for line in ran.stdout.splitlines()]
+
+
+def test_testdata_are_what_the_operator_projects() -> None:
+    assert stale_files() == [], "run `.venv/bin/python -m tests.controller.argocd_cases`"
+
+
+def test_every_phase_has_its_case_and_passes_under_argo_cds_lua(argocd_health_bin: Path) -> None:
+    status, results = run_cases(argocd_health_bin, ROOT)
+    failed = [r for r in results if not r["passed"]]
+    assert status == 0 and not failed, json.dumps(failed, indent=1)
+    cases = yaml.safe_load((CUSTOMIZATION / "health_test.yaml").read_text())["tests"]
+    assert [c["inputPath"] for c in cases] == [f"testdata/{c.name}.yaml" for c in PHASES]
+    assert {(r["inputPath"], r["openLibs"]) for r in results} == {
+        (f"testdata/{c.name}.yaml", libs) for c in PHASES for libs in (False, True)
+    }
+
+
+def test_the_harness_fails_what_argo_cd_would_show_differently(
+    argocd_health_bin: Path, tmp_path: Path
+) -> None:
+    """A case whose expectation is wrong fails; a script that returns a status outside Argo CD's set
+    shows Unknown, as Argo CD shows it; a script that needs a library a script in argocd-cm does
+    not get (string) fails with the libraries closed, and passes with them open."""
+    copy = tmp_path / "belay.dev" / "AgentSession"
+    shutil.copytree(CUSTOMIZATION, copy)
+    tests_file = copy / "health_test.yaml"
+    cases = yaml.safe_load(tests_file.read_text())
+    cases["tests"][0]["healthStatus"]["message"] = "something else"
+    tests_file.write_text(yaml.safe_dump(cases))
+    status, results = run_cases(argocd_health_bin, tmp_path)
+    failed = {(r["inputPath"], r["got"]["message"]) for r in results if not r["passed"]}
+    assert status == 1
+    assert failed == {(cases["tests"][0]["inputPath"], "Waiting for the operator to observe generation 1")}
+
+    (copy / "health.lua").write_text('return {status = "Fine", message = "all good"}\n')
+    _, results = run_cases(argocd_health_bin, tmp_path)
+    assert {(r["got"]["status"], r["got"]["message"]) for r in results} == {
+        ("Unknown", "Lua returned an invalid health status")
+    }
+
+    (copy / "health.lua").write_text('return {status = "Healthy", message = string.upper("ok")}\n')
+    cases["tests"] = [
+        {"inputPath": "testdata/running.yaml", "healthStatus": {"status": "Healthy", "message": "OK"}}
+    ]
+    tests_file.write_text(yaml.safe_dump(cases))
+    status, results = run_cases(argocd_health_bin, tmp_path)
+    by_mode = {r["openLibs"]: r for r in results}
+    assert status == 1 and by_mode[True]["passed"] and not by_mode[False]["passed"]
+    assert "string" in by_mode[False]["error"]
+
+
+@pytest.mark.parametrize("case", [c.name for c in PHASES])
+def test_kstatus_reads_each_phase_as_promised(kstatus_bin: Path, case: str) -> None:
+    obj = session_object(next(c for c in PHASES if c.name == case))
+    ran = subprocess.run(
+        [str(kstatus_bin)], input=json.dumps(obj), capture_output=True, text=True, timeout=30, check=True
+    )
+    assert json.loads(ran.stdout)["status"] == KSTATUS[case], ran.stdout
 
 
 def health(obj: dict[str, Any]) -> tuple[str, str]:

@@ -9,6 +9,8 @@ SIGTERM guard, then the kernel's parent-death signal if the test process is kill
                    shared by the run, and started again before the next test if one left it stopped
     kube           .kubeconfig, .server, .version, .kubectl(*args, input=None, check=True)
     helm_bin       Path of the built helm
+    kstatus_bin, argocd_health_bin, kubeconform_bin
+                   Paths of the platform's tools that judge the operator's objects
     harness_image  .tag, .run(*command), .engine.docker(*args): the Belay image in the project's own
                    Docker engine, which runs for the module that asks for it (one engine per data
                    root, held under a lock, so other runs wait only that long)
@@ -82,7 +84,17 @@ def s3_server(_testenv_dir: Path) -> Iterator[S3Server]:
 
 # The fixtures that start a built component, and the fixture of the real node (tests/node).
 COMPONENT_FIXTURES = frozenset(
-    {"etcd_endpoint", "etcd_cluster", "s3_server", "kube", "helm_bin", "harness_image"}
+    {
+        "etcd_endpoint",
+        "etcd_cluster",
+        "s3_server",
+        "kube",
+        "helm_bin",
+        "kstatus_bin",
+        "argocd_health_bin",
+        "kubeconform_bin",
+        "harness_image",
+    }
 )
 NODE_FIXTURES = frozenset({"node_cluster"})
 
@@ -134,6 +146,24 @@ def kube(_testenv_dir: Path) -> Iterator[ControlPlane]:
 def helm_bin() -> Path:
     require_built("helm")
     return component("helm").path("helm")
+
+
+@pytest.fixture(scope="session")
+def kstatus_bin() -> Path:
+    require_built("kstatus")
+    return component("kstatus").path("kstatus")
+
+
+@pytest.fixture(scope="session")
+def argocd_health_bin() -> Path:
+    require_built("argocd-health")
+    return component("argocd-health").path("argocd-health")
+
+
+@pytest.fixture(scope="session")
+def kubeconform_bin() -> Path:
+    require_built("kubeconform")
+    return component("kubeconform").path("kubeconform")
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from belay.api.agentsession import KIND, SESSION_NAME_MESSAGE, SESSION_NAME_PATTERN, AgentSessionSpec
 from belay.api.checkpoint import CHECKPOINT_KIND, CheckpointSpec
-from belay.api.status import AgentSessionStatus
+from belay.api.status import UNOBSERVED, AgentSessionStatus
 
 GROUP = "belay.dev"
 VERSION = "v1alpha1"
@@ -119,6 +119,10 @@ def _root_schema(
     }
     if status is not None:
         properties["status"] = structural_schema(status)
+        # The status before the operator's first pass: see belay.api.status.UNOBSERVED.
+        properties["status"]["default"] = UNOBSERVED.model_dump(
+            mode="json", by_alias=True, exclude_defaults=True
+        )
     root: dict[str, Any] = {"type": "object", "required": ["spec"], "properties": properties}
     if root_rules:
         root["x-kubernetes-validations"] = root_rules

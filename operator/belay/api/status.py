@@ -97,7 +97,15 @@ class AgentSessionStatus(SessionStatus):
     drill: DrillStatus | None = None
 
 
+# What the apiserver shows as the status of a session the operator has not projected yet (the
+# CRD's default for `status`, applied when the object is read): no generation observed. kstatus
+# (Flux, kpt) reads an object without conditions or an observed generation as Current, so without
+# it a session nobody reconciles would look done; with it, generation 1 against observed 0 reads
+# as InProgress until the operator's first pass.
+UNOBSERVED = AgentSessionStatus(phase=Phase.PENDING, conditions=[], counts=Counts(), observed_generation=0)
+
 __all__ = [
+    "UNOBSERVED",
     "AgentSessionStatus",
     "Condition",
     "ConditionStatus",

@@ -87,7 +87,13 @@ def session_status_patch(
     current = list(projected.conditions)
     if problem is not None:
         flagged = ConditionType.STALLED if problem.stalls else ConditionType.RECONCILING
-        current = [c for c in current if c.type not in (ConditionType.READY, flagged)]
+        replaced = {ConditionType.READY, flagged}
+        if problem.stalls:
+            # Nothing goes on until a person acts, whatever the record showed under way; and
+            # kstatus takes the first of Reconciling and Stalled it finds True, so both would read
+            # as InProgress, never Failed.
+            replaced.add(ConditionType.RECONCILING)
+        current = [c for c in current if c.type not in replaced]
         for type_, status in ((ConditionType.READY, "False"), (flagged, "True")):
             current.append(
                 Condition(type=type_, status=status, reason=problem.reason, message=problem.message)

@@ -90,10 +90,7 @@ def _ready(state: SessionState, phase: Phase, interruption: Interruption | None)
     ):
         return not_ready(recovering_reason, f"{interruption.why}; {interruption.next}")
     if phase == Phase.RECOVERING:
-        return not_ready(
-            Reason.HARNESS_LOST,
-            f"harness attempt {lc.attempt} lost; restoring from the last verified checkpoint",
-        )
+        return not_ready(Reason.HARNESS_LOST, _harness_lost_message(state))
     if phase == Phase.PENDING and interruption is not None:
         return not_ready(Reason.INITIALIZING, f"{interruption.why}; {interruption.next}")
     if phase == Phase.PENDING:
@@ -109,6 +106,19 @@ def _ready(state: SessionState, phase: Phase, interruption: Interruption | None)
             type=ConditionType.READY, status="True", reason=Reason.EXECUTOR_CHANGE_PENDING, message=message
         )
     return Condition(type=ConditionType.READY, status="True", reason=Reason.RUNNING, message=phase.value)
+
+
+def _harness_lost_message(state: SessionState) -> str:
+    """Which attempt was lost, and which restores: once the replacement started, the highest
+    attempt is the one restoring, not the one lost."""
+    lc = state.lifecycle
+    lost = next(
+        (e.attempt for e in reversed(lc.recent) if e.kind == LifecycleKind.HARNESS_LOST and e.attempt),
+        lc.attempt,
+    )
+    if lc.harness_running and lc.attempt > lost:
+        return f"harness attempt {lost} lost; attempt {lc.attempt} restores from the last verified checkpoint"
+    return f"harness attempt {lost} lost; restoring from the last verified checkpoint"
 
 
 def pending_move(state: SessionState) -> ExecutorChangeRecord | None:

@@ -1,10 +1,13 @@
 -- Argo CD health check for belay.dev/AgentSession.
 --
--- Install it under resource.customizations.health.belay.dev_AgentSession in argocd-cm. It reads
--- only the status the operator writes (phase, observedGeneration, conditions) and maps it:
---   the operator has not seen this generation yet     -> Progressing
+-- Install it under resource.customizations.health.belay.dev_AgentSession in argocd-cm (it needs
+-- none of Lua's optional libraries). It reads only what the operator writes (phase,
+-- observedGeneration, conditions) and maps it:
+--   being deleted                                      -> Progressing ("Pending deletion", which
+--                                                         Argo CD itself says before asking)
+--   the operator has not observed this generation     -> Progressing
 --   Succeeded                                          -> Healthy
---   Failed, or Stalled=True (RecoveryFailed, Interrupted) -> Degraded
+--   Failed, or Stalled=True (RecoveryFailed, RecordCorrupt, RepeatedFailure, ...) -> Degraded
 --   Recovering=True (the operator replaces a lost or silent attempt, or a new one restores)
 --                                                      -> Progressing
 --   WaitingOnUser=True (an approval, a decision)       -> Suspended: a person has to act
@@ -34,6 +37,12 @@ local function describe(c, fallback)
     return c.message
   end
   return fallback
+end
+
+if obj.metadata.deletionTimestamp ~= nil then
+  hs.status = "Progressing"
+  hs.message = "Pending deletion"
+  return hs
 end
 
 local status = obj.status
@@ -75,10 +84,13 @@ elseif status.phase == "ReadyForReview" then
   hs.status = "Healthy"
   hs.message = describe(condition(status, "ReadyForReview"), "Ready for review")
 else
+  -- Pending or Running: the step it runs, or what it waits for (the store, a first attempt).
   hs.status = "Progressing"
   hs.message = status.phase
   if status.currentStep ~= nil and status.currentStep ~= "" then
     hs.message = hs.message .. ": " .. status.currentStep
+  elseif is_true(condition(status, "Reconciling")) then
+    hs.message = hs.message .. ": " .. describe(condition(status, "Reconciling"), "reconciling")
   end
 end
 return hs
