@@ -31,7 +31,7 @@ lint: setup
 	$(BIN)/ruff check operator tests bench
 	$(BIN)/ruff format --check operator tests bench
 	$(BIN)/lint-imports --no-cache
-	@unformatted=$$(PATH="$$PATH:/usr/local/go/bin" gofmt -l tools); \
+	@unformatted=$$(PATH="$$PATH:/usr/local/go/bin" gofmt -l hack/tools); \
 	  if [ -n "$$unformatted" ]; then echo "not gofmt-formatted: $$unformatted"; exit 1; fi
 	PYTHON=$(BIN)/python bash hack/kubeconform.sh
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds tools/argocd-health (Argo CD health scripts run under the pinned gopher-lua, checked
+# Builds hack/tools/argocd-health (Argo CD health scripts run under the pinned gopher-lua, checked
 # against cases in Argo CD's layout) into the cache, once per version of the libraries and of the
 # program's source.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds tools/kstatus (status.Compute of the pinned sigs.k8s.io/cli-utils over objects read as
+# Builds hack/tools/kstatus (status.Compute of the pinned sigs.k8s.io/cli-utils over objects read as
 # JSON) into the cache, once per version of the library and of the program's source.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

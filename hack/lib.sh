@@ -152,24 +152,24 @@ kube_ldflags() {
   echo "$ldflags"
 }
 
-# The project's own Go programs (tools/<name>/main.go) are built against pinned modules; their
+# The project's own Go programs (hack/tools/<name>/main.go) are built against pinned modules; their
 # cache folder is keyed by the pinned versions and by a hash of their source, so an edit of the
 # program builds it again and an unchanged one is found in the cache.
 own_tool_key() {
   local name=$1; shift
   local root
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-  { printf '%s\n' "$@"; cat "$root/tools/$name"/*.go; } | sha256sum | cut -c1-12
+  { printf '%s\n' "$@"; cat "$root/hack/tools/$name"/*.go; } | sha256sum | cut -c1-12
 }
 
-# Builds tools/<name> in the current (fresh) work folder into $bin_dir.partial/<name>, requiring
+# Builds hack/tools/<name> in the current (fresh) work folder into $bin_dir.partial/<name>, requiring
 # the given module@version pairs; the other modules are what those pinned versions require.
 build_own_tool() {
   local name=$1 bin_dir=$2; shift 2
   local root requirement
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
   printf 'module belay.dev/tools/%s\n\ngo %s\n' "$name" "$(go env GOVERSION | sed 's/^go//; s/\.[0-9]*$//')" > go.mod
-  cp "$root/tools/$name"/*.go .
+  cp "$root/hack/tools/$name"/*.go .
   for requirement in "$@"; do
     log "requiring $requirement"
     go get "$requirement"

@@ -61,10 +61,10 @@ class Component:
 
 
 def own_tool_folder(name: str, version: str, requirements: list[str]) -> str:
-    """The cache folder of one of the project's own Go programs (tools/<name>), keyed as
+    """The cache folder of one of the project's own Go programs (hack/tools/<name>), keyed as
     hack/lib.sh's `own_tool_key` keys it: the pinned module versions and the program's source."""
     digest = hashlib.sha256("".join(f"{r}\n" for r in requirements).encode())
-    for source in sorted((REPO_ROOT / "tools" / name).glob("*.go")):
+    for source in sorted((REPO_ROOT / "hack" / "tools" / name).glob("*.go")):
         digest.update(source.read_bytes())
     return f"{name}-{version}-{digest.hexdigest()[:12]}"
 
