@@ -57,7 +57,9 @@ say "every test but the node's, on $workers workers, beside the builds"
 # the apiserver checks), so on a cold machine the workers wait for the builds, which then have the
 # machine: measured faster (43 min) than the tests first in collection order, which starved the
 # builds (they had not built the control plane after 28 min).
-BELAY_BUILDS_UNDER_WAY=$builds_ended "$pytest" -n "$workers" --dist loadfile -m "not node"
+# A worker that dies (a crash in a test's process) ends the run with its test named: a replacement
+# worker has been seen to leave pytest-xdist waiting for good.
+BELAY_BUILDS_UNDER_WAY=$builds_ended "$pytest" -n "$workers" --dist loadfile --max-worker-restart=0 -m "not node"
 suite_status=$?
 ((interrupted)) && exit 130
 
