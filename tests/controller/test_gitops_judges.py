@@ -10,11 +10,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import secrets
 import signal
 import sqlite3
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,6 @@ from belay.controller.settings import OperatorSettings
 from belay.harness.attempt import FAULT_ENV
 from belay.journal.events import EventDraft, Note, NoteKind, UserInput
 from belay.lifetime import descendants
-from belay.local.tickets import TicketService
 from belay.stores.factory import open_event_store
 from tests.api.kubehelpers import REPO_ROOT, install_crds
 from tests.belay_cli import is_stopped
@@ -35,6 +32,7 @@ from tests.controller.judges import Judges, Verdict
 from tests.controller.kubelet import LocalKubelet
 from tests.controller.operator_process import OperatorProcess, wait_for
 from tests.controller.sessions import EXAMPLE_MANIFEST
+from tests.controller.test_operator import TICKETS_TOKEN, tickets  # noqa: F401 (a fixture)
 from tests.testenv.kube import ControlPlane
 
 pytestmark = pytest.mark.testenv
@@ -44,7 +42,6 @@ NAMESPACE = "belay-judged"
 GITOPS_MANAGER = "argocd-controller"
 FIRST_STOP = "checkpoint:researcher/reproduce"  # where the first attempt freezes (stops renewing)
 REPLACEMENT_STOP = "lifecycle:harness_started"  # where the replacement stops, before it restores
-TICKETS_TOKEN = "tickets-credential-" + secrets.token_hex(16)
 
 
 def example(name: str) -> dict[str, Any]:
@@ -86,24 +83,6 @@ def operator(cluster: ControlPlane, tmp_path: Path) -> Iterator[OperatorProcess]
         yield process
     finally:
         process.stop()
-
-
-@pytest.fixture
-def tickets(tmp_path: Path) -> Iterator[str]:
-    """The ticket service the example's tools call, on a loop of its own: the test's loop spends
-    its time in blocking waits on kubectl."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    starting = TicketService(tmp_path / "tickets.json", TICKETS_TOKEN).start()
-    service = asyncio.run_coroutine_threadsafe(starting, loop).result(30)
-    try:
-        yield service.url
-    finally:
-        asyncio.run_coroutine_threadsafe(service.stop(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
 
 
 def stops_at(tickets_url: str, *points: str) -> Callable[[dict[str, Any]], dict[str, str]]:
@@ -201,7 +180,11 @@ def children(judges: Judges, uid: str) -> list[str]:
 
 
 def test_a_session_applied_by_gitops_is_judged_at_every_phase_and_pruned(
-    cluster: ControlPlane, judges: Judges, operator: OperatorProcess, tickets: str, tmp_path: Path
+    cluster: ControlPlane,
+    judges: Judges,
+    operator: OperatorProcess,
+    tickets: str,  # noqa: F811 (the fixture)
+    tmp_path: Path,
 ) -> None:
     kube, name = cluster, "journey"
     manifest = example(name)
@@ -346,7 +329,11 @@ def test_a_session_applied_by_gitops_is_judged_at_every_phase_and_pruned(
 
 
 def test_a_failed_session_is_failed_and_degraded(
-    cluster: ControlPlane, judges: Judges, operator: OperatorProcess, tickets: str, tmp_path: Path
+    cluster: ControlPlane,
+    judges: Judges,
+    operator: OperatorProcess,
+    tickets: str,  # noqa: F811 (the fixture)
+    tmp_path: Path,
 ) -> None:
     """Its only attempt is lost (recovery.maxAttempts 1): Failed to kstatus, Degraded to Argo CD."""
     kube, name = cluster, "gives-up"

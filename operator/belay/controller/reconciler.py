@@ -68,6 +68,7 @@ from belay.controller.recovery import (
     failure_backoff,
     sandbox_losses,
     sandbox_replacement,
+    stalled_by_repeats,
 )
 from belay.controller.settings import OperatorSettings
 from belay.controller.status import OperatorProblem, TransitionEvent, session_status_patch, transition_events
@@ -399,22 +400,17 @@ class SessionReconciler:
             return HarnessDecision(Action.STOP, None, why=memory.fork_error)
         liveness = await operator_liveness(store, ref.name)
 
-        def decide() -> HarnessDecision:
-            return decide_harness(
-                memory.state, harness_pods(pods), liveness.lease, spec.recovery.max_attempts, liveness
-            )
-
-        decision = decide()
+        decision = decide_harness(
+            memory.state, harness_pods(pods), liveness.lease, spec.recovery.max_attempts, liveness
+        )
         if decision.action == Action.KEEP and decision.index is not None:
             await self._record_lost_sandboxes(store, ref, spec, memory, pods, decision.index)
         if decision.action == Action.REPLACE and decision.lost_attempt is not None:
             lost = harness_lost_write(ref.uid, decision.lost_attempt, decision.lost_pod, decision.why)
             await self._write(store, ref.name, lost)
-            # The loss is an end of its own: it may repeat the one before it (a backoff, or a stall).
+            # The loss is an end of its own: it may repeat the ones before it (a stall, or a backoff).
             await self._follow(store, ref, memory)
-            again = decide()
-            if again.action != Action.REPLACE:
-                decision = again
+            decision = stalled_by_repeats(memory.state) or decision
         if decision.action == Action.REPLACE:
             decision = failure_backoff(
                 memory.state,

@@ -121,12 +121,9 @@ def decide_harness(
     phase = phase_of(state)
     if phase in (Phase.SUCCEEDED, Phase.FAILED):
         return HarnessDecision(Action.STOP, None, why=f"the session {phase.value.lower()}")
-    repeated = repeated_failure(state)
-    if repeated is not None:
-        # Another pod would end the same way: none is started until a person moves the point.
-        return HarnessDecision(
-            Action.STOP, None, why=f"{REPEATED_FAILURE}: {repeated_failure_text(repeated)}"
-        )
+    stalled = stalled_by_repeats(state)
+    if stalled is not None:
+        return stalled
     if recovery_failed(state):
         return HarnessDecision(Action.STOP, None, why="recovery failed; a person has to look")
 
@@ -167,6 +164,15 @@ def decide_harness(
         lost_pod=current.name if current is not None else "",
         why=why,
     )
+
+
+def stalled_by_repeats(state: SessionState) -> HarnessDecision | None:
+    """STOP when the last attempts ended the same way at the point the record still stands at:
+    another pod would end the same way, so none is started until a person moves the point."""
+    repeated = repeated_failure(state)
+    if repeated is None:
+        return None
+    return HarnessDecision(Action.STOP, None, why=f"{REPEATED_FAILURE}: {repeated_failure_text(repeated)}")
 
 
 def failure_backoff(
