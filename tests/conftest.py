@@ -2,6 +2,9 @@
 s3_server, kube, helm_bin, harness_image), see tests/testenv/fixtures.py."""
 
 import os
+from collections.abc import Iterator
+
+import pytest
 
 # Before anything imports grpc: see belay/__init__.py (a child started by fork, for its
 # parent-death signal, must not run gRPC's fork handlers).
@@ -13,3 +16,14 @@ pytest_plugins = ["tests.testenv.fixtures"]
 # stops after this long with no request: a test stops the ones it knows of, and one it left behind
 # goes soon (`belay.local.standin_process`).
 os.environ.setdefault("BELAY_STANDIN_IDLE_S", "300")
+
+
+@pytest.fixture(autouse=True)
+def umask_as_it_was() -> Iterator[None]:
+    """`belay`'s command line sets umask 077 for its home (belay.cli.main): a test that runs it in
+    this process would leave every later test of the worker writing files only root can read, such
+    as a file the test puts in a sandbox's workspace for its uid to read."""
+    before = os.umask(0o022)
+    os.umask(before)
+    yield
+    os.umask(before)

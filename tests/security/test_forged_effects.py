@@ -253,6 +253,7 @@ class ForgerTeller:
                 with contextlib.suppress(OSError):  # a superseded workspace may be gone
                     if not port_file.is_file() or port_file.read_text() != self.port:
                         port_file.write_text(self.port)
+                        port_file.chmod(0o644)  # for the sandbox's uid, whatever the umask
             self.stopped.wait(0.05)
 
 
