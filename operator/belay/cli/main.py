@@ -38,6 +38,7 @@ from belay.cli.core.decide import (
 )
 from belay.cli.core.errors import CommandError
 from belay.cli.core.events import event_line
+from belay.cli.core.message import to_message
 from belay.cli.core.report import write_page, written
 from belay.cli.home import (
     Context,
@@ -56,7 +57,7 @@ from belay.cli.home import (
 from belay.cli.running import run_session
 from belay.cli.terminal import fail
 from belay.journal.claims import rejection_claim, scope_claim
-from belay.journal.decisions import DecisionError, reconcile_write
+from belay.journal.decisions import DecisionError, message_write, reconcile_write
 from belay.journal.events import (
     Actor,
     ArtifactRef,
@@ -68,6 +69,7 @@ from belay.journal.events import (
 from belay.journal.events import (
     event_line as event_json,
 )
+from belay.journal.phase import attempt_alive
 from belay.journal.state.repeats import REPEATED_FAILURE, repeated_failure, repeated_failure_text
 from belay.local.children import reopen_children
 from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, drill_executor, handover_refusal, run_drill
@@ -593,6 +595,32 @@ def answer(
     state = known_state(session_id)
     wait = to_answer(OpenItems.of_state(state), wait_id)
     console.print(decide(state, wait.wait_id, True, text, by), highlight=False, markup=False)
+
+
+@app.command()
+def message(
+    session_id: Annotated[str, typer.Argument(metavar="SESSION")],
+    text: Annotated[str, typer.Argument(help="What the subagent is told: its next turn.")],
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to", metavar="SUBAGENT", help="The subagent, when more than one waits for a message."
+        ),
+    ] = None,
+    by: Annotated[str, typer.Option("--by")] = "cli",
+) -> None:
+    """Send a message to a subagent whose turn ended without its deliverable: its next user turn (a
+    user message to its remote session on a managed executor). It goes on from there."""
+    state = known_state(session_id)
+    wait = to_message(OpenItems.of_state(state), to)
+    try:
+        write = message_write(state, wait.wait_id, text, by)
+    except DecisionError as error:
+        raise fail(str(error)) from None
+    append_decision(session_id, list(write.drafts), write.claim)
+    alive = attempt_alive(state, read_liveness(session_id))
+    then = "the running harness takes it from here" if alive else f"continue with `belay resume {session_id}`"
+    terminal.echo(f"{write.outcome}; {then}")
 
 
 # --------------------------------------------------------------------------------------------------
