@@ -73,6 +73,8 @@ from belay.journal.phase import attempt_alive
 from belay.journal.state.repeats import REPEATED_FAILURE, repeated_failure, repeated_failure_text
 from belay.local.children import reopen_children
 from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, drill_executor, handover_refusal, run_drill
+from belay.local.drill.compare import compare_table, run_compare
+from belay.local.drill.pages import side_by_side
 from belay.local.fleet import LocalFleet, without_clock
 from belay.local.garbage import collect, shown_size
 from belay.local.runtime import (
@@ -714,6 +716,15 @@ def drill(
             "of the three, and check the handover too.",
         ),
     ] = None,
+    compare: Annotated[
+        bool,
+        typer.Option(
+            "--compare",
+            help="Run the task on self-hosted and on a managed executor (--executor; default the "
+            "manifest's own, or openai-agents), each killed at the same point and resumed, and print "
+            "one table of measured figures per side.",
+        ),
+    ] = False,
 ) -> None:
     """Interrupt a short session on purpose and check that the resumed session makes sense."""
     path = manifest or DEFAULT_MANIFEST
@@ -723,6 +734,12 @@ def drill(
         session = load_manifest(path)
     except ManifestError as error:
         raise fail(f"bad manifest: {error}") from None
+    if compare:
+        if executor == "self-hosted":
+            raise fail("--compare runs self-hosted beside a managed executor: name one with --executor")
+        own = drill_executor(session.spec.executor.type)
+        _compare(path, executor or ("openai-agents" if own == "self-hosted" else own), as_json)
+        return
     refusal = handover_refusal(executor or drill_executor(session.spec.executor.type), handover_to)
     if refusal:
         raise fail(refusal)
@@ -743,6 +760,9 @@ def drill(
         failed = [check for check in report.checks if not check.passed]
         for check in failed:
             console.print(f"[red]FAIL[/red] {check.name}: {check.detail}", highlight=False)
+        shown = report.shown()
+        if shown is not None:
+            terminal.echo(side_by_side(shown))
         verdict = f"drill {'passed' if report.passed else 'failed'}: {len(report.checks) - len(failed)}"
         verdict += f" of {len(report.checks)} checks passed"
         if report.skipped:  # each was printed as it was skipped, with why; never a check
@@ -750,6 +770,16 @@ def drill(
             verdict += f"; {len(report.skipped)} skipped ({names})"
         console.print(f"{verdict}; executor {report.executor}", highlight=False)
     if not report.passed:
+        raise typer.Exit(1)
+
+
+def _compare(path: Path, managed: str, as_json: bool) -> None:
+    try:
+        report = run_compare(path, Context.home.root / "drill" / "compare", managed, progress=not as_json)
+    except ValueError as error:
+        raise fail(str(error)) from None
+    sys.stdout.write((report.model_dump_json(indent=2) if as_json else compare_table(report)) + "\n")
+    if not all(side.completed for side in report.sides) or not report.same_deliverables:
         raise typer.Exit(1)
 
 
