@@ -81,7 +81,8 @@ def check_pages(pages: list[dict[str, Any]], home: Path) -> None:
     [waiting] = after["waiting_on_you"]
     assert re.fullmatch(
         rf"reconciliation {re.escape(operation)}: belay --home {home}/drill/\S+/unknown-outcome reconcile "
-        rf"parser-fix {re.escape(operation)} --succeeded",
+        rf"parser-fix {re.escape(operation)} --succeeded  \(or: belay --home \S+ reconcile parser-fix "
+        rf"{re.escape(operation)} --failed\)",
         waiting,
     ), waiting
     assert before["done"] and set(before["done"]) <= set(after["kept"]) and after["redone"] == []

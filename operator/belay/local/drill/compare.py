@@ -75,6 +75,7 @@ class SideFigures(BaseModel):
     decided_by: list[str]  # the model ids the record names
     conversation: str  # where the conversation is kept
     sandboxes_started: int
+    sandboxes_replaced: int  # by the resume: clean ones, restored from the record
     run_s: float
     resume_s: float
 
@@ -180,6 +181,9 @@ def figures(
         )
         or "the record (each turn's context is rebuilt from it)",
         sandboxes_started=len(started),
+        sandboxes_replaced=sum(
+            1 for e in after if isinstance(e, LifecycleEvent) and e.payload.kind == "sandbox_replaced"
+        ),
         run_s=round(run_s, 2),
         resume_s=round(resume_s, 2),
     )
@@ -293,8 +297,9 @@ def rows_of(side: SideFigures) -> list[tuple[str, str]]:
         (
             "who operates what",
             f"decides: {', '.join(side.decided_by) or 'nothing recorded'}; conversation: "
-            f"{side.conversation}; Belay: the record, {side.sandboxes_started} sandbox starts, "
-            f"{side.tool_calls} tool calls, {side.approvals_requested} approvals",
+            f"{side.conversation}; Belay: the record, {side.sandboxes_started} sandboxes started and "
+            f"{side.sandboxes_replaced} replaced after the kill, {side.tool_calls} tool calls, "
+            f"{side.approvals_requested} approval(s)",
         ),
         ("wall time: run to the kill, resume", f"{side.run_s} s, {side.resume_s} s"),
         (

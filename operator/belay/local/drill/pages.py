@@ -37,7 +37,12 @@ def _done(page: Briefing) -> list[str]:
 
 
 def _waiting(page: Briefing, home: Path) -> list[str]:
-    return [f"{a.kind} {a.id}: {in_home(home)(a.command)}" for a in page.waiting_on_you]
+    spelled = in_home(home)
+    return [
+        f"{a.kind} {a.id}: {spelled(a.command)}"
+        + (f"  (or: {spelled(a.alternative)})" if a.alternative else "")
+        for a in page.waiting_on_you
+    ]
 
 
 def before_resume(page: Briefing, home: Path) -> CompactPage:
