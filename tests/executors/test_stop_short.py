@@ -31,6 +31,7 @@ from tests.belay_cli import (
     session_standin,
     start_belay,
     stop_session_standins,
+    wait_until_stopped,
 )
 from tests.executors.example import PLAN, SESSION, SUBAGENT, example_manifest, review_sha256
 from tests.testenv.polling import wait_until
@@ -143,3 +144,38 @@ def test_a_message_names_a_subagent_that_waits_for_one(tmp_path: Path) -> None:
     assert refused.returncode != 0
     assert "nothing waits for a message" in refused.stderr
     assert len(read_events(home, SESSION)) == before
+
+
+@pytest.mark.parametrize("executor", ["openai-agents", "anthropic-managed"])
+def test_a_message_is_given_once_across_a_kill(tmp_path: Path, executor: str) -> None:
+    """Killed right after the provider's acceptance of the message is recorded, the session goes
+    on with `belay resume`: the record says the message went, so it is not sent again."""
+    plan = stopping_plan(tmp_path / "plan")
+    manifest = example_manifest(tmp_path / "manifest", executor)
+    data = yaml.safe_load(manifest.read_text())
+    data["spec"]["executor"]["plan"] = str(plan)
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+    home = tmp_path / "home"
+    point = f"remote:message_delivered:{SUBAGENT}"
+    run = start_belay(home, "run", "--quiet", str(manifest), stop_after=point, environment=NO_PROVIDER)
+    try:
+        wait_until(
+            lambda: turn_end_waits(read_events(home, SESSION)),
+            "the agent to end its turn without review.md",
+            timeout=HANG_S,
+            while_running=run,
+        )
+        sent = run_belay(home, "message", SESSION, MESSAGE, environment=NO_PROVIDER)
+        assert sent.returncode == 0, sent.stderr
+        wait_until_stopped(run, point, timeout=HANG_S)
+        kill_group(run)
+        resumed = run_belay(home, "resume", "--quiet", SESSION, environment=NO_PROVIDER, timeout=HANG_S)
+        assert resumed.returncode == 0, resumed.stderr
+        events = read_events(home, SESSION)
+        assert completed(events) and deliverables(events)["review.md"] == review_sha256()
+        [message] = [e for e in events if isinstance(e, UserMessageEvent)]
+        check_provider(home, executor, events, message.seq)  # one delivery recorded, one received
+    finally:
+        if run.poll() is None:
+            kill_group(run)
+        stop_session_standins(home)
