@@ -179,3 +179,46 @@ def test_a_message_is_given_once_across_a_kill(tmp_path: Path, executor: str) ->
         if run.poll() is None:
             kill_group(run)
         stop_session_standins(home)
+
+
+def test_an_amend_answers_a_turn_that_ended_short(tmp_path: Path) -> None:
+    """An amend answers the wait too: the harness records it answered by the change, the agent's
+    next turn goes on with the new request (here it redoes the steps the change invalidated and
+    stops short again, in the new round), and a message then lets it finish."""
+    plan = stopping_plan(tmp_path / "plan")
+    manifest = example_manifest(tmp_path / "manifest", "self-hosted")
+    data = yaml.safe_load(manifest.read_text())
+    data["spec"]["executor"]["plan"] = str(plan)
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+    home = tmp_path / "home"
+    run = start_belay(home, "run", "--quiet", str(manifest))
+    try:
+        wait_until(
+            lambda: turn_end_waits(read_events(home, SESSION)),
+            "the agent to end its turn",
+            timeout=HANG_S,
+            while_running=run,
+        )
+        amended = run_belay(home, "amend", SESSION, "--goal", "Review the fix again, citing every test.")
+        assert amended.returncode == 0, amended.stderr
+        second = wait_until(
+            lambda: [w for w in turn_end_waits(read_events(home, SESSION)) if "@2" in w.payload.wait_id],
+            "the agent to end its turn again in the new round",
+            timeout=HANG_S,
+            while_running=run,
+        )
+        events = read_events(home, SESSION)
+        first = turn_end_waits(events)[0].payload.wait_id
+        [answered] = [
+            e
+            for e in events
+            if isinstance(e, WaitEvent) and e.payload.wait_id == first and e.payload.resolved
+        ]
+        assert answered.actor.kind == "harness" and "the request changed (v2)" in answered.payload.reason
+        assert second[0].payload.wait_id == "turn-ended-repository-reviewer.report@2.2"
+        assert run_belay(home, "message", SESSION, MESSAGE).returncode == 0
+        assert run.wait(timeout=HANG_S) == 0, (home / "belay.log").read_text()[-3000:]
+        assert completed(read_events(home, SESSION))
+    finally:
+        if run.poll() is None:
+            kill_group(run)
