@@ -52,8 +52,8 @@ import yaml
 from belay.api.agentsession import AgentSession, parse_manifest
 from belay.executors.endpoints import STANDIN_KEY
 from belay.executors.factory import executor_factory_for
-from belay.executors.managed import result_text
 from belay.executors.provider import Endpoint, endpoint_label
+from belay.executors.seeding import result_text
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.checkpoints import inputs_checkpoint_id
 from belay.harness.declared import declared_paths

@@ -1,7 +1,8 @@
 """Every `kubectl belay` action, run by a person bound to a Role that grants AgentSession access
 and nothing else (checked with `kubectl auth can-i`), against the real operator with a real event
 store and a real S3 artifact store: brief, approve (an operation, and a yes to an external wait),
-reject, answer, reconcile, amend, artifacts, artifacts get, events and report. Each decision is
+reject, answer, reconcile, message (to a subagent whose turn ended without its deliverable), amend,
+artifacts, artifacts get, events and report. Each decision is
 written into the AgentSession's spec and must arrive in the session record, recorded by the
 operator; the deliverable and the events come through the presigned URLs the operator publishes,
 with no store credentials on the person's side (the plugin runs with none in its environment).
@@ -60,6 +61,7 @@ BUCKET = "belay-actions"
 GOAL = "Publish the release notes."
 HARNESS = Actor(kind="harness", attempt=1, harness_version="0.1.0", subagent="worker")
 REPORT = b"# Release notes\nAll fixed.\n"
+ENDED = "turn-ended-worker.work.4"  # the worker's turn ended without its deliverable
 
 
 def _request(op: str, tool: str, effect: EffectClass) -> ToolRequest:
@@ -96,6 +98,12 @@ def history(report: Artifact) -> list[Payload]:
         *approvals,
         Wait(wait_id="wait-worker.ci.1", kind=WaitKind.ON_EXTERNAL, reason="CI runs", condition="ci-green"),
         Wait(wait_id="question-1", kind=WaitKind.ON_USER, reason="Which changelog format?"),
+        Wait(
+            wait_id=ENDED,
+            kind=WaitKind.ON_USER,
+            reason="worker ended its turn without final.md, which it owes",
+            owed="final.md",
+        ),
         _request("worker.deploy.3", "run_command", EffectClass.UNSAFE),
         OperationOutcome(
             operation_id="worker.deploy.3", outcome="unknown", detail="harness lost before the result"
@@ -185,10 +193,10 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
             == "kubectl belay artifacts get decide-all notes.md -o notes.md"
         )
 
-        # The operator's gauges count what the session waits on: two approvals, the question and
-        # the unknown outcome are the user's; the CI condition is external.
+        # The operator's gauges count what the session waits on: two approvals, the question, the
+        # turn's end and the unknown outcome are the user's; the CI condition is external.
         assert wait_for(
-            lambda: waits_metric(operator) == (4, 1, 0) or None, "the waits gauges", describe=describe
+            lambda: waits_metric(operator) == (5, 1, 0) or None, "the waits gauges", describe=describe
         )
 
         brief = kubectl_belay(config_file, "brief", SESSION)
@@ -198,6 +206,7 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
         assert "decision question-1: " in brief.stdout
         assert "reconciliation worker.deploy.3: " in brief.stdout
         assert "run: kubectl belay reconcile decide-all worker.deploy.3 --succeeded" in brief.stdout
+        assert 'run: kubectl belay message decide-all "..."' in brief.stdout
 
         drawn = kubectl_belay(config_file, "report", SESSION, "-o", str(tmp_path / "report.html"))
         assert drawn.returncode == 0, drawn.stderr
@@ -222,6 +231,7 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
             ("approve", SESSION, "wait-worker.ci.1"),
             ("reject", SESSION, "approve-worker.push.2", "-m", "not before the review"),
             ("answer", SESSION, "question-1", "Keep a Changelog"),
+            ("message", SESSION, "Publish final.md too."),
             ("reconcile", SESSION, "worker.deploy.3", "--failed", "-m", "nothing was deployed"),
             (
                 "amend",
@@ -232,6 +242,12 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
                 "scope=docs",
             ),
         ]
+        # Before it is answered: a message to a subagent that does not wait for one is refused.
+        refused = kubectl_belay(config_file, "message", SESSION, "x", "--to", "nobody")
+        assert refused.returncode == 1, refused.stderr
+        assert refused.stderr.startswith(
+            "error: nobody does not wait for a message in decide-all (waiting: worker)"
+        )
         for action in actions:
             done = kubectl_belay(config_file, *action)
             assert done.returncode == 0, (action, done.stderr)
@@ -258,6 +274,7 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
                 and state.approvals["approve-worker.push.2"].decision is not None
                 and state.waits["wait-worker.ci.1"].resolved
                 and state.waits["question-1"].resolved
+                and state.waits[ENDED].resolved
                 and "worker.deploy.3" not in state.unknown_outcomes
                 and state.request.goal != GOAL
             )
@@ -276,6 +293,8 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
         assert (rejected.decision, rejected.decided_by) == ("rejected", USER)  # the kubeconfig's user
         assert "not before the review" in rejected.decision_reason
         assert "Keep a Changelog" in state.waits["question-1"].reason
+        said = state.user_messages[ENDED]
+        assert (said.subagent, said.text, said.by) == ("worker", "Publish final.md too.", USER)
         assert state.request.goal == "Publish the release notes and the changelog."
         assert state.request.parts["scope"] == "docs"
         assert wait_for(
@@ -301,6 +320,7 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
         assert [(d["id"], d["verdict"]) for d in spec["decisions"]] == [
             ("wait-worker.ci.1", "yes"),
             ("question-1", "yes"),
+            (ENDED, "yes"),
             ("worker.deploy.3", "failed"),
         ]
     finally:

@@ -17,11 +17,13 @@ from belay.controller.record import (
     request_write,
     scope_change_write,
     spec_approval_writes,
+    spec_decision_writes,
     spec_rejection_writes,
 )
 from belay.controller.settings import OperatorSettings
-from belay.journal.claims import approval_claim
+from belay.journal.claims import approval_claim, wait_claim
 from belay.journal.events import (
+    Actor,
     Approval,
     ApprovalRequest,
     Artifact,
@@ -33,7 +35,10 @@ from belay.journal.events import (
     Rejection,
     ScopeChange,
     UserInput,
+    UserMessage,
     Verification,
+    Wait,
+    WaitKind,
 )
 from belay.journal.state import SessionState, fold
 from belay.stores.base import ClaimTaken
@@ -285,3 +290,24 @@ def test_a_spec_rejection_turns_down_exactly_the_pending_payload_or_published_by
         )
         == []
     )
+
+
+def test_a_yes_in_spec_decisions_to_a_turn_that_ended_short_is_the_subagents_next_message() -> None:
+    """`kubectl belay message` writes a yes with the words: recorded as `belay message` records it."""
+    log = LogBuilder()
+    log.add(UserInput(goal=GOAL, parts=PARTS))
+    wait_id = "turn-ended-researcher.report.2"
+    ended = Wait(wait_id=wait_id, kind=WaitKind.ON_USER, reason="researcher ended its turn", owed="report.md")
+    log.add(ended, actor=Actor(subagent="researcher"))
+    decision = {"id": wait_id, "verdict": "yes", "text": "publish the report", "by": "alice"}
+    (write,) = spec_decision_writes(UID, spec_with(decisions=[decision]), fold(log.events))
+    message, answered = (draft.payload for draft in write.drafts)
+    assert isinstance(message, UserMessage)
+    assert (message.subagent, message.wait_id, message.text, message.by) == (
+        "researcher",
+        wait_id,
+        "publish the report",
+        "alice",
+    )
+    assert isinstance(answered, Wait) and answered.resolved and answered.owed == "report.md"
+    assert write.claim == wait_claim(wait_id)

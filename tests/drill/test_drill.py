@@ -6,6 +6,7 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -46,6 +47,7 @@ def test_drill_json_passes_every_check(tmp_path: Path) -> None:
         "points",
         "reference_run_s",
         "reference_events",
+        "pages",
     }
     failed = [c for c in report["checks"] if not c["passed"]]
     assert not failed, failed
@@ -54,6 +56,7 @@ def test_drill_json_passes_every_check(tmp_path: Path) -> None:
     names = [c["name"] for c in report["checks"]]
     assert all(name in names for name in EXPECTED_CHECKS)
     assert all(set(c) == {"name", "passed", "detail"} for c in report["checks"])
+    check_pages(report["pages"], tmp_path / "home")
     # A self-hosted executor hands no result to a provider: that scenario is named, not run.
     assert report["skipped"] == [
         {
@@ -61,6 +64,34 @@ def test_drill_json_passes_every_check(tmp_path: Path) -> None:
             "reason": "not a boundary of the self-hosted executor",
         }
     ]
+
+
+def check_pages(pages: list[dict[str, Any]], home: Path) -> None:
+    """The briefing before each resume and after it, compact: the unsafe call in flight is not
+    repeated and waits on the person, with the command that answers it; nothing done is redone."""
+    by_scenario = {p["scenario"]: p for p in pages}
+    assert set(by_scenario) == {"kill after a tool request", "kill after an unsafe request"}
+    unsafe = by_scenario["kill after an unsafe request"]
+    before, after = unsafe["before"], unsafe["after"]
+    assert (before["phase"], after["phase"]) == ("Interrupted", "WaitingOnUser")
+    [flying] = [f for f in before["in_flight"] if "create_ticket" in f]
+    operation = flying.split(" ", 1)[0]
+    assert "never repeated" in flying
+    assert f"{operation}: not repeated; its outcome is unknown and asked of you" in after["in_flight"]
+    [waiting] = after["waiting_on_you"]
+    assert re.fullmatch(
+        rf"reconciliation {re.escape(operation)}: belay --home {home}/drill/\S+/unknown-outcome reconcile "
+        rf"parser-fix {re.escape(operation)} --succeeded  \(or: belay --home \S+ reconcile parser-fix "
+        rf"{re.escape(operation)} --failed\)",
+        waiting,
+    ), waiting
+    assert before["done"] and set(before["done"]) <= set(after["kept"]) and after["redone"] == []
+    request = by_scenario["kill after a tool request"]
+    assert (request["before"]["phase"], request["after"]["phase"]) == ("Interrupted", "Succeeded")
+    assert request["before"]["in_flight"] and all(
+        re.search(r": ran again once, ok \(seq \d+\)$", line) for line in request["after"]["in_flight"]
+    ), request["after"]["in_flight"]
+    assert request["after"]["waiting_on_you"] == [] and request["after"]["redone"] == []
 
 
 def test_a_failing_check_fails_the_drill(tmp_path: Path) -> None:
@@ -128,4 +159,10 @@ def test_a_scenario_that_does_not_apply_is_skipped_and_the_counts_match_the_chec
     passed = [line for line in lines if line.startswith("PASS")]
     summary = " ".join(result.stdout.split())
     assert f"drill passed: {len(passed)} of {len(passed)} checks passed; 2 skipped (" in summary
+    # It ends with the briefing before the resume and after it, side by side, then the verdict.
+    pages = result.stdout.split("drill passed:", 1)[0]
+    assert "kill after a tool request: the briefing before the resume and after it" in pages
+    [phase] = [line for line in pages.splitlines() if line.strip().startswith("phase")]
+    assert phase.split()[1:] == ["Interrupted", "|", "Succeeded"]
+    assert "none done twice" in " ".join(pages.split())
     assert not any("unsafe external operation" in line for line in passed)

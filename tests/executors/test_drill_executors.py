@@ -53,3 +53,10 @@ def test_the_drill_passes_on_every_executor(executor: str, tmp_path: Path) -> No
         assert point["expected"] and point["observed"]
         if point["scenario"] != "kill after a verified checkpoint, nothing declared":
             assert point["artifacts"]["review.md"] == review_sha256()
+    # The briefing before the resume of the unsafe call and after it: not repeated, asked of you.
+    [unsafe] = [p for p in report["pages"] if p["scenario"] == "kill after an unsafe request"]
+    assert (unsafe["before"]["phase"], unsafe["after"]["phase"]) == ("Interrupted", "WaitingOnUser")
+    assert any("not repeated; its outcome is unknown" in line for line in unsafe["after"]["in_flight"])
+    [waiting] = unsafe["after"]["waiting_on_you"]
+    assert " reconcile parser-review repository-reviewer.review.3 --succeeded" in waiting
+    assert unsafe["after"]["redone"] == [] and set(unsafe["before"]["done"]) <= set(unsafe["after"]["kept"])

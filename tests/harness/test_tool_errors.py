@@ -1,13 +1,17 @@
-"""A tool call that cannot do its job is a recorded failed result, never a crashed harness."""
+"""A tool call that cannot do its job is a recorded failed result, never a crashed harness; a turn
+that ends without the deliverable then waits on the person, who may end the session there."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import yaml
 
 from belay.api.agentsession import parse_manifest
-from belay.journal.events import ToolResult
+from belay.journal.decisions import decision_write
+from belay.journal.events import Lifecycle, ToolResult, Wait
+from belay.journal.state import fold
 from belay.local.runtime import LocalHome, run_local
 
 
@@ -41,12 +45,30 @@ async def test_publishing_a_missing_file_fails_that_call_and_the_session_says_wh
             },
         }
     )
-    result = await run_local(LocalHome(tmp_path / "home"), session, with_ticket_service=False)
+    home = LocalHome(tmp_path / "home")
+    ended = asyncio.Event()
+    running = asyncio.create_task(
+        run_local(
+            home,
+            session,
+            with_ticket_service=False,
+            on_event=lambda e: ended.set() if isinstance(e.payload, Wait) and e.payload.owed else None,
+        )
+    )
+    # Its turn ended without missing.txt: the session waits on the person, who ends it there.
+    await asyncio.wait_for(ended.wait(), 120)
+    store = home.open_event_store()
+    try:
+        state = fold(await store.read("missing"))
+        [wait_id] = state.open_waits
+        assert state.waits[wait_id].owed == "missing.txt"
+        write = decision_write(state, wait_id, False, "nothing to publish", "dana")
+        await store.append("missing", list(write.drafts), claim=write.claim)
+        result = await asyncio.wait_for(running, 120)
+        events = await store.read("missing")
+    finally:
+        await store.close()
     assert not result.completed and "missing.txt" in result.detail
-
-    store = LocalHome(tmp_path / "home").open_event_store()
-    events = await store.read("missing")
-    await store.close()
     failed = {
         e.payload.operation_id: e.payload.error
         for e in events
@@ -54,4 +76,8 @@ async def test_publishing_a_missing_file_fails_that_call_and_the_session_says_wh
     }
     assert set(failed) == {"solo.publish.1", "solo.publish.2"}
     assert all(failed.values())
-    assert [e.payload.kind for e in events if e.type == "lifecycle"][-1] == "harness_finished"
+    ends = [e.payload for e in events if isinstance(e.payload, Lifecycle)]
+    assert [(e.kind, e.reason) for e in ends[-2:]] == [
+        ("session_failed", "EndedWithoutDeliverable"),
+        ("harness_finished", "EndedWithoutDeliverable"),
+    ]

@@ -38,6 +38,7 @@ from belay.journal.events import (
     ToolRequest,
     ToolResult,
     UserInput,
+    UserMessage,
     Verification,
     Wait,
     WaitKind,
@@ -155,6 +156,16 @@ payloads: st.SearchStrategy[Payload] = st.one_of(
         owner=ids(SUBAGENTS),
         request_parts=st.one_of(st.none(), st.lists(ids(PARTS), max_size=2, unique=True).map(tuple)),
     ),
+    # A subagent's own task, which owes the subagent's deliverable.
+    ids(["researcher", "implementer"]).flatmap(
+        lambda sub: st.builds(
+            Task,
+            task_id=st.just(sub),
+            owner=st.just(sub),
+            status=st.sampled_from(list(TaskStatus)),
+            deliverable=ids(["a.txt", "b.patch"]),
+        )
+    ),
     st.builds(
         Wait,
         wait_id=ids(WAITS),
@@ -162,6 +173,14 @@ payloads: st.SearchStrategy[Payload] = st.one_of(
         reason=st.just("r"),
         resolved=st.booleans(),
         artifact=st.one_of(st.none(), ids(["a.txt", "b.patch"])),
+        owed=st.one_of(st.none(), ids(["a.txt", "b.patch"])),
+    ),
+    st.builds(
+        UserMessage,
+        subagent=ids(["researcher", "implementer"]),
+        wait_id=ids(WAITS),
+        text=st.text(max_size=5),
+        by=st.just("dana"),
     ),
     st.builds(
         OperationOutcome,

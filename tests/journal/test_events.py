@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from belay.journal.envelope import EnvelopeJson
 from belay.journal.events import (
     Actor,
-    EnvelopeJson,
     EventDraft,
     Note,
     NoteKind,

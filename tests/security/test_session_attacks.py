@@ -6,8 +6,9 @@ real `belay run` whose own environment holds a credential.
   `victim` waits for, and leaves a process behind that clears its environment and session.
 - `victim` publishes a deliverable that needs a user's approval, which nobody but the attacker gives.
 
-With the walls every attack fails (the test then rejects the approval itself, as the user would, so
-the run ends); without them every attack succeeds. The session runs once per mode for all tests.
+With the walls every attack fails (the test then rejects the approval itself, as the user would, and
+ends the session when the victim's turn ends without its deliverable, so the run ends); without
+them every attack succeeds. The session runs once per mode for all tests.
 """
 
 from __future__ import annotations
@@ -184,6 +185,20 @@ def run_hostile_session(mode: str, workdir: Path) -> Outcome:
             # What the user does with an approval they never asked for.
             subprocess.run(
                 belay_command(home, "reject", SESSION, APPROVAL, "--by", "the-user"), check=True, timeout=60
+            )
+            # The redone step publishes nothing: the victim's turn ends without x.txt and waits on
+            # the user, who ends the session there.
+            ended = wait_until(
+                lambda: [w.wait_id for w in fold(read_events(home, SESSION)).open_wait_records() if w.owed],
+                "the victim to end its turn without x.txt",
+                timeout=RUN_TIMEOUT_S,
+                interval=0.2,
+                while_running=process,
+            )
+            subprocess.run(
+                belay_command(home, "reject", SESSION, ended[0], "--by", "the-user", "--reason", "not this"),
+                check=True,
+                timeout=60,
             )
         process.wait(timeout=RUN_TIMEOUT_S)
     finally:

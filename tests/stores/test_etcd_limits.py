@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from belay.journal.events import EnvelopeJson, EventDraft, Note, NoteKind, UserInput, now_utc
+from belay.journal.envelope import EnvelopeJson
+from belay.journal.events import EventDraft, Note, NoteKind, UserInput, now_utc
 from belay.stores.base import MAX_PAYLOAD_BYTES, PayloadTooLarge
 from belay.stores.etcd import (
     MAX_BATCH_EVENTS,

@@ -33,6 +33,7 @@ from belay.journal.events import (
     ToolRequest,
     ToolResult,
     UserInput,
+    UserMessage,
     Verification,
     Wait,
     WaitKind,
@@ -47,6 +48,7 @@ from belay.views.briefing.model import (
     ExternalItem,
     OpenItem,
     RunningItem,
+    StepItem,
 )
 from belay.views.briefing.render import render_rows
 from belay.views.fleet.build import fleet_row, fleet_view, objective_view
@@ -79,7 +81,11 @@ class Story:
         self.published: dict[str, str] = {}  # name -> sha256
         self.version = 1
         self.add(UserInput(goal="fix the parser", parts={"bug": "quoted newlines"}), actor=USER)
+        self.turn_ends: dict[str, str] = {}  # subagent -> the wait its turn's end opened
         for sub in SUBAGENTS:
+            self.add(
+                Task(task_id=sub, title=sub, status=TaskStatus.PLANNED, owner=sub, deliverable=f"{sub}.md")
+            )
             for step in ("one", "two"):
                 self.add(Task(task_id=f"{sub}/{step}", title=step, status=TaskStatus.PLANNED, owner=sub))
 
@@ -176,6 +182,39 @@ class Story:
         )
         if not wait_id.startswith("reconcile-"):
             self.add(ToolResult(operation_id=op, ok=True))
+
+    def stop_short(self, sub: str, flag: bool) -> None:
+        """The subagent's turn ends without its deliverable (flag: the record also calls it done,
+        as a harness that took a turn's end for the subagent's end did)."""
+        if sub in self.turn_ends:
+            return
+        wait_id = f"turn-ended-{sub}.{self.calls}"
+        harness = Actor(kind="harness", attempt=max(1, self.attempt), subagent=sub)
+        reason = f'{sub} ended its turn without {sub}.md, which it owes; `belay message laws "..."` ...'
+        self.log.add(
+            Wait(wait_id=wait_id, kind=WaitKind.ON_USER, reason=reason, owed=f"{sub}.md"), actor=harness
+        )
+        status = TaskStatus.DONE if flag else TaskStatus.BLOCKED
+        self.log.add(Task(task_id=sub, status=status, owner=sub), actor=harness)
+        self.turn_ends[sub] = wait_id
+
+    def message(self, sub: str, flag: bool) -> None:
+        """A person's message to the subagent (flag), or a no: the session ends without it."""
+        wait_id = self.turn_ends.pop(sub, None)
+        if wait_id is None:
+            return
+        dana = Actor(kind="user", name="dana")
+        record = self.state().waits[wait_id]
+        if flag:
+            self.add(UserMessage(subagent=sub, wait_id=wait_id, text="publish it", by="dana"), actor=dana)
+        said = f"{record.reason} -> {'message' if flag else 'no'} (dana) publish it"
+        self.add(
+            Wait(wait_id=wait_id, kind=record.kind, reason=said, resolved=True, owed=record.owed), actor=dana
+        )
+        if flag:
+            self.add(Task(task_id=sub, status=TaskStatus.RUNNING, owner=sub))
+        else:
+            self.add(Lifecycle(kind=LifecycleKind.SESSION_FAILED, attempt=max(1, self.attempt)))
 
     def ask_approval(self, sub: str, flag: bool) -> None:
         op = self.op(sub, "publish_deliverable", path="notes.md")
@@ -358,6 +397,41 @@ def test_a_session_waiting_on_you_and_on_ci_lists_each_once_with_its_command_and
     assert all(d.at is not None for d in page.decided)
 
 
+def test_a_turn_that_ends_without_the_deliverable_waits_on_you_and_is_never_done() -> None:
+    told = Story()
+    told.start("fixer", True)
+    told.step("fixer", True)
+    told.stop_short("fixer", True)  # the record even calls the subagent done
+    alive = Liveness(
+        now=told.log.events[-1].created_at,
+        lease=1,
+        holder="pid 1",
+        renewed_lease=1,
+        renewed_at=told.log.events[-1].created_at,
+        holder_alive=True,
+    )
+    page = briefing(told.state(), liveness=alive)
+    assert page.phase == Phase.WAITING_ON_USER and page.interruption is None
+    [waiting] = page.waiting_on_you
+    assert waiting.kind == "message" and waiting.id == told.turn_ends["fixer"]
+    assert waiting.summary == "fixer ended its turn without fixer.md, which it owes"
+    assert (waiting.command, waiting.also, waiting.alternative) == (
+        'belay message laws "..."',
+        'belay amend laws --goal "..."',
+        f'belay reject laws {waiting.id} --reason "..."',
+    )
+    [fixer] = [s for s in page.steps if s.task_id == "fixer"]
+    assert (fixer.status, fixer.missing) == (TaskStatus.BLOCKED, "fixer.md")
+    assert "fixer/one" not in [r.id for r in page.running]  # its turn ended: nothing of it runs
+    assert broken(page) == []
+    told.message("fixer", True)
+    page = briefing(told.state(), liveness=alive)
+    assert page.waiting_on_you == []
+    assert [(d.kind, d.outcome, d.by, d.reason) for d in page.decided] == [
+        ("answer", "message", "dana", "publish it")
+    ]
+
+
 # ---- each law shown able to fail: a page broken on purpose, and the checker names the law
 
 
@@ -385,7 +459,7 @@ RUNNING = RunningItem(kind="task", id="fixer/one", description="one")
 def _reviewed_again() -> Briefing:
     page = _page(STARTED, ("publish", "fixer", False), ("reject", "fixer", True), ("publish", "fixer", True))
     [review] = page.ready_for_review
-    assert review.rejected_before == "dana at 2026-11-29 09:13 UTC: wrong section"
+    assert review.rejected_before == "dana at 2026-11-29 09:16 UTC: wrong section"
     return page.model_copy(update={"ready_for_review": [review.model_copy(update={"rejected_before": None})]})
 
 
@@ -465,6 +539,22 @@ WRONG = {
         ),
         render_rows,
     ),
+    "done means the deliverable exists": lambda: (
+        _page(
+            STARTED,
+            steps=[
+                StepItem(
+                    task_id="fixer",
+                    title="fixer",
+                    owner="fixer",
+                    status=TaskStatus.DONE,
+                    verified=False,
+                    deliverable="fixer.md",
+                )
+            ],
+        ),
+        render_rows,
+    ),
     "decisions say who and when": lambda: (
         _page(STARTED, decided=[DecisionItem(seq=3, kind="approval", item="approve-x", outcome="granted")]),
         render_rows,
@@ -489,7 +579,7 @@ def test_a_broken_law_is_reported_with_its_seq() -> None:
         return briefing(state, liveness=liveness).model_copy(update={"running": []})
 
     found = laws_broken_at_every_prefix(told.log.events, forgets_what_runs)
-    assert found and found[0].startswith("seq 9: one class per item: section running lists []")
+    assert found and found[0].startswith("seq 12: one class per item: section running lists []")
 
 
 def test_the_fleet_and_objective_laws_are_able_to_fail() -> None:

@@ -10,6 +10,7 @@ Checkpoints the report shows them too).
     kubectl belay reject NAME ID --reason TEXT  turn down a pending operation or a published
                                                 deliverable, or say no to a wait
     kubectl belay answer NAME WAIT TEXT         answer a wait on the user
+    kubectl belay message NAME TEXT [--to SUB]  the next turn of a subagent that stopped short
     kubectl belay reconcile NAME OPERATION --succeeded|--failed
     kubectl belay amend NAME [--goal TEXT] [--part KEY=VALUE] [--remove-part KEY] [-f MANIFEST]
                                                 change the request: request version N+1
@@ -24,7 +25,7 @@ record, and only for the hash the pending request or the published deliverable c
 payload that changed since is neither approved nor rejected. A rejected step is redone with the
 reason. An amendment edits `spec.request` under the field manager `kubectl-belay/<user>`, which
 the operator records as who changed the request. The other decisions (a yes, a no or an answer to
-a wait, a rejection of an approval without a reason, the verdict on an unknown outcome) go into
+a wait, a message, a rejection of an approval without a reason, the verdict on an unknown outcome) go into
 `spec.decisions`, which the operator records under the same claims the local commands take. A
 deliverable, or a blob a pending approval binds, is fetched through the short-lived URL the
 operator publishes in the status (an S3 store's presigned URL), never with store credentials; so
@@ -67,6 +68,7 @@ from belay.cli.core.decide import (
 from belay.cli.core.errors import CommandError
 from belay.cli.core.events import event_line
 from belay.cli.core.handover import moved_executor
+from belay.cli.core.message import to_message
 from belay.cli.core.report import write_page, written
 from belay.cli.terminal import fail
 from belay.journal import commands
@@ -378,6 +380,25 @@ def answer(
         cluster = Cluster.connect(kubeconfig)
         namespace = namespace or cluster.namespace
         wait = to_answer(_open_items(cluster.raw(namespace, name)), wait_id)
+        decision = {"id": wait.wait_id, "verdict": "yes", "text": text, "by": cluster.user}
+        terminal.echo(_decide(cluster, namespace, name, decision))
+    except CommandError as error:
+        raise fail(str(error)) from None
+
+
+@app.command()
+def message(
+    name: str,
+    text: Annotated[str, typer.Argument(help="What the subagent is told: its next turn.")],
+    to: Annotated[str | None, typer.Option("--to", metavar="SUBAGENT")] = None,
+    namespace: Namespace = None,
+    kubeconfig: Kubeconfig = None,
+) -> None:
+    """Send a message to a subagent whose turn ended without its deliverable: its next user turn."""
+    try:
+        cluster = Cluster.connect(kubeconfig)
+        namespace = namespace or cluster.namespace
+        wait = to_message(_open_items(cluster.raw(namespace, name)), to)
         decision = {"id": wait.wait_id, "verdict": "yes", "text": text, "by": cluster.user}
         terminal.echo(_decide(cluster, namespace, name, decision))
     except CommandError as error:

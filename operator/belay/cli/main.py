@@ -38,6 +38,7 @@ from belay.cli.core.decide import (
 )
 from belay.cli.core.errors import CommandError
 from belay.cli.core.events import event_line
+from belay.cli.core.message import to_message
 from belay.cli.core.report import write_page, written
 from belay.cli.home import (
     Context,
@@ -56,7 +57,7 @@ from belay.cli.home import (
 from belay.cli.running import run_session
 from belay.cli.terminal import fail
 from belay.journal.claims import rejection_claim, scope_claim
-from belay.journal.decisions import DecisionError, reconcile_write
+from belay.journal.decisions import DecisionError, message_write, reconcile_write
 from belay.journal.events import (
     Actor,
     ArtifactRef,
@@ -68,9 +69,12 @@ from belay.journal.events import (
 from belay.journal.events import (
     event_line as event_json,
 )
+from belay.journal.phase import attempt_alive
 from belay.journal.state.repeats import REPEATED_FAILURE, repeated_failure, repeated_failure_text
 from belay.local.children import reopen_children
 from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, drill_executor, handover_refusal, run_drill
+from belay.local.drill.compare import compare_table, run_compare
+from belay.local.drill.pages import side_by_side
 from belay.local.fleet import LocalFleet, without_clock
 from belay.local.garbage import collect, shown_size
 from belay.local.runtime import (
@@ -595,6 +599,32 @@ def answer(
     console.print(decide(state, wait.wait_id, True, text, by), highlight=False, markup=False)
 
 
+@app.command()
+def message(
+    session_id: Annotated[str, typer.Argument(metavar="SESSION")],
+    text: Annotated[str, typer.Argument(help="What the subagent is told: its next turn.")],
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to", metavar="SUBAGENT", help="The subagent, when more than one waits for a message."
+        ),
+    ] = None,
+    by: Annotated[str, typer.Option("--by")] = "cli",
+) -> None:
+    """Send a message to a subagent whose turn ended without its deliverable: its next user turn (a
+    user message to its remote session on a managed executor). It goes on from there."""
+    state = known_state(session_id)
+    wait = to_message(OpenItems.of_state(state), to)
+    try:
+        write = message_write(state, wait.wait_id, text, by)
+    except DecisionError as error:
+        raise fail(str(error)) from None
+    append_decision(session_id, list(write.drafts), write.claim)
+    alive = attempt_alive(state, read_liveness(session_id))
+    then = "the running harness takes it from here" if alive else f"continue with `belay resume {session_id}`"
+    terminal.echo(f"{write.outcome}; {then}")
+
+
 # --------------------------------------------------------------------------------------------------
 # Artifacts
 
@@ -686,6 +716,15 @@ def drill(
             "of the three, and check the handover too.",
         ),
     ] = None,
+    compare: Annotated[
+        bool,
+        typer.Option(
+            "--compare",
+            help="Run the task on self-hosted and on a managed executor (--executor; default the "
+            "manifest's own, or openai-agents), each killed at the same point and resumed, and print "
+            "one table of measured figures per side.",
+        ),
+    ] = False,
 ) -> None:
     """Interrupt a short session on purpose and check that the resumed session makes sense."""
     path = manifest or DEFAULT_MANIFEST
@@ -695,6 +734,12 @@ def drill(
         session = load_manifest(path)
     except ManifestError as error:
         raise fail(f"bad manifest: {error}") from None
+    if compare:
+        if executor == "self-hosted":
+            raise fail("--compare runs self-hosted beside a managed executor: name one with --executor")
+        own = drill_executor(session.spec.executor.type)
+        _compare(path, executor or ("openai-agents" if own == "self-hosted" else own), as_json)
+        return
     refusal = handover_refusal(executor or drill_executor(session.spec.executor.type), handover_to)
     if refusal:
         raise fail(refusal)
@@ -715,6 +760,9 @@ def drill(
         failed = [check for check in report.checks if not check.passed]
         for check in failed:
             console.print(f"[red]FAIL[/red] {check.name}: {check.detail}", highlight=False)
+        shown = report.shown()
+        if shown is not None:
+            terminal.echo(side_by_side(shown))
         verdict = f"drill {'passed' if report.passed else 'failed'}: {len(report.checks) - len(failed)}"
         verdict += f" of {len(report.checks)} checks passed"
         if report.skipped:  # each was printed as it was skipped, with why; never a check
@@ -722,6 +770,16 @@ def drill(
             verdict += f"; {len(report.skipped)} skipped ({names})"
         console.print(f"{verdict}; executor {report.executor}", highlight=False)
     if not report.passed:
+        raise typer.Exit(1)
+
+
+def _compare(path: Path, managed: str, as_json: bool) -> None:
+    try:
+        report = run_compare(path, Context.home.root / "drill" / "compare", managed, progress=not as_json)
+    except ValueError as error:
+        raise fail(str(error)) from None
+    sys.stdout.write((report.model_dump_json(indent=2) if as_json else compare_table(report)) + "\n")
+    if not all(side.completed for side in report.sides) or not report.same_deliverables:
         raise typer.Exit(1)
 
 

@@ -15,6 +15,8 @@ What is used of the API (`anthropic` >= 2.14):
 - `sessions.events.list`: the history. A call is pending when the last `session.status_idle`
   names it (`stop_reason: requires_action`) or, while running, when an `agent.custom_tool_use`
   came after the last idle; it is answered when a `user.custom_tool_result` names it.
+- `sessions.events.send([user.message])`: a person's message after a turn that ended without the
+  subagent's deliverable, unless the history shows it since the agent last ended its turn.
 - `sessions.events.send([user.custom_tool_result])`: each result, only after the history shows
   no result for that call, so a call is never answered twice by Belay (this cannot hold for a
   send still in flight at the provider while a new attempt reads the history; see
@@ -199,7 +201,7 @@ class AnthropicManagedProvider(ManagedProvider):
         stop = last_idle.stop_reason.type
         if stop == "end_turn":
             text = next((_text(e.content) for e in reversed(events) if e.type == "agent.message"), "")
-            return Snapshot(RemoteStatus.DONE, model=model, text=text)
+            return Snapshot(RemoteStatus.DONE, model=model, text=text, turn=last_idle.id)
         if stop == "requires_action":
             return Snapshot(RemoteStatus.WORKING, model=model)  # answered; the provider moves on
         why = f"the session stopped: {stop}"
@@ -238,6 +240,25 @@ class AnthropicManagedProvider(ManagedProvider):
                     return Delivery.ACCEPTED
             raise
         return Delivery.ACCEPTED
+
+    async def send_message(self, session_id: str, text: str, key: str) -> Delivery:
+        # No idempotency key: a user message with these words since the agent last ended its
+        # turn is this one, sent by an attempt whose answer (or whose record of it) was lost.
+        if await self.said_since_turn_end(session_id, text):
+            return Delivery.ALREADY_ANSWERED
+        event = {"type": "user.message", "content": [{"type": "text", "text": text}]}
+        await self.once.beta.sessions.events.send(session_id, events=[event])
+        return Delivery.ACCEPTED
+
+    async def said_since_turn_end(self, session_id: str, text: str) -> bool:
+        events = await self.history(session_id)
+        ends = [
+            i
+            for i, e in enumerate(events)
+            if e.type == "session.status_idle" and e.stop_reason.type == "end_turn"
+        ]
+        since = events[ends[-1] + 1 :] if ends else events
+        return any(e.type == "user.message" and _text(e.content) == text for e in since)
 
     async def cancel(self, session_id: str, key: str) -> None:
         await self.once.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])

@@ -41,8 +41,6 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
-import json
-import re
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, TypeVar
@@ -62,7 +60,7 @@ from belay.executors.provider import (
     classify,
     translated,
 )
-from belay.executors.seeding import seed_text, task_brief
+from belay.executors.seeding import plain_name, result_text, seed_text, task_brief
 from belay.executors.waking import Signal
 from belay.harness.executor import (
     Decision,
@@ -105,9 +103,6 @@ TRIES = 5
 BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 4.0)
 # After a create whose answer was lost: how long to look for the session before creating again.
 FIND_AFTER_LOST_CREATE_S = (0.2, 0.5, 1.0)
-# A result is handed to the remote agent as text, at most this long.
-MAX_RESULT_CHARS = 32_000
-
 # Remote sessions of one subagent lost in a row before any took a result: then the session fails.
 MAX_FRUITLESS_LOSSES = 3
 
@@ -117,23 +112,6 @@ T = TypeVar("T")
 class RemoteLost(ExecutorFailed):
     """The remote session is gone (404), failed or was terminated; recorded as `failed`. The
     executor replaces it (`ManagedExecutor.replace`)."""
-
-
-# --------------------------------------------------------------------------------------------------
-# What the remote agent is told
-
-
-def result_text(output: Any) -> str:
-    text = output if isinstance(output, str) else json.dumps(output, sort_keys=True, default=str)
-    if len(text) > MAX_RESULT_CHARS:
-        text = text[:MAX_RESULT_CHARS] + f"\n[... {len(text) - MAX_RESULT_CHARS} more characters]"
-    return text
-
-
-def plain_name(name: str) -> str:
-    """A remote file's base name as a deliverable name: one plain file name."""
-    base = name.rstrip("/").rsplit("/", 1)[-1]
-    return re.sub(r"[^A-Za-z0-9._+-]", "_", base).lstrip(".") or "output"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -170,6 +148,9 @@ class ManagedExecutor:
         self.unrecorded_since = 0.0  # when the oldest of them went out (monotonic)
         self.delivered_at: int | None = None
         self.taken_here: set[str] = set()  # the call ids this attempt took in first
+        # The turn whose end the executor last reported: the same end read again (before the
+        # provider shows the turn a person's message started) is not news.
+        self.ended_turn = ""
 
     # ---- the protocol
 
@@ -231,7 +212,11 @@ class ManagedExecutor:
                 continue
             if heard is not None and heard.status != RemoteStatus.DONE:
                 continue  # what the stream showed was taken already: read the session itself
+            if snapshot.status == RemoteStatus.DONE and snapshot.turn and snapshot.turn == self.ended_turn:
+                await self.wait(generation)
+                continue
             if snapshot.status == RemoteStatus.DONE:
+                self.ended_turn = snapshot.turn
                 await self.record_deliveries()
                 await self.copy_outputs(await self.context.known_state())
                 return Decision(text=snapshot.text, model_id=snapshot.model)
@@ -280,6 +265,28 @@ class ManagedExecutor:
         if self.unrecorded:
             # Lost with the machine, a delivery is made again: under its key, or after a look.
             await self.context.record(self.unrecorded_deliveries(), durable=False)
+
+    async def tell(self, text: str, seq: int) -> None:
+        """A person's words for the remote agent, once: under a key derived from `seq`, the event
+        that holds them; their acceptance recorded (`message_delivered`)."""
+        key = self.key(seq)
+        known = (await self.context.known_state()).remote_sessions.get(self.sub)
+        if known is not None and key in known.message_keys and known.remote_session_id == self.remote_id:
+            return
+        try:
+            before = await self.look()
+            if before.status == RemoteStatus.DONE:
+                self.ended_turn = before.turn
+            answer = await self.retrying(
+                "send a person's message", lambda: self.provider.send_message(self.remote_id, text, key)
+            )
+        except RemoteLost as lost:  # the replacement is seeded with the message, from the record
+            await self.replace(lost)
+            return
+        detail = "accepted" if answer == Delivery.ACCEPTED else "the provider held it already"
+        await self.context.record(
+            [self.remote(RemoteKind.MESSAGE_DELIVERED, idempotency_key=key, detail=f"seq {seq}: {detail}")]
+        )
 
     async def interrupt(self) -> None:
         if not self.remote_id:

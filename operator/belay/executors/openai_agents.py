@@ -11,7 +11,9 @@ tool is a function tool. What is used of the API (`openai` >= 3.57):
 - `sessions.retrieve`: `status` (`idle`, `in_progress`, `requires_action`, `failed`),
   `required_actions` (the `function_call`s waiting on a result, with their `turn_id`).
 - `sessions.events.create(events=[agent.session.input.tool_result], idempotency_key=...)`: each
-  result, under a key derived from the record, retried by the SDK with the same key. A
+  result, under a key derived from the record, retried by the SDK with the same key; and
+  `agent.session.input.message`, a person's message after a turn that ended without the
+  subagent's deliverable, the same way. A
   `400 Unknown pending tool call` is the documented registration race, tried again with the same
   key; when it stays, the call's `function_call_output` item says whether a result is already held.
 - `sessions.events.stream`: live events, to wake up; an `agent.session.requires_action` event's
@@ -156,7 +158,7 @@ class OpenAIAgentsProvider(ManagedProvider):
             session = event.session
             ended = completed and answer and answer[0] == completed and session.status == "idle"
             if ended and not pending_calls(session):
-                return Snapshot(RemoteStatus.DONE, model=session.agent.model, text=answer[1])
+                return Snapshot(RemoteStatus.DONE, model=session.agent.model, text=answer[1], turn=completed)
         return None
 
     async def snapshot(self, session_id: str) -> Snapshot:
@@ -178,7 +180,8 @@ class OpenAIAgentsProvider(ManagedProvider):
             return Snapshot(RemoteStatus.FAILED, model=model, failure=why)
         if turn.status != "completed":
             return Snapshot(RemoteStatus.WORKING, model=model)
-        return Snapshot(RemoteStatus.DONE, model=model, text=await self.final_answer(session_id, turn.id))
+        text = await self.final_answer(session_id, turn.id)
+        return Snapshot(RemoteStatus.DONE, model=model, text=text, turn=turn.id)
 
     async def final_answer(self, session_id: str, turn_id: str) -> str:
         page = await self.sessions.items.list(session_id, order="desc", limit=20)
@@ -214,6 +217,17 @@ class OpenAIAgentsProvider(ManagedProvider):
             if item.type == "function_call_output" and item.call_id == result.call.call_id:
                 return Delivery.ALREADY_ANSWERED
         raise RemoteTransient(f"the provider does not know call {result.call.call_id} as pending")
+
+    async def send_message(self, session_id: str, text: str, key: str) -> Delivery:
+        # Documented: "A message sent to an idle session starts a new turn." The key makes a
+        # second send (by a later attempt) change nothing.
+        message = {"role": "user", "content": [{"type": "input_text", "text": text}]}
+        await self.sessions.events.create(
+            session_id,
+            events=[{"type": "agent.session.input.message", "input": [message]}],
+            idempotency_key=key,
+        )
+        return Delivery.ACCEPTED
 
     async def cancel(self, session_id: str, key: str) -> None:
         await self.sessions.events.create(

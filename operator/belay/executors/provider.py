@@ -68,6 +68,7 @@ class Snapshot:
     text: str = ""
     model: str = ""
     failure: str = ""
+    turn: str = ""  # DONE: what names the turn that ended (its id, or the idle event's)
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,11 @@ class ManagedProvider(abc.ABC):
 
     @abc.abstractmethod
     async def deliver(self, session_id: str, result: ResultToDeliver) -> Delivery: ...
+
+    @abc.abstractmethod
+    async def send_message(self, session_id: str, text: str, key: str) -> Delivery:
+        """A person's message to the remote agent (a user message, which starts its next turn),
+        sent once: under `key` where the API takes one, else after a look at the history."""
 
     @abc.abstractmethod
     async def cancel(self, session_id: str, key: str) -> None: ...

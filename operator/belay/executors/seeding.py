@@ -21,7 +21,9 @@ round; a running step's own `update_plan` start is not among them (it is why the
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 from belay.executors.provider import TaskBrief
 from belay.harness.executor import ExecutorContext
@@ -31,6 +33,8 @@ from belay.journal.state import SessionState, TaskRecord
 from belay.journal.tools import TOOLS
 
 SEED_BUDGET_TOKENS = 6000
+# A result is handed to the remote agent as text, at most this long.
+MAX_RESULT_CHARS = 32_000
 SEED_HEADER = "Where the work stands, from Belay's record"
 # One step line, as `step_lines` writes it and the stand-ins' remote agent reads it.
 STEP_LINE = re.compile(
@@ -115,6 +119,10 @@ async def seed_text(context: ExecutorContext, state: SessionState, lost: str, wh
             f"- v{c.request_version}" + (f" by {c.by}" if c.by else "") + f": {c.summary}"
             for c in state.scope_changes
         ]
+    said = sorted((m for m in state.user_messages.values() if m.subagent == sub), key=lambda m: m.seq)
+    if said:
+        lines.append("What the person told you when your turns ended:")
+        lines += [f"- {m.by or 'a person'}: {m.text}" for m in said]
     steps = step_lines(state, sub)
     lines += ["Steps:", *steps] if steps else ["Steps: none begun yet."]
     verified = state.verified_checkpoints.get(sub)
@@ -132,3 +140,16 @@ async def seed_text(context: ExecutorContext, state: SessionState, lost: str, wh
 def seeded_steps(message: str) -> dict[str, tuple[str, int]]:
     """The step lines of a seeded first message: step id -> (status, calls settled)."""
     return {m["step"]: (m["status"], int(m["settled"] or 0)) for m in STEP_LINE.finditer(message)}
+
+
+def result_text(output: Any) -> str:
+    text = output if isinstance(output, str) else json.dumps(output, sort_keys=True, default=str)
+    if len(text) > MAX_RESULT_CHARS:
+        text = text[:MAX_RESULT_CHARS] + f"\n[... {len(text) - MAX_RESULT_CHARS} more characters]"
+    return text
+
+
+def plain_name(name: str) -> str:
+    """A remote file's base name as a deliverable name: one plain file name."""
+    base = name.rstrip("/").rsplit("/", 1)[-1]
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", base).lstrip(".") or "output"

@@ -132,6 +132,9 @@ class SelfHostedExecutor:
     async def deliver_results(self, outcomes: Sequence[ToolOutcome]) -> None:
         return None
 
+    async def tell(self, text: str, seq: int) -> None:
+        return None  # in the record, which the next turn's context is built from
+
     async def interrupt(self) -> None:
         return None
 

@@ -14,7 +14,14 @@ from collections.abc import Sequence
 
 from belay.harness.models.base import ModelMessage, ModelRequest, ToolCall
 from belay.harness.tools import tool_schemas
-from belay.journal.events import Event, ModelOutputEvent, ToolRequestEvent, ToolResultEvent
+from belay.journal.events import (
+    Event,
+    ModelOutputEvent,
+    ScopeChangeEvent,
+    ToolRequestEvent,
+    ToolResultEvent,
+    UserMessageEvent,
+)
 from belay.journal.state import SessionState
 
 MAX_RESULT_CHARS = 4000
@@ -88,6 +95,14 @@ def build_model_request(
 ) -> ModelRequest:
     messages = [ModelMessage(role="user", content=state.request.goal)]
     for event in tail:
+        # A person's message to this subagent, and a change of the request: user turns.
+        if isinstance(event, UserMessageEvent) and event.payload.subagent == subagent:
+            messages.append(ModelMessage(role="user", content=event.payload.text))
+            continue
+        if isinstance(event, ScopeChangeEvent):
+            change = f"The request changed (version {event.payload.request_version}): {event.payload.summary}"
+            messages.append(ModelMessage(role="user", content=change))
+            continue
         if event.actor.subagent != subagent:
             continue
         if isinstance(event, ModelOutputEvent) and (event.payload.text or event.payload.tool_calls):

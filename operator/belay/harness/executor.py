@@ -112,6 +112,12 @@ class Executor(Protocol):
         """Hand the recorded results of the last decision's calls back to whoever decided."""
         ...
 
+    async def tell(self, text: str, seq: int) -> None:
+        """A person's words for a subagent whose turn ended without its deliverable (their message,
+        or the request's change), recorded at `seq`: its next user turn. Given once, under a key
+        derived from `seq`, whichever attempt gives it."""
+        ...
+
     async def interrupt(self) -> None:
         """Stop deciding now; what was decided and recorded stays."""
         ...

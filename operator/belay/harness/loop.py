@@ -10,12 +10,15 @@ It puts the rooms together, each a module of its own:
   an earlier attempt left without a result by their effect class;
 - `belay.harness.stopping`: a graceful stop when the attempt is told to (SIGTERM, Ctrl-C);
 - `belay.harness.executor`: the protocol of whoever decides each subagent's next action (its
-  implementations are in `belay.executors`).
+  implementations are in `belay.executors`);
+- `belay.harness.turn_ends`: a turn that ended without the subagent's deliverable, which waits on
+  a person's message, an amend, or the end of the session.
 
 Each subagent's loop asks its executor for the next calls, gives each the operation id the record
 derives for it (`belay.journal.operations`: the same whichever executor decided it), records them
 (with any approval they need) before anything runs, has the runtime run each one to a recorded
-result, and hands the results back to the executor, until the executor has nothing more to do.
+result, and hands the results back to the executor, until the executor has nothing more to do
+and the subagent's deliverable exists.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from belay.harness.recovery import Recovery, SandboxProvider
 from belay.harness.runtime import ToolRuntime
 from belay.harness.stopping import InFlight, StopRequest, stop_payloads, until_stopped
 from belay.harness.tickets import TicketClient
+from belay.harness.turn_ends import go_on_when_answered, owed, record_turn_end
 from belay.journal.events import (
     Event,
     Lifecycle,
@@ -285,6 +289,10 @@ class Harness:
                     # in the next attempt, so that no step is split between two executors.
                     return
                 subtask = state.tasks.get(sub.name)
+                if subtask is not None and subtask.status == TaskStatus.BLOCKED:
+                    # Its turn ended without its deliverable: a person's answer lets it go on.
+                    await go_on_when_answered(attempt, sub, executor, self.poll_interval_s)
+                    continue
                 if subtask is not None and subtask.status == TaskStatus.PLANNED:
                     await attempt.record(
                         [Task(task_id=sub.name, status=TaskStatus.RUNNING, owner=sub.name)],
@@ -310,6 +318,10 @@ class Harness:
                     "input_tokens": decision.input_tokens,
                     "output_tokens": decision.output_tokens,
                 }
+                owes = owed(await attempt.known_state(), sub) if not decision.tool_calls else None
+                if owes is not None:  # a turn's end is no step's end while the deliverable is missing
+                    await record_turn_end(attempt, sub, decision.records, ModelOutput(**said), owes)
+                    continue
                 if not decision.tool_calls:
                     await attempt.record(
                         [

@@ -79,3 +79,15 @@ CommandStyle = Callable[[str], str]
 def local(command: str) -> str:
     """A command as the local `belay` takes it: unchanged."""
     return command
+
+
+def message(session_id: str, subagent: str | None = None) -> str:
+    """A person's next message to a subagent whose turn ended without its deliverable (`--to`
+    names the subagent when more than one waits for one)."""
+    to = f" --to {subagent}" if subagent else ""
+    return f'belay message {session_id}{to} "..."'
+
+
+def amend(session_id: str) -> str:
+    """Changes the request (request version N+1): what depended on the change is redone."""
+    return f'belay amend {session_id} --goal "..."'

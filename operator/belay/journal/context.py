@@ -40,6 +40,7 @@ from belay.journal.events import (
     ToolRequestEvent,
     ToolResultEvent,
     UserInputEvent,
+    UserMessageEvent,
     WaitEvent,
 )
 from belay.journal.handover import change_phrase
@@ -197,6 +198,11 @@ def _remote(e: RemoteEvent) -> str:
     return f"{p.executor} {p.kind.value} {p.operation_id or p.remote_session_id} {p.detail}".rstrip()
 
 
+def _user_message(e: UserMessageEvent) -> str:
+    p = e.payload
+    return f"to {p.subagent} from {p.by or 'a person'}: {p.text}"
+
+
 def _executor_change(e: ExecutorChangeEvent) -> str:
     p = e.payload
     return change_phrase(p.from_type, p.from_model, p.to_type, p.to_model, at_seq=p.at_seq, reason=p.reason)
@@ -223,6 +229,7 @@ _BODIES = handler_table(
     _rejection,
     _remote,
     _executor_change,
+    _user_message,
 )
 
 

@@ -15,6 +15,7 @@ from belay.journal.events import (
     Approval,
     EventDraft,
     OperationOutcome,
+    UserMessage,
     Wait,
 )
 from belay.journal.state import SessionState
@@ -58,6 +59,9 @@ def decision_write(state: SessionState, item_id: str, granted: bool, reason: str
             f"{'approved' if granted else 'rejected'} {item_id} (payload sha256 {approval.payload_sha256})"
         )
         return DecisionWrite((draft,), approval_claim(item_id), outcome)
+    if wait is not None and wait.owed and granted and not wait.resolved:
+        # A yes to a turn's end (an approve, an answer) is a message: its text, or "go on".
+        return message_write(state, item_id, reason or "Go on.", by)
     if wait is not None:
         if wait.resolved:
             raise DecisionError(f"{item_id} is already resolved")
@@ -89,6 +93,7 @@ def decision_write(state: SessionState, item_id: str, granted: bool, reason: str
                     resolved=True,
                     condition=wait.condition,
                     artifact=wait.artifact,
+                    owed=wait.owed,
                 ),
                 actor=user,
             )
@@ -123,3 +128,32 @@ def reconcile_write(
     return DecisionWrite(
         (draft,), claim, f"reconciled {operation_id}: {'succeeded' if succeeded else 'failed'}"
     )
+
+
+def message_write(state: SessionState, wait_id: str, text: str, by: str) -> DecisionWrite:
+    """A person's message to the subagent whose turn's end opened `wait_id`: the message (the
+    subagent's next user turn) and the wait answered, under the wait's claim."""
+    wait = state.waits.get(wait_id)
+    if wait is None or not wait.owed or not wait.subagent:
+        raise DecisionError(f"{wait_id!r} is no wait for a message in session {state.session_id}")
+    if wait.resolved:
+        raise DecisionError(f"{wait_id} is already answered")
+    if not text.strip():
+        raise DecisionError("say something: the message is the agent's next turn")
+    user = Actor(kind="user", name=by)
+    drafts = (
+        EventDraft(
+            payload=UserMessage(subagent=wait.subagent, wait_id=wait_id, text=text, by=by), actor=user
+        ),
+        EventDraft(
+            payload=Wait(
+                wait_id=wait_id,
+                kind=wait.kind,
+                reason=f"{wait.reason} -> message ({by}) {text}".strip(),
+                resolved=True,
+                owed=wait.owed,
+            ),
+            actor=user,
+        ),
+    )
+    return DecisionWrite(drafts, wait_claim(wait_id), f"sent to {wait.subagent}, which goes on ({wait_id})")

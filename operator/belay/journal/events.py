@@ -288,6 +288,20 @@ class Wait(Payload):
     resolved: bool = False
     condition: str | None = None
     artifact: str | None = None  # deliverable name for ready_for_review
+    # On a person: the subagent ended its turn without this deliverable, which it owes. A person's
+    # message (`user_message`), an amend of the request, or a no (the session ends) answers it.
+    owed: str | None = None
+
+
+class UserMessage(Payload):
+    """A person's words to a subagent whose turn ended without its deliverable (`belay message`):
+    its next user turn, given to whoever decides for it. Recorded with the answer to the wait."""
+
+    EVENT_TYPE: ClassVar[str] = "user_message"
+    subagent: str
+    wait_id: str  # the wait on a person it answers
+    text: str
+    by: str = ""
 
 
 class OperationOutcome(Payload):
@@ -367,6 +381,9 @@ class RemoteKind(StrEnum):
     # The provider compacted the remote session's own context (its summary, in its records, not
     # Belay's); `detail` names the provider's event. Belay's record is not compacted by it.
     COMPACTED = "compacted"
+    # The provider accepted a person's message (or the request's change) for the remote agent,
+    # under `idempotency_key`, derived from the seq of the event that holds the words.
+    MESSAGE_DELIVERED = "message_delivered"
 
 
 class Remote(Payload):
@@ -495,6 +512,7 @@ PAYLOAD_TYPES: tuple[type[Payload], ...] = (
     StateSnapshot,
     SessionLink,
     ExecutorChange,
+    UserMessage,
 )
 PAYLOAD_BY_TYPE: dict[str, type[Payload]] = {p.EVENT_TYPE: p for p in PAYLOAD_TYPES}
 EVENT_TYPES: tuple[str, ...] = tuple(PAYLOAD_BY_TYPE)
@@ -615,6 +633,11 @@ class ExecutorChangeEvent(EventBase):
     payload: ExecutorChange
 
 
+class UserMessageEvent(EventBase):
+    type: Literal["user_message"] = "user_message"
+    payload: UserMessage
+
+
 Event = Annotated[
     UserInputEvent
     | ScopeChangeEvent
@@ -635,12 +658,13 @@ Event = Annotated[
     | RemoteEvent
     | StateSnapshotEvent
     | SessionLinkEvent
-    | ExecutorChangeEvent,
+    | ExecutorChangeEvent
+    | UserMessageEvent,
     Field(discriminator="type"),
 ]
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
-_DATETIME_JSON: TypeAdapter[datetime] = TypeAdapter(datetime)
+DATETIME_JSON: TypeAdapter[datetime] = TypeAdapter(datetime)
 ENVELOPE_BY_TYPE: dict[str, type[EventBase]] = {
     envelope.model_fields["type"].default: envelope for envelope in EventBase.__subclasses__()
 }
@@ -740,39 +764,6 @@ def build_event(
     return cast("Event", envelope)
 
 
-# A session's id is serialized once: appends to one session repeat it, and a cache hit is one
-# lookup where json.dumps is several Python calls.
-_session_json = functools.lru_cache(maxsize=4096)(json.dumps)
-
-
-class EnvelopeJson:
-    """The stored JSON of a batch's events, assembled around each draft's serialized part.
-
-    Serializing each whole envelope was the largest single cost of an append. The fields a store
-    assigns to a batch are serialized once here (the timestamp by pydantic), the rest was serialized
-    when the draft was made, so the text parses back to exactly the event `build_event` returns
-    (the conformance suite compares them). Every backend stores this text, after the chain field
-    the store puts in front (`belay.stores.integrity.Chain.stored`): `fields` is the text after
-    the opening brace, the part the chain hashes.
-    """
-
-    def __init__(self, session_id: str, created_at: datetime, idempotency_key: str | None) -> None:
-        key_json = "null" if idempotency_key is None else json.dumps(idempotency_key)
-        self._assigned = (
-            f'"session_id":{_session_json(session_id)},'
-            f'"created_at":{_DATETIME_JSON.dump_json(created_at).decode()},'
-            f'"idempotency_key":{key_json},'
-        )
-
-    def around(self, draft: EventDraft, seq: int) -> str:
-        """The envelope without its chain field."""
-        return f'{{"seq":{seq},{self._assigned}{draft.stored_tail}'
-
-    def fields(self, draft: EventDraft, seq: int) -> bytes:
-        """The envelope's text after its opening brace, as stored bytes."""
-        return f'"seq":{seq},{self._assigned}{draft.stored_tail}'.encode()
-
-
 def event_from_json(data: str | bytes) -> Event:
     return EVENT_ADAPTER.validate_json(data)
 
@@ -791,8 +782,3 @@ def event_line(event: Any) -> str:
         },
         sort_keys=True,
     )
-
-
-# --------------------------------------------------------------------------------------------------
-# Claims: the names under which decisions are appended (`EventStore.append(claim=...)`). The store
-# keeps each claim once per session, so whoever decides second is refused, whatever the writer.

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,13 +120,17 @@ def run_until_event(
     wanted: str,
     timeout: float,
     environment: Mapping[str, str] | None = None,
+    when_reached: Callable[[], None] | None = None,
 ) -> bool:
-    """Run `belay ARGS` until an event whose fault key starts with `wanted` is in the record."""
+    """Run `belay ARGS` until an event whose fault key starts with `wanted` is in the record
+    (`when_reached` is called then, while the run still goes on)."""
     process = start_belay(home, *args, environment=environment)
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
             if any(fault_key(e).startswith(wanted) for e in read_events(home, session_id)):
+                if when_reached is not None:
+                    when_reached()
                 return True
             if process.poll() is not None:
                 return False

@@ -32,6 +32,7 @@ VERB = {
     "approval": ("approve", "reject"),
     "decision": ("answer", "reject"),
     "reconciliation": ("reconcile", "reconcile"),
+    "message": ("message", "reject"),
 }
 ENDED = (Phase.SUCCEEDED, Phase.FAILED, Phase.RECOVERY_FAILED)
 UNFINISHED = ("planned", "running", "blocked")
@@ -82,6 +83,8 @@ def wait_has_its_command(b: Briefing, rows: Sequence[Row]) -> Iterable[str]:
             yield f"{a.kind} {a.id} is ended by `{verb}`, the page says `{a.command}`"
         if alternative and _verb(a.alternative) != alternative:
             yield f"{a.kind} {a.id} has no `{alternative}` alternative (`{a.alternative}`)"
+        if a.kind == "message" and _verb(a.also) != "amend":
+            yield f"message {a.id} does not name the amend that also answers it (`{a.also}`)"
     for e in b.waiting_on_external:
         if _verb(e.command) not in ("approve", "brief"):
             yield f"external wait {e.wait_id} has no command that marks it met (`{e.command}`)"
@@ -166,6 +169,17 @@ def succeeded_means_done(b: Briefing, rows: Sequence[Row]) -> Iterable[str]:
                 yield f"succeeded, and delegation {attention.id} failed"
 
 
+def done_means_delivered(b: Briefing, rows: Sequence[Row]) -> Iterable[str]:
+    """A subagent is listed done only when what it owes exists: its deliverable published (or
+    ready for review); one whose turn ended without it waits on you instead."""
+    published = {i.id for i in b.items if i.kind == "deliverable" and i.state == "done"}
+    published |= {r.name for r in b.ready_for_review}
+    for step in b.steps:
+        owes = step.deliverable if step.task_id == step.owner else None
+        if step.status.value in ("done", "verified") and owes and owes not in published:
+            yield f"{step.task_id} is listed {step.status.value} and {owes} does not exist"
+
+
 def decisions_are_signed(b: Briefing, rows: Sequence[Row]) -> Iterable[str]:
     """Every decision on the page says who made it and when; an approval decided waits no more."""
     waiting = {a.id for a in b.waiting_on_you if a.kind == "approval"}
@@ -187,6 +201,7 @@ LAWS: dict[str, Law] = {
     "a resume names each subagent's next step": next_per_subagent,
     "a reopened session waits for a resume": reopened_is_no_interruption,
     "succeeded means nothing needs attention": succeeded_means_done,
+    "done means the deliverable exists": done_means_delivered,
     "decisions say who and when": decisions_are_signed,
 }
 
@@ -201,7 +216,7 @@ def broken(b: Briefing, render: Callable[[Briefing], list[Row]] = render_rows) -
 
 
 WAIT_VERBS = {
-    "user": ("approve", "answer", "reconcile"),
+    "user": ("approve", "answer", "reconcile", "message"),
     "external": ("approve", "brief"),
     "review": ("artifacts",),
 }

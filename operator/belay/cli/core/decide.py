@@ -35,6 +35,8 @@ class OpenWait:
     kind: WaitKind
     condition: str | None = None
     artifact: str | None = None
+    owed: str | None = None  # its subagent's turn ended without this deliverable
+    subagent: str | None = None
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,10 @@ class OpenItems:
                 PendingApproval(a.approval_id, a.operation_id, a.tool, a.payload_sha256)
                 for a in state.pending_approval_records()
             ],
-            waits=[OpenWait(w.wait_id, w.kind, w.condition, w.artifact) for w in state.open_wait_records()],
+            waits=[
+                OpenWait(w.wait_id, w.kind, w.condition, w.artifact, w.owed, w.subagent)
+                for w in state.open_wait_records()
+            ],
             deliverables=[
                 Published(name, state.artifacts[name].ref.sha256)
                 for name in sorted(state.deliverables, key=lambda n: (state.deliverables[n], n))
@@ -88,7 +93,9 @@ class OpenItems:
                 PendingApproval(a.approval_id, a.operation_id, a.tool, a.payload_sha256)
                 for a in status.pending_approvals
             ],
-            waits=[OpenWait(w.wait_id, w.kind, w.condition, w.artifact) for w in status.waits],
+            waits=[
+                OpenWait(w.wait_id, w.kind, w.condition, w.artifact, w.owed, w.subagent) for w in status.waits
+            ],
             deliverables=[Published(d.name, d.sha256) for d in status.deliverables],
             unknown_outcomes=list(status.unknown_outcomes),
             style=commands.in_cluster,

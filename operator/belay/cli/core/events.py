@@ -27,6 +27,7 @@ from belay.journal.events import (
     TaskEvent,
     ToolRequestEvent,
     ToolResultEvent,
+    UserMessageEvent,
     WaitEvent,
 )
 from belay.journal.handover import change_phrase
@@ -99,9 +100,14 @@ def _remote(event: RemoteEvent, style: CommandStyle) -> str | None:
     p = event.payload
     if p.kind == "session":
         return f"{p.executor} session {p.remote_session_id} at {p.endpoint} ({p.detail})"
-    if p.kind in ("call_refused", "interrupted", "failed"):
+    if p.kind in ("call_refused", "interrupted", "failed", "message_delivered"):
         return f"{p.executor} {p.kind} {p.operation_id or ''}: {p.detail}"
     return None
+
+
+def _user_message(event: UserMessageEvent, style: CommandStyle) -> str | None:
+    p = event.payload
+    return f"message to {p.subagent} from {p.by or 'a person'}: {p.text}"
 
 
 def _executor_change(event: ExecutorChangeEvent, style: CommandStyle) -> str | None:
@@ -125,6 +131,7 @@ _LINES: dict[type, Callable[[Any, CommandStyle], str | None]] = handler_table(
     _wait,
     _remote,
     _executor_change,
+    _user_message,
 )
 
 

@@ -498,7 +498,7 @@ class AnthropicManagedStandin(StandinServer[RemoteSession]):
         self._emit(session, {"type": "session.status_idle", "stop_reason": stop_reason, "stop_details": None})
 
     def _advance(self, session: RemoteSession) -> None:
-        call = session.remote.upcoming()
+        call = session.remote.next_call()
         if call is not None:
             use = self._emit(
                 session,

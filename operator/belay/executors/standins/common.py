@@ -6,7 +6,9 @@ scripted plan makes for NAME (`belay.executors.standins.remote_agent`): the firs
 starts a turn (a message seeded from Belay's record says where the work stands, and the agent goes
 on from there), the agent asks for one call at a time and asks for the next only once the
 previous one has a result (an error result does not stop it), then ends the turn with a final
-message listing each call and how it ended. When a turn ends with every call done the first time,
+message listing each call and how it ended. Where the plan has it end its turn before a call
+(`end_turn_before`), it ends the turn there once with those words, publishing nothing; the next
+user message starts a turn that asks for the call. When a turn ends with every call done the first time,
 the agent publishes that message as one remote output named `<subagent>-remote-notes.md`. A turn
 cancelled or interrupted while a call is pending does not settle that call: the next turn asks for
 it again, under a new call id. The agent reports its model as the stand-in's (`standin_model_id`:

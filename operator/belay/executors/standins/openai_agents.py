@@ -463,7 +463,7 @@ class OpenAIAgentsStandin(StandinServer[RemoteSession]):
             session.remote.read(message["content"])
 
     def _advance(self, session: RemoteSession) -> None:
-        call = session.remote.upcoming()
+        call = session.remote.next_call()
         if call is None:
             self._finish_turn(session)
         else:

@@ -6,6 +6,10 @@ provider lost, `belay.executors.seeding`) goes on from where that message says t
 a step the message calls done or verified is skipped, a running step goes on after the number of
 calls it says are settled (its `update_plan` start among the skipped, since the step runs), and
 every other step is done whole. Only those step lines are read; a real model reads the whole text.
+
+Where the plan has the model end its turn before a call (`end_turn_before`), the agent ends its
+turn there once, with those words and without publishing anything, as an agent that stops short
+does; the next user message starts a turn that asks for the call.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any
 
 from belay.executors.seeding import seeded_steps
 from belay.harness.models.base import ToolCall
-from belay.harness.models.scripted import PlanError, ScriptedPlan, planned_calls
+from belay.harness.models.scripted import PlanError, ScriptedPlan, planned_calls, turn_ends
 
 SUBAGENT_METADATA_KEY = "belay_subagent"
 
@@ -26,9 +30,12 @@ def remote_notes_name(subagent: str) -> str:
 class ScriptedRemoteAgent:
     """The remote agent of one session: the plan's calls for one subagent, one at a time."""
 
-    def __init__(self, subagent: str, calls: list[ToolCall]) -> None:
+    def __init__(self, subagent: str, calls: list[ToolCall], stops: dict[str, str] | None = None) -> None:
         self.subagent = subagent
         self.calls = calls
+        self.stops = stops or {}  # call id -> what the agent says when it ends its turn before it
+        self.stopped: set[str] = set()
+        self.stopping: str | None = None  # the words of the turn ending short now
         self.position = 0
         self.outcomes: list[tuple[str, bool]] = []
         self.published = False
@@ -44,7 +51,7 @@ class ScriptedRemoteAgent:
                 f"metadata.{SUBAGENT_METADATA_KEY} must name a subagent of the stand-in's plan "
                 f"({known}); got {name!r}"
             )
-        return cls(name, planned_calls(name, plan.subagents[name]))
+        return cls(name, planned_calls(name, plan.subagents[name]), turn_ends(name, plan.subagents[name]))
 
     def step_of(self, call: ToolCall) -> str:
         """The plan step a call belongs to (its id is `<subagent>.<step>.<position>`)."""
@@ -76,6 +83,17 @@ class ScriptedRemoteAgent:
     def upcoming(self) -> ToolCall | None:
         return self.calls[self.position] if self.position < len(self.calls) else None
 
+    def next_call(self) -> ToolCall | None:
+        """The call to ask for now; None when the turn ends here: the plan is done, or it has the
+        agent stop short before this call (once)."""
+        call = self.upcoming()
+        said = self.stops.get(call.call_id) if call is not None else None
+        if call is None or said is None or call.call_id in self.stopped:
+            return call
+        self.stopped.add(call.call_id)
+        self.stopping = said
+        return None
+
     def settle(self, success: bool) -> None:
         """The pending call has its first result: the agent moves on, whatever the result says."""
         call = self.calls[self.position]
@@ -83,6 +101,9 @@ class ScriptedRemoteAgent:
         self.position += 1
 
     def final_message(self) -> str:
+        if self.stopping is not None:
+            said, self.stopping = self.stopping, None
+            return said
         if not self.outcomes:
             return f"# {self.subagent}: remote notes\n\nThere was nothing left to do.\n"
         lines = [f"- {name}: {'succeeded' if success else 'failed'}" for name, success in self.outcomes]

@@ -15,7 +15,10 @@ ids (`<subagent>.<step>@<round>.<position>` from the second round on), with the 
 a rejection), else with its own actions.
 
 An action may declare `latency_s`: the model call that decides it then takes that long, as a
-hosted model's would, so a plan can stand for a slow model (`bench/bench_children.py`).
+hosted model's would, so a plan can stand for a slow model (`bench/bench_children.py`). It may
+declare `end_turn_before` (what the model says): the model then ends its turn there once, without
+the call, as a model that stops short does; its next turn (after a person's message, or an amend)
+makes the call. Whether it ended there already is in the record (`belay.journal.turns.ended_at`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from belay.harness.models.base import ModelRequest, ModelTurn, ToolCall
 from belay.journal.operations import place_of
 from belay.journal.state import EMPTY, SessionState, TaskRecord
 from belay.journal.tools import TOOLS, unknown_tool
+from belay.journal.turns import ended_at
 from belay.sandbox.protocol import MAX_COMMAND_BYTES, command_size
 
 SCRIPTED_MODEL_ID = "scripted/v1"
@@ -49,6 +53,9 @@ class ScriptedAction(PlanModel):
     # How long the model call that decides this action takes, in seconds: the scripted model
     # waits this long before it answers, as a hosted model's round trip would.
     latency_s: float = Field(default=0.0, ge=0.0, le=600.0)
+    # The model ends its turn with these words instead of asking for this action, once: a model
+    # that stops short. Its next turn asks for the action.
+    end_turn_before: str | None = Field(default=None, min_length=1, max_length=4000)
 
 
 class StepVerification(PlanModel):
@@ -248,6 +255,15 @@ def actions(subagent: str, plan: ScriptedSubagentPlan, state: SessionState) -> d
     return found
 
 
+def turn_ends(subagent: str, plan: ScriptedSubagentPlan, state: SessionState = EMPTY) -> dict[str, str]:
+    """The calls of the current rounds the model ends its turn before (once), with what it says."""
+    return {
+        call_id: action.end_turn_before
+        for call_id, action in actions(subagent, plan, state).items()
+        if action.end_turn_before is not None
+    }
+
+
 def texts(subagent: str, plan: ScriptedSubagentPlan, state: SessionState) -> dict[str, str]:
     """What the model "says" with each call of the current rounds, by operation id."""
     return {call_id: action.text for call_id, action in actions(subagent, plan, state).items()}
@@ -301,6 +317,8 @@ class ScriptedModel:
         action = actions(self.subagent, self.plan, state).get(call.call_id)
         if action is not None and action.latency_s:
             await asyncio.sleep(action.latency_s)
+        if action is not None and action.end_turn_before and not ended_at(state, call.call_id):
+            return ModelTurn(text=action.end_turn_before, model_id=self.model_id)
         return ModelTurn(
             text=action.text if action is not None else "",
             tool_calls=[call],

@@ -224,6 +224,19 @@ class WaitRecord(Record):
     resolved: bool = False
     opened_seq: int
     last_seq: int
+    subagent: str | None = None  # who opened it
+    owed: str | None = None  # the deliverable its subagent ended a turn without
+
+
+class UserMessageRecord(Record):
+    """A person's message to a subagent, answering the wait its turn's end opened."""
+
+    wait_id: str
+    subagent: str
+    text: str
+    by: str = ""
+    seq: int
+    at: datetime | None = None
 
 
 class CheckpointRecord(Record):
@@ -348,6 +361,8 @@ class RemoteSessionRecord(Record):
     replaced: tuple[str, ...] = ()
     replaced_because: str = ""
     lost_in_a_row: int = 0
+    messages: int = 0  # a person's messages (and changes of the request) the provider accepted
+    message_keys: tuple[str, ...] = ()  # the idempotency keys they went under
 
 
 class RemoteCallRecord(Record):

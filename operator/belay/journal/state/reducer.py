@@ -29,7 +29,14 @@ from belay.journal.state.handlers.runtime import (
     on_state_snapshot,
     on_summary,
 )
-from belay.journal.state.handlers.work import on_artifact, on_checkpoint, on_note, on_task, on_wait
+from belay.journal.state.handlers.work import (
+    on_artifact,
+    on_checkpoint,
+    on_note,
+    on_task,
+    on_user_message,
+    on_wait,
+)
 from belay.journal.state.session import EMPTY, SessionState
 
 
@@ -59,6 +66,7 @@ HANDLERS: dict[type[EventBase], Callable[..., Updates]] = handler_table(
     on_state_snapshot,
     on_session_link,
     on_executor_change,
+    on_user_message,
 )
 
 

@@ -27,6 +27,7 @@ from belay.journal.state.records import (
     SessionLinkRecord,
     SubagentRecord,
     TaskRecord,
+    UserMessageRecord,
     WaitRecord,
 )
 
@@ -91,6 +92,9 @@ class SessionState(BaseModel):
 
     waits: Map[str, WaitRecord] = _empty_map()
     open_waits: Map[str, int] = _empty_map()  # wait id -> opened seq
+    # subagent -> the wait its latest turn that ended without its deliverable opened
+    turn_ends: Map[str, str] = _empty_map()
+    user_messages: Map[str, UserMessageRecord] = _empty_map()  # by the wait each one answers
 
     latest_checkpoint: CheckpointRecord | None = None
     latest_verified_checkpoint: CheckpointRecord | None = None

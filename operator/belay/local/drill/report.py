@@ -42,6 +42,23 @@ class KillPoint(BaseModel):
     resume_s: float  # wall time of the `belay resume` that ends the scenario
 
 
+class CompactPage(BaseModel):
+    """One side of the briefing around a resume (`belay.local.drill.pages`)."""
+
+    phase: str
+    done: list[str]  # the steps done or verified
+    in_flight: list[str]  # before: each open operation and what the resume will do to it; after: what it did
+    waiting_on_you: list[str]  # "<kind> <id>: <the command that answers it in the drill's home>"
+    redone: list[str] = Field(default_factory=list)  # after: whatever the record shows done twice
+    kept: list[str] = Field(default_factory=list)  # after: the steps done before and still done
+
+
+class BeforeAfter(BaseModel):
+    scenario: str
+    before: CompactPage
+    after: CompactPage
+
+
 class DrillReport(BaseModel):
     passed: bool
     checks: list[DrillCheck]
@@ -52,3 +69,11 @@ class DrillReport(BaseModel):
     # The uninterrupted run: its wall time (`belay run` from start to exit) and its record's size.
     reference_run_s: float | None = None
     reference_events: int | None = None
+    # The briefing just before a resume and just after, per scenario that captured it; the text
+    # shows the one with a decision for the person (`shown`).
+    pages: list[BeforeAfter] = Field(default_factory=list)
+
+    def shown(self) -> BeforeAfter | None:
+        deciding = [p for p in self.pages if p.after.waiting_on_you]
+        shown = deciding or self.pages
+        return shown[0] if shown else None

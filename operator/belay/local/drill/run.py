@@ -31,7 +31,14 @@ from belay.local.drill.manifest import (
     manifest_for,
     move_options,
 )
-from belay.local.drill.report import DrillCheck, DrillReport, KillPoint, SeqRange, SkippedScenario
+from belay.local.drill.report import (
+    BeforeAfter,
+    DrillCheck,
+    DrillReport,
+    KillPoint,
+    SeqRange,
+    SkippedScenario,
+)
 from belay.local.drill.waiting import Watched, run_watched
 from belay.local.runtime import LocalHome
 from belay.local.standin_process import StandinProcess, stop_session_standins
@@ -103,6 +110,7 @@ class Drill:
         self.checks: list[DrillCheck] = []
         self.skipped: list[SkippedScenario] = []
         self.points: list[KillPoint] = []
+        self.pages: list[BeforeAfter] = []
         self.reference_run_s: float | None = None
         self.reference_events: int | None = None
         self.session_id = str(self.data["metadata"]["name"])
@@ -221,4 +229,5 @@ class Drill:
             points=self.points,
             reference_run_s=self.reference_run_s,
             reference_events=self.reference_events,
+            pages=self.pages,
         )

@@ -39,7 +39,8 @@ from belay.journal.verdicts import (
 )
 from belay.local.cli_process import RUN_TIMEOUT_S, read_events, run_belay, run_until_event, tickets_in
 from belay.local.drill.handover import handover_checks, handover_provider_checks
-from belay.local.drill.report import DrillReport
+from belay.local.drill.pages import after_resume, before_resume, read_page
+from belay.local.drill.report import BeforeAfter, DrillReport
 from belay.local.drill.run import Drill
 from belay.local.drill.waiting import Watched, run_watched
 from belay.local.standin_process import provider_problems, provider_summary
@@ -257,7 +258,16 @@ def kill_after_tool_request(drill: Drill, reference: list[Event]) -> None:
         reached and bool(before) and fault_key(before[-1]) == point,
         f"killed at {point}; the record (in {home / 'events.db'}) ends with seq {len(before)}",
     )
+    page_before = read_page(home, drill.session_id)
     result, after, resumed_s = drill.resume(home, env)
+    page_after = read_page(home, drill.session_id)
+    drill.pages.append(
+        BeforeAfter(
+            scenario=AFTER_REQUEST,
+            before=before_resume(page_before, home),
+            after=after_resume(page_after, page_before, home, after, len(before)),
+        )
+    )
     resumed = [e for e in after if e.seq > len(before)]
     check_sandboxes_replaced(drill, resumed)
     check_restored_from_last_verified(drill, before, resumed)
@@ -399,6 +409,16 @@ def unknown_external_outcome(drill: Drill, reference: list[Event]) -> None:
     home = drill.home("unknown-outcome")
     env = drill.environment(home)
     reached, before = drill.kill_run_at(home, env, fault_key(request))
+    page_before = read_page(home, drill.session_id)
+
+    def while_it_waits() -> None:  # the page after the resume, as it waits on the person
+        page = read_page(home, drill.session_id)
+        events = read_events(home, drill.session_id)
+        after = after_resume(page, page_before, home, events, len(before))
+        drill.pages.append(
+            BeforeAfter(scenario=AFTER_UNSAFE, before=before_resume(page_before, home), after=after)
+        )
+
     # The external system cannot be asked: its outcome stays unknown.
     waiting = run_until_event(
         home,
@@ -407,6 +427,7 @@ def unknown_external_outcome(drill: Drill, reference: list[Event]) -> None:
         f"wait:reconcile-{op}",
         RUN_TIMEOUT_S,
         environment=env,
+        when_reached=while_it_waits,
     )
     events = read_events(home, drill.session_id)
     unknown = [e for e in events if isinstance(e, OperationOutcomeEvent) and e.payload.outcome == "unknown"]

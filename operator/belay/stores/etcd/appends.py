@@ -29,8 +29,8 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from belay.journal.envelope import EnvelopeJson
 from belay.journal.events import (
-    EnvelopeJson,
     Event,
     EventDraft,
     batch_digest,

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 
 from pydantic import TypeAdapter
 
-from belay.journal.events import EnvelopeJson, Event, EventDraft, build_event, now_utc
+from belay.journal.envelope import EnvelopeJson
+from belay.journal.events import Event, EventDraft, build_event, now_utc
 from belay.stores.base import ClaimTaken, IdempotencyConflict, StaleLease
 from belay.stores.integrity import GENESIS, Chain, Head, RecordCheck
 from belay.stores.sqlite.schema import SESSION_TABLES

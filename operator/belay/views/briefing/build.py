@@ -111,15 +111,24 @@ def _step_items(state: SessionState) -> tuple[list[StepItem], Counter[TaskStatus
             task_id=t.task_id,
             title=t.title,
             owner=t.owner,
-            status=t.status,
-            verified=t.status == TaskStatus.VERIFIED,
+            status=TaskStatus.BLOCKED if _missing(state, t) else t.status,
+            verified=t.status == TaskStatus.VERIFIED and not _missing(state, t),
             deliverable=t.deliverable,
             round=t.round,
             reopened_because=t.reopened_because if t.status == TaskStatus.PLANNED and t.round > 1 else None,
+            missing=_missing(state, t),
         )
         for t in shown
     ]
     return items, omitted
+
+
+def _missing(state: SessionState, task: TaskRecord) -> str | None:
+    """The deliverable a subagent's task that stopped (its turn ended, or the record calls it done)
+    owes while it does not exist: such a task is blocked, never done."""
+    owed = task.deliverable if task.task_id == task.owner else None
+    stopped = task.status in (TaskStatus.DONE, TaskStatus.VERIFIED, TaskStatus.BLOCKED)
+    return owed if stopped and owed and owed not in state.deliverables else None
 
 
 def _fetch_items(state: SessionState, approval: ApprovalRecord, style: CommandStyle) -> list[FetchItem]:
@@ -274,6 +283,17 @@ def _waiting_on_you(state: SessionState, items: list[OpenItem], style: CommandSt
                     payload_sha256=a.payload_sha256,
                     expires_at=a.request_expires_at,
                     fetch=_fetch_items(state, a, style),
+                )
+            )
+        elif item.ended_by == "message":
+            actions.append(
+                ActionItem(
+                    kind="message",
+                    id=item.id,
+                    summary=item.summary,
+                    command=command,
+                    alternative=item.alternative,
+                    also=style(commands.amend(state.session_id)),
                 )
             )
         elif item.ended_by == "reconcile":

@@ -8,6 +8,7 @@ and objective views read (`belay.views.status.build`) and so the report are cut 
 decides again. What an item waits on carries the command that ends it, specific to its kind.
 
 The rules, in words: a pending approval waits on you (the operation it holds is not also running);
+a subagent whose turn ended without its deliverable waits on your message (never a done step);
 an unknown outcome waits on your reconciliation; a wait on you that an approval or a
 reconciliation answers is that approval or reconciliation; an external wait waits on its
 condition, a deliverable on your review; an operation that waits (on a wait it opened, or a child
@@ -26,6 +27,7 @@ from belay.journal.commands import CommandStyle
 from belay.journal.events import CHILD_CONDITION_PREFIX, CHILD_WAIT_PREFIX, TaskStatus, WaitKind
 from belay.journal.phase import Liveness, Phase, interruption_of, phase_of
 from belay.journal.state import OperationRecord, SessionState, WaitRecord
+from belay.journal.turns import message_command, turn_end_summary
 from belay.views.briefing.model import ItemState, OpenItem
 
 # Phases in which nothing runs.
@@ -54,6 +56,16 @@ def _wait_item(state: SessionState, w: WaitRecord, style: CommandStyle) -> OpenI
     """An open wait with the command that ends it; None when another item stands for it."""
     sid = state.session_id
     base = {"kind": "wait", "id": w.wait_id, "summary": w.reason}
+    if w.kind == WaitKind.ON_USER and w.owed:
+        return OpenItem(
+            **{**base, "summary": turn_end_summary(w.reason)},
+            state="waiting_on_you",
+            ended_by="message",
+            label=f"message {w.subagent or ''}".rstrip(),
+            subagent=w.subagent,
+            command=message_command(state, w, style),
+            alternative=style(commands.reject(sid, w.wait_id)),
+        )
     if w.kind == WaitKind.ON_USER:
         if w.condition is not None and w.condition in state.unknown_outcomes:
             return None  # the reconciliation of that operation settles it
@@ -132,6 +144,8 @@ def _work(state: SessionState, phase: Phase, stopped: bool) -> Iterator[OpenItem
     """Operations without a result and steps in progress or reopened."""
     held = {a.operation_id for a in state.pending_approval_records()}
     open_wait_ids = set(state.open_waits)
+    # A subagent whose turn ended without its deliverable runs nothing: its wait stands for it.
+    stopped_short = {w.subagent for w in state.open_wait_records() if w.owed}
     for op in state.open_operation_records():
         if op.operation_id in held or op.operation_id in state.unknown_outcomes:
             continue
@@ -154,6 +168,8 @@ def _work(state: SessionState, phase: Phase, stopped: bool) -> Iterator[OpenItem
             summary=f"{delegation} failed: {(failed.error if failed else '') or 'no reason given'}",
         )
     for task in sorted(state.tasks.values(), key=lambda t: (t.first_seq, t.task_id)):
+        if task.status == TaskStatus.RUNNING and task.owner in stopped_short:
+            continue
         if task.status == TaskStatus.RUNNING:
             state_of: ItemState = _left_open(phase, stopped)
         elif task.status == TaskStatus.PLANNED and task.round > 1 and task.reopened_because:

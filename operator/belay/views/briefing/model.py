@@ -122,8 +122,9 @@ ITEM_STATES: tuple[ItemState, ...] = (
 )
 ItemKind = Literal["step", "operation", "wait", "approval", "deliverable"]
 # How a person ends a wait: approve or reject an approval, answer a question, reconcile an unknown
-# outcome, mark an external condition met, review a deliverable; a child session ends by itself.
-EndedBy = Literal["approval", "answer", "reconcile", "condition", "child", "review"]
+# outcome, mark an external condition met, review a deliverable, send a message to a subagent whose
+# turn ended without its deliverable; a child session ends by itself.
+EndedBy = Literal["approval", "answer", "reconcile", "condition", "child", "review", "message"]
 
 
 class OpenItem(Model):
@@ -161,6 +162,9 @@ class StepItem(Model):
     deliverable: str | None = None
     round: int = 1
     reopened_because: str | None = None  # set while a reopened step waits to be done again
+    # The deliverable it owes does not exist (its turn ended without it): not done, whatever the
+    # record's last word on it.
+    missing: str | None = None
 
 
 class RunningItem(Model):
@@ -182,11 +186,14 @@ class FetchItem(Model):
 class ActionItem(Model):
     """Something only the person can unblock, and the command that does it."""
 
-    kind: Literal["approval", "decision", "reconciliation"]
+    # message: a subagent ended its turn without its deliverable; `command` sends it a message,
+    # `also` amends the request, `alternative` ends the session without the deliverable.
+    kind: Literal["approval", "decision", "reconciliation", "message"]
     id: str
     summary: str
     command: str
     alternative: str | None = None
+    also: str | None = None
     payload_sha256: str | None = None
     expires_at: datetime | None = None
     fetch: list[FetchItem] = []

@@ -175,10 +175,15 @@ def _step_rows(b: Briefing) -> list[Row]:
                 f"({b.steps_omitted_done} done, {b.steps_omitted_verified} verified)",
             )
         )
+    stopped = {s.owner for s in b.steps if s.missing and s.task_id == s.owner}
     for s in b.steps:
         owner = f" [{s.owner}]" if s.owner else ""
         deliverable = f" -> {s.deliverable}" if s.deliverable else ""
+        if s.missing:
+            deliverable = f" (owes {s.missing}: not published)"
         again = f" (round {s.round})" if s.round > 1 else ""
+        if s.status.value == "running" and s.owner in stopped:
+            again += "; its turn ended, nothing runs"
         rows.append(
             (1, f"{s.status.value:<9} {s.task_id}: {s.title or s.task_id}{owner}{deliverable}{again}")
         )
@@ -205,6 +210,11 @@ def _waiting_rows(b: Briefing) -> list[Row]:
     rows = _heading("Waiting on you")
     for a in b.waiting_on_you:
         rows.append((1, f"{a.kind} {a.id}: {a.summary}"))
+        if a.kind == "message":
+            rows.append((2, f"run: {a.command}  (its next turn: your message)"))
+            rows.append((2, f"or: {a.also}  (change the request; it goes on with the new one)"))
+            rows.append((2, f"or: {a.alternative}  (end the session without it)"))
+            continue
         if a.payload_sha256:
             rows.append((2, f"payload sha256 {a.payload_sha256}, expires {_when(a.expires_at)}"))
         rows += [(2, f"read {f.what}: {f.command}  ({f.size} bytes, sha256 {f.sha256})") for f in a.fetch]

@@ -402,7 +402,13 @@ def session_status(
         pending_approvals_omitted=approvals_omitted,
         waits=[
             WaitStatus(
-                wait_id=w.wait_id, kind=w.kind, reason=w.reason, condition=w.condition, artifact=w.artifact
+                wait_id=w.wait_id,
+                kind=w.kind,
+                reason=w.reason,
+                condition=w.condition,
+                artifact=w.artifact,
+                owed=w.owed,
+                subagent=w.subagent,
             )
             for w in open_waits
         ],

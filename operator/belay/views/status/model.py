@@ -90,6 +90,8 @@ class WaitStatus(StatusModel):
     reason: str
     condition: str | None = None
     artifact: str | None = None
+    owed: str | None = None  # a turn ended without this deliverable: a message answers it
+    subagent: str | None = None
 
 
 class DeliverableStatus(StatusModel):

@@ -211,6 +211,8 @@ def on_remote(s: SessionState, e: RemoteEvent) -> Updates:
         counter = "delivered"
     elif p.kind == RemoteKind.INTERRUPTED:
         counter = "interruptions"
+    elif p.kind == RemoteKind.MESSAGE_DELIVERED:
+        counter = "messages"
     known = s.remote_sessions.get(p.subagent)
     # What concerns a remote session that was replaced since (a delivery noted late) is not the
     # replacement's.
@@ -218,6 +220,8 @@ def on_remote(s: SessionState, e: RemoteEvent) -> Updates:
         fields: dict[str, Any] = {"last_detail": p.detail}
         if counter is not None:
             fields[counter] = getattr(known, counter) + 1
+        if p.kind == RemoteKind.MESSAGE_DELIVERED and p.idempotency_key:
+            fields["message_keys"] = (*known.message_keys, p.idempotency_key)
         if p.kind == RemoteKind.FAILED:
             fields["failure"] = p.detail
         updates["remote_sessions"] = s.remote_sessions.set(p.subagent, replaced(known, fields))

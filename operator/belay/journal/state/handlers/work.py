@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from belay.journal.events import ArtifactEvent, CheckpointEvent, NoteEvent, TaskEvent, TaskStatus, WaitEvent
+from belay.journal.events import (
+    ArtifactEvent,
+    CheckpointEvent,
+    NoteEvent,
+    TaskEvent,
+    TaskStatus,
+    UserMessageEvent,
+    WaitEvent,
+)
 from belay.journal.state.building import Updates, decided, new_record, note_subagent, push_recent, replaced
 from belay.journal.state.invalidation import register_result
 from belay.journal.state.records import (
@@ -13,6 +21,7 @@ from belay.journal.state.records import (
     NoteRecord,
     TaskRecord,
     TaskTransition,
+    UserMessageRecord,
     WaitRecord,
 )
 from belay.journal.state.session import SessionState
@@ -164,8 +173,12 @@ def on_wait(s: SessionState, e: WaitEvent) -> Updates:
         resolved=p.resolved,
         opened_seq=previous.opened_seq if previous else e.seq,
         last_seq=e.seq,
+        subagent=previous.subagent if previous else e.actor.subagent,
+        owed=p.owed or (previous.owed if previous else None),
     )
     updates: Updates = {"waits": s.waits.set(p.wait_id, record)}
+    if p.owed and record.subagent and not p.resolved:
+        updates["turn_ends"] = s.turn_ends.set(record.subagent, p.wait_id)
     if p.resolved:
         if p.wait_id in s.open_waits:
             updates["open_waits"] = s.open_waits.delete(p.wait_id)
@@ -181,7 +194,7 @@ def _answer(wait: WaitRecord, e: WaitEvent) -> DecisionRecord:
     said = e.payload.reason.removeprefix(wait.reason).removeprefix(" -> ")
     outcome, _, rest = said.partition(" ")
     by = e.actor.name or "user"
-    if outcome not in ("yes", "no"):
+    if outcome not in ("yes", "no", "message"):
         outcome, rest = "answered", said
     reason = rest.removeprefix(f"({by})").strip()
     return new_record(
@@ -194,3 +207,17 @@ def _answer(wait: WaitRecord, e: WaitEvent) -> DecisionRecord:
         at=e.created_at,
         reason=reason,
     )
+
+
+def on_user_message(s: SessionState, e: UserMessageEvent) -> Updates:
+    p = e.payload
+    record = new_record(
+        UserMessageRecord,
+        wait_id=p.wait_id,
+        subagent=p.subagent,
+        text=p.text,
+        by=p.by or e.actor.name or "",
+        seq=e.seq,
+        at=e.created_at,
+    )
+    return {"user_messages": s.user_messages.set(p.wait_id, record)}
