@@ -256,6 +256,9 @@ async def _work(
             last_check = now
             try:
                 step = Step.PASS if await reconciler.record_moved(current) else Step.WAIT
+            except StoreUnavailable as error:  # in the status; checked again on the next timer
+                log.warning("reading the record of %s: %s", key, error)
+                step = Step.WAIT
             except Exception:
                 log.exception("reading the record of %s failed", key)
                 step = Step.WAIT

@@ -100,6 +100,7 @@ class SessionMemory:
     fork_error: str = ""
     tokens_created: frozenset[str] = frozenset()  # subagents whose sandbox token Secret exists
     policies_applied: bool = False  # the session's NetworkPolicies, before any pool pod is claimed
+    store_unavailable: bool = False  # the status says the store did not answer: a pass clears it
     # Current sandbox pods seen running or pending: one that disappears afterwards is lost.
     seen_sandboxes: set[str] = field(default_factory=set)
     # Child sessions whose AgentSession this operator created or found, and their folded records.
@@ -247,13 +248,28 @@ class SessionReconciler:
     # ---- the pass
 
     async def record_moved(self, body: dict[str, Any]) -> bool:
-        """Whether the session's record has events this reconciler has not folded yet: the cheap
-        check a worker makes when nothing in the cluster changed."""
-        memory = self.memory.get(body["metadata"]["uid"])
+        """Whether the session needs a pass for its record: the record has events this reconciler
+        has not folded yet, or its store answers again after it did not (the status still says
+        so). The cheap check a worker makes when nothing in the cluster changed. A store that does
+        not answer is reported in the status, as a pass would, and raised."""
+        uid = body["metadata"]["uid"]
+        memory = self.memory.get(uid)
         if memory is None:
             return True
         store = self.event_store(AgentSessionSpec.model_validate(body["spec"]))
-        return await store.last_seq(body["metadata"]["name"]) > memory.state.last_seq
+        try:
+            last_seq = await store.last_seq(body["metadata"]["name"])
+        except StoreUnavailable as error:
+            async with self.lock(uid):
+                await self._store_unavailable(body, memory, error)
+            raise
+        return last_seq > memory.state.last_seq or memory.store_unavailable
+
+    async def _store_unavailable(self, body: dict[str, Any], memory: SessionMemory, error: Exception) -> None:
+        memory.store_unavailable = True
+        await self._report(
+            body, memory, OperatorProblem(OperatorReason.STORE_UNAVAILABLE, str(error), stalls=False)
+        )
 
     async def reconcile(self, body: dict[str, Any]) -> PassResult:
         """One pass. A store that cannot be reached is reported in the status (Reconciling, with
@@ -264,15 +280,16 @@ class SessionReconciler:
         async with lock:
             memory = self.memory.setdefault(uid, SessionMemory())
             try:
-                return await self._reconcile(body, memory)
+                passed = await self._reconcile(body, memory)
             except StoreUnavailable as error:
-                problem = OperatorProblem(OperatorReason.STORE_UNAVAILABLE, str(error), stalls=False)
-                await self._report(body, memory, problem)
+                await self._store_unavailable(body, memory, error)
                 raise
             except RecordCorrupt as error:
                 # Nothing is done on a record that cannot be trusted; a person has to restore it.
                 await self._report(body, memory, OperatorProblem(OperatorReason.RECORD_CORRUPT, str(error)))
                 raise
+            memory.store_unavailable = False
+            return passed
 
     async def _report(self, body: dict[str, Any], memory: SessionMemory, problem: OperatorProblem) -> None:
         """The last known status, with the operator's problem on top."""
