@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -27,6 +28,7 @@ from belay.controller.settings import OperatorSettings
 from belay.journal.events import LifecycleEvent, LifecycleKind
 from belay.journal.state import fold
 from belay.stores.factory import open_event_store
+from tests.api.kubehelpers import REPO_ROOT
 from tests.belay_cli import steps_run_twice
 from tests.controller.kubelet import LocalKubelet
 from tests.controller.operator_process import (
@@ -96,11 +98,16 @@ def operator(
             )
 
 
-def manifest(name: str) -> dict[str, Any]:
-    """The example in the pool's namespace, waiting for its publish approval."""
+def manifest(name: str, inputs: Path | None = None) -> dict[str, Any]:
+    """The example in the pool's namespace, waiting for its publish approval; with `inputs`, its
+    subagents' inputs are read from there."""
     session = cluster_manifest(name)
     session["metadata"]["namespace"] = NAMESPACE
     del session["spec"]["approvals"]
+    if inputs is not None:
+        for sub in session["spec"]["subagents"]:
+            for item in sub["inputs"]:
+                item["source"] = str(inputs)
     return session
 
 
@@ -239,11 +246,16 @@ async def test_a_recovering_attempt_claims_pool_sandboxes_and_completes_the_sess
         with LocalKubelet(
             api, NAMESPACE, tmp_path / "kubelet", extra_env=harness_env(tickets, FAULT_POINT)
         ) as kubelet:
-            kube.kubectl("apply", "-f", "-", input=json.dumps(manifest(name)))
+            inputs = tmp_path / "inputs"
+            shutil.copytree(REPO_ROOT / "examples/parser-fix/repo", inputs)
+            kube.kubectl("apply", "-f", "-", input=json.dumps(manifest(name, inputs)))
             # A session in the namespace: the pool fills for its template (both subagents share it).
             pool = wait_for(full_pool(kube), "a full pool", describe=describe)
             await wait_for_checkpoint(store, name, "implementer/fix", describe)
             done_before = completed_steps(fold(await store.read(name)))
+            # The record holds the inputs now: the next attempt restores them from there and does
+            # not read them again (it would fail to: they are gone).
+            shutil.rmtree(inputs)
 
             # The first attempt is frozen after its checkpoint; its pod goes, as a lost node's would.
             kube.kubectl(

@@ -30,7 +30,7 @@ from belay.controller import desired, names
 from belay.executors.factory import executor_factory_for
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult
-from belay.harness.declared import read_inputs
+from belay.harness.declared import DeclaredInputs
 from belay.harness.effect_marks import derived_key
 from belay.harness.loop import Harness
 from belay.harness.stopping import StopRequest, drain_from_environment
@@ -180,7 +180,7 @@ async def run_attempt(environment: Mapping[str, str], stop: StopRequest | None =
             executors=executor_factory_for(session),
             tickets=TicketServiceClient(tickets_url, tickets_token) if tickets_url else None,
             effect_key=effect_key(environment),
-            inputs=read_inputs(session),
+            inputs=DeclaredInputs(session),
             holder=names.harness_holder(pod_name),
             model_id=initial_model_id(session),
             runtime_image=environment.get("BELAY_RUNTIME_IMAGE", "harness-pod"),
