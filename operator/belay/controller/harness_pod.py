@@ -43,6 +43,9 @@ from belay.stores.integrity import record_key_for
 TICKETS_URL_ENV = "BELAY_TICKETS_URL"
 TICKETS_TOKEN_ENV = "BELAY_TICKETS_TOKEN"
 SANDBOX_WAIT_S = 120.0
+# Between tries of a sandbox that does not answer yet: soon at first, then at this pace.
+RETRY_FIRST_S = 0.05
+RETRY_LONGEST_S = 0.5
 # A lost sandbox pod is replaced by the operator once it notices: the harness waits this long.
 REPLACEMENT_WAIT_S = 300.0
 
@@ -91,6 +94,8 @@ class PodSandboxProvider:
         wait_s = self.wait_s if replacing is None else self.replacement_wait_s
         deadline = asyncio.get_running_loop().time() + wait_s
         claim_key = self.claims.get(subagent.name) if replacing is None else None
+        # A claimed pool pod answers as soon as its Service names it: tried again soon at first.
+        delay = RETRY_FIRST_S
         while True:
             probe = SandboxClient(endpoint, token)
             try:
@@ -108,7 +113,8 @@ class PodSandboxProvider:
                     raise TimeoutError(
                         f"sandbox {subagent.name} at {endpoint} did not answer: {error}"
                     ) from error
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_LONGEST_S)
             finally:
                 await probe.close()
 
