@@ -32,6 +32,7 @@ from belay.controller.pool import (
     pool_changes,
     pool_pod,
     pool_policy,
+    running_session,
     subagents_to_claim,
     template_id,
     template_of,
@@ -108,6 +109,15 @@ def test_each_namespace_keeps_the_templates_of_its_sessions_and_none_without_a_s
     assert sorted(t.network_profile for t in wanted["team-a"].values()) == ["internet", "none"]
     assert list(wanted["team-b"].values()) == [NONE]  # both example subagents share it
     assert wanted_templates([("team-a", one)], SETTINGS.model_copy(update={"sandbox_pool_size": 0})) == {}
+
+
+def test_only_running_sessions_keep_their_pools() -> None:
+    assert running_session({"metadata": {}, "status": {"phase": "Running"}})
+    assert running_session({"metadata": {}})  # not reconciled yet
+    assert running_session({"metadata": {}, "status": {"phase": "WaitingOnUser"}})
+    assert not running_session({"metadata": {}, "status": {"phase": "Succeeded"}})
+    assert not running_session({"metadata": {}, "status": {"phase": "Failed"}})
+    assert not running_session({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}})
 
 
 def pool_pod_view(name: str, template: str, phase: str = "Running", **more: Any) -> PoolPod:

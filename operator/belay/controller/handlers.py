@@ -33,7 +33,7 @@ from belay.controller.follow import (
     worker_step,
 )
 from belay.controller.kube import KubeClient, load_api_client
-from belay.controller.pooling import SandboxPool, Wanted
+from belay.controller.pooling import SandboxPool
 from belay.controller.reconciler import SessionReconciler
 from belay.controller.retention import apply_retention
 from belay.controller.settings import settings_from_environment
@@ -42,7 +42,6 @@ from belay.stores.base import RecordCorrupt, StoreError, StoreUnavailable
 from belay.views.fleet.model import PARENT_LABEL
 
 GROUP, VERSION, PLURAL = "belay.dev", "v1alpha1", "agentsessions"
-ENDED_PHASES = ("Succeeded", "Failed")
 # The store's watch wakes a worker when its record moves; as a safety net while that watch is not
 # in place (it failed and is being opened again), a worker also asks the store this often.
 FOLLOW_INTERVAL_S = float(os.environ.get("BELAY_FOLLOW_INTERVAL_S", "300"))
@@ -99,25 +98,6 @@ def _post_event(body: dict[str, Any], transition: TransitionEvent) -> None:
     )
 
 
-def _pool_wanted() -> Wanted:
-    """The sandbox templates each namespace's pool keeps: those of its sessions still running."""
-    pool = Runtime.pool
-    wanted: Wanted = {}
-    if pool is None or pool.settings.sandbox_pool_size == 0:
-        return wanted
-    for key, body in list(Runtime.bodies.items()):
-        metadata = body.get("metadata", {})
-        phase = (body.get("status") or {}).get("phase")
-        if metadata.get("deletionTimestamp") or phase in ENDED_PHASES:
-            continue
-        try:
-            templates = pool.templates_of(key, body)
-        except ValueError:
-            continue  # a spec the apiserver took but the model does not: its pass reports it
-        wanted.setdefault(metadata.get("namespace", ""), {}).update(templates)
-    return wanted
-
-
 def _wake_pool() -> None:
     if Runtime.pool is not None:
         Runtime.pool.wake.set()
@@ -135,9 +115,11 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     kube = KubeClient(load_api_client(os.environ.get(KUBECONFIG_ENV)))
     operator_settings = settings_from_environment()
     # The pool's keeper runs whatever the size: with 0 it drains the pools an earlier run left.
-    Runtime.pool = SandboxPool(kube, operator_settings)
-    Runtime.pool_keeper = asyncio.create_task(Runtime.pool.run(_pool_wanted), name="sandbox-pool")
-    Runtime.reconciler = SessionReconciler(kube, operator_settings, post_event=_post_event, pool=Runtime.pool)
+    pool = Runtime.pool = SandboxPool(kube, operator_settings)
+    Runtime.pool_keeper = asyncio.create_task(
+        pool.run(lambda: pool.wanted(Runtime.bodies)), name="sandbox-pool"
+    )
+    Runtime.reconciler = SessionReconciler(kube, operator_settings, post_event=_post_event, pool=pool)
 
 
 @kopf.on.cleanup()

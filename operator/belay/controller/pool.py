@@ -144,6 +144,16 @@ class PoolPod:
         return self.keyed and self.phase == "Running" and not self.deleting
 
 
+# Sessions in these phases need no sandbox any more.
+ENDED_PHASES = ("Succeeded", "Failed")
+
+
+def running_session(body: Mapping[str, Any]) -> bool:
+    """Whether an AgentSession still needs its templates' pools: not being deleted, not ended."""
+    phase = (body.get("status") or {}).get("phase")
+    return not (body.get("metadata") or {}).get("deletionTimestamp") and phase not in ENDED_PHASES
+
+
 def wanted_templates(
     sessions: Iterable[tuple[str, AgentSessionSpec]], settings: OperatorSettings
 ) -> dict[str, dict[str, SandboxTemplate]]:

@@ -31,6 +31,7 @@ from belay.controller.pool import (
     pool_changes,
     pool_pod,
     pool_policy,
+    running_session,
     template_id,
     template_of,
 )
@@ -87,6 +88,22 @@ class SandboxPool:
             known = (generation, [(template_id(t, self.settings), t) for t in templates])
             self._templates[key] = known
         return known[1]
+
+    def wanted(self, bodies: Mapping[str, Mapping[str, Any]]) -> Wanted:
+        """The sandbox templates each namespace's pool keeps: those of its sessions still running
+        (AgentSession bodies by key); none with a size of 0."""
+        wanted: Wanted = {}
+        if self.settings.sandbox_pool_size == 0:
+            return wanted
+        for key, body in list(bodies.items()):
+            if not running_session(body):
+                continue
+            try:
+                templates = self.templates_of(key, body)
+            except ValueError:
+                continue  # a spec the model refuses: its session's pass reports it
+            wanted.setdefault(body["metadata"].get("namespace", ""), {}).update(templates)
+        return wanted
 
     def forget(self, key: str) -> None:
         self._templates.pop(key, None)
