@@ -19,7 +19,8 @@ What it does for a pod:
 - network: every pod shares 127.0.0.1, so each declared container port gets a free loopback port
   (an argument naming the port, alone or as `--flag=PORT`, and `0.0.0.0`, are rewritten), and a
   Service URL in an env value (`http://<service>.<namespace>.svc:<port>`) is rewritten to the port
-  of a pod the Service selects, as cluster DNS and kube-proxy would route it;
+  of a pod the Service selects by its labels as they are now, as cluster DNS and kube-proxy would
+  route it; NetworkPolicies are not enforced (tests/node does that on a real node);
 - processes: each pod runs in a PID namespace of its own, its command the child of a small init
   (`pod_init.py`, as `docker run --init` gives a container), so every process the pod starts dies
   with it; and its first process gets the parent-death signal, so a pod dies with the test run
@@ -212,6 +213,8 @@ class LocalKubelet:
                     if not self._terminated(local, pod.metadata.deletion_grace_period_seconds or 0):
                         continue  # still stopping within its grace period
                 elif pod is not None and pod.metadata.uid == local.uid:
+                    # Services follow a pod's labels as they change (a pool pod claimed for a session).
+                    local.labels = dict(pod.metadata.labels or {})
                     continue
                 self._kill(local)
                 self.exit_codes[name] = local.process.poll()

@@ -69,6 +69,16 @@ def test_chart_settings_are_the_operators_settings(helm_bin: Path) -> None:
     assert OperatorSettings.model_validate_json(env["BELAY_OPERATOR_SETTINGS"]).stop_drain_s == 45
 
 
+def test_the_sandbox_pool_is_sized_in_the_chart(helm_bin: Path) -> None:
+    def pool_size(*sets: str) -> int:
+        env = {e["name"]: e.get("value") for e in operator_container(render(helm_bin, *sets))["env"]}
+        return OperatorSettings.model_validate_json(env["BELAY_OPERATOR_SETTINGS"]).sandbox_pool_size
+
+    assert pool_size() == 2
+    assert pool_size("--set", "sandboxPool.size=5") == 5
+    assert pool_size("--set", "sandboxPool.size=0") == 0  # no pool
+
+
 def test_the_operators_pace_comes_from_the_chart(helm_bin: Path) -> None:
     def pace(*sets: str) -> dict[str, str]:
         env = {e["name"]: e.get("value") for e in operator_container(render(helm_bin, *sets))["env"]}
@@ -107,6 +117,9 @@ def test_namespaced_install_binds_roles_in_the_watched_namespaces_only(helm_bin:
         ("unknownKey=1", "unknownKey"),
         ("operator.kubeCallThreads=0", "/operator/kubeCallThreads"),
         ("operator.followIntervalSeconds=0", "/operator/followIntervalSeconds"),
+        ("sandboxPool.size=-1", "/sandboxPool/size"),
+        ("sandboxPool.size=65", "/sandboxPool/size"),
+        ("sandboxPool.warm=1", "warm"),
     ],
 )
 def test_values_schema_refuses_bad_values(helm_bin: Path, setting: str, complaint: str) -> None:

@@ -15,7 +15,7 @@ from belay.controller.follow import (
     worker_step,
 )
 from belay.journal.events import EventDraft, Note, NoteKind
-from belay.stores.base import StoreUnavailable
+from belay.stores.base import WATCH_CUT, StoreUnavailable
 from belay.stores.sqlite import SqliteEventStore
 
 # Guards against a hang; never a timing assertion.
@@ -130,6 +130,52 @@ async def test_the_periodic_check_is_needed_only_while_the_watch_is_not_in_place
     finally:
         await watches.close()
         await store.close()
+
+
+class CutWatch(SqliteEventStore):
+    """A real store whose watch is cut once, after it is in place, while its reads answer or not."""
+
+    def __init__(self, path: Path, answers: bool) -> None:
+        super().__init__(path)
+        self.answers = answers
+        self.cut_now = asyncio.Event()
+
+    async def watch_sessions(self):  # type: ignore[no-untyped-def, override]
+        yield None
+        await self.cut_now.wait()
+        yield WATCH_CUT
+        await asyncio.Event().wait()  # cut for good
+
+    async def last_seq(self, session_id: str) -> int:
+        if not self.answers:
+            raise StoreUnavailable("no quorum")
+        return await super().last_seq(session_id)
+
+
+async def test_a_cut_watch_has_every_worker_check_at_once_only_when_its_store_does_not_answer(
+    tmp_path: Path,
+) -> None:
+    for answers, checks in ((False, (False, True)), (True, (False, False))):
+        store = CutWatch(tmp_path / f"{answers}.db", answers)
+        watches = RecordWatches()
+        wakes = {name: WorkerWake() for name in ("ns/a", "ns/b")}
+        try:
+            watches.follow(store, "a", "ns/a", wakes["ns/a"])
+            watches.follow(store, "b", "ns/b", wakes["ns/b"])
+            for wake in wakes.values():  # in place: each checks once
+                await asyncio.wait_for(wake.event.wait(), HANG_GUARD_SECONDS)
+                assert wake.take() == (False, True)
+            # Cut: each wakes to look at its timers; a store that does not answer has each check
+            # now (and so report it), one that answers leaves them to their timers.
+            store.cut_now.set()
+            for wake in wakes.values():
+                await asyncio.wait_for(wake.event.wait(), HANG_GUARD_SECONDS)
+            await asyncio.sleep(0.2)  # the read that tells, then its wakes
+            assert {name: wake.take() for name, wake in wakes.items()} == {"ns/a": checks, "ns/b": checks}
+            assert not watches.watching("ns/a")
+        finally:
+            await watches.close()
+            await store.close()
 
 
 def note(note_id: str) -> EventDraft:

@@ -10,7 +10,7 @@ import secrets
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from tests.api.kubehelpers import REPO_ROOT
 from tests.controller.operator_process import agentsession_status, kubectl_json
 from tests.controller.sessions import EXAMPLE_MANIFEST
 from tests.node.cluster import RESTRICTED, NodeCluster
+from tests.testenv.etcd import EtcdCluster
 from tests.testenv.node import NODE_IP
 
 SESSION = "parser-fix"
@@ -68,6 +69,9 @@ class SessionSetup:
     tickets: TicketService
     tickets_file: Path
     operator_log: Callable[[], str] = lambda: ""
+    # The event store's etcd members, when not the environment's one (a three-member cluster).
+    etcd_ports: list[int] = field(default_factory=list)
+    sandbox_pool_size: int = 0
 
     @property
     def etcd_port(self) -> int:
@@ -75,6 +79,7 @@ class SessionSetup:
 
     def settings(self) -> OperatorSettings:
         node = f"{NODE_IP}/32"
+        stores = [*(self.etcd_ports or [self.etcd_port]), self.cluster.env.s3.port]
         return OperatorSettings(
             harness_image=self.cluster.image,
             sandbox_image=self.cluster.image,
@@ -82,8 +87,9 @@ class SessionSetup:
             event_store=self.events_url,
             artifact_store=f"s3://{self.bucket}",
             store_secret=STORE_SECRET,
-            store_egress=[EgressTarget(cidr=node, ports=[self.etcd_port, self.cluster.env.s3.port])],
+            store_egress=[EgressTarget(cidr=node, ports=stores)],
             model_egress=[EgressTarget(cidr=node, ports=[self.tickets.port])],
+            sandbox_pool_size=self.sandbox_pool_size,
         )
 
     def store_environment(self) -> dict[str, str]:
@@ -164,6 +170,29 @@ class SessionSetup:
             if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
         }
 
+    def pool_pods(self) -> dict[str, dict[str, Any]]:
+        """The namespace's idle pool pods, ready to be claimed (docs/operator.md#the-sandbox-pool)."""
+        listed = kubectl_json(
+            self.cluster.kube, "get", "pods", "-n", self.namespace, "-l",
+            f"{names.LABEL_COMPONENT}={names.COMPONENT_POOL}",
+        )  # fmt: skip
+        return {
+            p["metadata"]["name"]: p
+            for p in listed.get("items", [])
+            if not p["metadata"].get("deletionTimestamp")
+            and p["status"].get("phase") == "Running"
+            and all(c.get("ready") for c in p["status"].get("containerStatuses") or [{"ready": False}])
+        }
+
+    def claimed_pods(self) -> dict[str, dict[str, Any]]:
+        """The session's sandbox pods that came from the pool, by subagent."""
+        return {
+            pod["metadata"]["labels"][names.LABEL_SUBAGENT]: pod
+            for pod in self.pods().values()
+            if names.LABEL_TEMPLATE in pod["metadata"]["labels"]
+            and not pod["metadata"].get("deletionTimestamp")
+        }
+
     def describe(self) -> str:
         kube = self.cluster.kube
         return "\n".join(
@@ -175,16 +204,31 @@ class SessionSetup:
 
 
 def new_setup(
-    cluster: NodeCluster, namespace: str, tickets: TicketService, tickets_file: Path
+    cluster: NodeCluster,
+    namespace: str,
+    tickets: TicketService,
+    tickets_file: Path,
+    etcd: EtcdCluster | None = None,
+    sandbox_pool_size: int = 0,
 ) -> SessionSetup:
-    etcd = cluster.env.etcd.endpoint.removeprefix("http://")
+    """With `etcd`, the record goes to that cluster (its members on the node's address) instead
+    of the environment's one etcd."""
+    prefix = f"/{namespace}-{secrets.token_hex(4)}"
+    if etcd is None:
+        events_url = f"etcd://{cluster.env.etcd.endpoint.removeprefix('http://')}{prefix}"
+        ports = []
+    else:
+        events_url = etcd.events_url(prefix)
+        ports = [int(url.rsplit(":", 1)[1]) for url in etcd.endpoints]
     setup = SessionSetup(
         cluster=cluster,
         namespace=namespace,
-        events_url=f"etcd://{etcd}/{namespace}-{secrets.token_hex(4)}",
+        events_url=events_url,
         bucket=f"{namespace}-{secrets.token_hex(4)}",
         tickets=tickets,
         tickets_file=tickets_file,
+        etcd_ports=ports,
+        sandbox_pool_size=sandbox_pool_size,
     )
     setup.prepare()
     return setup

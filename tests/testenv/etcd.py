@@ -109,12 +109,14 @@ class EtcdServer:
 
 class EtcdCluster:
     """Three members (by default) on loopback, each with its own data directory, so a stopped
-    member restarts with its state and rejoins."""
+    member restarts with its state and rejoins. `host`: where clients reach them (the node's bridge
+    address for pods on the real node); the members talk to each other on loopback."""
 
-    def __init__(self, run_dir: Path, size: int = 3) -> None:
+    def __init__(self, run_dir: Path, size: int = 3, host: str = LOOPBACK) -> None:
         self.run_dir = run_dir
         self.members = {
-            f"member{i}": EtcdMember(f"member{i}", run_dir / f"member{i}.data") for i in range(size)
+            f"member{i}": EtcdMember(f"member{i}", run_dir / f"member{i}.data", client_host=host)
+            for i in range(size)
         }
 
     @property
@@ -127,6 +129,11 @@ class EtcdCluster:
 
     def endpoint_of(self, name: str) -> str:
         return self.members[name].client_url
+
+    def events_url(self, prefix: str) -> str:
+        """The event store URL naming every member (belay.stores.etcd)."""
+        members = ",".join(m.client_url.removeprefix("http://") for m in self.members.values())
+        return f"etcd://{members}{prefix}"
 
     def start(self) -> None:
         # All members start together: each waits for a quorum of peers before it reports healthy.

@@ -42,6 +42,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   "run_as_user" .Values.sessions.runAsUser
   "stop_drain_s" .Values.sessions.stopDrainSeconds
   "failure_backoff_s" .Values.sessions.failureBackoffSeconds
+  "sandbox_pool_size" .Values.sandboxPool.size
   "store_egress" (include "belay.egress" .Values.sessions.storeEgress | fromJsonArray)
   "model_egress" (include "belay.egress" .Values.sessions.modelEgress | fromJsonArray)
 -}}

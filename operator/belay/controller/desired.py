@@ -40,6 +40,10 @@ TOKEN_MOUNT = "/var/run/belay/sandbox-token"
 EPHEMERAL_HEADROOM_MIB = 256
 TOKEN_KEY = "token"
 HARNESS_TOKENS_MOUNT = "/var/run/belay/sandbox-tokens"
+# The claim key of each pool sandbox a harness claims (docs/operator.md#the-sandbox-pool), one file
+# per subagent; the key is in a Secret of the pool pod's own.
+HARNESS_CLAIMS_MOUNT = "/var/run/belay/sandbox-claims"
+CLAIM_KEY = "key"
 WORKSPACE = "/workspace"
 HARNESS_MODULE = "belay.controller.harness_pod"
 
@@ -52,6 +56,7 @@ ENV_ARTIFACT_STORE = "BELAY_ARTIFACT_STORE"
 ENV_SESSION_SPEC = "BELAY_SESSION_SPEC"
 ENV_SANDBOX_ENDPOINTS = "BELAY_SANDBOX_ENDPOINTS"
 ENV_SANDBOX_TOKEN_DIR = "BELAY_SANDBOX_TOKEN_DIR"
+ENV_SANDBOX_CLAIM_DIR = "BELAY_SANDBOX_CLAIM_DIR"
 # What `executor.credentialsSecret` may give the harness pod: the provider SDK's standard variables,
 # each from the key of the same name, and nothing else of the Secret.
 PROVIDER_VARIABLES = {
@@ -122,19 +127,17 @@ def termination_grace_period_s(settings: OperatorSettings) -> int:
     return settings.stop_drain_s + math.ceil(STOP_MARGIN_S)
 
 
-def _pod(
-    ref: SessionRef,
+def pod_manifest(
+    metadata: dict[str, Any],
     settings: OperatorSettings,
-    *,
-    name: str,
-    labels: dict[str, str],
     container: dict[str, Any],
     volumes: list[dict[str, Any]],
 ) -> dict[str, Any]:
+    """A pod of the operator's: one container under the "restricted" profile, never restarted."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": _metadata(ref, name, labels),
+        "metadata": metadata,
         "spec": {
             # A failed pod is a lost attempt: the operator decides what replaces it.
             "restartPolicy": "Never",
@@ -180,6 +183,20 @@ def _harness_tokens_volume(ref: SessionRef, spec: AgentSessionSpec) -> dict[str,
     return {"name": "sandbox-tokens", "projected": {"sources": sources, "defaultMode": 0o400}}
 
 
+def _harness_claims_volume(claimed: Mapping[str, str]) -> dict[str, Any]:
+    """The claim key of each pool pod the attempt claimed, as `<subagent>` files in one directory."""
+    sources = [
+        {
+            "secret": {
+                "name": names.claim_key_secret_name(pod),
+                "items": [{"key": CLAIM_KEY, "path": subagent}],
+            }
+        }
+        for subagent, pod in sorted(claimed.items())
+    ]
+    return {"name": "sandbox-claims", "projected": {"sources": sources, "defaultMode": 0o400}}
+
+
 def _scratch(name: str, size_mib: int | None = None) -> dict[str, Any]:
     if size_mib is None:
         return {"name": name, "emptyDir": {}}
@@ -201,7 +218,10 @@ def harness_pod(
     settings: OperatorSettings,
     index: int,
     fault_point: str | None = None,
+    claimed: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
+    """`claimed`: the pool pods this attempt claimed, by subagent; the harness gets their claim
+    keys and hands each its subagent's token (belay.controller.harness_pod)."""
     env = {
         ENV_SESSION: ref.name,
         ENV_NAMESPACE: ref.namespace,
@@ -218,6 +238,8 @@ def harness_pod(
     }
     if fault_point:
         env[FAULT_ENV] = fault_point  # a drill copy's attempt stops itself there
+    if claimed:
+        env[ENV_SANDBOX_CLAIM_DIR] = HARNESS_CLAIMS_MOUNT
     secrets = [s for s in (settings.store_secret, spec.stores.secret_ref) if s]
     container: dict[str, Any] = {
         "name": "harness",
@@ -240,22 +262,30 @@ def harness_pod(
             }
             for variable in PROVIDER_VARIABLES.get(spec.executor.type, ())
         ]
-    return _pod(
-        ref,
-        settings,
-        name=names.harness_pod_name(ref.name, index),
-        labels={**names.harness_selector(ref.name), names.LABEL_ATTEMPT: str(index)},
-        container=container,
-        volumes=[_harness_tokens_volume(ref, spec), _scratch("tmp")],
+    volumes = [_harness_tokens_volume(ref, spec), _scratch("tmp")]
+    if claimed:
+        container["volumeMounts"].append(
+            {"name": "sandbox-claims", "mountPath": HARNESS_CLAIMS_MOUNT, "readOnly": True}
+        )
+        volumes.append(_harness_claims_volume(claimed))
+    labels = {**names.harness_selector(ref.name), names.LABEL_ATTEMPT: str(index)}
+    return pod_manifest(
+        _metadata(ref, names.harness_pod_name(ref.name, index), labels), settings, container, volumes
     )
 
 
-def sandbox_pod(
-    ref: SessionRef, subagent: SubagentSpec, settings: OperatorSettings, index: int, replacement: int = 0
+def sandbox_container(
+    image: str,
+    network_profile: str,
+    resources: SandboxResources,
+    settings: OperatorSettings,
+    credential: list[str],
 ) -> dict[str, Any]:
-    container = {
+    """The sandbox server's container. `credential`: how it learns its token, `--token-file` (a
+    pod made for its subagent) or `--claim-key-sha256` (a pool pod, given its token at its claim)."""
+    return {
         "name": "sandbox",
-        "image": subagent.image or settings.sandbox_image,
+        "image": image,
         "command": [
             "python",
             "-m",
@@ -266,43 +296,50 @@ def sandbox_pod(
             "0.0.0.0",
             "--port",
             str(settings.sandbox_port),
-            "--token-file",
-            f"{TOKEN_MOUNT}/{TOKEN_KEY}",
+            *credential,
             "--network-profile",
-            subagent.network_profile,
+            network_profile,
             "--drain-s",
             str(settings.stop_drain_s),
             # The container's cgroup (the kubelet's memory wall) is the server's to read; no rlimits:
             # RLIMIT_NPROC counts the uid's processes in every container of the node.
             *limits.server_arguments(
-                subagent.resources, rlimits=False, cgroups=["/sys/fs/cgroup"], disk_paths=["/tmp"]
+                resources, rlimits=False, cgroups=["/sys/fs/cgroup"], disk_paths=["/tmp"]
             ),
         ],
-        "resources": container_resources(subagent.resources),
+        "resources": container_resources(resources),
         "ports": [{"name": "http", "containerPort": settings.sandbox_port, "protocol": "TCP"}],
         "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 5},
         "volumeMounts": [
-            {"name": "sandbox-token", "mountPath": TOKEN_MOUNT, "readOnly": True},
             {"name": "workspace", "mountPath": WORKSPACE},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
-    return _pod(
-        ref,
+
+
+def sandbox_scratch(resources: SandboxResources) -> list[dict[str, Any]]:
+    return [_scratch("workspace", resources.disk_mib), _scratch("tmp", resources.disk_mib)]
+
+
+def sandbox_pod(
+    ref: SessionRef, subagent: SubagentSpec, settings: OperatorSettings, index: int, replacement: int = 0
+) -> dict[str, Any]:
+    container = sandbox_container(
+        subagent.image or settings.sandbox_image,
+        subagent.network_profile,
+        subagent.resources,
         settings,
-        name=names.sandbox_pod_name(ref.name, subagent.name, index, replacement),
-        labels={
-            **names.sandbox_selector(ref.name, subagent.name),
-            names.LABEL_ATTEMPT: str(index),
-            names.LABEL_REPLACEMENT: str(replacement),
-        },
-        container=container,
-        volumes=[
-            _sandbox_token_volume(ref, subagent.name),
-            _scratch("workspace", subagent.resources.disk_mib),
-            _scratch("tmp", subagent.resources.disk_mib),
-        ],
+        ["--token-file", f"{TOKEN_MOUNT}/{TOKEN_KEY}"],
     )
+    container["volumeMounts"].insert(0, {"name": "sandbox-token", "mountPath": TOKEN_MOUNT, "readOnly": True})
+    labels = {
+        **names.sandbox_selector(ref.name, subagent.name),
+        names.LABEL_ATTEMPT: str(index),
+        names.LABEL_REPLACEMENT: str(replacement),
+    }
+    name = names.sandbox_pod_name(ref.name, subagent.name, index, replacement)
+    volumes = [_sandbox_token_volume(ref, subagent.name), *sandbox_scratch(subagent.resources)]
+    return pod_manifest(_metadata(ref, name, labels), settings, container, volumes)
 
 
 def container_resources(resources: SandboxResources) -> dict[str, Any]:
@@ -521,12 +558,16 @@ def desired_children(
     attempt_index: int | None,
     replacements: Mapping[str, int] | None = None,
     fault_point: str | None = None,
+    claimed: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Everything the operator applies for a session. With no attempt (the session has ended, or
     gave up) only the Services and NetworkPolicies remain: pods are not recreated. `replacements`
     counts, per subagent, the sandbox pods lost so far; each loss gives the sandbox pod a new name
-    and moves its Service to it."""
+    and moves its Service to it. `claimed`: the pool pods this attempt claimed, by subagent (they
+    exist already, so no sandbox pod is made for those subagents, and the harness gets their claim
+    keys)."""
     replaced = replacements or {}
+    claims = claimed or {}
     objects: list[dict[str, Any]] = [default_deny_policy(ref), harness_policy(ref, settings)]
     for subagent in spec.subagents:
         objects.append(sandbox_policy(ref, subagent, settings))
@@ -536,9 +577,11 @@ def desired_children(
     if attempt_index is not None:
         # Sandboxes first: the harness connects to them as soon as it starts.
         objects.extend(
-            sandbox_pod(ref, s, settings, attempt_index, replaced.get(s.name, 0)) for s in spec.subagents
+            sandbox_pod(ref, s, settings, attempt_index, replaced.get(s.name, 0))
+            for s in spec.subagents
+            if s.name not in claims
         )
-        objects.append(harness_pod(ref, spec, settings, attempt_index, fault_point))
+        objects.append(harness_pod(ref, spec, settings, attempt_index, fault_point, claims))
     return objects
 
 

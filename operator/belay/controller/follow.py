@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from belay.controller import names
-from belay.stores.base import EventStore
+from belay.stores.base import WATCH_CUT, EventStore, StoreUnavailable
 
 log = logging.getLogger("belay.operator")
 
@@ -128,7 +128,8 @@ class RecordWatches:
     """One watch per event store, shared by every session on it. A session named by the watch
     wakes its worker to check its record; a watch that (re)started without knowing what it missed
     asks every worker on that store to check. While a store's watch is in place, its workers need
-    no periodic check (`watching`)."""
+    no periodic check (`watching`). A watch cut while its store does not answer has them check at
+    once (`_probe`), so each session's status says so."""
 
     def __init__(self) -> None:
         self._tasks: dict[int, asyncio.Task[None]] = {}
@@ -189,6 +190,10 @@ class RecordWatches:
         while True:
             try:
                 async for session_id in store.watch_sessions():
+                    if session_id == WATCH_CUT:
+                        self._watch_stopped(id(store))
+                        await self._probe(store)
+                        continue
                     if session_id is None:
                         self._live.add(id(store))
                     self.moved(id(store), session_id)
@@ -198,6 +203,24 @@ class RecordWatches:
                 log.exception("the watch of an event store failed; opening it again")
             self._watch_stopped(id(store))
             await asyncio.sleep(REOPEN_DELAY_S)
+
+    async def _probe(self, store: EventStore) -> None:
+        """A cut watch may mean that the store went away, or only the member the watch went
+        through. One read tells: a store that does not answer has every worker on it check its
+        record now, which reports the store in its session's status; one that answers costs its
+        workers nothing more than their timers."""
+        sessions = self._wakes.get(id(store), {})
+        some = next(iter(sessions), None)
+        if some is None:
+            return
+        try:
+            await store.last_seq(some)
+        except StoreUnavailable:
+            for workers in list(sessions.values()):
+                for wake in workers.values():
+                    wake.ask_check()
+        except Exception:
+            log.exception("reading the record %s after its store's watch was cut failed", some)
 
     async def close(self) -> None:
         for task in self._tasks.values():

@@ -33,6 +33,7 @@ from belay.controller.follow import (
     worker_step,
 )
 from belay.controller.kube import KubeClient, load_api_client
+from belay.controller.pooling import SandboxPool
 from belay.controller.reconciler import SessionReconciler
 from belay.controller.retention import apply_retention
 from belay.controller.settings import settings_from_environment
@@ -61,6 +62,8 @@ class Runtime:
     was last seen of each of their pods."""
 
     reconciler: SessionReconciler | None = None
+    pool: SandboxPool | None = None
+    pool_keeper: asyncio.Task[None] | None = None
     bodies: dict[str, dict[str, Any]] = {}
     pods: dict[str, PodView] = {}
     wakes: dict[str, WorkerWake] = {}
@@ -95,9 +98,14 @@ def _post_event(body: dict[str, Any], transition: TransitionEvent) -> None:
     )
 
 
+def _wake_pool() -> None:
+    if Runtime.pool is not None:
+        Runtime.pool.wake.set()
+
+
 # Progress and the last handled spec live in annotations: the status belongs to the session.
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
@@ -105,11 +113,19 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.finalizer = names.FINALIZER
     settings.posting.level = logging.WARNING
     kube = KubeClient(load_api_client(os.environ.get(KUBECONFIG_ENV)))
-    Runtime.reconciler = SessionReconciler(kube, settings_from_environment(), post_event=_post_event)
+    operator_settings = settings_from_environment()
+    # The pool's keeper runs whatever the size: with 0 it drains the pools an earlier run left.
+    pool = Runtime.pool = SandboxPool(kube, operator_settings)
+    Runtime.pool_keeper = asyncio.create_task(
+        pool.run(lambda: pool.wanted(Runtime.bodies)), name="sandbox-pool"
+    )
+    Runtime.reconciler = SessionReconciler(kube, operator_settings, post_event=_post_event, pool=pool)
 
 
 @kopf.on.cleanup()
 async def close_stores(**_: Any) -> None:
+    if Runtime.pool_keeper is not None:
+        Runtime.pool_keeper.cancel()
     await Runtime.watches.close()
     if Runtime.reconciler is not None:
         await Runtime.reconciler.close()
@@ -124,6 +140,10 @@ def session_changed(body: kopf.Body, namespace: str | None, name: str, **_: Any)
     Runtime.bodies[key] = dict(body)
     if changed_beyond_status(previous, body):
         _wake(key)
+    if previous is None or (previous.get("status") or {}).get("phase") != (body.get("status") or {}).get(
+        "phase"
+    ):
+        _wake_pool()  # a session came, or one ended: its templates' pools change
     labels = body.get("metadata", {}).get("labels") or {}
     for waiting in (labels.get(PARENT_LABEL), labels.get(DRILL_OF_LABEL)):
         if waiting:
@@ -138,10 +158,19 @@ def session_changed(body: kopf.Body, namespace: str | None, name: str, **_: Any)
 def pod_changed(
     event: kopf.RawEvent, body: kopf.Body, labels: kopf.Labels, namespace: str | None, name: str, **_: Any
 ) -> None:
+    pod = _key(namespace, name)
+    if labels.get(names.LABEL_COMPONENT) == names.COMPONENT_POOL and Runtime.pool is not None:
+        Runtime.pool.namespaces.add(namespace or "")
+        if event.get("type") == "DELETED":
+            Runtime.pods.pop(pod, None)
+            _wake_pool()  # a pool pod went: the pool may need another
+        elif (view := pod_view(body)) != Runtime.pods.get(pod):
+            Runtime.pods[pod] = view
+            _wake_pool()  # a pool pod came up or ended
+        return
     session = labels.get(names.LABEL_SESSION)
     if not session:
         return
-    pod = _key(namespace, name)
     seen = Runtime.pods.get(pod)
     if event.get("type") == "DELETED":
         Runtime.pods.pop(pod, None)
@@ -209,6 +238,9 @@ async def _work(
             last_check = now
             try:
                 step = Step.PASS if await reconciler.record_moved(current) else Step.WAIT
+            except StoreUnavailable as error:  # in the status; checked again on the next timer
+                log.warning("reading the record of %s: %s", key, error)
+                step = Step.WAIT
             except Exception:
                 log.exception("reading the record of %s failed", key)
                 step = Step.WAIT
@@ -267,5 +299,8 @@ async def session_deleted(body: kopf.Body, namespace: str | None, name: str, uid
     reconciler.forget(uid)
     key = _key(namespace, name)
     Runtime.bodies.pop(key, None)
+    if Runtime.pool is not None:
+        Runtime.pool.forget(key)
+        Runtime.pool.wake.set()
     Runtime.wakes.pop(key, None)
     Runtime.watches.unfollow(key)

@@ -4,6 +4,9 @@ It runs one harness attempt for the session named in its environment (written by
 see `belay.controller.desired.harness_pod`): the spec, the store locations, the Service address of
 each subagent's sandbox pod, and the directory holding each sandbox's own token. Sandboxes belong
 to the operator, which starts a clean set for every attempt; this process only connects to them.
+A sandbox the operator claimed from its pool for this attempt has no token yet: the attempt holds
+its one-time claim key (a file per subagent) and hands it the subagent's token before anything
+else (docs/operator.md#the-sandbox-pool).
 It exits 0 when the session completed and 1 otherwise, so the pod's phase tells the operator
 whether the attempt ended the session. Told to stop (SIGTERM, as the kubelet does when the pod is
 deleted or evicted; SIGINT), it stops cleanly within `BELAY_STOP_DRAIN_S` (which the operator sets
@@ -27,12 +30,12 @@ from belay.controller import desired, names
 from belay.executors.factory import executor_factory_for
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult
-from belay.harness.declared import read_inputs
+from belay.harness.declared import DeclaredInputs
 from belay.harness.effect_marks import derived_key
 from belay.harness.loop import Harness
 from belay.harness.stopping import StopRequest, drain_from_environment
 from belay.harness.tickets import TicketServiceClient
-from belay.sandbox.client import SandboxClient, SandboxUnavailable
+from belay.sandbox.client import NotClaimable, SandboxClient, SandboxUnavailable, claim_sandbox
 from belay.stores.factory import normalize_spec, open_artifact_store, open_event_store
 from belay.stores.integrity import record_key_for
 
@@ -40,6 +43,9 @@ from belay.stores.integrity import record_key_for
 TICKETS_URL_ENV = "BELAY_TICKETS_URL"
 TICKETS_TOKEN_ENV = "BELAY_TICKETS_TOKEN"
 SANDBOX_WAIT_S = 120.0
+# Between tries of a sandbox that does not answer yet: soon at first, then at this pace.
+RETRY_FIRST_S = 0.05
+RETRY_LONGEST_S = 0.5
 # A lost sandbox pod is replaced by the operator once it notices: the harness waits this long.
 REPLACEMENT_WAIT_S = 300.0
 
@@ -71,9 +77,12 @@ class PodSandboxProvider:
         tokens: Mapping[str, str],
         wait_s: float = SANDBOX_WAIT_S,
         replacement_wait_s: float = REPLACEMENT_WAIT_S,
+        claims: Mapping[str, str] | None = None,
     ) -> None:
         self.endpoints = dict(endpoints)
         self.tokens = dict(tokens)  # by subagent: each sandbox accepts its own token only
+        # By subagent: the claim key of the pool pod the operator claimed for this attempt.
+        self.claims = dict(claims or {})
         self.wait_s = wait_s
         self.replacement_wait_s = replacement_wait_s
 
@@ -84,9 +93,15 @@ class PodSandboxProvider:
         token = self.tokens[subagent.name]
         wait_s = self.wait_s if replacing is None else self.replacement_wait_s
         deadline = asyncio.get_running_loop().time() + wait_s
+        claim_key = self.claims.get(subagent.name) if replacing is None else None
+        # A claimed pool pod answers as soon as its Service names it: tried again soon at first.
+        delay = RETRY_FIRST_S
         while True:
             probe = SandboxClient(endpoint, token)
             try:
+                if claim_key is not None:
+                    await self._claim(endpoint, claim_key, token)
+                    claim_key = None
                 health = await probe.health()
                 if replacing is not None and health.instance == replacing.instance:
                     raise SandboxUnavailable(f"instance {health.instance} still answers; it was lost")
@@ -98,9 +113,28 @@ class PodSandboxProvider:
                     raise TimeoutError(
                         f"sandbox {subagent.name} at {endpoint} did not answer: {error}"
                     ) from error
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_LONGEST_S)
             finally:
                 await probe.close()
+
+    @staticmethod
+    async def _claim(endpoint: str, claim_key: str, token: str) -> None:
+        """Give the claimed pool pod its subagent's token. A sandbox there with a token of its own
+        is the operator's replacement of a claimed pod lost meanwhile: nothing to claim."""
+        try:
+            await claim_sandbox(endpoint, claim_key, token)
+        except NotClaimable:
+            log.info("the sandbox at %s has a token of its own; nothing to claim", endpoint)
+
+
+def sandbox_claims(directory: str | None) -> dict[str, str]:
+    """The claim key of each pool sandbox claimed for this attempt, by subagent; none without
+    a directory."""
+    if not directory:
+        return {}
+    files = [p for p in Path(directory).iterdir() if not p.name.startswith(".") and p.is_file()]
+    return {path.name: path.read_text().strip() for path in files}
 
 
 def sandbox_tokens(directory: Path, subagents: list[str]) -> dict[str, str]:
@@ -146,11 +180,13 @@ async def run_attempt(environment: Mapping[str, str], stop: StopRequest | None =
             session=session,
             store=store,
             artifacts=artifacts,
-            sandboxes=PodSandboxProvider(endpoints, tokens),
+            sandboxes=PodSandboxProvider(
+                endpoints, tokens, claims=sandbox_claims(environment.get(desired.ENV_SANDBOX_CLAIM_DIR))
+            ),
             executors=executor_factory_for(session),
             tickets=TicketServiceClient(tickets_url, tickets_token) if tickets_url else None,
             effect_key=effect_key(environment),
-            inputs=read_inputs(session),
+            inputs=DeclaredInputs(session),
             holder=names.harness_holder(pod_name),
             model_id=initial_model_id(session),
             runtime_image=environment.get("BELAY_RUNTIME_IMAGE", "harness-pod"),

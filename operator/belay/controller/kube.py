@@ -29,6 +29,8 @@ CHECKPOINTS = ("belay.dev/v1alpha1", "Checkpoint")
 # Calls to the apiserver in flight at once, and kept-alive connections for them.
 KUBE_CALL_THREADS = int(os.environ.get("BELAY_KUBE_CALL_THREADS", "32"))
 
+JSON_PATCH = "application/json-patch+json"
+
 T = TypeVar("T")
 
 
@@ -102,11 +104,43 @@ class KubeClient:
         selector = f"{names.LABEL_SESSION}={session},{names.LABEL_MANAGED_BY}={names.MANAGED_BY}"
         return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
 
-    def delete_pod(self, namespace: str, name: str) -> None:
+    def pool_pods(self, namespace: str) -> list[Any]:
+        """The idle pods of the namespace's sandbox pool (docs/operator.md#the-sandbox-pool)."""
+        selector = ",".join(f"{k}={v}" for k, v in names.pool_selector().items())
+        return list(self.core.list_namespaced_pod(namespace, label_selector=selector).items)
+
+    def create_pod(self, obj: dict[str, Any]) -> str:
+        """Create the pod; its uid (what an object it owns names)."""
+        namespace = obj["metadata"]["namespace"]
+        created = self.core.create_namespaced_pod(namespace, obj, field_manager=self.field_manager)  # type: ignore[arg-type]
+        assert created.metadata is not None
+        return str(created.metadata.uid)
+
+    def claim_pod(self, namespace: str, name: str, patch: list[dict[str, Any]]) -> bool:
+        """Apply a claim (a JSON patch that tests the pod is still in the pool): False when it no
+        longer is, or is gone."""
         try:
-            self.core.delete_namespaced_pod(name, namespace)
+            self.core.patch_namespaced_pod(
+                name, namespace, patch, field_manager=self.field_manager, _content_type=JSON_PATCH
+            )
         except ApiException as error:
-            if error.status != 404:
+            if error.status in (404, 409, 422):
+                return False
+            raise
+        return True
+
+    def delete_pod(self, namespace: str, name: str, resource_version: str | None = None) -> None:
+        """Delete the pod; with `resource_version`, only while it is still as it was seen then
+        (a pool pod claimed meanwhile is left alone)."""
+        options = None
+        if resource_version is not None:
+            options = client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(resource_version=resource_version)
+            )
+        try:
+            self.core.delete_namespaced_pod(name, namespace, body=options)
+        except ApiException as error:
+            if error.status not in (404, 409):
                 raise
 
     def ensure_secret(self, obj: dict[str, Any]) -> None:

@@ -20,6 +20,8 @@ LABEL_COMPONENT = f"{GROUP}/component"
 LABEL_SUBAGENT = f"{GROUP}/subagent"
 LABEL_ATTEMPT = f"{GROUP}/attempt"
 LABEL_REPLACEMENT = f"{GROUP}/replacement"
+# A pool pod's sandbox template (docs/operator.md#the-sandbox-pool); a claimed pod keeps it.
+LABEL_TEMPLATE = f"{GROUP}/template"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 # `kubectl belay events` asks for the record with "<from seq>/<nonce>"; the status answers it.
 ANNOTATION_EVENTS_REQUEST = f"{GROUP}/events-request"
@@ -30,6 +32,9 @@ MANAGED_BY = "belay-operator"
 
 COMPONENT_HARNESS = "harness"
 COMPONENT_SANDBOX = "sandbox"
+# An idle sandbox pod of the pool: no session's, until a claim makes it one's `sandbox`.
+COMPONENT_POOL = "sandbox-pool"
+POOL_POLICY = "belay-sandbox-pool"
 
 DNS_LABEL_MAX = 63
 _HASH_CHARS = 8
@@ -70,6 +75,22 @@ def sandbox_token_secret_name(session: str, subagent: str, uid: str) -> str:
     of its own, rather than finding the old ones (owned by the deleted session, so the garbage
     collector removes them under the new session's pods)."""
     return dns_label(session, "sbx", subagent, "token", uid[:8])
+
+
+def pool_pod_name(template: str, suffix: str) -> str:
+    return dns_label("belay-pool", template, suffix)
+
+
+def claim_key_secret_name(pool_pod: str) -> str:
+    """The Secret holding a pool pod's one-time claim key; the harness that claims it mounts it."""
+    return dns_label(pool_pod, "claim")
+
+
+def pool_selector(template: str | None = None) -> dict[str, str]:
+    selector = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_POOL}
+    if template is not None:
+        selector[LABEL_TEMPLATE] = template
+    return selector
 
 
 def checkpoint_object_name(session: str, seq: int) -> str:

@@ -43,6 +43,8 @@ from belay.controller.drill import (
     fault_point,
 )
 from belay.controller.kube import KubeClient
+from belay.controller.pool import claimed_sandboxes, current_sandboxes, subagents_to_claim
+from belay.controller.pooling import SandboxPool
 from belay.controller.record import (
     ForkSourceMissing,
     RecordWrite,
@@ -98,6 +100,8 @@ class SessionMemory:
     forked_from: ForkStatus | None = None
     fork_error: str = ""
     tokens_created: frozenset[str] = frozenset()  # subagents whose sandbox token Secret exists
+    policies_applied: bool = False  # the session's NetworkPolicies, before any pool pod is claimed
+    store_unavailable: bool = False  # the status says the store did not answer: a pass clears it
     # Current sandbox pods seen running or pending: one that disappears afterwards is lost.
     seen_sandboxes: set[str] = field(default_factory=set)
     # Child sessions whose AgentSession this operator created or found, and their folded records.
@@ -179,6 +183,12 @@ def replacements_of(state: SessionState, spec: AgentSessionSpec) -> dict[str, in
     return {sub.name: sandbox_replacement(state, sub.name) for sub in spec.subagents}
 
 
+def claimed_pods(pods: list[Any], index: int | None, replacements: dict[str, int]) -> dict[str, str]:
+    """The pool pods claimed for attempt `index` that are still their subagents' sandboxes."""
+    labelled = ((pod.metadata.name, pod.metadata.labels or {}) for pod in pods)
+    return claimed_sandboxes(labelled, index, replacements)
+
+
 def _opened(opener: Callable[[str], T], url: str) -> T:
     """A store that cannot even be opened (a missing directory, a bad address) is unavailable,
     like one that stops answering: the session waits for it, the operator keeps going."""
@@ -194,11 +204,16 @@ def _digest(objects: list[dict[str, Any]]) -> str:
 
 class SessionReconciler:
     def __init__(
-        self, kube: KubeClient, settings: OperatorSettings, post_event: EventPoster | None = None
+        self,
+        kube: KubeClient,
+        settings: OperatorSettings,
+        post_event: EventPoster | None = None,
+        pool: SandboxPool | None = None,
     ) -> None:
         self.kube = kube
         self.settings = settings
         self.post_event = post_event
+        self.pool = pool
         self.memory: dict[str, SessionMemory] = {}
         self._event_stores: dict[str, EventStore] = {}
         self._artifact_stores: dict[str, ArtifactStore] = {}
@@ -234,13 +249,28 @@ class SessionReconciler:
     # ---- the pass
 
     async def record_moved(self, body: dict[str, Any]) -> bool:
-        """Whether the session's record has events this reconciler has not folded yet: the cheap
-        check a worker makes when nothing in the cluster changed."""
-        memory = self.memory.get(body["metadata"]["uid"])
+        """Whether the session needs a pass for its record: the record has events this reconciler
+        has not folded yet, or its store answers again after it did not (the status still says
+        so). The cheap check a worker makes when nothing in the cluster changed. A store that does
+        not answer is reported in the status, as a pass would, and raised."""
+        uid = body["metadata"]["uid"]
+        memory = self.memory.get(uid)
         if memory is None:
             return True
         store = self.event_store(AgentSessionSpec.model_validate(body["spec"]))
-        return await store.last_seq(body["metadata"]["name"]) > memory.state.last_seq
+        try:
+            last_seq = await store.last_seq(body["metadata"]["name"])
+        except StoreUnavailable as error:
+            async with self.lock(uid):
+                await self._store_unavailable(body, memory, error)
+            raise
+        return last_seq > memory.state.last_seq or memory.store_unavailable
+
+    async def _store_unavailable(self, body: dict[str, Any], memory: SessionMemory, error: Exception) -> None:
+        memory.store_unavailable = True
+        await self._report(
+            body, memory, OperatorProblem(OperatorReason.STORE_UNAVAILABLE, str(error), stalls=False)
+        )
 
     async def reconcile(self, body: dict[str, Any]) -> PassResult:
         """One pass. A store that cannot be reached is reported in the status (Reconciling, with
@@ -251,15 +281,16 @@ class SessionReconciler:
         async with lock:
             memory = self.memory.setdefault(uid, SessionMemory())
             try:
-                return await self._reconcile(body, memory)
+                passed = await self._reconcile(body, memory)
             except StoreUnavailable as error:
-                problem = OperatorProblem(OperatorReason.STORE_UNAVAILABLE, str(error), stalls=False)
-                await self._report(body, memory, problem)
+                await self._store_unavailable(body, memory, error)
                 raise
             except RecordCorrupt as error:
                 # Nothing is done on a record that cannot be trusted; a person has to restore it.
                 await self._report(body, memory, OperatorProblem(OperatorReason.RECORD_CORRUPT, str(error)))
                 raise
+            memory.store_unavailable = False
+            return passed
 
     async def _report(self, body: dict[str, Any], memory: SessionMemory, problem: OperatorProblem) -> None:
         """The last known status, with the operator's problem on top."""
@@ -463,10 +494,8 @@ class SessionReconciler:
         the replacement and restores it, in the same attempt."""
         observed = sandbox_pods(pods)
         replacements = replacements_of(memory.state, spec)
-        expected = {
-            subagent: names.sandbox_pod_name(ref.name, subagent, index, replaced)
-            for subagent, replaced in replacements.items()
-        }
+        claimed = claimed_pods(pods, index, replacements)
+        expected = current_sandboxes(ref.name, index, replacements, claimed)
         for loss in sandbox_losses(expected, observed, memory.seen_sandboxes):
             number = replacements[loss.subagent] + 1
             await self._write(
@@ -484,8 +513,38 @@ class SessionReconciler:
         live = {name for name in expected.values() if name in observed and observed[name].live}
         memory.seen_sandboxes = (memory.seen_sandboxes & set(expected.values())) | live
 
+    async def _claim(
+        self,
+        ref: SessionRef,
+        spec: AgentSessionSpec,
+        index: int | None,
+        replacements: dict[str, int],
+        pods: list[Any],
+        memory: SessionMemory,
+    ) -> dict[str, str]:
+        """The pool pods of attempt `index`, by subagent: those claimed before, and those claimed
+        now for the subagents that have no sandbox pod yet, while its harness pod is not made."""
+        claimed = claimed_pods(pods, index, replacements)
+        existing = (pod.metadata.name for pod in pods)
+        wanted = subagents_to_claim(ref, spec, self.settings, index, replacements, existing, claimed)
+        if self.pool is None or index is None or not wanted:
+            return claimed
+        if not memory.policies_applied:
+            # A claimed pod is under the session's NetworkPolicies from its claim on: they come first.
+            policies = [
+                o for o in desired_children(ref, spec, self.settings, None) if o["kind"] == "NetworkPolicy"
+            ]
+            await asyncio.gather(*(self.kube.call(self.kube.apply, policy) for policy in policies))
+            memory.policies_applied = True
+        return {**claimed, **await self.pool.claim(ref, wanted, index)}
+
     async def _apply_children(
-        self, ref: SessionRef, objects: list[dict[str, Any]], pods: list[Any], memory: SessionMemory
+        self,
+        ref: SessionRef,
+        objects: list[dict[str, Any]],
+        pods: list[Any],
+        memory: SessionMemory,
+        claimed: dict[str, str],
     ) -> None:
         now = asyncio.get_running_loop().time()
         digest = _digest(objects)
@@ -507,7 +566,10 @@ class SessionReconciler:
                 )
             memory.applied_digest = digest
             memory.applied_at = now
+            memory.policies_applied = True
         for pod in pods:
+            if pod.metadata.name in claimed.values():
+                continue  # a pool pod this attempt claimed: made already, never applied
             if pod.metadata.name not in wanted_pods and pod.metadata.deletion_timestamp is None:
                 await self.kube.call(self.kube.delete_pod, ref.namespace, pod.metadata.name)
 
@@ -519,6 +581,7 @@ class SessionReconciler:
         pods: list[Any],
         lease: int,
         replacements: dict[str, int],
+        claimed: dict[str, str],
     ) -> tuple[HarnessPodStatus | None, list[SandboxPodStatus]]:
         if decision.index is None:
             return None, []
@@ -532,8 +595,9 @@ class SessionReconciler:
             phase=pod_phase(harness_pod) if harness_pod is not None else "Pending",
         )
         sandboxes = []
+        current = current_sandboxes(ref.name, decision.index, replacements, claimed)
         for sub in spec.subagents:
-            name = names.sandbox_pod_name(ref.name, sub.name, decision.index, replacements[sub.name])
+            name = current[sub.name]
             pod = by_name.get(name)
             sandboxes.append(
                 SandboxPodStatus(
@@ -564,12 +628,15 @@ class SessionReconciler:
         decision = await self._decide(store, ref, spec, memory, pods)
         replacements = replacements_of(memory.state, spec)
         fault = fault_point(meta.get("annotations"), memory.state)
-        objects = desired_children(ref, spec, self.settings, decision.index, replacements, fault)
-        await self._apply_children(ref, objects, pods, memory)
+        claimed = await self._claim(ref, spec, decision.index, replacements, pods, memory)
+        objects = desired_children(ref, spec, self.settings, decision.index, replacements, fault, claimed)
+        await self._apply_children(ref, objects, pods, memory, claimed)
         await self._answer_requests(store, artifacts, body, memory)
 
         liveness = await operator_liveness(store, ref.name)
-        harness, sandboxes = self._pod_statuses(ref, spec, decision, pods, liveness.lease, replacements)
+        harness, sandboxes = self._pod_statuses(
+            ref, spec, decision, pods, liveness.lease, replacements, claimed
+        )
         previous = body.get("status") or memory.status
         backing_off = (
             OperatorProblem(BACKING_OFF, decision.why, stalls=False)

@@ -62,6 +62,10 @@ class OperatorSettings(Settings):
     # same point (doubled for each further one, until the third stalls the session).
     failure_backoff_s: float = Field(default=10.0, ge=0, le=600)
     workload_service_account: str = "default"
+    # Idle sandbox pods kept ready per sandbox template in use in a namespace, for new and
+    # recovering attempts to claim (docs/operator.md#the-sandbox-pool); 0: no pool. The chart sets
+    # `sandboxPool.size`.
+    sandbox_pool_size: int = Field(default=0, ge=0, le=64)
 
 
 def settings_from_environment() -> OperatorSettings:

@@ -44,7 +44,14 @@ from belay.journal.handover import executor_label
 from belay.journal.phase import HEARTBEAT_INTERVAL_S, failed_delegations_text
 from belay.journal.snapshots import FOLD_VERSION, load_state, snapshot_due, write_snapshot
 from belay.journal.state import EMPTY, ExecutorChangeRecord, SessionState, apply
-from belay.stores.base import ArtifactStore, EventStore, RecordCorrupt, StaleLease, StoreError
+from belay.stores.base import (
+    ArtifactStore,
+    EventStore,
+    RecordCorrupt,
+    StaleLease,
+    StoreError,
+    StoreUnavailable,
+)
 
 HARNESS_VERSION = f"belay-harness/{__version__}"
 # Fault injection for the interruption tests and the drill: a comma-separated list of
@@ -53,6 +60,10 @@ HARNESS_VERSION = f"belay-harness/{__version__}"
 # (`model_output:`, a subagent's `lifecycle:sandbox_started`), and a caller that lets the harness
 # go on (a signal sent while it is stopped) must not find it stopped again with no one to wake it.
 FAULT_ENV = "BELAY_FAULT_STOP_AFTER"
+# How long a read of the record waits for a store that does not answer (an etcd cluster without its
+# quorum for a while) before the attempt gives up; between tries, this long.
+STORE_WAIT_S = 300.0
+STORE_RETRY_S = 1.0
 
 
 class RecoveryFailed(Exception):
@@ -239,7 +250,7 @@ class Attempt:
         else:
             state = self._state
             checkpointed = False
-            for event in await self.store.read(self.session_id, from_seq=state.last_seq + 1):
+            for event in await self._read_when_answered(state.last_seq + 1):
                 state = apply(state, event)
                 if isinstance(event, StateSnapshotEvent):
                     self._snapshot_seq, self._snapshot_covers = event.seq, event.payload.covers_seq
@@ -252,6 +263,20 @@ class Attempt:
                 state = await self._write_snapshot(state, self.artifacts)
         self._state = state
         return state
+
+    async def _read_when_answered(self, from_seq: int) -> list[Event]:
+        """The record from `from_seq`. A store that does not answer is waited for, up to
+        STORE_WAIT_S: a read changes nothing, so it is tried again and the attempt goes on where it
+        was (its lease renewals resume with the store). An append is not retried so: one that
+        fails ends the attempt, and the next restores from the record."""
+        deadline = asyncio.get_running_loop().time() + STORE_WAIT_S
+        while True:
+            try:
+                return list(await self.store.read(self.session_id, from_seq=from_seq))
+            except StoreUnavailable:
+                if asyncio.get_running_loop().time() + STORE_RETRY_S > deadline:
+                    raise
+            await asyncio.sleep(STORE_RETRY_S)
 
     async def _write_snapshot(self, state: SessionState, artifacts: ArtifactStore) -> SessionState:
         """Store a snapshot of `state` and record the event that names it. A snapshot only saves

@@ -7,7 +7,7 @@ the git repository of its checkpoints' revisions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -42,11 +42,36 @@ def input_files(source: Path, target: str) -> list[tuple[str, Path]]:
 
 def read_inputs(session: AgentSession) -> dict[str, list[tuple[str, bytes]]]:
     """Each subagent's declared input files: (workspace path, bytes), read from their sources."""
-    return {
-        sub.name: [
-            (name, path.read_bytes())
-            for item in sub.inputs
-            for name, path in input_files(Path(item.source), item.target)
-        ]
-        for sub in session.spec.subagents
-    }
+    return dict(DeclaredInputs(session))
+
+
+class DeclaredInputs(Mapping[str, list[tuple[str, bytes]]]):
+    """Each subagent's declared input files, (workspace path, bytes), read from their sources when
+    first asked for. Only a subagent's first sandbox is seeded from them: an attempt that restores
+    every subagent from the record (whose inputs checkpoint holds the same files) never reads
+    them, so a harness that replaces a lost one does not read its inputs again."""
+
+    def __init__(self, session: AgentSession) -> None:
+        self._subagents = {sub.name: sub for sub in session.spec.subagents}
+        self._read: dict[str, list[tuple[str, bytes]]] = {}
+
+    def __getitem__(self, subagent: str) -> list[tuple[str, bytes]]:
+        if subagent not in self._read:
+            sub = self._subagents[subagent]
+            self._read[subagent] = [
+                (name, path.read_bytes())
+                for item in sub.inputs
+                for name, path in input_files(Path(item.source), item.target)
+            ]
+        return self._read[subagent]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._subagents)
+
+    def __len__(self) -> int:
+        return len(self._subagents)
+
+    @property
+    def read(self) -> list[str]:
+        """The subagents whose inputs were read so far."""
+        return sorted(self._read)

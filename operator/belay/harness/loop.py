@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,7 +77,7 @@ class Harness:
     # in the home, or derived from the record key; never in a sandbox.
     effect_key: bytes = b""
     # subagent -> (workspace path, bytes): declared inputs, recorded on the first attempt only
-    inputs: dict[str, list[tuple[str, bytes]]] = field(default_factory=dict)
+    inputs: Mapping[str, list[tuple[str, bytes]]] = field(default_factory=dict)
     holder: str = "local"
     model_id: str = ""
     runtime_image: str = "local"

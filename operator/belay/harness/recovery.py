@@ -24,6 +24,7 @@ the operator's: the harness cannot ask for a new one when none was lost.)
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
@@ -85,7 +86,7 @@ class Recovery:
     artifacts: ArtifactStore
     provider: SandboxProvider
     # subagent -> (workspace path, bytes): declared inputs, recorded on the first attempt only
-    inputs: dict[str, list[tuple[str, bytes]]] = field(default_factory=dict)
+    inputs: Mapping[str, list[tuple[str, bytes]]] = field(default_factory=dict)
     runtime_image: str = "local"
     handles: dict[str, SandboxHandle] = field(default_factory=dict)
     # subagent -> the record's last seq when its sandbox was restored: a step reopened after that

@@ -25,14 +25,17 @@ from pydantic import BaseModel, ValidationError
 from belay import lifetime
 from belay.sandbox import isolation, limits, workspace
 from belay.sandbox.protocol import (
+    CLAIM_PATH,
     INSTANCE_ENV,
     INSTANCE_HEADER,
     INSTANCE_MISMATCH_STATUS,
     MAX_COMMAND_BYTES,
     MODE_HEADER,
+    NOT_CLAIMABLE_RULE,
     REFUSED_STATUS,
     SHA256_HEADER,
     STOPPING_STATUS,
+    ClaimRequest,
     ErrorBody,
     Health,
     ListFilesArgs,
@@ -158,19 +161,26 @@ async def wait_for_exit(process: asyncio.subprocess.Process) -> int:
 
 
 class SandboxServer:
+    """`token`: the bearer every request needs. A pool sandbox starts without one and with
+    `claim_key_sha256`: it refuses everything until a claim with that key gives it its token."""
+
     def __init__(
         self,
         root: Path,
-        token: str,
+        token: str | None,
         profile: str,
         report: isolation.IsolationReport,
         instance: str | None = None,
         walls: limits.Walls | None = None,
+        claim_key_sha256: str | None = None,
     ) -> None:
+        if token is None and claim_key_sha256 is None:
+            raise ValueError("a sandbox server needs a token, or the claim key that gives it one")
         self.root = root
         self.walls = walls or limits.Walls(limits.Limits(), root)
         self.instance = instance or uuid.uuid4().hex
         self.token = token
+        self.claim_key_sha256 = claim_key_sha256
         self.profile = profile
         self.report = report
         self.running_groups: set[int] = set()
@@ -196,6 +206,7 @@ class SandboxServer:
             client_max_size=MAX_REQUEST_BYTES,
         )
         application.router.add_get("/healthz", self.health)
+        application.router.add_post(CLAIM_PATH, self.claim)
         application.router.add_post("/v1/tools/{tool}", self.call_tool)
         application.router.add_put("/v1/files/{path:.+}", self.put_file)
         application.router.add_get("/v1/files/{path:.+}", self.get_file)
@@ -206,6 +217,10 @@ class SandboxServer:
     async def require_token(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
+        if request.method == "POST" and request.path == CLAIM_PATH:
+            return await handler(request)  # authenticated by its claim key, below
+        if self.token is None:
+            return json_error(401, "missing or wrong bearer token: this sandbox takes none before its claim")
         given = request.headers.get("Authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
             return json_error(401, "missing or wrong bearer token")
@@ -269,6 +284,30 @@ class SandboxServer:
             instance=self.instance,
         )
         return web.json_response(body.model_dump())
+
+    async def claim(self, request: web.Request) -> web.Response:
+        """A pool sandbox taken by a subagent: the one-time claim key (only the claiming harness
+        holds it) sets the token every later request needs. The same claim again (an answer that
+        was lost) is answered alike; any other is refused, so a sandbox is never claimed twice."""
+        if self.claim_key_sha256 is None:
+            body = ErrorBody(
+                error="this sandbox has a token of its own; it is not claimed", rule=NOT_CLAIMABLE_RULE
+            )
+            return web.json_response(body.model_dump(), status=409)
+        given = request.headers.get("Authorization", "")
+        key = given.removeprefix("Bearer ") if given.startswith("Bearer ") else ""
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        if not key or not hmac.compare_digest(digest, self.claim_key_sha256):
+            return json_error(401, "missing or wrong claim key")
+        try:
+            claimed = ClaimRequest.model_validate(await request.json())
+        except (json.JSONDecodeError, ValidationError) as error:
+            return json_error(400, f"expected {{'token': ...}}: {error}")
+        if self.token is None:
+            self.token = claimed.token
+        elif not hmac.compare_digest(self.token.encode(), claimed.token.encode()):
+            return json_error(409, "this sandbox is claimed already")
+        return await self.health(request)
 
     async def call_tool(self, request: web.Request) -> web.Response:
         name = request.match_info["tool"]
@@ -577,16 +616,24 @@ async def reap_every_second(server: SandboxServer) -> None:
 
 
 async def serve(options: argparse.Namespace, report: isolation.IsolationReport) -> None:
-    token = options.token_file.read_text().strip()
-    if not token:
-        raise SystemExit(f"token file {options.token_file} is empty")
+    token = None
+    if options.token_file is not None:
+        token = options.token_file.read_text().strip()
+        if not token:
+            raise SystemExit(f"token file {options.token_file} is empty")
     root = options.workspace.resolve()
     root.mkdir(parents=True, exist_ok=True)
     walls = limits.Walls(limits.from_options(options), root)
     await asyncio.to_thread(walls.measure_disk)
     report = replace(report, detail=f"{report.detail}; {walls.describe()}")
     server = SandboxServer(
-        root, token, options.network_profile, report, os.environ.get(INSTANCE_ENV), walls=walls
+        root,
+        token,
+        options.network_profile,
+        report,
+        os.environ.get(INSTANCE_ENV),
+        walls=walls,
+        claim_key_sha256=options.claim_key_sha256,
     )
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()

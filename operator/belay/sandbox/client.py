@@ -16,9 +16,11 @@ from pydantic import TypeAdapter, ValidationError
 
 from belay.journal.events import DeclaredArtifact
 from belay.sandbox.protocol import (
+    CLAIM_PATH,
     INSTANCE_HEADER,
     INSTANCE_MISMATCH_STATUS,
     MODE_HEADER,
+    NOT_CLAIMABLE_RULE,
     REFUSED_STATUS,
     SHA256_HEADER,
     STOPPING_STATUS,
@@ -54,6 +56,11 @@ class SandboxUnavailable(SandboxError):
 class SandboxReplaced(SandboxUnavailable):
     """Another sandbox instance answers at the address: the one this client was bound to is gone,
     and the request was refused before it ran."""
+
+
+class NotClaimable(SandboxError):
+    """The sandbox at the address has a token of its own from its start: it was never a pool
+    sandbox (a replacement the operator started cold), so there is nothing to claim."""
 
 
 # Headroom on top of a command's own timeout for the round trip.
@@ -277,6 +284,26 @@ class _Received(io.RawIOBase):
         data = self.read(len(buffer))
         buffer[: len(data)] = data
         return len(data)
+
+
+async def claim_sandbox(endpoint: str, claim_key: str, token: str) -> Health:
+    """Claim the pool sandbox at `endpoint` with its one-time key, giving it `token`, the only
+    bearer it takes from then on; its health once claimed. NotClaimable when the sandbox there
+    has a token of its own (nothing to claim); SandboxError 401 for a key that is not its own."""
+    async with SandboxClient(endpoint, claim_key) as claimer:
+        url = yarl.URL(f"{claimer._base_url}{CLAIM_PATH}", encoded=True)
+        try:
+            async with claimer._client().post(
+                url, json={"token": token}, timeout=aiohttp.ClientTimeout(total=10)
+            ) as response:
+                body, status = await response.read(), response.status
+        except (aiohttp.ClientConnectionError, TimeoutError, OSError) as error:
+            raise SandboxUnavailable(f"sandbox at {endpoint} unreachable: {error!r}") from error
+    refusal = _refusal(body) if status == 409 else None
+    if refusal is not None and refusal.rule == NOT_CLAIMABLE_RULE:
+        raise NotClaimable(f"sandbox at {endpoint}: {refusal.error}", status)
+    claimer._raise_for("POST", CLAIM_PATH, status, body)
+    return Health.model_validate_json(body)
 
 
 def _refusal(body: bytes) -> ErrorBody | None:

@@ -192,13 +192,17 @@ def observe_walled_network(
     )
 
 
-def without_walls(report: IsolationReport, *, listens_on_tcp: bool, token_file: Path) -> IsolationReport:
-    """The report of a server that runs without walls of its own, saying what stands in for them."""
+def without_walls(
+    report: IsolationReport, *, listens_on_tcp: bool, token_file: Path | None
+) -> IsolationReport:
+    """The report of a server that runs without walls of its own, saying what stands in for them.
+    `token_file` None: a pool sandbox, whose token came with its claim and is in no file."""
     uid = os.getuid()
+    where = f"can read its token file {token_file}" if token_file else "find its token in no file"
     if listens_on_tcp:
         text = (
             "no bubblewrap walls: commands run beside the server, with its uid "
-            f"{uid}, and can read its token file {token_file}; in a sandbox pod the container's "
+            f"{uid}, and {where}; in a sandbox pod the container's "
             "security context (non-root, read-only root filesystem, no capabilities) and the "
             "session's NetworkPolicy are the walls"
         )

@@ -27,6 +27,12 @@ STOPPING_STATUS = 503
 # The workspace's content was refused (a symlink, a hard link, a pipe... in a declared path, a file
 # that changed while it was read, a full workspace): the body's `rule` and `path` say which.
 REFUSED_STATUS = 422
+# A pool sandbox (started before anyone needed it, docs/operator.md#the-sandbox-pool) has no token
+# until it is claimed: it takes no request but this one, which carries the one-time claim key (the
+# bearer, whose sha256 the server was started with) and the token it requires from then on.
+CLAIM_PATH = "/v1/claim"
+# The claim asked of a sandbox that has a token of its own from its start (not a pool sandbox).
+NOT_CLAIMABLE_RULE = "not-claimable"
 # A local sandbox's instance marker (see belay.sandbox.local); the server takes it as its instance
 # id when set, so the harness's handle and the server name the same instance.
 INSTANCE_ENV = "BELAY_SANDBOX_INSTANCE"
@@ -123,6 +129,13 @@ class Health(BaseModel):
     pid: int
     workspace: str
     instance: str  # unique per server start: a replacement behind the same address has another
+
+
+class ClaimRequest(BaseModel):
+    """The token a claimed pool sandbox requires from then on: the claiming subagent's own."""
+
+    model_config = ConfigDict(extra="forbid")
+    token: str = Field(min_length=16, max_length=4096)
 
 
 class ManifestRequest(BaseModel):

@@ -1,9 +1,14 @@
 """The sandbox server: runs tools in one workspace, behind a bearer token.
 
-    python -m belay.sandbox.server --workspace DIR (--socket PATH | --port N) --token-file FILE \
+    python -m belay.sandbox.server --workspace DIR (--socket PATH | --port N) \
+        (--token-file FILE | --claim-key-sha256 HEX) \
         --network-profile none|allowlist|internet [--ready-file FILE] [--drain-s SECONDS] \
         [--max-processes N] [--max-memory-mib N] [--max-disk-mib N] [--max-command-s N] \
         [--rlimits] [--cgroup DIR]... [--disk-path DIR]...
+
+With `--claim-key-sha256` instead of a token file the server is a pool sandbox: it takes no request
+until `POST /v1/claim` brings the key with that sha256 and the token it requires from then on
+(docs/operator.md#the-sandbox-pool).
 
 The `--max-*` figures are the sandbox's resource walls (belay.sandbox.limits): a command that runs
 into one is stopped and its call fails, naming the wall and its figure.
@@ -15,6 +20,7 @@ The same code serves a sandbox pod (TCP) and a local sandbox (a Unix socket); a 
 server runs inside its walls (`belay.sandbox.walls`), which it observes and reports. Endpoints:
 
     GET  /healthz                 profile, and which network isolation and walls are really in force
+    POST /v1/claim                {"token": ...} with the claim key as the bearer (a pool sandbox only)
     POST /v1/tools/{tool}         run_command, read_file, write_file, list_files
     PUT  /v1/files/{path}         raw bytes, verified against X-Content-Sha256, written atomically
     GET  /v1/files/{path}         raw bytes
@@ -36,6 +42,12 @@ from belay import lifetime
 from belay.sandbox import isolation, limits, walls
 
 
+def _sha256_hex(value: str) -> str:
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise argparse.ArgumentTypeError("a sha256 as 64 lowercase hex digits")
+    return value
+
+
 def parse_arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m belay.sandbox.server", description=__doc__)
     parser.add_argument("--workspace", required=True, type=Path)
@@ -43,7 +55,13 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     listen.add_argument("--socket", type=Path, help="listen on this Unix socket")
     listen.add_argument("--port", type=int, help="listen on TCP (0 picks a free port)")
     parser.add_argument("--host", default="127.0.0.1", help="TCP address (a pod passes 0.0.0.0)")
-    parser.add_argument("--token-file", required=True, type=Path)
+    credential = parser.add_mutually_exclusive_group(required=True)
+    credential.add_argument("--token-file", type=Path)
+    credential.add_argument(
+        "--claim-key-sha256",
+        type=_sha256_hex,
+        help="a pool sandbox: no token until a claim with the key of this sha256 gives it one",
+    )
     parser.add_argument("--network-profile", required=True, choices=isolation.NETWORK_PROFILES)
     parser.add_argument("--ready-file", type=Path)
     parser.add_argument(

@@ -22,6 +22,10 @@ MAX_PAYLOAD_BYTES = 64 * 1024
 MANIFEST_MEDIA_TYPE = "application/vnd.belay.manifest+json"
 
 
+# What `EventStore.watch_sessions` says when its watch was cut; no session has an empty id.
+WATCH_CUT = ""
+
+
 class StoreUnavailable(StoreError):
     """The backend could not be reached or did not answer in time; nothing was written."""
 
@@ -179,8 +183,11 @@ class EventStore(Protocol):
         a session each time events are appended to its record or the session is deleted (once or
         more per change; a follower reads the record to see what changed), with no change missed.
         None first, as soon as the watch is in place, and again whenever changes may have been
-        missed (history compacted away while the watch was cut): then every session may have
-        moved. While nothing changes it costs nothing per session (one watch for all of them)."""
+        missed (history compacted away while the watch was cut) or once it is back after a cut:
+        then every session may have moved. WATCH_CUT ("", never a session's id) when a watch that
+        goes on by itself was cut (its store went away, or the member it went through): until
+        the None that says it is back, nothing is announced. While nothing changes it costs
+        nothing per session (one watch for all of them)."""
         ...
 
     async def delete_session(self, session_id: str) -> None:

@@ -18,7 +18,7 @@ import grpc.aio
 from aetcd import rpc
 
 from belay.journal.events import Event
-from belay.stores.base import SessionDeleted, StoreUnavailable
+from belay.stores.base import WATCH_CUT, SessionDeleted, StoreUnavailable
 from belay.stores.etcd.connection import EtcdConnection
 from belay.stores.etcd.keys import SessionKeys, prefix_range_end, sessions_prefix
 from belay.stores.etcd.reads import RecordReader, parse_events
@@ -102,11 +102,13 @@ class Watches:
 
     async def watch_sessions(self) -> AsyncIterator[str | None]:
         """One etcd watch on every session's keys (one gRPC stream, however many sessions; a watch
-        per session would be a stream each). A cut watch is opened again from the revision after
-        the last one it delivered; when that revision was compacted away, it starts from now and
-        says that changes may have been missed (None)."""
+        per session would be a stream each). A cut watch says so (WATCH_CUT) and is opened again
+        from the revision after the last one it delivered, and says None once it is back; when
+        that revision was compacted away, it starts from now (None too: changes may have been
+        missed)."""
         root = sessions_prefix(self.prefix)
         next_revision = 0  # 0: from the current revision, announced with None
+        cut = False  # said WATCH_CUT, and not yet None
         while True:
             _, watch_stub = self.connection.stubs()
             call = watch_stub.Watch(metadata=(("hasleader", "true"),))
@@ -128,6 +130,9 @@ class Watches:
                         if next_revision == 0:
                             next_revision = response.header.revision + 1
                             yield None
+                        elif cut:
+                            yield None  # back: a follower that heard of the cut looks again
+                        cut = False
                         continue
                     moved: dict[str, None] = {}
                     for change in response.events:
@@ -139,6 +144,12 @@ class Watches:
                     for session_id in moved:
                         yield session_id
             except (grpc.aio.AioRpcError, WatchCut):
+                if not cut and next_revision != 0:
+                    # Once per cut: the store (or the member the watch went through) went away. A
+                    # member without a leader cancels the watch (`hasleader`) and takes none again
+                    # until it has one, so a store that cannot write is heard of here.
+                    cut = True
+                    yield WATCH_CUT
                 await asyncio.sleep(0.1)
             finally:
                 call.cancel()

@@ -1,0 +1,87 @@
+"""A session on the real node whose record is in a three-member etcd cluster (the same etcd build,
+its members on the node's address, where the pods reach them): a follower stops while the harness
+writes, then the leader while it waits, leaving no quorum; both come back. Every event written
+before a fault is still there, no completed step runs twice, the session finishes, and the status
+says the store is unavailable only while it was (tests/faults/etcd_session.py, which
+tests/controller runs with the kubelet stand-in)."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from belay.journal.events import Event
+from tests.api.kubehelpers import install_crds
+from tests.controller.operator_process import OperatorProcess, wait_for_session_end
+from tests.faults.etcd_session import Session, check, lose_a_follower_then_the_quorum
+from tests.node.cluster import NodeCluster
+from tests.node.sessions import SESSION, SessionSetup, new_setup, ticket_service
+from tests.testenv.etcd import EtcdCluster
+from tests.testenv.node import NODE_IP
+
+pytestmark = [pytest.mark.testenv, pytest.mark.node, pytest.mark.slow]
+
+
+@pytest.fixture
+def etcd_on_node(node_cluster: NodeCluster, tmp_path: Path) -> Iterator[EtcdCluster]:
+    cluster = EtcdCluster(tmp_path / "etcd", host=NODE_IP)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def session(
+    node_cluster: NodeCluster, etcd_on_node: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[SessionSetup]:
+    install_crds(node_cluster.kube)
+    namespace = f"quorum-{secrets.token_hex(3)}"
+    tickets_file = tmp_path / "tickets.json"
+    with ticket_service(tickets_file) as tickets:
+        setup = new_setup(node_cluster, namespace, tickets, tickets_file, etcd=etcd_on_node)
+        for key, value in setup.store_environment().items():
+            monkeypatch.setenv(key, value)
+        operator = OperatorProcess(node_cluster.kube, namespace, setup.settings(), tmp_path / "operator.log")
+        operator.start()
+        setup.operator_log = operator.log
+        try:
+            yield setup
+        finally:
+            node_cluster.kube.kubectl(
+                "delete", "agentsession", "--all", "-n", namespace, "--timeout=120s", check=False
+            )
+            operator.stop()
+            node_cluster.kube.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+async def test_a_session_on_the_node_outlives_a_lost_follower_and_a_lost_quorum_of_its_etcd(
+    node_cluster: NodeCluster, etcd_on_node: EtcdCluster, session: SessionSetup
+) -> None:
+    setup = session
+
+    async def events() -> list[Event]:
+        return await asyncio.to_thread(setup.events)  # its own event loop, on a thread
+
+    def describe() -> str:
+        return f"{setup.describe()}\noperator log:\n{setup.operator_log()[-3000:]}"
+
+    adapter = Session(
+        status=setup.status,
+        events=events,
+        waiting_for_approval=lambda: setup.waiting_for_approval() is not None,
+        approve=setup.approve,
+        ended=lambda: wait_for_session_end(
+            node_cluster.kube, setup.namespace, SESSION, timeout=600, describe=describe
+        ),
+        describe=describe,
+    )
+    setup.cluster.apply([setup.manifest(approved=False)])
+    outcome = await lose_a_follower_then_the_quorum(etcd_on_node, adapter)
+    check(outcome)
+    assert setup.tickets_filed() == 1
