@@ -109,3 +109,28 @@ def test_the_second_identical_failure_waits_before_the_next_attempt() -> None:
     stop = HarnessDecision(Action.STOP, None)
     now = datetime(2026, 1, 1, tzinfo=UTC)
     assert failure_backoff(twice, stop, now, now, 10.0) is stop
+
+
+def test_pods_that_fail_before_their_harness_starts_are_counted_and_stop_at_the_third() -> None:
+    """A harness that dies before it records its start (a bad image, a crash on import) leaves
+    nothing in the record: the operator records the loss itself, so it counts like any other."""
+    log = LogBuilder()
+    log.add(UserInput(goal="g"))
+    index = 0
+    for _ in range(3):
+        state = fold(log.events)
+        failed = HarnessPod(name=f"s-harness-{index}", index=index, phase="Failed")
+        decision = decide_harness(state, [failed], lease=index, max_attempts=10)
+        assert decision.action == Action.REPLACE and decision.lost_attempt == index + 1, decision
+        assert decision.why == "the pod failed before its attempt started"
+        log.add(
+            Lifecycle(
+                kind=LifecycleKind.HARNESS_LOST,
+                attempt=decision.lost_attempt,
+                reason="HarnessPodLost",
+                detail=f"pod {failed.name}: {decision.why}",
+            )
+        )
+        index = index + 2  # the operator fences the next lease, its pod's harness takes the one above
+    stalled = decide_harness(fold(log.events), [], lease=index, max_attempts=10)
+    assert stalled.action == Action.STOP and stalled.why.startswith("RepeatedFailure: 3 attempts"), stalled

@@ -157,6 +157,17 @@ def decide_harness(
     else:
         why = f"the pod {current.phase.lower()}"
     running = state.lifecycle.attempt if state.lifecycle.harness_running else None
+    if (
+        running is None
+        and current is not None
+        and not current.live
+        and current.index >= state.lifecycle.attempt
+    ):
+        # The pod ended before its harness recorded its start (a pod's harness takes the lease one
+        # above the pod's index): a lost attempt all the same, recorded under the number it would
+        # have had, so that it counts towards maxAttempts and a repeated failure.
+        running = current.index + 1
+        why = f"{why} before its attempt started"
     return HarnessDecision(
         Action.REPLACE,
         lease + 1,
