@@ -1,6 +1,6 @@
 """The sandbox pool on the real node (docs/operator.md#the-sandbox-pool), with kube-router enforcing
 the NetworkPolicies: a pool pod can be reached by nothing and reaches nothing (shown able to fail:
-without the pool's policy the session's harness reaches it); a recovering attempt claims the pool's
+without the pool's policy it reaches DNS); a recovering attempt claims the pool's
 pods, which from then on answer its harness, through their Service too, and reach only what their
 subagent's profile allows; the session completes without repeating a step, and the claimed pods
 never go back to the pool."""
@@ -91,16 +91,19 @@ def test_a_pool_pod_is_walled_off_until_an_attempt_claims_it_and_then_serves_tha
         "store": False,
         "dns": False,
     }
-    # Able to fail: without the pool's policy the harness reaches it; with it again, it does not.
+    # Able to fail: without the pool's policy a pool pod, selected by no other policy, reaches DNS
+    # (the harness could not reach it even then: its own egress names only its session's pods);
+    # with the policy again, it does not.
+    to_dns = {"dns": dns(DNS_SERVICE_IP)}
     node_cluster.kube.kubectl("delete", "networkpolicy", names.POOL_POLICY, "-n", setup.namespace)
     wait_for(
-        lambda: probe(setup, first_harness, into_pool)[some_pool_pod] or None,
-        "the harness to reach a pool pod without the pool's policy",
+        lambda: probe(setup, some_pool_pod, to_dns)["dns"] or None,
+        "a pool pod to reach DNS without the pool's policy",
         timeout=120,
     )
     node_cluster.apply([pool_policy(setup.namespace)])
     wait_for(
-        lambda: not probe(setup, first_harness, into_pool)[some_pool_pod] or None,
+        lambda: not probe(setup, some_pool_pod, to_dns)["dns"] or None,
         "the pool's policy enforced again",
         timeout=120,
     )
@@ -121,8 +124,13 @@ def test_a_pool_pod_is_walled_off_until_an_attempt_claims_it_and_then_serves_tha
     )  # fmt: skip
     assert {pod["metadata"]["name"] for pod in claimed.values()} == set(pool)
     status = wait_for(
-        lambda: (s := setup.waiting_for_approval()) and s["harness"]["attempt"] > 0 and s,
-        "the next attempt to wait for the approval",
+        lambda: (
+            (s := setup.waiting_for_approval())
+            and s["harness"]["attempt"] > 0
+            and s["harness"]["phase"] == "Running"
+            and s
+        ),
+        "the next attempt to wait for the approval, its harness running",
         timeout=300,
         describe=lambda: describe(setup),
     )

@@ -25,6 +25,7 @@ from belay.journal.events import Event, LifecycleKind
 from belay.journal.state import fold
 from tests.api.kubehelpers import install_crds
 from tests.belay_cli import steps_run_twice
+from tests.controller.judges import judge
 from tests.controller.operator_process import OperatorProcess, wait_for, wait_for_session_end
 from tests.controller.test_operator import completed_steps, steps_run_after
 from tests.node.cluster import NodeCluster
@@ -99,6 +100,12 @@ def start_and_wait_for_approval(setup: SessionSetup) -> dict[str, dict[str, Any]
     return setup.running_pods()
 
 
+def session_object(setup: SessionSetup) -> dict[str, Any]:
+    """The AgentSession as `kubectl get -o json` returns it: what GitOps tools read."""
+    got = setup.cluster.kube.kubectl("get", "agentsession", SESSION, "-n", setup.namespace, "-o", "json")
+    return dict(json.loads(got.stdout))
+
+
 def lifecycle_seq(events: list[Event], kind: LifecycleKind) -> int | None:
     return next(
         (e.seq for e in events if e.type == "lifecycle" and getattr(e.payload, "kind", None) == kind), None
@@ -115,13 +122,17 @@ def finish(setup: SessionSetup) -> dict[str, Any]:
 
 
 def test_the_example_session_runs_in_real_containers_under_restricted(
-    node_cluster: NodeCluster, session: SessionSetup
+    node_cluster: NodeCluster, session: SessionSetup, kstatus_bin: Path, argocd_health_bin: Path
 ) -> None:
     kube = node_cluster.kube
     nodes = json.loads(kube.kubectl("get", "nodes", "-o", "json").stdout)["items"]
     assert [n["metadata"]["name"] for n in nodes] == [NODE_NAME]
 
     running = start_and_wait_for_approval(session)
+    # The platform's own tools judge the live object on the node as on the control plane alone
+    # (tests/controller/test_gitops_judges.py): waiting on a person is settled but suspended.
+    waiting = judge(session_object(session), kstatus_bin, argocd_health_bin)
+    assert (waiting.kstatus, waiting.argocd) == ("Current", "Suspended"), waiting
     assert sorted(running) == [
         f"{SESSION}-harness-0",
         f"{SESSION}-sbx-implementer-0",
@@ -155,6 +166,12 @@ def test_the_example_session_runs_in_real_containers_under_restricted(
     assert refused.returncode != 0 and "violates PodSecurity" in refused.stderr
 
     done = finish(session)
+    succeeded = judge(session_object(session), kstatus_bin, argocd_health_bin)
+    assert (succeeded.kstatus, succeeded.argocd) == ("Current", "Healthy"), succeeded
+    ready = session.cluster.kube.kubectl(
+        "wait", "--for=condition=Ready", f"agentsession/{SESSION}", "-n", session.namespace, "--timeout=30s"
+    )
+    assert ready.returncode == 0, ready.stderr
     events = session.events()
     assert steps_run_twice(events) == []
     assert {"fix.patch", "report.md"} <= set(fold(events).deliverables)
