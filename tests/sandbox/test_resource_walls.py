@@ -4,7 +4,6 @@ and the sandbox answers the next call. Small figures keep the machine responsive
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,7 +12,6 @@ from typing import Any
 import pytest
 
 from belay.api.resources import SandboxResources
-from belay.sandbox import cgroups
 from belay.sandbox.local import LocalSandbox
 
 SMALL = SandboxResources(processes=64, memory_mib=128, disk_mib=16, command_seconds=2)
@@ -61,73 +59,17 @@ async def test_a_fork_bomb_is_a_failed_call_at_the_process_limit(walled: LocalSa
     await still_answers(walled)
 
 
-@pytest.fixture
-async def rlimited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[LocalSandbox]:
-    """A sandbox with small figures on a host where no cgroup of its own can be made: rlimits."""
-    monkeypatch.setattr(cgroups, "make_cgroup", lambda *_: None)
-    started = await LocalSandbox.start(tmp_path / "sandboxes", "worker", "none", resources=SMALL)
-    try:
-        assert "processes 64 (RLIMIT_NPROC" in started.isolation_detail, started.isolation_detail
-        yield started
-    finally:
-        await started.stop()
-
-
 async def test_a_refused_fork_names_the_process_wall_even_when_the_time_runs_out(
-    rlimited: LocalSandbox,
+    walled: LocalSandbox,
 ) -> None:
     """bash retries a refused fork with growing sleeps, so a command the kernel refused a process
-    can sit until its time limit while the server's own count stays low (under rlimits as root,
-    RLIMIT_NPROC counts every local sandbox's processes). The refusal is the wall it ran into, not
-    the time. Here the command lowers its own limit below what its uid already runs: a real refusal."""
-    answer = await run(rlimited, "echo before; exec bash -c 'ulimit -u 1; sleep 30 & wait'", timeout_s=600)
+    can sit until its time limit while the server's own count stays low (as root, RLIMIT_NPROC
+    counts every local sandbox's processes). The refusal is the wall it ran into, not the time.
+    Here the command lowers its own limit below what its uid already runs: a real refusal."""
+    answer = await run(walled, "echo before; exec bash -c 'ulimit -u 1; sleep 30 & wait'", timeout_s=600)
     assert "Resource temporarily unavailable" in answer["output"]["stderr"], answer
     assert_tripped(answer, "processes", "process limit 64 reached")
-    await still_answers(rlimited)
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="a cgroup of the sandbox's own is made as root only")
-async def test_another_sandboxs_processes_never_count_against_this_ones_figure(tmp_path: Path) -> None:
-    """As root every walled sandbox runs as one uid. With a cgroup of its own each sandbox's figure
-    counts its own processes: one sandbox holding 40 of its 64 leaves another its whole 64. Under
-    rlimits alone (RLIMIT_NPROC counts the uid's processes everywhere) the second one's forks are
-    refused: the control below."""
-
-    async def start(name: str) -> LocalSandbox:
-        return await LocalSandbox.start(tmp_path / "sandboxes", name, "none", resources=SMALL)
-
-    holder, other = await start("holder"), await start("other")
-    try:
-        assert "processes 64 (cgroup)" in other.isolation_detail, other.isolation_detail
-        held = await run(holder, "for i in $(seq 40); do sleep 60 & done; echo held", timeout_s=1)
-        assert held["ok"] and held["output"]["stdout"] == "held\n", held
-        answer = await run(other, "for i in $(seq 40); do sleep 1 & done; wait; echo all forty ran")
-        assert answer["ok"] and answer["output"]["stdout"] == "all forty ran\n", answer
-    finally:
-        await holder.stop()
-        await other.stop()
-
-
-async def test_without_a_cgroup_one_sandboxs_processes_take_anothers_share(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The control of the test above: rlimits alone, as root, couple the sandboxes."""
-    if os.geteuid() != 0:
-        pytest.skip("as another user each sandbox's uid is that user's: not the case shown")
-    monkeypatch.setattr(cgroups, "make_cgroup", lambda *_: None)
-
-    async def start(name: str) -> LocalSandbox:
-        return await LocalSandbox.start(tmp_path / "sandboxes", name, "none", resources=SMALL)
-
-    holder, other = await start("holder"), await start("other")
-    try:
-        held = await run(holder, "for i in $(seq 40); do sleep 60 & done; echo held", timeout_s=1)
-        assert held["ok"], held
-        answer = await run(other, "for i in $(seq 40); do sleep 1 & done; wait; echo all forty ran")
-        assert answer["ok"] is False and answer["output"]["wall"] == "processes", answer
-    finally:
-        await holder.stop()
-        await other.stop()
+    await still_answers(walled)
 
 
 async def test_a_memory_bomb_is_a_failed_call_at_the_memory_limit(walled: LocalSandbox) -> None:
@@ -183,30 +125,3 @@ async def test_a_timeout_below_the_figure_is_the_calls_own_not_a_wall(walled: Lo
     answer = await run(walled, "sleep 1000", timeout_s=1)
     assert answer["ok"] is True and answer["output"]["timed_out"] is True, answer
     assert "wall" not in answer["output"]
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="a cgroup of the sandbox's own is made as root only")
-async def test_a_sandboxs_cgroups_go_with_it_and_a_dead_harness_leaves_none_for_long(tmp_path: Path) -> None:
-    """Stopped, a sandbox removes its cgroups. Killed with its harness, it leaves them empty: the next
-    sandbox started on the machine removes those older than a minute, never a fresh one."""
-    sandbox = await LocalSandbox.start(tmp_path / "sandboxes", "worker", "none", resources=SMALL)
-    made = [Path(d) for d in sandbox._started.record.cgroups]
-    assert made and all(d.is_dir() for d in made), made
-    await sandbox.stop()
-    assert not any(d.exists() for d in made), made
-
-    # What a killed harness leaves: the cgroups of a sandbox whose processes are all gone.
-    stale = cgroups.make_cgroup("stale-" + os.urandom(4).hex(), SMALL, os.geteuid())
-    fresh = cgroups.make_cgroup("fresh-" + os.urandom(4).hex(), SMALL, os.geteuid())
-    assert stale is not None and fresh is not None
-    an_hour_ago = time.time() - 3600
-    for directory in stale.directories:
-        os.utime(directory, (an_hour_ago, an_hour_ago))
-    try:
-        again = await LocalSandbox.start(tmp_path / "sandboxes", "again", "none", resources=SMALL)
-        await again.stop()
-        assert not any(d.exists() for d in stale.directories), stale
-        assert all(d.exists() for d in fresh.directories), fresh
-    finally:
-        stale.remove(grace_s=0)
-        fresh.remove(grace_s=0)

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from belay import lifetime
-from belay.sandbox import cgroups
 
 if TYPE_CHECKING:
     from belay.api.resources import SandboxResources
@@ -64,9 +63,6 @@ class Limits:
     # Where no cgroup enforces processes or memory: RLIMIT_NPROC and RLIMIT_AS on every command.
     rlimits: bool = False
     cgroups: tuple[str, ...] = ()
-    # Cgroups every command enters between fork and exec (the sandbox's own, for its commands):
-    # their limits are the walls, and their counters say which one a command ran into.
-    command_cgroups: tuple[str, ...] = ()
     disk_paths: tuple[str, ...] = ()  # besides the workspace
 
     @property
@@ -86,12 +82,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cgroup", action="append", default=[], help="a directory of the sandbox's cgroup (repeatable)"
     )
     parser.add_argument(
-        "--command-cgroup",
-        action="append",
-        default=[],
-        help="a cgroup directory every command enters, whose limits are the walls (repeatable)",
-    )
-    parser.add_argument(
         "--disk-path",
         action="append",
         default=[],
@@ -107,18 +97,12 @@ def from_options(options: argparse.Namespace) -> Limits:
         command_s=options.max_command_s,
         rlimits=options.rlimits,
         cgroups=tuple(options.cgroup),
-        command_cgroups=tuple(options.command_cgroup),
         disk_paths=tuple(options.disk_path),
     )
 
 
 def server_arguments(
-    resources: SandboxResources,
-    *,
-    rlimits: bool,
-    cgroups: Sequence[str],
-    disk_paths: Sequence[str],
-    command_cgroups: Sequence[str] = (),
+    resources: SandboxResources, *, rlimits: bool, cgroups: Sequence[str], disk_paths: Sequence[str]
 ) -> list[str]:
     """The server's options for these figures: a local sandbox and a sandbox pod pass the same."""
     arguments = [
@@ -135,8 +119,6 @@ def server_arguments(
         arguments.append("--rlimits")
     for directory in cgroups:
         arguments += ["--cgroup", directory]
-    for directory in command_cgroups:
-        arguments += ["--command-cgroup", directory]
     for directory in disk_paths:
         arguments += ["--disk-path", directory]
     return arguments
@@ -216,7 +198,7 @@ def find_counters(limits: Limits) -> tuple[Counter | None, Counter | None]:
     given, and its `pids/` and `memory/` for cgroup v1). A cgroup whose limit is above the figure
     (or none) is not the wall, and is ignored."""
     pids = memory = None
-    for given in (*limits.command_cgroups, *limits.cgroups):
+    for given in limits.cgroups:
         for directory in (Path(given), Path(given) / "pids", Path(given) / "memory"):
             pids_max = _number(directory / "pids.max")
             enforces = limits.processes and pids_max is not None and pids_max <= limits.processes
@@ -319,10 +301,8 @@ def command_preexec(limits: Limits, pids_by_cgroup: bool, memory_by_cgroup: bool
         caps.append((resource.RLIMIT_NPROC, limits.processes))
     if limits.rlimits and limits.memory_bytes and not memory_by_cgroup:
         caps.append((resource.RLIMIT_AS, limits.memory_bytes))
-    enter = cgroups.entering(limits.command_cgroups)
 
     def preexec() -> None:
-        enter()
         for kind, value in caps:
             _soft, hard = resource.getrlimit(kind)
             if hard != resource.RLIM_INFINITY:

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,8 +40,7 @@ from pydantic import BaseModel
 
 from belay import lifetime
 from belay.api.resources import SandboxResources
-from belay.sandbox import cgroups, isolation, limits, walls
-from belay.sandbox.cgroups import SandboxCgroup
+from belay.sandbox import isolation, limits, walls
 from belay.sandbox.client import SandboxClient, SandboxUnavailable
 from belay.sandbox.egress import Allowlist, EgressProxy, proxy_environment
 from belay.sandbox.isolation import NETWORK_PROFILES
@@ -67,8 +66,6 @@ class ServerRecord(BaseModel):
     pid_namespace: int | None = None
     first_pid: int | None = None
     first_start: int | None = None
-    # The sandbox's own cgroup directories, removed once it is stopped (belay.sandbox.cgroups).
-    cgroups: list[str] = []
 
     def namespace(self) -> walls.PidNamespace | None:
         if self.pid_namespace is None or self.first_pid is None:
@@ -187,7 +184,6 @@ class StartRequest:
     record: ServerRecord
     log_path: Path
     server_options: tuple[str, ...]  # the resource walls' figures (belay.sandbox.limits)
-    cgroup: SandboxCgroup | None = None  # where the machine allows one
 
 
 @dataclass
@@ -271,19 +267,12 @@ class LocalSandbox:
         token = secrets.token_urlsafe(32)
         instance = uuid.uuid4().hex
         record_path = sandbox_dir / "server.json"
-        resources = resources or SandboxResources()
-        # The uid its commands run as: the sandbox's in walls as root, the harness's otherwise.
-        commands_uid = walls.SANDBOX_UID if choice.walled and walls.privileged() else os.geteuid()
-        cgroup = cgroups.make_cgroup(instance, resources, commands_uid)
         # Recorded before the spawn: a harness killed while the server starts still leaves a
-        # record the next start uses to stop it (and remove its cgroup).
-        record = ServerRecord(
-            instance=instance,
-            workspace=str(workspace),
-            cgroups=cgroup.every_directory if cgroup else [],
-        )
+        # record the next start uses to stop it.
+        record = ServerRecord(instance=instance, workspace=str(workspace))
         record_path.write_text(record.model_dump_json())
         log_path = sandbox_dir / f"server-{number}.log"
+        resources = resources or SandboxResources()
         request = StartRequest(
             choice,
             sandbox_dir,
@@ -294,15 +283,9 @@ class LocalSandbox:
             tuple(allowlist),
             record,
             log_path,
-            local_server_options(resources, choice.walled, cgroup),
-            cgroup,
+            local_server_options(resources, choice.walled),
         )
-        try:
-            started = await (start_walled if choice.walled else start_plain)(request)
-        except BaseException:
-            if cgroup is not None:
-                await asyncio.to_thread(cgroup.remove)
-            raise
+        started = await (start_walled if choice.walled else start_plain)(request)
         sandbox = cls(
             base_dir=base_dir,
             name=name,
@@ -328,8 +311,6 @@ class LocalSandbox:
         # Nothing to shut down gracefully: the server answers a write only once it is on disk, so
         # killing it loses nothing, and is much quicker than an orderly interpreter exit.
         await kill_started(self._started)
-        if self._started.record.cgroups:
-            await asyncio.to_thread(cgroups.remove_directories, self._started.record.cgroups)
         if self._started.run_dir is None:
             socket_path = Path(self.endpoint.removeprefix("unix://"))
             socket_path.unlink(missing_ok=True)
@@ -401,21 +382,12 @@ def still_running(processes: dict[int, int]) -> bool:
     return any(pid in table and table[pid][1] == start for pid, start in processes.items())
 
 
-def local_server_options(
-    resources: SandboxResources, walled: bool, cgroup: SandboxCgroup | None = None
-) -> tuple[str, ...]:
-    """The cgroups the commands enter, where the machine allows the sandbox its own (as the server
-    sees them: inside the walls, or on the host without them); and in any case rlimits where no
-    cgroup enforces a figure, and the server's own count. Inside the walls /tmp is a tmpfs of the
-    sandbox's own, held in memory no rlimit sees: it counts against the disk figure (without walls
-    /tmp is the host's, not the sandbox's)."""
+def local_server_options(resources: SandboxResources, walled: bool) -> tuple[str, ...]:
+    """No cgroup of its own is writable on every host: rlimits, and the server's own count. Inside
+    the walls /tmp is a tmpfs of the sandbox's own, held in memory no rlimit sees: it counts
+    against the disk figure (without walls /tmp is the host's, not the sandbox's)."""
     disk_paths = ("/tmp",) if walled else ()
-    commands = [] if cgroup is None else [inside if walled else str(host) for host, inside in cgroup.inside()]
-    return tuple(
-        limits.server_arguments(
-            resources, rlimits=True, cgroups=(), disk_paths=disk_paths, command_cgroups=commands
-        )
-    )
+    return tuple(limits.server_arguments(resources, rlimits=True, cgroups=(), disk_paths=disk_paths))
 
 
 async def start_plain(request: StartRequest) -> Started:
@@ -449,7 +421,7 @@ async def start_plain(request: StartRequest) -> Started:
             start_new_session=True,
             # Like bwrap's --die-with-parent for a walled one: the harness's death stops it (SIGTERM:
             # it kills what its commands started on the way out).
-            preexec_fn=in_cgroup(request.cgroup, lifetime.die_with_parent(signal.SIGTERM)),
+            preexec_fn=lifetime.die_with_parent(signal.SIGTERM),
         )
     started = Started(process, record, walls=request.choice.description)
     try:
@@ -483,10 +455,9 @@ async def start_walled(request: StartRequest) -> Started:
         egress_socket=proxy.socket_path if proxy is not None else None,
         egress_environment=egress_environment,
         server_options=request.server_options,
-        cgroup_views=request.cgroup.inside() if request.cgroup is not None else (),
     )
     try:
-        process, cut_short = await spawn_bwrap(launch, request.log_path, request.cgroup)
+        process, cut_short = await spawn_bwrap(launch, request.log_path)
     except BaseException:
         os.close(launch.status_fd)
         if proxy is not None:
@@ -526,28 +497,9 @@ async def start_egress_proxy(request: StartRequest) -> tuple[EgressProxy | None,
     return proxy, environment
 
 
-def in_cgroup(
-    cgroup: SandboxCgroup | None, then: Callable[[], None] | None = None
-) -> Callable[[], None] | None:
-    """What runs between fork and exec: entering the sandbox's cgroup, if it has one, then `then`."""
-    if cgroup is None:
-        return then
-    enter = cgroup.enter()
-
-    def preexec() -> None:
-        enter()
-        if then is not None:
-            then()
-
-    return preexec
-
-
-async def spawn_bwrap(
-    launch: walls.Launch, log_path: Path, cgroup: SandboxCgroup | None = None
-) -> tuple[asyncio.subprocess.Process, bool]:
-    """Start bwrap with the launch's descriptors (closed here once it has them), in the sandbox's
-    cgroup if it has one; also whether the start was cancelled meanwhile, which the caller answers
-    by stopping what it started."""
+async def spawn_bwrap(launch: walls.Launch, log_path: Path) -> tuple[asyncio.subprocess.Process, bool]:
+    """Start bwrap with the launch's descriptors (closed here once it has them); also whether the
+    start was cancelled meanwhile, which the caller answers by stopping what it started."""
     try:
         with log_path.open("ab") as log:
             spawning = asyncio.ensure_future(
@@ -559,7 +511,6 @@ async def spawn_bwrap(
                     pass_fds=launch.pass_fds,
                     start_new_session=True,
                     cwd="/",
-                    preexec_fn=in_cgroup(cgroup),
                 )
             )
             try:
@@ -672,7 +623,6 @@ def stop_recorded_server(sandbox_dir: Path) -> None:
     if namespace is not None:
         namespace.kill()
         namespace.wait_until_gone()
-    cgroups.remove_directories(record.cgroups)
     record_path.unlink(missing_ok=True)
 
 

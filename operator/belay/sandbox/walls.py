@@ -310,13 +310,10 @@ def build_launch(
     egress_socket: Path | None,
     egress_environment: dict[str, str],
     server_options: Sequence[str] = (),
-    cgroup_views: Sequence[tuple[Path, str]] = (),
 ) -> Launch:
     """The bwrap command line for one sandbox server, and the pipes it inherits (`server_options`
-    are the server's resource walls, belay.sandbox.limits; `cgroup_views` the cgroup directories its
-    commands enter and where the server sees them: writable only where their files let the
-    sandbox's uid write, which is their `cgroup.procs` alone). The caller closes the pass_fds once
-    bwrap is spawned."""
+    are the server's resource walls, belay.sandbox.limits). The caller closes the pass_fds once bwrap
+    is spawned."""
     code = server_code()
     # The server reopens this pipe through /proc/self/fd after dropping to SANDBOX_UID.
     token_fd = data_fd(token, owner=SANDBOX_UID if privileged() else None)
@@ -343,11 +340,6 @@ def build_launch(
     ]
     if egress_socket is not None:
         arguments += ["--ro-bind", str(egress_socket), EGRESS_SOCKET]
-    if cgroup_views:
-        # bwrap would make the directory leading to them 0700 as root, closed to SANDBOX_UID.
-        arguments += ["--perms", "0755", "--dir", str(Path(cgroup_views[0][1]).parent)]
-    for host, inside in cgroup_views:
-        arguments += ["--bind", str(host), inside]
     environment = {
         "PATH": SANDBOX_PATH,
         "HOME": "/tmp",
