@@ -21,8 +21,8 @@ from belay.controller.settings import EgressTarget, OperatorSettings
 from belay.journal.events import Event
 from belay.local.tickets import TicketService, load_tickets
 from belay.stores.factory import open_event_store
-from tests.api.kubehelpers import REPO_ROOT
-from tests.controller.operator_process import agentsession_status, kubectl_json
+from tests.api.kubehelpers import REPO_ROOT, install_crds
+from tests.controller.operator_process import OperatorProcess, agentsession_status, kubectl_json
 from tests.controller.sessions import EXAMPLE_MANIFEST
 from tests.node.cluster import RESTRICTED, NodeCluster
 from tests.testenv.etcd import EtcdCluster
@@ -232,3 +232,40 @@ def new_setup(
     )
     setup.prepare()
     return setup
+
+
+@contextmanager
+def operated_session(
+    cluster: NodeCluster,
+    name_prefix: str,
+    work: Path,
+    set_env: Callable[[str, str], None],
+    etcd: EtcdCluster | None = None,
+    sandbox_pool_size: int = 0,
+    wait_for_namespace: bool = False,
+) -> Iterator[SessionSetup]:
+    """A namespace of its own with the stores' Secret, and the operator (a process on the host, as
+    in tests/controller) watching it. The sessions are deleted afterwards, so their pods go; with
+    `wait_for_namespace`, the namespace too before this returns (what belongs to no session, a
+    pool's pods, goes with it)."""
+    install_crds(cluster.kube)
+    namespace = f"{name_prefix}-{secrets.token_hex(3)}"
+    tickets_file = work / "tickets.json"
+    with ticket_service(tickets_file) as tickets:
+        setup = new_setup(
+            cluster, namespace, tickets, tickets_file, etcd=etcd, sandbox_pool_size=sandbox_pool_size
+        )
+        for key, value in setup.store_environment().items():
+            set_env(key, value)
+        operator = OperatorProcess(cluster.kube, namespace, setup.settings(), work / "operator.log")
+        operator.start()
+        setup.operator_log = operator.log
+        try:
+            yield setup
+        finally:
+            cluster.kube.kubectl(
+                "delete", "agentsession", "--all", "-n", namespace, "--timeout=120s", check=False
+            )
+            operator.stop()
+            waiting = "--timeout=180s" if wait_for_namespace else "--wait=false"
+            cluster.kube.kubectl("delete", "namespace", namespace, waiting, check=False)

@@ -76,8 +76,20 @@ def test_the_chart_runs_the_operator_on_the_node_and_it_completes_a_session(
             timeout=240,
             describe=describe,
         )
-        pods = kubectl_json(kube, "get", "pods", "-n", OPERATOR_NAMESPACE)["items"]
-        (pod,) = [p for p in pods if p["metadata"]["name"] == holder]
+        # The kubelet reports the container a moment after it runs (the operator may take the
+        # Lease first).
+        pod = wait_for(
+            lambda: (
+                (p := kubectl_json(kube, "get", "pod", holder, "-n", OPERATOR_NAMESPACE))
+                .get("status", {})
+                .get("containerStatuses", [{}])[0]
+                .get("containerID")
+                and p
+            ),
+            "the kubelet to report the operator's container",
+            timeout=60,
+            describe=describe,
+        )
         assert pod["spec"]["nodeName"] == NODE_NAME
         assert pod["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
 

@@ -8,18 +8,16 @@ tests/controller runs with the kubelet stand-in)."""
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from belay.journal.events import Event
-from tests.api.kubehelpers import install_crds
-from tests.controller.operator_process import OperatorProcess, wait_for_session_end
+from tests.controller.operator_process import wait_for_session_end
 from tests.faults.etcd_session import Session, check, lose_a_follower_then_the_quorum
 from tests.node.cluster import NodeCluster
-from tests.node.sessions import SESSION, SessionSetup, new_setup, ticket_service
+from tests.node.sessions import SESSION, SessionSetup, operated_session
 from tests.testenv.etcd import EtcdCluster
 from tests.testenv.node import NODE_IP
 
@@ -40,24 +38,8 @@ def etcd_on_node(node_cluster: NodeCluster, tmp_path: Path) -> Iterator[EtcdClus
 def session(
     node_cluster: NodeCluster, etcd_on_node: EtcdCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[SessionSetup]:
-    install_crds(node_cluster.kube)
-    namespace = f"quorum-{secrets.token_hex(3)}"
-    tickets_file = tmp_path / "tickets.json"
-    with ticket_service(tickets_file) as tickets:
-        setup = new_setup(node_cluster, namespace, tickets, tickets_file, etcd=etcd_on_node)
-        for key, value in setup.store_environment().items():
-            monkeypatch.setenv(key, value)
-        operator = OperatorProcess(node_cluster.kube, namespace, setup.settings(), tmp_path / "operator.log")
-        operator.start()
-        setup.operator_log = operator.log
-        try:
-            yield setup
-        finally:
-            node_cluster.kube.kubectl(
-                "delete", "agentsession", "--all", "-n", namespace, "--timeout=120s", check=False
-            )
-            operator.stop()
-            node_cluster.kube.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    with operated_session(node_cluster, "quorum", tmp_path, monkeypatch.setenv, etcd=etcd_on_node) as setup:
+        yield setup
 
 
 async def test_a_session_on_the_node_outlives_a_lost_follower_and_a_lost_quorum_of_its_etcd(

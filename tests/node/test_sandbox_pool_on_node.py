@@ -7,7 +7,6 @@ never go back to the pool."""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,12 +17,11 @@ from belay.controller import names
 from belay.controller.pool import pool_policy
 from belay.journal.events import LifecycleKind
 from belay.journal.state import fold
-from tests.api.kubehelpers import install_crds
 from tests.belay_cli import steps_run_twice
-from tests.controller.operator_process import OperatorProcess, wait_for, wait_for_session_end
+from tests.controller.operator_process import wait_for, wait_for_session_end
 from tests.controller.test_operator import completed_steps
 from tests.node.cluster import GOT_THROUGH, NodeCluster, dns, tcp
-from tests.node.sessions import SESSION, SessionSetup, new_setup, ticket_service
+from tests.node.sessions import SESSION, SessionSetup, operated_session
 from tests.testenv.node import DNS_SERVICE_IP, NODE_IP
 
 pytestmark = [pytest.mark.testenv, pytest.mark.node]
@@ -36,25 +34,15 @@ SANDBOX_PORT = 8080
 def session(
     node_cluster: NodeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[SessionSetup]:
-    install_crds(node_cluster.kube)
-    namespace = f"pool-{secrets.token_hex(3)}"
-    tickets_file = tmp_path / "tickets.json"
-    with ticket_service(tickets_file) as tickets:
-        setup = new_setup(node_cluster, namespace, tickets, tickets_file, sandbox_pool_size=POOL_SIZE)
-        for key, value in setup.store_environment().items():
-            monkeypatch.setenv(key, value)
-        operator = OperatorProcess(node_cluster.kube, namespace, setup.settings(), tmp_path / "operator.log")
-        operator.start()
-        setup.operator_log = operator.log
-        try:
-            yield setup
-        finally:
-            node_cluster.kube.kubectl(
-                "delete", "agentsession", "--all", "-n", namespace, "--timeout=120s", check=False
-            )
-            operator.stop()
-            # The pool's pods belong to no session: they go with the namespace.
-            node_cluster.kube.kubectl("delete", "namespace", namespace, "--timeout=180s", check=False)
+    with operated_session(
+        node_cluster,
+        "pool",
+        tmp_path,
+        monkeypatch.setenv,
+        sandbox_pool_size=POOL_SIZE,
+        wait_for_namespace=True,
+    ) as setup:
+        yield setup
 
 
 def describe(setup: SessionSetup) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,13 +22,12 @@ import pytest
 
 from belay.journal.events import Event, LifecycleKind
 from belay.journal.state import fold
-from tests.api.kubehelpers import install_crds
 from tests.belay_cli import steps_run_twice
 from tests.controller.judges import judge
-from tests.controller.operator_process import OperatorProcess, wait_for, wait_for_session_end
+from tests.controller.operator_process import wait_for, wait_for_session_end
 from tests.controller.test_operator import completed_steps, steps_run_after
 from tests.node.cluster import NodeCluster
-from tests.node.sessions import SESSION, SessionSetup, new_setup, ticket_service
+from tests.node.sessions import SESSION, SessionSetup, operated_session
 from tests.testenv.node import NODE_NAME
 
 pytestmark = [pytest.mark.testenv, pytest.mark.node]
@@ -62,26 +60,8 @@ print(json.dumps({
 def session(
     node_cluster: NodeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[SessionSetup]:
-    """A namespace of its own with the stores' Secret, and the operator (a process on the host,
-    as in tests/controller) watching it. The session is deleted afterwards, so its pods go."""
-    install_crds(node_cluster.kube)
-    namespace = f"node-{secrets.token_hex(3)}"
-    tickets_file = tmp_path / "tickets.json"
-    with ticket_service(tickets_file) as tickets:
-        setup = new_setup(node_cluster, namespace, tickets, tickets_file)
-        for key, value in setup.store_environment().items():
-            monkeypatch.setenv(key, value)
-        operator = OperatorProcess(node_cluster.kube, namespace, setup.settings(), tmp_path / "operator.log")
-        operator.start()
-        setup.operator_log = operator.log
-        try:
-            yield setup
-        finally:
-            node_cluster.kube.kubectl(
-                "delete", "agentsession", "--all", "-n", namespace, "--timeout=120s", check=False
-            )
-            operator.stop()
-            node_cluster.kube.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    with operated_session(node_cluster, "node", tmp_path, monkeypatch.setenv) as setup:
+        yield setup
 
 
 def describe(setup: SessionSetup) -> str:
