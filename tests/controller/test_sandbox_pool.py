@@ -12,7 +12,7 @@ import json
 import shutil
 import threading
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,8 @@ pytestmark = pytest.mark.testenv
 
 NAMESPACE = "belay-pool"
 POOL_SIZE = 2
+# A claim waits this long before the pool makes the pods that replace the ones taken.
+REFILL_DELAY_S = 4.0
 APPROVAL = "approve-implementer.publish.3"
 
 
@@ -85,6 +87,7 @@ def operator(
         artifact_store=stores[1],
         image_pull_policy="Never",
         sandbox_pool_size=POOL_SIZE,
+        sandbox_pool_refill_delay_s=REFILL_DELAY_S,
     )
     process = OperatorProcess(pool_cluster, NAMESPACE, settings, tmp_path / "operator.log").start()
     try:
@@ -300,9 +303,15 @@ async def test_a_recovering_attempt_claims_pool_sandboxes_and_completes_the_sess
                 )
                 assert selects(service["spec"]["selector"], pod)
 
-            # The pool makes new pods for the ones taken; a claimed pod never comes back to it.
+            # The pool makes new pods for the ones taken, once the claiming attempt's harness pod has
+            # had its refill delay to start alone; a claimed pod never comes back to it.
             refilled = wait_for(full_pool(kube, without=pool), "the pool refilled", describe=describe)
             assert not refilled & pool
+            claims_made = max(claimed_at(kube, pod) for pod in claimed.values())
+            pods = all_pods(kube)
+            made = min(datetime.fromisoformat(pods[p]["metadata"]["creationTimestamp"]) for p in refilled)
+            # Both times are in whole seconds.
+            assert made - claims_made >= timedelta(seconds=REFILL_DELAY_S - 1), (made, claims_made)
 
             # The next attempt gave each claimed pod its subagent's token, and restored it: it goes on
             # to the publish step, which waits for its approval.

@@ -43,6 +43,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   "stop_drain_s" .Values.sessions.stopDrainSeconds
   "failure_backoff_s" .Values.sessions.failureBackoffSeconds
   "sandbox_pool_size" .Values.sandboxPool.size
+  "sandbox_pool_refill_delay_s" .Values.sandboxPool.refillDelaySeconds
   "store_egress" (include "belay.egress" .Values.sessions.storeEgress | fromJsonArray)
   "model_egress" (include "belay.egress" .Values.sessions.modelEgress | fromJsonArray)
 -}}

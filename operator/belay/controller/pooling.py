@@ -60,6 +60,7 @@ class SandboxPool:
         self.policies: set[str] = set()  # namespaces whose pool policy this process applied
         self.namespaces: set[str] = set()  # namespaces where pool pods were seen: to keep or drain
         self.wake = asyncio.Event()
+        self.refill_after = 0.0  # the event loop's time before which no pass runs (after a claim)
         self._templates: dict[str, tuple[int, list[tuple[str, SandboxTemplate]]]] = {}
 
     # ---- what the pool holds
@@ -132,7 +133,10 @@ class SandboxPool:
             if won:
                 claimed[subagent] = pod.name
         if choice:
-            self.wake.set()  # the pool makes new pods for the ones taken
+            # The pool makes new pods for the ones taken, but only once the claiming attempt's
+            # harness pod has had the node to itself to start: pods started beside it slow its start.
+            self.refill_after = asyncio.get_running_loop().time() + self.settings.sandbox_pool_refill_delay_s
+            self.wake.set()
         log.info("session %s/%s attempt %s claimed %s", ref.namespace, ref.name, index, claimed or "none")
         return claimed
 
@@ -184,6 +188,9 @@ class SandboxPool:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), POOL_RESYNC_S)
             self.wake.clear()
+            pause = self.refill_after - asyncio.get_running_loop().time()
+            if pause > 0:
+                await asyncio.sleep(pause)
             try:
                 await self.keep(wanted())
             except Exception:

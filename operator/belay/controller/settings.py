@@ -66,6 +66,11 @@ class OperatorSettings(Settings):
     # recovering attempts to claim (docs/operator.md#the-sandbox-pool); 0: no pool. The chart sets
     # `sandboxPool.size`.
     sandbox_pool_size: int = Field(default=0, ge=0, le=64)
+    # After a claim, how long the pool waits before making the pods that replace the ones taken:
+    # pods started beside the claiming attempt's harness pod compete with it for the node while it
+    # starts, and that start is what a recovery waits for. The chart sets
+    # `sandboxPool.refillDelaySeconds`.
+    sandbox_pool_refill_delay_s: float = Field(default=3.0, ge=0, le=300)
 
 
 def settings_from_environment() -> OperatorSettings:
