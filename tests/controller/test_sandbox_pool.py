@@ -101,6 +101,46 @@ def operator(
             )
 
 
+def policies_written_again(
+    kube: ControlPlane, deleted: list[str], loosened: str, describe: Callable[[], str]
+) -> None:
+    """Delete the NetworkPolicies `deleted` and open `loosened` to all traffic: the operator writes
+    each as it was within seconds, not at its next periodic apply (a minute or more away)."""
+
+    def policies() -> dict[str, Any]:
+        listed = kubectl_json(kube, "get", "networkpolicies", "-n", NAMESPACE)["items"]
+        return {p["metadata"]["name"]: p for p in listed}
+
+    before = policies()
+    for policy in deleted:
+        kube.kubectl("delete", "networkpolicy", "-n", NAMESPACE, policy)
+    everything = {"spec": {"ingress": [{}], "egress": [{}]}}
+    patched = kubectl_json(
+        kube,
+        "patch",
+        "networkpolicy",
+        "-n",
+        NAMESPACE,
+        loosened,
+        "--type=merge",
+        "-p",
+        json.dumps(everything),
+    )
+    assert patched["spec"]["egress"] == [{}], patched
+
+    def written_again() -> bool:
+        now = policies()
+        return all(
+            p in now
+            and now[p]["spec"] == before[p]["spec"]
+            # A deleted one is a new object.
+            and (p not in deleted or now[p]["metadata"]["uid"] != before[p]["metadata"]["uid"])
+            for p in [*deleted, loosened]
+        )
+
+    wait_for(written_again, "the operator to write the policies again", timeout=20, describe=describe)
+
+
 def manifest(name: str, inputs: Path | None = None) -> dict[str, Any]:
     """The example in the pool's namespace, waiting for its publish approval; with `inputs`, its
     subagents' inputs are read from there."""
@@ -334,6 +374,11 @@ async def test_a_recovering_attempt_claims_pool_sandboxes_and_completes_the_sess
                 assert sandbox_answers(port, tokens[subagent]) == 200
                 assert sandbox_answers(port, tokens[other]) == 401
                 assert sandbox_answers(port, (claims / subagent).read_text()) == 401  # the key is no token
+
+            # While the session waits (no pass is due), walls someone deletes or loosens come back.
+            policies_written_again(
+                kube, [f"{name}-default-deny", names.POOL_POLICY], f"{name}-sbx-implementer", describe
+            )
 
             kube.kubectl(
                 "patch", "agentsession", name, "-n", NAMESPACE, "--type=merge", "-p",

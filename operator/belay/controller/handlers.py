@@ -182,6 +182,27 @@ def pod_changed(
         _wake(_key(namespace, session))
 
 
+# One of the NetworkPolicies this operator writes was deleted or changed by someone else: it is
+# applied again at once (a sandbox is never left without its walls until a periodic pass). The
+# operator's own applies change nothing that is already as it writes it, so they wake nothing.
+@kopf.on.event(
+    "networking.k8s.io", "v1", "networkpolicies", labels={names.LABEL_MANAGED_BY: names.MANAGED_BY}
+)
+def network_policy_changed(
+    event: kopf.RawEvent, body: kopf.Body, labels: kopf.Labels, namespace: str | None, name: str, **_: Any
+) -> None:
+    if event.get("type") not in ("MODIFIED", "DELETED"):
+        return
+    if name == names.POOL_POLICY and Runtime.pool is not None:
+        Runtime.pool.policies.discard(namespace or "")
+        _wake_pool()
+    session = labels.get(names.LABEL_SESSION)
+    if session and Runtime.reconciler is not None:
+        for owner in body.get("metadata", {}).get("ownerReferences") or []:
+            Runtime.reconciler.children_changed(owner.get("uid", ""))
+        _wake(_key(namespace, session))
+
+
 # The worker of one session: a pass now, then one whenever the cluster wakes it, its record moved
 # past what it folded (the store's watch says when to look), or the resync interval passed.
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)

@@ -149,7 +149,7 @@ class SandboxPool:
             changes = pool_changes(
                 {namespace: templates}, self.observed(pods), self.settings.sandbox_pool_size
             )
-            if changes.create and namespace not in self.policies:
+            if (changes.create or pods) and namespace not in self.policies:
                 await self.kube.call(self.kube.apply, pool_policy(namespace))
                 self.policies.add(namespace)
             versions = {p.metadata.name: p.metadata.resource_version for p in pods}

@@ -246,6 +246,13 @@ class SessionReconciler:
         self.memory.pop(uid, None)
         self._locks.pop(uid, None)
 
+    def children_changed(self, uid: str) -> None:
+        """Something else changed or deleted one of the session's objects: its next pass applies
+        them all again, instead of at the periodic apply."""
+        memory = self.memory.get(uid)
+        if memory is not None:
+            memory.applied_digest = ""
+
     # ---- the pass
 
     async def record_moved(self, body: dict[str, Any]) -> bool:
