@@ -1,13 +1,18 @@
 """A coordinator and its child sessions on one machine, no cluster, driven as a person drives them:
 `belay run` of the coordinator starts each child in the same home, in a harness process of its
-own, and collects their deliverables as its own artifacts; `belay objective` shows each child as
+own, and collects their deliverables as its own artifacts; the coordinator's own page lists each
+collected deliverable ready for review with the command that fetches it, once collected (a child
+not done yet, or reopened by an amend, has nothing there); `belay objective` shows each child as
 it stands; a child whose harness is killed is shown interrupted while the others move on, and
 `belay resume` of it goes on from its record without repeating a completed step of any child."""
 
 from __future__ import annotations
 
 import asyncio
+import html
 import json
+import re
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,7 +21,14 @@ import yaml
 
 from belay.local.liveness import holder_process
 from belay.local.runtime import LocalHome
-from tests.belay_cli import read_events, run_belay, start_belay, steps_run_twice
+from tests.belay_cli import (
+    belay_command,
+    belay_environment,
+    read_events,
+    run_belay,
+    start_belay,
+    steps_run_twice,
+)
 from tests.testenv.polling import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +58,55 @@ def rows(view: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {row["session"]: row for row in view["sessions"]}
 
 
-def test_the_release_notes_run_on_one_machine_with_both_childrens_deliverables(tmp_path: Path) -> None:
+def brief(home: Path, session_id: str) -> dict[str, Any]:
+    shown = run_belay(home, "brief", session_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    page: dict[str, Any] = json.loads(shown.stdout)
+    return page
+
+
+def reviews(home: Path, session_id: str) -> dict[str, dict[str, Any]]:
+    """What the session's page lists under "Ready for review", by name."""
+    return {review["name"]: review for review in brief(home, session_id)["ready_for_review"]}
+
+
+def ready_names(home: Path, session_id: str, section: str = "ready_for_review") -> list[str]:
+    """The names (ids) a section of the session's page lists; none before the session exists."""
+    shown = run_belay(home, "brief", session_id, "--json")
+    if shown.returncode != 0:
+        return []
+    return [item.get("name") or item["id"] for item in json.loads(shown.stdout)[section]]
+
+
+def run_as_printed(home: Path, command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`command` exactly as a page printed it, in this home, from `cwd` (where a download writes)."""
+    words = shlex.split(command)
+    assert words[0] == "belay", command
+    return subprocess.run(
+        belay_command(home, *words[1:]),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=belay_environment(None),
+        timeout=60,
+        check=False,
+    )
+
+
+def deliverable_sha256(home: Path, session_id: str, name: str) -> str:
+    """The bytes the session last published as `name`, by their hash, from its record."""
+    published = [
+        e.payload.ref.sha256
+        for e in read_events(home, session_id)
+        if e.type == "artifact" and e.payload.name == name and e.payload.deliverable
+    ]
+    assert published, (session_id, name)
+    return published[-1]
+
+
+def test_the_release_notes_run_on_one_machine_and_the_coordinators_page_lists_what_it_collected(
+    tmp_path: Path,
+) -> None:
     home = tmp_path / "home"
     ran = run_belay(home, "run", str(RELEASE_NOTES))
     assert ran.returncode == 0, ran.stdout + ran.stderr
@@ -57,17 +117,6 @@ def test_the_release_notes_run_on_one_machine_with_both_childrens_deliverables(t
     holders = {name: lease_holder(home, name) for name in ("release-notes", "notes-parser", "notes-docs")}
     assert len({holder_process(h or "") for h in holders.values()}) == 3, holders
 
-    for child, name, text in (
-        ("notes-parser", "parser.md", "## Parser"),
-        ("notes-docs", "docs.md", "## Documentation"),
-    ):
-        fetched = run_belay(
-            home, "artifacts", "get", "release-notes", f"{child}/{name}", "-o", str(tmp_path / name)
-        )
-        assert fetched.returncode == 0, fetched.stderr
-        assert (tmp_path / name).read_text().startswith(text)
-        assert steps_run_twice(read_events(home, child)) == []
-
     view = objective(home, "release-notes")
     assert view["done"] is True
     assert {r["session"]: (r["part"], r["parent"]) for r in view["sessions"]} == {
@@ -75,6 +124,135 @@ def test_the_release_notes_run_on_one_machine_with_both_childrens_deliverables(t
         "notes-parser": ("parser", "release-notes"),
         "notes-docs": ("docs", "release-notes"),
     }
+    # What the whole waits on: the review of what the coordinator collected, fetched from it.
+    assert sorted((w["session"], w["kind"], w["command"]) for w in view["waits_on"]) == [
+        ("release-notes", "review", "belay artifacts get release-notes notes-docs/docs.md -o docs.md"),
+        ("release-notes", "review", "belay artifacts get release-notes notes-parser/parser.md -o parser.md"),
+    ]
+
+    # The coordinator's own page says where the result is: each child's deliverable, collected, is
+    # ready for review there, fetched from the coordinator by the command printed (as a session's
+    # own deliverable is) and turned down in the child, whose step made it.
+    ready = reviews(home, "release-notes")
+    assert sorted(ready) == ["notes-docs/docs.md", "notes-parser/parser.md"]
+    for child, name, text in (
+        ("notes-parser", "parser.md", "## Parser"),
+        ("notes-docs", "docs.md", "## Documentation"),
+    ):
+        assert steps_run_twice(read_events(home, child)) == []
+        review = ready[f"{child}/{name}"]
+        assert review["command"] == f"belay artifacts get release-notes {child}/{name} -o {name}"
+        assert review["alternative"] == f'belay reject {child} {name} --reason "..."'
+        assert review["sha256"] == deliverable_sha256(home, child, name)
+        fetched = run_as_printed(home, review["command"], cwd=tmp_path)
+        assert fetched.returncode == 0, fetched.stderr
+        assert (tmp_path / name).read_text().startswith(text)
+
+    text = run_belay(home, "brief", "release-notes").stdout
+    section = text[text.index("Ready for review\n") : text.index("Hypotheses")]
+    assert "nothing" not in section, section
+    for child, name in (("notes-parser", "parser.md"), ("notes-docs", "docs.md")):
+        assert f"download: belay artifacts get release-notes {child}/{name} -o {name}" in section, section
+    listed = json.loads(run_belay(home, "artifacts", "release-notes", "--json").stdout)
+    assert {row["name"]: row["ready_for_review"] for row in listed} == dict.fromkeys(ready, True)
+
+    # The report's briefing is the same page.
+    report = tmp_path / "report.html"
+    written = run_belay(home, "report", "release-notes", "-o", str(report))
+    assert written.returncode == 0, written.stderr
+    aside = re.search(r"<h2>Briefing</h2>(.*?)</aside>", report.read_text(), re.S)
+    assert aside is not None
+    briefing = html.unescape(aside.group(1))
+    assert "download: belay artifacts get release-notes notes-parser/parser.md -o parser.md" in briefing
+
+
+# A coordinator of two children: `quick` publishes its note at once; `held` first asks a person.
+def held_plan(name: str, ask: bool) -> dict[str, Any]:
+    ask_first = [{"tool": "wait_on_user", "arguments": {"reason": "Is the wording right?"}}] if ask else []
+    actions = [
+        *ask_first,
+        {"tool": "write_file", "arguments": {"path": f"out/{name}.md", "content": f"{name}\n"}},
+        {"tool": "publish_deliverable", "arguments": {"path": f"out/{name}.md", "name": f"{name}.md"}},
+    ]
+    return {
+        "subagents": {"writer": {"steps": [{"id": "write", "title": f"Write {name}", "actions": actions}]}}
+    }
+
+
+def write_pair(directory: Path) -> Path:
+    directory.mkdir(parents=True)
+    children = {"quick": False, "held": True}
+    for name, ask in children.items():
+        (directory / f"{name}.yaml").write_text(yaml.safe_dump(held_plan(name, ask)))
+    starts = [
+        {
+            "tool": "start_session",
+            "arguments": {
+                "name": name,
+                "part": name,
+                "goal": f"Write {name}.md.",
+                "plan": f"{name}.yaml",
+                "deliverable": f"{name}.md",
+            },
+        }
+        for name in children
+    ]
+    awaits = [{"tool": "await_session", "arguments": {"name": name}} for name in children]
+    steps = [
+        {"id": "delegate", "title": "Start the parts", "actions": starts},
+        {"id": "collect", "title": "Wait for the parts", "actions": awaits},
+    ]
+    manifest = {
+        "apiVersion": "belay.dev/v1alpha1",
+        "kind": "AgentSession",
+        "metadata": {"name": "pair", "labels": {"belay.dev/objective": "pair"}},
+        "spec": {
+            "request": {"goal": "Two parts, one child session each."},
+            "executor": {"type": "scripted", "plan": "coordinator.yaml"},
+            "subagents": [{"name": "writer", "networkProfile": "none"}],
+        },
+    }
+    (directory / "coordinator.yaml").write_text(yaml.safe_dump({"subagents": {"writer": {"steps": steps}}}))
+    (directory / "session.yaml").write_text(yaml.safe_dump(manifest))
+    return directory / "session.yaml"
+
+
+def test_a_child_not_done_yet_has_nothing_ready_for_review_on_the_coordinators_page(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    coordinator = start_belay(home, "run", str(write_pair(tmp_path / "pair")))
+    try:
+        wait_until(
+            lambda: any(
+                e.type == "artifact" and e.payload.name == "quick/quick.md" for e in read_events(home, "pair")
+            ),
+            "the quick child's note collected",
+            timeout=60,
+            while_running=coordinator,
+        )
+        wait_until(
+            lambda: ready_names(home, "held", section="waiting_on_you") != [],
+            "the held child waiting on a person",
+            timeout=60,
+            while_running=coordinator,
+        )
+        page = brief(home, "pair")
+        assert [r["name"] for r in page["ready_for_review"]] == ["quick/quick.md"]
+        assert [e["condition"] for e in page["waiting_on_external"]] == ["session:held"]
+        text = run_belay(home, "brief", "pair").stdout
+        assert "belay artifacts get pair quick/quick.md -o quick.md" in text
+        assert "held/" not in text[text.index("Ready for review\n") :], text
+
+        [question] = brief(home, "held")["waiting_on_you"]
+        answered = run_belay(home, "answer", "held", question["id"], "yes")
+        assert answered.returncode == 0, answered.stderr
+        assert coordinator.wait(timeout=120) == 0
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait()
+    ready = reviews(home, "pair")
+    assert sorted(ready) == ["held/held.md", "quick/quick.md"]
+    assert ready["held/held.md"]["sha256"] == deliverable_sha256(home, "held", "held.md")
 
 
 # Three children under one coordinator; each writes a first file, then decides its second through a
@@ -222,6 +400,8 @@ def test_an_amend_of_the_coordinators_request_reopens_exactly_the_child_whose_pa
     shown = rows(objective(home, "release-notes"))
     assert shown["notes-docs"]["bucket"] == "succeeded", shown["notes-docs"]
     assert shown["notes-parser"]["bucket"] != "succeeded" and shown["notes-parser"]["deliverables"] == []
+    # The note the reopened child delivered before no longer stands: not ready for review.
+    assert sorted(reviews(home, "release-notes")) == ["notes-docs/docs.md"]
     [change] = [e.payload for e in read_events(home, "notes-parser") if e.type == "scope_change"]
     assert change.changed_parts == {"parser": new_part}, change
 
@@ -241,3 +421,8 @@ def test_an_amend_of_the_coordinators_request_reopens_exactly_the_child_whose_pa
         "notes-docs/docs.md",
         "notes-parser/parser.md",
     ]
+    # Collected again: the note of the child's second round is ready for review.
+    ready = reviews(home, "release-notes")
+    assert sorted(ready) == ["notes-docs/docs.md", "notes-parser/parser.md"]
+    again = deliverable_sha256(home, "notes-parser", "parser.md")
+    assert ready["notes-parser/parser.md"]["sha256"] == again

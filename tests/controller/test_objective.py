@@ -108,7 +108,14 @@ async def test_a_coordinator_and_two_child_sessions_complete_one_objective(
     shown = kubectl_belay(config_file, "objective", "release-notes", "--json")
     assert shown.returncode == 0, shown.stderr
     view = json.loads(shown.stdout)
-    assert view["done"] is True and view["waits_on"] == []
+    # Done, and what is left is your review of what the coordinator collected, fetched from it.
+    assert view["done"] is True
+    assert sorted((w["session"], w["kind"], w["what"]) for w in view["waits_on"]) == sorted(
+        (COORDINATOR, "review", f"{c}/{d}") for c, (_, d) in CHILDREN.items()
+    )
+    for wait in view["waits_on"]:
+        fetch = f"kubectl belay artifacts get {COORDINATOR} {wait['what']} -o "
+        assert wait["command"].startswith(fetch), wait
     rows = {row["session"]: row for row in view["sessions"]}
     assert sorted(rows) == sorted([COORDINATOR, *CHILDREN])
     assert sorted(rows[COORDINATOR]["children"]) == sorted(CHILDREN)
@@ -125,4 +132,11 @@ async def test_a_coordinator_and_two_child_sessions_complete_one_objective(
     assert text.returncode == 0, text.stderr
     print(text.stdout)  # shown with -s; docs/cli.md quotes it
     assert text.stdout.splitlines()[0].startswith("Objective release-notes: 3 sessions: ")
-    assert "The whole waits on nothing: every session succeeded." in text.stdout
+    assert "Every session succeeded; what is left is yours to review:" in text.stdout
+    # The coordinator's own page, built from its status, lists what it collected and where it is.
+    page = kubectl_belay(config_file, "brief", COORDINATOR)
+    assert page.returncode == 0, page.stderr
+    ready = page.stdout[page.stdout.index("Ready for review\n") : page.stdout.index("Hypotheses")]
+    for child, (_, deliverable) in CHILDREN.items():
+        fetch = f"download: kubectl belay artifacts get {COORDINATOR} {child}/{deliverable} -o {deliverable}"
+        assert fetch in ready, ready

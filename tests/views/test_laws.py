@@ -28,6 +28,8 @@ from belay.journal.events import (
     Payload,
     Rejection,
     ScopeChange,
+    SessionLink,
+    SessionLinkKind,
     Task,
     TaskStatus,
     ToolRequest,
@@ -283,6 +285,37 @@ class Story:
         op = self.op(sub, "start_session", name="child-a", part="docs", goal="g")
         self.add(ToolResult(operation_id=op, ok=flag, error=None if flag else "no operator"))
 
+    def collect(self, sub: str, flag: bool) -> None:
+        """The child session child-a ended (flag: succeeded) with its note: the coordinator's record
+        holds its end and the note as its own artifact, as `belay.harness.children` writes them."""
+        self.calls += 1
+        digest = sha(f"docs.md{self.calls}")
+        phase = "Succeeded" if flag else "Failed"
+        children = Actor(kind="system", name="belay children")
+        link = SessionLink(
+            kind=SessionLinkKind.CHILD,
+            session="child-a",
+            part="docs",
+            phase=phase,
+            deliverables={"docs.md": digest},
+        )
+        self.add(link, actor=children)
+        note = Artifact(
+            name="child-a/docs.md",
+            ref=ArtifactRef(sha256=digest, size=10),
+            deliverable=True,
+            subagent=sub,
+            description="docs.md, the deliverable of child session child-a (docs)",
+        )
+        self.add(note, actor=children)
+
+    def reopen_child(self, sub: str, flag: bool) -> None:
+        """The child's part changed (an amend of the coordinator): how it ended no longer stands."""
+        self.add(
+            SessionLink(kind=SessionLinkKind.CHILD, session="child-a", part="docs", reopened=True),
+            actor=Actor(kind="user", name="dana"),
+        )
+
     def end(self, sub: str, flag: bool) -> None:
         kind = LifecycleKind.SESSION_COMPLETED if flag else LifecycleKind.SESSION_FAILED
         self.add(Lifecycle(kind=kind, attempt=max(1, self.attempt), detail="every subtask done"))
@@ -395,6 +428,41 @@ def test_a_session_waiting_on_you_and_on_ci_lists_each_once_with_its_command_and
         ("answer", "yes", "dana", "looks right"),
     ]
     assert all(d.at is not None for d in page.decided)
+
+
+def test_a_coordinators_collected_deliverable_is_ready_for_review_while_its_childs_end_stands() -> None:
+    told = Story()
+    told.start("fixer", True)
+    told.delegate("fixer", True)
+    assert briefing(told.state()).ready_for_review == []  # nothing collected before the child ends
+    told.collect("fixer", True)
+    told.end("fixer", True)
+    page = briefing(told.state())
+    assert page.phase == Phase.SUCCEEDED
+    [review] = page.ready_for_review
+    assert (review.name, review.command, review.alternative) == (
+        "child-a/docs.md",
+        "belay artifacts get laws child-a/docs.md -o docs.md",
+        'belay reject child-a docs.md --reason "..."',
+    )
+    assert review.description == "docs.md, the deliverable of child session child-a (docs)"
+    first = told.state().artifacts["child-a/docs.md"].ref.sha256
+    assert review.sha256 == first
+    status = session_status(told.state())
+    assert [(d.name, d.ready_for_review) for d in status.deliverables] == [("child-a/docs.md", True)]
+    [condition] = [c for c in status.conditions if c.type == "ReadyForReview"]
+    assert (condition.status, condition.message) == ("True", "ready for review: child-a/docs.md")
+
+    told.reopen_child("fixer", True)  # its part changed: what it delivered no longer stands
+    page = briefing(told.state())
+    assert page.ready_for_review == []
+    [item] = [i for i in page.items if i.kind == "deliverable"]
+    assert item.state == "invalid" and "child session child-a runs again (round 2)" in item.summary
+    assert not session_status(told.state()).deliverables[0].ready_for_review
+
+    told.collect("fixer", True)  # it ended again, with new bytes
+    [review] = briefing(told.state()).ready_for_review
+    assert review.sha256 == told.state().artifacts["child-a/docs.md"].ref.sha256 != first
 
 
 def test_a_turn_that_ends_without_the_deliverable_waits_on_you_and_is_never_done() -> None:

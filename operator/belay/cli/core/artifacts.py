@@ -16,6 +16,7 @@ from pathlib import Path
 from belay.api.agentsession import is_plain_file_name
 from belay.cli.core.errors import CommandError
 from belay.journal.state import SessionState
+from belay.views.briefing.classify import ready_for_review
 from belay.views.fleet.render import columns
 from belay.views.status.model import SessionStatus
 
@@ -36,7 +37,7 @@ class ArtifactRow:
 def rows_of_state(state: SessionState, location: Mapping[str, str]) -> list[ArtifactRow]:
     """Every artifact of the record, in the order published; `location` by sha256 (absent: the
     store no longer has it)."""
-    reviews = {w.artifact for w in state.open_wait_records() if w.kind == "ready_for_review"}
+    reviews = ready_for_review(state)
     return [
         ArtifactRow(
             name=record.name,

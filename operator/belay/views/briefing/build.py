@@ -343,22 +343,23 @@ def _rejected_before(state: SessionState, name: str, sha256: str) -> str | None:
 
 
 def _reviews(state: SessionState, items: list[OpenItem], locate: ArtifactLocator | None) -> list[ReviewItem]:
+    """What the classification says waits on your review: a deliverable published here (its review
+    wait) or collected from a child session, each with its bytes and where to fetch them."""
     reviews: list[ReviewItem] = []
     for item in of_state(items, "ready_for_review"):
-        w = state.waits[item.id]
-        name = w.artifact or w.wait_id
+        name = item.label
         command = item.command or ""
         artifact = state.artifacts.get(name)
         if artifact is None:
             reviews.append(
-                ReviewItem(name=name, description=w.reason, command=command, alternative=item.alternative)
+                ReviewItem(name=name, description=item.summary, command=command, alternative=item.alternative)
             )
             continue
         ref = artifact.ref
         reviews.append(
             ReviewItem(
                 name=name,
-                description=artifact.description or w.reason,
+                description=artifact.description or item.summary,
                 subagent=artifact.subagent,
                 sha256=ref.sha256,
                 size=ref.size,

@@ -12,10 +12,14 @@ a subagent whose turn ended without its deliverable waits on your message (never
 an unknown outcome waits on your reconciliation; a wait on you that an approval or a
 reconciliation answers is that approval or reconciliation; an external wait waits on its
 condition, a deliverable on your review; an operation that waits (on a wait it opened, or a child
-session) is its wait, not running. Nothing runs while no attempt is alive or once the session
-ended: what is left open then needs attention (an interruption says how each is settled), or, in a
-session that succeeded, is done. A failed delegation needs attention; a step reopened by a scope
-change or a rejection is invalid until it is redone, and so are the bytes a person rejected.
+session) is its wait, not running. A coordinator's deliverables collected from its child sessions
+(`<child>/<name>`) wait on your review as its own do, once the record holds the child's end with
+those very bytes; a child reopened since (its part changed) makes the bytes collected before
+invalid, and a child that has not ended has nothing collected yet. Nothing runs while no attempt
+is alive or once the session ended: what is left open then needs attention (an interruption says
+how each is settled), or, in a session that succeeded, is done. A failed delegation needs
+attention; a step reopened by a scope change or a rejection is invalid until it is redone, and so
+are the bytes a person rejected.
 """
 
 from __future__ import annotations
@@ -185,12 +189,45 @@ def _work(state: SessionState, phase: Phase, stopped: bool) -> Iterator[OpenItem
         )
 
 
-def _deliverables(state: SessionState) -> Iterator[OpenItem]:
-    """Published deliverables that wait on no review (done), and rejected bytes still named by an
-    artifact (invalid)."""
+def _collected(state: SessionState, name: str, style: CommandStyle) -> OpenItem | None:
+    """A deliverable collected from a child session (`<child>/<its name>`): ready for your review
+    while the record holds the child's end with these very bytes (fetched from this session, turned
+    down in the child, whose step made them); invalid once the child was reopened or ended with
+    other bytes. None for any other deliverable."""
+    child, _, own_name = name.partition("/")
+    link = state.children.get(child) if own_name else None
+    if link is None:
+        return None
+    artifact = state.artifacts[name]
+    base = {"kind": "deliverable", "id": name, "subagent": artifact.subagent, "label": name}
+    delivered = dict(link.deliverables).get(own_name)
+    if link.phase and delivered == artifact.ref.sha256:
+        return OpenItem(
+            **base,
+            state="ready_for_review",
+            ended_by="review",
+            summary=artifact.description or f"{own_name}, the deliverable of child session {child}",
+            command=style(commands.download(state.session_id, name)),
+            alternative=style(commands.reject(child, own_name)),
+        )
+    if not link.phase:
+        why = f"child session {child} runs again (round {link.round}): how it ended no longer stands"
+    else:
+        other = "other bytes of" if delivered else "no"
+        why = f"child session {child} ended {link.phase.lower()} with {other} {own_name}"
+    return OpenItem(**base, state="invalid", summary=why)
+
+
+def _deliverables(state: SessionState, style: CommandStyle) -> Iterator[OpenItem]:
+    """Published deliverables that wait on no review (done), those collected from child sessions,
+    and rejected bytes still named by an artifact (invalid)."""
     reviewed = {w.artifact for w in state.open_wait_records() if w.kind == WaitKind.READY_FOR_REVIEW}
     for name in sorted(state.deliverables, key=lambda n: (state.deliverables[n], n)):
         if name in reviewed:
+            continue
+        collected = _collected(state, name, style)
+        if collected is not None:
+            yield collected
             continue
         yield OpenItem(kind="deliverable", id=name, state="done", subagent=state.artifacts[name].subagent)
     for rejection in state.rejections:
@@ -222,9 +259,15 @@ def classify(
             items.append(item)
     items += _work(state, phase, stopped)
     seen = {(i.kind, i.id) for i in items}
-    items += [d for d in _deliverables(state) if (d.kind, d.id) not in seen]
+    items += [d for d in _deliverables(state, style) if (d.kind, d.id) not in seen]
     return items
 
 
 def of_state(items: list[OpenItem], state: ItemState) -> list[OpenItem]:
     return [item for item in items if item.state == state]
+
+
+def ready_for_review(state: SessionState) -> set[str]:
+    """The names of the deliverables that wait on your review, as `classify` finds them: what a
+    table of deliverables marks for review."""
+    return {item.label for item in classify(state) if item.state == "ready_for_review"}

@@ -38,6 +38,7 @@ from belay.journal.events import (
 from belay.journal.handover import change_phrase
 from belay.journal.phase import Liveness, interruption_of, phase_of
 from belay.journal.state import SessionState, fold
+from belay.views.briefing.classify import ready_for_review
 from belay.views.report.model import (
     WAIT_BAR_KIND,
     Bar,
@@ -631,7 +632,7 @@ def _step_entries(scan: _Scan, state: SessionState) -> list[StepEntry]:
 def _deliverables(
     state: SessionState, locate: Callable[[ArtifactRef], str | None] | None
 ) -> list[DeliverableEntry]:
-    reviews = {w.artifact for w in state.open_wait_records() if w.kind == WaitKind.READY_FOR_REVIEW}
+    reviews = ready_for_review(state)
     entries = []
     for name in sorted(state.deliverables, key=lambda n: (state.deliverables[n], n)):
         record = state.artifacts[name]

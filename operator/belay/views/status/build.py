@@ -6,7 +6,7 @@ the controller calls.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 
 from belay.journal import commands
@@ -208,16 +208,15 @@ def _waiting_on_external(state: SessionState) -> Condition:
     )
 
 
-def _ready_for_review(state: SessionState) -> Condition:
-    reviews = open_wait_ids(state, WaitKind.READY_FOR_REVIEW)
+def _ready_for_review(reviews: Sequence[str]) -> Condition:
+    """`reviews`: the deliverables the classification says wait on your review, in its order."""
     if not reviews:
         return Condition(type=ConditionType.READY_FOR_REVIEW, status="False", reason=Reason.NO_DELIVERABLE)
-    names = [state.waits[w].artifact or w for w in reviews]
     return Condition(
         type=ConditionType.READY_FOR_REVIEW,
         status="True",
         reason=Reason.DELIVERABLE_READY,
-        message="ready for review: " + ", ".join(names[:5]),
+        message="ready for review: " + ", ".join(reviews[:5]),
     )
 
 
@@ -235,15 +234,16 @@ def _recovering(
 
 
 def conditions_of(
-    state: SessionState, phase: Phase, interruption: Interruption | None = None
+    state: SessionState, phase: Phase, interruption: Interruption | None = None, *, reviews: Sequence[str]
 ) -> list[Condition]:
+    """The conditions; `reviews` the deliverables the classification says wait on your review."""
     ready = _ready(state, phase, interruption)
     return [
         ready,
         *_abnormal(state, phase, ready),
         _waiting_on_user(state),
         _waiting_on_external(state),
-        _ready_for_review(state),
+        _ready_for_review(reviews),
         _recovering(state, phase, interruption, ready),
     ]
 
@@ -345,8 +345,9 @@ def _pending_approvals(
     return shown, omitted
 
 
-def _deliverables(state: SessionState, locate: ArtifactLocator) -> tuple[list[DeliverableStatus], int]:
-    review_names = {w.artifact for w in state.open_wait_records() if w.kind == WaitKind.READY_FOR_REVIEW}
+def _deliverables(
+    state: SessionState, locate: ArtifactLocator, review_names: Collection[str]
+) -> tuple[list[DeliverableStatus], int]:
     names = sorted(state.deliverables, key=lambda n: (state.deliverables[n], n))
     shown, omitted = bounded(names, STATUS_LIST_LIMIT)
     deliverables = []
@@ -377,12 +378,12 @@ def session_status(
     interruption = interruption_of(state, liveness)
     approvals, approvals_omitted = _pending_approvals(state, locate)
     open_waits, waits_omitted = bounded(state.open_wait_records(), STATUS_LIST_LIMIT)
-    deliverables, deliverables_omitted = _deliverables(state, locate)
+    classified = classify(state, liveness)
+    reviews = [i.label for i in classified if i.state == "ready_for_review"]
+    deliverables, deliverables_omitted = _deliverables(state, locate, reviews)
     subagent_names, subagents_omitted = bounded(sorted(state.subagents), STATUS_LIST_LIMIT)
     unknown, unknown_omitted = bounded(sorted(state.unknown_outcomes), STATUS_LIST_LIMIT)
-    items, items_omitted = bounded(
-        [i for i in classify(state, liveness) if i.state != "done"], STATUS_LIST_LIMIT
-    )
+    items, items_omitted = bounded([i for i in classified if i.state != "done"], STATUS_LIST_LIMIT)
     return SessionStatus(
         phase=phase,
         waiting_on=waiting_on(state, phase, interruption),
@@ -393,7 +394,7 @@ def session_status(
         lease=state.lifecycle.lease,
         restores=state.lifecycle.restores,
         harness_lost=state.lifecycle.harness_lost,
-        conditions=conditions_of(state, phase, interruption),
+        conditions=conditions_of(state, phase, interruption, reviews=reviews),
         interruption=interruption,
         counts=_counts(state),
         last_checkpoint=_checkpoint_status(state, verified=False),
