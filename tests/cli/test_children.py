@@ -132,7 +132,7 @@ def test_the_release_notes_run_on_one_machine_and_the_coordinators_page_lists_wh
 
     # The coordinator's own page says where the result is: each child's deliverable, collected, is
     # ready for review there, fetched from the coordinator by the command printed (as a session's
-    # own deliverable is) and turned down in the child, whose step made it.
+    # own deliverable is) and turned down there too (which reopens the child whose step made it).
     ready = reviews(home, "release-notes")
     assert sorted(ready) == ["notes-docs/docs.md", "notes-parser/parser.md"]
     for child, name, text in (
@@ -142,7 +142,7 @@ def test_the_release_notes_run_on_one_machine_and_the_coordinators_page_lists_wh
         assert steps_run_twice(read_events(home, child)) == []
         review = ready[f"{child}/{name}"]
         assert review["command"] == f"belay artifacts get release-notes {child}/{name} -o {name}"
-        assert review["alternative"] == f'belay reject {child} {name} --reason "..."'
+        assert review["alternative"] == f'belay reject release-notes {child}/{name} --reason "..."'
         assert review["sha256"] == deliverable_sha256(home, child, name)
         fetched = run_as_printed(home, review["command"], cwd=tmp_path)
         assert fetched.returncode == 0, fetched.stderr
@@ -426,3 +426,83 @@ def test_an_amend_of_the_coordinators_request_reopens_exactly_the_child_whose_pa
     assert sorted(ready) == ["notes-docs/docs.md", "notes-parser/parser.md"]
     again = deliverable_sha256(home, "notes-parser", "parser.md")
     assert ready["notes-parser/parser.md"]["sha256"] == again
+
+
+def test_turning_down_a_collected_note_as_printed_redoes_its_child_and_collects_the_new_note(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    ran = run_belay(home, "run", "--quiet", str(RELEASE_NOTES))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    docs_before = read_events(home, "notes-docs")
+    rejected_sha = deliverable_sha256(home, "notes-parser", "parser.md")
+
+    # Turned down by the command the coordinator's page prints, exactly, with a reason.
+    printed = reviews(home, "release-notes")["notes-parser/parser.md"]["alternative"]
+    assert printed == 'belay reject release-notes notes-parser/parser.md --reason "..."'
+    reason = "say which versions the fix reaches"
+    rejected = run_as_printed(home, printed.replace('"..."', shlex.quote(reason)), cwd=tmp_path)
+    assert rejected.returncode == 0, rejected.stderr
+    assert "child session notes-parser runs again with your reason" in rejected.stdout, rejected.stdout
+
+    # At once: the rejected bytes are no longer ready for review; the page says why and what next.
+    assert sorted(reviews(home, "release-notes")) == ["notes-docs/docs.md"]
+    page = brief(home, "release-notes")
+    [invalid] = [i for i in page["items"] if i["id"] == "notes-parser/parser.md"]
+    assert invalid["state"] == "invalid", invalid
+    assert "child session notes-parser runs again" in invalid["summary"], invalid
+    assert reason in invalid["summary"], invalid
+    text = run_belay(home, "brief", "release-notes").stdout
+    assert "reopened child session notes-parser: it runs again with the reason" in text, text
+    assert "download: belay artifacts get release-notes notes-parser/" not in text, text
+    [next_command] = re.findall(r"^\s+run: (belay .*)$", text, re.M)
+    assert next_command == "belay resume release-notes", text
+    # The child was told why, in its own record: its step reopened by the rejection.
+    [told] = [e.payload for e in read_events(home, "notes-parser") if e.type == "rejection"]
+    assert (told.name, told.sha256, told.reason) == ("parser.md", rejected_sha, reason)
+
+    resumed = run_as_printed(home, next_command + " --quiet", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert read_events(home, "notes-docs") == docs_before  # not a single event more
+    parser = read_events(home, "notes-parser")
+    # Of the children, only the rejected step ran again (as the plan's variant for a rejection
+    # says); of the coordinator, only the step that waited for it and collected its note.
+    assert steps_run_twice(parser) == ["step writer/write completed 2 times"]
+    assert steps_run_twice(read_events(home, "release-notes")) == ["step writer/collect completed 2 times"]
+    again = deliverable_sha256(home, "notes-parser", "parser.md")
+    assert again != rejected_sha
+    ready = reviews(home, "release-notes")
+    assert sorted(ready) == ["notes-docs/docs.md", "notes-parser/parser.md"]
+    assert ready["notes-parser/parser.md"]["sha256"] == again
+    fetched = run_as_printed(home, ready["notes-parser/parser.md"]["command"], cwd=tmp_path)
+    assert fetched.returncode == 0, fetched.stderr
+    assert "every version from 1.4 on" in (tmp_path / "parser.md").read_text()
+    assert objective(home, "release-notes")["done"] is True
+
+
+def test_turning_down_a_collected_note_in_its_child_is_the_same_as_at_the_coordinator(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    ran = run_belay(home, "run", "--quiet", str(RELEASE_NOTES))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    docs_before = read_events(home, "notes-docs")
+    rejected = run_belay(home, "reject", "notes-parser", "parser.md", "--reason", "name the versions")
+    assert rejected.returncode == 0, rejected.stderr
+    assert "rejected notes-parser/parser.md" in rejected.stdout, rejected.stdout
+    assert "continue with `belay resume release-notes`" in rejected.stdout, rejected.stdout
+    # Recorded at the coordinator, whose page stops listing the bytes at once, and in the child.
+    assert sorted(reviews(home, "release-notes")) == ["notes-docs/docs.md"]
+    [at_coordinator] = [e.payload for e in read_events(home, "release-notes") if e.type == "rejection"]
+    assert at_coordinator.name == "notes-parser/parser.md"
+    [in_child] = [e.payload for e in read_events(home, "notes-parser") if e.type == "rejection"]
+    assert (in_child.name, in_child.reason) == ("parser.md", "name the versions")
+    # A second rejection of the same bytes, at either end, records nothing more.
+    again = run_belay(home, "reject", "release-notes", "notes-parser/parser.md", "--reason", "again")
+    assert again.returncode != 0 and "is not a published deliverable now" in again.stderr, again.stderr
+
+    resumed = run_belay(home, "resume", "--quiet", "release-notes")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert read_events(home, "notes-docs") == docs_before
+    ready = reviews(home, "release-notes")
+    assert sorted(ready) == ["notes-docs/docs.md", "notes-parser/parser.md"]
+    assert ready["notes-parser/parser.md"]["sha256"] == deliverable_sha256(home, "notes-parser", "parser.md")
+    assert ready["notes-parser/parser.md"]["sha256"] != at_coordinator.sha256

@@ -5,6 +5,8 @@ from typing import cast
 
 import pytest
 
+from belay.cli.core.decide import OnDeliverable, OpenItems, collected_by_parent, to_reject
+from belay.cli.core.errors import CommandError
 from belay.controller.kube import KubeClient
 from belay.controller.reconciler import SessionReconciler
 from belay.controller.record import (
@@ -34,6 +36,8 @@ from belay.journal.events import (
     Lifecycle,
     Rejection,
     ScopeChange,
+    SessionLink,
+    SessionLinkKind,
     UserInput,
     UserMessage,
     Verification,
@@ -43,6 +47,7 @@ from belay.journal.events import (
 from belay.journal.state import SessionState, fold
 from belay.stores.base import ClaimTaken
 from belay.stores.sqlite import SqliteEventStore
+from belay.views.status.build import session_status
 from tests.controller.sessions import EXAMPLE_MANIFEST, spec_with
 from tests.journal.fixtures import LogBuilder, sha
 
@@ -290,6 +295,47 @@ def test_a_spec_rejection_turns_down_exactly_the_pending_payload_or_published_by
         )
         == []
     )
+
+
+def test_a_deliverable_collected_from_a_child_is_not_turned_down_in_a_cluster() -> None:
+    """The operator does not reopen child sessions yet: `kubectl belay reject` of collected bytes
+    is refused, at the coordinator and in the child, recording nothing, and a spec entry written
+    by hand for them records nothing either (the collected bytes stand)."""
+    note = sha("parser note")
+    start = SessionLink(
+        kind=SessionLinkKind.CHILD, session="notes-parser", part="parser", deliverable="parser.md"
+    )
+    ended = SessionLink(
+        kind=SessionLinkKind.CHILD,
+        session="notes-parser",
+        part="parser",
+        phase="Succeeded",
+        deliverables={"parser.md": note},
+    )
+    collected = Artifact(
+        name="notes-parser/parser.md", ref=ArtifactRef(sha256=note, size=9), deliverable=True
+    )
+    coordinator = recorded(start, ended, collected)
+    entry = {"item": "notes-parser/parser.md", "sha256": note, "reason": "name the versions"}
+    assert spec_rejection_writes(UID, spec_with(rejections=[entry]), coordinator) == []
+
+    at_coordinator = OpenItems.of_status("release-notes", session_status(coordinator))
+    with pytest.raises(CommandError, match="the operator does not do yet") as refused:
+        to_reject(at_coordinator, "notes-parser/parser.md", "name the versions")
+    assert "kubectl belay artifacts get release-notes notes-parser/parser.md -o parser.md" in str(
+        refused.value
+    )
+    child = recorded(
+        SessionLink(kind=SessionLinkKind.PARENT, session="release-notes", part="parser"),
+        Artifact(name="parser.md", ref=ArtifactRef(sha256=note, size=9), deliverable=True),
+    )
+    target = to_reject(OpenItems.of_status("notes-parser", session_status(child)), "parser.md", "why")
+    assert isinstance(target, OnDeliverable)
+    with pytest.raises(CommandError, match="collected from child session notes-parser"):
+        collected_by_parent(target, "notes-parser", at_coordinator)
+    # On one machine the same decision goes through: the child is reopened with the reason.
+    local = to_reject(OpenItems.of_state(coordinator), "notes-parser/parser.md", "name the versions")
+    assert isinstance(local, OnDeliverable) and local.child == "notes-parser"
 
 
 def test_a_yes_in_spec_decisions_to_a_turn_that_ended_short_is_the_subagents_next_message() -> None:

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from belay.harness.children import collected_rejection
 from belay.journal.events import (
     Actor,
     Approval,
@@ -52,7 +53,7 @@ from belay.views.briefing.model import (
     RunningItem,
     StepItem,
 )
-from belay.views.briefing.render import render_rows
+from belay.views.briefing.render import render_rows, render_text
 from belay.views.fleet.build import fleet_row, fleet_view, objective_view
 from belay.views.fleet.model import FleetSummary, FleetWait, ObjectiveWait
 from belay.views.laws import LAWS, broken, fleet_broken, objective_broken
@@ -316,6 +317,16 @@ class Story:
             actor=Actor(kind="user", name="dana"),
         )
 
+    def reject_collected(self, sub: str, flag: bool) -> None:
+        """A person turned the collected note down at the coordinator (flag: with a reason): the
+        events `belay.harness.children.collected_rejection` gives for the coordinator's record."""
+        state = self.state()
+        note = state.artifacts.get("child-a/docs.md")
+        reason = "name the versions" if flag else "no"
+        found = note and collected_rejection(state, note.name, note.ref.sha256, reason, "dana")
+        for payload in found.in_coordinator if found else ():
+            self.add(payload, actor=Actor(kind="user", name="dana"))
+
     def end(self, sub: str, flag: bool) -> None:
         kind = LifecycleKind.SESSION_COMPLETED if flag else LifecycleKind.SESSION_FAILED
         self.add(Lifecycle(kind=kind, attempt=max(1, self.attempt), detail="every subtask done"))
@@ -443,7 +454,7 @@ def test_a_coordinators_collected_deliverable_is_ready_for_review_while_its_chil
     assert (review.name, review.command, review.alternative) == (
         "child-a/docs.md",
         "belay artifacts get laws child-a/docs.md -o docs.md",
-        'belay reject child-a docs.md --reason "..."',
+        'belay reject laws child-a/docs.md --reason "..."',
     )
     assert review.description == "docs.md, the deliverable of child session child-a (docs)"
     first = told.state().artifacts["child-a/docs.md"].ref.sha256
@@ -462,7 +473,21 @@ def test_a_coordinators_collected_deliverable_is_ready_for_review_while_its_chil
 
     told.collect("fixer", True)  # it ended again, with new bytes
     [review] = briefing(told.state()).ready_for_review
-    assert review.sha256 == told.state().artifacts["child-a/docs.md"].ref.sha256 != first
+    second = told.state().artifacts["child-a/docs.md"].ref.sha256
+    assert review.sha256 == second != first
+
+    told.reject_collected("fixer", True)  # turned down at the coordinator: the child runs again
+    page = briefing(told.state())
+    assert page.ready_for_review == []
+    [item] = [i for i in page.items if i.kind == "deliverable"]
+    assert item.state == "invalid", item
+    assert (
+        item.summary
+        == "rejected by dana: name the versions; child session child-a runs again (round 3) with the reason"
+    )
+    [rejection] = page.rejections
+    assert (rejection.item, rejection.sha256, rejection.child) == ("child-a/docs.md", second, "child-a")
+    assert "reopened child session child-a: it runs again with the reason" in render_text(page)
 
 
 def test_a_turn_that_ends_without_the_deliverable_waits_on_you_and_is_never_done() -> None:

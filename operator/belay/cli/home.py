@@ -14,6 +14,7 @@ from typing import Any
 from belay.api.agentsession import AgentSession
 from belay.cli import terminal
 from belay.cli.core import brief as brief_command
+from belay.cli.core.decide import OnDeliverable
 from belay.cli.core.errors import CommandError
 from belay.cli.core.handover import change_event, moved_executor
 from belay.cli.terminal import fail
@@ -32,6 +33,7 @@ from belay.journal.events import (
 from belay.journal.handover import change_phrase, executor_label
 from belay.journal.phase import HEARTBEAT_INTERVAL_S, Liveness, Phase, attempt_alive, phase_of
 from belay.journal.state import SessionState, apply
+from belay.local.children import reject_collected
 from belay.local.liveness import local_liveness, reap_orphans
 from belay.local.runtime import LocalHome, load_session_state, read_state, unknown_session
 from belay.stores.base import ClaimTaken
@@ -180,6 +182,30 @@ def append_decision(session_id: str, drafts: list[EventDraft], claim: str) -> No
     earlier = asyncio.run(write())
     if earlier is not None:
         raise fail(f"{earlier}; yours was not recorded (see `belay brief {session_id}`)")
+
+
+def reject_collected_deliverable(session_id: str, target: OnDeliverable, by: str) -> str:
+    """Turn down a deliverable the coordinator `session_id` collected from a child: the child runs
+    again with the reason, and the coordinator's step that awaited it collects its next end. What
+    was recorded, in words; fails with the decision that stands when someone was first."""
+    named = target.deliverable
+    home = home_of(session_id)
+    found = asyncio.run(reject_collected(home, session_id, named.name, named.sha256, target.reason, by))
+    if isinstance(found, int):
+
+        async def first() -> str:
+            store = home.open_event_store(read_only=True)
+            try:
+                [event] = await store.read(session_id, found, found)
+            finally:
+                await store.close()
+            return decided_first(event)
+
+        raise fail(f"{asyncio.run(first())}; yours was not recorded (see `belay brief {session_id}`)")
+    return (
+        f"rejected {named.name} (sha256 {named.sha256}); child session {found.child} runs again with "
+        f"your reason (its step that made {found.in_child.name} is redone); the other children stand"
+    )
 
 
 def decided_first(event: Event) -> str:

@@ -60,6 +60,7 @@ from belay.cli.core.decide import (
     OnWait,
     OpenItems,
     PendingApproval,
+    collected_by_parent,
     to_answer,
     to_approve,
     to_reconcile,
@@ -216,7 +217,12 @@ def reject(
     try:
         cluster = Cluster.connect(kubeconfig)
         namespace = namespace or cluster.namespace
-        target = to_reject(_open_items(cluster.raw(namespace, name)), item_id, reason)
+        session = cluster.raw(namespace, name)
+        target = to_reject(_open_items(session), item_id, reason)
+        parent = _status(typed(session)).parent
+        if isinstance(target, OnDeliverable) and parent is not None:
+            # Bytes its coordinator collected: refused there, since the operator cannot reopen a child.
+            collected_by_parent(target, name, _open_items(cluster.raw(namespace, parent.session)))
         if isinstance(target, OnWait) or (isinstance(target, OnApproval) and not reason.strip()):
             # A no to a wait, or to an approval without a reason (spec.rejections carry one).
             named = target.wait.wait_id if isinstance(target, OnWait) else target.approval.approval_id

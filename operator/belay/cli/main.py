@@ -31,6 +31,7 @@ from belay.cli.core.decide import (
     OnDeliverable,
     OnWait,
     OpenItems,
+    collected_by_parent,
     to_answer,
     to_approve,
     to_reconcile,
@@ -51,6 +52,7 @@ from belay.cli.home import (
     move_executor,
     print_brief,
     read_liveness,
+    reject_collected_deliverable,
     reopened_after,
     stop_orphans,
 )
@@ -487,8 +489,16 @@ def reject(
     with your reason. Or answer no to a wait."""
     state = known_state(session_id)
     target = to_reject(OpenItems.of_state(state), item_id, reason)
+    if isinstance(target, OnDeliverable) and state.parent is not None:
+        # Bytes its coordinator collected are turned down at the coordinator, which collects anew.
+        parent = known_state(state.parent.session)
+        through = collected_by_parent(target, session_id, OpenItems.of_state(parent))
+        if through is not None:
+            session_id, state, target = parent.session_id, parent, through
     # Plain echo, never wrapped: the output names commands to copy.
-    if isinstance(target, OnDeliverable):
+    if isinstance(target, OnDeliverable) and target.child:
+        outcome = reject_collected_deliverable(session_id, target, by)
+    elif isinstance(target, OnDeliverable):
         named = target.deliverable
         rejection = Rejection(name=named.name, sha256=named.sha256, reason=target.reason, by=by)
         drafts = [EventDraft(payload=rejection, actor=Actor(kind="user", name=by))]

@@ -17,6 +17,7 @@ from typing import Any
 
 from belay.api.agentsession import AgentSessionSpec, ApprovalGrant
 from belay.api.status import ForkStatus, OperatorReason
+from belay.harness.children import collected_from
 from belay.journal.claims import approval_claim, rejection_claim
 from belay.journal.decisions import DecisionError, decision_write, reconcile_write
 from belay.journal.events import (
@@ -196,7 +197,8 @@ def spec_rejection_writes(uid: str, spec: AgentSessionSpec, state: SessionState)
     """A rejection for each entry in the spec that names, by its exact hash, a pending approval
     (recorded as a rejected approval) or a published deliverable (recorded as a rejection). An
     entry for bytes no longer pending or published records nothing: the redone step's new
-    deliverable is not rejected by the entry that turned down the old one."""
+    deliverable is not rejected by the entry that turned down the old one. Nor does an entry for a
+    deliverable collected from a child session (the operator does not reopen children yet)."""
     writes = []
     for entry in spec.rejections:
         key = f"rejection/{uid}/{entry.item}/{entry.sha256}"
@@ -214,7 +216,13 @@ def spec_rejection_writes(uid: str, spec: AgentSessionSpec, state: SessionState)
             )
             writes.append(_write(key, decision, claim=approval_claim(approval.approval_id)))
         elif (
-            artifact is not None and entry.item in state.deliverables and artifact.ref.sha256 == entry.sha256
+            artifact is not None
+            and entry.item in state.deliverables
+            and artifact.ref.sha256 == entry.sha256
+            # Turning down what a coordinator collected reopens the child, which the operator does
+            # not do yet: `kubectl belay reject` refuses it, and an entry written by hand records
+            # nothing, the collected bytes stand.
+            and collected_from(state, entry.item) is None
         ):
             rejection = Rejection(name=entry.item, sha256=entry.sha256, reason=entry.reason, by=by)
             writes.append(_write(key, rejection, claim=rejection_claim(entry.item, entry.sha256)))

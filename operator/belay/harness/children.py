@@ -23,6 +23,7 @@ from belay.journal.events import (
     CHILD_WAIT_PREFIX,
     Artifact,
     Payload,
+    Rejection,
     ScopeChange,
     SessionLink,
     SessionLinkKind,
@@ -211,3 +212,43 @@ def reopened(
         again = SessionLink(kind=SessionLinkKind.CHILD, session=name, part=link.part, reopened=True)
         found.append(Reopening(name, scope, again))
     return found
+
+
+def collected_from(state: SessionState, name: str) -> SessionLinkRecord | None:
+    """The child whose end the coordinator's record holds with `name` (`<child>/<its name>`)
+    among its deliverables, with these very bytes; None for any other artifact."""
+    child, _, own_name = name.partition("/")
+    link = state.children.get(child) if own_name else None
+    artifact = state.artifacts.get(name)
+    if link is None or artifact is None or not link.phase:
+        return None
+    return link if dict(link.deliverables).get(own_name) == artifact.ref.sha256 else None
+
+
+@dataclass(frozen=True)
+class CollectedRejection:
+    """A person turned down a deliverable the coordinator collected from a child: the rejection
+    recorded in the child's record (its step is redone with the reason, as a rejection there is),
+    and in the coordinator's the same rejection with the link reopened (the step that awaited the
+    child is redone, and waits for the child's next end)."""
+
+    child: str
+    in_child: Rejection
+    in_coordinator: tuple[Rejection, SessionLink]
+
+
+def collected_rejection(
+    state: SessionState, name: str, sha256: str, reason: str, by: str
+) -> CollectedRejection | None:
+    """The rejection of the collected deliverable `name` (the bytes `sha256`) of the coordinator
+    folded in `state`, or None when `name` is not one."""
+    link = collected_from(state, name)
+    if link is None or state.artifacts[name].ref.sha256 != sha256:
+        return None
+    own_name = name.partition("/")[2]
+    again = SessionLink(kind=SessionLinkKind.CHILD, session=link.session, part=link.part, reopened=True)
+    return CollectedRejection(
+        child=link.session,
+        in_child=Rejection(name=own_name, sha256=sha256, reason=reason, by=by),
+        in_coordinator=(Rejection(name=name, sha256=sha256, reason=reason, by=by), again),
+    )

@@ -31,15 +31,17 @@ from pathlib import Path
 from belay.api.agentsession import AgentSession, ManifestError, parse_manifest
 from belay.harness.children import (
     PART_ANNOTATION,
+    CollectedRejection,
     Reopening,
     child_ended,
     child_labels,
     child_spec,
     child_wait_ended,
+    collected_rejection,
     parent_link,
     reopened,
 )
-from belay.journal.claims import scope_claim
+from belay.journal.claims import rejection_claim, scope_claim
 from belay.journal.events import Actor, EventDraft, Payload, ScopeChange, SessionLink, SessionLinkKind
 from belay.journal.phase import Phase
 from belay.journal.state import EMPTY, SessionLinkRecord, SessionState, fold
@@ -248,6 +250,47 @@ async def reopen_children(home: LocalHome, parent: str, by: str) -> list[Reopeni
                 [EventDraft(payload=reopening.link, actor=RUNTIME)],
                 idempotency_key=f"children/{parent}/reopen/{reopening.child}/v{state.request.version}",
             )
+        return found
+    finally:
+        await store.close()
+
+
+async def reject_collected(
+    home: LocalHome, parent: str, name: str, sha256: str, reason: str, by: str
+) -> CollectedRejection | int:
+    """`belay reject COORDINATOR CHILD/NAME`: the child that made the collected deliverable
+    reopened with the reason (a rejection of its own bytes, in its record, under that rejection's
+    claim), then in the coordinator's record the rejection and the link reopened, as an amend of the
+    child's part reopens it: the coordinator's next attempt (or the one running) starts the child
+    again, its step that awaited the child waits for the child's next end and collects the new
+    bytes. The child is told first, so a coordinator that sees the link reopened starts a child
+    that has work to redo. Returns what was recorded, or the seq of the decision that stands when
+    someone turned these bytes down at the coordinator first."""
+    from belay.journal.snapshots import load_state
+
+    store = home.open_event_store()
+    artifacts = home.open_artifact_store()
+    user = Actor(kind="user", name=by)
+    try:
+        state = (await load_state(store, artifacts, parent)).state
+        found = collected_rejection(state, name, sha256, reason, by)
+        if found is None:
+            raise LookupError(f"{name} is not a deliverable {parent} collected from a child session")
+        own = found.in_child
+        with contextlib.suppress(ClaimTaken):  # turned down in the child already: that one stands
+            await store.append(
+                found.child,
+                [EventDraft(payload=own, actor=user)],
+                claim=rejection_claim(own.name, own.sha256),
+            )
+        try:
+            await store.append(
+                parent,
+                [EventDraft(payload=p, actor=user) for p in found.in_coordinator],
+                claim=rejection_claim(name, sha256),
+            )
+        except ClaimTaken as taken:
+            return taken.seq
         return found
     finally:
         await store.close()

@@ -10,14 +10,15 @@ unknown outcome.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from belay.cli.core.errors import CommandError
 from belay.journal import commands
 from belay.journal.commands import CommandStyle
 from belay.journal.events import WaitKind
 from belay.journal.state import SessionState
+from belay.journal.state.records import SessionLinkRecord
 from belay.views.status.model import SessionStatus
 
 
@@ -60,6 +61,11 @@ class OpenItems:
     # record shows them.
     withdrawn: Sequence[Published] = ()
     style: CommandStyle = commands.local  # how the commands an error names are spelled
+    # Deliverables collected from child sessions (`<child>/<name>`), by name: the child that made
+    # each. Turning one down reopens its child, which whoever records the decision must be able
+    # to do (`reopens_children`): the embedded runtime can, the operator cannot yet.
+    collected: Mapping[str, str] = field(default_factory=dict)
+    reopens_children: bool = True
 
     @classmethod
     def of_state(cls, state: SessionState) -> OpenItems:
@@ -83,6 +89,11 @@ class OpenItems:
                 for name, record in state.artifacts.items()
                 if name not in state.deliverables
             ],
+            collected={
+                name: link.session
+                for name in state.deliverables
+                if (link := _collected_link(state, name)) is not None
+            },
         )
 
     @classmethod
@@ -99,12 +110,28 @@ class OpenItems:
             deliverables=[Published(d.name, d.sha256) for d in status.deliverables],
             unknown_outcomes=list(status.unknown_outcomes),
             style=commands.in_cluster,
+            collected={
+                d.name: d.name.partition("/")[0]
+                for d in status.deliverables
+                if d.name.partition("/")[0] in {c.session for c in status.children if c.phase}
+            },
+            reopens_children=False,
         )
 
     def waiting(self) -> str:
         """Every id that waits on a person, for an error message."""
         ids = [a.approval_id for a in self.approvals] + [w.wait_id for w in self.waits]
         return ", ".join(ids) or "nothing waits on you"
+
+
+def _collected_link(state: SessionState, name: str) -> SessionLinkRecord | None:
+    """The child whose end the record holds with the deliverable `name` (`<child>/<its name>`),
+    these very bytes; None for a deliverable of the session's own."""
+    child, _, own_name = name.partition("/")
+    link = state.children.get(child) if own_name else None
+    if link is None or not link.phase:
+        return None
+    return link if dict(link.deliverables).get(own_name) == state.artifacts[name].ref.sha256 else None
 
 
 @dataclass(frozen=True)
@@ -128,6 +155,9 @@ class OnDeliverable:
 
     deliverable: Published
     reason: str
+    # The child session that made it, for a deliverable collected from one: it is reopened with
+    # the reason, and the step that awaited it waits for its next end.
+    child: str = ""
 
 
 def _approval(items: OpenItems, item_id: str) -> PendingApproval | None:
@@ -165,7 +195,15 @@ def to_reject(items: OpenItems, item_id: str, reason: str) -> OnApproval | OnWai
             raise CommandError(
                 f'say why with --reason "...": the step that made {named.name} is redone with it'
             )
-        return OnDeliverable(named, reason.strip())
+        child = items.collected.get(named.name, "")
+        if child and not items.reopens_children:
+            raise CommandError(
+                f"{named.name} was collected from child session {child}: turning it down reopens "
+                f"{child}, which the operator does not do yet (an edit of spec.request does not reopen "
+                "children either); nothing was recorded. Fetch it with "
+                f"`{items.style(commands.download(items.session, named.name))}`"
+            )
+        return OnDeliverable(named, reason.strip(), child)
     approval = _approval(items, item_id)
     if approval is not None:
         return OnApproval(approval)
@@ -183,6 +221,23 @@ def to_reject(items: OpenItems, item_id: str, reason: str) -> OnApproval | OnWai
         f"no approval, wait or deliverable {item_id!r} in session {items.session} "
         f"(pending: {items.waiting()}; deliverables: {published})"
     )
+
+
+def collected_by_parent(target: OnDeliverable, child: str, parent: OpenItems) -> OnDeliverable | None:
+    """A rejection of a child's deliverable whose end its coordinator (`parent`) collected, these
+    very bytes: the same rejection at the coordinator, which reopens the child and redoes the
+    coordinator's step that awaited it (in the child alone, the coordinator would go on listing the
+    rejected bytes). None when the coordinator holds no such deliverable."""
+    name = f"{child}/{target.deliverable.name}"
+    collected = next((d for d in parent.deliverables if d.name == name), None)
+    if (
+        collected is None
+        or parent.collected.get(name) != child
+        or collected.sha256 != target.deliverable.sha256
+    ):
+        return None
+    found = to_reject(parent, name, target.reason)
+    return found if isinstance(found, OnDeliverable) else None
 
 
 def to_answer(items: OpenItems, wait_id: str) -> OpenWait:

@@ -215,4 +215,11 @@ def rejection_item(state: SessionState, rejection: RejectionRecord) -> Rejection
         at=rejection.at,
         steps=[step_verdict(state, step, why) for step in rejection.reopened_steps],
         invalidated_count=len(rejection.invalidated),
+        child=_reopened_child(state, rejection),
     )
+
+
+def _reopened_child(state: SessionState, rejection: RejectionRecord) -> str:
+    """The child session a rejection of a deliverable collected from it (`<child>/<name>`) reopened."""
+    child, _, own_name = rejection.item.partition("/")
+    return child if rejection.kind == "deliverable" and own_name and child in state.children else ""

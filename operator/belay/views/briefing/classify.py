@@ -14,10 +14,11 @@ reconciliation answers is that approval or reconciliation; an external wait wait
 condition, a deliverable on your review; an operation that waits (on a wait it opened, or a child
 session) is its wait, not running. A coordinator's deliverables collected from its child sessions
 (`<child>/<name>`) wait on your review as its own do, once the record holds the child's end with
-those very bytes; a child reopened since (its part changed) makes the bytes collected before
-invalid, and a child that has not ended has nothing collected yet. Nothing runs while no attempt
-is alive or once the session ended: what is left open then needs attention (an interruption says
-how each is settled), or, in a session that succeeded, is done. A failed delegation needs
+those very bytes; a child reopened since (its part changed, or a person turned those bytes down at
+the coordinator) makes the bytes collected before invalid, and a child that has not ended has
+nothing collected yet. Nothing runs while no attempt is alive or once the session ended: what is
+left open then needs attention (an interruption says how each is settled), or, in a session that
+succeeded, is done. A failed delegation needs
 attention; a step reopened by a scope change or a rejection is invalid until it is redone, and so
 are the bytes a person rejected.
 """
@@ -191,9 +192,9 @@ def _work(state: SessionState, phase: Phase, stopped: bool) -> Iterator[OpenItem
 
 def _collected(state: SessionState, name: str, style: CommandStyle) -> OpenItem | None:
     """A deliverable collected from a child session (`<child>/<its name>`): ready for your review
-    while the record holds the child's end with these very bytes (fetched from this session, turned
-    down in the child, whose step made them); invalid once the child was reopened or ended with
-    other bytes. None for any other deliverable."""
+    while the record holds the child's end with these very bytes (fetched from this session, and
+    turned down here: that reopens the child with the reason); invalid once the child was reopened
+    or ended with other bytes. None for any other deliverable."""
     child, _, own_name = name.partition("/")
     link = state.children.get(child) if own_name else None
     if link is None:
@@ -208,7 +209,7 @@ def _collected(state: SessionState, name: str, style: CommandStyle) -> OpenItem 
             ended_by="review",
             summary=artifact.description or f"{own_name}, the deliverable of child session {child}",
             command=style(commands.download(state.session_id, name)),
-            alternative=style(commands.reject(child, own_name)),
+            alternative=style(commands.reject(state.session_id, name)),
         )
     if not link.phase:
         why = f"child session {child} runs again (round {link.round}): how it ended no longer stands"
@@ -236,12 +237,16 @@ def _deliverables(state: SessionState, style: CommandStyle) -> Iterator[OpenItem
         artifact = state.artifacts.get(rejection.item)
         if artifact is None or artifact.ref.sha256 != rejection.sha256:
             continue
+        summary = f"rejected by {rejection.by or 'you'}: {rejection.reason}"
+        child = state.children.get(rejection.item.partition("/")[0]) if "/" in rejection.item else None
+        if child is not None and not child.phase:
+            summary += f"; child session {child.session} runs again (round {child.round}) with the reason"
         yield OpenItem(
             kind="deliverable",
             id=rejection.item,
             state="invalid",
             subagent=artifact.subagent,
-            summary=f"rejected by {rejection.by or 'you'}: {rejection.reason}",
+            summary=summary,
         )
 
 

@@ -99,6 +99,8 @@ class RejectionItem(Model):
     at: datetime | None = None
     steps: list[StepVerdict] = []  # what is redone because of it
     invalidated_count: int = 0
+    # A deliverable collected from a child session: the child it reopened, with the reason.
+    child: str = ""
 
 
 # What an open item is, decided once (`belay.views.briefing.classify`) and read by every view.

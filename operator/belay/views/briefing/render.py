@@ -145,6 +145,8 @@ def _rejection_rows(b: Briefing) -> list[Row]:
         rows.append(
             (1, f"{rejection.item} ({what}, sha256 {_short(rejection.sha256)}) rejected{who}{when}: {reason}")
         )
+        if rejection.child:
+            rows.append((2, f"reopened child session {rejection.child}: it runs again with the reason"))
         rows += [(2, "redo " + _verdict(v).split(": ", 1)[0]) for v in rejection.steps]
     return rows
 

@@ -237,6 +237,9 @@ def on_rejection(s: SessionState, e: RejectionEvent) -> Updates:
     if artifact is not None and artifact.ref.sha256 == p.sha256 and artifact.result_id:
         produced = artifact.result_id  # other bytes under the name are not what was rejected
     result = s.results.get(produced) if produced else None
+    step = result.step if result is not None else None
+    if produced and step is None:
+        step = _collecting_step(s, p.name)
     updates: Updates = {}
     decided(
         s,
@@ -260,11 +263,27 @@ def on_rejection(s: SessionState, e: RejectionEvent) -> Updates:
         item=p.name,
         sha256=p.sha256,
         reason=p.reason,
-        step=result.step if result is not None else None,
+        step=step,
         produced=produced,
         operation_id=produced if produced in s.operations else None,
     )
     return updates
+
+
+def _collecting_step(s: SessionState, name: str) -> str | None:
+    """The step of a coordinator that collected `name` (`<child>/<its name>`) from a child session:
+    the step of its latest `await_session` of the child. A rejection of the collected bytes redoes
+    it, and it waits for the child's next end."""
+    child, _, own_name = name.partition("/")
+    if not own_name or child not in s.children:
+        return None
+    awaited = [
+        s.operations[op_id]
+        for op_id, delegation in s.delegations.items()
+        if delegation == f"await_session {child}" and op_id in s.operations
+    ]
+    latest = max(awaited, key=lambda op: op.request_seq, default=None)
+    return latest.step if latest is not None else None
 
 
 def _record_rejection(
