@@ -17,7 +17,6 @@ from typing import Any
 
 from belay.api.agentsession import AgentSessionSpec, ApprovalGrant
 from belay.api.status import ForkStatus, OperatorReason
-from belay.harness.children import collected_from
 from belay.journal.claims import approval_claim, rejection_claim
 from belay.journal.decisions import DecisionError, decision_write, reconcile_write
 from belay.journal.events import (
@@ -222,7 +221,7 @@ def spec_rejection_writes(uid: str, spec: AgentSessionSpec, state: SessionState)
             # Turning down what a coordinator collected reopens the child, which the operator does
             # not do yet: `kubectl belay reject` refuses it, and an entry written by hand records
             # nothing, the collected bytes stand.
-            and collected_from(state, entry.item) is None
+            and state.collected_from(entry.item) is None
         ):
             rejection = Rejection(name=entry.item, sha256=entry.sha256, reason=entry.reason, by=by)
             writes.append(_write(key, rejection, claim=rejection_claim(entry.item, entry.sha256)))

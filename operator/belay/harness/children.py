@@ -214,17 +214,6 @@ def reopened(
     return found
 
 
-def collected_from(state: SessionState, name: str) -> SessionLinkRecord | None:
-    """The child whose end the coordinator's record holds with `name` (`<child>/<its name>`)
-    among its deliverables, with these very bytes; None for any other artifact."""
-    child, _, own_name = name.partition("/")
-    link = state.children.get(child) if own_name else None
-    artifact = state.artifacts.get(name)
-    if link is None or artifact is None or not link.phase:
-        return None
-    return link if dict(link.deliverables).get(own_name) == artifact.ref.sha256 else None
-
-
 @dataclass(frozen=True)
 class CollectedRejection:
     """A person turned down a deliverable the coordinator collected from a child: the rejection
@@ -242,7 +231,7 @@ def collected_rejection(
 ) -> CollectedRejection | None:
     """The rejection of the collected deliverable `name` (the bytes `sha256`) of the coordinator
     folded in `state`, or None when `name` is not one."""
-    link = collected_from(state, name)
+    link = state.collected_from(name)
     if link is None or state.artifacts[name].ref.sha256 != sha256:
         return None
     own_name = name.partition("/")[2]

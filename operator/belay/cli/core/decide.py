@@ -18,7 +18,6 @@ from belay.journal import commands
 from belay.journal.commands import CommandStyle
 from belay.journal.events import WaitKind
 from belay.journal.state import SessionState
-from belay.journal.state.records import SessionLinkRecord
 from belay.views.status.model import SessionStatus
 
 
@@ -92,7 +91,7 @@ class OpenItems:
             collected={
                 name: link.session
                 for name in state.deliverables
-                if (link := _collected_link(state, name)) is not None
+                if (link := state.collected_from(name)) is not None
             },
         )
 
@@ -122,16 +121,6 @@ class OpenItems:
         """Every id that waits on a person, for an error message."""
         ids = [a.approval_id for a in self.approvals] + [w.wait_id for w in self.waits]
         return ", ".join(ids) or "nothing waits on you"
-
-
-def _collected_link(state: SessionState, name: str) -> SessionLinkRecord | None:
-    """The child whose end the record holds with the deliverable `name` (`<child>/<its name>`),
-    these very bytes; None for a deliverable of the session's own."""
-    child, _, own_name = name.partition("/")
-    link = state.children.get(child) if own_name else None
-    if link is None or not link.phase:
-        return None
-    return link if dict(link.deliverables).get(own_name) == state.artifacts[name].ref.sha256 else None
 
 
 @dataclass(frozen=True)

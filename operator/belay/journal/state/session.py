@@ -147,6 +147,17 @@ class SessionState(BaseModel):
     def operation(self, operation_id: str) -> OperationRecord | None:
         return self.operations.get(operation_id)
 
+    def collected_from(self, name: str) -> SessionLinkRecord | None:
+        """For a coordinator's artifact `name` (`<child>/<its name>`): the child whose end the record
+        holds with these very bytes among its deliverables; None for any other artifact, and once
+        the child was reopened or ended with other bytes."""
+        child, _, own_name = name.partition("/")
+        link = self.children.get(child) if own_name else None
+        artifact = self.artifacts.get(name)
+        if link is None or artifact is None or not link.phase:
+            return None
+        return link if dict(link.deliverables).get(own_name) == artifact.ref.sha256 else None
+
     def operation_of_call(self, subagent: str, call_id: str) -> OperationRecord | None:
         """The operation a call the executor named `call_id` was recorded as: the one recorded
         with it as its provider call id, else the operation of that id, unless that operation

@@ -202,7 +202,7 @@ def _collected(state: SessionState, name: str, style: CommandStyle) -> OpenItem 
     artifact = state.artifacts[name]
     base = {"kind": "deliverable", "id": name, "subagent": artifact.subagent, "label": name}
     delivered = dict(link.deliverables).get(own_name)
-    if link.phase and delivered == artifact.ref.sha256:
+    if state.collected_from(name) is not None:
         return OpenItem(
             **base,
             state="ready_for_review",
