@@ -179,6 +179,20 @@ def held_plan(name: str, ask: bool) -> dict[str, Any]:
     }
 
 
+def coordinator_manifest(name: str, goal: str) -> dict[str, Any]:
+    """A coordinator of objective `name` whose scripted plan is `coordinator.yaml` beside it."""
+    return {
+        "apiVersion": "belay.dev/v1alpha1",
+        "kind": "AgentSession",
+        "metadata": {"name": name, "labels": {"belay.dev/objective": name}},
+        "spec": {
+            "request": {"goal": goal},
+            "executor": {"type": "scripted", "plan": "coordinator.yaml"},
+            "subagents": [{"name": "writer", "networkProfile": "none"}],
+        },
+    }
+
+
 def write_pair(directory: Path) -> Path:
     directory.mkdir(parents=True)
     children = {"quick": False, "held": True}
@@ -202,16 +216,7 @@ def write_pair(directory: Path) -> Path:
         {"id": "delegate", "title": "Start the parts", "actions": starts},
         {"id": "collect", "title": "Wait for the parts", "actions": awaits},
     ]
-    manifest = {
-        "apiVersion": "belay.dev/v1alpha1",
-        "kind": "AgentSession",
-        "metadata": {"name": "pair", "labels": {"belay.dev/objective": "pair"}},
-        "spec": {
-            "request": {"goal": "Two parts, one child session each."},
-            "executor": {"type": "scripted", "plan": "coordinator.yaml"},
-            "subagents": [{"name": "writer", "networkProfile": "none"}],
-        },
-    }
+    manifest = coordinator_manifest("pair", "Two parts, one child session each.")
     (directory / "coordinator.yaml").write_text(yaml.safe_dump({"subagents": {"writer": {"steps": steps}}}))
     (directory / "session.yaml").write_text(yaml.safe_dump(manifest))
     return directory / "session.yaml"
@@ -322,16 +327,7 @@ def write_coordinator(directory: Path) -> Path:
         }
     }
     (directory / "coordinator.yaml").write_text(yaml.safe_dump(plan))
-    manifest = {
-        "apiVersion": "belay.dev/v1alpha1",
-        "kind": "AgentSession",
-        "metadata": {"name": "trio", "labels": {"belay.dev/objective": "trio"}},
-        "spec": {
-            "request": {"goal": "Three parts, one child session each."},
-            "executor": {"type": "scripted", "plan": "coordinator.yaml"},
-            "subagents": [{"name": "writer", "networkProfile": "none"}],
-        },
-    }
+    manifest = coordinator_manifest("trio", "Three parts, one child session each.")
     (directory / "session.yaml").write_text(yaml.safe_dump(manifest))
     return directory / "session.yaml"
 
