@@ -8,7 +8,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -76,6 +77,17 @@ class OperatorProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """The operator frozen (SIGSTOP) meanwhile, as one that is down: it writes nothing, and
+        once it goes on, it catches up with what changed."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(self.process.pid, signal.SIGCONT)
 
 
 def wait_for(

@@ -69,6 +69,7 @@ class SessionSetup:
     tickets: TicketService
     tickets_file: Path
     operator_log: Callable[[], str] = lambda: ""
+    operator: OperatorProcess | None = None
     # The event store's etcd members, when not the environment's one (a three-member cluster).
     etcd_ports: list[int] = field(default_factory=list)
     sandbox_pool_size: int = 0
@@ -260,6 +261,7 @@ def operated_session(
         operator = OperatorProcess(cluster.kube, namespace, setup.settings(), work / "operator.log")
         operator.start()
         setup.operator_log = operator.log
+        setup.operator = operator
         try:
             yield setup
         finally:

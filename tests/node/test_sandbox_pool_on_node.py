@@ -81,15 +81,18 @@ def test_a_pool_pod_is_walled_off_until_an_attempt_claims_it_and_then_serves_tha
     }
     # Able to fail: without the pool's policy a pool pod, selected by no other policy, reaches DNS
     # (the harness could not reach it even then: its own egress names only its session's pods);
-    # with the policy again, it does not.
+    # with the policy again, it does not. The operator writes a deleted policy again at once, so
+    # it is paused meanwhile, as one that is down.
     to_dns = {"dns": dns(DNS_SERVICE_IP)}
-    node_cluster.kube.kubectl("delete", "networkpolicy", names.POOL_POLICY, "-n", setup.namespace)
-    wait_for(
-        lambda: probe(setup, some_pool_pod, to_dns)["dns"] or None,
-        "a pool pod to reach DNS without the pool's policy",
-        timeout=120,
-    )
-    node_cluster.apply([pool_policy(setup.namespace)])
+    assert setup.operator is not None
+    with setup.operator.paused():
+        node_cluster.kube.kubectl("delete", "networkpolicy", names.POOL_POLICY, "-n", setup.namespace)
+        wait_for(
+            lambda: probe(setup, some_pool_pod, to_dns)["dns"] or None,
+            "a pool pod to reach DNS without the pool's policy",
+            timeout=120,
+        )
+        node_cluster.apply([pool_policy(setup.namespace)])
     wait_for(
         lambda: not probe(setup, some_pool_pod, to_dns)["dns"] or None,
         "the pool's policy enforced again",
