@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import yaml
 
 from belay.controller.kube import load_api_client
 from belay.controller.settings import OperatorSettings
+from belay.journal.events import Rejection
 from belay.journal.state import fold
 from belay.stores.factory import open_artifact_store, open_event_store
 from belay.views.fleet.model import OBJECTIVE_LABEL, PARENT_LABEL, PART_LABEL
@@ -24,6 +26,7 @@ from tests.controller.kubelet import LocalKubelet
 from tests.controller.operator_process import (
     OperatorProcess,
     kubectl_json,
+    wait_for,
     wait_for_session_end,
 )
 from tests.controller.sessions_only_user import kubectl_belay, s3_credentials, sessions_only_kubeconfig
@@ -37,6 +40,46 @@ EXAMPLE = REPO_ROOT / "examples/release-notes"
 COORDINATOR = "release-notes"
 CHILDREN = {"notes-parser": ("parser", "parser.md"), "notes-docs": ("docs", "docs.md")}
 BUCKET = "belay-objective"
+
+
+async def a_rejection_of_collected_bytes_is_reported_not_recorded(
+    kube: ControlPlane, events_url: str, describe: Callable[[], str]
+) -> None:
+    """A `spec.rejections` entry for bytes the coordinator collected is not recorded (the operator
+    does not reopen children yet) and not dropped silently: a Warning event says so."""
+    child, (_, deliverable) = next(iter(CHILDREN.items()))
+    name = f"{child}/{deliverable}"
+    store = open_event_store(events_url)
+    try:
+        before = await store.read(COORDINATOR)
+        sha256 = fold(before).artifacts[name].ref.sha256
+        entry = {"item": name, "sha256": sha256, "reason": "name the versions", "by": "alice"}
+        patch = {"spec": {"rejections": [entry]}}
+        kube.kubectl(
+            "patch", "agentsession", COORDINATOR, "-n", NAMESPACE, "--type=merge", "-p", json.dumps(patch)
+        )
+
+        def warned() -> str | None:
+            listed = kubectl_json(
+                kube,
+                "get",
+                "events",
+                "-n",
+                NAMESPACE,
+                "--field-selector",
+                f"involvedObject.name={COORDINATOR}",
+            )
+            reasons = [e for e in listed.get("items", []) if e.get("reason") == "RejectionNotApplied"]
+            return reasons[0]["message"] if reasons else None
+
+        message = wait_for(
+            warned, "the warning that the rejection is not applied", timeout=60, describe=describe
+        )
+        assert name in message and "does not do yet" in message, message
+        after = await store.read(COORDINATOR)
+        assert not [e for e in after[len(before) :] if isinstance(e.payload, Rejection)]
+    finally:
+        await store.close()
 
 
 def coordinator_manifest() -> dict[str, object]:
@@ -73,6 +116,7 @@ async def test_a_coordinator_and_two_child_sessions_complete_one_objective(
             for child in CHILDREN:
                 ended = wait_for_session_end(kube, NAMESPACE, child, timeout=60, describe=describe)
                 assert ended["phase"] == "Succeeded", ended
+            await a_rejection_of_collected_bytes_is_reported_not_recorded(kube, events_url, describe)
     finally:
         operator.stop()
 

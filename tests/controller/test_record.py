@@ -15,6 +15,7 @@ from belay.controller.record import (
     fork_write,
     gave_up_write,
     harness_lost_write,
+    rejections_not_applied,
     request_editor,
     request_write,
     scope_change_write,
@@ -318,6 +319,11 @@ def test_a_deliverable_collected_from_a_child_is_not_turned_down_in_a_cluster() 
     coordinator = recorded(start, ended, collected)
     entry = {"item": "notes-parser/parser.md", "sha256": note, "reason": "name the versions"}
     assert spec_rejection_writes(UID, spec_with(rejections=[entry]), coordinator) == []
+    # Not dropped silently: the operator reports the entry (a Warning event).
+    (why,) = rejections_not_applied(spec_with(rejections=[entry]), coordinator).values()
+    assert "notes-parser/parser.md" in why and "the operator does not do yet" in why
+    other = {**entry, "sha256": sha("other bytes")}
+    assert rejections_not_applied(spec_with(rejections=[other]), coordinator) == {}
 
     at_coordinator = OpenItems.of_status("release-notes", session_status(coordinator))
     with pytest.raises(CommandError, match="the operator does not do yet") as refused:

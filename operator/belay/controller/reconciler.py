@@ -52,6 +52,7 @@ from belay.controller.record import (
     fork_write,
     gave_up_write,
     harness_lost_write,
+    rejections_not_applied,
     request_editor,
     request_write,
     sandbox_lost_write,
@@ -107,6 +108,8 @@ class SessionMemory:
     # Child sessions whose AgentSession this operator created or found, and their folded records.
     children_created: set[str] = field(default_factory=set)
     child_states: dict[str, SessionState] = field(default_factory=dict)
+    # `spec.rejections` entries (item/sha256) this operator records nothing for, reported already.
+    rejections_reported: set[str] = field(default_factory=set)
     # The drill asked for with the annotation: its copy's folded record and where it stands.
     drill_state: SessionState = EMPTY
     drill: DrillStatus | None = None
@@ -630,6 +633,7 @@ class SessionReconciler:
         await self._record_parent_link(store, ref, meta, memory)
         await self._children(store, ref, body, memory)
         await self._record_spec_decisions(store, ref, spec, meta, memory)
+        self._report_rejections_not_applied(body, spec, memory)
 
         pods = await self.kube.call(self.kube.session_pods, ref.namespace, ref.name)
         decision = await self._decide(store, ref, spec, memory, pods)
@@ -703,6 +707,15 @@ class SessionReconciler:
         move = executor_change_write(ref.uid, ref.generation, spec, memory.state, by=editor)
         for write in [*writes, *([scope] if scope else []), *([move] if move else [])]:
             await self._write(store, ref.name, write)
+
+    def _report_rejections_not_applied(
+        self, body: dict[str, Any], spec: AgentSessionSpec, memory: SessionMemory
+    ) -> None:
+        """A Warning event, once per entry, for each `spec.rejections` entry recorded as nothing."""
+        for key, why in rejections_not_applied(spec, memory.state).items():
+            if key not in memory.rejections_reported and self.post_event is not None:
+                self.post_event(body, TransitionEvent("Warning", "RejectionNotApplied", why))
+                memory.rejections_reported.add(key)
 
     async def _answer_requests(
         self, store: EventStore, artifacts: ArtifactStore, body: dict[str, Any], memory: SessionMemory

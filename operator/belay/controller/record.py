@@ -197,7 +197,8 @@ def spec_rejection_writes(uid: str, spec: AgentSessionSpec, state: SessionState)
     (recorded as a rejected approval) or a published deliverable (recorded as a rejection). An
     entry for bytes no longer pending or published records nothing: the redone step's new
     deliverable is not rejected by the entry that turned down the old one. Nor does an entry for a
-    deliverable collected from a child session (the operator does not reopen children yet)."""
+    deliverable collected from a child session (the operator does not reopen children yet): such an
+    entry is reported instead (`rejections_not_applied`)."""
     writes = []
     for entry in spec.rejections:
         key = f"rejection/{uid}/{entry.item}/{entry.sha256}"
@@ -226,6 +227,22 @@ def spec_rejection_writes(uid: str, spec: AgentSessionSpec, state: SessionState)
             rejection = Rejection(name=entry.item, sha256=entry.sha256, reason=entry.reason, by=by)
             writes.append(_write(key, rejection, claim=rejection_claim(entry.item, entry.sha256)))
     return writes
+
+
+def rejections_not_applied(spec: AgentSessionSpec, state: SessionState) -> dict[str, str]:
+    """The `spec.rejections` entries this operator records nothing for although they name bytes
+    the record holds, and why (by `item/sha256`): each is reported, never silently dropped."""
+    not_applied = {}
+    for entry in spec.rejections:
+        link = state.collected_from(entry.item)
+        artifact = state.artifacts.get(entry.item)
+        if link is not None and artifact is not None and artifact.ref.sha256 == entry.sha256:
+            not_applied[f"{entry.item}/{entry.sha256}"] = (
+                f"spec.rejections names {entry.item}, collected from child session {link.session}: "
+                f"turning it down reopens {link.session}, which the operator does not do yet; nothing "
+                "was recorded and the collected bytes stand"
+            )
+    return not_applied
 
 
 def harness_lost_write(uid: str, attempt: int, pod: str, why: str) -> RecordWrite:
