@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from belay.journal.decisions import resolved_wait
 from belay.journal.events import (
-    CHILD_CONDITION_PREFIX,
     CHILD_WAIT_PREFIX,
     Artifact,
     Payload,
@@ -27,8 +27,6 @@ from belay.journal.events import (
     ScopeChange,
     SessionLink,
     SessionLinkKind,
-    Wait,
-    WaitKind,
 )
 from belay.journal.phase import Phase, phase_of
 from belay.journal.state import SessionLinkRecord, SessionState
@@ -161,15 +159,7 @@ def wait_ended(state: SessionState, child: str, phase: str) -> list[Payload]:
     wait = state.waits.get(f"{CHILD_WAIT_PREFIX}{child}")
     if wait is None or wait.resolved:
         return []
-    return [
-        Wait(
-            wait_id=wait.wait_id,
-            kind=WaitKind.ON_EXTERNAL,
-            reason=f"{wait.reason} -> child session {child} {phase.lower()}",
-            resolved=True,
-            condition=f"{CHILD_CONDITION_PREFIX}{child}",
-        )
-    ]
+    return [resolved_wait(wait, f"child session {child} {phase.lower()}")]
 
 
 @dataclass(frozen=True)

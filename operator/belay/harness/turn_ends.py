@@ -27,6 +27,7 @@ from belay.harness.attempt import Attempt
 from belay.harness.executor import Executor, ExecutorFailed
 from belay.journal import commands
 from belay.journal.claims import wait_claim
+from belay.journal.decisions import resolved_wait
 from belay.journal.events import ModelOutput, Payload, Task, TaskStatus, Wait, WaitKind
 from belay.journal.state import SessionState, WaitRecord
 from belay.journal.turns import last_turn_end, turn_end_reason, turn_end_wait_id
@@ -97,13 +98,7 @@ async def go_on_when_answered(attempt: Attempt, sub: SubagentSpec, executor: Exe
 async def answer_with_amend(attempt: Attempt, state: SessionState, wait: WaitRecord) -> None:
     """The request changed while the wait was open: that is its answer (unless a person's message
     took the wait's claim first)."""
-    answered = Wait(
-        wait_id=wait.wait_id,
-        kind=wait.kind,
-        reason=f"{wait.reason} -> the request changed (v{state.request.version})",
-        resolved=True,
-        owed=wait.owed,
-    )
+    answered = resolved_wait(wait, f"the request changed (v{state.request.version})")
     with contextlib.suppress(ClaimTaken):  # answered by a message first: read on the next look
         await attempt.record([answered], claim=wait_claim(wait.wait_id))
 

@@ -18,7 +18,7 @@ from belay.journal.events import (
     UserMessage,
     Wait,
 )
-from belay.journal.state import SessionState
+from belay.journal.state import SessionState, WaitRecord
 
 
 class DecisionError(ValueError):
@@ -84,20 +84,8 @@ def decision_write(state: SessionState, item_id: str, granted: bool, reason: str
                     actor=user,
                 )
             )
-        drafts.append(
-            EventDraft(
-                payload=Wait(
-                    wait_id=item_id,
-                    kind=wait.kind,
-                    reason=f"{wait.reason} -> {'yes' if granted else 'no'} ({by}) {reason}".strip(),
-                    resolved=True,
-                    condition=wait.condition,
-                    artifact=wait.artifact,
-                    owed=wait.owed,
-                ),
-                actor=user,
-            )
-        )
+        answer = f"{'yes' if granted else 'no'} ({by}) {reason}"
+        drafts.append(EventDraft(payload=resolved_wait(wait, answer), actor=user))
         return DecisionWrite(tuple(drafts), claim, f"resolved {item_id}: {'yes' if granted else 'no'}")
     pending = sorted(state.pending_approvals) + sorted(state.open_waits)
     known = ", ".join(pending) if pending else "nothing waits on you"
@@ -130,6 +118,19 @@ def reconcile_write(
     )
 
 
+def resolved_wait(wait: WaitRecord, answer: str) -> Wait:
+    """The open wait `wait` resolved, its reason ending with what answered it."""
+    return Wait(
+        wait_id=wait.wait_id,
+        kind=wait.kind,
+        reason=f"{wait.reason} -> {answer}".strip(),
+        resolved=True,
+        condition=wait.condition,
+        artifact=wait.artifact,
+        owed=wait.owed,
+    )
+
+
 def message_write(state: SessionState, wait_id: str, text: str, by: str) -> DecisionWrite:
     """A person's message to the subagent whose turn's end opened `wait_id`: the message (the
     subagent's next user turn) and the wait answered, under the wait's claim."""
@@ -145,15 +146,6 @@ def message_write(state: SessionState, wait_id: str, text: str, by: str) -> Deci
         EventDraft(
             payload=UserMessage(subagent=wait.subagent, wait_id=wait_id, text=text, by=by), actor=user
         ),
-        EventDraft(
-            payload=Wait(
-                wait_id=wait_id,
-                kind=wait.kind,
-                reason=f"{wait.reason} -> message ({by}) {text}".strip(),
-                resolved=True,
-                owed=wait.owed,
-            ),
-            actor=user,
-        ),
+        EventDraft(payload=resolved_wait(wait, f"message ({by}) {text}"), actor=user),
     )
     return DecisionWrite(drafts, wait_claim(wait_id), f"sent to {wait.subagent}, which goes on ({wait_id})")
