@@ -59,6 +59,7 @@ from belay.cli.core.decide import (
     OnDeliverable,
     OnWait,
     OpenItems,
+    OpenWait,
     PendingApproval,
     collected_by_parent,
     to_answer,
@@ -382,14 +383,7 @@ def answer(
     kubeconfig: Kubeconfig = None,
 ) -> None:
     """Answer a wait on the user with text; the session goes on."""
-    try:
-        cluster = Cluster.connect(kubeconfig)
-        namespace = namespace or cluster.namespace
-        wait = to_answer(_open_items(cluster.raw(namespace, name)), wait_id)
-        decision = {"id": wait.wait_id, "verdict": "yes", "text": text, "by": cluster.user}
-        terminal.echo(_decide(cluster, namespace, name, decision))
-    except CommandError as error:
-        raise fail(str(error)) from None
+    _yes_with_text(name, text, lambda items: to_answer(items, wait_id), namespace, kubeconfig)
 
 
 @app.command()
@@ -401,10 +395,21 @@ def message(
     kubeconfig: Kubeconfig = None,
 ) -> None:
     """Send a message to a subagent whose turn ended without its deliverable: its next user turn."""
+    _yes_with_text(name, text, lambda items: to_message(items, to), namespace, kubeconfig)
+
+
+def _yes_with_text(
+    name: str,
+    text: str,
+    find: Callable[[OpenItems], OpenWait],
+    namespace: str | None,
+    kubeconfig: str | None,
+) -> None:
+    """A yes with words to the open wait `find` picks (an answer, a message), in spec.decisions."""
     try:
         cluster = Cluster.connect(kubeconfig)
         namespace = namespace or cluster.namespace
-        wait = to_message(_open_items(cluster.raw(namespace, name)), to)
+        wait = find(_open_items(cluster.raw(namespace, name)))
         decision = {"id": wait.wait_id, "verdict": "yes", "text": text, "by": cluster.user}
         terminal.echo(_decide(cluster, namespace, name, decision))
     except CommandError as error:
