@@ -179,9 +179,32 @@ def held_plan(name: str, ask: bool) -> dict[str, Any]:
     }
 
 
-def coordinator_manifest(name: str, goal: str) -> dict[str, Any]:
-    """A coordinator of objective `name` whose scripted plan is `coordinator.yaml` beside it."""
-    return {
+def write_objective(directory: Path, name: str, goal: str, plans: dict[str, dict[str, Any]]) -> Path:
+    """A coordinator `name` of objective `name` that starts one child session per entry of `plans`
+    (its scripted plan, writing `<child>.md`), then waits for each: its manifest's path."""
+    directory.mkdir(parents=True)
+    for child, plan in plans.items():
+        (directory / f"{child}.yaml").write_text(yaml.safe_dump(plan))
+    starts = [
+        {
+            "tool": "start_session",
+            "arguments": {
+                "name": child,
+                "part": child,
+                "goal": f"Write {child}.md.",
+                "plan": f"{child}.yaml",
+                "deliverable": f"{child}.md",
+            },
+        }
+        for child in plans
+    ]
+    awaits = [{"tool": "await_session", "arguments": {"name": child}} for child in plans]
+    steps = [
+        {"id": "delegate", "title": "Start the parts", "actions": starts},
+        {"id": "collect", "title": "Wait for the parts", "actions": awaits},
+    ]
+    (directory / "coordinator.yaml").write_text(yaml.safe_dump({"subagents": {"writer": {"steps": steps}}}))
+    manifest = {
         "apiVersion": "belay.dev/v1alpha1",
         "kind": "AgentSession",
         "metadata": {"name": name, "labels": {"belay.dev/objective": name}},
@@ -191,35 +214,13 @@ def coordinator_manifest(name: str, goal: str) -> dict[str, Any]:
             "subagents": [{"name": "writer", "networkProfile": "none"}],
         },
     }
+    (directory / "session.yaml").write_text(yaml.safe_dump(manifest))
+    return directory / "session.yaml"
 
 
 def write_pair(directory: Path) -> Path:
-    directory.mkdir(parents=True)
-    children = {"quick": False, "held": True}
-    for name, ask in children.items():
-        (directory / f"{name}.yaml").write_text(yaml.safe_dump(held_plan(name, ask)))
-    starts = [
-        {
-            "tool": "start_session",
-            "arguments": {
-                "name": name,
-                "part": name,
-                "goal": f"Write {name}.md.",
-                "plan": f"{name}.yaml",
-                "deliverable": f"{name}.md",
-            },
-        }
-        for name in children
-    ]
-    awaits = [{"tool": "await_session", "arguments": {"name": name}} for name in children]
-    steps = [
-        {"id": "delegate", "title": "Start the parts", "actions": starts},
-        {"id": "collect", "title": "Wait for the parts", "actions": awaits},
-    ]
-    manifest = coordinator_manifest("pair", "Two parts, one child session each.")
-    (directory / "coordinator.yaml").write_text(yaml.safe_dump({"subagents": {"writer": {"steps": steps}}}))
-    (directory / "session.yaml").write_text(yaml.safe_dump(manifest))
-    return directory / "session.yaml"
+    plans = {"quick": held_plan("quick", False), "held": held_plan("held", True)}
+    return write_objective(directory, "pair", "Two parts, one child session each.", plans)
 
 
 def test_a_child_not_done_yet_has_nothing_ready_for_review_on_the_coordinators_page(tmp_path: Path) -> None:
@@ -299,37 +300,8 @@ CHILDREN = {"fast": 2.0, "slow-a": 8.0, "slow-b": 8.0}
 
 
 def write_coordinator(directory: Path) -> Path:
-    directory.mkdir(parents=True)
-    starts = []
-    for name, latency in CHILDREN.items():
-        (directory / f"{name}.yaml").write_text(yaml.safe_dump(part_plan(name, latency)))
-        starts.append(
-            {
-                "tool": "start_session",
-                "arguments": {
-                    "name": name,
-                    "part": name,
-                    "goal": f"Write {name}.md.",
-                    "plan": f"{name}.yaml",
-                    "deliverable": f"{name}.md",
-                },
-            }
-        )
-    awaits = [{"tool": "await_session", "arguments": {"name": name}} for name in CHILDREN]
-    plan = {
-        "subagents": {
-            "writer": {
-                "steps": [
-                    {"id": "delegate", "title": "Start the parts", "actions": starts},
-                    {"id": "collect", "title": "Wait for the parts", "actions": awaits},
-                ]
-            }
-        }
-    }
-    (directory / "coordinator.yaml").write_text(yaml.safe_dump(plan))
-    manifest = coordinator_manifest("trio", "Three parts, one child session each.")
-    (directory / "session.yaml").write_text(yaml.safe_dump(manifest))
-    return directory / "session.yaml"
+    plans = {name: part_plan(name, latency) for name, latency in CHILDREN.items()}
+    return write_objective(directory, "trio", "Three parts, one child session each.", plans)
 
 
 def step_done(home: Path, session_id: str, task: str) -> bool:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from belay.api.agentsession import AgentSessionSpec
 from belay.controller.desired import SessionRef
+from belay.journal.events import EventDraft, Note, NoteKind, UserInput
+from belay.stores.factory import open_event_store
 from tests.api.kubehelpers import REPO_ROOT
 
 EXAMPLE_MANIFEST: dict[str, Any] = yaml.safe_load(
@@ -44,3 +49,25 @@ def pending_session(name: str, namespace: str, goal: str) -> dict[str, Any]:
             "subagents": [{"name": "worker"}],
         },
     }
+
+
+def record_with_a_gap(path: Path, name: str) -> str:
+    """A SQLite record of session `name` at `path`, its request and three findings, whose seq 3 is
+    then deleted behind the store's back (a record no store would write): its events URL."""
+
+    async def write() -> None:
+        store = open_event_store({"backend": "sqlite", "path": str(path)})
+        try:
+            await store.append(name, [EventDraft(payload=UserInput(goal="g"))])
+            notes = [
+                EventDraft(payload=Note(note_id=f"n{i}", kind=NoteKind.FINDING, text="")) for i in range(3)
+            ]
+            await store.append(name, notes)
+        finally:
+            await store.close()
+
+    asyncio.run(write())
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("DELETE FROM events WHERE session_id = ? AND seq = 3", (name,))
+    connection.close()
+    return f"sqlite://{path}"

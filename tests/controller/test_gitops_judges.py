@@ -7,11 +7,9 @@ apply it, then pruned."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import signal
-import sqlite3
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,15 +21,13 @@ from belay.controller import names
 from belay.controller.kube import load_api_client
 from belay.controller.settings import OperatorSettings
 from belay.harness.attempt import FAULT_ENV
-from belay.journal.events import EventDraft, Note, NoteKind, UserInput
 from belay.lifetime import descendants
-from belay.stores.factory import open_event_store
 from tests.api.kubehelpers import REPO_ROOT, install_crds
 from tests.belay_cli import is_stopped
 from tests.controller.judges import Judges, Verdict
 from tests.controller.kubelet import LocalKubelet
 from tests.controller.operator_process import OperatorProcess, wait_for
-from tests.controller.sessions import EXAMPLE_MANIFEST
+from tests.controller.sessions import EXAMPLE_MANIFEST, record_with_a_gap
 from tests.controller.test_operator import TICKETS_TOKEN, tickets  # noqa: F401 (a fixture)
 from tests.testenv.kube import ControlPlane
 
@@ -365,25 +361,9 @@ def test_a_corrupt_record_is_failed_and_degraded(
     operator stalls the session, which kstatus reads as Failed (not InProgress) and Argo CD as
     Degraded."""
     kube, name = cluster, "corrupt"
-    path = tmp_path / "corrupt" / "events.db"
-
-    async def write() -> None:
-        store = open_event_store({"backend": "sqlite", "path": str(path)})
-        try:
-            await store.append(name, [EventDraft(payload=UserInput(goal="g"))])
-            notes = [
-                EventDraft(payload=Note(note_id=f"n{i}", kind=NoteKind.FINDING, text="")) for i in range(3)
-            ]
-            await store.append(name, notes)
-        finally:
-            await store.close()
-
-    asyncio.run(write())
-    connection = sqlite3.connect(path, isolation_level=None)
-    connection.execute("DELETE FROM events WHERE session_id = ? AND seq = 3", (name,))
-    connection.close()
+    events = record_with_a_gap(tmp_path / "corrupt" / "events.db", name)
     manifest = example(name)
-    manifest["spec"]["stores"] = {"events": f"sqlite://{path}"}
+    manifest["spec"]["stores"] = {"events": events}
     operator.start()
     assert apply(kube, manifest).returncode == 0
     try:

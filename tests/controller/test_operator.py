@@ -13,7 +13,6 @@ import copy
 import json
 import secrets
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -60,7 +59,7 @@ from tests.controller.operator_process import (
     wait_for_session_end,
 )
 from tests.controller.service_proxy import ServiceProxy
-from tests.controller.sessions import EXAMPLE_MANIFEST
+from tests.controller.sessions import EXAMPLE_MANIFEST, record_with_a_gap
 from tests.harness.example import run_example
 from tests.testenv.kube import ControlPlane
 from tests.testenv.polling import wait_until_async
@@ -1025,25 +1024,9 @@ def test_a_corrupt_record_is_reported_as_stalled_with_the_seq(
     operator does nothing for the session and says why in its status, naming the seq."""
     kube = e2e_cluster
     name = "corrupt-record"
-    path = tmp_path / "corrupt" / "events.db"
-
-    async def write() -> None:
-        store = open_event_store({"backend": "sqlite", "path": str(path)})
-        try:
-            await store.append(name, [EventDraft(payload=UserInput(goal="g"))])
-            await store.append(
-                name,
-                [EventDraft(payload=Note(note_id=f"n{i}", kind=NoteKind.FINDING, text="")) for i in range(4)],
-            )
-        finally:
-            await store.close()
-
-    asyncio.run(write())
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("DELETE FROM events WHERE session_id = ? AND seq = 3", (name,))
-    conn.close()
+    events = record_with_a_gap(tmp_path / "corrupt" / "events.db", name)
     manifest = cluster_manifest(name)
-    manifest["spec"]["stores"] = {"events": f"sqlite://{path}"}
+    manifest["spec"]["stores"] = {"events": events}
     kube.kubectl("apply", "-f", "-", input=json.dumps(manifest))
     try:
         status = wait_for(

@@ -57,17 +57,22 @@ def stopping_plan(directory: Path) -> Path:
     return path
 
 
+def stopping_manifest(directory: Path, executor: str) -> Path:
+    """The example on `executor`, on the plan whose model ends its turn before it publishes."""
+    manifest = example_manifest(directory / "manifest", executor)
+    data = yaml.safe_load(manifest.read_text())
+    data["spec"]["executor"]["plan"] = str(stopping_plan(directory / "plan"))
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+    return manifest
+
+
 def turn_end_waits(events: list[Event]) -> list[WaitEvent]:
     return [e for e in events if isinstance(e, WaitEvent) and e.payload.owed]
 
 
 @pytest.mark.parametrize("executor", ["self-hosted", "openai-agents", "anthropic-managed"])
 def test_a_turn_that_ends_without_the_deliverable_waits_on_a_message(tmp_path: Path, executor: str) -> None:
-    plan = stopping_plan(tmp_path / "plan")
-    manifest = example_manifest(tmp_path / "manifest", executor)
-    data = yaml.safe_load(manifest.read_text())
-    data["spec"]["executor"]["plan"] = str(plan)
-    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+    manifest = stopping_manifest(tmp_path, executor)
     home = tmp_path / "home"
     run = start_belay(home, "run", "--quiet", str(manifest), environment=NO_PROVIDER)
     try:
@@ -150,11 +155,7 @@ def test_a_message_names_a_subagent_that_waits_for_one(tmp_path: Path) -> None:
 def test_a_message_is_given_once_across_a_kill(tmp_path: Path, executor: str) -> None:
     """Killed right after the provider's acceptance of the message is recorded, the session goes
     on with `belay resume`: the record says the message went, so it is not sent again."""
-    plan = stopping_plan(tmp_path / "plan")
-    manifest = example_manifest(tmp_path / "manifest", executor)
-    data = yaml.safe_load(manifest.read_text())
-    data["spec"]["executor"]["plan"] = str(plan)
-    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+    manifest = stopping_manifest(tmp_path, executor)
     home = tmp_path / "home"
     point = f"remote:message_delivered:{SUBAGENT}"
     run = start_belay(home, "run", "--quiet", str(manifest), stop_after=point, environment=NO_PROVIDER)
@@ -185,11 +186,7 @@ def test_an_amend_answers_a_turn_that_ended_short(tmp_path: Path) -> None:
     """An amend answers the wait too: the harness records it answered by the change, the agent's
     next turn goes on with the new request (here it redoes the steps the change invalidated and
     stops short again, in the new round), and a message then lets it finish."""
-    plan = stopping_plan(tmp_path / "plan")
-    manifest = example_manifest(tmp_path / "manifest", "self-hosted")
-    data = yaml.safe_load(manifest.read_text())
-    data["spec"]["executor"]["plan"] = str(plan)
-    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+    manifest = stopping_manifest(tmp_path, "self-hosted")
     home = tmp_path / "home"
     run = start_belay(home, "run", "--quiet", str(manifest))
     try:
