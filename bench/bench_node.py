@@ -26,7 +26,6 @@ own.
 from __future__ import annotations
 
 import os
-import secrets
 import statistics
 import tempfile
 import time
@@ -34,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.api.kubehelpers import install_crds
-from tests.controller.operator_process import OperatorProcess, wait_for, wait_for_session_end
+from tests.controller.operator_process import wait_for, wait_for_session_end
 from tests.node.cluster import NodeCluster
-from tests.node.sessions import SESSION, SessionSetup, new_setup, ticket_service
+from tests.node.sessions import SESSION, SessionSetup, operated_session
 from tests.testenv.env import TestEnv
 from tests.testenv.node import harness_image_for_sources, node_missing_reason
 
@@ -82,69 +81,53 @@ def sandbox_waits(events: list[Event], attempt: int) -> tuple[float, ...]:
 
 
 def one_session(cluster: NodeCluster, work: Path, lose_harness: bool, pool_size: int) -> Run:
-    namespace = f"bench-{secrets.token_hex(3)}"
-    with ticket_service(work / f"{namespace}-tickets.json") as tickets:
-        setup = new_setup(
-            cluster, namespace, tickets, work / f"{namespace}-tickets.json", sandbox_pool_size=pool_size
+    session_dir = Path(tempfile.mkdtemp(dir=work))
+    with operated_session(
+        cluster, "bench", session_dir, os.environ.__setitem__, sandbox_pool_size=pool_size
+    ) as setup:
+        started = time.time()
+        cluster.apply([setup.manifest(approved=False)])
+        wait_for(
+            lambda: harness_running(setup, 0),
+            "the harness pod running",
+            timeout=300,
+            describe=setup.describe,
         )
-        for key, value in setup.store_environment().items():
-            os.environ[key] = value
-        operator = OperatorProcess(
-            cluster.kube, namespace, setup.settings(), work / f"{namespace}-operator.log"
+        run = Run(pod_start=time.time() - started, whole=0.0)
+        waiting = wait_for(
+            setup.waiting_for_approval, "the approval wait", timeout=300, describe=setup.describe
         )
-        operator.start()
-        try:
-            started = time.time()
-            cluster.apply([setup.manifest(approved=False)])
-            wait_for(
-                lambda: harness_running(setup, 0),
-                "the harness pod running",
+        if lose_harness:
+            if pool_size:
+                wait_for(
+                    lambda: len(setup.pool_pods()) >= pool_size or None, "a full pool", timeout=300,
+                    describe=setup.describe,
+                )  # fmt: skip
+            lost_attempt = waiting["harness"]["lease"]
+            deleted = time.time()
+            cluster.kube.kubectl(
+                "delete", "pod", "-n", setup.namespace, waiting["harness"]["pod"], "--wait=false"
+            )
+            first = wait_for(
+                lambda: next_attempt_event(setup, lost_attempt), "the next attempt's first event",
+                timeout=300, describe=setup.describe,
+            )  # fmt: skip
+            run.recovery = first.created_at.timestamp() - deleted
+            again = wait_for(
+                lambda: (s := setup.waiting_for_approval()) and s["harness"]["lease"] > lost_attempt and s,
+                "the next attempt to wait for the approval",
                 timeout=300,
                 describe=setup.describe,
             )
-            run = Run(pod_start=time.time() - started, whole=0.0)
-            waiting = wait_for(
-                setup.waiting_for_approval, "the approval wait", timeout=300, describe=setup.describe
-            )
-            if lose_harness:
-                if pool_size:
-                    wait_for(
-                        lambda: len(setup.pool_pods()) >= pool_size or None, "a full pool", timeout=300,
-                        describe=setup.describe,
-                    )  # fmt: skip
-                lost_attempt = waiting["harness"]["lease"]
-                deleted = time.time()
-                cluster.kube.kubectl(
-                    "delete", "pod", "-n", namespace, waiting["harness"]["pod"], "--wait=false"
-                )
-                first = wait_for(
-                    lambda: next_attempt_event(setup, lost_attempt), "the next attempt's first event",
-                    timeout=300, describe=setup.describe,
-                )  # fmt: skip
-                run.recovery = first.created_at.timestamp() - deleted
-                again = wait_for(
-                    lambda: (
-                        (s := setup.waiting_for_approval()) and s["harness"]["lease"] > lost_attempt and s
-                    ),
-                    "the next attempt to wait for the approval",
-                    timeout=300,
-                    describe=setup.describe,
-                )
-                run.sandbox_waits = sandbox_waits(setup.events(), again["harness"]["lease"])
-            setup.approve()
-            done = wait_for_session_end(
-                cluster.kube, namespace, SESSION, timeout=600, describe=setup.describe
-            )
-            if done["phase"] != "Succeeded":
-                raise RuntimeError(f"the session ended {done['phase']}: {setup.describe()}")
-            run.whole = time.time() - started
-            return run
-        finally:
-            cluster.kube.kubectl(
-                "delete", "agentsession", "--all", "-n", namespace, "--timeout=120s", check=False
-            )
-            operator.stop()
-            cluster.kube.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+            run.sandbox_waits = sandbox_waits(setup.events(), again["harness"]["lease"])
+        setup.approve()
+        done = wait_for_session_end(
+            cluster.kube, setup.namespace, SESSION, timeout=600, describe=setup.describe
+        )
+        if done["phase"] != "Succeeded":
+            raise RuntimeError(f"the session ended {done['phase']}: {setup.describe()}")
+        run.whole = time.time() - started
+        return run
 
 
 def listed(samples: list[float]) -> str:
