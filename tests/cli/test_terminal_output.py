@@ -5,6 +5,7 @@ output of `belay`, and JSON output stays valid JSON that decodes to the same tex
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import re
 from pathlib import Path
@@ -106,7 +107,7 @@ def test_an_answer_and_its_echo_hold_no_raw_control_character(tmp_path: Path) ->
     answered = runner.invoke(app, ["--home", str(tmp_path), "answer", SESSION, "question", f"yes {HOSTILE}"])
     assert answered.exit_code == 0 and RAW_CONTROL.search(answered.stdout + answered.stderr) is None
     shown = runner.invoke(app, ["--home", str(tmp_path), "events", SESSION, "--from", "11"]).stdout
-    assert "-> yes (cli) yes" in shown and shown.count("\\u001b[2J") == 2
+    assert f"-> yes ({getpass.getuser()}) yes" in shown and shown.count("\\u001b[2J") == 2
     assert RAW_CONTROL.search(shown) is None
 
 

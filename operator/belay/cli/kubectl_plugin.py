@@ -90,6 +90,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings=terminal.UNWRAPPED_CONTEXT,
 )
 
 

@@ -166,6 +166,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     cls=UserErrorsAsOneLine,
+    context_settings=terminal.UNWRAPPED_CONTEXT,
 )
 console = terminal.console()
 PRIVATE_UMASK = 0o077
@@ -466,7 +467,7 @@ def approve(
         str, typer.Argument(metavar="ID", help="An approval id (or its operation id), or a wait id.")
     ],
     reason: Annotated[str, typer.Option("--reason", "-m")] = "",
-    by: Annotated[str, typer.Option("--by")] = "cli",
+    by: terminal.DecidedBy = terminal.PERSON,
 ) -> None:
     """Approve one pending operation (bound to its payload hash), or answer yes to a wait."""
     state = known_state(session_id)
@@ -483,7 +484,7 @@ def reject(
     reason: Annotated[
         str, typer.Option("--reason", "-m", help="Why: whoever redoes the step reads it.")
     ] = "",
-    by: Annotated[str, typer.Option("--by")] = "cli",
+    by: terminal.DecidedBy = terminal.PERSON,
 ) -> None:
     """Reject a published deliverable or a pending operation: the step that made it is redone
     with your reason. Or answer no to a wait."""
@@ -525,7 +526,7 @@ def amend(
         typer.Option("--file", "-f", help="Take the whole request (spec.request) from a manifest."),
     ] = None,
     summary: Annotated[str, typer.Option("--summary", "-m", help="One line on why.")] = "",
-    by: Annotated[str, typer.Option("--by")] = "cli",
+    by: terminal.DecidedBy = terminal.PERSON,
 ) -> None:
     """Change the request: record request version N+1. The work that depended on what changed
     becomes invalid and is redone; the rest is reused."""
@@ -581,7 +582,7 @@ def reconcile(
         bool | None, typer.Option("--succeeded/--failed", help="Did the operation take effect?")
     ] = None,
     detail: Annotated[str, typer.Option("--detail", "-m")] = "",
-    by: Annotated[str, typer.Option("--by")] = "cli",
+    by: terminal.DecidedBy = terminal.PERSON,
 ) -> None:
     """Settle an operation whose outcome is unknown: it took effect (--succeeded) or not (--failed)."""
     if succeeded is None:
@@ -601,7 +602,7 @@ def answer(
     session_id: Annotated[str, typer.Argument(metavar="SESSION")],
     wait_id: Annotated[str, typer.Argument(metavar="WAIT")],
     text: Annotated[str, typer.Argument(help="Your answer.")],
-    by: Annotated[str, typer.Option("--by")] = "cli",
+    by: terminal.DecidedBy = terminal.PERSON,
 ) -> None:
     """Answer a wait on the user with text; the session goes on."""
     state = known_state(session_id)
@@ -619,7 +620,7 @@ def message(
             "--to", metavar="SUBAGENT", help="The subagent, when more than one waits for a message."
         ),
     ] = None,
-    by: Annotated[str, typer.Option("--by")] = "cli",
+    by: terminal.DecidedBy = terminal.PERSON,
 ) -> None:
     """Send a message to a subagent whose turn ended without its deliverable: its next user turn (a
     user message to its remote session on a managed executor). It goes on from there."""

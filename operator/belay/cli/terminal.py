@@ -14,10 +14,12 @@ of its own, so nothing that reaches the terminal is one.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import io
+import os
 import sys
 from collections.abc import Iterator
-from typing import TextIO
+from typing import Annotated, TextIO
 
 import typer
 from rich.console import Console
@@ -76,8 +78,39 @@ def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
 
 
 def console() -> Console:
-    """A rich console that writes plain text to whatever `sys.stdout` is when it prints."""
-    return Console(color_system=None, highlight=False)
+    """A rich console that writes plain text to whatever `sys.stdout` is when it prints, and never
+    breaks a line of its own (`soft_wrap`): rich wraps at 80 columns when the output is a pipe or
+    a file, which cut printed commands in two for whoever copies or greps them."""
+    return Console(color_system=None, highlight=False, soft_wrap=True)
+
+
+# Click wraps its plain help at the terminal's width, 80 columns when there is none; as wide as
+# this, nothing it prints is ever wrapped.
+UNWRAPPED_CONTEXT = {"max_content_width": 1_000_000, "terminal_width": 1_000_000}
+
+
+def plain_help_unless_terminal() -> None:
+    """Help and usage errors drawn by rich in boxes as wide as the terminal are boxes of 80
+    columns in a pipe or a file, their lines cut; there click's plain help (under
+    `UNWRAPPED_CONTEXT`) prints each line whole."""
+    if not sys.stdout.isatty():
+        typer.core.HAS_RICH = False
+
+
+plain_help_unless_terminal()
+
+
+def person() -> str:
+    """Who a decision is recorded as when `--by` does not say: the user the command runs as, the
+    name a person would give (a fixed word such as "cli" says nothing of who decided)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a uid with no passwd entry and no LOGNAME/USER, as in some containers
+        return f"uid {os.getuid()}"
+
+
+PERSON = person()
+DecidedBy = Annotated[str, typer.Option("--by", help="Who decides (default: the user running the command).")]
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
