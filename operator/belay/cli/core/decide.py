@@ -10,8 +10,10 @@ unknown outcome.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
 
 from belay.cli.core.errors import CommandError
 from belay.journal import commands
@@ -65,6 +67,10 @@ class OpenItems:
     # to do (`reopens_children`): the embedded runtime can, the operator cannot yet.
     collected: Mapping[str, str] = field(default_factory=dict)
     reopens_children: bool = True
+    # What people already decided, by the id they decided on (an approval also by its operation):
+    # "granted by dana at ...", so an id typed a second time is answered with the decision that
+    # stands rather than "no such approval".
+    decided: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def of_state(cls, state: SessionState) -> OpenItems:
@@ -93,6 +99,7 @@ class OpenItems:
                 for name in state.deliverables
                 if (link := state.collected_from(name)) is not None
             },
+            decided=_decided(state.decisions),
         )
 
     @classmethod
@@ -115,6 +122,7 @@ class OpenItems:
                 if d.name.partition("/")[0] in {c.session for c in status.children if c.phase}
             },
             reopens_children=False,
+            decided=_decided(status.briefing.decided if status.briefing else ()),
         )
 
     def waiting(self) -> str:
@@ -149,6 +157,46 @@ class OnDeliverable:
     child: str = ""
 
 
+class Decided(Protocol):
+    """A decision as the record (`DecisionRecord`) and the status (`DecisionItem`) both hold it."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def item(self) -> str: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def by(self) -> str: ...
+    @property
+    def at(self) -> datetime | None: ...
+
+
+def _decided(decisions: Iterable[Decided]) -> dict[str, str]:
+    """Each decided id (the latest decision on it), as the sentence an error quotes."""
+    said: dict[str, str] = {}
+    for d in decisions:
+        if d.kind not in ("approval", "answer", "reconciliation", "rejection"):
+            continue
+        when = f" at {d.at.strftime('%Y-%m-%d %H:%M:%S %Z').strip()}" if d.at else ""
+        sentence = f"{d.kind} {d.item}: {d.outcome} by {d.by or 'someone'}{when}"
+        said[d.item] = sentence
+        if d.kind == "approval":
+            said[d.item.removeprefix("approve-")] = sentence
+    return said
+
+
+def _not_open(items: OpenItems, item_id: str) -> CommandError | None:
+    """The error for an id that was decided already: the decision that stands, nothing recorded."""
+    decided = items.decided.get(item_id)
+    if decided is None:
+        return None
+    return CommandError(
+        f"already decided in session {items.session}: {decided}; nothing was recorded "
+        f"(pending: {items.waiting()})"
+    )
+
+
 def _approval(items: OpenItems, item_id: str) -> PendingApproval | None:
     return next((a for a in items.approvals if item_id in (a.approval_id, a.operation_id)), None)
 
@@ -166,7 +214,7 @@ def to_approve(items: OpenItems, item_id: str) -> OnApproval | OnWait:
     wait = _wait(items, item_id)
     if wait is not None:
         return OnWait(wait)
-    raise CommandError(
+    raise _not_open(items, item_id) or CommandError(
         f"no approval or wait {item_id!r} in session {items.session} (pending: {items.waiting()})"
     )
 
@@ -206,7 +254,7 @@ def to_reject(items: OpenItems, item_id: str, reason: str) -> OnApproval | OnWai
             "shows where its step stands"
         )
     published = ", ".join(d.name for d in items.deliverables) or "none"
-    raise CommandError(
+    raise _not_open(items, item_id) or CommandError(
         f"no approval, wait or deliverable {item_id!r} in session {items.session} "
         f"(pending: {items.waiting()}; deliverables: {published})"
     )
@@ -234,7 +282,9 @@ def to_answer(items: OpenItems, wait_id: str) -> OpenWait:
     wait = _wait(items, wait_id)
     if wait is None:
         open_waits = ", ".join(w.wait_id for w in items.waits) or "none"
-        raise CommandError(f"no wait {wait_id!r} in session {items.session} (open waits: {open_waits})")
+        raise _not_open(items, wait_id) or CommandError(
+            f"no wait {wait_id!r} in session {items.session} (open waits: {open_waits})"
+        )
     return wait
 
 
@@ -242,5 +292,7 @@ def to_reconcile(items: OpenItems, operation_id: str) -> str:
     """The operation `reconcile OPERATION --succeeded|--failed` settles."""
     if operation_id not in items.unknown_outcomes:
         unknown = ", ".join(items.unknown_outcomes) or "none"
-        raise CommandError(f"operation {operation_id!r} has no unknown outcome (unknown outcomes: {unknown})")
+        raise _not_open(items, operation_id) or CommandError(
+            f"operation {operation_id!r} has no unknown outcome (unknown outcomes: {unknown})"
+        )
     return operation_id
