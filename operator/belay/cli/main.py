@@ -41,6 +41,7 @@ from belay.cli.core.errors import CommandError
 from belay.cli.core.events import event_line
 from belay.cli.core.message import to_message
 from belay.cli.core.report import write_page, written
+from belay.cli.core.resume import nothing_to_resume
 from belay.cli.home import (
     Context,
     append_decision,
@@ -281,6 +282,8 @@ def resume(
     # The record is checked before a new attempt takes the session over (RecordCorrupt): the events
     # after the latest snapshot here, those before it when the snapshot was taken.
     state = asyncio.run(load_session_state(home_of(session_id), session_id))
+    if executor is None and model is None and (done := nothing_to_resume(state)):
+        return terminal.echo(done)
     repeated = repeated_failure(state)
     if repeated is not None and executor is None and model is None:
         raise fail(f"{REPEATED_FAILURE}: {repeated_failure_text(repeated)}; {what_to_do(session_id)}")
