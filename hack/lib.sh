@@ -105,11 +105,23 @@ ensure_debian_packages() {
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
   done
   ((${#missing[@]})) || return 0
-  log "installing ${missing[*]}"
-  local sudo_cmd=()
+  # One line per package on the screen; apt's and dpkg's own output (hundreds of lines) goes to a
+  # log, shown only when the install fails.
+  for pkg in "${missing[@]}"; do
+    log "installing $pkg from Debian's packages"
+  done
+  local sudo_cmd=() apt_log
   [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  mkdir -p "$BELAY_CACHE/logs"
+  apt_log=$BELAY_CACHE/logs/apt-install.log
+  if ! { "${sudo_cmd[@]}" apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"; } \
+    >"$apt_log" 2>&1; then
+    tail -n 40 "$apt_log" >&2
+    log "apt-get could not install ${missing[*]} (the whole output: $apt_log)"
+    return 1
+  fi
+  log "installed ${missing[*]} (apt's output: $apt_log)"
 }
 
 # Go module proxy metadata: the go.mod of module@version (downloaded into the module cache).
