@@ -334,10 +334,45 @@ def _read_plan(path: Path, session: AgentSession, where: str) -> bytes:
         plan = parse_plan(data, source=str(path))
     except PlanError as error:
         raise ManifestError(f"{field}: {error}") from None
-    problems = plan_problems(plan, [sub.name for sub in session.spec.subagents])
+    subagents = [sub.name for sub in session.spec.subagents]
+    problems = plan_problems(plan, subagents) + _child_plan_problems(plan, path.parent, subagents, {path})
     if problems:
         raise ManifestError(f"{field}: {path}: {'; '.join(problems)}")
     return data
+
+
+def _child_plan_problems(plan: Any, base: Path, subagents: list[str], seen: set[Path]) -> list[str]:
+    """The plans a scripted coordinator's `start_session` calls name, read and checked now (each
+    child runs the coordinator's subagents): a child's unknown tool is found at `belay run`, not
+    once the child starts, when its cause was only in the coordinator's log. A child that is a
+    coordinator itself has its children's plans checked too, each plan once."""
+    from belay.harness.models.scripted import PlanError, parse_plan, plan_problems
+
+    problems = []
+    for name, subplan in plan.subagents.items():
+        for step in subplan.steps:
+            for action in [*step.actions, *(a for v in step.variants for a in v.actions)]:
+                child_plan = action.arguments.get("plan") if action.tool == "start_session" else None
+                if not isinstance(child_plan, str) or not child_plan:
+                    continue
+                where = f"subagents.{name}.{step.id}: child session {action.arguments.get('name')!r}"
+                path = base / child_plan
+                if path.resolve() in seen:
+                    continue
+                seen.add(path.resolve())
+                try:
+                    child = parse_plan(path.read_bytes(), source=child_plan)
+                except OSError as error:
+                    problems.append(f"{where}: cannot read {path}: {error.strerror or error}")
+                    continue
+                except PlanError as error:
+                    problems.append(f"{where}: {error}")
+                    continue
+                problems += [
+                    f"{where}: {child_plan}: {problem}" for problem in plan_problems(child, subagents)
+                ]
+                problems += _child_plan_problems(child, path.parent, subagents, seen)
+    return problems
 
 
 def _input_directory(path: Path, field: str) -> Path:
