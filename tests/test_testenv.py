@@ -441,12 +441,15 @@ def test_etcd_cluster_keeps_serving_without_its_leader(etcd_cluster: EtcdCluster
     new_leader = etcd_cluster.wait_for_leader()
     assert new_leader != leader
     survivor = etcd_cluster.endpoint_of(new_leader)
-    http_post_json(f"{survivor}/v3/kv/put", {"key": _b64("/after-loss"), "value": _b64("1")})
+    tls = etcd_cluster.members[new_leader].client_context
+    http_post_json(f"{survivor}/v3/kv/put", {"key": _b64("/after-loss"), "value": _b64("1")}, context=tls)
 
     etcd_cluster.start_member(leader)
     # The restarted member caught up with the write made while it was down.
     rejoined = etcd_cluster.endpoint_of(leader)
-    found = http_post_json(f"{rejoined}/v3/kv/range", {"key": _b64("/after-loss"), "serializable": False})
+    found = http_post_json(
+        f"{rejoined}/v3/kv/range", {"key": _b64("/after-loss"), "serializable": False}, context=tls
+    )
     assert [kv["value"] for kv in found["kvs"]] == [_b64("1")]
 
 

@@ -42,7 +42,11 @@ async def test_a_lost_leader_loses_and_duplicates_no_acknowledged_event(
     etcd_cluster: EtcdCluster, how: str
 ) -> None:
     store = EtcdEventStore(
-        etcd_cluster.endpoints, prefix=fresh_prefix(), request_timeout=1, operation_timeout=30
+        etcd_cluster.endpoints,
+        prefix=fresh_prefix(),
+        request_timeout=1,
+        operation_timeout=30,
+        credentials=etcd_cluster.credentials,
     )
     session = "leader-loss"
     writers, batches = 4, 12
@@ -99,7 +103,9 @@ async def test_a_lost_leader_loses_and_duplicates_no_acknowledged_event(
 
         await asyncio.to_thread(etcd_cluster.start_member, lost)
         # The restarted member catches up and serves the same record.
-        alone = EtcdEventStore([etcd_cluster.endpoint_of(lost)], prefix=store.prefix)
+        alone = EtcdEventStore(
+            [etcd_cluster.endpoint_of(lost)], prefix=store.prefix, credentials=etcd_cluster.credentials
+        )
         try:
             assert [e.seq for e in await alone.read(session)] == [e.seq for e in stored]
         finally:
@@ -113,7 +119,11 @@ async def test_with_etcd_entirely_down_an_append_fails_clearly_and_writes_nothin
     etcd_cluster: EtcdCluster,
 ) -> None:
     store = EtcdEventStore(
-        etcd_cluster.endpoints, prefix=fresh_prefix(), request_timeout=0.5, operation_timeout=2
+        etcd_cluster.endpoints,
+        prefix=fresh_prefix(),
+        request_timeout=0.5,
+        operation_timeout=2,
+        credentials=etcd_cluster.credentials,
     )
     session = "all-down"
     try:
@@ -253,9 +263,20 @@ async def test_a_follower_on_a_killed_member_resumes_without_a_gap(etcd_cluster:
     the other members. Once the member is back, the follower re-reads from its last seq."""
     leader = etcd_cluster.leader_name()
     prefix = fresh_prefix()
-    writer = EtcdEventStore(etcd_cluster.endpoints, prefix=prefix, request_timeout=1, operation_timeout=30)
+    credentials = etcd_cluster.credentials
+    writer = EtcdEventStore(
+        etcd_cluster.endpoints,
+        prefix=prefix,
+        request_timeout=1,
+        operation_timeout=30,
+        credentials=credentials,
+    )
     follower_store = EtcdEventStore(
-        [etcd_cluster.endpoint_of(leader)], prefix=prefix, request_timeout=1, operation_timeout=2
+        [etcd_cluster.endpoint_of(leader)],
+        prefix=prefix,
+        request_timeout=1,
+        operation_timeout=2,
+        credentials=credentials,
     )
     session = "followed-through-a-crash"
     total = 30

@@ -45,8 +45,13 @@ async def test_a_cut_watch_of_every_session_goes_on_or_says_what_it_may_have_mis
     watched, other = etcd_cluster.member_names[0], etcd_cluster.member_names[1]
     prefix = f"/w{uuid.uuid4().hex[:8]}"
     # The watch goes through one member only, so stopping that member cuts it.
-    follower = EtcdEventStore([etcd_cluster.endpoint_of(watched)], prefix=prefix, record_key=b"")
-    writer = EtcdEventStore([etcd_cluster.endpoint_of(other)], prefix=prefix, record_key=b"")
+    credentials = etcd_cluster.credentials
+    follower = EtcdEventStore(
+        [etcd_cluster.endpoint_of(watched)], prefix=prefix, record_key=b"", credentials=credentials
+    )
+    writer = EtcdEventStore(
+        [etcd_cluster.endpoint_of(other)], prefix=prefix, record_key=b"", credentials=credentials
+    )
     watch = follower.watch_sessions()
     try:
         assert await next_item(watch) is None

@@ -1,17 +1,64 @@
 """etcd on loopback: a single member for the event-store tests and the control plane, and a
-three-member cluster for fault tests (stop a member, watch the leader move)."""
+three-member cluster for fault tests (stop a member, watch the leader move).
+
+With `EtcdTls` a member serves its clients over TLS only and requires a client certificate
+(`--client-cert-auth`); what a client needs is one directory laid out as a TLS Secret
+(`belay.stores.etcd.credentials`), named in the store's URL as `?credentials=DIR`."""
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from belay.stores.etcd.credentials import EtcdCredentials
 from tests.testenv.binaries import component
+from tests.testenv.certs import TinyCA
 from tests.testenv.network import LOOPBACK, NOT_YET_ERRORS, free_port, healthy, http_post_json, wait_ready
 from tests.testenv.polling import wait_until
 from tests.testenv.processes import ManagedProcess
 
 READY_TIMEOUT = 60.0
+
+
+class EtcdTls:
+    """A CA, one serving certificate for every member (loopback and `host`), and a client's
+    certificate written as a TLS Secret's files (`client_dir`: ca.crt, tls.crt, tls.key)."""
+
+    def __init__(self, directory: Path, host: str = LOOPBACK) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        ca = TinyCA("belay-testenv-etcd-ca")
+        serving = ca.issue(
+            "etcd", dns_names=("localhost",), ips=tuple(dict.fromkeys((LOOPBACK, host))), server=True
+        )
+        client = ca.issue("belay", client=True)
+        self.ca_cert = _write(directory / "ca.crt", ca.cert_pem)
+        self.server_cert = _write(directory / "server.crt", serving.cert_pem)
+        self.server_key = _write(directory / "server.key", serving.key_pem)
+        self.client_dir = directory / "client"
+        self.client_dir.mkdir(exist_ok=True)
+        _write(self.client_dir / "ca.crt", ca.cert_pem)
+        self.client_cert = _write(self.client_dir / "tls.crt", client.cert_pem)
+        self.client_key = _write(self.client_dir / "tls.key", client.key_pem)
+
+    def server_flags(self) -> list[str]:
+        return [
+            f"--cert-file={self.server_cert}",
+            f"--key-file={self.server_key}",
+            f"--trusted-ca-file={self.ca_cert}",
+            "--client-cert-auth",
+        ]
+
+    def client_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca_cert))
+        context.load_cert_chain(str(self.client_cert), str(self.client_key))
+        return context
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    path.chmod(0o600)
+    return path
 
 
 @dataclass
@@ -23,10 +70,16 @@ class EtcdMember:
     process: ManagedProcess | None = None
     # Where clients reach it: loopback, or the node's bridge address for pods (tests/testenv/node.py).
     client_host: str = LOOPBACK
+    tls: EtcdTls | None = None
 
     @property
     def client_url(self) -> str:
-        return f"http://{self.client_host}:{self.client_port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{self.client_host}:{self.client_port}"
+
+    @property
+    def client_context(self) -> ssl.SSLContext | None:
+        return self.tls.client_context() if self.tls is not None else None
 
     @property
     def peer_url(self) -> str:
@@ -48,10 +101,11 @@ class EtcdMember:
             # Tests kill processes, never the machine: the page cache survives a killed etcd, so
             # skipping fsync loses nothing here and keeps a shared 2-core machine responsive.
             "--unsafe-no-fsync",
+            *(self.tls.server_flags() if self.tls is not None else []),
         ]
 
     def is_healthy(self) -> bool:
-        return healthy(f"{self.client_url}/health", expect=b'"health":"true"')
+        return healthy(f"{self.client_url}/health", self.client_context, expect=b'"health":"true"')
 
 
 def _start(members: list[EtcdMember], run_dir: Path, detached: bool) -> None:
@@ -83,10 +137,16 @@ class EtcdServer:
     """One etcd member. `endpoint` is its client URL."""
 
     def __init__(
-        self, run_dir: Path, name: str = "etcd", detached: bool = False, host: str = LOOPBACK
+        self,
+        run_dir: Path,
+        name: str = "etcd",
+        detached: bool = False,
+        host: str = LOOPBACK,
+        tls: bool = False,
     ) -> None:
         self.run_dir = run_dir
-        self.member = EtcdMember(name, run_dir / f"{name}.data", client_host=host)
+        self.tls = EtcdTls(run_dir / "tls", host) if tls else None
+        self.member = EtcdMember(name, run_dir / f"{name}.data", client_host=host, tls=self.tls)
         self.detached = detached
 
     @property
@@ -112,10 +172,13 @@ class EtcdCluster:
     member restarts with its state and rejoins. `host`: where clients reach them (the node's bridge
     address for pods on the real node); the members talk to each other on loopback."""
 
-    def __init__(self, run_dir: Path, size: int = 3, host: str = LOOPBACK) -> None:
+    def __init__(self, run_dir: Path, size: int = 3, host: str = LOOPBACK, tls: bool = False) -> None:
         self.run_dir = run_dir
+        self.tls = EtcdTls(run_dir / "tls", host) if tls else None
         self.members = {
-            f"member{i}": EtcdMember(f"member{i}", run_dir / f"member{i}.data", client_host=host)
+            f"member{i}": EtcdMember(
+                f"member{i}", run_dir / f"member{i}.data", client_host=host, tls=self.tls
+            )
             for i in range(size)
         }
 
@@ -130,10 +193,17 @@ class EtcdCluster:
     def endpoint_of(self, name: str) -> str:
         return self.members[name].client_url
 
+    @property
+    def credentials(self) -> EtcdCredentials | None:
+        """What a client of the store needs (None without TLS)."""
+        return EtcdCredentials.from_directory(self.tls.client_dir) if self.tls is not None else None
+
     def events_url(self, prefix: str) -> str:
-        """The event store URL naming every member (belay.stores.etcd)."""
-        members = ",".join(m.client_url.removeprefix("http://") for m in self.members.values())
-        return f"etcd://{members}{prefix}"
+        """The event store URL naming every member (belay.stores.etcd), and the client's
+        credentials when the members serve TLS."""
+        members = ",".join(m.client_url.split("://", 1)[1] for m in self.members.values())
+        query = f"?credentials={self.tls.client_dir}" if self.tls is not None else ""
+        return f"etcd://{members}{prefix}{query}"
 
     def start(self) -> None:
         # All members start together: each waits for a quorum of peers before it reports healthy.
@@ -172,10 +242,10 @@ class EtcdCluster:
         member that its peers still name as leader (before they notice) does not count."""
         running = self.running_members()
         for name in running:
-            url = self.members[name].client_url
+            url, context = self.members[name].client_url, self.members[name].client_context
             try:
-                status = http_post_json(f"{url}/v3/maintenance/status", {})
-                members = http_post_json(f"{url}/v3/cluster/member/list", {})["members"]
+                status = http_post_json(f"{url}/v3/maintenance/status", {}, context=context)
+                members = http_post_json(f"{url}/v3/cluster/member/list", {}, context=context)["members"]
             except OSError:
                 continue
             leader_id = status.get("leader")

@@ -57,7 +57,8 @@ def etcd_endpoint(_testenv_dir: Path) -> Iterator[str]:
 @pytest.fixture
 def etcd_cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
     require_built("etcd")
-    cluster = EtcdCluster(tmp_path / "etcd-cluster")
+    # TLS with client certificates, as a shared cluster is reached (docs/stores.md).
+    cluster = EtcdCluster(tmp_path / "etcd-cluster", tls=True)
     try:
         cluster.start()
         yield cluster

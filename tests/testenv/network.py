@@ -49,11 +49,13 @@ def http_get(url: str, context: ssl.SSLContext | None = None, timeout: float = 2
         return int(error.code), error.read()
 
 
-def http_post_json(url: str, body: dict[str, Any], timeout: float = 2.0) -> Any:
+def http_post_json(
+    url: str, body: dict[str, Any], timeout: float = 2.0, context: ssl.SSLContext | None = None
+) -> Any:
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
     )
-    with urllib.request.urlopen(request, timeout=timeout) as response:
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
         return json.loads(response.read())
 
 

@@ -21,6 +21,7 @@ import grpc.aio
 from aetcd import rpc
 
 from belay.stores.base import PayloadTooLarge, StoreError, StoreUnavailable
+from belay.stores.etcd.credentials import EtcdCredentials
 from belay.stores.etcd.keys import prefix_range_end
 
 T = TypeVar("T")
@@ -126,8 +127,15 @@ class EtcdConnection:
     The channel binds to the running event loop, so it is made on first use, not here: open one
     connection per event loop."""
 
-    def __init__(self, endpoints: Sequence[str], request_timeout: float, operation_timeout: float) -> None:
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        request_timeout: float,
+        operation_timeout: float,
+        credentials: EtcdCredentials | None = None,
+    ) -> None:
         self.endpoints = list(endpoints)
+        self.credentials = credentials
         self.request_timeout = request_timeout
         self.operation_timeout = operation_timeout
         for endpoint in self.endpoints:
@@ -143,18 +151,27 @@ class EtcdConnection:
     def stubs(self) -> tuple[Any, Any]:
         """The KV and Watch stubs, on a channel opened on first use."""
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(
-                grpc_target(self.endpoints),
-                options=[
-                    ("grpc.lb_policy_name", "round_robin"),
-                    ("grpc.keepalive_time_ms", 5000),
-                    ("grpc.keepalive_timeout_ms", 2000),
-                    ("grpc.keepalive_permit_without_calls", 1),
-                    ("grpc.initial_reconnect_backoff_ms", 100),
-                    ("grpc.max_reconnect_backoff_ms", 1000),
-                    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                ],
-            )
+            options = [
+                ("grpc.lb_policy_name", "round_robin"),
+                ("grpc.keepalive_time_ms", 5000),
+                ("grpc.keepalive_timeout_ms", 2000),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 1000),
+                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ]
+            target = grpc_target(self.endpoints)
+            if self.credentials is None:
+                self._channel = grpc.aio.insecure_channel(target, options=options)
+            else:
+                # Every member's serving certificate is checked against the CA and the name (or
+                # address) the endpoint gives; the client certificate answers --client-cert-auth.
+                tls = grpc.ssl_channel_credentials(
+                    root_certificates=self.credentials.ca,
+                    private_key=self.credentials.key,
+                    certificate_chain=self.credentials.cert,
+                )
+                self._channel = grpc.aio.secure_channel(target, tls, options=options)
             self._kv = rpc.KVStub(self._channel)
             self._watch = rpc.WatchStub(self._channel)
             # KV.Txn for a request that is already wire bytes (no serializer: bytes go as they are).

@@ -21,6 +21,7 @@ from belay.stores.etcd import deletion
 from belay.stores.etcd.appends import Appends, KnownHeads
 from belay.stores.etcd.archiving import Archiver
 from belay.stores.etcd.connection import EtcdConnection
+from belay.stores.etcd.credentials import EtcdCredentials
 from belay.stores.etcd.keys import SessionKeys, index_key, index_prefix, prefix_range_end
 from belay.stores.etcd.leases import Leases
 from belay.stores.etcd.reads import RecordReader
@@ -54,6 +55,7 @@ class EtcdEventStore:
         segments: ArtifactStore | None = None,
         keep_events: int = ARCHIVE_KEEP_EVENTS,
         segment_events: int = SEGMENT_EVENTS,
+        credentials: EtcdCredentials | None = None,
     ) -> None:
         if keep_events < 1 or segment_events < 1:
             raise ValueError("keep_events and segment_events must be at least 1")
@@ -65,7 +67,7 @@ class EtcdEventStore:
         self.request_timeout = request_timeout
         self.operation_timeout = operation_timeout
         self.chain = Chain(record_key if record_key is not None else record_key_for())
-        self._connection = EtcdConnection(self.endpoints, request_timeout, operation_timeout)
+        self._connection = EtcdConnection(self.endpoints, request_timeout, operation_timeout, credentials)
         self._segments = ArchivedSegments(self._connection, segments)
         self._reader = RecordReader(self._connection, self.chain, self._segments)
         # The head this store last wrote, per session: what its next append is tried on.
@@ -178,19 +180,20 @@ class EtcdEventStore:
 def open_etcd_event_store(spec: dict[str, Any]) -> EtcdEventStore:
     """From a spec: `{"backend": "etcd", "endpoints": [...], "prefix": ...}` or
     `{"backend": "etcd", "url": "etcd://host:port,host:port/prefix"}`; timeouts,
-    `record_key_file`, and for archived segments `segments` (an artifact store spec or URL),
-    `keep_events` and `segment_events` are optional keys. A URL takes the last three as its query:
-    `etcd://etcd:2379/belay?segments=s3://bucket/prefix&keep_events=2000`."""
+    `record_key_file`, `credentials` (a directory holding a TLS Secret's files:
+    `belay.stores.etcd.credentials`), and for archived segments `segments` (an artifact store spec
+    or URL), `keep_events` and `segment_events` are optional keys. A URL takes the last four as
+    its query: `etcd://etcd:2379/belay?credentials=/etc/belay/etcd&segments=s3://bucket/prefix`."""
     if "url" in spec:
         parts = urlsplit(spec["url"])
         endpoints = [f"http://{address}" for address in parts.netloc.split(",") if address]
         prefix = parts.path or "/belay"
         query = dict(parse_qsl(parts.query))
-        unknown = sorted(set(query) - {"segments", "keep_events", "segment_events"})
+        unknown = sorted(set(query) - {"credentials", "segments", "keep_events", "segment_events"})
         if unknown:
             raise ValueError(
                 f"unknown option {', '.join(unknown)} in the etcd URL {spec['url']!r} (known: "
-                "segments, keep_events, segment_events)"
+                "credentials, segments, keep_events, segment_events)"
             )
         spec = {**query, **spec}
     else:
@@ -205,6 +208,7 @@ def open_etcd_event_store(spec: dict[str, Any]) -> EtcdEventStore:
         segments=segments,
         keep_events=int(spec.get("keep_events", ARCHIVE_KEEP_EVENTS)),
         segment_events=int(spec.get("segment_events", SEGMENT_EVENTS)),
+        credentials=EtcdCredentials.from_directory(spec["credentials"]) if spec.get("credentials") else None,
     )
 
 

@@ -1,0 +1,118 @@
+"""The etcd store over TLS with client certificates (`?credentials=DIR` on its URL, a directory
+laid out as a TLS Secret): a member that serves TLS and requires client certificates answers the
+store that presents its credentials, and refuses a plaintext client, a client without a
+certificate and a client that trusts another CA; nothing they try is written."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from belay.journal.events import EventDraft, UserInput
+from belay.stores.base import StoreUnavailable
+from belay.stores.etcd import EtcdEventStore
+from belay.stores.etcd.credentials import EtcdCredentials
+from belay.stores.factory import open_event_store
+from tests.testenv.availability import require_built
+from tests.testenv.certs import TinyCA
+from tests.testenv.etcd import EtcdServer
+
+pytestmark = pytest.mark.testenv
+SESSION = "over-tls"
+
+
+@pytest.fixture(scope="module")
+def tls_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    require_built("etcd")
+    server = EtcdServer(tmp_path_factory.mktemp("etcd-tls"), tls=True)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+def address(server: EtcdServer) -> str:
+    return server.endpoint.split("://", 1)[1]
+
+
+def store(server: EtcdServer, prefix: str, credentials: EtcdCredentials | None) -> EtcdEventStore:
+    return EtcdEventStore(
+        [f"http://{address(server)}"],
+        prefix=prefix,
+        record_key=b"",
+        request_timeout=0.5,
+        operation_timeout=1.5,
+        credentials=credentials,
+    )
+
+
+async def test_the_store_with_its_credentials_writes_and_reads(tls_etcd: EtcdServer) -> None:
+    assert tls_etcd.tls is not None
+    opened = open_event_store(f"etcd://{address(tls_etcd)}/tls-ok?credentials={tls_etcd.tls.client_dir}")
+    try:
+        stored = await opened.append(SESSION, [EventDraft(payload=UserInput(goal="over TLS"))])
+        assert [e.seq for e in await opened.read(SESSION)] == [e.seq for e in stored] == [1]
+    finally:
+        await opened.close()
+
+
+def strangers(tls_etcd: EtcdServer, tmp_path: Path) -> dict[str, EtcdCredentials | None]:
+    assert tls_etcd.tls is not None
+    own = EtcdCredentials.from_directory(tls_etcd.tls.client_dir)
+    other_ca = TinyCA("another-ca")
+    other_client = other_ca.issue("belay", client=True)
+    return {
+        "plaintext": None,
+        "no client certificate": EtcdCredentials(ca=own.ca),
+        "another CA": EtcdCredentials(
+            ca=other_ca.cert_pem, cert=other_client.cert_pem, key=other_client.key_pem
+        ),
+        "a certificate another CA signed": EtcdCredentials(
+            ca=own.ca, cert=other_client.cert_pem, key=other_client.key_pem
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "who", ["plaintext", "no client certificate", "another CA", "a certificate another CA signed"]
+)
+async def test_a_client_without_the_credentials_is_refused_and_writes_nothing(
+    tls_etcd: EtcdServer, tmp_path: Path, who: str
+) -> None:
+    prefix = f"/tls-refused-{who.replace(' ', '-')}"
+    stranger = store(tls_etcd, prefix, strangers(tls_etcd, tmp_path)[who])
+    try:
+        with pytest.raises(StoreUnavailable):
+            await stranger.append(SESSION, [EventDraft(payload=UserInput(goal="let me in"))])
+    finally:
+        await stranger.close()
+    assert tls_etcd.tls is not None
+    checker = store(tls_etcd, prefix, EtcdCredentials.from_directory(tls_etcd.tls.client_dir))
+    try:
+        assert await checker.read(SESSION) == []
+    finally:
+        await checker.close()
+
+
+async def test_the_same_plaintext_client_is_answered_by_a_member_without_tls(etcd_endpoint: str) -> None:
+    """The control: what the refusals above measure is the member's TLS, not a client that never
+    reaches anything."""
+    plaintext = EtcdEventStore([etcd_endpoint], prefix="/tls-control", record_key=b"", operation_timeout=5)
+    try:
+        await plaintext.append(SESSION, [EventDraft(payload=UserInput(goal="in clear"))])
+        assert len(await plaintext.read(SESSION)) == 1
+    finally:
+        await plaintext.close()
+
+
+def test_credentials_with_half_a_client_pair_are_refused(tmp_path: Path) -> None:
+    ca = TinyCA()
+    (tmp_path / "ca.crt").write_bytes(ca.cert_pem)
+    (tmp_path / "tls.crt").write_bytes(ca.issue("belay", client=True).cert_pem)
+    with pytest.raises(ValueError, match=r"tls\.key is missing"):
+        EtcdCredentials.from_directory(tmp_path)
+    with pytest.raises(ValueError, match=r"ca\.crt"):
+        EtcdCredentials.from_directory(tmp_path / "nowhere")
