@@ -60,7 +60,7 @@ def _utf16_big_endian(value: str) -> str:
 
 
 def _double_json(value: str) -> str:
-    return json.dumps(json.dumps({"key": value}).replace("/", "\\/"))[1:-1]
+    return json.dumps(json.dumps({"note": value}).replace("/", "\\/"))[1:-1]
 
 
 ENCODINGS = {

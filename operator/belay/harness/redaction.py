@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from belay.harness.held_values import held_spans, tail_of
+from belay.harness.normalised import normalised
 from belay.harness.secret_values import (
     encoded_text,
     keyword_value,
@@ -126,7 +127,8 @@ _SEPARATORS = " \t\r\n=:\"'"
 _TOKEN_TAIL = re.compile(r"[A-Za-z0-9_\-.+/=]*")
 _PRIVATE_KEY = "Private Key"
 _BASIC_AUTH = "Basic Auth Credentials"
-_PRIVATE_KEY_END = re.compile(r"-----END[^\n]*")
+# The footer, by its words: its dashes may be escaped in the text (`&#x2d;`, `\u002d`).
+_PRIVATE_KEY_END = re.compile(r"END[ A-Z0-9]*PRIVATE KEY[^\n]*")
 
 
 @functools.cache
@@ -414,11 +416,19 @@ def redact_text(
 ) -> tuple[str, int]:
     """`text` with every held value (as it is, encoded, split: `belay.harness.held_values`) and
     every detected secret replaced by its marker. `before`: the end of the previous output of the
-    same subagent, to find a held value split between the two."""
+    same subagent, to find a held value split between the two. The detectors read the text as it
+    is and, when it has escapes, colour codes or invisible characters, its reading too
+    (`belay.harness.normalised`, without the lower-casing: the token formats are case-sensitive);
+    a secret found in the reading is replaced in the span of the text it came from."""
     spans = _merged(held_spans(text, _pairs(held), before)) if held else []
     count = len(spans)
     text = _replaced(text, spans)
     spans = detect(text, assignments=assignments)
+    view = normalised(text)
+    if view.changed:
+        for start, end, kind in detect(view.text, assignments=assignments):
+            spans.append((*view.original(start, end), kind))
+        spans = _merged(spans)
     return _replaced(text, spans), count + len(spans)
 
 

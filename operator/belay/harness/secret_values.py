@@ -100,13 +100,15 @@ _IDENTIFIER_CHAR = re.compile(r"[\w.\-]")
 _NAME_OF_LETTERS = re.compile(r"[A-Za-z_]+")
 _DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _CODE_PUNCTUATION = frozenset("()[]{}")
+# An option or an operator of letters (`-join`, `--from-env`).
+_OPERATOR_WORD = re.compile(r"-{1,2}[A-Za-z][A-Za-z-]*")
 # An environment file's or a shell's assignment: a line that begins with an upper-case name and
 # `=` (`DB_PASSWORD=x`, `export API_KEY=x`), not indented as an argument of a call in code is.
 _ENV_ASSIGNMENT = re.compile(r"(?:export\s+)?[A-Z_][A-Z0-9_]*=(?![=\s])")
 # Stops a value at the end of its first word (unquoted), as code and prose around it go on.
 _FIRST_WORD = re.compile(r"[^\s,;)\]}`]*")
-# Lower-case words and what joins them (`'doesnotexist'`, `'geheim$parole'`): an example's password.
-_LOWER_CASE_WORDS = re.compile(r"[a-zñ]+(?:[-_.$ ][a-zñ]+)*")
+# Words of letters and what joins them (`'doesnotexist'`, `'geheim$parole'`): an example's password.
+_LOWER_CASE_WORDS = re.compile(r"[A-Za-zñ]+(?:[-_.$ ][A-Za-zñ]+)*")
 # Words that make a quoted value a placeholder, as examples and tests write them.
 _PLACEHOLDER_WORDS = re.compile(r"(?i)test|example|dummy|fake|sample|changeme|placeholder|your|xxxx")
 # The name of a Kubernetes Secret: lower-case words joined by `-` (`belay-stores`, `openai-keys`).
@@ -150,6 +152,8 @@ def keyword_value(line: str, name_position: int, value_start: int, value_end: in
     first_word = _FIRST_WORD.match(value)
     value = first_word.group() if first_word else value
     if len(set(value)) < 4 or _CODE_PUNCTUATION & set(value) or _DOTTED_NAME.fullmatch(value):
+        return None
+    if _OPERATOR_WORD.fullmatch(value):  # `$password = -join (...)` in PowerShell
         return None
     env_literal = operator == "=" and _ENV_ASSIGNMENT.match(line) is not None
     if _NAME_OF_LETTERS.fullmatch(value) and not env_literal:
