@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
+from pathlib import Path
 
 import pytest
 
 from belay.harness.normalised import normalised
-from belay.harness.redaction import Redactor, held_secrets, marker, redact_text
+from belay.harness.redaction import REDACTION_ENV, Redactor, held_secrets, marker, redact_text
+from tests.scripted import write_scripted_session
+from tests.security.test_redaction import belay
 
 NAME = "OPENAI_API_KEY"
 # Of no vendor's format, with `/` and `+` (which JSON and HTML escape) and both cases.
@@ -139,3 +143,71 @@ def test_text_without_escapes_reads_as_itself() -> None:
     text = "plain output, 100% & more\nC:\\path & co"
     view = normalised(text)
     assert view.text == text and not view.changed
+
+
+# --------------------------------------------------------------------------------------------------
+# A real `belay run`
+
+SESSION = "spelled"
+# What each command prints: a file the test wrote in that spelling, or a real `grep --color` and `tr`.
+COMMANDS = {
+    **{encoding: f"cat cfg/{index}.txt" for index, encoding in enumerate(ENCODINGS)},
+    # Colour codes around matches inside the value, as a search for a piece of it prints them.
+    "grep --color": "grep --color=always -E 'mW4|bH3' cfg/value.txt",
+    "tr to upper case": "tr a-z A-Z < cfg/value.txt",
+}
+
+
+def spelled_session(directory: Path) -> Path:
+    inputs = directory / "inputs"
+    inputs.mkdir(parents=True)
+    (inputs / "value.txt").write_text(VALUE + "\n")
+    for index, encoding in enumerate(ENCODINGS):
+        (inputs / f"{index}.txt").write_text(f"value: {ENCODINGS[encoding](VALUE)}\n")
+    # UTF-16 as a file holds it, with its byte-order mark.
+    utf16 = inputs / f"{list(ENCODINGS).index('utf-16')}.txt"
+    utf16.write_bytes(f"value: {VALUE}\n".encode("utf-16"))
+    steps = [
+        {
+            "id": "print",
+            "title": "Print the value in every spelling",
+            "actions": [
+                {"tool": "run_command", "arguments": {"command": command}} for command in COMMANDS.values()
+            ],
+        }
+    ]
+    agent = {
+        "name": "agent",
+        "networkProfile": "none",
+        "inputs": [{"source": str(inputs), "target": "cfg", "hostPath": True}],
+    }
+    return write_scripted_session(directory, SESSION, "Print the value.", [agent], {"agent": steps})
+
+
+@pytest.mark.parametrize("redaction", ["on", "off"])
+def test_a_held_value_in_every_spelling_never_reaches_the_record_of_a_real_run(
+    tmp_path: Path, redaction: str
+) -> None:
+    manifest = spelled_session(tmp_path)
+    environment = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "LANG": "C.UTF-8", NAME: VALUE}
+    if redaction == "off":
+        environment[REDACTION_ENV] = "off"
+    home = tmp_path / "home"
+    run = belay(home, environment, "run", str(manifest))
+    assert run.returncode == 0, run.stdout + run.stderr
+    events = belay(home, environment, "events", SESSION, "--json")
+    assert events.returncode == 0, events.stderr
+    results = [json.loads(line)["payload"] for line in events.stdout.splitlines() if '"tool_result"' in line]
+    printed = [r["output"]["stdout"] for r in results if "stdout" in (r.get("output") or {})]
+    assert len(printed) == len(COMMANDS)
+    leaked = {
+        name for name, stdout in zip(COMMANDS, printed, strict=True) if VALUE.lower() in _readable(stdout)
+    }
+    harness_log = (home / "sessions" / SESSION / "logs" / "harness.log").read_text()
+    if redaction == "off":
+        # The same check, with nothing between the tools and the record, finds every spelling.
+        assert leaked == set(COMMANDS)
+        return
+    assert leaked == set()
+    assert VALUE.lower() not in _readable(events.stdout) and VALUE.lower() not in _readable(harness_log)
+    assert f"[REDACTED:{NAME} normalised]" in events.stdout

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from belay.harness.held_values import held_spans, tail_of
-from belay.harness.normalised import normalised
+from belay.harness.normalised import changed_regions, normalised
 from belay.harness.secret_values import (
     encoded_text,
     keyword_value,
@@ -417,18 +417,20 @@ def redact_text(
     """`text` with every held value (as it is, encoded, split: `belay.harness.held_values`) and
     every detected secret replaced by its marker. `before`: the end of the previous output of the
     same subagent, to find a held value split between the two. The detectors read the text as it
-    is and, when it has escapes, colour codes or invisible characters, its reading too
+    is and, where its lines have escapes, colour codes or invisible characters, their reading too
     (`belay.harness.normalised`, without the lower-casing: the token formats are case-sensitive);
     a secret found in the reading is replaced in the span of the text it came from."""
     spans = _merged(held_spans(text, _pairs(held), before)) if held else []
     count = len(spans)
     text = _replaced(text, spans)
     spans = detect(text, assignments=assignments)
-    view = normalised(text)
-    if view.changed:
-        for start, end, kind in detect(view.text, assignments=assignments):
-            spans.append((*view.original(start, end), kind))
-        spans = _merged(spans)
+    regions = changed_regions(text)
+    for region_start, region_end in regions:
+        view = normalised(text[region_start:region_end])
+        for start, end, kind in detect(view.text, assignments=assignments) if view.changed else ():
+            start, end = view.original(start, end)
+            spans.append((region_start + start, region_start + end, kind))
+    spans = _merged(spans) if regions else spans
     return _replaced(text, spans), count + len(spans)
 
 
