@@ -10,6 +10,7 @@ import html
 import json
 import os
 import re
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -78,20 +79,35 @@ ENCODINGS = {
     "zero-width characters": _zero_width,
     "utf-16": _utf16,
     "utf-16 big-endian": _utf16_big_endian,
+    "url percent-encoded": lambda value: "".join(f"%{b:02X}" for b in value.encode()),
+    "c hex escapes": lambda value: value.replace("/", "\\x2f").replace("+", "\\x2b"),
+    "octal escapes": lambda value: value.replace("/", "\\057"),
+    "html without semicolons": lambda value: value.replace("/", "&#47").replace("+", "&#43"),
+    "backspace overstrike": lambda value: "".join(f"{c}\b{c}" for c in value),
+    "underlined": lambda value: "".join(f"_\b{c}" for c in value),
+    "8-bit csi": lambda value: value[:10] + "\x9b31m" + value[10:] + "\x9b0m",
+    "tag characters": lambda value: "\U000e0041".join(value[:6]) + value[6:],
+    "variation selectors": lambda value: "\ufe0f".join(value[:6]) + value[6:],
+    "fullwidth": lambda value: "".join(chr(ord(c) + 0xFEE0) for c in value),
     "upper case": str.upper,
     "lower case": str.lower,
+    "swapped case": str.swapcase,
     "escaped and upper case": lambda value: _json_slash(value.upper()),
 }
 
 
 def _readable(text: str) -> str:
-    """What a person reading `text` sees, by the test's own means: escapes read, colour codes and
-    invisible characters dropped, lower case."""
+    """What a person reading `text` sees, by the test's own means: escapes read, colour codes,
+    overstrikes and invisible characters dropped, fullwidth forms as ASCII, lower case."""
     for _ in range(3):
         text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), text)
+        text = re.sub(r"\\x([0-9a-fA-F]{2})", lambda m: chr(int(m.group(1), 16)), text)
+        text = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+        text = urllib.parse.unquote(text)
         text = html.unescape(text.replace("\\/", "/").replace('\\"', '"').replace("\\\\", "\\"))
-    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)
-    return re.sub("[\x00\u200b-\u200d\ufeff]", "", text).lower()
+    text = re.sub(r"[\x1b\x9b]\[?[0-9;]*[A-Za-z]|.\x08", "", text)
+    text = "".join(chr(ord(c) - 0xFEE0) if "\uff01" <= c <= "\uff5e" else c for c in text)
+    return re.sub("[\x00\u200b-\u200d\ufeff\ufe0f\U000e0041]", "", text).lower()
 
 
 @pytest.mark.parametrize("encoding", list(ENCODINGS))

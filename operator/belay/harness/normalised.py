@@ -4,11 +4,13 @@ every offset of that reading back to the output itself.
 A command can print a value so that its characters are not side by side in the text: JSON writes
 `/` as `\\/` or `\\u002f`, HTML as `&#47;` or `&sol;`, `grep --color` puts ANSI colour codes around
 (and inside) a match, a file may hold zero-width characters between the letters, and UTF-16 text
-read as UTF-8 has a NUL after (or before) every ASCII character. `normalised(text)` undoes all of
-these, in that order (JSON and HTML escapes repeatedly, for a value escaped twice, then ANSI,
-zero-width and NUL characters removed, so that an escape that spells one of those is removed too),
-and `View.original(start, end)` maps a span of the reading back to the span of the output it came
-from.
+read as UTF-8 has a NUL after (or before) every ASCII character. A URL percent-encodes it
+(`%2F`), C, Python and `printf` write `\\x2f` or `\\057`, `man` strikes each letter over with a
+backspace, and fullwidth forms (U+FF01 to U+FF5E) read as ASCII to a person. `normalised(text)`
+undoes all of these: the escapes repeatedly (for a value escaped twice), then ANSI codes,
+overstrikes and invisible characters removed and fullwidth forms read (last, so that an escape
+that spells one of those counts too), and `View.original(start, end)` maps a span of the reading
+back to the span of the output it came from.
 
 The map is exact: each character of the reading comes from one escape (or one character) of the
 output, and a span maps to the output from the first character's source to the last one's, with
@@ -28,20 +30,30 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-# A JSON escape: `\uXXXX` (with its low surrogate when it is the high one), or one character.
+# A JSON escape: `\uXXXX` (with its low surrogate when it is the high one), or one character;
+# and the escapes of C, Python, `printf` and `echo -e` for an ASCII character: `\x2f`, `\057`.
 _JSON_ESCAPE = re.compile(
     r"\\u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})|\\u([0-9a-fA-F]{4})|\\([\"\\/bfnrt])"
+    r"|\\x([0-7][0-9a-fA-F])|\\(0?[0-1][0-7]{2})"
 )
 _JSON_SINGLE = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
-# An HTML character reference, numeric or named (`html.unescape` knows which names exist).
-_HTML_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
-# ANSI escape sequences (CSI such as colours and cursor moves, OSC up to BEL or ST, and the short
-# two-character ones), and the characters that print as nothing: zero-width spaces and joiners,
-# the word joiner, the byte-order mark, the soft hyphen, direction marks and isolates, and NUL
-# (what is left of UTF-16 read as UTF-8: `s\0e\0c\0` for `sec`).
+# An HTML character reference, numeric (its `;` optional, as browsers read it) or named
+# (`html.unescape` knows which names exist); and a URL's percent-escape of an ASCII character.
+_HTML_ENTITY = re.compile(r"&(?:#[0-9]{1,7};?|#[xX][0-9a-fA-F]{1,6};?|[A-Za-z][A-Za-z0-9]{1,31};)")
+_PERCENT = re.compile(r"%([0-7][0-9a-fA-F])")
+# ANSI escape sequences (CSI such as colours and cursor moves, in 7 or 8 bits, OSC up to BEL or
+# ST, and the short two-character ones), a character struck over by a backspace (`a\ba` bold and
+# `_\ba` underlined, as `man` prints them), the other C1 controls, and the characters that print
+# as nothing: zero-width spaces and joiners, the word joiner and invisible operators, the
+# byte-order mark, the soft hyphen, the combining grapheme joiner, Mongolian and other variation
+# selectors, Hangul fillers, direction marks and isolates, tag characters, and NUL (what is left
+# of UTF-16 read as UTF-8: `s\0e\0c\0` for `sec`). Fullwidth forms of ASCII are read as
+# ASCII.
 _INVISIBLE = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]"
-    r"|[\x00\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x9b[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]"
+    r"|[^\n]\x08|[\x00\x80-\x9f\u00ad\u034f\u115f\u1160\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+    r"\u2060-\u2064\u2066-\u2069\u3164\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e007f\U000e0100-\U000e01ef]"
+    r"|(?P<fullwidth>[\uff01-\uff5e\u3000])"
 )
 # How many times JSON and HTML escapes are read again, for a value escaped more than once
 # (`\\\\u002f` in JSON inside JSON, `&amp;#47;`).
@@ -104,15 +116,17 @@ def normalised(text: str) -> View:
             text = _rewrite(text, _JSON_ESCAPE, _json_character, passes)
         if "&" in text:
             text = _rewrite(text, _HTML_ENTITY, _html_character, passes)
+        if "%" in text:
+            text = _rewrite(text, _PERCENT, lambda match: chr(int(match.group(1), 16)), passes)
         if len(passes) == before:
             break
-    text = _rewrite(text, _INVISIBLE, lambda match: "", passes)
+    text = _rewrite(text, _INVISIBLE, _visible, passes)
     return View(text, tuple(passes))
 
 
 # What may make a line read differently: the start of an escape, a reference or an invisible
 # character (a superset of what `normalised` rewrites, found in one scan).
-_MAY_CHANGE = re.compile(_INVISIBLE.pattern + r"|\\[\"\\/bfnrtu]|&#?[A-Za-z0-9]+;")
+_MAY_CHANGE = re.compile(_INVISIBLE.pattern + r"|\\[\"\\/bfnrtux0-7]|&#?[A-Za-z0-9]+|%[0-7][0-9a-fA-F]")
 
 
 def changed_regions(text: str) -> list[tuple[int, int]]:
@@ -133,8 +147,19 @@ def changed_regions(text: str) -> list[tuple[int, int]]:
     return regions
 
 
+def _visible(match: re.Match[str]) -> str:
+    fullwidth = match.group("fullwidth")
+    if fullwidth is None:
+        return ""
+    return " " if fullwidth == "\u3000" else chr(ord(fullwidth) - 0xFEE0)
+
+
 def _json_character(match: re.Match[str]) -> str | None:
-    high, low, code, single = match.groups()
+    high, low, code, single, hexadecimal, octal = match.groups()
+    if hexadecimal is not None:
+        return chr(int(hexadecimal, 16))
+    if octal is not None:
+        return chr(int(octal, 8))
     if high is not None:
         return (int(high, 16).to_bytes(2, "big") + int(low, 16).to_bytes(2, "big")).decode("utf-16-be")
     if code is not None:
