@@ -14,6 +14,7 @@ from belay.harness.redaction import marker, redact_text
 
 NAMES_ONLY = [
     "if password == stored_password:",
+    "  password: !vault |",
     "$randomPassword = -join ((65..90) + (97..122) | Get-Random -Count 16 | % {[char]$_})",
     "if password == expected:",
     "if password != confirmation:",

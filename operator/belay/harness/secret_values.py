@@ -100,6 +100,8 @@ _IDENTIFIER_CHAR = re.compile(r"[\w.\-]")
 _NAME_OF_LETTERS = re.compile(r"[A-Za-z_]+")
 _DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _CODE_PUNCTUATION = frozenset("()[]{}")
+# A YAML tag (`!vault`, `!!str`).
+_YAML_TAG = re.compile(r"!{1,2}[A-Za-z_]+")
 # An option or an operator of letters (`-join`, `--from-env`).
 _OPERATOR_WORD = re.compile(r"-{1,2}[A-Za-z][A-Za-z-]*")
 # An environment file's or a shell's assignment: a line that begins with an upper-case name and
@@ -154,6 +156,8 @@ def keyword_value(line: str, name_position: int, value_start: int, value_end: in
     if len(set(value)) < 4 or _CODE_PUNCTUATION & set(value) or _DOTTED_NAME.fullmatch(value):
         return None
     if _OPERATOR_WORD.fullmatch(value):  # `$password = -join (...)` in PowerShell
+        return None
+    if operator == ":" and _YAML_TAG.fullmatch(value):  # `password: !vault |` in Ansible
         return None
     env_literal = operator == "=" and _ENV_ASSIGNMENT.match(line) is not None
     if _NAME_OF_LETTERS.fullmatch(value) and not env_literal:
