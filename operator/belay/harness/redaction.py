@@ -16,7 +16,14 @@ Two sources say what a secret is:
   storage keys, ...), and for tool output its keyword detector for assignments (`password = x`,
   `aws_secret_access_key: x`, `DB_PASSWORD=x` in a `.env` file) with the library's filters for
   what is not a value (`secret = get_secret()`, `${SECRET}`, `<password>`), plus the values it
-  misses because they begin with punctuation. The marker names the detector's secret type.
+  misses because they begin with punctuation. The marker names the detector's secret type. A
+  keyword, basic-auth or entropy finding stands only when its value reads as a secret, not as code
+  or configuration that only names one (`belay.harness.secret_values`: `if password == expected`,
+  `secretRef: belay-stores`, `Using cache key: ...` are left alone).
+
+Both read the output as it is and its reading (`belay.harness.normalised`: escapes read, colour
+codes and invisible characters removed; lower-cased for held values), and a secret found in the
+reading is replaced in the exact span of the output it came from.
 
 What a tool is asked is scanned without the keyword detector: a request runs exactly as recorded
 (a resumed attempt repeats it from the record), so a false positive there would change what
