@@ -207,7 +207,7 @@ def test_arguments_keep_assignments_but_lose_held_values_and_known_shapes() -> N
     (common in code a model writes); held values and token shapes are still replaced."""
     credentials = planted()
     redactor = Redactor(held=held_secrets(credentials))
-    content = 'password = "test-fixture-value"\n'
+    content = 'password = "h0rse-battery-value"\n'
     request = {
         "content": content,
         "command": f"curl -H 'Authorization: token {credentials['GITHUB_TOKEN']}' https://example.com",

@@ -24,6 +24,8 @@ import functools
 import re
 from collections.abc import Iterator
 
+from belay.harness.normalised import fold, normalised
+
 # The shortest piece of a held value at the end of an output that is taken for its first half.
 MIN_FRAGMENT = 10
 # The longest end of an output kept to find a value split across two outputs.
@@ -55,20 +57,38 @@ def variants(value: str) -> tuple[tuple[str, str | None], ...]:
 def held_spans(text: str, held: tuple[tuple[str, str], ...], before: str = "") -> list[Span]:
     """(start, end, kind) in `text` of every form of each (value, kind) in `held`, whole, split
     across lines, split between `before` (the end of the previous output) and `text`, or begun at
-    its end."""
+    its end; in the text as it is, and in its reading (`belay.harness.normalised`: JSON and HTML
+    escapes read, ANSI codes and invisible characters removed, lower-cased), the span of the text
+    a form in the reading came from (exact: see that module), with ` normalised` in its kind."""
+    combined = f"{before}\n{text}" if before else text
+    shift = len(combined) - len(text)
     found: list[Span] = []
-    pieces = _Lines(before + "\n" + text if before else text)
-    shift = len(before) + 1 if before else 0
+    for start, end, named in _spans(combined, held, fold_forms=False):
+        if end > shift:  # else all in the previous output: found (and recorded) there
+            found.append((max(start, shift) - shift, end - shift, named))
+    view = normalised(combined)
+    reading = fold(view.text)
+    for start, end, named in _spans(reading, held, fold_forms=True):
+        start, end = view.original(start, end)
+        if end > shift:
+            found.append((max(start, shift) - shift, end - shift, f"{named} normalised"))
+    return found
+
+
+def _spans(combined: str, held: tuple[tuple[str, str], ...], *, fold_forms: bool) -> Iterator[Span]:
+    """Every form of each held value in `combined` (its forms lower-cased with `fold_forms`)."""
+    pieces = _Lines(combined)
     for value, kind in held:
+        seen = set()
         for form, detector in variants(value):
+            form = fold(form) if fold_forms else form
+            if form in seen:
+                continue  # the hex forms, lower-cased, are one
+            seen.add(form)
             label = kind if detector is None else f"{kind} {detector}"
             for start, end, split in pieces.find(form):
-                if end <= shift:
-                    continue  # all in the previous output: found (and recorded) there
-                named = f"{label} split" if split or start < shift else label
-                found.append((max(start, shift) - shift, end - shift, named))
-            found += _first_half(text, form, f"{label} split")
-    return found
+                yield start, end, f"{label} split" if split else label
+            yield from _first_half(combined, form, f"{label} split")
 
 
 def _first_half(text: str, form: str, label: str) -> Iterator[Span]:

@@ -16,7 +16,14 @@ Two sources say what a secret is:
   storage keys, ...), and for tool output its keyword detector for assignments (`password = x`,
   `aws_secret_access_key: x`, `DB_PASSWORD=x` in a `.env` file) with the library's filters for
   what is not a value (`secret = get_secret()`, `${SECRET}`, `<password>`), plus the values it
-  misses because they begin with punctuation. The marker names the detector's secret type.
+  misses because they begin with punctuation. The marker names the detector's secret type. A
+  keyword, basic-auth or entropy finding stands only when its value reads as a secret, not as code
+  or configuration that only names one (`belay.harness.secret_values`: `if password == expected`,
+  `secretRef: belay-stores`, `Using cache key: ...` are left alone).
+
+Both read the output as it is and its reading (`belay.harness.normalised`: escapes read, colour
+codes and invisible characters removed; lower-cased for held values), and a secret found in the
+reading is replaced in the exact span of the output it came from.
 
 What a tool is asked is scanned without the keyword detector: a request runs exactly as recorded
 (a resumed attempt repeats it from the record), so a false positive there would change what
@@ -42,6 +49,14 @@ from pathlib import Path
 from typing import Any
 
 from belay.harness.held_values import held_spans, tail_of
+from belay.harness.normalised import changed_regions, normalised
+from belay.harness.secret_values import (
+    encoded_text,
+    keyword_value,
+    looks_random,
+    names_a_lookup_key,
+    placeholder_password,
+)
 
 # Test switch: `BELAY_REDACTION=off` records tool requests and results as they are, so the
 # security tests can show that their check finds a leak when the redaction is gone.
@@ -118,7 +133,9 @@ _SEPARATORS = " \t\r\n=:\"'"
 # (the JWT one stops before the signature) must not leave the rest of the token in the record.
 _TOKEN_TAIL = re.compile(r"[A-Za-z0-9_\-.+/=]*")
 _PRIVATE_KEY = "Private Key"
-_PRIVATE_KEY_END = re.compile(r"-----END[^\n]*")
+_BASIC_AUTH = "Basic Auth Credentials"
+# The footer, by its words: its dashes may be escaped in the text (`&#x2d;`, `\u002d`).
+_PRIVATE_KEY_END = re.compile(r"END[ A-Z0-9]*PRIVATE KEY[^\n]*")
 
 
 @functools.cache
@@ -270,6 +287,8 @@ def detect(text: str, *, assignments: bool) -> list[tuple[int, int, str]]:
                 start, end = _private_key_block(text, *match.span())
             else:
                 start, end = _span(match)
+            if detector.kind == _BASIC_AUTH and placeholder_password(text[start:end]):
+                continue
             if end > start:
                 found.append((start, end, detector.kind))
     found += _provider_keys(text)
@@ -302,7 +321,7 @@ _AWS_SECRET_KEY = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9
 # A secret-like name and, after a separator of at most a few characters (`: `, `=`, `" : "`, ` is `),
 # a value of 16 or more characters.
 _BESIDE_A_NAME = re.compile(
-    r"(?i)(?:secret|key|token|password|passwd|credential)s?\b[\w-]{0,20}?['\"]?"
+    r"(?i)(?P<name>secret|key|token|password|passwd|credential)s?\b[\w-]{0,20}?['\"]?"
     r"(?:\s*[:=]\s*|\s+is\s+|\s+)['\"]?(?P<value>[A-Za-z0-9+/_\-.~]{16,}=*)"
 )
 _HEX = re.compile(r"[0-9a-fA-F]+")
@@ -345,11 +364,14 @@ def _entropy_findings(text: str) -> Iterator[tuple[int, int, str]]:
     string is never taken for one (every commit id and checksum is one): a hex credential the
     harness holds is found by value, and one assigned to a name by the keyword detector."""
     for match in _AWS_SECRET_KEY.finditer(text):
-        if _mixed(match.group()) and entropy(match.group()) >= ENTROPY_BITS:
+        key = match.group()
+        if _mixed(key) and entropy(key) >= ENTROPY_BITS and not encoded_text(key):
             yield match.start(), match.end(), AWS_SECRET_KEY
     for match in _BESIDE_A_NAME.finditer(text):
         value = match.group("value")
-        if _HEX.fullmatch(value) or not _mixed(value) or entropy(value) < ENTROPY_BITS * 0.875:
+        if _HEX.fullmatch(value) or not looks_random(value) or entropy(value) < ENTROPY_BITS * 0.875:
+            continue
+        if match.group("name").lower() == "key" and names_a_lookup_key(text, match.start("name")):
             continue
         yield match.start("value"), match.end("value"), BESIDE_A_NAME
 
@@ -363,14 +385,22 @@ def _assignments(text: str) -> Iterator[tuple[int, int, str]]:
         lines_seen.add(line_start)
         line_end = text.find("\n", hit.end())
         line = text[line_start : len(text) if line_end == -1 else line_end].rstrip("\r")
+        lowered = _ascii_lower(line)
         for detector in _keyword_detectors():
             for match in detector.pattern.finditer(line):
                 group: int | str = detector.group or ("bare" if match.group("quoted") is None else "quoted")
                 start, end = match.span(group)
-                # The filters read the assignment and the rest of its line (`f(x["secret"])`).
-                if end <= start or _is_not_a_value(match.group(group), line[match.start() :]):
+                if end <= start:
                     continue
-                yield line_start + start, line_start + end, detector.kind
+                # The name: after the value when a literal is compared with it (`"x" == password`).
+                name = _keyword().search(lowered, end, match.end()) or _keyword().search(
+                    lowered, match.start(), match.end()
+                )
+                secret = keyword_value(line, name.start() if name else match.start(), start, end)
+                # The filters read the assignment and the rest of its line (`f(x["secret"])`).
+                if secret is None or _is_not_a_value(line[secret[0] : secret[1]], line[match.start() :]):
+                    continue
+                yield line_start + secret[0], line_start + secret[1], detector.kind
 
 
 def _merged(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
@@ -393,11 +423,21 @@ def redact_text(
 ) -> tuple[str, int]:
     """`text` with every held value (as it is, encoded, split: `belay.harness.held_values`) and
     every detected secret replaced by its marker. `before`: the end of the previous output of the
-    same subagent, to find a held value split between the two."""
+    same subagent, to find a held value split between the two. The detectors read the text as it
+    is and, where its lines have escapes, colour codes or invisible characters, their reading too
+    (`belay.harness.normalised`, without the lower-casing: the token formats are case-sensitive);
+    a secret found in the reading is replaced in the span of the text it came from."""
     spans = _merged(held_spans(text, _pairs(held), before)) if held else []
     count = len(spans)
     text = _replaced(text, spans)
     spans = detect(text, assignments=assignments)
+    regions = changed_regions(text)
+    for region_start, region_end in regions:
+        view = normalised(text[region_start:region_end])
+        for start, end, kind in detect(view.text, assignments=assignments) if view.changed else ():
+            start, end = view.original(start, end)
+            spans.append((region_start + start, region_start + end, kind))
+    spans = _merged(spans) if regions else spans
     return _replaced(text, spans), count + len(spans)
 
 
