@@ -47,27 +47,45 @@ class PlanModel(BaseModel):
 
 
 class ScriptedAction(PlanModel):
-    tool: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
-    text: str = ""  # what the model "says" with this call
-    # How long the model call that decides this action takes, in seconds: the scripted model
-    # waits this long before it answers, as a hosted model's round trip would.
-    latency_s: float = Field(default=0.0, ge=0.0, le=600.0)
-    # The model ends its turn with these words instead of asking for this action, once: a model
-    # that stops short. Its next turn asks for the action.
-    end_turn_before: str | None = Field(default=None, min_length=1, max_length=4000)
+    """One call the scripted model asks for."""
+
+    tool: str = Field(description="The tool to call, by its name in [tools.md](tools.md).")
+    arguments: dict[str, Any] = Field(
+        default_factory=dict, description="The call's arguments, as the tool's schema in tools.md takes them."
+    )
+    text: str = Field(default="", description='What the model "says" with this call.')
+    latency_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=600.0,
+        description="How long the model call that decides this action takes, in seconds (0 to 600): "
+        "the scripted model waits this long before it answers, as a hosted model's round trip would.",
+    )
+    end_turn_before: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4000,
+        description="The model ends its turn with these words instead of asking for this action, "
+        "once: a model that stops short. Its next turn (after a person's message or an amend) asks for it.",
+    )
 
 
 class StepVerification(PlanModel):
-    command: str
-    exit_code: int = 0
+    """How a step's work is checked before its checkpoint counts as verified (run again on restore)."""
+
+    command: str = Field(description="A shell command run in the subagent's workspace.")
+    exit_code: int = Field(default=0, description="The exit code that means the step's work holds.")
 
 
 class VariantCondition(PlanModel):
     """When a variant applies: every condition given must hold."""
 
-    goal_contains: str | None = None  # the request's goal, as it stands now, contains this text
-    rejected: bool | None = None  # the step's round was opened by a rejection (True) or not
+    goal_contains: str | None = Field(
+        default=None, description="The request's goal, as it stands now, contains this text."
+    )
+    rejected: bool | None = Field(
+        default=None, description="The step's round was opened by a rejection (true) or not (false)."
+    )
 
     @model_validator(mode="after")
     def _says_something(self) -> VariantCondition:
@@ -88,30 +106,53 @@ class VariantCondition(PlanModel):
 class ScriptedVariant(PlanModel):
     """Another way to do a step: its actions (and verification) replace the step's own."""
 
-    when: VariantCondition
-    verify: StepVerification | None = None
-    actions: list[ScriptedAction] = Field(min_length=1)
+    when: VariantCondition = Field(description="When this variant is chosen: the first that holds wins.")
+    verify: StepVerification | None = Field(
+        default=None, description="Replaces the step's verification when given."
+    )
+    actions: list[ScriptedAction] = Field(min_length=1, description="Replace the step's actions.")
 
 
 class ScriptedStep(PlanModel):
-    id: str = Field(pattern=r"^[a-z0-9][-a-z0-9_]*$")
-    title: str
-    # The request parts ("goal" included) this step depends on; None: all of them.
-    inputs: list[str] | None = None
-    verify: StepVerification | None = None
-    actions: list[ScriptedAction] = Field(default_factory=list)
-    variants: list[ScriptedVariant] = Field(default_factory=list)
+    """A step of a subagent's plan: framed by `update_plan` (running, then done with its
+    verification), checkpointed once done, done again in its next round when a scope change or a
+    rejection reopens it."""
+
+    id: str = Field(
+        pattern=r"^[a-z0-9][-a-z0-9_]*$",
+        description="The step's id, unique in its subagent's plan: lower-case letters, digits, '-' "
+        "and '_', starting with a letter or digit.",
+    )
+    title: str = Field(description="What the step does, as the briefing shows it.")
+    inputs: list[str] | None = Field(
+        default=None,
+        description='The request parts ("goal" included) the step depends on: a scope change of '
+        "another part leaves it valid. Not given: it depends on all of them.",
+    )
+    verify: StepVerification | None = Field(default=None, description="How the step's work is checked.")
+    actions: list[ScriptedAction] = Field(
+        default_factory=list, description="The calls the step makes, in order."
+    )
+    variants: list[ScriptedVariant] = Field(
+        default_factory=list, description="Other ways to do the step in a later round, chosen by condition."
+    )
 
     def chosen(self, state: SessionState, task: TaskRecord | None) -> ScriptedVariant | None:
         return next((v for v in self.variants if v.when.holds(state, task)), None)
 
 
 class ScriptedSubagentPlan(PlanModel):
-    steps: list[ScriptedStep] = Field(min_length=1)
+    """One subagent's plan."""
+
+    steps: list[ScriptedStep] = Field(min_length=1, description="Its steps, in order (at least one).")
 
 
 class ScriptedPlan(PlanModel):
-    subagents: dict[str, ScriptedSubagentPlan]
+    """A scripted plan: `spec.executor.plan` of a session whose executor is `scripted`."""
+
+    subagents: dict[str, ScriptedSubagentPlan] = Field(
+        description="One plan per subagent of the manifest, by its name, and no other."
+    )
 
     def for_subagent(self, name: str) -> ScriptedSubagentPlan:
         try:
