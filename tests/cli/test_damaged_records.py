@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from belay.stores.sqlite.marks import marks_directory
 from tests.belay_cli import run_belay, tickets_in
 from tests.harness.example import MANIFEST, SESSION
 
@@ -124,6 +125,7 @@ def test_a_session_whose_run_recorded_nothing_is_still_only_unknown(tmp_path: Pa
     assert run_belay(home, "run", "--quiet", str(MANIFEST)).returncode == 0
     shutil.rmtree(home / "sessions" / SESSION / "logs")
     shutil.rmtree(home / "sessions" / SESSION / "sandboxes")
+    shutil.rmtree(marks_directory(home / "events.db"))  # a run that recorded nothing left none
     empty_it(home)
     result = run_belay(home, "brief", SESSION)
     assert result.returncode != 0 and result.stderr.startswith("error: unknown session"), result.stderr

@@ -16,6 +16,7 @@ import pytest
 
 from belay.journal.events import Lifecycle, LifecycleKind
 from belay.stores.integrity import GENESIS, RECORD_KEY_FILE_ENV, Chain
+from belay.stores.sqlite.marks import Mark, RecordMarks
 from tests.belay_cli import run_belay
 from tests.harness.example import MANIFEST, SESSION
 
@@ -159,6 +160,15 @@ def recompute_from(conn: sqlite3.Connection, first_seq: int, chain: Chain) -> No
     )
 
 
+def reseal_the_mark(conn: sqlite3.Connection, chain: Chain) -> None:
+    """The record's high-water mark made again for the relinked head, as a careful forger would."""
+    [(last, link)] = conn.execute("SELECT last_seq, chain FROM sessions WHERE session_id = ?", (SESSION,))
+    [(_, _, record)] = conn.execute("PRAGMA database_list")
+    marks = RecordMarks(Path(record), chain)
+    marks.remove(SESSION)
+    marks.advance(SESSION, Mark(0, last, bytes(link)))
+
+
 def test_with_a_record_key_a_relinked_edit_is_refused_and_without_one_it_is_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -176,6 +186,7 @@ def test_with_a_record_key_a_relinked_edit_is_refused_and_without_one_it_is_not(
         def careful_edit(conn: sqlite3.Connection, last_seq: int) -> int:
             seq = edit_a_payload(conn, last_seq)
             recompute_from(conn, seq, Chain(None))  # without the key, the empty key is all there is
+            reseal_the_mark(conn, Chain(None))
             return seq
 
         seq = tamper(home, careful_edit)

@@ -229,6 +229,10 @@ class ToolRuntime:
         """Dispatch a request that may run and record its result, with what it was derived from.
         An unsafe operation that failed is recorded with a request to retry it, and waits."""
         spec = tool_spec(request.tool)
+        if spec.effect == EffectClass.UNSAFE:
+            found = await self.found_before_call(sub, request_seq, request)
+            if found is not None:
+                return found
         while True:
             try:
                 recorded, retry_id = await self.in_flight.run(
@@ -395,7 +399,30 @@ class ToolRuntime:
         )
         return recorded + await self.execute(sub, op.request_seq, request)
 
-    async def probe_found(self, operation_id: str, spec: ToolSpec, probe: ProbeFindings) -> list[Payload]:
+    async def found_before_call(
+        self, sub: SubagentSpec, request_seq: int, request: ToolRequest
+    ) -> list[Event] | None:
+        """An unsafe call about to be made for the first time, whose effect the reconcile probe
+        already finds in the world: a record put back behind what an earlier attempt did (its
+        request and result lost with a WAL, an older copy restored) asks again for what was done.
+        The effect found is its result, recorded as the probe's finding; None: make the call.
+        Only after a first attempt: none before it can have made the call."""
+        if self.attempt.number <= 1:
+            return None
+        op = (await self.attempt.known_state()).operations.get(request.operation_id)
+        if op is None or op.has_result or op.outcome is not None:
+            return None  # a retry, or settled by reconciliation just now
+        spec = tool_spec(request.tool)
+        probe = await self.probe(spec, request.operation_id)
+        if probe is None or not probe.effects:
+            return None
+        before = "the record holds no earlier request of it, yet "
+        payloads = await self.probe_found(request.operation_id, spec, probe, before=before)
+        return await self.attempt.record(payloads, subagent=sub.name, parent_seq=request_seq)
+
+    async def probe_found(
+        self, operation_id: str, spec: ToolSpec, probe: ProbeFindings, before: str = ""
+    ) -> list[Payload]:
         """What a probe that found the operation's effect records: the effect as its result. An
         operation that took effect more than once (a superseded attempt's call that got through
         between its lease check and the call) has every effect recorded, in the outcome and the
@@ -410,7 +437,7 @@ class ToolRuntime:
             operation_id=operation_id,
             outcome="reconciled",
             succeeded=True,
-            detail=f"{spec.reconcile_probe} found {found}: {', '.join(names)}{ignored}",
+            detail=f"{before}{spec.reconcile_probe} found {found}: {', '.join(names)}{ignored}",
             by="probe",
             effects=names,
         )

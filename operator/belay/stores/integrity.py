@@ -16,7 +16,8 @@ Without a record key the same chain is computed with an empty key: it still catc
 any change made without recomputing the chain, but whoever can write the store can recompute it.
 With a key held where the agents' sandboxes cannot read it, nobody without the key can change the
 record unnoticed. What no check inside the store can see is the whole store put back to an older
-copy of itself.
+copy of itself; the SQLite store keeps a high-water mark outside its file for that
+(`belay.stores.sqlite.marks`).
 
 The key, at least 32 bytes (surrounding whitespace removed), comes from the first of:
 - a store spec's `record_key_file`;

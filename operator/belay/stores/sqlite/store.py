@@ -32,6 +32,10 @@ Why it is shaped this way:
   (`belay.stores.integrity`), and the `sessions` row is the head: last seq, last link and seal,
   written in the append's transaction. A read takes the head, the event before its range and the
   range in one read transaction and checks them (RecordCorrupt).
+- Each session's high-water mark (`marks`) is written outside the file after every durable commit,
+  fsynced before the append is acknowledged, and checked once per session by each instance (after
+  its first read, before its first append): a record put back behind it (a lost WAL, an older copy
+  of the file) is RecordCorrupt naming the mark.
 - A decision's claim is a `claims` row, looked up and inserted in the append's transaction.
 - `read_only=True` (the commands that only read) opens the file with `mode=ro` and never writes,
   so reads work on a full disk; a missing or emptied file reads as an empty record (`opening`).
@@ -39,8 +43,8 @@ Why it is shaped this way:
   StoreCorrupt, a full disk says so, the rest is StoreUnavailable.
 
 The tables are in `schema`, the SQL of each read and write in `records`, the writer thread in
-`writer`, the waiting watches in `wakeups`, the read-only opening and the meaning of SQLite's errors in
-`opening`; this module puts them together.
+`writer`, the high-water marks in `marks`, the waiting watches in `wakeups`, the read-only opening
+and the meaning of SQLite's errors in `opening`; this module puts them together.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ from belay.stores.base import (
     StoreError,
 )
 from belay.stores.integrity import Chain, record_key_for
+from belay.stores.sqlite.marks import Mark, RecordMarks, behind_mark, generation
 from belay.stores.sqlite.opening import ReadSource, read_source, store_failure
 from belay.stores.sqlite.records import (
     append_within,
@@ -136,6 +141,13 @@ class SqliteEventStore:
         self._closed = False
         self._source: ReadSource | None = None
         self._writer: GroupCommitWriter | None = None
+        # The high-water marks (`marks`), kept when a durable commit is fsynced: with NORMAL or OFF
+        # a machine crash may take back what a mark would already record.
+        self.marks = RecordMarks(self.path, self.chain)
+        self._keeps_marks = synchronous in ("FULL", "EXTRA") and not read_only
+        # Sessions whose record this instance found at or past its mark, or wrote the mark of: a
+        # record is put back behind a process's back only while no process has it open.
+        self._verified: set[str] = set()
         if read_only:
             self._source = read_source(self.path)
         else:
@@ -201,14 +213,40 @@ class SqliteEventStore:
         return await asyncio.get_running_loop().run_in_executor(executor, guarded)
 
     async def _write(
-        self, work: Callable[[sqlite3.Connection], T], *, wakes: str | None = None, durable: bool = True
+        self,
+        work: Callable[[sqlite3.Connection], T],
+        *,
+        wakes: str | None = None,
+        durable: bool = True,
+        after_durable_commit: Callable[[T], None] | None = None,
     ) -> T:
         if self._closed:
             raise StoreError("the store is closed")
         if self._writer is None:
             raise StoreError(f"{self.path} was opened for reading only")
-        result: T = await asyncio.wrap_future(self._writer.submit(work, wakes, durable))
+        future = self._writer.submit(work, wakes, durable, after_durable_commit)
+        result: T = await asyncio.wrap_future(future)
         return result
+
+    def _check_mark(self, conn: sqlite3.Connection, session_id: str) -> None:
+        """RecordCorrupt when the session's record is behind its high-water mark (`marks`); checked
+        once per session by this instance, before its first append and after its first read."""
+        if session_id in self._verified:
+            return
+        # Read before the transaction that checks it: the commit it records is then in that
+        # transaction's snapshot, however other processes append meanwhile.
+        mark = self.marks.read(session_id)
+        if mark is not None:
+            with read_transaction(conn):
+                problem = behind_mark(conn, session_id, mark, self.marks.path(session_id), self.path)
+                if problem is not None:
+                    # A change inside the record (an event edited, forged or removed) is said where
+                    # it is, at its seq, as without a mark; the mark speaks for a record that is
+                    # whole but shorter, or another branch of it.
+                    checked_events(conn, self.chain, session_id, 1)
+            if problem is not None:
+                raise problem
+        self._verified.add(session_id)
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await self._run(self._readers, lambda: fn(self._connection()))
@@ -239,12 +277,23 @@ class SqliteEventStore:
                 )
         digest = batch_digest(drafts) if idempotency_key is not None else None
         chain = self.chain
+        reached: list[Mark] = []
+
+        def work(conn: sqlite3.Connection) -> list[Event]:
+            self._check_mark(conn, session_id)
+            events = append_within(conn, chain, session_id, drafts, idempotency_key, digest, lease, claim)
+            last = events[-1]
+            reached.append(Mark(generation(conn, session_id), last.seq, (last.chain or "").encode()))
+            return events
+
+        def mark(events: list[Event]) -> None:
+            self.marks.advance(session_id, reached[-1])
+
         return await self._write(
-            lambda conn: append_within(
-                conn, chain, session_id, drafts, idempotency_key, digest, lease, claim
-            ),
+            work,
             wakes=session_id,
             durable=durable,
+            after_durable_commit=mark if self._keeps_marks else None,
         )
 
     # ---------------------------------------------------------------------------------------------
@@ -257,7 +306,9 @@ class SqliteEventStore:
             raise StoreError("the store is closed")
         first_part = INLINE_READ_EVENTS if limit is None else min(limit, INLINE_READ_EVENTS)
         try:
-            events = checked_events(self._connection(), self.chain, session_id, from_seq, to_seq, first_part)
+            conn = self._connection()
+            events = checked_events(conn, self.chain, session_id, from_seq, to_seq, first_part)
+            self._check_mark(conn, session_id)
         except sqlite3.Error as exc:
             raise store_failure(self.path, exc, "cannot read") from exc
         if len(events) < first_part or (limit is not None and limit == first_part):
@@ -279,7 +330,9 @@ class SqliteEventStore:
                 else:  # no head: any event there is fails the check
                     row = conn.execute("SELECT max(seq) FROM events WHERE session_id = ?", (session_id,))
                     last = row.fetchone()[0] or 0
-                return checked_events(conn, self.chain, session_id, max(1, last - count + 1))
+                events = checked_events(conn, self.chain, session_id, max(1, last - count + 1))
+            self._check_mark(conn, session_id)
+            return events
 
         return await self._read(query)
 
@@ -290,9 +343,10 @@ class SqliteEventStore:
                     "SELECT seq FROM latest_of_type WHERE session_id = ? AND type = ?",
                     (session_id, event_type),
                 ).fetchone()
-                if row is None:
-                    return None
-                events = checked_events(conn, self.chain, session_id, row[0], row[0])
+                events = [] if row is None else checked_events(conn, self.chain, session_id, row[0], row[0])
+            self._check_mark(conn, session_id)
+            if row is None:
+                return None
             if not events or events[0].type != event_type:
                 raise RecordCorrupt(
                     session_id, row[0], f"the index of the latest {event_type} event is wrong"
@@ -304,6 +358,7 @@ class SqliteEventStore:
     async def last_seq(self, session_id: str) -> int:
         def query(conn: sqlite3.Connection) -> int:
             row = conn.execute("SELECT last_seq FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+            self._check_mark(conn, session_id)
             return int(row[0]) if row is not None else 0
 
         return await self._read(query)
@@ -329,7 +384,7 @@ class SqliteEventStore:
             self._wakeups.add(session_id, woken)
             try:
                 page, count = await self._read(
-                    functools.partial(watch_page, chain=self.chain, session_id=session_id, from_seq=next_seq)
+                    functools.partial(self._watch_page, session_id=session_id, from_seq=next_seq)
                 )
                 if deletions is None:
                     deletions = count
@@ -345,6 +400,13 @@ class SqliteEventStore:
             for event in page:
                 yield event
                 next_seq = event.seq + 1
+
+    def _watch_page(
+        self, conn: sqlite3.Connection, session_id: str, from_seq: int
+    ) -> tuple[list[Event], int]:
+        page = watch_page(conn, self.chain, session_id, from_seq)
+        self._check_mark(conn, session_id)
+        return page
 
     async def watch_sessions(self) -> AsyncIterator[str | None]:
         """Woken by this instance's writes, and polling `PRAGMA data_version` on a connection of
@@ -397,7 +459,13 @@ class SqliteEventStore:
     # deletion
 
     async def delete_session(self, session_id: str) -> None:
-        await self._write(lambda conn: delete_within(conn, session_id), wakes=session_id)
+        self._verified.discard(session_id)
+        await self._write(
+            lambda conn: delete_within(conn, session_id),
+            wakes=session_id,
+            # After the commit: a deletion cut short leaves a mark of the generation before it.
+            after_durable_commit=lambda _: self.marks.remove(session_id),
+        )
 
     # ---------------------------------------------------------------------------------------------
     # leases

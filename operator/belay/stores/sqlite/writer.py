@@ -26,6 +26,9 @@ class _WriteJob:
     result: Future[Any]
     wakes: str | None  # the session whose watchers an applied job wakes
     durable: bool  # must survive a machine crash once acknowledged
+    # Run with the job's value once its transaction is committed and fsynced, before the value is
+    # released (the record's high-water mark, `marks`); an OSError fails the job.
+    after_durable_commit: Callable[[Any], None] | None = None
 
 
 class GroupCommitWriter:
@@ -72,9 +75,13 @@ class GroupCommitWriter:
         self._thread.start()
 
     def submit(
-        self, work: Callable[[sqlite3.Connection], Any], wakes: str | None, durable: bool = True
+        self,
+        work: Callable[[sqlite3.Connection], Any],
+        wakes: str | None,
+        durable: bool = True,
+        after_durable_commit: Callable[[Any], None] | None = None,
     ) -> Future[Any]:
-        job = _WriteJob(work=work, result=Future(), wakes=wakes, durable=durable)
+        job = _WriteJob(work, Future(), wakes, durable, after_durable_commit)
         self._queue.put(job)
         return job.result
 
@@ -115,6 +122,22 @@ class GroupCommitWriter:
             # The connection is in an unknown state: drop it; the next group opens a fresh one.
             self._conn.close()
             self._conn = None
+
+    @staticmethod
+    def _after_durable_commit(job: _WriteJob, outcome: tuple[bool, Any]) -> tuple[bool, Any]:
+        applied, value = outcome
+        if not applied or job.after_durable_commit is None:
+            return outcome
+        try:
+            job.after_durable_commit(value)
+        except OSError as error:
+            # Committed, but what would say so outside the file is not: not acknowledged either.
+            failure = StoreUnavailable(
+                f"the write was committed, but the record's high-water mark could not be written: {error}"
+            )
+            failure.__cause__ = error
+            return False, failure
+        return outcome
 
     def _commit(self, queued: list[_WriteJob]) -> None:
         group = [job for job in queued if job.result.set_running_or_notify_cancel()]
@@ -160,6 +183,10 @@ class GroupCommitWriter:
             if not isinstance(failure, Exception):
                 raise
             return
+        if level == self._durable_level:
+            outcomes = [
+                self._after_durable_commit(job, outcome) for job, outcome in zip(group, outcomes, strict=True)
+            ]
         for job, (applied, value) in zip(group, outcomes, strict=True):
             if applied:
                 job.result.set_result(value)
