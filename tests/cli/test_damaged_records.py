@@ -124,6 +124,7 @@ def test_a_session_whose_run_recorded_nothing_is_still_only_unknown(tmp_path: Pa
     assert run_belay(home, "run", "--quiet", str(MANIFEST)).returncode == 0
     shutil.rmtree(home / "sessions" / SESSION / "logs")
     shutil.rmtree(home / "sessions" / SESSION / "sandboxes")
+    (home / "sessions" / SESSION / "tickets.json").unlink()
     empty_it(home)
     result = run_belay(home, "brief", SESSION)
     assert result.returncode != 0 and result.stderr.startswith("error: unknown session"), result.stderr

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import secrets
 import stat
@@ -432,7 +433,8 @@ def unknown_session(session_id: str, home: LocalHome) -> str:
 def record_traces(home: LocalHome, session_id: str) -> list[str]:
     """What in the home shows that the session's record has events: its harness log has a line
     (written after each event an attempt recorded), or its sandboxes exist (started after its
-    request was recorded). Its manifest alone is no sign: `belay run` writes it before anything
+    request was recorded), or its ticket service filed a ticket (an effect a new attempt would
+    repeat). Its manifest alone is no sign: `belay run` writes it before anything
     is recorded, and a run refused then (a provider not configured) leaves it behind."""
     traces = []
     log = home.logs_dir(session_id) / "harness.log"
@@ -443,6 +445,10 @@ def record_traces(home: LocalHome, session_id: str) -> list[str]:
     with contextlib.suppress(OSError):
         if any(sandboxes.iterdir()):
             traces.append(f"its sandboxes are in {sandboxes}")
+    tickets = home.tickets_file(session_id)
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        if json.loads(tickets.read_bytes()).get("tickets"):  # our own file, written by the ticket service
+            traces.append(f"its ticket service filed tickets ({tickets})")
     return traces
 
 
