@@ -46,6 +46,7 @@ from belay.api.agentsession import (
     load_manifest,
     parse_manifest,
 )
+from belay.api.bounded_yaml import FileRefused, read_regular_file
 from belay.executors.factory import Endpoint, executor_factory_for
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult, fault_key
@@ -328,9 +329,9 @@ def _read_plan(path: Path, session: AgentSession, where: str) -> bytes:
 
     field = f"{where}: spec.executor.plan"
     try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise ManifestError(f"{field}: cannot read {path}: {error.strerror or error}") from None
+        data = read_regular_file(path)
+    except FileRefused as error:
+        raise ManifestError(f"{field}: {path}: {error}") from None
     try:
         plan = parse_plan(data, source=str(path))
     except PlanError as error:
