@@ -47,6 +47,7 @@ from belay.cli.home import (
     follow_brief,
     home_of,
     known_record,
+    known_session,
     known_state,
     move_executor,
     print_brief,
@@ -78,16 +79,14 @@ from belay.local.drill.compare import compare_table, run_compare
 from belay.local.drill.pages import side_by_side
 from belay.local.fleet import LocalFleet, without_clock
 from belay.local.garbage import GRACE_S, collect, duration_s, shown_size
+from belay.local.record import open_session, reading
 from belay.local.runtime import (
     ARTIFACTS_ENV,
     EVENTS_ENV,
     HOME_ENV,
     LocalHome,
-    check_record_present,
     install_session,
     load_installed,
-    load_session_state,
-    unknown_session,
 )
 from belay.views.briefing.build import briefing
 from belay.views.briefing.render import render_rows
@@ -160,7 +159,7 @@ def run(
         session = install_session(home, manifest)
     except ManifestError as error:
         raise fail(f"bad manifest: {error}") from None
-    state = asyncio.run(load_session_state(home_of(session.session_id), session.session_id))
+    state = asyncio.run(open_session(home_of(session.session_id), session.session_id)).state
     if state.lifecycle.completed:
         terminal.echo(
             f"session {session.session_id} already completed in {home.root}; its briefing follows "
@@ -217,7 +216,7 @@ def resume(
         raise fail(str(error)) from None
     # The record is checked before a new attempt takes the session over (RecordCorrupt): the events
     # after the latest snapshot here, those before it when the snapshot was taken.
-    state = asyncio.run(load_session_state(home_of(session_id), session_id))
+    state = asyncio.run(open_session(home_of(session_id), session_id)).state
     repeated = repeated_failure(state)
     if repeated is not None and executor is None and model is None:
         raise fail(f"{REPEATED_FAILURE}: {repeated_failure_text(repeated)}; {what_to_do(session_id)}")
@@ -330,20 +329,13 @@ def events(
 ) -> None:
     """The session's events, in order."""
 
-    home = home_of(session_id)
+    known_session(session_id)
 
-    async def read() -> tuple[int, list[Event]]:
-        store = home.open_event_store(read_only=True)
-        try:
-            return await store.last_seq(session_id), await store.read(session_id, from_seq=max(from_seq, 1))
-        finally:
-            await store.close()
+    async def read() -> list[Event]:
+        async with reading(home_of(session_id)) as store:
+            return await store.read(session_id, from_seq=max(from_seq, 1))
 
-    last_seq, found = asyncio.run(read())
-    check_record_present(home, session_id, last_seq)
-    if not last_seq:
-        raise fail(unknown_session(session_id, home))
-    for event in found:
+    for event in asyncio.run(read()):
         if as_json:
             sys.stdout.write(event_json(event) + "\n")
         else:
@@ -379,8 +371,8 @@ def report(
 
     reports = []
     for session_id in dict.fromkeys(session_ids):
-        state, events = known_record(session_id)
-        liveness = read_liveness(session_id)
+        opened, events = known_record(session_id)
+        state, liveness = opened.state, opened.liveness
         rows = render_rows(brief_command.of_home(home_of(session_id), state, liveness))
         reports.append(
             session_report(events, state, liveness=liveness, briefing=rows, locate=locator(session_id))

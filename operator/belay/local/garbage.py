@@ -11,10 +11,11 @@
 
 Nothing is collected on a guess. While any session of the home has a record that cannot be read
 (RecordCorrupt, a damaged store, a store not answering), or the home shows a session ran whose
-record holds no event of it (its harness log, sandboxes or lease, `missing_record`), or the home's
+record holds no event of it (its harness log, sandboxes, tickets or lease), or the home's
 own record is missing or empty while its artifact store holds blobs, the whole collection is
-refused (`CollectionRefused`, naming the session and the way out): what it would remove may be
-all that is left of that session's work once its record is restored from a backup.
+refused: a damaged record with the line every command says of it (`belay.local.record`), the rest
+with `CollectionRefused`, naming the session and the way out. What it would remove may be all
+that is left of that session's work once its record is restored from a backup.
 
 A writer stores a blob before the event that names it, so nothing written since the collection
 began, or since the start of any attempt still alive in the home, is removed: a blob such an
@@ -39,8 +40,9 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from belay.local.liveness import SERVER_RECORD, holder_alive, holder_process, sandbox_lock
-from belay.local.runtime import HomeError, LocalHome, missing_record
-from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, EventStore, StoreError
+from belay.local.record import check_store_file, read_session
+from belay.local.runtime import HomeError, LocalHome
+from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, EventStore, RecordCorrupt, StoreError
 from belay.stores.filesystem import FilesystemArtifactStore, check_address
 from belay.stores.retention import hashes_in, named_blobs
 
@@ -156,6 +158,7 @@ async def _what_records_need(
     alive = False
     session_id = ""
     try:
+        check_store_file(home)
         own_record = await _own_record(home, stores)
         for session_id, events_url, artifacts_here in _sessions_of(home, sessions, own_record, own):
             if events_url not in stores:
@@ -163,17 +166,19 @@ async def _what_records_need(
                     read_only=True
                 )
             record = stores[events_url]
+            # Opened as every command opens it, so a damaged record ends `gc` with the same line.
+            await read_session(record, home.for_session(session_id), session_id)
             events = await record.read(session_id)
             if not events:
-                await _refuse_if_ran(home, session_id, record)
+                await _refuse_if_leased(home, session_id, record)
             started = await _alive_since(record, session_id)
             alive = alive or started != float("inf")
             since = min(since, started)
             if own is not None and artifacts_here:
                 names = named_blobs(events)
                 named |= names.blobs | _named_by_documents(own, names.documents)
-    except CollectionRefused:
-        raise
+    except (CollectionRefused, RecordCorrupt):
+        raise  # RecordCorrupt: in the store's own words, as every command says it
     except (StoreError, HomeError) as error:
         whose = f"session {session_id!r}" if session_id else f"the record {home.events_location}"
         raise CollectionRefused(f"{_REFUSED} {whose} cannot be read ({error}); {_WAY_OUT}") from None
@@ -219,12 +224,9 @@ def _sessions_of(
     ]
 
 
-async def _refuse_if_ran(home: LocalHome, session_id: str, record: EventStore) -> None:
-    """CollectionRefused for a session the home shows ran (its harness log, its sandboxes, a
-    lease on it) whose record holds no event: emptied, lost, or read from the wrong store."""
-    missing = missing_record(home, session_id)
-    if missing is not None:
-        raise CollectionRefused(f"{_REFUSED} {missing}; {_WAY_OUT}")
+async def _refuse_if_leased(home: LocalHome, session_id: str, record: EventStore) -> None:
+    """CollectionRefused for a session that holds a lease in a record with no event of it (a home
+    that ran it shows it by its harness log or sandboxes, which `read_session` refuses)."""
     lease = await record.current_lease(session_id)
     if lease is not None:
         raise CollectionRefused(
