@@ -69,9 +69,9 @@ def test_a_manifest_no_regular_file_under_the_cap_is_refused_at_once(tmp_path: P
     }[what]()
     line = refused_in_one_line(tmp_path / "home", "run", "--quiet", str(path))
     said = {
-        "dev-zero": "a character device, not a regular file",
-        "fifo": "a FIFO, not a regular file",
-        "directory": "a directory, not a regular file",
+        "dev-zero": "cannot read a character device: Belay reads only from a regular file",
+        "fifo": "cannot read a FIFO: Belay reads only from a regular file",
+        "directory": "cannot read a directory: Belay reads only from a regular file",
         "large": f"more than the {MAX_FILE_BYTES:,} Belay reads",
     }[what]
     assert line.startswith(f"error: bad manifest: {path}: ") and said in line, line
@@ -85,7 +85,9 @@ def test_a_plan_no_regular_file_under_the_cap_is_refused_at_once(tmp_path: Path,
     else:
         plan = Path("/dev/zero") if what == "dev-zero" else a_fifo(tmp_path)
     line = refused_in_one_line(tmp_path / "home", "run", "--quiet", str(write_manifest(tmp_path, plan)))
-    assert "spec.executor.plan: " in line and ("not a regular file" in line or "more than the" in line), line
+    assert "spec.executor.plan: " in line and (
+        "only from a regular file" in line or "more than the" in line
+    ), line
 
 
 def test_reading_a_fifo_neither_waits_for_a_writer_nor_reads_a_device_forever(tmp_path: Path) -> None:
@@ -107,9 +109,9 @@ def test_reading_a_fifo_neither_waits_for_a_writer_nor_reads_a_device_forever(tm
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        "a FIFO, not a regular file: Belay reads only files",
-        "a character device, not a regular file: Belay reads only files",
-        "a character device, not a regular file: Belay reads only files",
+        "cannot read a FIFO: Belay reads only from a regular file",
+        "cannot read a character device: Belay reads only from a regular file",
+        "cannot read a character device: Belay reads only from a regular file",
     ]
 
 

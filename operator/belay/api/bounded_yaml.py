@@ -50,7 +50,7 @@ class FileRefused(ValueError):
 def _kind(mode: int) -> str:
     kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
     kinds += ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
+    return next((name for test, name in kinds if test(mode)), "what is not a regular file")
 
 
 def read_regular_file(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
@@ -64,7 +64,7 @@ def read_regular_file(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
     try:
         info = os.fstat(descriptor)
         if not stat.S_ISREG(info.st_mode):
-            raise FileRefused(f"{_kind(info.st_mode)}, not a regular file: Belay reads only files")
+            raise FileRefused(f"cannot read {_kind(info.st_mode)}: Belay reads only from a regular file")
         data = b""
         if info.st_size <= limit:
             data = _read_at_most(descriptor, limit + 1)
