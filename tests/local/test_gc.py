@@ -38,10 +38,10 @@ from belay.journal.events import (
 )
 from belay.journal.snapshots import FOLD_VERSION, load_state, write_snapshot
 from belay.journal.state import fold
-from belay.local.garbage import GRACE_S, MARGIN_S, CollectionRefused, collect
+from belay.local.garbage import GRACE_S, MARGIN_S, collect
 from belay.local.liveness import process_start, this_holder
 from belay.local.runtime import LocalHome
-from belay.stores.base import MANIFEST_MEDIA_TYPE
+from belay.stores.base import MANIFEST_MEDIA_TYPE, RecordCorrupt
 from belay.stores.filesystem import FilesystemArtifactStore
 
 LONG_AGO = time.time() - GRACE_S - 3600  # past the grace period of blobs no record names
@@ -230,11 +230,11 @@ async def test_a_record_that_cannot_be_read_refuses_the_collection(tmp_path: Pat
     conn.execute("UPDATE events SET event_json = replace(event_json, '\"b\"', '\"c\"') WHERE seq = 2")
     conn.close()
 
-    with pytest.raises(CollectionRefused) as refused:
+    with pytest.raises(RecordCorrupt) as refused:  # as every command says it (belay.local.record)
         await collect(home)
 
     assert blob_path(home, orphan.sha256).exists()
-    assert "session 'damaged'" in str(refused.value) and "RecordCorrupt" in str(refused.value)
+    assert refused.value.session_id == "damaged" and refused.value.seq == 2
 
 
 def test_the_blobs_are_named_by_their_content(tmp_path: Path) -> None:
