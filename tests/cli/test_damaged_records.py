@@ -126,6 +126,7 @@ def test_a_session_whose_run_recorded_nothing_is_still_only_unknown(tmp_path: Pa
     shutil.rmtree(home / "sessions" / SESSION / "logs")
     shutil.rmtree(home / "sessions" / SESSION / "sandboxes")
     shutil.rmtree(marks_directory(home / "events.db"))  # a run that recorded nothing left none
+    (home / "sessions" / SESSION / "tickets.json").unlink()
     empty_it(home)
     result = run_belay(home, "brief", SESSION)
     assert result.returncode != 0 and result.stderr.startswith("error: unknown session"), result.stderr

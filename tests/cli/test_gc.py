@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from belay.local.garbage import MARGIN_S
+from belay.local.garbage import GRACE_S, MARGIN_S
 from belay.stores.filesystem import FilesystemArtifactStore
 from tests.belay_cli import (
     belay_command,
@@ -95,6 +95,8 @@ def test_a_kill_during_a_large_publish_leaves_nothing_after_the_resume(tmp_path:
     # What a harness killed between storing a blob and recording it leaves: bytes no record names.
     orphan = FilesystemArtifactStore(home / "artifacts").put(b"stored, never recorded\n")
     orphan_path = home / "artifacts" / "blobs" / orphan.sha256[:2] / orphan.sha256
+    past_grace = time.time() - GRACE_S - 60  # a blob no record names goes once its grace is over
+    os.utime(orphan_path, (past_grace, past_grace))
     time.sleep(MARGIN_S + 0.5)  # what a resume finds: all of it written before it started
 
     resumed = run_belay(home, "resume", "--quiet", SESSION)
@@ -136,7 +138,7 @@ def test_gc_dry_run_says_what_would_go_and_removes_nothing(tmp_path: Path) -> No
     for path in (partial, home / "artifacts" / "blobs" / orphan.sha256[:2] / orphan.sha256):
         os.utime(path, (past, past))
 
-    dry = run_belay(home, "gc", "--dry-run")
+    dry = run_belay(home, "gc", "--dry-run", "--grace", "30s")
 
     assert dry.returncode == 0, dry.stderr
     lines = dry.stdout.splitlines()
@@ -148,7 +150,7 @@ def test_gc_dry_run_says_what_would_go_and_removes_nothing(tmp_path: Path) -> No
     )
     assert partial.exists() and old.exists()
 
-    done = run_belay(home, "gc")
+    done = run_belay(home, "gc", "--grace", "30s")
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1].startswith("removed 1 partial upload")

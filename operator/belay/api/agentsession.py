@@ -38,7 +38,7 @@ from pydantic.json_schema import JsonDict
 from pydantic_core import PydanticCustomError
 
 from belay.api.base import ApiModel
-from belay.api.bounded_yaml import describe_yaml_error, load_yaml
+from belay.api.bounded_yaml import FileRefused, describe_yaml_error, load_yaml, read_regular_file
 from belay.api.resources import SandboxResources
 from belay.api.status import AgentSessionStatus
 from belay.journal.state.records import ExecutorChangeRecord
@@ -750,7 +750,8 @@ def _as_json_values(data: Any) -> Any:
 
 
 def parse_manifest(data: Any, *, source: str = "manifest") -> AgentSession:
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or not ({"apiVersion", "kind"} & set(data)):
+        # Nothing of a file that is no manifest is quoted back (a key of it may be a secret's line).
         raise ManifestError(f"{source}: expected a YAML mapping with apiVersion, kind, metadata, spec")
     try:
         return AgentSession.model_validate(_as_json_values(data))
@@ -761,9 +762,9 @@ def parse_manifest(data: Any, *, source: str = "manifest") -> AgentSession:
 def read_manifest(path: Path) -> Any:
     """The YAML of a manifest file, not yet validated."""
     try:
-        text = path.read_text()
-    except OSError as error:
-        raise ManifestError(f"{path}: cannot read: {error.strerror or error}") from None
+        text = read_regular_file(path).decode()
+    except FileRefused as error:
+        raise ManifestError(f"{path}: {error}") from None
     except UnicodeDecodeError:
         raise ManifestError(f"{path}: not a text file (not UTF-8)") from None
     try:

@@ -1,5 +1,17 @@
-"""YAML read with a bound on what its aliases expand to, for every file a person hands Belay
-(manifests, plans).
+"""The files a person hands Belay (manifests, plans), read within bounds: only from a regular file
+under MAX_FILE_BYTES, as YAML with no key given twice in one mapping and a bound on what its
+aliases expand to.
+
+A path is opened without blocking (a FIFO is refused, not waited on) and checked on the open
+descriptor: a device (`/dev/zero`), a directory or a FIFO is refused before a byte is read, and at
+most one byte past the cap is ever read, so a file that grows while it is read is refused too. The
+cap is far above any manifest (Kubernetes keeps an object under 1.5 MiB) or plan, and below what
+PyYAML parses in a few seconds.
+
+A key given twice in one mapping is refused, naming it and both lines: YAML readers differ on
+which one wins (PyYAML keeps the last), so a second `metadata:` would silently rename a session.
+A merge key (`<<: *defaults`) is not a duplicate of what it merges: keys written beside it
+override the merged ones, as YAML means them to.
 
 PyYAML composes an alias as the very node its anchor names, so composing is cheap whatever the
 aliases; what is not is everything after it that walks the document as a tree (turning YAML's
@@ -16,12 +28,75 @@ The measure costs one pass over the nodes written out, however far the aliases w
 
 from __future__ import annotations
 
+import os
+import stat
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 # What aliases may add to a document, in nodes; far above any block a manifest or plan shares.
 MAX_ALIAS_NODES = 10_000
+# The largest file a person hands Belay that it reads (see the module docstring).
+MAX_FILE_BYTES = 2 * 1024 * 1024
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class FileRefused(ValueError):
+    """A path that is not a regular file under MAX_FILE_BYTES; the message leaves the path to
+    the caller and quotes nothing of the file."""
+
+
+def _kind(mode: int) -> str:
+    kinds = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")]
+    kinds += [(stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
+    return next((name for test, name in kinds if test(mode)), "what is not a regular file")
+
+
+def read_regular_file(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of the regular file at `path` (symlinks followed), or FileRefused: it cannot be
+    opened, is no regular file (a FIFO is refused without waiting for a writer), or holds more
+    than `limit` bytes."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as error:
+        raise FileRefused(f"cannot read: {error.strerror or error}") from None
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise FileRefused(f"cannot read {_kind(info.st_mode)}: Belay reads only from a regular file")
+        data = b""
+        if info.st_size <= limit:
+            data = _read_at_most(descriptor, limit + 1)
+    except OSError as error:
+        raise FileRefused(f"cannot read: {error.strerror or error}") from None
+    finally:
+        os.close(descriptor)
+    if info.st_size > limit or len(data) > limit:
+        size = max(info.st_size, len(data))
+        raise FileRefused(f"{size:,} bytes, more than the {limit:,} Belay reads from a manifest or plan")
+    return data
+
+
+def _read_at_most(descriptor: int, count: int) -> bytes:
+    parts: list[bytes] = []
+    left = count
+    while left > 0:
+        part = os.read(descriptor, min(left, 1 << 20))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
+
+
+class DuplicateKey(yaml.MarkedYAMLError):
+    """A key given twice in one mapping."""
+
+
+def _shown_key(node: yaml.ScalarNode) -> str:
+    text = str(node.value)
+    return repr(text if len(text) <= 60 else text[:57] + "...")
 
 
 class AliasesTooLarge(yaml.MarkedYAMLError):
@@ -65,7 +140,23 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 
 class BoundedLoader(yaml.SafeLoader):
-    """`yaml.SafeLoader` that measures the composed document before constructing it."""
+    """`yaml.SafeLoader` that refuses a key given twice in a mapping as it composes it, and
+    measures the composed document before constructing it."""
+
+    def compose_mapping_node(self, anchor: Any) -> Any:
+        node = super().compose_mapping_node(anchor)
+        first: dict[tuple[str, str], yaml.Node] = {}
+        for key, _ in node.value:
+            if not isinstance(key, yaml.ScalarNode) or key.tag == MERGE_TAG:
+                continue
+            seen = first.setdefault((key.tag, str(key.value)), key)
+            if seen is not key:
+                raise DuplicateKey(
+                    problem=f"the key {_shown_key(key)} (first given at line {seen.start_mark.line + 1}) "
+                    "is given again in the same mapping",
+                    problem_mark=key.start_mark,
+                )
+        return node
 
     def get_single_node(self) -> Any:
         node = super().get_single_node()

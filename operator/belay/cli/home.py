@@ -35,7 +35,8 @@ from belay.journal.phase import HEARTBEAT_INTERVAL_S, Liveness, Phase, attempt_a
 from belay.journal.state import SessionState, apply
 from belay.local.children import reject_collected
 from belay.local.liveness import local_liveness, reap_orphans
-from belay.local.runtime import LocalHome, load_session_state, read_state, unknown_session
+from belay.local.record import OpenedRecord, open_session, reading
+from belay.local.runtime import LocalHome, unknown_session
 from belay.stores.base import ClaimTaken
 
 
@@ -61,21 +62,29 @@ def stop_orphans(home: LocalHome) -> None:
         terminal.echo(reaped.message(), err=True)
 
 
-def known_record(session_id: str) -> tuple[SessionState, list[Event]]:
-    """The whole record and its fold, for what shows every event (the report's timeline)."""
+def known_session(session_id: str) -> OpenedRecord:
+    """The session's record opened as every command opens it (`belay.local.record`), or one
+    `error:` line: damaged (the store's own words), or unknown here."""
     home = home_of(session_id)
-    state, events = asyncio.run(read_state(home, session_id))
-    if not events:
+    opened = asyncio.run(open_session(home, session_id))
+    if not opened.state.last_seq:
         raise fail(unknown_session(session_id, home))
-    return state, events
+    return opened
+
+
+def known_record(session_id: str) -> tuple[OpenedRecord, list[Event]]:
+    """The session opened, and every event of its record (the report's timeline)."""
+    opened = known_session(session_id)
+
+    async def read() -> list[Event]:
+        async with reading(home_of(session_id)) as store:
+            return await store.read(session_id)
+
+    return opened, asyncio.run(read())
 
 
 def known_state(session_id: str) -> SessionState:
-    home = home_of(session_id)
-    state = asyncio.run(load_session_state(home, session_id))
-    if not state.last_seq:
-        raise fail(unknown_session(session_id, home))
-    return state
+    return known_session(session_id).state
 
 
 # How often `belay sessions --watch` and `belay objective --watch` look again.
@@ -86,8 +95,8 @@ def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> 
 
 
 def print_brief(session_id: str, style: str) -> None:
-    state = known_state(session_id)
-    sys.stdout.write(render_brief(state, style, read_liveness(session_id)) + "\n")
+    opened = known_session(session_id)
+    sys.stdout.write(render_brief(opened.state, style, opened.liveness) + "\n")
 
 
 def read_liveness(session_id: str) -> Liveness:
@@ -112,11 +121,11 @@ async def follow_brief(session_id: str, style: str) -> None:
     an event (an attempt that stops proving it is alive), until the session ends. The state is
     folded incrementally from the store's watch, which re-reads after any cut."""
     home = home_of(session_id)
-    state = await load_session_state(home, session_id)
+    opened = await open_session(home, session_id)
+    state, liveness = opened.state, opened.liveness
     if not state.last_seq:
         raise fail(unknown_session(session_id, home))
     store = home.open_event_store(read_only=True)
-    liveness = await local_liveness(store, session_id)
     sys.stdout.write(render_brief(state, style, liveness) + "\n")
     sys.stdout.flush()
     arrived: asyncio.Queue[Event | None] = asyncio.Queue()

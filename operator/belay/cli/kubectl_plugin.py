@@ -67,6 +67,7 @@ from belay.cli.core.decide import (
     to_reconcile,
     to_reject,
 )
+from belay.cli.core.drill import drill_lines
 from belay.cli.core.errors import CommandError
 from belay.cli.core.events import event_line
 from belay.cli.core.handover import moved_executor
@@ -590,25 +591,9 @@ def drill(
             raise CommandError(f"drill {nonce} of {name} has no verdict after {timeout:.0f} s; try --timeout")
     except CommandError as error:
         raise fail(str(error)) from None
-    terminal.echo(json.dumps(report, sort_keys=True) if as_json else _drill_lines(report))
+    terminal.echo(json.dumps(report, sort_keys=True) if as_json else drill_lines(report))
     if not report["passed"]:
         raise typer.Exit(1)
-
-
-def _drill_lines(report: dict[str, Any]) -> str:
-    verdict = "passed" if report["passed"] else "FAILED"
-    lines = [
-        f"drill {report['request']} {verdict}: the copy {report['session']} {report['phase']} after "
-        f"{report.get('attemptsLost', 0)} lost attempt(s), stopped at {', '.join(report['points'])}"
-    ]
-    for item in report.get("deliverables") or []:
-        same = "same bytes" if item["sha256"] and item["sha256"] == item["sourceSha256"] else "DIFFERENT"
-        lines.append(
-            f"  {item['name']}: {same} (copy {item['sha256'] or '-'}, session {item['sourceSha256'] or '-'})"
-        )
-    for twice in report.get("stepsRunTwice") or []:
-        lines.append(f"  repeated: {twice}")
-    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -15,10 +15,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from typer.core import TyperGroup
 
 from belay.api.agentsession import ManifestError, load_manifest
 from belay.cli import terminal
@@ -37,11 +36,11 @@ from belay.cli.core.decide import (
     to_reconcile,
     to_reject,
 )
-from belay.cli.core.errors import CommandError
 from belay.cli.core.events import event_line
 from belay.cli.core.message import to_message
 from belay.cli.core.report import write_page, written
 from belay.cli.core.resume import nothing_to_resume
+from belay.cli.failures import UserErrorsAsOneLine
 from belay.cli.home import (
     Context,
     append_decision,
@@ -49,6 +48,7 @@ from belay.cli.home import (
     follow_brief,
     home_of,
     known_record,
+    known_session,
     known_state,
     move_executor,
     print_brief,
@@ -79,20 +79,16 @@ from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, drill_executor, hando
 from belay.local.drill.compare import compare_table, run_compare
 from belay.local.drill.pages import side_by_side
 from belay.local.fleet import LocalFleet, without_clock
-from belay.local.garbage import collect, shown_size
+from belay.local.garbage import GRACE_S, collect, duration_s, shown_size
+from belay.local.record import open_session, reading
 from belay.local.runtime import (
     ARTIFACTS_ENV,
     EVENTS_ENV,
     HOME_ENV,
-    HomeError,
     LocalHome,
-    check_record_present,
     install_session,
     load_installed,
-    load_session_state,
-    unknown_session,
 )
-from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, StoreError
 from belay.views.briefing.build import briefing
 from belay.views.briefing.render import render_rows
 from belay.views.fleet.build import fleet_view, objective_view
@@ -100,65 +96,6 @@ from belay.views.fleet.model import OBJECTIVE_LABEL, FleetRow
 from belay.views.fleet.render import render_fleet, render_objective
 from belay.views.fleet.selectors import SelectorError
 from belay.views.report.build import session_report
-
-
-def artifact_problem(error: ArtifactCorrupted | ArtifactNotFound) -> str:
-    """What a failed artifact read means for the person, and what they can do."""
-    if isinstance(error, ArtifactCorrupted):
-        return (
-            f"the artifact store holds a corrupt blob: {error}, not the sha256 the record names; "
-            "restore the file from a backup (`belay artifacts SESSION` shows where each one lives)"
-        )
-    return (
-        f"the artifact store has lost a blob the record names ({error}): restore it from a backup, "
-        "or point --home at the home the session ran in"
-    )
-
-
-def global_options_first(args: list[str], names: tuple[str, ...]) -> list[str]:
-    """`belay brief NAME --home DIR` means `belay --home DIR brief NAME`: click reads a group's
-    options only before the subcommand, and a person types them where they think of them. Each
-    of `names` takes one value; nothing after `--` moves."""
-    moved: list[str] = []
-    rest: list[str] = []
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        if arg == "--":
-            rest.extend(args[index:])
-            break
-        if arg in names and index + 1 < len(args):
-            moved.extend(args[index : index + 2])
-            index += 2
-            continue
-        if arg.partition("=")[0] in names and "=" in arg:
-            moved.append(arg)
-        else:
-            rest.append(arg)
-        index += 1
-    return moved + rest
-
-
-class UserErrorsAsOneLine(TyperGroup):
-    """Failures a person can cause in any command end it with one `error:` line saying what to do,
-    never a traceback: a home that is not one, an artifact store that lost or damaged a blob, and
-    every other store failure (a record that fails its integrity check, RecordCorrupt; a record key
-    that cannot be read; a store that does not answer); and every mistake the commands' core
-    refuses (`CommandError`)."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, global_options_first(args, ("--home", "--events", "--artifacts")))
-
-    def invoke(self, ctx: Any) -> Any:  # typer's own click Context, whose module is private
-        try:
-            return super().invoke(ctx)
-        except (HomeError, CommandError) as error:
-            raise fail(str(error)) from None
-        except (ArtifactCorrupted, ArtifactNotFound) as error:
-            raise fail(artifact_problem(error)) from None
-        except StoreError as error:
-            raise fail(str(error)) from None
-
 
 app = typer.Typer(
     name="belay",
@@ -224,7 +161,7 @@ def run(
         session = install_session(home, manifest)
     except ManifestError as error:
         raise fail(f"bad manifest: {error}") from None
-    state = asyncio.run(load_session_state(home_of(session.session_id), session.session_id))
+    state = asyncio.run(open_session(home_of(session.session_id), session.session_id)).state
     if state.lifecycle.completed:
         terminal.echo(
             f"session {session.session_id} already completed in {home.root}; its briefing follows "
@@ -281,7 +218,7 @@ def resume(
         raise fail(str(error)) from None
     # The record is checked before a new attempt takes the session over (RecordCorrupt): the events
     # after the latest snapshot here, those before it when the snapshot was taken.
-    state = asyncio.run(load_session_state(home_of(session_id), session_id))
+    state = asyncio.run(open_session(home_of(session_id), session_id)).state
     if executor is None and model is None and (done := nothing_to_resume(state)):
         return terminal.echo(done)
     repeated = repeated_failure(state)
@@ -396,20 +333,13 @@ def events(
 ) -> None:
     """The session's events, in order."""
 
-    home = home_of(session_id)
+    known_session(session_id)
 
-    async def read() -> tuple[int, list[Event]]:
-        store = home.open_event_store(read_only=True)
-        try:
-            return await store.last_seq(session_id), await store.read(session_id, from_seq=max(from_seq, 1))
-        finally:
-            await store.close()
+    async def read() -> list[Event]:
+        async with reading(home_of(session_id)) as store:
+            return await store.read(session_id, from_seq=max(from_seq, 1))
 
-    last_seq, found = asyncio.run(read())
-    check_record_present(home, session_id, last_seq)
-    if not last_seq:
-        raise fail(unknown_session(session_id, home))
-    for event in found:
+    for event in asyncio.run(read()):
         if as_json:
             sys.stdout.write(event_json(event) + "\n")
         else:
@@ -445,8 +375,8 @@ def report(
 
     reports = []
     for session_id in dict.fromkeys(session_ids):
-        state, events = known_record(session_id)
-        liveness = read_liveness(session_id)
+        opened, events = known_record(session_id)
+        state, liveness = opened.state, opened.liveness
         rows = render_rows(brief_command.of_home(home_of(session_id), state, liveness))
         reports.append(
             session_report(events, state, liveness=liveness, briefing=rows, locate=locator(session_id))
@@ -692,10 +622,23 @@ def _get_artifact(session_id: str, name: str, output: Path | None) -> None:
 @app.command()
 def gc(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would go; remove nothing.")] = False,
+    grace: Annotated[
+        str,
+        typer.Option(
+            "--grace",
+            metavar="DURATION",
+            help="How old a blob no record names must be to go (e.g. 0, 90s, 30m, 12h, 7d).",
+        ),
+    ] = f"{GRACE_S / 3600:g}h",
 ) -> None:
-    """Remove what no record of the home needs: partial uploads, blobs no record names, and
-    superseded sandbox workspaces (also done after every `belay resume`)."""
-    collected = asyncio.run(collect(Context.home, dry_run=dry_run))
+    """Remove what no record of the home needs: partial uploads, blobs no record names (older than
+    the grace period), and superseded sandbox workspaces (also done after every `belay resume`).
+    Refused, removing nothing, while a record the home shows cannot be read."""
+    try:
+        grace_s = duration_s(grace)
+    except ValueError as error:
+        raise fail(f"--grace: {error}") from None
+    collected = asyncio.run(collect(Context.home, dry_run=dry_run, grace_s=grace_s))
     for item in collected.removed:
         sys.stdout.write(f"{item.kind}: {item.path} ({shown_size(item.size)})\n")
     sys.stdout.write(collected.summary("would remove" if dry_run else "removed") + "\n")

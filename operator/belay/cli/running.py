@@ -14,7 +14,7 @@ from belay.harness.attempt import HarnessResult
 from belay.harness.stopping import StopRequest
 from belay.journal.events import Event
 from belay.local.children import LocalChildren
-from belay.local.garbage import collect
+from belay.local.garbage import CollectionRefused, collect
 from belay.local.runtime import HomeError, load_installed, run_local
 from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, RecordCorrupt, StoreError
 
@@ -109,6 +109,9 @@ def collect_garbage() -> None:
     collect is said, never the attempt's failure."""
     try:
         collected = asyncio.run(collect(Context.home))
+    except CollectionRefused as error:
+        terminal.echo(f"belay: {error}", err=True)
+        return
     except (StoreError, HomeError, OSError) as error:
         terminal.echo(f"belay: nothing was collected: {error}", err=True)
         return

@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 
 from belay.api.agentsession import ManifestError, load_manifest
 from belay.journal.events import now_utc
-from belay.journal.state import EMPTY, SessionState, fold
+from belay.journal.phase import Liveness
+from belay.journal.state import SessionState, fold
 from belay.local.liveness import local_liveness
+from belay.local.record import read_session, reading
 from belay.local.runtime import LocalHome, missing_record
-from belay.stores.base import RecordCorrupt, StoreCorrupt
+from belay.stores.base import EventStore, RecordCorrupt, StoreCorrupt
 from belay.views.fleet.build import corrupt_row, fleet_row
 from belay.views.fleet.model import FleetRow
 from belay.views.fleet.selectors import selector_matches
@@ -44,17 +46,15 @@ class LocalFleet:
         integrity check is listed as such (`RecordCorrupt`), and so is a session the home ran
         whose record has no events (`missing_record`); the others as they stand. A damaged store
         file (StoreCorrupt) ends the listing: no row of it can be read."""
-        store = self.home.open_event_store(read_only=True)
-        try:
+        async with reading(self.home) as store:
             recorded = await store.list_sessions()
             rows = self.missing_rows(recorded)
             for session_id in recorded:
                 labels = self.labels_of(session_id)
                 if self.selector and not selector_matches(self.selector, labels):
                     continue
-                known = self.states.get(session_id, EMPTY)
                 try:
-                    fresh = await store.read(session_id, from_seq=known.last_seq + 1)
+                    state, liveness = await self.read(store, session_id)
                 except StoreCorrupt:
                     raise
                 except RecordCorrupt as error:
@@ -62,13 +62,22 @@ class LocalFleet:
                     rows.append(corrupt_row(session_id, error.seq, labels))
                     continue
                 self.corrupt.pop(session_id, None)
-                state = self.states[session_id] = fold(fresh, known)
-                liveness = await local_liveness(store, session_id)
                 status = session_status(state, liveness=liveness)
                 rows.append(fleet_row(session_id, status, now=liveness.now, labels=labels))
-        finally:
-            await store.close()
         return sorted(rows, key=lambda row: row.session)
+
+    async def read(self, store: EventStore, session_id: str) -> tuple[SessionState, Liveness]:
+        """The session as every command opens it the first time (`belay.local.record`), then
+        folded on with what was appended since."""
+        known = self.states.get(session_id)
+        if known is None:
+            opened = await read_session(store, self.home, session_id)
+            state, liveness = opened.state, opened.liveness
+        else:
+            state = fold(await store.read(session_id, from_seq=known.last_seq + 1), known)
+            liveness = await local_liveness(store, session_id)
+        self.states[session_id] = state
+        return state, liveness
 
     def labels_of(self, session_id: str) -> dict[str, str]:
         if session_id not in self.labels:

@@ -1,14 +1,21 @@
 """What a home collects once no record needs it (`belay gc`, and after every `belay resume`).
 
 - Partial uploads: `artifacts/tmp/*`, a blob being written when its writer died.
-- Orphan blobs: blobs in the home's own artifact store that no record names. The records' names
-  come from every event of every session that stores its artifacts there
-  (`belay.stores.retention.named_blobs`, with what the manifests and state snapshots they name
-  name in turn), never from the fold, and a record that cannot be read (damaged, its store not
-  answering) stops the collection of blobs altogether: nothing is removed on a guess.
+- Orphan blobs: blobs in the home's own artifact store that no record names, older than a grace
+  period (`GRACE_S`). The records' names come from every event of every session that stores its
+  artifacts there (`belay.stores.retention.named_blobs`, with what the manifests and state
+  snapshots they name name in turn), never from the fold.
 - Superseded workspaces: every `workspace-<n>` (with its `run-<n>` and `egress-<n>`) of a
   subagent's sandbox but the newest and the one its server record names; a sandbox starts on a
   fresh workspace and is restored from the record, so an older one is never read again.
+
+Nothing is collected on a guess. While any session of the home has a record that cannot be read
+(RecordCorrupt, a damaged store, a store not answering), or the home shows a session ran whose
+record holds no event of it (its harness log, sandboxes, tickets or lease), or the home's
+own record is missing or empty while its artifact store holds blobs, the whole collection is
+refused: a damaged record with the line every command says of it (`belay.local.record`), the rest
+with `CollectionRefused`, naming the session and the way out. What it would remove may be all
+that is left of that session's work once its record is restored from a backup.
 
 A writer stores a blob before the event that names it, so nothing written since the collection
 began, or since the start of any attempt still alive in the home, is removed: a blob such an
@@ -33,14 +40,25 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from belay.local.liveness import SERVER_RECORD, holder_alive, holder_process, sandbox_lock
+from belay.local.record import check_store_file, read_session
 from belay.local.runtime import HomeError, LocalHome
-from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, EventStore, StoreError
+from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, EventStore, RecordCorrupt, StoreError
 from belay.stores.filesystem import FilesystemArtifactStore, check_address
 from belay.stores.retention import hashes_in, named_blobs
 
 # What separates a process's start as the kernel counts it (in clock ticks) from files' times.
 MARGIN_S = 1.0
+# How old a blob no readable record names must be before it goes. Some damage leaves no trace the
+# collection can see (a record replaced by an older copy that never knew a later session, a session
+# directory removed with it): the blobs of such a record look like orphans. A day leaves the person
+# who notices the damage time to restore the record before its blobs are gone, as git keeps
+# unreachable objects for a while; `belay gc --grace 0` collects at once.
+GRACE_S = 24 * 3600.0
 KINDS = ("partial upload", "orphan blob", "superseded workspace")
+
+
+class CollectionRefused(HomeError):
+    """The home shows a record the collection cannot read: nothing was removed."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +90,23 @@ class Collection:
         return f"{verb} {', '.join(parts)}: {total} in all; kept {self.named} blobs the records name"
 
 
+DURATION_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration_s(text: str) -> float:
+    """`90s`, `30m`, `12h`, `7d` or a number of seconds, in seconds; ValueError for anything else."""
+    number, unit = text.strip(), ""
+    if number and number[-1] in DURATION_UNITS:
+        number, unit = number[:-1], number[-1]
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration: write e.g. 0, 90s, 30m, 12h or 7d") from None
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{text!r} is not a duration: it must be 0 or more")
+    return value * DURATION_UNITS[unit]
+
+
 def shown_size(size: int) -> str:
     for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
         if size >= scale:
@@ -79,17 +114,20 @@ def shown_size(size: int) -> str:
     return f"{size} bytes"
 
 
-async def collect(home: LocalHome, *, dry_run: bool = False) -> Collection:
-    """Remove (with `dry_run`, only find) what no record of the home needs."""
+async def collect(home: LocalHome, *, dry_run: bool = False, grace_s: float = GRACE_S) -> Collection:
+    """Remove (with `dry_run`, only find) what no record of the home needs. CollectionRefused,
+    with nothing removed, while the home shows a record that cannot be read (see the module)."""
     found = Collection()
     if not home.root.is_dir():
         return found
     began = time.time()
     sessions = sorted(path.name for path in (home.root / "sessions").glob("*") if path.is_dir())
+    own = None
     if not home.artifacts_url and home.artifacts_dir.is_dir():
-        store = FilesystemArtifactStore(home.artifacts_dir)
-        keep = await _what_records_need(home, sessions, store, began, found)
-        _collect_store(store, keep, found, dry_run)
+        own = FilesystemArtifactStore(home.artifacts_dir)
+    keep = await _what_records_need(home, sessions, own, began, found)
+    if own is not None:
+        _collect_store(own, keep, found, dry_run, began - grace_s)
     for session_id in sessions:
         _collect_workspaces(home, session_id, found, dry_run)
     return found
@@ -97,59 +135,117 @@ async def collect(home: LocalHome, *, dry_run: bool = False) -> Collection:
 
 @dataclass(frozen=True)
 class Keep:
-    """What the collection of a store spares: the named blobs (None: every blob, as a record that
-    must be read could not be), and whatever changed at or after `since`."""
+    """What the collection of a store spares: the named blobs, and whatever changed at or after
+    `since` (the grace period of unnamed blobs is the caller's)."""
 
-    named: frozenset[str] | None
+    named: frozenset[str]
     since: float
 
 
 async def _what_records_need(
-    home: LocalHome, sessions: list[str], store: FilesystemArtifactStore, began: float, found: Collection
+    home: LocalHome,
+    sessions: list[str],
+    own: FilesystemArtifactStore | None,
+    began: float,
+    found: Collection,
 ) -> Keep:
-    """The blobs the records whose artifacts are in `store` name, and the time since which nothing
-    is removed: the collection's start, or an earlier start of an attempt still alive."""
+    """The blobs the records whose artifacts are in the home's own store name, and the time since
+    which nothing is removed: the collection's start, or an earlier start of an attempt still
+    alive. Every record the home shows is read whole first: CollectionRefused when one cannot be."""
     since = began
     named: set[str] = set()
     stores: dict[str | None, EventStore] = {}
     alive = False
+    session_id = ""
     try:
-        for session_id, events_url in await _sessions_in(home, sessions, stores, store.root):
+        check_store_file(home)
+        own_record = await _own_record(home, stores)
+        for session_id, events_url, artifacts_here in _sessions_of(home, sessions, own_record, own):
             if events_url not in stores:
-                stores[events_url] = dataclasses.replace(home, events_url=events_url).open_event_store()
+                stores[events_url] = dataclasses.replace(home, events_url=events_url).open_event_store(
+                    read_only=True
+                )
             record = stores[events_url]
+            # Opened as every command opens it, so a damaged record ends `gc` with the same line.
+            await read_session(record, home.for_session(session_id), session_id)
+            events = await record.read(session_id)
+            if not events:
+                await _refuse_if_leased(home, session_id, record)
             started = await _alive_since(record, session_id)
             alive = alive or started != float("inf")
             since = min(since, started)
-            names = named_blobs(await record.read(session_id))
-            named |= names.blobs | _named_by_documents(store, names.documents)
+            if own is not None and artifacts_here:
+                names = named_blobs(events)
+                named |= names.blobs | _named_by_documents(own, names.documents)
+    except (CollectionRefused, RecordCorrupt):
+        raise  # RecordCorrupt: in the store's own words, as every command says it
     except (StoreError, HomeError) as error:
-        found.notes.append(f"no blob was removed: a record that names them cannot be read ({error})")
-        return Keep(None, began)
+        whose = f"session {session_id!r}" if session_id else f"the record {home.events_location}"
+        raise CollectionRefused(f"{_REFUSED} {whose} cannot be read ({error}); {_WAY_OUT}") from None
     finally:
         for opened in stores.values():
             await opened.close()
+    if own is not None and not own_record:
+        _refuse_if_blobs_unnamed(home, own, named)
     found.live_attempt = alive
     return Keep(frozenset(named), since - MARGIN_S)
 
 
-async def _sessions_in(
-    home: LocalHome, sessions: list[str], stores: dict[str | None, EventStore], artifacts_root: Path
-) -> list[tuple[str, str | None]]:
-    """(session, its event store's URL) for every session whose artifacts may be in the home's
-    store: every session of the home's own record, and every session with an entry in the home
-    whose artifacts are there (its record wherever its entry says)."""
-    found: set[tuple[str, str | None]] = set()
-    if home.events_url or home.events_db.is_file():
-        stores[home.events_url] = home.open_event_store()
-        found |= {
-            (session_id, home.events_url) for session_id in await stores[home.events_url].list_sessions()
-        }
+_REFUSED = "nothing was collected:"
+_WAY_OUT = (
+    "what a collection would remove may be all that is left of that session's work: restore its "
+    "record first, then run `belay gc` again"
+)
+
+
+async def _own_record(home: LocalHome, stores: dict[str | None, EventStore]) -> list[str]:
+    """The sessions of the home's own record (its events.db, or the `--events` store)."""
+    if not home.events_url and not home.events_db.is_file():
+        return []
+    stores[home.events_url] = home.open_event_store(read_only=True)
+    return await stores[home.events_url].list_sessions()
+
+
+def _sessions_of(
+    home: LocalHome, sessions: list[str], own_record: list[str], own: FilesystemArtifactStore | None
+) -> list[tuple[str, str | None, bool]]:
+    """(session, its event store's URL, whether its artifacts are in the home's own store) for
+    every session of the home's own record and every session with an entry in the home (its
+    record wherever its entry says)."""
+    found: dict[tuple[str, str | None], bool] = {
+        (session_id, home.events_url): home.artifacts_url is None for session_id in own_record
+    }
     for session_id in sessions:
-        own = home.for_session(session_id)
-        if _is_directory(own.artifacts_url, artifacts_root):
-            found.add((session_id, own.events_url))
-    return sorted(found, key=lambda pair: (pair[0], pair[1] or ""))
+        entry = home.for_session(session_id)
+        here = own is not None and _is_directory(entry.artifacts_url, own.root)
+        found[(session_id, entry.events_url)] = found.get((session_id, entry.events_url), False) or here
+    return [
+        (s, url, here) for (s, url), here in sorted(found.items(), key=lambda i: (i[0][0], i[0][1] or ""))
+    ]
+
+
+async def _refuse_if_leased(home: LocalHome, session_id: str, record: EventStore) -> None:
+    """CollectionRefused for a session that holds a lease in a record with no event of it (a home
+    that ran it shows it by its harness log or sandboxes, which `read_session` refuses)."""
+    lease = await record.current_lease(session_id)
+    if lease is not None:
+        raise CollectionRefused(
+            f"{_REFUSED} session {session_id!r} holds lease {lease.number} ({lease.holder}) in "
+            f"{home.for_session(session_id).events_location} but its record there has no event; {_WAY_OUT}"
+        )
+
+
+def _refuse_if_blobs_unnamed(home: LocalHome, own: FilesystemArtifactStore, named: set[str]) -> None:
+    """CollectionRefused when the home's own record holds no session at all (its events.db
+    missing or emptied) while its artifact store holds blobs no other record names: the record
+    that named them is what is missing, not their need."""
+    for path in (own.root / "blobs").glob("*/*"):
+        if path.name not in named:
+            raise CollectionRefused(
+                f"{_REFUSED} {home.events_location} holds no session, but {own.root} holds blobs no "
+                f"record names: the record was emptied or lost. Restore it from a backup, then run "
+                f"`belay gc` again; if the blobs are truly needed by nothing, remove {own.root} yourself"
+            )
 
 
 def _is_directory(url: str | None, root: Path) -> bool:
@@ -186,17 +282,26 @@ def _named_by_documents(store: FilesystemArtifactStore, documents: frozenset[str
     return named
 
 
-def _collect_store(store: FilesystemArtifactStore, keep: Keep, found: Collection, dry_run: bool) -> None:
+def _collect_store(
+    store: FilesystemArtifactStore, keep: Keep, found: Collection, dry_run: bool, graced: float
+) -> None:
+    """Partial uploads older than `keep.since`; blobs no record names, older than that and than
+    `graced` (the grace period's start)."""
     for path in sorted((store.root / "tmp").glob("*")):
         _remove_if_old(path, keep.since, "partial upload", found, dry_run, path.unlink)
     for path in sorted((store.root / "blobs").glob("*/*")):
         with contextlib.suppress(ValueError, StoreError):
             sha256 = check_address(path.name)
-            if keep.named is None or sha256 in keep.named:
+            if sha256 in keep.named:
                 found.named += 1
                 continue
             _remove_if_old(
-                path, keep.since, "orphan blob", found, dry_run, functools.partial(store.delete, sha256)
+                path,
+                min(keep.since, graced),
+                "orphan blob",
+                found,
+                dry_run,
+                functools.partial(store.delete, sha256),
             )
 
 

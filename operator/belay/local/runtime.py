@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import secrets
 import stat
@@ -45,6 +46,7 @@ from belay.api.agentsession import (
     load_manifest,
     parse_manifest,
 )
+from belay.api.bounded_yaml import FileRefused, read_regular_file
 from belay.executors.factory import Endpoint, executor_factory_for
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult, fault_key
@@ -327,9 +329,9 @@ def _read_plan(path: Path, session: AgentSession, where: str) -> bytes:
 
     field = f"{where}: spec.executor.plan"
     try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise ManifestError(f"{field}: cannot read {path}: {error.strerror or error}") from None
+        data = read_regular_file(path)
+    except FileRefused as error:
+        raise ManifestError(f"{field}: {path}: {error}") from None
     try:
         plan = parse_plan(data, source=str(path))
     except PlanError as error:
@@ -467,7 +469,8 @@ def unknown_session(session_id: str, home: LocalHome) -> str:
 def record_traces(home: LocalHome, session_id: str) -> list[str]:
     """What in the home shows that the session's record has events: its harness log has a line
     (written after each event an attempt recorded), or its sandboxes exist (started after its
-    request was recorded). Its manifest alone is no sign: `belay run` writes it before anything
+    request was recorded), or its ticket service filed a ticket (an effect a new attempt would
+    repeat). Its manifest alone is no sign: `belay run` writes it before anything
     is recorded, and a run refused then (a provider not configured) leaves it behind."""
     traces = []
     log = home.logs_dir(session_id) / "harness.log"
@@ -478,6 +481,10 @@ def record_traces(home: LocalHome, session_id: str) -> list[str]:
     with contextlib.suppress(OSError):
         if any(sandboxes.iterdir()):
             traces.append(f"its sandboxes are in {sandboxes}")
+    tickets = home.tickets_file(session_id)
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        if json.loads(tickets.read_bytes()).get("tickets"):  # our own file, written by the ticket service
+            traces.append(f"its ticket service filed tickets ({tickets})")
     return traces
 
 

@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from belay.api.bounded_yaml import describe_yaml_error, load_yaml
+from belay.api.bounded_yaml import FileRefused, describe_yaml_error, load_yaml, read_regular_file
 from belay.harness.models.base import ModelRequest, ModelTurn, ToolCall
 from belay.journal.operations import place_of
 from belay.journal.state import EMPTY, SessionState, TaskRecord
@@ -167,9 +167,9 @@ class PlanError(ValueError):
 
 def load_plan(path: Path) -> ScriptedPlan:
     try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise PlanError(f"{path}: cannot read: {error.strerror or error}") from None
+        data = read_regular_file(path)
+    except FileRefused as error:
+        raise PlanError(f"{path}: {error}") from None
     return parse_plan(data, source=str(path))
 
 
@@ -180,6 +180,9 @@ def parse_plan(data: bytes, *, source: str) -> ScriptedPlan:
         raise PlanError(f"{source}: not a text file (not UTF-8)") from None
     except yaml.YAMLError as error:
         raise PlanError(f"{source}: not valid YAML: {describe_yaml_error(error)}") from None
+    if not isinstance(loaded, dict) or set(loaded) != {"subagents"}:
+        # Nothing of a file that is no plan is quoted back (a key of it may be a secret's line).
+        raise PlanError(f"{source}: not a scripted plan: a YAML mapping whose only key is subagents")
     try:
         plan = ScriptedPlan.model_validate(loaded)
     except ValidationError as error:

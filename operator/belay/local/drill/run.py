@@ -18,8 +18,7 @@ from typing import NamedTuple
 
 import yaml
 
-from belay.api.agentsession import MANAGED_EXECUTORS
-from belay.api.bounded_yaml import load_yaml
+from belay.api.agentsession import MANAGED_EXECUTORS, read_manifest
 from belay.executors.endpoints import PROVIDERS
 from belay.journal.events import Event
 from belay.journal.verdicts import deliverables
@@ -86,7 +85,7 @@ class Drill:
         handover_to: str | None = None,
     ) -> None:
         source = manifest.resolve()
-        original = load_yaml(source.read_text())
+        original = read_manifest(source)  # read as every manifest is: bounded, no key twice
         self.executor = executor or executor_kind(original)
         refusal = handover_refusal(self.executor, handover_to)
         if refusal:
