@@ -363,9 +363,9 @@ def _child_plan_problems(plan: Any, base: Path, subagents: list[str], seen: set[
                     continue
                 seen.add(path.resolve())
                 try:
-                    child = parse_plan(path.read_bytes(), source=child_plan)
-                except OSError as error:
-                    problems.append(f"{where}: cannot read {path}: {error.strerror or error}")
+                    child = parse_plan(read_regular_file(path), source=child_plan)
+                except FileRefused as error:
+                    problems.append(f"{where}: {path}: {error}")
                     continue
                 except PlanError as error:
                     problems.append(f"{where}: {error}")
