@@ -56,9 +56,11 @@ from belay.journal.events import (
 )
 from belay.journal.state import SessionState
 from belay.sandbox.client import SandboxClient, SandboxError, SandboxUnavailable, WorkspaceRefused
-from belay.stores.base import ArtifactStore
+from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, PayloadTooLarge
 
 DONE_STATUSES = (TaskStatus.DONE, TaskStatus.VERIFIED)
+# The most a note may take in the record (its JSON), leaving room in one event's payload.
+MAX_NOTE_BYTES = MAX_PAYLOAD_BYTES // 2
 # A checkpoint's next step after the last step of a plan.
 END_OF_PLAN = "(end of plan)"
 
@@ -103,6 +105,10 @@ async def run_in_harness(
         payloads = [ToolResult(operation_id=request.operation_id, ok=False, error=f"bad arguments: {error}")]
     except SandboxUnavailable:
         raise  # the runtime answers a lost sandbox with a restored one
+    except PayloadTooLarge as error:
+        # What the call asked to record (a wait's reason, ...) is content: the call's failure.
+        error_text = f"too large to record: {error}"
+        payloads = [ToolResult(operation_id=request.operation_id, ok=False, error=error_text)]
     except SandboxError as error:
         # The sandbox answered and refused: what is in a sandbox is the agent's, so its refusal is
         # this call's failure, never the harness's.
@@ -171,6 +177,14 @@ async def record_note(runtime: HarnessToolContext, sub: SubagentSpec, request: T
         status=args.get("status", "open"),
         evidence=tuple(args.get("evidence", ())),
     )
+    size = len(note.model_dump_json().encode())  # as the record's payload limit counts it
+    if size > MAX_NOTE_BYTES:
+        # A note is an event of its own, whole in the record; a longer text belongs in a file.
+        error = (
+            f"the note is {size} bytes as recorded, above the {MAX_NOTE_BYTES} a note may have: write "
+            "the long text to a file with write_file and name the file in the note's evidence"
+        )
+        return [ToolResult(operation_id=request.operation_id, ok=False, error=error)]
     return [note, ToolResult(operation_id=request.operation_id, ok=True, output={"note_id": note.note_id})]
 
 
