@@ -25,6 +25,7 @@ from belay.api.agentsession import (
 from belay.harness.attempt import Attempt
 from belay.harness.bounded import store_file
 from belay.harness.checkpoints import (
+    bounded,
     checkpoint_of,
     inputs_checkpoint,
     step_checkpoint_id,
@@ -217,27 +218,29 @@ async def checkpoint(
     runtime: HarnessToolContext, sub: SubagentSpec, request: ToolRequest, step: str
 ) -> list[Payload]:
     """A step boundary: declared files into the artifact store and committed in the sandbox, the
-    patch since the inputs stored, the verification run."""
+    patch since the inputs stored, the verification run. A checkpoint that cannot be made fails
+    the step, saying why: a step is never left running without one."""
     client = runtime.recovery.handle(sub.name).client
     try:
         declared = await store_declared_files(client, runtime.artifacts, sub.declared)
-    except WorkspaceRefused as refusal:
-        return refused_checkpoint(sub.name, step, request, refusal)
-    verification = await requested_verification(client, request)
-    state = await runtime.attempt.state()
-    checkpoint_id = step_checkpoint_id(state, sub.name, step)
-    inputs = inputs_checkpoint(state, sub.name)
-    try:
+        verification = await requested_verification(client, request)
+        state = await runtime.attempt.state()
+        checkpoint_id = step_checkpoint_id(state, sub.name, step)
+        inputs = inputs_checkpoint(state, sub.name)
         revision, patch = await make_revision(
             client,
             [entry.name for entry in declared],
             checkpoint_id,
             parent=inputs.repository_revision if inputs is not None else None,
         )
-    except RevisionError as error:
-        return [ToolResult(operation_id=request.operation_id, ok=False, error=f"no checkpoint: {error}")]
+    except WorkspaceRefused as refusal:
+        return refused_checkpoint(sub.name, step, request, refusal)
+    except SandboxUnavailable:
+        raise  # the runtime answers a lost sandbox with a restored one, and the step is done again
+    except (RevisionError, SandboxError) as error:
+        return failed_checkpoint(sub.name, step, request, f"the checkpoint of step {step!r} failed: {error}")
     patch_ref = await asyncio.to_thread(runtime.artifacts.put, patch, media_type="text/x-diff")
-    recorded = checkpoint_of(
+    made = checkpoint_of(
         sub,
         checkpoint_id,
         revision,
@@ -249,6 +252,7 @@ async def checkpoint(
         next_step=next_step_named(sub.name, request.arguments.get("next_step")),
         completed_steps=completed_steps(state, sub.name, step),
     )
+    recorded = await bounded(runtime.artifacts, made)
     verified = recorded.verified
     return [
         step_finished(sub.name, step, verification),
@@ -257,6 +261,20 @@ async def checkpoint(
             operation_id=request.operation_id,
             ok=True,
             output={"step": step, "status": "verified" if verified else "done", "declared": len(declared)},
+        ),
+    ]
+
+
+def failed_checkpoint(subagent: str, step: str, request: ToolRequest, why: str) -> list[Payload]:
+    """The step's checkpoint could not be made: the step failed with the reason, and the call's
+    error says it (the step is done once a later `update_plan` done is checkpointed)."""
+    return [
+        Task(task_id=f"{subagent}/{step}", status=TaskStatus.FAILED, owner=subagent, detail=why),
+        ToolResult(
+            operation_id=request.operation_id,
+            ok=False,
+            error=why,
+            output={"step": step, "status": "failed"},
         ),
     ]
 
