@@ -265,6 +265,16 @@ async def checkpoint(
     ]
 
 
+def step_failed_by(sub: SubagentSpec, request: ToolRequest, why: str) -> list[Payload]:
+    """The step a failed `update_plan` done would have finished, failed with the reason; nothing
+    for any other call. A step is never left running because its checkpoint's call failed."""
+    args = request.arguments
+    if request.tool != "update_plan" or args.get("status") != "done" or not isinstance(args.get("step"), str):
+        return []
+    task_id = f"{sub.name}/{args['step']}"
+    return [Task(task_id=task_id, status=TaskStatus.FAILED, owner=sub.name, detail=why)]
+
+
 def failed_checkpoint(subagent: str, step: str, request: ToolRequest, why: str) -> list[Payload]:
     """The step's checkpoint could not be made: the step failed with the reason, and the call's
     error says it (the step is done once a later `update_plan` done is checkpointed)."""

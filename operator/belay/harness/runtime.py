@@ -42,7 +42,7 @@ from belay.harness.arguments import externalize_arguments, resolve_arguments
 from belay.harness.attempt import Attempt
 from belay.harness.bounded import store_file, stored_when_too_large, with_caps
 from belay.harness.effect_marks import EffectMarks
-from belay.harness.harness_tools import run_in_harness
+from belay.harness.harness_tools import run_in_harness, step_failed_by
 from belay.harness.models.base import ToolCall
 from belay.harness.recovery import Recovery
 from belay.harness.redaction import Redactor, scanned
@@ -312,10 +312,13 @@ class ToolRuntime:
     async def record_refused(
         self, sub: SubagentSpec, request_seq: int, request: ToolRequest, why: str
     ) -> list[Event]:
-        """A call that is not run, recorded as its failed result saying why."""
+        """A call that is not run (or whose sandbox it killed), recorded as its failed result saying
+        why; a step it would have finished fails with it."""
         state = await self.attempt.known_state()
         result = await self.tool_result(request.operation_id, False, None, why, subagent=sub.name)
-        payloads = with_provenance([result], provenance(state, sub.name, request), request)
+        payloads = with_provenance(
+            [*step_failed_by(sub, request, why), result], provenance(state, sub.name, request), request
+        )
         return await self.attempt.record(payloads, subagent=sub.name, parent_seq=request_seq)
 
     async def await_retry(
