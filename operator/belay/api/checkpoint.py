@@ -49,6 +49,9 @@ class CheckpointSpec(ApiModel):
     repository_revision: str | None = None
     runtime_image: str | None = None
     declared_artifacts: list[CheckpointArtifact] = Field(default_factory=list)
+    # Declared files too many for one event: the sha256 of the manifest in the artifact store that
+    # lists them (`declared_artifacts` is empty then).
+    declared_manifest: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
 
 class Checkpoint(BaseModel):

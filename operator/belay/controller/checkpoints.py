@@ -32,6 +32,7 @@ def checkpoint_object(ref: SessionRef, event: CheckpointEvent) -> dict[str, Any]
         declared_artifacts=[
             CheckpointArtifact(name=a.name, sha256=a.sha256, size=a.size) for a in payload.declared_artifacts
         ],
+        declared_manifest=payload.declared_manifest.sha256 if payload.declared_manifest else None,
     )
     labels = {**names.session_labels(ref.name)}
     if payload.subagent:

@@ -22,7 +22,11 @@ from belay.journal.state import SessionState
 from belay.sandbox.client import SandboxClient, WorkspaceRefused
 from belay.sandbox.protocol import REFUSED_STATUS
 from belay.sandbox.workspace import REFUSAL_RULES
-from belay.stores.base import ArtifactStore
+from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore
+
+# A checkpoint event above this size keeps its declared files in a manifest instead (leaving room
+# for what the runtime adds to it, the provenance).
+INLINE_CHECKPOINT_BYTES = MAX_PAYLOAD_BYTES // 2
 
 
 def inputs_checkpoint_id(subagent: str) -> str:
@@ -84,6 +88,22 @@ async def store_declared_files(
 
     # Side by side: each store waits on the disk, the next file's fetch on the sandbox.
     return list(await asyncio.gather(*(store(entry) for entry in entries)))
+
+
+async def declared_of(artifacts: ArtifactStore, checkpoint: Checkpoint) -> list[DeclaredArtifact]:
+    """A checkpoint's declared files: in the event, or in the manifest it names."""
+    if checkpoint.declared_manifest is None:
+        return list(checkpoint.declared_artifacts)
+    return await asyncio.to_thread(artifacts.get_manifest, checkpoint.declared_manifest.sha256)
+
+
+async def bounded(artifacts: ArtifactStore, checkpoint: Checkpoint) -> Checkpoint:
+    """The checkpoint as one event can hold it: declared files too many for the record's payload
+    limit (a repository of a few thousand files) go to a manifest in the artifact store."""
+    if len(checkpoint.model_dump_json().encode()) <= INLINE_CHECKPOINT_BYTES:
+        return checkpoint
+    manifest = await asyncio.to_thread(artifacts.put_manifest, checkpoint.declared_artifacts)
+    return checkpoint.model_copy(update={"declared_artifacts": (), "declared_manifest": manifest})
 
 
 def checkpoint_of(

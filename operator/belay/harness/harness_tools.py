@@ -25,6 +25,7 @@ from belay.api.agentsession import (
 from belay.harness.attempt import Attempt
 from belay.harness.bounded import store_file
 from belay.harness.checkpoints import (
+    bounded,
     checkpoint_of,
     inputs_checkpoint,
     step_checkpoint_id,
@@ -56,9 +57,11 @@ from belay.journal.events import (
 )
 from belay.journal.state import SessionState
 from belay.sandbox.client import SandboxClient, SandboxError, SandboxUnavailable, WorkspaceRefused
-from belay.stores.base import ArtifactStore
+from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, PayloadTooLarge
 
 DONE_STATUSES = (TaskStatus.DONE, TaskStatus.VERIFIED)
+# The most a note may take in the record (its JSON), leaving room in one event's payload.
+MAX_NOTE_BYTES = MAX_PAYLOAD_BYTES // 2
 # A checkpoint's next step after the last step of a plan.
 END_OF_PLAN = "(end of plan)"
 
@@ -103,6 +106,10 @@ async def run_in_harness(
         payloads = [ToolResult(operation_id=request.operation_id, ok=False, error=f"bad arguments: {error}")]
     except SandboxUnavailable:
         raise  # the runtime answers a lost sandbox with a restored one
+    except PayloadTooLarge as error:
+        # What the call asked to record (a wait's reason, ...) is content: the call's failure.
+        error_text = f"too large to record: {error}"
+        payloads = [ToolResult(operation_id=request.operation_id, ok=False, error=error_text)]
     except SandboxError as error:
         # The sandbox answered and refused: what is in a sandbox is the agent's, so its refusal is
         # this call's failure, never the harness's.
@@ -171,6 +178,14 @@ async def record_note(runtime: HarnessToolContext, sub: SubagentSpec, request: T
         status=args.get("status", "open"),
         evidence=tuple(args.get("evidence", ())),
     )
+    size = len(note.model_dump_json().encode())  # as the record's payload limit counts it
+    if size > MAX_NOTE_BYTES:
+        # A note is an event of its own, whole in the record; a longer text belongs in a file.
+        error = (
+            f"the note is {size} bytes as recorded, above the {MAX_NOTE_BYTES} a note may have: write "
+            "the long text to a file with write_file and name the file in the note's evidence"
+        )
+        return [ToolResult(operation_id=request.operation_id, ok=False, error=error)]
     return [note, ToolResult(operation_id=request.operation_id, ok=True, output={"note_id": note.note_id})]
 
 
@@ -203,27 +218,29 @@ async def checkpoint(
     runtime: HarnessToolContext, sub: SubagentSpec, request: ToolRequest, step: str
 ) -> list[Payload]:
     """A step boundary: declared files into the artifact store and committed in the sandbox, the
-    patch since the inputs stored, the verification run."""
+    patch since the inputs stored, the verification run. A checkpoint that cannot be made fails
+    the step, saying why: a step is never left running without one."""
     client = runtime.recovery.handle(sub.name).client
     try:
         declared = await store_declared_files(client, runtime.artifacts, sub.declared)
-    except WorkspaceRefused as refusal:
-        return refused_checkpoint(sub.name, step, request, refusal)
-    verification = await requested_verification(client, request)
-    state = await runtime.attempt.state()
-    checkpoint_id = step_checkpoint_id(state, sub.name, step)
-    inputs = inputs_checkpoint(state, sub.name)
-    try:
+        verification = await requested_verification(client, request)
+        state = await runtime.attempt.state()
+        checkpoint_id = step_checkpoint_id(state, sub.name, step)
+        inputs = inputs_checkpoint(state, sub.name)
         revision, patch = await make_revision(
             client,
             [entry.name for entry in declared],
             checkpoint_id,
             parent=inputs.repository_revision if inputs is not None else None,
         )
-    except RevisionError as error:
-        return [ToolResult(operation_id=request.operation_id, ok=False, error=f"no checkpoint: {error}")]
+    except WorkspaceRefused as refusal:
+        return refused_checkpoint(sub.name, step, request, refusal)
+    except SandboxUnavailable:
+        raise  # the runtime answers a lost sandbox with a restored one, and the step is done again
+    except (RevisionError, SandboxError) as error:
+        return failed_checkpoint(sub.name, step, request, f"the checkpoint of step {step!r} failed: {error}")
     patch_ref = await asyncio.to_thread(runtime.artifacts.put, patch, media_type="text/x-diff")
-    recorded = checkpoint_of(
+    made = checkpoint_of(
         sub,
         checkpoint_id,
         revision,
@@ -235,6 +252,7 @@ async def checkpoint(
         next_step=next_step_named(sub.name, request.arguments.get("next_step")),
         completed_steps=completed_steps(state, sub.name, step),
     )
+    recorded = await bounded(runtime.artifacts, made)
     verified = recorded.verified
     return [
         step_finished(sub.name, step, verification),
@@ -243,6 +261,30 @@ async def checkpoint(
             operation_id=request.operation_id,
             ok=True,
             output={"step": step, "status": "verified" if verified else "done", "declared": len(declared)},
+        ),
+    ]
+
+
+def step_failed_by(sub: SubagentSpec, request: ToolRequest, why: str) -> list[Payload]:
+    """The step a failed `update_plan` done would have finished, failed with the reason; nothing
+    for any other call. A step is never left running because its checkpoint's call failed."""
+    args = request.arguments
+    if request.tool != "update_plan" or args.get("status") != "done" or not isinstance(args.get("step"), str):
+        return []
+    task_id = f"{sub.name}/{args['step']}"
+    return [Task(task_id=task_id, status=TaskStatus.FAILED, owner=sub.name, detail=why)]
+
+
+def failed_checkpoint(subagent: str, step: str, request: ToolRequest, why: str) -> list[Payload]:
+    """The step's checkpoint could not be made: the step failed with the reason, and the call's
+    error says it (the step is done once a later `update_plan` done is checkpointed)."""
+    return [
+        Task(task_id=f"{subagent}/{step}", status=TaskStatus.FAILED, owner=subagent, detail=why),
+        ToolResult(
+            operation_id=request.operation_id,
+            ok=False,
+            error=why,
+            output={"step": step, "status": "failed"},
         ),
     ]
 

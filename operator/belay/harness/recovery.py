@@ -32,7 +32,9 @@ from belay.api.agentsession import SubagentSpec
 from belay.harness.arguments import resolve_arguments
 from belay.harness.attempt import Attempt, RecoveryFailed
 from belay.harness.checkpoints import (
+    bounded,
     checkpoint_of,
+    declared_of,
     inputs_checkpoint,
     inputs_checkpoint_id,
     restore_point,
@@ -196,7 +198,7 @@ class Recovery:
             raise RecoveryFailed(REVISION_MISMATCH, f"{sub.name}: {error}") from None
         patch_ref = await asyncio.to_thread(self.artifacts.put, patch, media_type="text/x-diff")
         state = await self.attempt.state()
-        checkpoint = checkpoint_of(
+        made = checkpoint_of(
             sub,
             checkpoint_id,
             revision,
@@ -208,6 +210,7 @@ class Recovery:
             verification=Verification(command="(the inputs: each declared file's sha256)", status="not_run"),
             next_step=sub.name,  # the subagent's own task: its plan is not started yet
         )
+        checkpoint = await bounded(self.artifacts, made)
         # Lost with the machine, the inputs are seeded again into the next sandbox: their blobs are
         # already on disk, and nothing has run on them yet.
         await self.attempt.record([checkpoint], subagent=sub.name, durable=False)
@@ -237,25 +240,24 @@ class Recovery:
             and inputs.repository_revision is not None
         )
         if not usable or inputs is None:
-            await restore_declared(handle.client, self.artifacts, list(checkpoint.declared_artifacts))
-            return f"{len(checkpoint.declared_artifacts)} declared files"
-        await restore_declared(handle.client, self.artifacts, list(inputs.declared_artifacts))
+            files = await declared_of(self.artifacts, checkpoint)
+            await restore_declared(handle.client, self.artifacts, files)
+            return f"{len(files)} declared files"
+        input_files = await declared_of(self.artifacts, inputs)
+        await restore_declared(handle.client, self.artifacts, input_files)
         try:
-            base, _ = await make_revision(
-                handle.client, [e.name for e in inputs.declared_artifacts], inputs.checkpoint_id
-            )
+            base, _ = await make_revision(handle.client, [e.name for e in input_files], inputs.checkpoint_id)
             await self.check_revision(sub, inputs, base.revision)
             if checkpoint.checkpoint_id == inputs.checkpoint_id:
-                return (
-                    f"{len(inputs.declared_artifacts)} declared input files at revision {base.revision[:12]}"
-                )
+                return f"{len(input_files)} declared input files at revision {base.revision[:12]}"
             assert checkpoint.patch is not None
             patch = await asyncio.to_thread(self.artifacts.get, checkpoint.patch.sha256)
             if patch:  # git refuses to apply an empty patch; nothing changed since the inputs
                 await handle.client.put_file(RESTORE_PATCH_PATH, patch, checkpoint.patch.sha256)
+            files = await declared_of(self.artifacts, checkpoint)
             restored, _ = await make_revision(
                 handle.client,
-                [e.name for e in checkpoint.declared_artifacts],
+                [e.name for e in files],
                 checkpoint.checkpoint_id,
                 parent=base.revision,
                 apply=RESTORE_PATCH_PATH if patch else None,
@@ -263,9 +265,9 @@ class Recovery:
         except RevisionError as error:
             await self.fail(sub, checkpoint, REVISION_MISMATCH, f"{sub.name}: {error}")
         await self.check_revision(sub, checkpoint, restored.revision)
-        await verify_restored(handle.client, list(checkpoint.declared_artifacts))
+        await verify_restored(handle.client, files)
         return (
-            f"{len(checkpoint.declared_artifacts)} declared files: the inputs' revision {base.revision[:12]} "
+            f"{len(files)} declared files: the inputs' revision {base.revision[:12]} "
             f"and a {checkpoint.patch.size}-byte patch, at revision {restored.revision[:12]}"
         )
 

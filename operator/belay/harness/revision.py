@@ -14,16 +14,18 @@ a checkpoint: a restore rebuilds both commits from the artifact store and compar
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from belay.sandbox.client import SandboxError
+from belay.sandbox.client import SandboxError, SandboxUnavailable
 
 STATE_DIR = ".belay"  # never declared (see belay.harness.declared)
 PATCH_PATH = f"{STATE_DIR}/checkpoint.patch"
 RESTORE_PATCH_PATH = f"{STATE_DIR}/restore.patch"
+PATHS_PATH = f"{STATE_DIR}/checkpoint.paths"  # the paths to commit, NUL-separated
 REVISION_TIMEOUT_S = 300
 
 # Runs in the sandbox as `python -S -c SCRIPT ARGS_JSON`: the sandbox server is Python, so its
@@ -57,9 +59,9 @@ if args.get("apply"):
     git("apply", "--binary", "--whitespace=nowarn", args["apply"])
 if os.path.exists(state + "/index"):
     os.remove(state + "/index")
-paths = args["paths"]
-if paths:
-    git("update-index", "--add", "-z", "--stdin", data="".join(p + "\0" for p in paths).encode())
+if args.get("paths"):
+    with open(args["paths"], "rb") as listed:
+        git("update-index", "--add", "-z", "--stdin", data=listed.read())
 tree = git("write-tree").decode().strip()
 parents = ["-p", args["parent"]] if args.get("parent") else []
 commit = git("commit-tree", tree, *parents, "-m", args["message"]).decode().strip()
@@ -128,7 +130,19 @@ async def make_revision(
 ) -> tuple[Revision, bytes]:
     """Commit exactly `paths` (after applying the patch at `apply`, if given) with `parent`, and
     return the revision and the patch from the parent (or an empty one, with no parent)."""
-    arguments = {"paths": paths, "message": message, "parent": parent, "apply": apply, "patch": PATCH_PATH}
+    listed = None
+    if paths:
+        # Through a file, never argv: a repository's paths are far longer than one exec argument
+        # may be (MAX_COMMAND_BYTES), and git reads them from its stdin.
+        data = "".join(path + "\0" for path in paths).encode()
+        try:
+            await client.put_file(PATHS_PATH, data, hashlib.sha256(data).hexdigest())
+        except SandboxUnavailable:
+            raise
+        except SandboxError as error:
+            raise RevisionError(f"the paths of {message} cannot be written: {error}") from None
+        listed = PATHS_PATH
+    arguments = {"paths": listed, "message": message, "parent": parent, "apply": apply, "patch": PATCH_PATH}
     response = await client.call(
         "run_command",
         {"command": ["python", "-S", "-c", SCRIPT, json.dumps(arguments)], "timeout_s": REVISION_TIMEOUT_S},

@@ -42,7 +42,7 @@ from belay.harness.arguments import externalize_arguments, resolve_arguments
 from belay.harness.attempt import Attempt
 from belay.harness.bounded import store_file, stored_when_too_large, with_caps
 from belay.harness.effect_marks import EffectMarks
-from belay.harness.harness_tools import run_in_harness
+from belay.harness.harness_tools import run_in_harness, step_failed_by
 from belay.harness.models.base import ToolCall
 from belay.harness.recovery import Recovery
 from belay.harness.redaction import Redactor, scanned
@@ -79,9 +79,9 @@ from belay.journal.state import (
     SessionState,
     operation_payload_sha256,
 )
-from belay.journal.tools import ToolSpec, tool_spec
+from belay.journal.tools import ToolSpec, argument_problem, tool_spec
 from belay.sandbox.client import SandboxError, SandboxUnavailable
-from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, ClaimTaken
+from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, ClaimTaken, PayloadTooLarge
 
 # Test switch: `BELAY_EFFECT_FENCE=off` makes keyed and unsafe calls without checking the lease
 # first, so the frozen-harness test can show that its check finds the duplicate without the fence.
@@ -89,6 +89,9 @@ FENCE_ENV = "BELAY_EFFECT_FENCE"
 FENCED_EFFECTS = (EffectClass.KEYED, EffectClass.UNSAFE)
 # How many unmarked findings a reason names: anyone can file many, the person needs a few.
 SHOWN_UNMARKED = 5
+# How many times one call may lose its sandbox (each time replaced, restored and the call run
+# again) before the call fails with the reason instead of running once more.
+SANDBOX_LOSSES_PER_CALL = 2
 
 
 @dataclass
@@ -233,6 +236,7 @@ class ToolRuntime:
             found = await self.found_before_call(sub, request_seq, request)
             if found is not None:
                 return found
+        replaced, last_loss = 0, ""
         while True:
             try:
                 recorded, retry_id = await self.in_flight.run(
@@ -241,12 +245,25 @@ class ToolRuntime:
                 break
             except SandboxUnavailable as lost:
                 await self.recovery.replace_sandbox(sub, lost)
+                replaced, last_loss = replaced + 1, str(lost)
             # The answer was lost with the sandbox: the effect table decides, as after a lost
             # harness. An unsafe operation may have taken effect and is never repeated blindly;
             # any other runs again, on the restored sandbox.
             if spec.effect == EffectClass.UNSAFE:
                 op = (await self.attempt.state()).operations[request.operation_id]
                 return await self.reconcile_unsafe(sub, op, request)
+            if replaced >= SANDBOX_LOSSES_PER_CALL:
+                # Lost again under the same call: most likely the call itself kills its sandbox
+                # (`kill -9 $PPID`, `pkill python`), and running it again would replace sandboxes
+                # forever. The call fails; the step goes on with a sandbox restored once more.
+                what = "the command" if request.tool == "run_command" else f"the call to {request.tool}"
+                why = (
+                    f"{what} killed its sandbox: the sandbox was lost {replaced} times while it ran "
+                    "(each time a clean one was restored and the call run again), most likely by the "
+                    f"call itself (its sandbox's server process killed), so it is not run again (last "
+                    f"loss: {last_loss})"
+                )
+                return await self.record_refused(sub, request_seq, request, why)
         if retry_id is None:
             return recorded
         return recorded + await self.await_retry(sub, request_seq, request, retry_id)
@@ -258,11 +275,20 @@ class ToolRuntime:
         when an unsafe call failed): once begun, a stop lets it finish (within the stop's bound,
         belay.harness.stopping)."""
         spec = tool_spec(request.tool)
+        # Large values come back from the artifact store for every tool, sandbox or harness, and
+        # the schema is checked on what the tool would be given, before anything else reads it.
+        arguments = await resolve_arguments(self.artifacts, request.arguments)
+        problem = argument_problem(request.tool, arguments)
+        if problem is not None:
+            # What was sent is the call's fault, never the harness's: its error result, and no
+            # retry for an external effect (the same arguments would fail the same way).
+            return await self.record_refused(sub, request_seq, request, problem), None
         await self.fence(spec)
+        resolved = request.model_copy(update={"arguments": arguments})
         if spec.where == "sandbox":
-            payloads = await self.run_in_sandbox(sub, request)
+            payloads = await self.run_in_sandbox(sub, resolved)
         else:
-            payloads = await run_in_harness(self, sub, request)
+            payloads = await run_in_harness(self, sub, resolved)
         state = await self.attempt.known_state()  # the request's provenance: recorded by this attempt
         payloads = with_provenance(payloads, provenance(state, sub.name, request), request)
         failure = failed_effect(spec.effect, request, payloads)
@@ -278,8 +304,26 @@ class ToolRuntime:
                 update={"approval_id": retry_approval_id(request.operation_id, retries + 1)}
             )
             payloads.append(retry)
-        recorded = await self.attempt.record(payloads, subagent=sub.name, parent_seq=request_seq)
+        try:
+            recorded = await self.attempt.record(payloads, subagent=sub.name, parent_seq=request_seq)
+        except PayloadTooLarge as error:
+            if spec.effect == EffectClass.UNSAFE:
+                raise  # it may have taken effect: its outcome is reconciled, never called failed
+            why = f"what {request.tool} made is too large for the record: {error}"
+            return await self.record_refused(sub, request_seq, request, why), None
         return recorded, retry.approval_id if retry is not None else None
+
+    async def record_refused(
+        self, sub: SubagentSpec, request_seq: int, request: ToolRequest, why: str
+    ) -> list[Event]:
+        """A call that is not run (or whose sandbox it killed), recorded as its failed result saying
+        why; a step it would have finished fails with it."""
+        state = await self.attempt.known_state()
+        result = await self.tool_result(request.operation_id, False, None, why, subagent=sub.name)
+        payloads = with_provenance(
+            [*step_failed_by(sub, request, why), result], provenance(state, sub.name, request), request
+        )
+        return await self.attempt.record(payloads, subagent=sub.name, parent_seq=request_seq)
 
     async def await_retry(
         self, sub: SubagentSpec, request_seq: int, request: ToolRequest, approval_id: str
@@ -304,7 +348,8 @@ class ToolRuntime:
             await self.attempt.check_lease()
 
     async def run_in_sandbox(self, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
-        arguments = await resolve_arguments(self.artifacts, request.arguments)
+        """A sandbox tool's call (its arguments resolved and checked) and its result."""
+        arguments = request.arguments
         client = self.recovery.handle(sub.name).client
         # The sandbox's token is a secret the harness holds: its output never records it.
         self.redactor = self.redactor.holding(client.token, "sandbox token")
@@ -329,28 +374,27 @@ class ToolRuntime:
         previous output and this one."""
         redacted = await scanned(functools.partial(self.redactor.output, subagent=subagent), [output, error])
         output, error = redacted.value
-        body = canonical_json(output)
-        if len(body) > MAX_PAYLOAD_BYTES // 2:
-            ref = await asyncio.to_thread(self.artifacts.put, body, media_type="application/json")
-            summary = {"stored_as_artifact": ref.sha256, "size": ref.size}
-            return ToolResult(
-                operation_id=operation_id,
-                ok=ok,
-                output=summary,
-                error=error,
-                output_ref=ref,
-                redactions=redacted.count,
-            )
-        return ToolResult(
+        result = ToolResult(
             operation_id=operation_id, ok=ok, output=output, error=error, redactions=redacted.count
         )
+        return await self.stored_when_large(result)
 
     async def redacted_result(self, result: ToolResult) -> ToolResult:
-        """A result a harness tool built, with the redaction `tool_result` gives every other."""
+        """A result a harness tool built, with the redaction and the size bound `tool_result` gives
+        every other (a ticket echoes its body, which may be large)."""
         redacted = await scanned(self.redactor.output, [result.output, result.error])
         output, error = redacted.value
         update = {"output": output, "error": error, "redactions": result.redactions + redacted.count}
-        return result.model_copy(update=update)
+        return await self.stored_when_large(result.model_copy(update=update))
+
+    async def stored_when_large(self, result: ToolResult) -> ToolResult:
+        """A result whose output is too large for the record, its output stored as an artifact."""
+        body = canonical_json(result.output)
+        if len(body) <= MAX_PAYLOAD_BYTES // 2:
+            return result
+        ref = await asyncio.to_thread(self.artifacts.put, body, media_type="application/json")
+        summary = {"stored_as_artifact": ref.sha256, "size": ref.size}
+        return result.model_copy(update={"output": summary, "output_ref": ref})
 
     # ---------------------------------------------------------------------------------------------
     # Unsafe operations whose outcome is unknown

@@ -220,6 +220,9 @@ class Checkpoint(Payload):
     completed_steps: tuple[str, ...] = ()
     next_step: str | None = None
     declared_artifacts: tuple[DeclaredArtifact, ...] = ()
+    # Declared files too many for one event: their list is this manifest in the artifact store
+    # (`ArtifactStore.put_manifest`), and `declared_artifacts` is empty.
+    declared_manifest: ArtifactRef | None = None
     environment: dict[str, str] = Field(default_factory=dict)
     dependencies: dict[str, str] = Field(default_factory=dict)
     verification: Verification | None = None

@@ -334,8 +334,9 @@ def phase_of(state: SessionState, liveness: Liveness | None = None) -> Phase:
     if lc.failed:
         return Phase.FAILED
     if lc.completed:
-        # A coordinator whose delegation failed has not done its objective, whatever it recorded.
-        return Phase.FAILED if state.failed_delegations else Phase.SUCCEEDED
+        # A coordinator whose delegation failed, or a session with a step that failed (its
+        # checkpoint could not be made), has not done its objective, whatever it recorded.
+        return Phase.FAILED if state.failed_delegations or failed_steps(state) else Phase.SUCCEEDED
     if recovery_failed(state):
         return Phase.RECOVERY_FAILED
     if liveness is not None and not attempt_alive(state, liveness) and awaiting_resume(state):
@@ -385,10 +386,17 @@ def failed_delegations_text(state: SessionState) -> str:
     return f"delegation failed: {failed}"
 
 
+def failed_steps(state: SessionState) -> list[str]:
+    """The steps whose latest round failed (a checkpoint that could not be made), in order."""
+    return sorted(t.task_id for t in state.tasks.values() if t.status == TaskStatus.FAILED)
+
+
 def end_reason(state: SessionState) -> str:
     """How the session ended, in words."""
-    if state.lifecycle.completed and state.failed_delegations:
-        return failed_delegations_text(state)
+    if state.lifecycle.completed and (state.failed_delegations or failed_steps(state)):
+        failed = failed_steps(state)
+        steps = f"step failed: {', '.join(failed)}" if failed else ""
+        return "; ".join(text for text in (failed_delegations_text(state), steps) if text)
     return state.lifecycle.end_reason
 
 

@@ -10,6 +10,8 @@ a probe or a person reconciles it.
 from __future__ import annotations
 
 import difflib
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,6 +26,8 @@ Where = Literal["sandbox", "harness"]
 DEFAULT_READ_FILE_BYTES = 1024 * 1024
 DEFAULT_COMMAND_OUTPUT_BYTES = 1024 * 1024
 MAX_CAPTURE_BYTES = 16 * 1024 * 1024
+# The longest a command may be given to run (`run_command`'s `timeout_s`), as the sandbox takes it.
+MAX_COMMAND_TIMEOUT_S = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,15 @@ TOOLS: dict[str, ToolSpec] = {
             EffectClass.IDEMPOTENT,
             "sandbox",
             "Run a shell command in the workspace; returns exit_code, stdout, stderr.",
-            {"command": _string("the command line"), "timeout_s": {"type": "integer"}, "cwd": _string("")},
+            {
+                "command": {
+                    "type": ["string", "array"],
+                    "items": {"type": "string"},
+                    "description": "the command line (or its argv)",
+                },
+                "timeout_s": {"type": "integer", "minimum": 1, "maximum": MAX_COMMAND_TIMEOUT_S},
+                "cwd": _string(""),
+            },
             required=("command",),
         ),
         ToolSpec(
@@ -103,7 +115,19 @@ TOOLS: dict[str, ToolSpec] = {
             EffectClass.IDEMPOTENT,
             "harness",
             "Start or finish a step of your plan; finishing a step checkpoints the workspace.",
-            {"step": _string("step id"), "title": _string(""), "status": _string("running | done")},
+            {
+                "step": _string("step id"),
+                "title": _string(""),
+                "status": _string("running | done"),
+                "inputs": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "starting a step: the request parts it depends on",
+                },
+                "verify": _string("finishing a step: the command that verifies it"),
+                "expect_exit_code": {"type": "integer", "description": "the verify command's expected exit"},
+                "next_step": _string("finishing a step: the step that comes next (`end`: none)"),
+            },
             required=("step",),
         ),
         ToolSpec(
@@ -179,10 +203,65 @@ def tool_spec(name: str) -> ToolSpec:
         raise KeyError(unknown_tool(name)) from None
 
 
+def argument_problem(name: str, arguments: dict[str, Any]) -> str | None:
+    """Why a call's arguments do not fit its tool's schema (a required argument missing, a wrong
+    type, a number out of its range); None when they fit. What a model or a plan sends is checked
+    with this before anything else reads it: a call that does not fit is that call's error."""
+    spec = TOOLS.get(name)
+    if spec is None:
+        return unknown_tool(name)
+    missing = [key for key in spec.required if key not in arguments]
+    if missing:
+        return f"{name}: missing required argument {', '.join(missing)}"
+    for key, schema in spec.parameters.items():
+        if key in arguments:
+            problem = _value_problem(arguments[key], schema)
+            if problem is not None:
+                return f"{name}: argument {key!r} {problem}, got {_json_repr(arguments[key])}"
+    return None
+
+
+_JSON_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+}
+
+
+def _types(schema: dict[str, Any]) -> list[str]:
+    kind = schema.get("type")
+    return [str(k) for k in kind] if isinstance(kind, list) else [str(kind)] if kind else []
+
+
+def _value_problem(value: Any, schema: dict[str, Any]) -> str | None:
+    kinds = _types(schema)
+    if kinds and not any(_JSON_TYPES.get(kind, lambda _: True)(value) for kind in kinds):
+        return f"must be of type {' or '.join(kinds)}"
+    items = schema.get("items")
+    if isinstance(value, list) and isinstance(items, dict):
+        for item in value:
+            if _value_problem(item, items) is not None:
+                return f"must be an array of {' or '.join(_types(items))}"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        low, high = schema.get("minimum"), schema.get("maximum")
+        if (low is not None and value < low) or (high is not None and value > high):
+            return f"must be between {low} and {high}"
+    return None
+
+
+def _json_repr(value: Any) -> str:
+    """The value as it came, in JSON's words, cut short: the complaint names what was sent."""
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _parameter(name: str, schema: dict[str, Any], required: tuple[str, ...]) -> str:
-    kind = schema.get("type", "")
-    if kind == "array":
-        kind = f"array of {schema.get('items', {}).get('type', '')}".strip()
+    kind = " or ".join(_types(schema))
+    if "array" in _types(schema):
+        kind = kind.replace("array", f"array of {' or '.join(_types(schema.get('items', {})))}".strip())
     described = f": {schema['description']}" if schema.get("description") else ""
     return f"`{name}` ({kind}{', required' if name in required else ''}){described}"
 

@@ -15,6 +15,7 @@ import yarl
 from pydantic import TypeAdapter, ValidationError
 
 from belay.journal.events import DeclaredArtifact
+from belay.journal.tools import MAX_COMMAND_TIMEOUT_S
 from belay.sandbox.protocol import (
     CLAIM_PATH,
     INSTANCE_HEADER,
@@ -161,7 +162,12 @@ class SandboxClient:
     async def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """Run one sandbox tool; returns {"ok", "output", "error"}. A tool that ran but failed (a
         missing file, a refused path) is ok=False here, not an exception."""
-        timeout = float(arguments.get("timeout_s", 120)) if tool == "run_command" else DEFAULT_TIMEOUT_S
+        timeout = DEFAULT_TIMEOUT_S
+        if tool == "run_command":
+            # Whatever the value, the sandbox's validation answers it; only its wait is decided here.
+            asked = arguments.get("timeout_s", 120)
+            whole = isinstance(asked, int) and not isinstance(asked, bool)
+            timeout = float(asked) if whole and 1 <= asked <= MAX_COMMAND_TIMEOUT_S else DEFAULT_TIMEOUT_S
         _, body = await self._request(
             "POST",
             f"/v1/tools/{quote(tool, safe='')}",

@@ -9,7 +9,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from belay.journal.tools import DEFAULT_COMMAND_OUTPUT_BYTES, DEFAULT_READ_FILE_BYTES, MAX_CAPTURE_BYTES
+from belay.journal.tools import (
+    DEFAULT_COMMAND_OUTPUT_BYTES,
+    DEFAULT_READ_FILE_BYTES,
+    MAX_CAPTURE_BYTES,
+    MAX_COMMAND_TIMEOUT_S,
+)
 
 NetworkProfile = Literal["none", "allowlist", "internet"]
 
@@ -61,7 +66,7 @@ class Arguments(BaseModel):
 
 class RunCommandArgs(Arguments):
     command: str | list[str]
-    timeout_s: int = Field(default=120, ge=1, le=24 * 3600)
+    timeout_s: int = Field(default=120, ge=1, le=MAX_COMMAND_TIMEOUT_S)
     cwd: str | None = None
     max_output_bytes: int = Field(default=MAX_OUTPUT_BYTES, ge=1, le=MAX_CAPTURE_BYTES)
 

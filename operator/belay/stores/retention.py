@@ -10,7 +10,8 @@ What in an event refers to a blob:
 - `tool_request`: an argument stored as `{"$artifact": sha256, "size": n}` (a large argument);
 - `tool_result`: `output_ref` (a large output) and `derived_from.artifacts`;
 - `artifact`: `ref` and `derived_from.artifacts`;
-- `checkpoint`: `patch` and every declared artifact (the files a restore writes back);
+- `checkpoint`: `patch` and every declared artifact (the files a restore writes back), or the
+  manifest that lists them (`declared_manifest`, a checkpoint of too many files for one event);
 - `note`: `derived_from.artifacts`.
 A verification's `output_sha256` is a hash of its output, never stored as a blob.
 """
@@ -83,6 +84,7 @@ def references(events: Iterable[Event]) -> References:
             found.derived(p.derived_from)
         elif isinstance(p, Checkpoint):
             found.ref(p.patch)
+            found.ref(p.declared_manifest)
             found.declared(p.declared_artifacts)
         elif isinstance(p, Note):
             found.derived(p.derived_from)

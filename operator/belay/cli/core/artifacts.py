@@ -107,6 +107,8 @@ def blobs_named(state: SessionState) -> set[str]:
             if record.checkpoint.patch is not None:
                 named.add(record.checkpoint.patch.sha256)
             named.update(entry.sha256 for entry in record.checkpoint.declared_artifacts)
+            if record.checkpoint.declared_manifest is not None:
+                named.add(record.checkpoint.declared_manifest.sha256)
     return named
 
 

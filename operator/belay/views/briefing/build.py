@@ -20,7 +20,7 @@ from typing import Any, Literal
 from belay.journal import commands
 from belay.journal.commands import CommandStyle
 from belay.journal.events import ArtifactRef, NoteKind, TaskStatus
-from belay.journal.phase import Liveness, interruption_of, phase_of, stalled_by_failure
+from belay.journal.phase import Liveness, failed_steps, interruption_of, phase_of, stalled_by_failure
 from belay.journal.state import ApprovalRecord, NoteRecord, OperationRecord, SessionState, TaskRecord
 from belay.views.briefing.changes import plan_order, rejection_item, scan_results, scope_change_item
 from belay.views.briefing.classify import classify, of_state
@@ -374,13 +374,16 @@ def _reviews(state: SessionState, items: list[OpenItem], locate: ArtifactLocator
 
 
 def _left_open(state: SessionState, items: list[OpenItem], interrupted: bool) -> list[AttentionItem]:
-    """What needs attention that is no failed effect: a failed delegation, and what was left open
-    in a session that failed (an interruption lists what it left open itself)."""
+    """What needs attention that is no failed effect: a failed delegation, a failed step, and what
+    was left open in a session that failed (an interruption lists what it left open itself)."""
     delegations = set(state.failed_delegations.values())
+    failed = set(failed_steps(state))
     shown = []
     for item in of_state(items, "needs_attention"):
         if item.kind == "operation" and item.id in delegations:
             shown.append(AttentionItem(kind="failed_delegation", id=item.id, summary=item.summary))
+        elif item.kind == "step" and item.id in failed:
+            shown.append(AttentionItem(kind="failed_step", id=item.id, summary=item.summary))
         elif not interrupted:
             what = "step" if item.kind == "step" else "operation"
             summary = f"{what} {item.summary} was left without an end when the session stopped"

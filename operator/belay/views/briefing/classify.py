@@ -18,9 +18,9 @@ those very bytes; a child reopened since (its part changed, or a person turned t
 the coordinator) makes the bytes collected before invalid, and a child that has not ended has
 nothing collected yet. Nothing runs while no attempt is alive or once the session ended: what is
 left open then needs attention (an interruption says how each is settled), or, in a session that
-succeeded, is done. A failed delegation needs
-attention; a step reopened by a scope change or a rejection is invalid until it is redone, and so
-are the bytes a person rejected.
+succeeded, is done. A failed delegation needs attention, and so does a failed step (its checkpoint
+could not be made); a step reopened by a scope change or a rejection is invalid until it is
+redone, and so are the bytes a person rejected.
 """
 
 from __future__ import annotations
@@ -179,14 +179,18 @@ def _work(state: SessionState, phase: Phase, stopped: bool) -> Iterator[OpenItem
             state_of: ItemState = _left_open(phase, stopped)
         elif task.status == TaskStatus.PLANNED and task.round > 1 and task.reopened_because:
             state_of = "invalid"
+        elif task.status == TaskStatus.FAILED:
+            state_of = "needs_attention"  # its checkpoint could not be made: the detail says why
         else:
             continue
+        # A failed step is shown with why it failed, the detail of its last transition.
+        why = task.history[-1].detail if task.status == TaskStatus.FAILED and task.history else ""
         yield OpenItem(
             kind="step",
             id=task.task_id,
             state=state_of,
             subagent=task.owner,
-            summary=task.title or task.task_id,
+            summary=why or task.title or task.task_id,
         )
 
 

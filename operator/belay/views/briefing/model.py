@@ -205,8 +205,11 @@ class AttentionItem(Model):
     """An external effect that went wrong, what it is, and what to do about it."""
 
     # left_open: an operation or a step without an end in a session that ended or failed;
-    # failed_delegation: a child session that could not be started or awaited.
-    kind: Literal["failed_effect", "unknown_effect", "repeated_effect", "left_open", "failed_delegation"]
+    # failed_delegation: a child session that could not be started or awaited; failed_step: a step
+    # whose checkpoint could not be made (the summary says why).
+    kind: Literal[
+        "failed_effect", "unknown_effect", "repeated_effect", "left_open", "failed_delegation", "failed_step"
+    ]
     id: str  # the operation
     summary: str
     command: str | None = None
