@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,14 @@ from belay.journal.events import Event, RejectionEvent, RemoteEvent, ScopeChange
 from tests.belay_cli import (
     completed,
     deliverables,
+    kill_group,
     provider_problems,
     read_events,
     run_belay,
     session_standin,
+    start_belay,
     stop_session_standins,
+    wait_until_stopped,
 )
 from tests.executors.example import PLAN, SESSION, SUBAGENT, example_manifest, review_sha256
 
@@ -181,4 +185,29 @@ def test_a_deliverable_rejected_after_the_end_is_redone_on_resume(tmp_path: Path
         assert all(s["status"] in ("done", "verified") for s in shown["steps"]), shown["steps"]
         check_told(home, executor, events, "planned again (round 2, after a rejection)")
     finally:
+        stop_session_standins(home)
+
+
+@pytest.mark.parametrize("executor", ["openai-agents", "anthropic-managed"])
+def test_an_amend_is_told_once_across_a_kill(tmp_path: Path, executor: str) -> None:
+    """Killed right after the provider's acceptance of the change is recorded, the next resume goes
+    on from the record: the change is not told again, and the redone review is delivered."""
+    manifest = changing_manifest(tmp_path, executor)
+    home = tmp_path / "home"
+    point = f"remote:message_delivered:{SUBAGENT}"
+    resume: subprocess.Popen[bytes] | None = None
+    try:
+        run_to_the_end(home, "run", "--quiet", str(manifest))
+        assert run_belay(home, "amend", SESSION, "--goal", NEW_GOAL).returncode == 0
+        resume = start_belay(home, "resume", "--quiet", SESSION, stop_after=point, environment=NO_PROVIDER)
+        wait_until_stopped(resume, point, timeout=HANG_S)
+        kill_group(resume)
+        run_to_the_end(home, "resume", "--quiet", SESSION)
+        events = read_events(home, SESSION)
+        assert completed(events)
+        assert deliverables(events)["review.md"] == sha256(TIMEOUT_REVIEW)
+        check_told(home, executor, events, "Goal: " + NEW_GOAL)
+    finally:
+        if resume is not None and resume.poll() is None:
+            kill_group(resume)
         stop_session_standins(home)
