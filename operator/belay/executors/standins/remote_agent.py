@@ -81,13 +81,13 @@ class ScriptedRemoteAgent:
 
     def read(self, content: Any) -> None:
         """A user message (text, or the provider's content blocks). Before the agent asked for
-        anything, a seeded one says where to start."""
+        anything, a seeded one says where to start; any may name steps to do again."""
         if not isinstance(content, str):
             blocks = content if isinstance(content, list) else []
             content = "".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict))
         steps = seeded_steps(content)
         again = redone_steps(content)
-        if steps and not (self.position or self.outcomes or self.seeded):
+        if (steps or again) and not (self.position or self.outcomes or self.seeded):
             self.seeded = True
             remaining: list[ToolCall] = []
             taken: dict[str, int] = {}  # calls of each step seen so far
