@@ -37,6 +37,8 @@ from tests.belay_cli import (
     wait_until_stopped,
 )
 from tests.executors.example import PLAN, SESSION, SUBAGENT, example_manifest, review_sha256
+from tests.executors.test_stop_short import MESSAGE, stopping_manifest, turn_end_waits
+from tests.testenv.polling import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -127,7 +129,8 @@ def check_told(home: Path, executor: str, events: list[Event], words: str) -> No
         for e in events
         if isinstance(e, RemoteEvent) and e.payload.kind == "message_delivered" and e.seq > at
     ]
-    assert [e.payload.idempotency_key.rsplit("-", 1)[1] for e in told] == [str(at)], told
+    keys = [e.payload.idempotency_key.rsplit("-", 1)[1] for e in told]
+    assert keys.count(str(at)) == 1 and keys[0] == str(at), told  # the change, before any other
     standin = session_standin(home, SESSION, executor)
     assert standin is not None
     stats = standin.stats()
@@ -210,4 +213,47 @@ def test_an_amend_is_told_once_across_a_kill(tmp_path: Path, executor: str) -> N
     finally:
         if resume is not None and resume.poll() is None:
             kill_group(resume)
+        stop_session_standins(home)
+
+
+@pytest.mark.parametrize("executor", ["openai-agents", "anthropic-managed"])
+def test_an_amend_while_a_turn_that_ended_short_waits_is_done_in_the_new_round(
+    tmp_path: Path, executor: str
+) -> None:
+    """The amend answers the wait (as on the scripted executor: tests/executors/test_stop_short.py)
+    and reaches the remote agent with the steps to do again: it redoes them in their new round,
+    stops short there again, and a message lets it finish."""
+    manifest = stopping_manifest(tmp_path, executor)
+    home = tmp_path / "home"
+    run = start_belay(home, "run", "--quiet", str(manifest), environment=NO_PROVIDER)
+    try:
+        wait_until(
+            lambda: turn_end_waits(read_events(home, SESSION)),
+            "the agent to end its turn",
+            timeout=HANG_S,
+            while_running=run,
+        )
+        assert run_belay(home, "amend", SESSION, "--goal", NEW_GOAL).returncode == 0
+        second = wait_until(
+            lambda: [w for w in turn_end_waits(read_events(home, SESSION)) if "@2" in w.payload.wait_id],
+            "the agent to end its turn again in the new round",
+            timeout=HANG_S,
+            while_running=run,
+        )
+        assert second[0].payload.wait_id == f"turn-ended-{SUBAGENT}.report@2.2"
+        events = read_events(home, SESSION)
+        redone = {
+            e.payload.task_id
+            for e in events
+            if isinstance(e, TaskEvent) and e.seq > changed_at(events) and e.payload.status == "verified"
+        }
+        assert {f"{SUBAGENT}/{step}" for step in ("inspect", "reproduce", "review")} <= redone
+        assert run_belay(home, "message", SESSION, MESSAGE, environment=NO_PROVIDER).returncode == 0
+        assert run.wait(timeout=HANG_S) == 0, (home / "belay.log").read_text()[-3000:]
+        events = read_events(home, SESSION)
+        assert completed(events)
+        check_told(home, executor, events, "Goal: " + NEW_GOAL)
+    finally:
+        if run.poll() is None:
+            kill_group(run)
         stop_session_standins(home)

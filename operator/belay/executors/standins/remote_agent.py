@@ -13,9 +13,9 @@ does; the next user message starts a turn that asks for the call.
 
 A message that names steps to do again (`- step report: planned again (round 2): ...`, after a
 scope change or a rejection, `belay.executors.seeding.reopening_text`) has the agent do each of
-them again, once per round, after what it still has to ask for: the step's calls of that round,
-the way the plan does the step for the goal the message states and for a round a rejection opened
-or not (its `variants`).
+them again, once per round, after what it still has to ask for (but the calls of those steps,
+dropped): the step's calls of that round, the way the plan does the step for the goal the message
+states and for a round a rejection opened or not (its `variants`).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class ScriptedRemoteAgent:
         self.stopped: set[str] = set()
         self.stopping: str | None = None  # the words of the turn ending short now
         self.position = 0
+        self.asking = False  # the call at `position` was asked for and has no result yet
         self.outcomes: list[tuple[str, bool]] = []
         self.published = False
         self.seeded = False
@@ -105,9 +106,13 @@ class ScriptedRemoteAgent:
 
     def do_again(self, again: dict[str, tuple[int, bool]], goal: str) -> None:
         """The steps a message says to do again, each once per round, in the plan's order, after
-        the calls the agent still has to ask for."""
+        the calls the agent still has to ask for (but those of the steps to do again)."""
         if self.plan is None:
             return
+        fresh = {step for step in again if (step, again[step][0]) not in self.redone}
+        start = self.position + (1 if self.asking else 0)  # the call asked for waits on its result
+        upcoming = self.calls[start:]
+        self.calls[start:] = [c for c in upcoming if self.step_of(c).split("@")[0] not in fresh]
         for step in [s.id for s in self.plan.steps if s.id in again]:
             round_, by_rejection = again[step]
             if (step, round_) in self.redone:
@@ -126,6 +131,7 @@ class ScriptedRemoteAgent:
         call = self.upcoming()
         said = self.stops.get(call.call_id) if call is not None else None
         if call is None or said is None or call.call_id in self.stopped:
+            self.asking = call is not None
             return call
         self.stopped.add(call.call_id)
         self.stopping = said
@@ -136,6 +142,7 @@ class ScriptedRemoteAgent:
         call = self.calls[self.position]
         self.outcomes.append((call.name, success))
         self.position += 1
+        self.asking = False
 
     def final_message(self) -> str:
         if self.stopping is not None:
