@@ -77,8 +77,9 @@ class ScriptedRemoteAgent:
         return cls(name, planned_calls(name, subplan), turn_ends(name, subplan), subplan)
 
     def step_of(self, call: ToolCall) -> str:
-        """The plan step a call belongs to (its id is `<subagent>.<step>.<position>`)."""
-        return call.call_id.removeprefix(f"{self.subagent}.").rsplit(".", 1)[0]
+        """The plan step a call belongs to (its id is `<subagent>.<step>.<position>`, or
+        `<subagent>.<step>@<round>.<position>` in a later round)."""
+        return call.call_id.removeprefix(f"{self.subagent}.").rsplit(".", 1)[0].split("@", 1)[0]
 
     def read(self, content: Any) -> None:
         """A user message (text, or the provider's content blocks). Before the agent asked for
@@ -96,7 +97,10 @@ class ScriptedRemoteAgent:
                 step = self.step_of(call)
                 status, settled = steps.get(step, ("", 0))
                 seen = taken[step] = taken.get(step, 0) + 1
-                if status in ("done", "verified") or step in again:  # one to do again: done below
+                if step in again:  # done again in its round, where the plan has it
+                    remaining += self.redo(step, again[step], goal_of(content)) if seen == 1 else []
+                    continue
+                if status in ("done", "verified"):
                     continue
                 if status == "running" and seen <= settled + 1:  # the start and the settled calls
                     continue
@@ -112,15 +116,20 @@ class ScriptedRemoteAgent:
         fresh = {step for step in again if (step, again[step][0]) not in self.redone}
         start = self.position + (1 if self.asking else 0)  # the call asked for waits on its result
         upcoming = self.calls[start:]
-        self.calls[start:] = [c for c in upcoming if self.step_of(c).split("@")[0] not in fresh]
-        for step in [s.id for s in self.plan.steps if s.id in again]:
-            round_, by_rejection = again[step]
-            if (step, round_) in self.redone:
-                continue
-            self.redone.add((step, round_))
-            calls, stops = redo_calls(self.subagent, self.plan, step, round_, goal, by_rejection)
-            self.calls += calls
-            self.stops.update(stops)
+        self.calls[start:] = [c for c in upcoming if self.step_of(c) not in fresh]
+        for step in [s.id for s in self.plan.steps if s.id in fresh]:
+            self.calls += self.redo(step, again[step], goal)
+
+    def redo(self, step: str, again: tuple[int, bool], goal: str) -> list[ToolCall]:
+        """The calls of `step` done again in its round (`again`: the round, and whether a
+        rejection opened it), once; none when they were taken already."""
+        round_, by_rejection = again
+        if self.plan is None or (step, round_) in self.redone:
+            return []
+        self.redone.add((step, round_))
+        calls, stops = redo_calls(self.subagent, self.plan, step, round_, goal, by_rejection)
+        self.stops.update(stops)
+        return calls
 
     def upcoming(self) -> ToolCall | None:
         return self.calls[self.position] if self.position < len(self.calls) else None
