@@ -28,10 +28,14 @@ the truth and the provider is settled against it:
   fails (`RemoteSessionsLost`). A cut event stream is reopened and the session read again; a
   request the provider may retry safely is retried; the rest is checked against the remote state
   before it is sent again. A provider that does not answer ends the attempt (not the session).
+- A scope change or a rejection that reopened this subagent's work after its remote session
+  began is told to the remote agent as its next user message (under a key derived from its seq,
+  with the steps to do again) before the end of any turn counts; an end of turn read again, the
+  one before the last message went (recorded with it), answers nothing.
 - When the remote agent is done, its outputs (files, artifacts) are copied into the artifact store
   with their sha256 and recorded as deliverables, with the same fetch command as any other.
 
-No credential is ever recorded: the endpoint is the base URL without user info.
+What names the remote session and every request to the provider are `belay.executors.remote_link`.
 """
 
 from __future__ import annotations
@@ -40,10 +44,9 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 from belay.executors.call_arguments import check_arguments
 from belay.executors.provider import (
@@ -60,13 +63,20 @@ from belay.executors.provider import (
     classify,
     translated,
 )
-from belay.executors.seeding import plain_name, result_text, seed_text, task_brief
+from belay.executors.remote_link import BACKOFF_S, TRIES, RemoteLink, RemoteLost
+from belay.executors.seeding import (
+    plain_name,
+    reopening_text,
+    result_text,
+    seed_text,
+    steps_to_redo,
+    task_brief,
+)
 from belay.executors.waking import Signal
 from belay.harness.executor import (
     Decision,
     ExecutorContext,
     ExecutorFailed,
-    ExecutorUnavailable,
     RemoteResource,
     ToolOutcome,
 )
@@ -87,38 +97,19 @@ from belay.journal.handover import change_phrase
 from belay.journal.operations import ProposedCall, operation_ids
 from belay.journal.state import RemoteCallRecord, RemoteSessionRecord, SessionState
 
-METADATA_SESSION = "belay_session"
-METADATA_SUBAGENT = "belay_subagent"
-METADATA_RECORD = "belay_record"
-
 # A fresh look at the remote session even when its event stream says nothing.
 POLL_S = 5.0
 # How long a result's delivery may go unrecorded while the agent has not answered: long enough
 # for a quick agent's next calls to take it into their append, short enough that a person never
 # sees a delivered result as waiting.
 DELIVERY_NOTE_WAIT_S = 0.5
-# Tries of one request before the provider counts as unavailable (the SDK retries inside each
-# try what the API marks safe to retry).
-TRIES = 5
-BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 4.0)
 # After a create whose answer was lost: how long to look for the session before creating again.
 FIND_AFTER_LOST_CREATE_S = (0.2, 0.5, 1.0)
 # Remote sessions of one subagent lost in a row before any took a result: then the session fails.
 MAX_FRUITLESS_LOSSES = 3
 
-T = TypeVar("T")
 
-
-class RemoteLost(ExecutorFailed):
-    """The remote session is gone (404), failed or was terminated; recorded as `failed`. The
-    executor replaces it (`ManagedExecutor.replace`)."""
-
-
-# --------------------------------------------------------------------------------------------------
-# The executor
-
-
-class ManagedExecutor:
+class ManagedExecutor(RemoteLink):
     """The executor protocol over one provider's remote session, for one subagent."""
 
     def __init__(
@@ -127,14 +118,7 @@ class ManagedExecutor:
         provider: ManagedProvider,
         connection_errors: tuple[type[BaseException], ...],
     ) -> None:
-        self.context = context
-        self.provider = provider
-        self.kind = provider.kind
-        self.connection_errors = connection_errors
-        self.sub = context.subagent.name
-        self.remote_id = ""
-        self.record_tag = ""
-        self.moves = 0  # how many times the record moved the session to another executor
+        super().__init__(context, provider, connection_errors)
         self.signal = Signal()
         self._watcher: asyncio.Task[None] | None = None
         # The calls the event stream last showed waiting, not yet looked at; whether its last
@@ -212,8 +196,10 @@ class ManagedExecutor:
                 continue
             if heard is not None and heard.status != RemoteStatus.DONE:
                 continue  # what the stream showed was taken already: read the session itself
-            if snapshot.status == RemoteStatus.DONE and snapshot.turn and snapshot.turn == self.ended_turn:
+            if snapshot.status == RemoteStatus.DONE and snapshot.turn in self.answered_turns(state):
                 await self.wait(generation)
+                continue
+            if snapshot.status == RemoteStatus.DONE and await self.tell_reopening(state):
                 continue
             if snapshot.status == RemoteStatus.DONE:
                 self.ended_turn = snapshot.turn
@@ -267,26 +253,59 @@ class ManagedExecutor:
             await self.context.record(self.unrecorded_deliveries(), durable=False)
 
     async def tell(self, text: str, seq: int) -> None:
-        """A person's words for the remote agent, once: under a key derived from `seq`, the event
-        that holds them; their acceptance recorded (`message_delivered`)."""
+        """A person's words for the remote agent, with the steps it has to do again, if any."""
+        state = await self.context.known_state()
+        known = state.remote_sessions.get(self.sub)
+        redo = steps_to_redo(state, self.sub, known.seq if known is not None else 0)
+        await self.say("\n".join([text, *(["Steps to do again:", *redo] if redo else [])]), seq)
+
+    async def tell_reopening(self, state: SessionState) -> bool:
+        """A scope change or a rejection that reopened this subagent's work after its remote
+        session began, told to the remote agent as its next user message, once (`say`): the end of
+        a turn before it is never the answer to the request as it stands. Whether it told one."""
+        known = state.remote_sessions.get(self.sub)
+        subagent = state.subagents.get(self.sub)
+        seq = subagent.reopened_seq if subagent is not None else None
+        if known is None or seq is None or seq <= known.seq or self.key(seq) in known.message_keys:
+            return False
+        if known.remote_session_id != self.remote_id or not steps_to_redo(state, self.sub, known.seq):
+            return False
+        await self.say(reopening_text(state, self.sub, known.seq), seq)
+        return True
+
+    def answered_turns(self, state: SessionState) -> set[str]:
+        """The ends of turns that answer nothing now: the one this attempt reported last, and the
+        one that had ended when the record's last message went to this remote session (whichever
+        attempt sent it), until the provider shows the turn the message started."""
+        known = state.remote_sessions.get(self.sub)
+        told = known.message_turn if known is not None and known.remote_session_id == self.remote_id else ""
+        return {turn for turn in (self.ended_turn, told) if turn}
+
+    async def say(self, text: str, seq: int) -> None:
+        """Words for the remote agent, once: under a key derived from `seq`, the event that holds
+        them; their acceptance recorded (`message_delivered`, with the turn that had ended)."""
         key = self.key(seq)
         known = (await self.context.known_state()).remote_sessions.get(self.sub)
         if known is not None and key in known.message_keys and known.remote_session_id == self.remote_id:
             return
         try:
             before = await self.look()
-            if before.status == RemoteStatus.DONE:
-                self.ended_turn = before.turn
+            ended = before.turn if before.status == RemoteStatus.DONE else ""
+            self.ended_turn = ended or self.ended_turn
             answer = await self.retrying(
-                "send a person's message", lambda: self.provider.send_message(self.remote_id, text, key)
+                "send a message", lambda: self.provider.send_message(self.remote_id, text, key)
             )
         except RemoteLost as lost:  # the replacement is seeded with the message, from the record
             await self.replace(lost)
             return
         detail = "accepted" if answer == Delivery.ACCEPTED else "the provider held it already"
-        await self.context.record(
-            [self.remote(RemoteKind.MESSAGE_DELIVERED, idempotency_key=key, detail=f"seq {seq}: {detail}")]
+        delivered = self.remote(
+            RemoteKind.MESSAGE_DELIVERED,
+            idempotency_key=key,
+            turn_id=ended or None,
+            detail=f"seq {seq}: {detail}",
         )
+        await self.context.record([delivered])
 
     async def interrupt(self) -> None:
         if not self.remote_id:
@@ -424,26 +443,6 @@ class ManagedExecutor:
         await self.context.record([self.remote(RemoteKind.SESSION, detail=detail)], durable=False)
         self.follow()
 
-    async def close_lost(self, remote_id: str) -> str:
-        """Close a lost remote session at the provider; what became of it, for the record."""
-        try:
-            await translated(self.provider.close_session(remote_id), self.connection_errors)
-        except RemoteGone:
-            return "already gone at the provider"
-        except (RemoteRefused, RemoteTransient) as refused:
-            return f"not closed: {refused}"
-        return "closed at the provider"
-
-    async def find_replacement(self, metadata: dict[str, str], state: SessionState) -> str | None:
-        """A replacement an earlier attempt created and did not record; none when what it would
-        have been made with (Anthropic's agent) is gone as well."""
-        try:
-            return await self.provider.find_session(metadata, self.resources(state))
-        except Exception as error:
-            if isinstance(classify(error, self.connection_errors), RemoteGone):
-                return None
-            raise
-
     async def create(self, metadata: dict[str, str], state: SessionState, seed: str = "") -> tuple[str, str]:
         """The new remote session's id, and how it was come by."""
         brief = task_brief(self.context, state, seed)
@@ -481,53 +480,6 @@ class ManagedExecutor:
             await asyncio.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
         await self.unavailable(f"the remote session could not be created in {TRIES} tries")
         raise AssertionError("unreachable")
-
-    async def record_resource(self, resource: str, resource_id: str) -> None:
-        await self.context.record(
-            [
-                Remote(
-                    kind=RemoteKind.RESOURCE,
-                    executor=self.kind,
-                    subagent=self.sub,
-                    endpoint=self.provider.endpoint.label,
-                    resource=resource,
-                    resource_id=resource_id,
-                )
-            ]
-        )
-
-    def resources(self, state: SessionState, without: Collection[str] = ()) -> dict[str, str]:
-        prefix = f"{self.sub}/"
-        return {
-            name.removeprefix(prefix): remote_id
-            for name, remote_id in state.remote_resources.items()
-            if name.startswith(prefix) and remote_id not in without
-        }
-
-    def metadata(self, generation: int = 1) -> dict[str, str]:
-        """What names this subagent's remote session of this record; a replacement (`generation`
-        2 on) apart from the ones before it, so that looking for one never finds another."""
-        tag = self.record_tag if generation == 1 else f"{self.record_tag}.{generation}"
-        if self.moves:  # the sessions made after the n-th move to another executor, apart again
-            tag += f".m{self.moves}"
-        return {
-            METADATA_SESSION: self.context.session.session_id,
-            METADATA_SUBAGENT: self.sub,
-            METADATA_RECORD: tag,
-        }
-
-    async def tag(self) -> str:
-        """Names this record apart from any other of the same session name (another home, a
-        re-created AgentSession): its first event's time."""
-        first = await self.context.store.read(self.context.session.session_id, 1, 1)
-        stamp = first[0].created_at.isoformat() if first else ""
-        return hashlib.sha256(f"{self.context.session.session_id}/{stamp}".encode()).hexdigest()[:16]
-
-    def key(self, seq: int) -> str:
-        return f"belay-{self.context.session.session_id}-{self.record_tag}-{seq}"
-
-    async def look(self) -> Snapshot:
-        return await self.retrying("read the remote session", lambda: self.provider.snapshot(self.remote_id))
 
     # ---- calls
 
@@ -749,49 +701,3 @@ class ManagedExecutor:
                 )
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF_S[-1])
-
-    # ---- talking to the provider
-
-    async def retrying(self, what: str, request: Callable[[], Awaitable[T]]) -> T:
-        """A request the provider may take again safely (a read, a keyed post, a post checked
-        against the remote state first), tried until it is answered or TRIES have failed."""
-        for attempt in range(TRIES):
-            try:
-                return await translated(request(), self.connection_errors)
-            except RemoteTransient as failure:
-                if attempt + 1 == TRIES:
-                    await self.unavailable(f"{what}: {failure} ({TRIES} tries)")
-                await self.note_interruption(f"{what}: {failure}; tried again")
-                await asyncio.sleep(BACKOFF_S[attempt])
-            except RemoteRefused as refused:
-                await self.unavailable(f"{what}: the provider refused: {refused}")
-            except RemoteGone as gone:
-                await self.fail(
-                    "RemoteSessionDeleted", f"the remote session {self.remote_id} no longer exists ({gone})"
-                )
-        raise AssertionError("unreachable")
-
-    async def note_interruption(self, detail: str) -> None:
-        await self.context.record([self.remote(RemoteKind.INTERRUPTED, detail=detail)])
-
-    async def unavailable(self, detail: str) -> None:
-        await self.note_interruption(detail)
-        raise ExecutorUnavailable(
-            "ProviderUnavailable", f"{self.kind} at {self.provider.endpoint.label}: {detail}"
-        )
-
-    async def fail(self, reason: str, detail: str) -> None:
-        """The remote session cannot go on: recorded, then `RemoteLost`, which the protocol's
-        methods answer by replacing it (and which fails the session wherever it is not)."""
-        await self.context.record([self.remote(RemoteKind.FAILED, detail=detail)])
-        raise RemoteLost(reason, f"{self.sub}: {detail}")
-
-    def remote(self, kind: RemoteKind, **fields: Any) -> Remote:
-        return Remote(
-            kind=kind,
-            executor=self.kind,
-            subagent=self.sub,
-            remote_session_id=self.remote_id,
-            endpoint=self.provider.endpoint.label,
-            **fields,
-        )

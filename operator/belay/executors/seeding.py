@@ -13,6 +13,13 @@ reads only its step lines, one per step the record knows, in the order the steps
     - step report: done
     - step reproduce: running, 1 call settled
     - step fix: planned again (round 2): <why its earlier work is invalid>
+    - step report: planned again (round 2, after a rejection): <the rejection>
+
+When a scope change or a rejection reopens steps of a subagent whose remote session is not new
+since, the remote agent is told so as a user message of that session (`reopening_text`, sent by
+`ManagedExecutor.tell_reopening`): what was reopened, the request as it stands and the steps to do
+again, in the same step lines; the stand-ins' remote agent does those steps again, in their new
+round, the way the plan does them for that goal and that round (`redone_steps`, `goal_of`).
 
 A call is settled when the record holds it: its result, its reconciliation, or an unknown outcome
 that waits on one (never to be asked again). The calls counted are those of the step's current
@@ -42,6 +49,13 @@ STEP_LINE = re.compile(
     r"(?:, (?P<settled>\d+) calls? settled)?",
     re.MULTILINE,
 )
+# A step to do again, as `step_lines` and `reopening_text` write it.
+AGAIN_LINE = re.compile(
+    r"^- step (?P<step>[a-z0-9][-a-z0-9_]*): planned again "
+    r"\(round (?P<round>\d+)(?P<rejected>, after a rejection)?\)",
+    re.MULTILINE,
+)
+GOAL_LINE = re.compile(r"^Goal: (?P<goal>.*)$", re.MULTILINE)
 
 
 def task_brief(context: ExecutorContext, state: SessionState, seed: str = "") -> TaskBrief:
@@ -97,10 +111,59 @@ def step_lines(state: SessionState, subagent: str) -> list[str]:
             settled = settled_calls(state, task)
             lines.append(f"- step {step}: running, {settled} call{'s' if settled != 1 else ''} settled")
         elif task.status == TaskStatus.PLANNED and task.round > 1:
-            lines.append(f"- step {step}: planned again (round {task.round}): {task.reopened_because}")
+            lines.append(again_line(step, task))
         else:
             lines.append(f"- step {step}: {task.status.value}")
     return lines
+
+
+def again_line(step: str, task: TaskRecord) -> str:
+    rejected = ", after a rejection" if task.reopened_by_rejection else ""
+    return f"- step {step}: planned again (round {task.round}{rejected}): {task.reopened_because}"
+
+
+def steps_to_redo(state: SessionState, subagent: str, since: int) -> list[str]:
+    """The subagent's steps reopened after seq `since` and not done again yet, as step lines."""
+    prefix = f"{subagent}/"
+    reopened = sorted(
+        (
+            t
+            for t in state.tasks.values()
+            if t.task_id.startswith(prefix)
+            and t.owner == subagent
+            and t.round > 1
+            and (t.reopened_seq or 0) > since
+            and t.status in (TaskStatus.PLANNED, TaskStatus.RUNNING)
+        ),
+        key=lambda t: t.first_seq,
+    )
+    return [again_line(t.task_id.removeprefix(prefix), t) for t in reopened]
+
+
+def reopening_text(state: SessionState, subagent: str, since: int) -> str:
+    """What the remote agent is told when a scope change or a rejection reopened its work after
+    its remote session began (at seq `since`): the request as it stands, and what to do again."""
+    lines = [
+        f"Your work was reopened after your turn ended (the request is at version "
+        f"{state.request.version} now). What was done before stays done, except these steps, whose "
+        "earlier work is invalid now: do each again, framed with update_plan, then publish what "
+        "you owe again.",
+        *steps_to_redo(state, subagent, since),
+        f"Goal: {state.request.goal}",
+        *(f"{name}: {text}" for name, text in sorted(state.request.parts.items())),
+    ]
+    return "\n".join(lines)
+
+
+def redone_steps(message: str) -> dict[str, tuple[int, bool]]:
+    """The steps a message says to do again: step id -> (its round, whether a rejection opened it)."""
+    return {m["step"]: (int(m["round"]), bool(m["rejected"])) for m in AGAIN_LINE.finditer(message)}
+
+
+def goal_of(message: str) -> str:
+    """The goal a message states (its last `Goal:` line); empty when it states none."""
+    goals = GOAL_LINE.findall(message)
+    return goals[-1] if goals else ""
 
 
 async def seed_text(context: ExecutorContext, state: SessionState, lost: str, why: str) -> str:

@@ -94,13 +94,15 @@ class VariantCondition(PlanModel):
         return self
 
     def holds(self, state: SessionState, task: TaskRecord | None) -> bool:
-        if self.goal_contains is not None and self.goal_contains not in state.request.goal:
+        by_rejection = task is not None and task.round > 1 and task.reopened_by_rejection
+        return self.matches(state.request.goal, by_rejection)
+
+    def matches(self, goal: str, by_rejection: bool) -> bool:
+        """Whether it holds for a request whose goal reads `goal`, in a round a rejection opened
+        (`by_rejection`) or not."""
+        if self.goal_contains is not None and self.goal_contains not in goal:
             return False
-        if self.rejected is not None:
-            by_rejection = task is not None and task.round > 1 and task.reopened_by_rejection
-            if by_rejection != self.rejected:
-                return False
-        return True
+        return self.rejected is None or by_rejection == self.rejected
 
 
 class ScriptedVariant(PlanModel):
@@ -139,6 +141,9 @@ class ScriptedStep(PlanModel):
 
     def chosen(self, state: SessionState, task: TaskRecord | None) -> ScriptedVariant | None:
         return next((v for v in self.variants if v.when.holds(state, task)), None)
+
+    def variant_for(self, goal: str, by_rejection: bool) -> ScriptedVariant | None:
+        return next((v for v in self.variants if v.when.matches(goal, by_rejection)), None)
 
 
 class ScriptedSubagentPlan(PlanModel):
@@ -250,41 +255,61 @@ def planned_calls(subagent: str, plan: ScriptedSubagentPlan, state: SessionState
     for index, step in enumerate(plan.steps):
         task = state.tasks.get(f"{subagent}/{step.id}")
         round_ = task.round if task is not None else 1
-        variant = step.chosen(state, task)
-        actions = variant.actions if variant is not None else step.actions
-        verify = variant.verify if variant is not None and variant.verify is not None else step.verify
-        following = plan.steps[index + 1].id if index + 1 < len(plan.steps) else END_OF_PLAN
-        start: dict[str, Any] = {"step": step.id, "title": step.title, "status": "running"}
-        if step.inputs is not None:
-            start["inputs"] = list(step.inputs)
-        calls.append(
-            ToolCall(
-                call_id=operation_id(subagent, step.id, "start", round_), name="update_plan", arguments=start
-            )
-        )
-        for position, action in enumerate(actions, start=1):
-            calls.append(
-                ToolCall(
-                    call_id=operation_id(subagent, step.id, str(position), round_),
-                    name=action.tool,
-                    arguments=action.arguments,
-                )
-            )
-        done: dict[str, Any] = {
-            "step": step.id,
-            "title": step.title,
-            "status": "done",
-            "next_step": following,
-        }
-        if verify is not None:
-            done["verify"] = verify.command
-            done["expect_exit_code"] = verify.exit_code
-        calls.append(
-            ToolCall(
-                call_id=operation_id(subagent, step.id, "done", round_), name="update_plan", arguments=done
-            )
-        )
+        calls += step_calls(subagent, plan, index, round_, step.chosen(state, task))
     return calls
+
+
+def step_calls(
+    subagent: str, plan: ScriptedSubagentPlan, index: int, round_: int, variant: ScriptedVariant | None
+) -> list[ToolCall]:
+    """The calls of the plan's step at `index` in its round `round_`, done the `variant`'s way (its
+    own way with none), framed by `update_plan`."""
+    step = plan.steps[index]
+    actions = variant.actions if variant is not None else step.actions
+    verify = variant.verify if variant is not None and variant.verify is not None else step.verify
+    following = plan.steps[index + 1].id if index + 1 < len(plan.steps) else END_OF_PLAN
+    start: dict[str, Any] = {"step": step.id, "title": step.title, "status": "running"}
+    if step.inputs is not None:
+        start["inputs"] = list(step.inputs)
+    first = operation_id(subagent, step.id, "start", round_)
+    calls = [ToolCall(call_id=first, name="update_plan", arguments=start)]
+    for position, action in enumerate(actions, start=1):
+        calls.append(
+            ToolCall(
+                call_id=operation_id(subagent, step.id, str(position), round_),
+                name=action.tool,
+                arguments=action.arguments,
+            )
+        )
+    done: dict[str, Any] = {"step": step.id, "title": step.title, "status": "done", "next_step": following}
+    if verify is not None:
+        done["verify"] = verify.command
+        done["expect_exit_code"] = verify.exit_code
+    calls.append(
+        ToolCall(call_id=operation_id(subagent, step.id, "done", round_), name="update_plan", arguments=done)
+    )
+    return calls
+
+
+def redo_calls(
+    subagent: str, plan: ScriptedSubagentPlan, step_id: str, round_: int, goal: str, by_rejection: bool
+) -> tuple[list[ToolCall], dict[str, str]]:
+    """The calls of one step done again in its round `round_`, for a request whose goal reads
+    `goal`, the round opened by a rejection or not (the variant that applies, as `planned_calls`
+    chooses it from a record); and the calls among them the model ends its turn before (once),
+    with what it says. Nothing for a step the plan does not have."""
+    index = next((i for i, s in enumerate(plan.steps) if s.id == step_id), None)
+    if index is None:
+        return [], {}
+    step = plan.steps[index]
+    variant = step.variant_for(goal, by_rejection)
+    calls = step_calls(subagent, plan, index, round_, variant)
+    stops = {
+        operation_id(subagent, step.id, str(position), round_): action.end_turn_before
+        for position, action in enumerate(variant.actions if variant else step.actions, start=1)
+        if action.end_turn_before is not None
+    }
+    return calls, stops
 
 
 def actions(subagent: str, plan: ScriptedSubagentPlan, state: SessionState) -> dict[str, ScriptedAction]:

@@ -363,6 +363,8 @@ class RemoteSessionRecord(Record):
     lost_in_a_row: int = 0
     messages: int = 0  # a person's messages (and changes of the request) the provider accepted
     message_keys: tuple[str, ...] = ()  # the idempotency keys they went under
+    # The turn that had ended when the last of them went: its end answers none of them.
+    message_turn: str = ""
 
 
 class RemoteCallRecord(Record):

@@ -222,6 +222,7 @@ def on_remote(s: SessionState, e: RemoteEvent) -> Updates:
             fields[counter] = getattr(known, counter) + 1
         if p.kind == RemoteKind.MESSAGE_DELIVERED and p.idempotency_key:
             fields["message_keys"] = (*known.message_keys, p.idempotency_key)
+            fields["message_turn"] = p.turn_id or ""
         if p.kind == RemoteKind.FAILED:
             fields["failure"] = p.detail
         updates["remote_sessions"] = s.remote_sessions.set(p.subagent, replaced(known, fields))
