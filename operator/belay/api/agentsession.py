@@ -89,6 +89,29 @@ INPUT_SOURCE_MESSAGE = (
     "set hostPath: true on the input to copy a directory from elsewhere on the host"
 )
 DECLARED_MESSAGE = "declared patterns must be relative to the workspace, without '..'"
+# Only declared files survive a sandbox's restore: an input outside them would be dropped without
+# a word, and what the session makes from it would not apply. An input target is covered by a
+# declared pattern `P*` (P free of glob characters) when `<target>/` starts with P, so every file
+# under it matches; the apiserver's rule below is the same test.
+INPUTS_DECLARED_MESSAGE = (
+    "every inputs[].target must be covered by a declared pattern ending in '*' "
+    "(target repo: declared 'repo/*'): only declared files survive a sandbox's restore"
+)
+_CEL_INPUTS_DECLARED = (
+    "!has(self.inputs) || self.inputs.all(i, has(self.declared) && self.declared.exists(p, "
+    "p.endsWith('*') && !p.substring(0, size(p) - 1).contains('*') "
+    "&& !p.substring(0, size(p) - 1).contains('?') && !p.substring(0, size(p) - 1).contains('[') "
+    "&& (i.target + '/').startsWith(p.substring(0, size(p) - 1))))"
+)
+
+
+def covers_input(pattern: str, target: str) -> bool:
+    """Whether a declared pattern matches every file an input copies under `target`."""
+    prefix = pattern[:-1]
+    plain = not any(c in prefix for c in "*?[")
+    return pattern.endswith("*") and plain and f"{target}/".startswith(prefix)
+
+
 ALLOWLIST_MESSAGE = "allowlist applies only to networkProfile 'allowlist'"
 
 # Who decides each subagent's next action. Self-hosted: Belay's own model loop (a scripted plan, or
@@ -363,6 +386,7 @@ class SubagentSpec(ApiModel):
                     "message": DECLARED_MESSAGE,
                     "fieldPath": ".declared",
                 },
+                {"rule": _CEL_INPUTS_DECLARED, "message": INPUTS_DECLARED_MESSAGE, "fieldPath": ".inputs"},
             ]
         }
     )
@@ -406,6 +430,17 @@ class SubagentSpec(ApiModel):
         if not all(is_workspace_relative(pattern) for pattern in declared):
             raise ValueError(DECLARED_MESSAGE)
         return declared
+
+    @model_validator(mode="after")
+    def _inputs_are_declared(self) -> SubagentSpec:
+        for item in self.inputs:
+            if not any(covers_input(pattern, item.target) for pattern in self.declared):
+                declared = ", ".join(repr(p) for p in self.declared) or "nothing"
+                raise ValueError(
+                    f"{INPUTS_DECLARED_MESSAGE}; subagent {self.name!r}: input target {item.target!r} "
+                    f"is outside declared ({declared}) and would be dropped on a restore"
+                )
+        return self
 
 
 class ApprovalGrant(ApiModel):
