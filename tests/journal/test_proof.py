@@ -28,6 +28,7 @@ from belay.journal.events import (
 from belay.journal.phase import Phase, end_reason, phase_of
 from belay.journal.proof import unproven
 from belay.journal.state import SessionState, fold
+from belay.journal.verdicts import completed
 from belay.views.briefing.build import briefing
 from belay.views.laws import broken
 from tests.journal.fixtures import LogBuilder, sha
@@ -133,6 +134,7 @@ def test_a_session_whose_steps_are_verified_and_whose_deliverable_is_published_s
     record.finish()
     state = record.state()
     assert unproven(state) == [] and phase_of(state) == Phase.SUCCEEDED
+    assert completed(record.log.events)
     assert broken(briefing(state)) == []
 
 
@@ -156,6 +158,7 @@ def test_a_step_without_a_verification_is_done_but_a_failed_one_never_is() -> No
         ),
     ]
     assert phase_of(state) == Phase.NEEDS_ATTENTION
+    assert not completed(record.log.events)  # the drills' verdict reads the same rule
     assert end_reason(state).startswith(
         "the run ended, and the record does not prove it done: deliverable fix.patch"
     )
