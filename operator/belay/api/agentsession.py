@@ -90,26 +90,22 @@ INPUT_SOURCE_MESSAGE = (
 )
 DECLARED_MESSAGE = "declared patterns must be relative to the workspace, without '..'"
 # Only declared files survive a sandbox's restore: an input outside them would be dropped without
-# a word, and what the session makes from it would not apply. An input target is covered by a
-# declared pattern `P*` (P free of glob characters) when `<target>/` starts with P, so every file
-# under it matches; the apiserver's rule below is the same test.
+# a word, and what the session makes from it would not apply. So every input target T is declared
+# as `T/*` (or everything, `*`): a test the apiserver's rule below makes the same way, within its
+# cost budget (a prefix test of every input against every pattern exceeds it).
 INPUTS_DECLARED_MESSAGE = (
-    "every inputs[].target must be covered by a declared pattern ending in '*' "
-    "(target repo: declared 'repo/*'): only declared files survive a sandbox's restore"
+    "every inputs[].target T must be declared as 'T/*' (or '*'): only declared files survive a "
+    "sandbox's restore"
 )
 _CEL_INPUTS_DECLARED = (
-    "!has(self.inputs) || self.inputs.all(i, has(self.declared) && self.declared.exists(p, "
-    "p.endsWith('*') && !p.substring(0, size(p) - 1).contains('*') "
-    "&& !p.substring(0, size(p) - 1).contains('?') && !p.substring(0, size(p) - 1).contains('[') "
-    "&& (i.target + '/').startsWith(p.substring(0, size(p) - 1))))"
+    "!has(self.inputs) || size(self.inputs) == 0 || (has(self.declared) && "
+    "('*' in self.declared || self.inputs.all(i, (i.target + '/*') in self.declared)))"
 )
 
 
 def covers_input(pattern: str, target: str) -> bool:
-    """Whether a declared pattern matches every file an input copies under `target`."""
-    prefix = pattern[:-1]
-    plain = not any(c in prefix for c in "*?[")
-    return pattern.endswith("*") and plain and f"{target}/".startswith(prefix)
+    """Whether a declared pattern keeps every file an input copies under `target`."""
+    return pattern in ("*", f"{target}/*")
 
 
 ALLOWLIST_MESSAGE = "allowlist applies only to networkProfile 'allowlist'"
