@@ -802,3 +802,27 @@ def test_the_fleet_and_objective_laws_are_able_to_fail() -> None:
         update={"waits_on": [ObjectiveWait(session="laws", kind="review", what="r.md", command=row.command)]}
     )
     assert {b.law for b in objective_broken(review_command)} == {"every wait carries its command"}
+
+
+def test_a_run_that_ended_without_proving_its_work_needs_attention_on_every_view() -> None:
+    told = _told(*UNPROVEN_END)
+    state = told.state()
+    page = briefing(state)
+    assert page.phase == Phase.NEEDS_ATTENTION and broken(page) == []
+    unproven = {a.id: a for a in page.needs_attention if a.kind == "unproven"}
+    assert unproven["fixer/two"].summary == (
+        "step fixer/two: its verification `test -s fixer.md` (exit 1) failed"
+    )
+    assert unproven["fixer.md"].command == 'belay reject laws fixer.md --reason "..."'
+    assert "fixer.md" not in {r.name for r in page.ready_for_review}
+    assert {r.name for r in page.ready_for_review} == {"ci.md", "research.md"}
+    status = session_status(state)
+    assert status.phase == Phase.NEEDS_ATTENTION and status.waiting_on.startswith("attention: ")
+    row = fleet_row("laws", status, now=told.log.events[-1].created_at, labels={"belay.dev/objective": "o"})
+    assert (row.bucket, row.command) == ("needs_attention", "belay brief laws")
+    assert fleet_view([row]).summary.needs_attention == 1
+    objective = objective_view("o", [row])
+    assert not objective.done and objective_broken(objective) == []
+    assert [(w.kind, w.command) for w in objective.waits_on if w.kind != "review"] == [
+        ("needs_attention", "belay brief laws")
+    ]
