@@ -35,8 +35,8 @@ from belay.journal import commands
 from belay.journal.commands import CommandStyle
 from belay.journal.events import CHILD_CONDITION_PREFIX, CHILD_WAIT_PREFIX, TaskStatus, WaitKind
 from belay.journal.phase import ENDED_PHASES, Liveness, Phase, interruption_of, phase_of
-from belay.journal.proof import deliverable_unproven, failed_verification, unproven
-from belay.journal.state import OperationRecord, SessionState, TaskRecord, WaitRecord
+from belay.journal.proof import deliverable_unproven, failed_verification, step_unproven, unproven
+from belay.journal.state import OperationRecord, SessionState, WaitRecord
 from belay.journal.turns import message_command, turn_end_summary
 from belay.views.briefing.model import ItemState, OpenItem
 
@@ -199,7 +199,7 @@ def _work(state: SessionState, phase: Phase, stopped: bool, style: CommandStyle)
             state_of = "invalid"
         elif task.status == TaskStatus.FAILED or failed_verification(task):
             # A step that failed, or whose verification failed, is never done.
-            state_of, summary = "needs_attention", step_unproven_summary(task)
+            state_of, summary = "needs_attention", step_unproven(task) or summary
             # Once the run ended, a change of the request is what has it redone.
             command = commands.amend(state.session_id) if phase in ENDED else None
         else:
@@ -212,15 +212,6 @@ def _work(state: SessionState, phase: Phase, stopped: bool, style: CommandStyle)
             summary=summary,
             command=style(command) if command else None,
         )
-
-
-def step_unproven_summary(task: TaskRecord) -> str:
-    """What a failed step, or one whose verification failed, says of itself."""
-    failed = failed_verification(task)
-    if failed is not None:
-        return failed
-    last = task.history[-1].detail if task.history else ""
-    return f"step {task.task_id} failed" + (f": {last}" if last else "")
 
 
 def _unproven(state: SessionState, style: CommandStyle) -> Iterator[OpenItem]:
