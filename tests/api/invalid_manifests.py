@@ -280,11 +280,6 @@ BOTH: list[Case] = [
         INPUTS_DECLARED_MESSAGE,
     ),
     Case(
-        "input-without-declared",
-        changed("input-no-declared", **{"spec.subagents.0.declared": DELETE}),
-        INPUTS_DECLARED_MESSAGE,
-    ),
-    Case(
         "input-under-a-pattern-with-a-wildcard-inside",
         changed("input-glob", **{"spec.subagents.0.declared": ["re?o/*", "out/*"]}),
         INPUTS_DECLARED_MESSAGE,

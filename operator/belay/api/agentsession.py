@@ -90,16 +90,18 @@ INPUT_SOURCE_MESSAGE = (
 )
 DECLARED_MESSAGE = "declared patterns must be relative to the workspace, without '..'"
 # Only declared files survive a sandbox's restore: an input outside them would be dropped without
-# a word, and what the session makes from it would not apply. So every input target T is declared
-# as `T/*` (or everything, `*`): a test the apiserver's rule below makes the same way, within its
-# cost budget (a prefix test of every input against every pattern exceeds it).
+# a word, and what the session makes from it would not apply. So a subagent that declares its
+# state declares every input target T as `T/*` (or everything, `*`): a test the apiserver's rule
+# below makes the same way, within its cost budget (a prefix test of every input against every
+# pattern exceeds it). One that declares nothing keeps nothing across a restore, its inputs with
+# the rest, and its verification re-run says so (RecoveryFailed, UndeclaredState).
 INPUTS_DECLARED_MESSAGE = (
     "every inputs[].target T must be declared as 'T/*' (or '*'): only declared files survive a "
     "sandbox's restore"
 )
 _CEL_INPUTS_DECLARED = (
-    "!has(self.inputs) || size(self.inputs) == 0 || (has(self.declared) && "
-    "('*' in self.declared || self.inputs.all(i, (i.target + '/*') in self.declared)))"
+    "!has(self.inputs) || !has(self.declared) || size(self.declared) == 0 || '*' in self.declared || "
+    "self.inputs.all(i, (i.target + '/*') in self.declared)"
 )
 
 
@@ -429,7 +431,7 @@ class SubagentSpec(ApiModel):
 
     @model_validator(mode="after")
     def _inputs_are_declared(self) -> SubagentSpec:
-        for item in self.inputs:
+        for item in self.inputs if self.declared else ():
             if not any(covers_input(pattern, item.target) for pattern in self.declared):
                 declared = ", ".join(repr(p) for p in self.declared) or "nothing"
                 raise ValueError(
