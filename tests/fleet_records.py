@@ -68,7 +68,7 @@ EXPECTED: dict[str, Expected] = {
 }
 SUMMARY = (
     "5 sessions: 1 moving, 1 waiting on you, 1 on external conditions, 1 ready for review, 1 interrupted, "
-    "0 failed, 0 succeeded"
+    "0 needing attention, 0 failed, 0 succeeded"
 )
 
 

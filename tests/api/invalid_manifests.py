@@ -32,6 +32,7 @@ from belay.api.agentsession import (
     FORK_IMMUTABLE_MESSAGE,
     INPUT_SOURCE_MESSAGE,
     INPUT_TARGET_MESSAGE,
+    INPUTS_DECLARED_MESSAGE,
     MANAGED_BASE_URL_MESSAGE,
     MAX_ATTEMPTS,
     MAX_MODEL_CALLS,
@@ -272,6 +273,16 @@ BOTH: list[Case] = [
         "input-without-source",
         changed("no-source", **{"spec.subagents.0.inputs.0.source": DELETE}),
         "spec.subagents[0].inputs[0].source: Required value",
+    ),
+    Case(
+        "input-outside-declared",
+        changed("input-undeclared", **{"spec.subagents.1.declared": ["repo/*", "tools/*", "out/*"]}),
+        INPUTS_DECLARED_MESSAGE,
+    ),
+    Case(
+        "input-under-a-pattern-with-a-wildcard-inside",
+        changed("input-glob", **{"spec.subagents.0.declared": ["re?o/*", "out/*"]}),
+        INPUTS_DECLARED_MESSAGE,
     ),
     Case(
         "declared-pattern-climbs-out",

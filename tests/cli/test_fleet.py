@@ -68,6 +68,7 @@ def test_five_sessions_each_with_what_it_waits_on_and_the_command_that_unblocks_
         "on_external": 1,
         "ready_for_review": 1,
         "interrupted": 1,
+        "needs_attention": 0,
         "failed": 0,
         "succeeded": 0,
     }

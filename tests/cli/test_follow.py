@@ -46,6 +46,33 @@ def next_briefing(follower: subprocess.Popen[str]) -> dict[str, object]:
     return dict(json.loads(line))
 
 
+def test_follow_ends_when_the_run_ended_without_proving_its_work(tmp_path: Path) -> None:
+    lease = take_lease(tmp_path, this_holder())
+    write(
+        tmp_path,
+        UserInput(goal="fix the parser"),
+        Lifecycle(kind=LifecycleKind.HARNESS_STARTED, attempt=lease, lease=lease),
+        Task(task_id="reproduce", title="Reproduce", status=TaskStatus.RUNNING),
+    )
+    follower = subprocess.Popen(
+        belay_command(tmp_path, "brief", SESSION, "--follow", "--json"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert next_briefing(follower)["phase"] == "Running"
+        # The run says it completed the session with its step still running: nothing will move.
+        write(tmp_path, Lifecycle(kind=LifecycleKind.SESSION_COMPLETED))
+        last = next_briefing(follower)
+        assert last["phase"] == "NeedsAttention"
+        assert follower.wait(timeout=30) == 0
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+
+
 def test_follow_prints_each_change_and_ends_with_the_session(tmp_path: Path) -> None:
     payloads: list[Payload] = [UserInput(goal="fix the parser")]
     write(tmp_path, *payloads)
@@ -77,9 +104,13 @@ def test_follow_prints_each_change_and_ends_with_the_session(tmp_path: Path) -> 
         assert gone["interruption"]["command"] == f"belay resume {SESSION}"
 
         take_lease(tmp_path, this_holder())
-        write(tmp_path, Lifecycle(kind=LifecycleKind.SESSION_COMPLETED))
+        write(
+            tmp_path,
+            Task(task_id="reproduce", status=TaskStatus.VERIFIED),
+            Lifecycle(kind=LifecycleKind.SESSION_COMPLETED),
+        )
         last = next_briefing(follower)
-        assert (last["last_seq"], last["phase"]) == (4, "Succeeded")
+        assert (last["last_seq"], last["phase"]) == (5, "Succeeded")
         assert follower.wait(timeout=30) == 0
     finally:
         if follower.poll() is None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from belay.journal.events import Event, Lifecycle, ToolResult
+from belay.journal.events import Event, Lifecycle, LifecycleKind, ToolResult
 from tests.belay_cli import completed, read_events, run_belay
 
 SESSION = "content"
@@ -40,13 +40,18 @@ def write_session(directory: Path, steps: list[dict[str, Any]], **spec: Any) -> 
     return path
 
 
-def run_session(tmp_path: Path, steps: list[dict[str, Any]], **spec: Any) -> list[Event]:
-    """Run the session to its end; its record."""
+def run_session(tmp_path: Path, steps: list[dict[str, Any]], proven: bool = True, **spec: Any) -> list[Event]:
+    """Run the session to its end; its record. `proven=False`: the run ends without the record
+    proving its work done (belay.journal.proof), and `belay run` says so with a non-zero exit."""
     home = tmp_path / "home"
     result = run_belay(home, "run", "--quiet", str(write_session(tmp_path / "manifest", steps, **spec)))
     events = read_events(home, SESSION)
     ends = [e.payload for e in events if isinstance(e.payload, Lifecycle) and e.payload.reason]
-    assert completed(events), (result.returncode, result.stderr[-2000:], ends)
+    if proven:
+        assert completed(events), (result.returncode, result.stderr[-2000:], ends)
+    else:
+        assert result.returncode != 0 and "the record does not prove it done" in result.stderr, result.stderr
+        assert any(e.kind == LifecycleKind.SESSION_COMPLETED for e in ends), ends
     return events
 
 

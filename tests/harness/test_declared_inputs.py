@@ -23,7 +23,11 @@ def session_with_inputs(tmp_path: Path) -> AgentSession:
         "request": {"goal": "read inputs"},
         "executor": {"type": "scripted", "plan": str(tmp_path / "plan.yaml")},
         "subagents": [
-            {"name": name, "inputs": [{"source": str(tmp_path / name), "target": "repo", "hostPath": True}]}
+            {
+                "name": name,
+                "inputs": [{"source": str(tmp_path / name), "target": "repo", "hostPath": True}],
+                "declared": ["repo/*"],
+            }
             for name in ("a", "b")
         ],
     }

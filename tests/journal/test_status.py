@@ -164,9 +164,18 @@ def test_a_failed_recovery_is_stalled_with_its_reason() -> None:
 
 
 def test_succeeded_and_failed() -> None:
-    done = status_after(Lifecycle(kind=LifecycleKind.SESSION_COMPLETED, reason="all steps verified"))
+    completed = Lifecycle(kind=LifecycleKind.SESSION_COMPLETED, reason="all steps verified")
+    done = status_after(Task(task_id="t1", status=TaskStatus.VERIFIED, owner="worker"), completed)
     assert done.phase == Phase.SUCCEEDED
     assert conditions(done)["Ready"] == ("True", Reason.COMPLETED)
+    # The run said it completed with its step still running: the record does not prove it done.
+    claimed = status_after(completed)
+    assert claimed.phase == Phase.NEEDS_ATTENTION
+    assert conditions(claimed)["Ready"] == ("False", Reason.UNPROVEN)
+    assert conditions(claimed)["Stalled"] == ("True", Reason.UNPROVEN)
+    [ready] = [c for c in claimed.conditions if c.type == ConditionType.READY]
+    assert ready.message == "the run ended, and the record does not prove it done: step t1 is running"
+    assert claimed.waiting_on == "attention: step t1 is running"
     failed = status_after(Lifecycle(kind=LifecycleKind.SESSION_FAILED, reason="budget exhausted"))
     assert failed.phase == Phase.FAILED
     assert conditions(failed)["Ready"] == ("False", Reason.FAILED)
@@ -425,7 +434,12 @@ def test_recovery_failed_is_its_own_phase_whatever_the_liveness() -> None:
 
 
 def test_ended_sessions_ignore_liveness() -> None:
-    done = running_log(Lifecycle(kind=LifecycleKind.SESSION_COMPLETED))
+    done = running_log(
+        Task(task_id="t1", status=TaskStatus.VERIFIED, owner="worker"),
+        Lifecycle(kind=LifecycleKind.SESSION_COMPLETED),
+    )
+    claimed = running_log(Lifecycle(kind=LifecycleKind.SESSION_COMPLETED))
     failed = running_log(Lifecycle(kind=LifecycleKind.SESSION_FAILED, reason="MaxAttempts"))
     assert phase_of(fold(done.events), live(done, holder_alive=False)) == Phase.SUCCEEDED
+    assert phase_of(fold(claimed.events), live(claimed, holder_alive=False)) == Phase.NEEDS_ATTENTION
     assert phase_of(fold(failed.events), live(failed, holder_alive=False)) == Phase.FAILED

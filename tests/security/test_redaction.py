@@ -347,7 +347,7 @@ def leaky_session(directory: Path, credentials: dict[str, str]) -> tuple[Path, d
         "name": "agent",
         "networkProfile": "none",
         "inputs": [{"source": str(inputs), "target": "cfg", "hostPath": True}],
-        "declared": ["out/*"],
+        "declared": ["cfg/*", "out/*"],
     }
     goal = "Read the service's configuration and report what it uses."
     manifest = write_scripted_session(directory, SESSION, goal, [agent], {"agent": steps})

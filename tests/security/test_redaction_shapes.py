@@ -228,6 +228,7 @@ def canary_session(directory: Path, value: str, unheld: dict[str, str]) -> Path:
         "name": "agent",
         "networkProfile": "none",
         "inputs": [{"source": str(inputs), "target": "cfg", "hostPath": True}],
+        "declared": ["cfg/*"],
     }
     return write_scripted_session(directory, SESSION, "Print the configuration.", [agent], {"agent": steps})
 

@@ -50,6 +50,7 @@ from belay.views.briefing.model import (
     DecisionItem,
     ExternalItem,
     OpenItem,
+    ReviewItem,
     RunningItem,
     StepItem,
 )
@@ -265,6 +266,57 @@ class Story:
         self.add(ToolResult(operation_id=op, ok=True, result_id=f"r-{op}"))
         self.published[name] = digest
 
+    def finish(self, sub: str, flag: bool) -> None:
+        """The subagent's two steps done and checkpointed, the second publishing its deliverable,
+        then the subagent done (flag: both verifications passed; else the second one failed, as a
+        `test -s` on an empty file does, and the deliverable is empty)."""
+        for step in ("one", "two"):
+            task_id = f"{sub}/{step}"
+            self.add(Task(task_id=task_id, status=TaskStatus.RUNNING, owner=sub))
+            passed = flag or step == "one"
+            if step == "two":
+                name = f"{sub}.md"
+                self.calls += 1
+                op = f"{sub}.two.{self.calls}"
+                request = ToolRequest(
+                    operation_id=op,
+                    tool="publish_deliverable",
+                    arguments={"path": name},
+                    effect=EffectClass.IDEMPOTENT,
+                    subagent=sub,
+                    step=task_id,
+                )
+                self.add(request)
+                digest = sha(f"{name}{self.calls}") if passed else sha("")
+                ref = ArtifactRef(sha256=digest, size=10 if passed else 0)
+                self.add(Artifact(name=name, ref=ref, deliverable=True, subagent=sub, result_id=op))
+                self.add(
+                    Wait(
+                        wait_id=f"review-{name}",
+                        kind=WaitKind.READY_FOR_REVIEW,
+                        reason="ready",
+                        artifact=name,
+                    )
+                )
+                self.add(ToolResult(operation_id=op, ok=True, result_id=op))
+                self.published[name] = digest
+            status = TaskStatus.VERIFIED if passed else TaskStatus.DONE
+            self.add(Task(task_id=task_id, status=status, owner=sub))
+            verification = Verification(
+                command=f"test -s {sub}.md",
+                status="passed" if passed else "failed",
+                exit_code=0 if passed else 1,
+            )
+            self.add(
+                Checkpoint(
+                    checkpoint_id=task_id,
+                    covers_seq=len(self.log.events),
+                    subagent=sub,
+                    verification=verification,
+                )
+            )
+        self.add(Task(task_id=sub, status=TaskStatus.DONE, owner=sub))
+
     def reject(self, sub: str, flag: bool) -> None:
         name = f"{sub}.md"
         if name in self.published:
@@ -441,16 +493,24 @@ def test_a_session_waiting_on_you_and_on_ci_lists_each_once_with_its_command_and
     assert all(d.at is not None for d in page.decided)
 
 
+def _collected_reviews(page: Briefing) -> list[ReviewItem]:
+    """What waits on your review of the bytes collected from child-a (the coordinator's own
+    subagents published theirs too)."""
+    return [r for r in page.ready_for_review if r.name.startswith("child-a/")]
+
+
 def test_a_coordinators_collected_deliverable_is_ready_for_review_while_its_childs_end_stands() -> None:
     told = Story()
     told.start("fixer", True)
     told.delegate("fixer", True)
     assert briefing(told.state()).ready_for_review == []  # nothing collected before the child ends
     told.collect("fixer", True)
+    for sub in SUBAGENTS:
+        told.finish(sub, True)
     told.end("fixer", True)
     page = briefing(told.state())
     assert page.phase == Phase.SUCCEEDED
-    [review] = page.ready_for_review
+    [review] = _collected_reviews(page)
     assert (review.name, review.command, review.alternative) == (
         "child-a/docs.md",
         "belay artifacts get laws child-a/docs.md -o docs.md",
@@ -460,26 +520,31 @@ def test_a_coordinators_collected_deliverable_is_ready_for_review_while_its_chil
     first = told.state().artifacts["child-a/docs.md"].ref.sha256
     assert review.sha256 == first
     status = session_status(told.state())
-    assert [(d.name, d.ready_for_review) for d in status.deliverables] == [("child-a/docs.md", True)]
+    collected = [(d.name, d.ready_for_review) for d in status.deliverables if d.name.startswith("child-a/")]
+    assert collected == [("child-a/docs.md", True)]
     [condition] = [c for c in status.conditions if c.type == "ReadyForReview"]
-    assert (condition.status, condition.message) == ("True", "ready for review: child-a/docs.md")
+    assert (condition.status, condition.message) == (
+        "True",
+        "ready for review: fixer.md, ci.md, research.md, child-a/docs.md",
+    )
 
     told.reopen_child("fixer", True)  # its part changed: what it delivered no longer stands
     page = briefing(told.state())
-    assert page.ready_for_review == []
-    [item] = [i for i in page.items if i.kind == "deliverable"]
+    assert _collected_reviews(page) == []
+    [item] = [i for i in page.items if i.kind == "deliverable" and i.id.startswith("child-a/")]
     assert item.state == "invalid" and "child session child-a runs again (round 2)" in item.summary
-    assert not session_status(told.state()).deliverables[0].ready_for_review
+    [collected_status] = [d for d in session_status(told.state()).deliverables if d.name == "child-a/docs.md"]
+    assert not collected_status.ready_for_review
 
     told.collect("fixer", True)  # it ended again, with new bytes
-    [review] = briefing(told.state()).ready_for_review
+    [review] = _collected_reviews(briefing(told.state()))
     second = told.state().artifacts["child-a/docs.md"].ref.sha256
     assert review.sha256 == second != first
 
     told.reject_collected("fixer", True)  # turned down at the coordinator: the child runs again
     page = briefing(told.state())
-    assert page.ready_for_review == []
-    [item] = [i for i in page.items if i.kind == "deliverable"]
+    assert _collected_reviews(page) == []
+    [item] = [i for i in page.items if i.kind == "deliverable" and i.id.startswith("child-a/")]
     assert item.state == "invalid", item
     assert (
         item.summary
@@ -561,6 +626,34 @@ def _interrupted(**fields: object) -> Briefing:
     page = briefing(told.state(), liveness=_gone(told))
     assert page.interruption is not None and {p.subagent for p in page.interruption.resumes} == set(SUBAGENTS)
     return page.model_copy(update=fields)
+
+
+# Every subagent finished, fixer's publishing step with its verification failed, then the run ended.
+UNPROVEN_END = (
+    STARTED,
+    ("finish", "fixer", False),
+    ("finish", "ci", True),
+    ("finish", "research", True),
+    ("end", "fixer", True),
+)
+
+
+def _verification_failed(*, done: bool = False, empty_review: bool = False) -> Briefing:
+    page = _page(STARTED, ("finish", "fixer", False))
+    [step] = [s for s in page.steps if s.task_id == "fixer/two"]
+    assert step.verification_failed and step.status == TaskStatus.FAILED
+    if done:
+        steps = [s.model_copy(update={"status": TaskStatus.DONE}) if s is step else s for s in page.steps]
+        return page.model_copy(update={"steps": steps})
+    assert empty_review and "fixer.md" not in {r.name for r in page.ready_for_review}
+    empty = ReviewItem(
+        name="fixer.md",
+        sha256=sha(""),
+        size=0,
+        command="belay artifacts get laws fixer.md -o fixer.md",
+        alternative='belay reject laws fixer.md --reason "..."',
+    )
+    return page.model_copy(update={"ready_for_review": [*page.ready_for_review, empty]})
 
 
 def _said(rows: list[tuple[int, str]], *extra: tuple[int, str]) -> list[tuple[int, str]]:
@@ -648,6 +741,10 @@ WRONG = {
         ),
         render_rows,
     ),
+    "succeeded is what the record proves": lambda: (_page(STARTED, phase=Phase.SUCCEEDED), render_rows),
+    "a failed verification is never done": lambda: (_verification_failed(done=True), render_rows),
+    "nothing empty is ready for review": lambda: (_verification_failed(empty_review=True), render_rows),
+    "needing attention names what": lambda: (_page(*UNPROVEN_END, needs_attention=[]), render_rows),
     "decisions say who and when": lambda: (
         _page(STARTED, decided=[DecisionItem(seq=3, kind="approval", item="approve-x", outcome="granted")]),
         render_rows,
@@ -705,3 +802,27 @@ def test_the_fleet_and_objective_laws_are_able_to_fail() -> None:
         update={"waits_on": [ObjectiveWait(session="laws", kind="review", what="r.md", command=row.command)]}
     )
     assert {b.law for b in objective_broken(review_command)} == {"every wait carries its command"}
+
+
+def test_a_run_that_ended_without_proving_its_work_needs_attention_on_every_view() -> None:
+    told = _told(*UNPROVEN_END)
+    state = told.state()
+    page = briefing(state)
+    assert page.phase == Phase.NEEDS_ATTENTION and broken(page) == []
+    unproven = {a.id: a for a in page.needs_attention if a.kind == "unproven"}
+    assert unproven["fixer/two"].summary == (
+        "step fixer/two: its verification `test -s fixer.md` (exit 1) failed"
+    )
+    assert unproven["fixer.md"].command == 'belay reject laws fixer.md --reason "..."'
+    assert "fixer.md" not in {r.name for r in page.ready_for_review}
+    assert {r.name for r in page.ready_for_review} == {"ci.md", "research.md"}
+    status = session_status(state)
+    assert status.phase == Phase.NEEDS_ATTENTION and status.waiting_on.startswith("attention: ")
+    row = fleet_row("laws", status, now=told.log.events[-1].created_at, labels={"belay.dev/objective": "o"})
+    assert (row.bucket, row.command) == ("needs_attention", "belay brief laws")
+    assert fleet_view([row]).summary.needs_attention == 1
+    objective = objective_view("o", [row])
+    assert not objective.done and objective_broken(objective) == []
+    assert [(w.kind, w.command) for w in objective.waits_on if w.kind != "review"] == [
+        ("needs_attention", "belay brief laws")
+    ]

@@ -89,6 +89,27 @@ INPUT_SOURCE_MESSAGE = (
     "set hostPath: true on the input to copy a directory from elsewhere on the host"
 )
 DECLARED_MESSAGE = "declared patterns must be relative to the workspace, without '..'"
+# Only declared files survive a sandbox's restore: an input outside them would be dropped without
+# a word, and what the session makes from it would not apply. So a subagent that declares its
+# state declares every input target T as `T/*` (or everything, `*`): a test the apiserver's rule
+# below makes the same way, within its cost budget (a prefix test of every input against every
+# pattern exceeds it). One that declares nothing keeps nothing across a restore, its inputs with
+# the rest, and its verification re-run says so (RecoveryFailed, UndeclaredState).
+INPUTS_DECLARED_MESSAGE = (
+    "every inputs[].target T must be declared as 'T/*' (or '*'): only declared files survive a "
+    "sandbox's restore"
+)
+_CEL_INPUTS_DECLARED = (
+    "!has(self.inputs) || !has(self.declared) || size(self.declared) == 0 || '*' in self.declared || "
+    "self.inputs.all(i, (i.target + '/*') in self.declared)"
+)
+
+
+def covers_input(pattern: str, target: str) -> bool:
+    """Whether a declared pattern keeps every file an input copies under `target`."""
+    return pattern in ("*", f"{target}/*")
+
+
 ALLOWLIST_MESSAGE = "allowlist applies only to networkProfile 'allowlist'"
 
 # Who decides each subagent's next action. Self-hosted: Belay's own model loop (a scripted plan, or
@@ -363,6 +384,7 @@ class SubagentSpec(ApiModel):
                     "message": DECLARED_MESSAGE,
                     "fieldPath": ".declared",
                 },
+                {"rule": _CEL_INPUTS_DECLARED, "message": INPUTS_DECLARED_MESSAGE, "fieldPath": ".inputs"},
             ]
         }
     )
@@ -406,6 +428,17 @@ class SubagentSpec(ApiModel):
         if not all(is_workspace_relative(pattern) for pattern in declared):
             raise ValueError(DECLARED_MESSAGE)
         return declared
+
+    @model_validator(mode="after")
+    def _inputs_are_declared(self) -> SubagentSpec:
+        for item in self.inputs if self.declared else ():
+            if not any(covers_input(pattern, item.target) for pattern in self.declared):
+                declared = ", ".join(repr(p) for p in self.declared) or "nothing"
+                raise ValueError(
+                    f"{INPUTS_DECLARED_MESSAGE}; subagent {self.name!r}: input target {item.target!r} "
+                    f"is outside declared ({declared}) and would be dropped on a restore"
+                )
+        return self
 
 
 class ApprovalGrant(ApiModel):

@@ -31,7 +31,7 @@ from belay.journal.events import (
     Wait,
 )
 from belay.journal.handover import change_phrase, executor_label
-from belay.journal.phase import HEARTBEAT_INTERVAL_S, Liveness, Phase, attempt_alive, phase_of
+from belay.journal.phase import ENDED_PHASES, HEARTBEAT_INTERVAL_S, Liveness, attempt_alive, phase_of
 from belay.journal.state import SessionState, apply
 from belay.local.children import reject_collected
 from belay.local.liveness import local_liveness, reap_orphans
@@ -150,7 +150,7 @@ async def follow_brief(session_id: str, style: str) -> None:
     pumping = asyncio.create_task(pump())
     shown = phase_of(state, liveness)
     try:
-        while shown not in (Phase.SUCCEEDED, Phase.FAILED):
+        while shown not in ENDED_PHASES:
             try:
                 state = apply(state, await next_event(HEARTBEAT_INTERVAL_S))
             except TimeoutError:
@@ -286,7 +286,7 @@ def move_executor(
     new = moved.spec.executor
     lifecycle = state.lifecycle
     if lifecycle.completed or lifecycle.failed:
-        ended = "Succeeded" if lifecycle.completed else "Failed"
+        ended = phase_of(state).value
         raise fail(f"session {session_id} has ended ({ended}): there is no next attempt to move")
     liveness = read_liveness(session_id)
     if attempt_alive(state, liveness):

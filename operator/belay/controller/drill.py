@@ -19,7 +19,7 @@ from belay.api.status import DrillDeliverable, DrillStatus
 from belay.controller import names
 from belay.controller.children import owned_by
 from belay.journal.events import Event
-from belay.journal.phase import Phase, phase_of
+from belay.journal.phase import ENDED_PHASES, phase_of
 from belay.journal.state import SessionState
 from belay.journal.verdicts import completed, deliverables, steps_run_twice
 
@@ -96,7 +96,7 @@ def drill_status(
         phase=phase.value,
         attempts_lost=copy_state.lifecycle.harness_lost,
     )
-    if copy_events is None or phase not in (Phase.SUCCEEDED, Phase.FAILED):
+    if copy_events is None or phase not in ENDED_PHASES:
         return status
     theirs = {name: record.ref.sha256 for name, record in source.artifacts.items() if record.deliverable}
     ours = deliverables(copy_events)

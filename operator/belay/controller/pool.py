@@ -145,7 +145,7 @@ class PoolPod:
 
 
 # Sessions in these phases need no sandbox any more.
-ENDED_PHASES = ("Succeeded", "Failed")
+ENDED_PHASES = ("Succeeded", "NeedsAttention", "Failed")
 
 
 def running_session(body: Mapping[str, Any]) -> bool:

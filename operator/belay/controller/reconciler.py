@@ -76,7 +76,7 @@ from belay.controller.recovery import (
 from belay.controller.settings import OperatorSettings
 from belay.controller.status import OperatorProblem, TransitionEvent, session_status_patch, transition_events
 from belay.journal.events import ArtifactRef, CheckpointEvent, event_line
-from belay.journal.phase import Liveness, Phase, phase_of
+from belay.journal.phase import ENDED_PHASES, Liveness, phase_of
 from belay.journal.state import EMPTY, SessionState, apply, fold
 from belay.stores.base import ArtifactStore, ClaimTaken, EventStore, RecordCorrupt, StoreUnavailable
 from belay.stores.etcd import archive_closed
@@ -368,7 +368,7 @@ class SessionReconciler:
         fresh = await store.read(name, from_seq=memory.drill_state.last_seq + 1)
         if fresh:
             memory.drill_state = fold(fresh, memory.drill_state)
-        ended = phase_of(memory.drill_state) in (Phase.SUCCEEDED, Phase.FAILED)
+        ended = phase_of(memory.drill_state) in ENDED_PHASES
         events = await store.read(name) if ended else None
         memory.drill = drill_status(request, name, memory.drill_state, events, memory.state)
 

@@ -27,7 +27,7 @@ from enum import StrEnum
 
 from belay.api.status import PodPhase
 from belay.controller import names
-from belay.journal.phase import Liveness, Phase, clean_stop, phase_of, recovery_failed
+from belay.journal.phase import ENDED_PHASES, Liveness, clean_stop, phase_of, recovery_failed
 from belay.journal.state import SessionState
 from belay.journal.state.repeats import (
     REPEATED_FAILURE,
@@ -119,7 +119,7 @@ def decide_harness(
     so every attempt index is higher than the lease of every attempt before it. With `liveness`, a
     live pod whose attempt stopped renewing its lease is lost too."""
     phase = phase_of(state)
-    if phase in (Phase.SUCCEEDED, Phase.FAILED):
+    if phase in ENDED_PHASES:
         return HarnessDecision(Action.STOP, None, why=f"the session {phase.value.lower()}")
     stalled = stalled_by_repeats(state)
     if stalled is not None:

@@ -21,6 +21,7 @@ from pydantic.alias_generators import to_camel
 
 from belay.journal import commands
 from belay.journal.events import EffectClass, LifecycleKind, TaskStatus, WaitKind
+from belay.journal.proof import unproven, unproven_text
 from belay.journal.recovery import RecoveryAction, RecoveryActionKind, recovery_plan
 from belay.journal.state import SessionState
 from belay.journal.state.repeats import REPEATED_FAILURE, repeated_failure, repeated_failure_text
@@ -45,8 +46,16 @@ class Phase(StrEnum):
     RECOVERING = "Recovering"
     # A recovery failed (e.g. UndeclaredState): another attempt would fail the same way.
     RECOVERY_FAILED = "RecoveryFailed"
+    # The run ended, and the record does not prove what it owes done (belay.journal.proof): a step
+    # whose verification failed, an empty or unverified deliverable, a child that did not succeed.
+    # A person's rejection or amend reopens it; nothing runs until then.
+    NEEDS_ATTENTION = "NeedsAttention"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+
+
+# The phases in which no attempt runs and none starts by itself.
+ENDED_PHASES = (Phase.SUCCEEDED, Phase.NEEDS_ATTENTION, Phase.FAILED)
 
 
 class StatusModel(BaseModel):
@@ -334,9 +343,11 @@ def phase_of(state: SessionState, liveness: Liveness | None = None) -> Phase:
     if lc.failed:
         return Phase.FAILED
     if lc.completed:
-        # A coordinator whose delegation failed, or a session with a step that failed (its
-        # checkpoint could not be made), has not done its objective, whatever it recorded.
-        return Phase.FAILED if state.failed_delegations or failed_steps(state) else Phase.SUCCEEDED
+        # A coordinator whose delegation failed has not done its objective, whatever it recorded;
+        # otherwise the record decides whether what the session owes is done, not the claim.
+        if state.failed_delegations:
+            return Phase.FAILED
+        return Phase.NEEDS_ATTENTION if unproven(state) else Phase.SUCCEEDED
     if recovery_failed(state):
         return Phase.RECOVERY_FAILED
     if liveness is not None and not attempt_alive(state, liveness) and awaiting_resume(state):
@@ -386,17 +397,14 @@ def failed_delegations_text(state: SessionState) -> str:
     return f"delegation failed: {failed}"
 
 
-def failed_steps(state: SessionState) -> list[str]:
-    """The steps whose latest round failed (a checkpoint that could not be made), in order."""
-    return sorted(t.task_id for t in state.tasks.values() if t.status == TaskStatus.FAILED)
-
-
 def end_reason(state: SessionState) -> str:
     """How the session ended, in words."""
-    if state.lifecycle.completed and (state.failed_delegations or failed_steps(state)):
-        failed = failed_steps(state)
-        steps = f"step failed: {', '.join(failed)}" if failed else ""
-        return "; ".join(text for text in (failed_delegations_text(state), steps) if text)
+    if state.lifecycle.completed and state.failed_delegations:
+        return failed_delegations_text(state)
+    if state.lifecycle.completed:
+        missing = unproven(state)
+        if missing:
+            return f"the run ended, and the record does not prove it done: {unproven_text(missing)}"
     return state.lifecycle.end_reason
 
 

@@ -1,4 +1,4 @@
-"""What a session's record shows about how it went: whether it completed, what it delivered,
+"""What a session's record shows about how it went: whether it succeeded, what it delivered,
 whether a step or an operation was done twice, how many attempts it took, and what it holds at a
 provider. Pure functions of the events; the interruption drill (on one machine and in a cluster)
 and the tests judge a record with them."""
@@ -16,10 +16,15 @@ from belay.journal.events import (
     ToolRequestEvent,
     ToolResultEvent,
 )
+from belay.journal.phase import Phase, phase_of
+from belay.journal.state import fold
 
 
 def completed(events: Sequence[Event]) -> bool:
-    return any(isinstance(e, LifecycleEvent) and e.payload.kind == "session_completed" for e in events)
+    """Whether the record proves the session Succeeded (belay.journal.proof): a run's own claim
+    that it completed the session is not enough."""
+    claimed = any(isinstance(e, LifecycleEvent) and e.payload.kind == "session_completed" for e in events)
+    return claimed and phase_of(fold(events)) == Phase.SUCCEEDED
 
 
 def deliverables(events: Sequence[Event]) -> dict[str, str]:

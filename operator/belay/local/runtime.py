@@ -30,7 +30,7 @@ import json
 import os
 import secrets
 import stat
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +56,7 @@ from belay.harness.loop import Harness
 from belay.harness.stopping import StopRequest
 from belay.harness.tickets import TicketServiceClient
 from belay.journal.events import Actor, Event, EventDraft, SessionLink, UserInput
+from belay.journal.phase import Phase, end_reason, phase_of
 from belay.journal.state import SessionState
 from belay.local.liveness import GuardedSandboxProvider, this_holder
 from belay.stores.base import ArtifactStore, EventStore, RecordCorrupt
@@ -624,7 +625,7 @@ async def run_local(
                 stop=stop,
                 children_followed=following is not None,
             )
-            return await harness.run()
+            return await proven(harness.run(), store, artifacts, session.session_id)
     finally:
         if following is not None:
             await following.close()
@@ -640,6 +641,23 @@ async def run_local(
         log.close()
         if newest:
             stop_leftover_sandboxes(home, session)
+
+
+async def proven(
+    running: Awaitable[HarnessResult], store: EventStore, artifacts: ArtifactStore, session_id: str
+) -> HarnessResult:
+    """The attempt's result, judged by the record: a run that says it completed the session has
+    completed it only when the record proves it (belay.journal.proof); otherwise it ended without
+    succeeding, saying what is missing."""
+    from belay.journal.snapshots import load_state
+
+    result = await running
+    if not result.completed:
+        return result
+    state = (await load_state(store, artifacts, session_id)).state
+    if phase_of(state) == Phase.SUCCEEDED:
+        return result
+    return dataclasses.replace(result, completed=False, detail=end_reason(state))
 
 
 async def on_recorded_executor(

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from belay.journal.phase import Phase
+from belay.journal.phase import ENDED_PHASES, Phase
 from belay.views.briefing.model import Briefing
 from belay.views.briefing.render import Row, render_rows
 from belay.views.fleet.model import FleetView, ObjectiveView
@@ -34,7 +34,7 @@ VERB = {
     "reconciliation": ("reconcile", "reconcile"),
     "message": ("message", "reject"),
 }
-ENDED = (Phase.SUCCEEDED, Phase.FAILED, Phase.RECOVERY_FAILED)
+ENDED = (*ENDED_PHASES, Phase.RECOVERY_FAILED)
 UNFINISHED = ("planned", "running", "blocked")
 
 
@@ -180,6 +180,55 @@ def done_means_delivered(b: Briefing, rows: Sequence[Row]) -> Iterable[str]:
             yield f"{step.task_id} is listed {step.status.value} and {owes} does not exist"
 
 
+DONE_STATUSES = ("done", "verified", "cancelled")
+
+
+def succeeded_is_proven(b: Briefing, rows: Sequence[Row]) -> Iterable[str]:
+    """Succeeded only when the record proves it (belay.journal.proof): every step shown done with
+    no failed verification, every deliverable a subagent owes published and not empty."""
+    if b.phase != Phase.SUCCEEDED:
+        return
+    offered = {i.id for i in b.items if i.kind == "deliverable" and i.state == "done"}
+    offered |= {r.name for r in b.ready_for_review if r.size != 0}
+    for step in b.steps:
+        if step.status.value not in DONE_STATUSES or step.verification_failed:
+            yield f"succeeded, and step {step.task_id} is {step.status.value}"
+        owes = step.deliverable if step.task_id == step.owner else None
+        if owes and owes not in offered:
+            yield f"succeeded, and {owes}, which {step.owner} owes, is not there"
+
+
+def failed_verification_needs_attention(b: Briefing, rows: Sequence[Row]) -> Iterable[str]:
+    """A step whose verification failed is never shown done, and needs attention."""
+    attention = {a.id for a in b.needs_attention}
+    for step in b.steps:
+        if not step.verification_failed:
+            continue
+        failed = f"{step.task_id}'s verification {step.verification_failed} failed"
+        if step.status.value in ("done", "verified"):
+            yield f"{failed}, and it is shown {step.status.value}"
+        if step.task_id not in attention:
+            yield f"{failed}, and nothing needs attention"
+
+
+def review_is_of_real_bytes(b: Briefing, rows: Sequence[Row]) -> Iterable[str]:
+    """Nothing empty is offered for review."""
+    for review in b.ready_for_review:
+        if review.size == 0:
+            yield f"{review.name} is empty (sha256 {review.sha256}) and offered for review"
+
+
+def needing_attention_names_what(b: Briefing, rows: Sequence[Row]) -> Iterable[str]:
+    """A session that needs attention says what needs it, each with the command that reopens it."""
+    if b.phase != Phase.NEEDS_ATTENTION:
+        return
+    if not b.needs_attention:
+        yield "phase NeedsAttention, and nothing is listed as needing attention"
+    for attention in b.needs_attention:
+        if attention.kind == "unproven" and _verb(attention.command) not in ("reject", "amend"):
+            yield f"{attention.id} is not proven done and names no reject or amend (`{attention.command}`)"
+
+
 def decisions_are_signed(b: Briefing, rows: Sequence[Row]) -> Iterable[str]:
     """Every decision on the page says who made it and when; an approval decided waits no more."""
     waiting = {a.id for a in b.waiting_on_you if a.kind == "approval"}
@@ -203,6 +252,10 @@ LAWS: dict[str, Law] = {
     "succeeded means nothing needs attention": succeeded_means_done,
     "done means the deliverable exists": done_means_delivered,
     "decisions say who and when": decisions_are_signed,
+    "succeeded is what the record proves": succeeded_is_proven,
+    "a failed verification is never done": failed_verification_needs_attention,
+    "nothing empty is ready for review": review_is_of_real_bytes,
+    "needing attention names what": needing_attention_names_what,
 }
 
 

@@ -207,6 +207,8 @@ def _back_to_planned(task: TaskRecord, seq: int, because: str, **more: Any) -> T
         {
             "status": TaskStatus.PLANNED,
             "last_seq": seq,
+            "verification": None,
+            "verification_detail": "",
             "history": (*task.history, transition)[-TASK_HISTORY_LIMIT:],
             "transitions": task.transitions + 1,
             **more,

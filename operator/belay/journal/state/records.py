@@ -132,6 +132,11 @@ class TaskRecord(Record):
     reopened_seq: int | None = None
     reopened_because: str = ""
     reopened_by_rejection: bool = False
+    # The verification of the checkpoint that finished it in this round ("passed", "failed",
+    # "not_run"; None before one): a step whose verification failed is not done, whatever its
+    # status says (belay.journal.proof). Cleared when the step runs again or is reopened.
+    verification: str | None = None
+    verification_detail: str = ""  # "`<command>` (exit <code>)"
 
 
 OutcomeState = Literal["unknown", "reconciled"]

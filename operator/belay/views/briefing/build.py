@@ -20,7 +20,8 @@ from typing import Any, Literal
 from belay.journal import commands
 from belay.journal.commands import CommandStyle
 from belay.journal.events import ArtifactRef, NoteKind, TaskStatus
-from belay.journal.phase import Liveness, failed_steps, interruption_of, phase_of, stalled_by_failure
+from belay.journal.phase import Liveness, interruption_of, phase_of, stalled_by_failure
+from belay.journal.proof import deliverable_unproven, failed_verification
 from belay.journal.state import ApprovalRecord, NoteRecord, OperationRecord, SessionState, TaskRecord
 from belay.views.briefing.changes import plan_order, rejection_item, scan_results, scope_change_item
 from belay.views.briefing.classify import classify, of_state
@@ -111,24 +112,36 @@ def _step_items(state: SessionState) -> tuple[list[StepItem], Counter[TaskStatus
             task_id=t.task_id,
             title=t.title,
             owner=t.owner,
-            status=TaskStatus.BLOCKED if _missing(state, t) else t.status,
+            status=_shown_status(state, t),
             verified=t.status == TaskStatus.VERIFIED and not _missing(state, t),
             deliverable=t.deliverable,
             round=t.round,
             reopened_because=t.reopened_because if t.status == TaskStatus.PLANNED and t.round > 1 else None,
             missing=_missing(state, t),
+            verification_failed=t.verification_detail if failed_verification(t) else None,
         )
         for t in shown
     ]
     return items, omitted
 
 
+def _shown_status(state: SessionState, task: TaskRecord) -> TaskStatus:
+    """A step as the page shows it: failed when its verification failed, blocked while the
+    deliverable its subagent owes is missing, else as recorded."""
+    if failed_verification(task):
+        return TaskStatus.FAILED
+    return TaskStatus.BLOCKED if _missing(state, task) else task.status
+
+
 def _missing(state: SessionState, task: TaskRecord) -> str | None:
     """The deliverable a subagent's task that stopped (its turn ended, or the record calls it done)
-    owes while it does not exist: such a task is blocked, never done."""
+    owes while it does not exist, or the record does not prove it (empty, or published by a step
+    whose verification failed): such a task is blocked, never done."""
     owed = task.deliverable if task.task_id == task.owner else None
     stopped = task.status in (TaskStatus.DONE, TaskStatus.VERIFIED, TaskStatus.BLOCKED)
-    return owed if stopped and owed and owed not in state.deliverables else None
+    if not (stopped and owed):
+        return None
+    return owed if owed not in state.deliverables or deliverable_unproven(state, owed) else None
 
 
 def _fetch_items(state: SessionState, approval: ApprovalRecord, style: CommandStyle) -> list[FetchItem]:
@@ -374,16 +387,22 @@ def _reviews(state: SessionState, items: list[OpenItem], locate: ArtifactLocator
 
 
 def _left_open(state: SessionState, items: list[OpenItem], interrupted: bool) -> list[AttentionItem]:
-    """What needs attention that is no failed effect: a failed delegation, a failed step, and what
-    was left open in a session that failed (an interruption lists what it left open itself)."""
+    """What needs attention that is no failed effect: a failed delegation, what the record does not
+    prove done, and what was left open in a session that failed (an interruption lists what it
+    left open itself)."""
     delegations = set(state.failed_delegations.values())
-    failed = set(failed_steps(state))
     shown = []
     for item in of_state(items, "needs_attention"):
+        task = state.tasks.get(item.id) if item.kind == "step" else None
         if item.kind == "operation" and item.id in delegations:
             shown.append(AttentionItem(kind="failed_delegation", id=item.id, summary=item.summary))
-        elif item.kind == "step" and item.id in failed:
-            shown.append(AttentionItem(kind="failed_step", id=item.id, summary=item.summary))
+        elif item.kind in ("deliverable", "child") or (
+            item.kind == "step" and (task is None or task.status != TaskStatus.RUNNING)
+        ):
+            # Not proven done (belay.journal.proof): listed whether or not an attempt is alive.
+            shown.append(
+                AttentionItem(kind="unproven", id=item.id, summary=item.summary, command=item.command)
+            )
         elif not interrupted:
             what = "step" if item.kind == "step" else "operation"
             summary = f"{what} {item.summary} was left without an end when the session stopped"

@@ -18,9 +18,13 @@ those very bytes; a child reopened since (its part changed, or a person turned t
 the coordinator) makes the bytes collected before invalid, and a child that has not ended has
 nothing collected yet. Nothing runs while no attempt is alive or once the session ended: what is
 left open then needs attention (an interruption says how each is settled), or, in a session that
-succeeded, is done. A failed delegation needs attention, and so does a failed step (its checkpoint
-could not be made); a step reopened by a scope change or a rejection is invalid until it is
-redone, and so are the bytes a person rejected.
+succeeded, is done. A failed delegation needs
+attention; a step reopened by a scope change or a rejection is invalid until it is redone, and so
+are the bytes a person rejected. What the record does not prove done (`belay.journal.proof`) is
+never done nor ready for review: a step that failed, or whose verification failed, needs attention
+while the session runs and after; a deliverable that is empty or was published by such a step
+needs attention instead of your review; and once the run ended without proving everything it
+owes (phase NeedsAttention), each thing missing needs attention, with the command that reopens it.
 """
 
 from __future__ import annotations
@@ -30,13 +34,14 @@ from collections.abc import Iterator
 from belay.journal import commands
 from belay.journal.commands import CommandStyle
 from belay.journal.events import CHILD_CONDITION_PREFIX, CHILD_WAIT_PREFIX, TaskStatus, WaitKind
-from belay.journal.phase import Liveness, Phase, interruption_of, phase_of
+from belay.journal.phase import ENDED_PHASES, Liveness, Phase, interruption_of, phase_of
+from belay.journal.proof import deliverable_unproven, failed_verification, step_unproven, unproven
 from belay.journal.state import OperationRecord, SessionState, WaitRecord
 from belay.journal.turns import message_command, turn_end_summary
 from belay.views.briefing.model import ItemState, OpenItem
 
 # Phases in which nothing runs.
-ENDED = (Phase.SUCCEEDED, Phase.FAILED, Phase.RECOVERY_FAILED)
+ENDED = (*ENDED_PHASES, Phase.RECOVERY_FAILED)
 WAIT_TOOLS = frozenset({"wait_on_user", "wait_on_external", "await_session", "request_approval"})
 
 
@@ -103,6 +108,18 @@ def _wait_item(state: SessionState, w: WaitRecord, style: CommandStyle) -> OpenI
             command=style(commands.condition_met(sid, w.wait_id)),
         )
     name = w.artifact or w.wait_id
+    unproven_bytes = deliverable_unproven(state, name)
+    if unproven_bytes is not None:
+        # Never offered for review: bytes the record does not prove are no deliverable yet.
+        return OpenItem(
+            kind="deliverable",
+            id=name,
+            state="needs_attention",
+            subagent=state.artifacts[name].subagent if name in state.artifacts else None,
+            summary=unproven_bytes,
+            label=name,
+            command=style(commands.reject(sid, name)),
+        )
     return OpenItem(
         **base,
         state="ready_for_review",
@@ -145,7 +162,7 @@ def _decisions(state: SessionState, style: CommandStyle) -> Iterator[OpenItem]:
         )
 
 
-def _work(state: SessionState, phase: Phase, stopped: bool) -> Iterator[OpenItem]:
+def _work(state: SessionState, phase: Phase, stopped: bool, style: CommandStyle) -> Iterator[OpenItem]:
     """Operations without a result and steps in progress or reopened."""
     held = {a.operation_id for a in state.pending_approval_records()}
     open_wait_ids = set(state.open_waits)
@@ -175,22 +192,42 @@ def _work(state: SessionState, phase: Phase, stopped: bool) -> Iterator[OpenItem
     for task in sorted(state.tasks.values(), key=lambda t: (t.first_seq, t.task_id)):
         if task.status == TaskStatus.RUNNING and task.owner in stopped_short:
             continue
+        summary, command = task.title or task.task_id, None
         if task.status == TaskStatus.RUNNING:
             state_of: ItemState = _left_open(phase, stopped)
         elif task.status == TaskStatus.PLANNED and task.round > 1 and task.reopened_because:
             state_of = "invalid"
-        elif task.status == TaskStatus.FAILED:
-            state_of = "needs_attention"  # its checkpoint could not be made: the detail says why
+        elif task.status == TaskStatus.FAILED or failed_verification(task):
+            # A step that failed, or whose verification failed, is never done.
+            state_of, summary = "needs_attention", step_unproven(task) or summary
+            # Once the run ended, a change of the request is what has it redone.
+            command = commands.amend(state.session_id) if phase in ENDED else None
         else:
             continue
-        # A failed step is shown with why it failed, the detail of its last transition.
-        why = task.history[-1].detail if task.status == TaskStatus.FAILED and task.history else ""
         yield OpenItem(
             kind="step",
             id=task.task_id,
             state=state_of,
             subagent=task.owner,
-            summary=why or task.title or task.task_id,
+            summary=summary,
+            command=style(command) if command else None,
+        )
+
+
+def _unproven(state: SessionState, style: CommandStyle) -> Iterator[OpenItem]:
+    """What a run that ended did not prove done, each with the command that reopens it: a
+    deliverable (or a collected one) is rejected with the reason, anything else is amended."""
+    sid = state.session_id
+    for missing in unproven(state):
+        published = missing.kind == "deliverable" and missing.id in state.deliverables
+        reopen = commands.reject(sid, missing.id) if published else commands.amend(sid)
+        yield OpenItem(
+            kind=missing.kind,
+            id=missing.id,
+            state="needs_attention",
+            summary=missing.what,
+            label=missing.id,
+            command=style(reopen),
         )
 
 
@@ -234,7 +271,20 @@ def _deliverables(state: SessionState, style: CommandStyle) -> Iterator[OpenItem
         if collected is not None:
             yield collected
             continue
-        yield OpenItem(kind="deliverable", id=name, state="done", subagent=state.artifacts[name].subagent)
+        subagent = state.artifacts[name].subagent
+        why = deliverable_unproven(state, name)
+        if why is not None:
+            yield OpenItem(
+                kind="deliverable",
+                id=name,
+                state="needs_attention",
+                subagent=subagent,
+                summary=why,
+                label=name,
+                command=style(commands.reject(state.session_id, name)),
+            )
+            continue
+        yield OpenItem(kind="deliverable", id=name, state="done", subagent=subagent)
     for rejection in state.rejections:
         if rejection.kind != "deliverable" or rejection.item in state.deliverables:
             continue
@@ -266,9 +316,12 @@ def classify(
         item = _wait_item(state, w, style)
         if item is not None:
             items.append(item)
-    items += _work(state, phase, stopped)
+    items += _work(state, phase, stopped, style)
     seen = {(i.kind, i.id) for i in items}
     items += [d for d in _deliverables(state, style) if (d.kind, d.id) not in seen]
+    if phase == Phase.NEEDS_ATTENTION:
+        placed = {i.id for i in items}
+        items += [u for u in _unproven(state, style) if u.id not in placed]
     return items
 
 

@@ -122,7 +122,8 @@ ITEM_STATES: tuple[ItemState, ...] = (
     "done",
     "invalid",
 )
-ItemKind = Literal["step", "operation", "wait", "approval", "deliverable"]
+# child: a child session that did not end Succeeded, or whose collected bytes are not its latest.
+ItemKind = Literal["step", "operation", "wait", "approval", "deliverable", "child"]
 # How a person ends a wait: approve or reject an approval, answer a question, reconcile an unknown
 # outcome, mark an external condition met, review a deliverable, send a message to a subagent whose
 # turn ended without its deliverable; a child session ends by itself.
@@ -167,6 +168,9 @@ class StepItem(Model):
     # The deliverable it owes does not exist (its turn ended without it): not done, whatever the
     # record's last word on it.
     missing: str | None = None
+    # Its verification failed in this round (the command and its exit): not done, whatever the
+    # record's status says (belay.journal.proof); shown failed.
+    verification_failed: str | None = None
 
 
 class RunningItem(Model):
@@ -205,10 +209,11 @@ class AttentionItem(Model):
     """An external effect that went wrong, what it is, and what to do about it."""
 
     # left_open: an operation or a step without an end in a session that ended or failed;
-    # failed_delegation: a child session that could not be started or awaited; failed_step: a step
-    # whose checkpoint could not be made (the summary says why).
+    # failed_delegation: a child session that could not be started or awaited; unproven: what the
+    # record does not prove done (a step or its verification failed, an empty or unverified
+    # deliverable, a child that did not succeed), with the command that reopens it.
     kind: Literal[
-        "failed_effect", "unknown_effect", "repeated_effect", "left_open", "failed_delegation", "failed_step"
+        "failed_effect", "unknown_effect", "repeated_effect", "left_open", "failed_delegation", "unproven"
     ]
     id: str  # the operation
     summary: str

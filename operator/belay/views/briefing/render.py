@@ -178,14 +178,18 @@ def _step_rows(b: Briefing) -> list[Row]:
             )
         )
     stopped = {s.owner for s in b.steps if s.missing and s.task_id == s.owner}
+    unproven = {a.id for a in b.needs_attention if a.kind == "unproven"}
     for s in b.steps:
         owner = f" [{s.owner}]" if s.owner else ""
         deliverable = f" -> {s.deliverable}" if s.deliverable else ""
         if s.missing:
-            deliverable = f" (owes {s.missing}: not published)"
+            why = "not proven, see Needs attention" if s.missing in unproven else "not published"
+            deliverable = f" (owes {s.missing}: {why})"
         again = f" (round {s.round})" if s.round > 1 else ""
         if s.status.value == "running" and s.owner in stopped:
             again += "; its turn ended, nothing runs"
+        if s.verification_failed:
+            again += f"; its verification {s.verification_failed} failed"
         rows.append(
             (1, f"{s.status.value:<9} {s.task_id}: {s.title or s.task_id}{owner}{deliverable}{again}")
         )

@@ -40,6 +40,8 @@ def _bucket(status: SessionStatus, stalled_by: str | None) -> Bucket:
     phase = status.phase
     if phase == Phase.SUCCEEDED:
         return "succeeded"
+    if phase == Phase.NEEDS_ATTENTION:
+        return "needs_attention"
     if phase in (Phase.FAILED, Phase.RECOVERY_FAILED) or stalled_by in STALLING_PROBLEMS:
         return "failed"
     if phase == Phase.INTERRUPTED or (phase in (Phase.RECOVERING, Phase.PENDING) and status.interruption):
@@ -100,7 +102,7 @@ def unblocking_command(
     phase = status.phase
     if phase in (Phase.INTERRUPTED, Phase.PENDING) and status.interruption and status.interruption.command:
         return style(status.interruption.command)
-    if phase in (Phase.FAILED, Phase.RECOVERY_FAILED):
+    if phase in (Phase.FAILED, Phase.RECOVERY_FAILED, Phase.NEEDS_ATTENTION):
         return style(commands.brief(session))
     kind = {
         Phase.WAITING_ON_USER: "user",
@@ -208,6 +210,15 @@ def objective_view(objective: str, rows: Iterable[FleetRow]) -> ObjectiveView:
         if row.bucket == "interrupted":
             waits.append(
                 ObjectiveWait(session=row.session, kind="interrupted", what=row.phase, command=row.command)
+            )
+        if row.bucket == "needs_attention":
+            waits.append(
+                ObjectiveWait(
+                    session=row.session,
+                    kind="needs_attention",
+                    what=row.problem or row.phase,
+                    command=row.command,
+                )
             )
         if row.bucket == "failed":
             waits.append(

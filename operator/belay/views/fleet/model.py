@@ -17,7 +17,14 @@ PARENT_LABEL = "belay.dev/parent"
 PART_LABEL = "belay.dev/part"
 
 Bucket = Literal[
-    "moving", "waiting_on_you", "on_external", "ready_for_review", "interrupted", "failed", "succeeded"
+    "moving",
+    "waiting_on_you",
+    "on_external",
+    "ready_for_review",
+    "interrupted",
+    "needs_attention",
+    "failed",
+    "succeeded",
 ]
 BUCKETS: tuple[Bucket, ...] = (
     "moving",
@@ -25,6 +32,7 @@ BUCKETS: tuple[Bucket, ...] = (
     "on_external",
     "ready_for_review",
     "interrupted",
+    "needs_attention",
     "failed",
     "succeeded",
 )
@@ -34,6 +42,7 @@ BUCKET_WORDS: dict[Bucket, str] = {
     "on_external": "on external conditions",
     "ready_for_review": "ready for review",
     "interrupted": "interrupted",
+    "needs_attention": "needing attention",
     "failed": "failed",
     "succeeded": "succeeded",
 }
@@ -84,6 +93,7 @@ class FleetSummary(FleetModel):
     on_external: int = 0
     ready_for_review: int = 0
     interrupted: int = 0
+    needs_attention: int = 0
     failed: int = 0
     succeeded: int = 0
     line: str
@@ -96,7 +106,7 @@ class FleetView(FleetModel):
 
 class ObjectiveWait(FleetModel):
     session: str
-    kind: Literal["user", "external", "review", "interrupted", "failed"]
+    kind: Literal["user", "external", "review", "interrupted", "needs_attention", "failed"]
     what: str
     command: str | None = None
 

@@ -25,6 +25,7 @@ PHASE_CLASS = {
     "Interrupted": "bad",
     "Recovering": "bad",
     "RecoveryFailed": "bad",
+    "NeedsAttention": "bad",
     "Failed": "bad",
     "Pending": "info",
 }

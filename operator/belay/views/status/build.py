@@ -25,6 +25,7 @@ from belay.journal.phase import (
     phase_of,
     stalled_by_failure,
 )
+from belay.journal.proof import unproven
 from belay.journal.state import ExecutorChangeRecord, SessionState
 from belay.views.briefing.classify import classify
 from belay.views.status.model import (
@@ -68,6 +69,8 @@ def _ready(state: SessionState, phase: Phase, interruption: Interruption | None)
 
     if phase == Phase.FAILED:
         return not_ready(Reason.FAILED, end_reason(state))
+    if phase == Phase.NEEDS_ATTENTION:
+        return not_ready(Reason.UNPROVEN, end_reason(state))
     if phase == Phase.SUCCEEDED:
         return Condition(
             type=ConditionType.READY, status="True", reason=Reason.COMPLETED, message=lc.end_reason
@@ -158,6 +161,11 @@ def _abnormal(state: SessionState, phase: Phase, ready: Condition) -> list[Condi
     elif phase == Phase.FAILED:
         stalled = Condition(
             type=ConditionType.STALLED, status="True", reason=Reason.FAILED, message=end_reason(state)
+        )
+    elif phase == Phase.NEEDS_ATTENTION:
+        # Nothing goes on until a person rejects what is not proven, or amends the request.
+        stalled = Condition(
+            type=ConditionType.STALLED, status="True", reason=Reason.UNPROVEN, message=end_reason(state)
         )
     else:
         return conditions
@@ -266,6 +274,9 @@ def waiting_on(state: SessionState, phase: Phase, interruption: Interruption | N
         return f"external: {wait.condition or wait.wait_id}"
     if phase == Phase.READY_FOR_REVIEW:
         return "review"
+    if phase == Phase.NEEDS_ATTENTION:
+        missing = unproven(state)
+        return f"attention: {missing[0].what}" if missing else "attention"
     return ""
 
 

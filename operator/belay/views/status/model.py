@@ -55,6 +55,8 @@ class Reason(StrEnum):
     DELIVERABLE_READY = "DeliverableReady"
     NO_DELIVERABLE = "NoDeliverable"
     NOT_RECOVERING = "NotRecovering"
+    # The run ended and the record does not prove what it owes done (belay.journal.proof).
+    UNPROVEN = "Unproven"
 
 
 ConditionStatus = Literal["True", "False", "Unknown"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from belay.journal.events import (
     ArtifactEvent,
+    Checkpoint,
     CheckpointEvent,
     NoteEvent,
     TaskEvent,
@@ -66,6 +67,7 @@ def on_checkpoint(s: SessionState, e: CheckpointEvent) -> Updates:
     if record.verified:
         updates["latest_verified_checkpoint"] = record
         updates["verified_checkpoints"] = s.verified_checkpoints.set(p.subagent or "", record)
+    _note_verification(s, updates, p)
     owner = p.subagent or e.actor.subagent
     if owner:
         previous = s.subagent_checkpoints.get(owner, ())
@@ -84,6 +86,19 @@ def on_checkpoint(s: SessionState, e: CheckpointEvent) -> Updates:
             step=step if step in s.tasks else None,
         )
     return updates
+
+
+def _note_verification(s: SessionState, updates: Updates, p: Checkpoint) -> None:
+    """A step's checkpoint (named after the step, "@<round>" from its second round on) says how
+    the step's verification went in this round."""
+    task = s.tasks.get(p.checkpoint_id.split("@", 1)[0])
+    if task is None or p.verification is None or task.status not in (TaskStatus.DONE, TaskStatus.VERIFIED):
+        return
+    verification = p.verification
+    exit_code = "" if verification.exit_code is None else f" (exit {verification.exit_code})"
+    detail = f"`{verification.command}`{exit_code}"
+    fields = {"verification": verification.status, "verification_detail": detail}
+    updates["tasks"] = s.tasks.set(task.task_id, replaced(task, fields))
 
 
 def on_note(s: SessionState, e: NoteEvent) -> Updates:
@@ -115,6 +130,9 @@ def on_note(s: SessionState, e: NoteEvent) -> Updates:
             derived_from=p.derived_from,
         )
     return updates
+
+
+_no_verification = {"verification": None, "verification_detail": ""}
 
 
 def on_task(s: SessionState, e: TaskEvent) -> Updates:
@@ -151,6 +169,9 @@ def on_task(s: SessionState, e: TaskEvent) -> Updates:
                 "transitions": previous.transitions + 1,
                 "ever_verified": previous.ever_verified or p.status == TaskStatus.VERIFIED,
                 "request_parts": p.request_parts if p.request_parts is not None else previous.request_parts,
+                # Run again (or failed, or planned again): the verification of its last finish no
+                # longer says how this round went.
+                **({} if p.status in (TaskStatus.DONE, TaskStatus.VERIFIED) else _no_verification),
             },
         )
     updates: Updates = {"tasks": s.tasks.set(p.task_id, record)}
