@@ -5,13 +5,14 @@ adopts it. The cluster's side: tests/controller/test_record_ownership_cluster.py
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from belay.controller import desired
+from belay.api.agentsession import AgentSession
+from belay.controller.desired import harness_pod
 from belay.controller.harness_pod import session_from_environment
 from belay.controller.names import record_id
 from belay.controller.ownership import (
@@ -21,11 +22,12 @@ from belay.controller.ownership import (
     owner_after,
 )
 from belay.controller.record import request_write
+from belay.controller.settings import OperatorSettings
 from belay.journal.events import Actor, EventDraft, Lifecycle, LifecycleKind, Note, NoteKind, UserInput
 from belay.journal.state import EMPTY
 from belay.stores.base import EventStore
 from belay.stores.sqlite import SqliteEventStore
-from tests.controller.sessions import EXAMPLE_MANIFEST, spec_with
+from tests.controller.sessions import EXAMPLE_MANIFEST, REF, spec_with
 
 NAME = "parser-fix"
 
@@ -151,15 +153,16 @@ async def test_a_session_with_a_record_of_its_own_leaves_a_bare_name_record_wher
 
 
 def test_a_harness_pod_works_on_the_record_of_its_namespace_and_name() -> None:
-    spec = json.dumps(EXAMPLE_MANIFEST["spec"])
-    sessions = [
-        session_from_environment(
-            {desired.ENV_SESSION: NAME, desired.ENV_NAMESPACE: namespace, desired.ENV_SESSION_SPEC: spec}
-        )
-        for namespace in ("team-a", "team-b")
-    ]
-    assert [s.session_id for s in sessions] == [record_id("team-a", NAME), record_id("team-b", NAME)]
+    """The environment the operator gives a harness pod, read as the pod reads it."""
+
+    def pod_session(namespace: str) -> AgentSession:
+        pod = harness_pod(replace(REF, namespace=namespace), spec_with(), OperatorSettings(), 1)
+        env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"] if "value" in e}
+        return session_from_environment(env)
+
+    sessions = [pod_session("team-a"), pod_session("team-b")]
+    assert [s.session_id for s in sessions] == [record_id("team-a", REF.name), record_id("team-b", REF.name)]
+    assert [s.metadata.name for s in sessions] == [REF.name, REF.name]
     # The session on another executor (as a recorded move makes it) keeps its record.
     moved = sessions[0].on_executor(EXAMPLE_MANIFEST["spec"]["executor"])
     assert moved.session_id == sessions[0].session_id
-    assert moved.metadata.name == NAME
