@@ -229,19 +229,22 @@ def completed(goal: str, *middle: Any) -> list[EventDraft]:
     return [EventDraft(payload=p) for p in payloads]
 
 
-async def test_a_bare_name_record_moves_to_its_session_once_and_fork_from_stays_in_the_namespace(
-    two_namespaces: ControlPlane, operator: OperatorProcess, store: EventStore, tmp_path: Path
-) -> None:
-    kube = two_namespaces
-    goal = "the source's goal"
-    verified = Checkpoint(
+def verified_checkpoint() -> Checkpoint:
+    return Checkpoint(
         checkpoint_id="worker/first",
         covers_seq=2,
         subagent="worker",
         verification=Verification(command="true", status="passed", exit_code=0),
     )
+
+
+async def test_a_bare_name_record_moves_to_its_session_once(
+    two_namespaces: ControlPlane, operator: OperatorProcess, store: EventStore
+) -> None:
+    kube = two_namespaces
+    goal = "the source's goal"
     # Written under the bare name, as records were before they were keyed by namespace.
-    await store.append("source", completed(goal, verified))
+    await store.append("source", completed(goal, verified_checkpoint()))
     legacy = await store.read("source")
     # One bound to another AgentSession's uid, which no session here may take.
     other = request_write("uid-of-someone-else", 1, spec_with(), EMPTY)
@@ -256,6 +259,7 @@ async def test_a_bare_name_record_moves_to_its_session_once_and_fork_from_stays_
         until=lambda events: len(events) >= len(legacy),
         timeout=60,
         interval=0.3,
+        describe=lambda: operator.log()[-4000:],
     )
     assert [(e.seq, e.payload) for e in moved] == [(e.seq, e.payload) for e in legacy]
     assert owner_after(moved) == uid_of(kube, "source", TEAM_A)
@@ -276,15 +280,46 @@ async def test_a_bare_name_record_moves_to_its_session_once_and_fork_from_stays_
     assert fold(theirs).request.goal == "a goal of its own"
     assert await store.last_seq("theirs") == 1
 
-    # Once: an operator started again moves nothing a second time.
+    # Once: an operator started again moves nothing a second time; the session goes on on its
+    # record (an edit of its request is recorded there, after the moved history).
     operator.stop()
     operator.start()
-    fork_a = session("fork-a", TEAM_A, goal, forkFrom={"session": "source"})
-    fork_b = session("fork-b", TEAM_B, goal, forkFrom={"session": "source"})
+    patch = json.dumps({"spec": {"request": {"goal": "the source's goal, amended"}}})
+    kube.kubectl("patch", "agentsession", "source", "-n", TEAM_A, "--type=merge", "-p", patch)
+    after = await wait_until_async(
+        lambda: store.read(key),
+        "the scope change",
+        until=lambda events: len(events) > len(moved),
+        timeout=60,
+        interval=0.3,
+        describe=lambda: operator.log()[-4000:],
+    )
+    assert after[: len(moved)] == moved
+    assert [e.type for e in after[len(moved) :]] == ["scope_change"]
+    assert await store.last_seq("source") == 0
+    for name in ("source", "theirs"):
+        delete(kube, name, TEAM_A)
+
+
+async def test_fork_from_reaches_only_a_session_of_its_own_namespace(
+    two_namespaces: ControlPlane, operator: OperatorProcess, store: EventStore
+) -> None:
+    kube = two_namespaces
+    goal = "the fork source's goal"
+    apply(kube, session("fork-source", TEAM_A, goal))
+    key = record_id(TEAM_A, "fork-source")
+    await wait_until_async(lambda: store.last_seq(key), "its request", until=bool, timeout=60, interval=0.3)
+    # The source's harness (no node runs it here) records a verified checkpoint.
+    checkpoint = verified_checkpoint().model_copy(update={"covers_seq": 1})
+    await store.append(key, [EventDraft(payload=checkpoint)])
+
+    fork_a = session("fork-a", TEAM_A, goal, forkFrom={"session": "fork-source"})
+    fork_b = session("fork-b", TEAM_B, goal, forkFrom={"session": "fork-source"})
     apply(kube, fork_a, fork_b)
     forked = wait_for(
         lambda: agentsession_status(kube, TEAM_A, "fork-a").get("forkedFrom"),
         "the fork in the source's namespace",
+        timeout=60,
         describe=lambda: operator.log()[-4000:],
     )
     assert forked["checkpointId"] == "worker/first"
@@ -293,12 +328,12 @@ async def test_a_bare_name_record_moves_to_its_session_once_and_fork_from_stays_
             (s := agentsession_status(kube, TEAM_B, "fork-b")) and condition(s, "Stalled").get("reason") and s
         ),
         "the fork from another namespace to stall",
+        timeout=60,
         describe=lambda: operator.log()[-4000:],
     )
     assert condition(refused, "Stalled")["reason"] == "ForkSourceMissing"
+    assert "forkedFrom" not in refused
     assert await store.last_seq(record_id(TEAM_B, "fork-b")) == 0
     assert harness_pods(kube, "fork-b", TEAM_B) == []
-    assert await store.read(key) == moved
-    assert await store.last_seq("source") == 0
-    for name, namespace in (("fork-a", TEAM_A), ("fork-b", TEAM_B), ("source", TEAM_A), ("theirs", TEAM_A)):
+    for name, namespace in (("fork-a", TEAM_A), ("fork-b", TEAM_B), ("fork-source", TEAM_A)):
         delete(kube, name, namespace)
