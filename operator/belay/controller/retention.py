@@ -85,6 +85,8 @@ async def retain_or_delete(
     """`spec.retention` applied to the record of the AgentSession `uid`, and to nothing else. A
     record still under the bare name, the session's own, is moved first (it goes or stays with
     the session's)."""
+    if spec.retention.record == "Retain" and spec.retention.artifacts == "Retain":
+        return []  # nothing to delete, nothing to read: a record that cannot be read stays too
     record = record_id(namespace, name)
     await move_legacy_record(events, name, record, uid, spec.adopt_record)
     recorded = await events.read(record)
