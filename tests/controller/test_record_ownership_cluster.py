@@ -234,6 +234,7 @@ def verified_checkpoint() -> Checkpoint:
         checkpoint_id="worker/first",
         covers_seq=2,
         subagent="worker",
+        next_step="second",
         verification=Verification(command="true", status="passed", exit_code=0),
     )
 
