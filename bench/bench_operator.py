@@ -169,7 +169,7 @@ class RecordWriter:
             while not self._stop.is_set():
                 name = self.sessions[self.appended % len(self.sessions)]
                 note = Note(note_id=f"step-{self.appended}", kind=NoteKind.FINDING, text="working")
-                await store.append(name, [EventDraft(payload=note)])
+                await store.append(names.record_id(NAMESPACE, name), [EventDraft(payload=note)])
                 self.appended += 1
                 await asyncio.sleep(1 / self.per_second)
         finally:

@@ -574,6 +574,12 @@ CLI_ONLY: list[Case] = [
         reason=_RUNTIME_REASON,
     ),
     Case(
+        "adopt-record-on-the-embedded-runtime",
+        changed("adopting", **{"spec.adoptRecord": True}),
+        "spec.adoptRecord: the embedded runtime binds no record to an AgentSession's uid",
+        reason=_RUNTIME_REASON,
+    ),
+    Case(
         "store-secret-on-the-embedded-runtime",
         changed(
             "store-secret-ref",

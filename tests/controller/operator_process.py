@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -24,10 +24,16 @@ T = TypeVar("T")
 
 class OperatorProcess:
     def __init__(
-        self, kube: ControlPlane, namespace: str, settings: OperatorSettings, log_path: Path
+        self,
+        kube: ControlPlane,
+        namespace: str,
+        settings: OperatorSettings,
+        log_path: Path,
+        more_namespaces: Sequence[str] = (),
     ) -> None:
         self.kube = kube
         self.namespace = namespace
+        self.more_namespaces = tuple(more_namespaces)  # watched too
         self.settings = settings
         self.log_path = log_path
         self.metrics_port = free_port()
@@ -47,8 +53,11 @@ class OperatorProcess:
             sys.executable,
             "-m",
             "belay.controller",
-            "--namespace",
-            self.namespace,
+            *(
+                arg
+                for namespace in (self.namespace, *self.more_namespaces)
+                for arg in ("--namespace", namespace)
+            ),
             "--metrics-port",
             str(self.metrics_port),
             "--health-port",

@@ -66,16 +66,18 @@ async def test_the_operator_archives_closed_events_after_it_follows_a_checkpoint
     ref = SessionRef(name=f"archived-{uuid.uuid4().hex[:6]}", namespace=NAMESPACE, uid=str(uuid.uuid4()))
     memory = SessionMemory()
 
-    await store.append(ref.name, [note(f"n{i}") for i in range(20)])
+    record = names.record_id(ref.namespace, ref.name)
+    # Bound to the session as its fork's copy would be: the operator follows only its own record.
+    await store.append(record, [note(f"n{i}") for i in range(20)], idempotency_key=f"fork/{ref.uid}")
     await reconciler._follow(store, ref, memory)
-    assert await store.segments_of(ref.name) == [], "no checkpoint followed yet: nothing archived"
+    assert await store.segments_of(record) == [], "no checkpoint followed yet: nothing archived"
 
     checkpoint = Checkpoint(
         checkpoint_id="cp-1", covers_seq=20, verification=Verification(command="pytest", status="passed")
     )
-    await store.append(ref.name, [EventDraft(payload=checkpoint)])
+    await store.append(record, [EventDraft(payload=checkpoint)])
     await reconciler._follow(store, ref, memory)
-    segments = await store.segments_of(ref.name)
+    segments = await store.segments_of(record)
     assert [(s.first, s.last) for s in segments] == [(1, 3), (4, 6), (7, 9), (10, 12), (13, 15)]
-    assert memory.state == fold(await store.read(ref.name))
+    assert memory.state == fold(await store.read(record))
     assert memory.state.last_seq == 21

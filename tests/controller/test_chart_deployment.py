@@ -20,6 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from belay.controller.kube import load_api_client
+from belay.controller.names import record_id
 from belay.journal.state import fold
 from belay.stores.factory import open_event_store
 from tests.controller import test_operator
@@ -52,6 +53,7 @@ SESSIONS_NAMESPACE = "belay-deploy-sessions"
 STORE_SECRET = "belay-stores"
 LEASE = "belay-operator"
 SESSION = "parser-fix"
+RECORD = record_id(SESSIONS_NAMESPACE, SESSION)
 
 
 def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -175,7 +177,7 @@ async def test_chart_deployment_elects_one_leader_and_a_lost_leader_is_replaced_
 
             kube.kubectl("apply", "-f", "-", input=json.dumps(in_sessions_namespace(cluster_manifest())))
 
-            await wait_for_checkpoint(store, SESSION, "implementer/fix", describe, timeout=90)
+            await wait_for_checkpoint(store, RECORD, "implementer/fix", describe, timeout=90)
             assert session_status(kube)["phase"] == "Running"
 
             # Both replicas answer the liveness probe; the leader acted (its metrics count
@@ -192,8 +194,8 @@ async def test_chart_deployment_elects_one_leader_and_a_lost_leader_is_replaced_
             assert counted(standby_metrics, "belay_reconciles_total") == 0
             assert " leads " not in operators.log_of(standby)
 
-            old_lease = (await store.current_lease(SESSION)).number  # type: ignore[union-attr]
-            done_before = completed_steps(fold(await store.read(SESSION)))
+            old_lease = (await store.current_lease(RECORD)).number  # type: ignore[union-attr]
+            done_before = completed_steps(fold(await store.read(RECORD)))
             assert done_before, "the fault point comes after completed steps"
 
             # The leader's pod goes, and with it (as on a lost node) the stopped harness: nobody acts
@@ -212,7 +214,7 @@ async def test_chart_deployment_elects_one_leader_and_a_lost_leader_is_replaced_
             done = wait_for_session_end(kube, SESSIONS_NAMESPACE, SESSION, timeout=300, describe=describe)
             assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
 
-            events = await store.read(SESSION)
+            events = await store.read(RECORD)
             state = fold(events)
             assert steps_run_after(events, harness_lost_seq(events)).isdisjoint(done_before)
             assert state.lifecycle.lease > old_lease

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from belay.controller.kube import load_api_client
+from belay.controller.names import record_id
 from belay.controller.settings import OperatorSettings
 from belay.journal.events import Event
 from belay.stores.factory import open_event_store
@@ -85,7 +86,7 @@ async def test_a_session_outlives_a_lost_follower_and_a_lost_quorum_of_its_etcd(
         return agentsession_status(kube, NAMESPACE, SESSION)
 
     async def events() -> list[Event]:
-        return list(await store.read(SESSION))
+        return list(await store.read(record_id(NAMESPACE, SESSION)))
 
     def approve() -> None:
         patch = json.dumps({"spec": {"approvals": [GRANT]}})

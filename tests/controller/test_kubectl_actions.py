@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from belay.controller import names
 from belay.controller.settings import OperatorSettings
 from belay.journal.events import (
     Actor,
@@ -159,6 +160,8 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
     store = open_event_store(events_url)
     ref = open_artifact_store(artifacts_url).put(REPORT, media_type="text/markdown")
     report = Artifact(name="notes.md", ref=ref, deliverable=True, subagent="worker", description="the notes")
+    # Under the session's bare name, as records were written before they were keyed by namespace:
+    # the operator moves it to the session's own key on its first pass.
     await store.acquire_lease(SESSION, "pod:decide-all-harness-1")
     await store.append(
         SESSION, [EventDraft(payload=UserInput(goal=GOAL), actor=Actor(kind="user", name="t"))]
@@ -172,7 +175,7 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
     describe = lambda: f"operator log:\n{operator.log()[-4000:]}"  # noqa: E731
 
     async def record() -> SessionState:
-        return fold(await store.read(SESSION))
+        return fold(await store.read(names.record_id(NAMESPACE, SESSION)))
 
     try:
         kube.kubectl("create", "-f", "-", input=json.dumps(manifest()))

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from belay.controller.kube import load_api_client
+from belay.controller.names import record_id
 from belay.controller.settings import OperatorSettings
 from belay.journal.events import Rejection
 from belay.journal.state import fold
@@ -51,7 +52,7 @@ async def a_rejection_of_collected_bytes_is_reported_not_recorded(
     name = f"{child}/{deliverable}"
     store = open_event_store(events_url)
     try:
-        before = await store.read(COORDINATOR)
+        before = await store.read(record_id(NAMESPACE, COORDINATOR))
         sha256 = fold(before).artifacts[name].ref.sha256
         entry = {"item": name, "sha256": sha256, "reason": "name the versions", "by": "alice"}
         patch = {"spec": {"rejections": [entry]}}
@@ -76,7 +77,7 @@ async def a_rejection_of_collected_bytes_is_reported_not_recorded(
             warned, "the warning that the rejection is not applied", timeout=60, describe=describe
         )
         assert name in message and "does not do yet" in message, message
-        after = await store.read(COORDINATOR)
+        after = await store.read(record_id(NAMESPACE, COORDINATOR))
         assert not [e for e in after[len(before) :] if isinstance(e.payload, Rejection)]
     finally:
         await store.close()
@@ -130,11 +131,11 @@ async def test_a_coordinator_and_two_child_sessions_complete_one_objective(
     store = open_event_store(events_url)
     artifacts = open_artifact_store(artifacts_url)
     try:
-        parent = fold(await store.read(COORDINATOR))
+        parent = fold(await store.read(record_id(NAMESPACE, COORDINATOR)))
         for child, (part, deliverable) in CHILDREN.items():
             link = parent.children[child]
             assert (link.part, link.phase) == (part, "Succeeded")
-            own = fold(await store.read(child))
+            own = fold(await store.read(record_id(NAMESPACE, child)))
             assert own.parent is not None and (own.parent.session, own.parent.part) == (COORDINATOR, part)
             assert own.parent.objective == "release-notes"
             # What the child's harness told a person to run is spelled for kubectl, in a cluster.

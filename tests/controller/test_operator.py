@@ -73,6 +73,11 @@ SESSION = "parser-fix"
 FAULT_POINT = "checkpoint:implementer/fix"
 
 
+def record_of(name: str = SESSION) -> str:
+    """The record of the session `name` of the tests' namespace."""
+    return names.record_id(NAMESPACE, name)
+
+
 def cluster_manifest(name: str = SESSION) -> dict[str, Any]:
     """The example session, with the plan and inputs at absolute paths the local pods can read."""
     manifest = copy.deepcopy(EXAMPLE_MANIFEST)
@@ -166,12 +171,12 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
 
 
 async def wait_for_checkpoint(
-    store: EventStore, session: str, checkpoint_id: str, describe: Callable[[], str], timeout: float = 180
+    store: EventStore, record: str, checkpoint_id: str, describe: Callable[[], str], timeout: float = 180
 ) -> None:
     """Until the record holds the checkpoint (the harness stops itself right after the fault point)."""
 
     async def checkpoints() -> list[str | None]:
-        return [getattr(e.payload, "checkpoint_id", None) for e in await store.read(session)]
+        return [getattr(e.payload, "checkpoint_id", None) for e in await store.read(record)]
 
     await wait_until_async(
         checkpoints,
@@ -251,7 +256,7 @@ async def test_session_reconciled_recovers_from_a_lost_harness_and_completes(
         # The first attempt runs until the fault point, then the test takes its pod away.
         store = open_event_store(stores[0])
         try:
-            await wait_for_checkpoint(store, SESSION, "implementer/fix", describe)
+            await wait_for_checkpoint(store, record_of(), "implementer/fix", describe)
             running = session_status(kube)
             assert running["phase"] == "Running"
             assert condition(running, "Ready")["status"] == "True"  # type: ignore[index]
@@ -260,8 +265,8 @@ async def test_session_reconciled_recovers_from_a_lost_harness_and_completes(
             assert table.splitlines()[0].split() == ["NAME", "PHASE", "WAITING", "ON", "STEP", "AGE"]
             assert "Running" in table.splitlines()[1]
 
-            old_lease = (await store.current_lease(SESSION)).number  # type: ignore[union-attr]
-            done_before = completed_steps(fold(await store.read(SESSION)))
+            old_lease = (await store.current_lease(record_of())).number  # type: ignore[union-attr]
+            done_before = completed_steps(fold(await store.read(record_of())))
             # Frozen at the fault point, the harness cannot stop cleanly on the kubelet's SIGTERM:
             # it is killed when its (here short) grace period is over, a lost attempt.
             kube.kubectl(
@@ -285,7 +290,7 @@ async def test_session_reconciled_recovers_from_a_lost_harness_and_completes(
             # The old attempt is fenced: its lease no longer appends.
             with pytest.raises(StaleLease):
                 await store.append(
-                    SESSION,
+                    record_of(),
                     [EventDraft(payload=Note(note_id="zombie", kind=NoteKind.FINDING, text="late write"))],
                     lease=old_lease,
                 )
@@ -296,7 +301,7 @@ async def test_session_reconciled_recovers_from_a_lost_harness_and_completes(
             assert condition(done, "Recovering")["status"] == "False"  # type: ignore[index]
             assert condition(done, "Stalled") is None
 
-            events = await store.read(SESSION)
+            events = await store.read(record_of())
             state = fold(events)
             assert done_before, "the fault point comes after completed steps"
             assert steps_run_after(events, harness_lost_seq(events)).isdisjoint(done_before)
@@ -336,7 +341,7 @@ async def test_session_reconciled_recovers_from_a_lost_harness_and_completes(
         wait_for(lambda: not pods(kube) or None, "the pods to go", describe=describe)
         store = open_event_store(stores[0])
         try:
-            assert await store.last_seq(SESSION) == state.last_seq
+            assert await store.last_seq(record_of()) == state.last_seq
         finally:
             await store.close()
 
@@ -395,7 +400,7 @@ async def test_a_harness_pod_deleted_gracefully_stops_cleanly_and_the_next_attem
             done = wait_for_session_end(kube, NAMESPACE, name, timeout=600, describe=describe)
             assert done["phase"] == "Succeeded", json.dumps(done, indent=1)
             assert done.get("harnessLost", 0) == 0, done
-            events = await store.read(name)
+            events = await store.read(record_of(name))
         finally:
             await store.close()
             # Its pods go with it while this kubelet still runs them (the next test's would not).
@@ -593,7 +598,7 @@ async def test_approvals_from_gitops_and_kubectl_belay_are_bound_to_the_payload_
 
     store = open_event_store(stores[0])
     try:
-        state = fold(await store.read(name))
+        state = fold(await store.read(record_of(name)))
     finally:
         await store.close()
     record = state.approvals[pending["approvalId"]]
@@ -623,7 +628,7 @@ async def test_fork_from_a_checkpoint_copies_history_and_a_missing_source_stalls
             Note(note_id="cause", kind=NoteKind.HYPOTHESIS, text="split on every '='"),
             later,
         ]
-        await store.append("fork-source", [EventDraft(payload=p) for p in history])
+        await store.append(record_of("fork-source"), [EventDraft(payload=p) for p in history])
 
         forked = cluster_manifest("forked")
         forked["spec"]["forkFrom"] = {"session": "fork-source", "checkpoint": "researcher/reproduce"}
@@ -647,7 +652,7 @@ async def test_fork_from_a_checkpoint_copies_history_and_a_missing_source_stalls
             "checkpointId": "researcher/reproduce",
             "coversSeq": 3,
         }
-        copied = await store.read("forked")
+        copied = await store.read(record_of("forked"))
         assert [e.payload for e in copied[:3]] == history[:3]
         mirrored = wait_for(
             lambda: kubectl_json(
@@ -671,7 +676,7 @@ async def test_fork_from_a_checkpoint_copies_history_and_a_missing_source_stalls
         )
 
         async def scope_changes() -> list[Any]:
-            return [e.payload for e in await store.read("forked") if e.type == "scope_change"]
+            return [e.payload for e in await store.read(record_of("forked")) if e.type == "scope_change"]
 
         await wait_until_async(
             scope_changes,
@@ -695,7 +700,7 @@ async def test_fork_from_a_checkpoint_copies_history_and_a_missing_source_stalls
         assert condition(stalled, "Stalled")["reason"] == "ForkSourceMissing"  # type: ignore[index]
         assert condition(stalled, "Ready")["status"] == "False"  # type: ignore[index]
         assert pods(kube, "orphan") == {}
-        assert await store.last_seq("orphan") == 0
+        assert await store.last_seq(record_of("orphan")) == 0
     finally:
         await store.close()
         kube.kubectl(
@@ -746,7 +751,7 @@ async def test_a_lost_sandbox_pod_is_replaced_and_restored_in_the_same_attempt(
             kube.kubectl("apply", "-f", "-", input=json.dumps(cluster_manifest(name)))
             # The harness stops itself right after the implementer's `fix` checkpoint; while it is
             # stopped, its sandbox pod is deleted, as a node failure or an eviction would.
-            await wait_for_checkpoint(store, name, "implementer/fix", describe)
+            await wait_for_checkpoint(store, record_of(name), "implementer/fix", describe)
             kube.kubectl("delete", "pod", "-n", NAMESPACE, lost_pod, "--wait=false")
 
             recovering = wait_for(
@@ -782,7 +787,7 @@ async def test_a_lost_sandbox_pod_is_replaced_and_restored_in_the_same_attempt(
             # The same attempt finished the session: no other harness pod ever started.
             assert [n for n in kubelet.started_names if "-harness-" in n] == [f"{name}-harness-0"]
             assert replacement in kubelet.started_names
-        events = await store.read(name)
+        events = await store.read(record_of(name))
         lifecycle = [e for e in events if isinstance(e, LifecycleEvent)]
         assert [e for e in lifecycle if e.payload.kind == LifecycleKind.HARNESS_LOST] == []
         assert len([e for e in lifecycle if e.payload.kind == LifecycleKind.HARNESS_STARTED]) == 1
@@ -835,7 +840,7 @@ async def test_each_sandbox_pod_holds_only_its_own_token_and_refuses_the_others(
     try:
         with LocalKubelet(api, NAMESPACE, tmp_path / "kubelet", extra_env=pod_env) as kubelet:
             kube.kubectl("apply", "-f", "-", input=json.dumps(cluster_manifest(name)))
-            await wait_for_checkpoint(store, name, "researcher/reproduce", describe)
+            await wait_for_checkpoint(store, record_of(name), "researcher/reproduce", describe)
 
             # One Secret per subagent, each with a token of its own.
             listed = kubectl_json(
@@ -986,7 +991,7 @@ async def test_kubectl_belay_reject_and_amend_redo_exactly_the_steps_they_invali
 
     store = open_event_store(stores[0])
     try:
-        events = await store.read(name)
+        events = await store.read(record_of(name))
     finally:
         await store.close()
     state = fold(events)

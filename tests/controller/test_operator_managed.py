@@ -56,6 +56,7 @@ from tests.controller.test_operator import (  # noqa: F401 (fixtures)
     is_stopped_pod,
     kubectl_belay,
     operator,
+    record_of,
     stores,
     tickets,
 )
@@ -110,7 +111,7 @@ def describer(running: OperatorProcess, kubelet: LocalKubelet) -> Callable[[], s
 
 async def wait_for_event(store: EventStore, session: str, key: str, describe: Callable[[], str]) -> None:
     async def keys() -> list[str]:
-        return [fault_key(e) for e in await store.read(session)]
+        return [fault_key(e) for e in await store.read(record_of(session))]
 
     await wait_until_async(
         keys,
@@ -169,7 +170,7 @@ async def test_a_managed_session_survives_its_harness_pod_and_keeps_its_remote_s
             wait_for(
                 lambda: is_stopped_pod(first.process.pid), "the first harness to stop itself", 60, describe
             )
-            before = await store.read(session)
+            before = await store.read(record_of(session))
             held = remote_sessions(before)
             assert list(held) == [SUBAGENT]
             assert deliveries(before, ticket_op) == []
@@ -200,7 +201,7 @@ async def test_a_managed_session_survives_its_harness_pod_and_keeps_its_remote_s
             sandboxes = [p for p in kubelet.started_pods.values() if p not in harnesses]
             assert sandboxes and all(key not in json.dumps(p.env) for p in sandboxes)
 
-        after = await store.read(session)
+        after = await store.read(record_of(session))
         lost = harness_lost_seq(after)
         # Same remote session, nothing completed run again, the ticket's result posted once.
         assert remote_sessions(after) == held
@@ -302,7 +303,7 @@ async def test_an_edit_of_spec_executor_moves_a_live_session_at_its_next_step_bo
                 if pod.labels.get(names.LABEL_COMPONENT) == names.COMPONENT_HARNESS and name != first_harness
             ]
             assert later and all(pod.env["OPENAI_BASE_URL"] == standin.base_url for pod in later)
-        events = await store.read(session)
+        events = await store.read(record_of(session))
         [move] = [e for e in events if isinstance(e.payload, ExecutorChange)]
         assert move.payload.by.startswith("kubectl-belay/")
         assert (move.payload.from_type, move.payload.to_type) == ("scripted", "openai-agents")

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from belay.controller import names
 from belay.controller.settings import OperatorSettings
 from belay.journal.events import EventDraft, Note, NoteKind
 from belay.stores.etcd import EtcdEventStore
@@ -88,7 +89,7 @@ async def append_note(etcd: EtcdServer, name: str, note_id: str) -> int:
     store = EtcdEventStore([etcd.endpoint], prefix=PREFIX)  # the record key the operator has, if any
     try:
         draft = EventDraft(payload=Note(note_id=note_id, kind=NoteKind.FINDING, text="appended by hand"))
-        events = await store.append(name, [draft])
+        events = await store.append(names.record_id(NAMESPACE, name), [draft])
         return events[-1].seq
     finally:
         await store.close()

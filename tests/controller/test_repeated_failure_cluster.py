@@ -133,7 +133,7 @@ async def test_a_crash_loop_backs_off_then_stalls_with_no_fourth_pod(
     # second and the third.
     store = open_event_store(stores[0])
     try:
-        events = await store.read(SESSION)
+        events = await store.read(names.record_id(NAMESPACE, SESSION))
     finally:
         await store.close()
     lifecycle = [e for e in events if isinstance(e, LifecycleEvent)]

@@ -29,6 +29,7 @@ from tests.controller.test_operator import (  # noqa: F401  (fixtures)
     cluster_manifest,
     e2e_cluster,
     operator,
+    record_of,
     session_status,
     stores,
 )
@@ -114,9 +115,10 @@ async def test_retention_delete_removes_the_record_and_only_its_own_artifacts(
 
         kube.kubectl("delete", "agentsession", "deleted", "retained", "-n", NAMESPACE, "--timeout=120s")
 
-        assert await events.last_seq("deleted") == 0
-        assert await events.read("deleted") == []
-        assert "deleted" not in await events.list_sessions()
+        # Written under the bare names, the records were moved to the sessions' own keys.
+        assert await events.last_seq("deleted") == await events.last_seq(record_of("deleted")) == 0
+        assert await events.read(record_of("deleted")) == []
+        assert not {"deleted", record_of("deleted")} & set(await events.list_sessions())
         for gone in (own, listed, manifest):
             assert not artifacts.exists(gone.sha256)
         assert artifacts.get(shared.sha256) == b"an input both sessions declared\n"
@@ -131,13 +133,13 @@ async def test_retention_delete_removes_the_record_and_only_its_own_artifacts(
         assert "RetentionNotApplied" not in reasons
 
         # Retain (the default): the record and the artifacts stay.
-        assert await events.last_seq("retained") == 5
+        assert await events.last_seq(record_of("retained")) == 5
         assert artifacts.exists(kept_own.sha256)
         assert not {"RecordDeleted", "ArtifactsDeleted"} & set(event_reasons(kube, "retained"))
 
         # A finalizer that runs again (the operator restarted mid-delete) finds nothing left to do.
         again = await apply_retention(
-            "deleted", RetentionPolicy(record="Delete", artifacts="Delete"), events, artifacts
+            record_of("deleted"), RetentionPolicy(record="Delete", artifacts="Delete"), events, artifacts
         )
         assert [n.message for n in again] == [
             "deleted 0 artifact blobs only this session referred to; "

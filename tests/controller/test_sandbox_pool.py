@@ -294,8 +294,8 @@ async def test_a_recovering_attempt_claims_pool_sandboxes_and_completes_the_sess
             kube.kubectl("apply", "-f", "-", input=json.dumps(manifest(name, inputs)))
             # A session in the namespace: the pool fills for its template (both subagents share it).
             pool = wait_for(full_pool(kube), "a full pool", describe=describe)
-            await wait_for_checkpoint(store, name, "implementer/fix", describe)
-            done_before = completed_steps(fold(await store.read(name)))
+            await wait_for_checkpoint(store, names.record_id(NAMESPACE, name), "implementer/fix", describe)
+            done_before = completed_steps(fold(await store.read(names.record_id(NAMESPACE, name))))
             # The record holds the inputs now: the next attempt restores them from there and does
             # not read them again (it would fail to: they are gone).
             shutil.rmtree(inputs)
@@ -392,7 +392,7 @@ async def test_a_recovering_attempt_claims_pool_sandboxes_and_completes_the_sess
             assert all(n in kubelet.started_names for n in pool)
             kube.kubectl("delete", "agentsession", name, "-n", NAMESPACE, "--timeout=120s")
 
-        events = await store.read(name)
+        events = await store.read(names.record_id(NAMESPACE, name))
         lost = harness_lost_seq(events)
         assert steps_run_after(events, lost).isdisjoint(done_before)
         assert steps_run_twice(events) == []

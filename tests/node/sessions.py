@@ -123,7 +123,7 @@ class SessionSetup:
         async def read() -> list[Event]:
             store = open_event_store(self.events_url)
             try:
-                return list(await store.read(SESSION))
+                return list(await store.read(names.record_id(self.namespace, SESSION)))
             finally:
                 await store.close()
 

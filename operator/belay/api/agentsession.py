@@ -614,6 +614,9 @@ class AgentSessionSpec(ApiModel):
     stores: StoresSpec = StoresSpec()
     fork_from: ForkFrom | None = None
     retention: RetentionPolicy = RetentionPolicy()
+    # In a cluster, a record written for another AgentSession of this namespace and name (one
+    # deleted and created again) is refused unless this says to adopt it.
+    adopt_record: bool = False
 
     @field_validator("subagents")
     @classmethod

@@ -30,6 +30,7 @@ class OperatorReason:
     RECORD_CORRUPT = "RecordCorrupt"
     FORK_SOURCE_MISSING = "ForkSourceMissing"
     ATTEMPTS_EXHAUSTED = "AttemptsExhausted"
+    RECORD_BELONGS_TO_ANOTHER = "RecordBelongsToAnother"
 
 
 class HarnessPodStatus(StatusModel):

@@ -35,7 +35,7 @@ from belay.controller.follow import (
 from belay.controller.kube import KubeClient, load_api_client
 from belay.controller.pooling import SandboxPool
 from belay.controller.reconciler import SessionReconciler
-from belay.controller.retention import apply_retention
+from belay.controller.retention import retain_or_delete
 from belay.controller.settings import settings_from_environment
 from belay.controller.status import TransitionEvent
 from belay.stores.base import RecordCorrupt, StoreError, StoreUnavailable
@@ -86,7 +86,8 @@ def _follow_record(reconciler: SessionReconciler, body: dict[str, Any], key: str
         store = reconciler.event_store(AgentSessionSpec.model_validate(body["spec"]))
     except (StoreUnavailable, ValueError):
         return  # the pass reports it, and is tried again
-    Runtime.watches.follow(store, body["metadata"]["name"], key, wake)
+    meta = body["metadata"]
+    Runtime.watches.follow(store, names.record_id(meta["namespace"], meta["name"]), key, wake)
 
 
 def _post_event(body: dict[str, Any], transition: TransitionEvent) -> None:
@@ -310,8 +311,8 @@ async def session_deleted(body: kopf.Body, namespace: str | None, name: str, uid
     try:
         # Under the session's lock: no pass of its worker writes to the record meanwhile.
         async with reconciler.lock(uid):
-            notes = await apply_retention(
-                name, spec.retention, reconciler.event_store(spec), reconciler.artifact_store(spec)
+            notes = await retain_or_delete(
+                namespace, name, uid, spec, reconciler.event_store(spec), reconciler.artifact_store(spec)
             )
     except StoreError as error:  # the finalizer stays until the stores answer
         raise kopf.TemporaryError(f"retention of {namespace}/{name}: {error}", delay=10) from error

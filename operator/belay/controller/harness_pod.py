@@ -2,7 +2,8 @@
 
 It runs one harness attempt for the session named in its environment (written by the operator,
 see `belay.controller.desired.harness_pod`): the spec, the store locations, the Service address of
-each subagent's sandbox pod, and the directory holding each sandbox's own token. Sandboxes belong
+each subagent's sandbox pod, and the directory holding each sandbox's own token. Its record is the
+one of its namespace and name (`ClusterSession`). Sandboxes belong
 to the operator, which starts a clean set for every attempt; this process only connects to them.
 A sandbox the operator claimed from its pool for this attempt has no token yet: the attempt holds
 its one-time claim key (a file per subagent) and hands it the subagent's token before anything
@@ -152,8 +153,17 @@ def effect_key(environment: Mapping[str, str]) -> bytes:
     return derived_key(secret)
 
 
+class ClusterSession(AgentSession):
+    """An AgentSession as its harness pod runs it: its record is the one of its namespace and name
+    (`belay.controller.names.record_id`), which no session of another namespace shares."""
+
+    @property
+    def session_id(self) -> str:
+        return names.record_id(self.metadata.namespace or "", self.metadata.name)
+
+
 def session_from_environment(environment: Mapping[str, str]) -> AgentSession:
-    return AgentSession.model_validate(
+    return ClusterSession.model_validate(
         {
             "metadata": {
                 "name": environment[desired.ENV_SESSION],

@@ -53,6 +53,14 @@ def dns_label(*parts: str) -> str:
     return f"{head}-{digest}"
 
 
+def record_id(namespace: str, name: str) -> str:
+    """The id of an AgentSession's record in the event store, from its namespace and name: two
+    sessions of one name in two namespaces never share a record. Neither part can hold a '/' (both
+    are DNS labels), so one id names one session, and none is a bare name (a record's id before
+    records were keyed by namespace, `belay.controller.ownership.move_legacy_record`)."""
+    return f"{namespace}/{name}"
+
+
 def harness_pod_name(session: str, index: int) -> str:
     return dns_label(session, "harness", str(index))
 

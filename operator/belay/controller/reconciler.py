@@ -27,7 +27,6 @@ from belay.api.status import (
     ForkStatus,
     HarnessPodStatus,
     OperatorReason,
-    PodPhase,
     SandboxPodStatus,
 )
 from belay.controller import names
@@ -43,7 +42,24 @@ from belay.controller.drill import (
     fault_point,
 )
 from belay.controller.kube import KubeClient
-from belay.controller.pool import claimed_sandboxes, current_sandboxes, subagents_to_claim
+from belay.controller.observed import (
+    claimed_pods,
+    harness_pods,
+    operator_liveness,
+    pod_phase,
+    replacements_of,
+    sandbox_pods,
+)
+from belay.controller.ownership import (
+    adoption_write,
+    belongs_to,
+    move_legacy_record,
+    owner_after,
+    record_of,
+    record_of_body,
+    refusal,
+)
+from belay.controller.pool import current_sandboxes, subagents_to_claim
 from belay.controller.pooling import SandboxPool
 from belay.controller.record import (
     ForkSourceMissing,
@@ -65,12 +81,9 @@ from belay.controller.recovery import (
     BACKING_OFF,
     Action,
     HarnessDecision,
-    HarnessPod,
-    SandboxPod,
     decide_harness,
     failure_backoff,
     sandbox_losses,
-    sandbox_replacement,
     stalled_by_repeats,
 )
 from belay.controller.settings import OperatorSettings
@@ -89,7 +102,6 @@ EventPoster = Callable[[dict[str, Any], TransitionEvent], None]
 # Children are applied again at least this often even when nothing changed, so an object someone
 # deleted by hand comes back.
 REAPPLY_INTERVAL_S = 60.0
-PHASES: tuple[PodPhase, ...] = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 
 @dataclass
@@ -117,6 +129,15 @@ class SessionMemory:
     events_export: tuple[EventsExport, ArtifactRef] | None = None
     # The seq of the latest repeated failure, and when this operator first saw it (its backoff).
     repeat_seen: tuple[int, datetime] | None = None
+    # The uid the record is bound to (`belay.controller.ownership`); nothing of a record bound to
+    # another is folded: `foreign` says so, with its owner (None: it names none).
+    owner: str | None = None
+    foreign: bool = False
+    foreign_owner: str | None = None
+    # Whether the record under the session's bare name was looked at, and left there (not the
+    # session's: looked at again once the spec adopts it).
+    legacy_checked: bool = False
+    legacy_left: bool = False
 
 
 @dataclass
@@ -131,65 +152,10 @@ class PassResult:
     next_pass_in_s: float | None = None
 
 
-async def operator_liveness(store: EventStore, session: str) -> Liveness:
-    """The session's lease and its last renewal, now; the operator recovers lost attempts."""
-    lease = await store.current_lease(session)
-    renewal = await store.lease_renewal(session)
-    return Liveness(
-        now=datetime.now(UTC),
-        lease=lease.number if lease else 0,
-        holder=lease.holder if lease else "",
-        renewed_lease=renewal.number if renewal else 0,
-        renewed_at=renewal.renewed_at if renewal else None,
-        recovered_by="operator",
-    )
-
-
-def pod_phase(pod: Any) -> PodPhase:
-    phase = getattr(pod.status, "phase", None) or "Pending"
-    return phase if phase in PHASES else "Unknown"
-
-
-def harness_pods(pods: list[Any]) -> list[HarnessPod]:
-    found = []
-    for pod in pods:
-        labels = pod.metadata.labels or {}
-        if labels.get(names.LABEL_COMPONENT) != names.COMPONENT_HARNESS:
-            continue
-        index = labels.get(names.LABEL_ATTEMPT, "")
-        if not index.isdigit():
-            continue
-        found.append(
-            HarnessPod(
-                name=pod.metadata.name,
-                index=int(index),
-                phase=pod_phase(pod),
-                deleting=pod.metadata.deletion_timestamp is not None,
-            )
-        )
-    return found
-
-
-def sandbox_pods(pods: list[Any]) -> dict[str, SandboxPod]:
-    return {
-        pod.metadata.name: SandboxPod(
-            name=pod.metadata.name,
-            phase=pod_phase(pod),
-            deleting=pod.metadata.deletion_timestamp is not None,
-        )
-        for pod in pods
-        if (pod.metadata.labels or {}).get(names.LABEL_COMPONENT) == names.COMPONENT_SANDBOX
-    }
-
-
-def replacements_of(state: SessionState, spec: AgentSessionSpec) -> dict[str, int]:
-    return {sub.name: sandbox_replacement(state, sub.name) for sub in spec.subagents}
-
-
-def claimed_pods(pods: list[Any], index: int | None, replacements: dict[str, int]) -> dict[str, str]:
-    """The pool pods claimed for attempt `index` that are still their subagents' sandboxes."""
-    labelled = ((pod.metadata.name, pod.metadata.labels or {}) for pod in pods)
-    return claimed_sandboxes(labelled, index, replacements)
+def shown(state: SessionState, name: str) -> SessionState:
+    """The folded record as the status shows it: under the session's name, which the commands it
+    names take (`kubectl belay approve NAME ...` in the session's namespace), not its record's id."""
+    return state.model_copy(update={"session_id": name})
 
 
 def _opened(opener: Callable[[str], T], url: str) -> T:
@@ -269,7 +235,7 @@ class SessionReconciler:
             return True
         store = self.event_store(AgentSessionSpec.model_validate(body["spec"]))
         try:
-            last_seq = await store.last_seq(body["metadata"]["name"])
+            last_seq = await store.last_seq(record_of_body(body))
         except StoreUnavailable as error:
             async with self.lock(uid):
                 await self._store_unavailable(body, memory, error)
@@ -302,12 +268,14 @@ class SessionReconciler:
             memory.store_unavailable = False
             return passed
 
-    async def _report(self, body: dict[str, Any], memory: SessionMemory, problem: OperatorProblem) -> None:
+    async def _report(
+        self, body: dict[str, Any], memory: SessionMemory, problem: OperatorProblem
+    ) -> AgentSessionStatus:
         """The last known status, with the operator's problem on top."""
         meta = body["metadata"]
         known = AgentSessionStatus.model_validate(memory.status) if memory.status else None
-        status = session_status_patch(
-            memory.state,
+        typed = session_status_patch(
+            shown(memory.state, meta["name"]),
             previous_status=body.get("status") or memory.status,
             generation=int(meta.get("generation") or 1),
             now=datetime.now(UTC),
@@ -315,10 +283,12 @@ class SessionReconciler:
             sandboxes=known.sandboxes if known else None,
             forked_from=memory.forked_from,
             problem=problem,
-        ).to_status()
+        )
+        status = typed.to_status()
         if status != memory.status:
             await self.kube.call(self.kube.apply_status, meta["namespace"], meta["name"], status)
             memory.status = status
+        return typed
 
     async def _write(self, store: EventStore, session: str, write: RecordWrite) -> None:
         try:
@@ -341,17 +311,18 @@ class SessionReconciler:
             if link.phase:
                 ended = child_wait_write(ref.uid, memory.state, name)
                 if ended is not None:
-                    await self._write(store, ref.name, ended)
+                    await self._write(store, record_of(ref), ended)
                 continue
             if name not in memory.children_created:
                 await self.kube.call(self.kube.create_session_if_absent, child_manifest(body, link))
                 memory.children_created.add(name)
             known = memory.child_states.get(name, EMPTY)
-            fresh = await store.read(name, from_seq=known.last_seq + 1)
+            # A child of the same namespace: the record of no session elsewhere is ever read.
+            fresh = await store.read(names.record_id(ref.namespace, name), from_seq=known.last_seq + 1)
             memory.child_states[name] = child = fold(fresh, known) if fresh else known
             ended = child_ended_write(ref.uid, memory.state, name, child)
             if ended is not None:
-                await self._write(store, ref.name, ended)
+                await self._write(store, record_of(ref), ended)
         await self._follow(store, ref, memory)
 
     async def _drill(
@@ -365,11 +336,12 @@ class SessionReconciler:
             memory.drill = drill_status(request, name, EMPTY, None, memory.state)
         if memory.drill.passed is not None:
             return
-        fresh = await store.read(name, from_seq=memory.drill_state.last_seq + 1)
+        record = names.record_id(body["metadata"]["namespace"], name)
+        fresh = await store.read(record, from_seq=memory.drill_state.last_seq + 1)
         if fresh:
             memory.drill_state = fold(fresh, memory.drill_state)
         ended = phase_of(memory.drill_state) in ENDED_PHASES
-        events = await store.read(name) if ended else None
+        events = await store.read(record) if ended else None
         memory.drill = drill_status(request, name, memory.drill_state, events, memory.state)
 
     async def _export_events(
@@ -399,8 +371,15 @@ class SessionReconciler:
             await asyncio.to_thread(artifacts.delete, previous[1].sha256)
 
     async def _follow(self, store: EventStore, ref: SessionRef, memory: SessionMemory) -> None:
-        """Fold the events after the last one seen, and mirror the checkpoints among them."""
-        fresh = await store.read(ref.name, from_seq=memory.state.last_seq + 1)
+        """Fold the events after the last one seen, and mirror the checkpoints among them; nothing,
+        when the record belongs to another session (`memory.foreign` then says so)."""
+        fresh = await store.read(record_of(ref), from_seq=memory.state.last_seq + 1)
+        owner = owner_after(fresh, memory.owner)
+        memory.foreign = not belongs_to(owner, ref.uid, fresh[-1].seq if fresh else memory.state.last_seq)
+        if memory.foreign:
+            memory.foreign_owner = owner
+            return
+        memory.owner = owner
         state = memory.state
         for event in fresh:
             state = apply(state, event)
@@ -408,7 +387,7 @@ class SessionReconciler:
                 await self.kube.call(self.kube.apply, checkpoint_object(ref, event))
         memory.state = state
         if any(isinstance(event, CheckpointEvent) for event in fresh):
-            await archive_closed(store, ref.name)  # bounded etcd: docs/stores.md, "Archived segments"
+            await archive_closed(store, record_of(ref))  # bounded etcd: docs/stores.md, "Archived segments"
 
     async def _fork(
         self, store: EventStore, ref: SessionRef, spec: AgentSessionSpec, memory: SessionMemory
@@ -416,14 +395,15 @@ class SessionReconciler:
         fork = spec.fork_from
         if fork is None or memory.forked_from is not None:
             return
-        source = await store.read(fork.session)
+        # The source is a session of the same namespace: no other namespace's record is ever copied.
+        source = await store.read(names.record_id(ref.namespace, fork.session))
         try:
-            write, status = fork_write(ref.uid, source, fork.checkpoint)
+            write, status = fork_write(ref.uid, source, fork.checkpoint, fork.session)
         except ForkSourceMissing as error:
             memory.fork_error = f"forkFrom {fork.session}: {error}"
             return
-        if await store.last_seq(ref.name) == 0:
-            await self._write(store, ref.name, write)
+        if await store.last_seq(record_of(ref)) == 0:
+            await self._write(store, record_of(ref), write)
         memory.forked_from = status
         memory.fork_error = ""
 
@@ -439,7 +419,7 @@ class SessionReconciler:
         what the decision records folded in."""
         if memory.fork_error:
             return HarnessDecision(Action.STOP, None, why=memory.fork_error)
-        liveness = await operator_liveness(store, ref.name)
+        liveness = await operator_liveness(store, record_of(ref))
 
         decision = decide_harness(
             memory.state, harness_pods(pods), liveness.lease, spec.recovery.max_attempts, liveness
@@ -448,7 +428,7 @@ class SessionReconciler:
             await self._record_lost_sandboxes(store, ref, spec, memory, pods, decision.index)
         if decision.action == Action.REPLACE and decision.lost_attempt is not None:
             lost = harness_lost_write(ref.uid, decision.lost_attempt, decision.lost_pod, decision.why)
-            await self._write(store, ref.name, lost)
+            await self._write(store, record_of(ref), lost)
             # The loss is an end of its own: it may repeat the ones before it (a stall, or a backoff).
             await self._follow(store, ref, memory)
             decision = stalled_by_repeats(memory.state) or decision
@@ -464,7 +444,7 @@ class SessionReconciler:
                 log.info("session %s/%s: %s", ref.namespace, ref.name, decision.why)
         if decision.action == Action.REPLACE:
             # Fence first: from here on the lost attempt cannot append, even if it still runs.
-            fenced = await store.acquire_lease(ref.name, holder=names.FIELD_MANAGER)
+            fenced = await store.acquire_lease(record_of(ref), holder=names.FIELD_MANAGER)
             decision = HarnessDecision(
                 Action.REPLACE, fenced.number, decision.lost_attempt, decision.lost_pod, decision.why
             )
@@ -474,7 +454,7 @@ class SessionReconciler:
         elif decision.action == Action.GIVE_UP:
             await self._write(
                 store,
-                ref.name,
+                record_of(ref),
                 gave_up_write(ref.uid, memory.state.lifecycle.harness_lost, spec.recovery.max_attempts),
             )
         await self._follow(store, ref, memory)
@@ -509,7 +489,7 @@ class SessionReconciler:
         for loss in sandbox_losses(expected, observed, memory.seen_sandboxes):
             number = replacements[loss.subagent] + 1
             await self._write(
-                store, ref.name, sandbox_lost_write(ref.uid, loss.subagent, loss.pod, loss.why, number)
+                store, record_of(ref), sandbox_lost_write(ref.uid, loss.subagent, loss.pod, loss.why, number)
             )
             log.info(
                 "session %s/%s: sandbox pod %s of %s lost (%s); starting replacement %s",
@@ -626,6 +606,10 @@ class SessionReconciler:
         store = self.event_store(spec)
         artifacts = self.artifact_store(spec)
 
+        refused = await self._own_record(store, ref, spec, memory)
+        if refused is not None:
+            status = await self._report(body, memory, refused)
+            return PassResult(HarnessDecision(Action.STOP, None, why=refused.message), status)
         await self._ensure_sandbox_tokens(ref, spec, memory)
         await self._fork(store, ref, spec, memory)
         await self._follow(store, ref, memory)
@@ -644,7 +628,7 @@ class SessionReconciler:
         await self._apply_children(ref, objects, pods, memory, claimed)
         await self._answer_requests(store, artifacts, body, memory)
 
-        liveness = await operator_liveness(store, ref.name)
+        liveness = await operator_liveness(store, record_of(ref))
         harness, sandboxes = self._pod_statuses(
             ref, spec, decision, pods, liveness.lease, replacements, claimed
         )
@@ -659,6 +643,27 @@ class SessionReconciler:
         follows_clock = decision.index is not None and liveness.renewed_current_lease
         next_pass = decision.retry_in_s if decision.action == Action.BACK_OFF else None
         return PassResult(decision, status, transitions, follows_clock, next_pass)
+
+    async def _own_record(
+        self, store: EventStore, ref: SessionRef, spec: AgentSessionSpec, memory: SessionMemory
+    ) -> OperatorProblem | None:
+        """The record moved from its bare-name key once, then folded if it is the session's own,
+        or adopted if the spec says so; otherwise the problem that stops the session, with nothing
+        written (`belay.controller.ownership`)."""
+        record = record_of(ref)
+        if not memory.legacy_checked or (memory.legacy_left and spec.adopt_record):
+            moved = await move_legacy_record(store, ref.name, record, ref.uid, spec.adopt_record)
+            memory.legacy_checked, memory.legacy_left = True, not moved
+        await self._follow(store, ref, memory)
+        if not memory.foreign:
+            return None
+        if not spec.adopt_record:
+            message = refusal(record, memory.foreign_owner, ref.uid)
+            return OperatorProblem(OperatorReason.RECORD_BELONGS_TO_ANOTHER, message)
+        await self._write(store, record, adoption_write(ref.uid, record, memory.foreign_owner))
+        log.info("session %s/%s: adopted the record %s", ref.namespace, ref.name, record)
+        await self._follow(store, ref, memory)
+        return None
 
     async def _ensure_sandbox_tokens(
         self, ref: SessionRef, spec: AgentSessionSpec, memory: SessionMemory
@@ -678,7 +683,7 @@ class SessionReconciler:
             return
         request = request_write(ref.uid, ref.generation, spec, memory.state)
         if request is not None:
-            await self._write(store, ref.name, request)
+            await self._write(store, record_of(ref), request)
             await self._follow(store, ref, memory)
 
     async def _record_parent_link(
@@ -686,7 +691,7 @@ class SessionReconciler:
     ) -> None:
         linked = parent_link_write(ref.uid, meta, memory.state)
         if linked is not None:
-            await self._write(store, ref.name, linked)
+            await self._write(store, record_of(ref), linked)
             await self._follow(store, ref, memory)
 
     async def _record_spec_decisions(
@@ -706,7 +711,7 @@ class SessionReconciler:
         editor = request_editor(meta, "executor")
         move = executor_change_write(ref.uid, ref.generation, spec, memory.state, by=editor)
         for write in [*writes, *([scope] if scope else []), *([move] if move else [])]:
-            await self._write(store, ref.name, write)
+            await self._write(store, record_of(ref), write)
 
     def _report_rejections_not_applied(
         self, body: dict[str, Any], spec: AgentSessionSpec, memory: SessionMemory
@@ -727,7 +732,7 @@ class SessionReconciler:
             await self._drill(store, body, drill, memory)
         asked = (annotations or {}).get(names.ANNOTATION_EVENTS_REQUEST)
         if asked and (memory.events_export is None or memory.events_export[0].request != asked):
-            await self._export_events(store, artifacts, body["metadata"]["name"], asked, memory)
+            await self._export_events(store, artifacts, record_of_body(body), asked, memory)
 
     def _status_of(
         self,
@@ -746,7 +751,7 @@ class SessionReconciler:
             return artifacts.location(artifact.sha256)
 
         return session_status_patch(
-            memory.state,
+            shown(memory.state, ref.name),
             previous_status=previous,
             generation=ref.generation,
             now=datetime.now(UTC),

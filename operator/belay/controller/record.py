@@ -281,10 +281,11 @@ class ForkSourceMissing(LookupError):
 
 
 def fork_write(
-    uid: str, source_events: Sequence[Event], checkpoint_id: str | None
+    uid: str, source_events: Sequence[Event], checkpoint_id: str | None, source: str | None = None
 ) -> tuple[RecordWrite, ForkStatus]:
     """The source session's history up to and including the checkpoint to fork from (the named
-    one, else the last verified one), as one batch for the new session's empty record."""
+    one, else the last verified one), as one batch for the new session's empty record. `source`:
+    the source session's name, as the status shows it (its record's id when not given)."""
     checkpoints = [e for e in source_events if isinstance(e, CheckpointEvent)]
     if checkpoint_id is None:
         chosen = next((e for e in reversed(checkpoints) if e.payload.verified), None)
@@ -293,7 +294,7 @@ def fork_write(
     if chosen is None or not source_events:
         wanted = checkpoint_id or "a verified checkpoint"
         raise ForkSourceMissing(f"the source session has no {wanted}")
-    source = source_events[0].session_id
+    source = source or source_events[0].session_id
     drafts = tuple(
         EventDraft(payload=e.payload, parent_seq=e.parent_seq, actor=e.actor)
         for e in source_events

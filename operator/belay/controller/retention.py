@@ -5,6 +5,10 @@ session's record (in the same event store) refers to are deleted, manifests afte
 so a deletion cut short and run again still finds everything it has left to do. Then the record.
 Every step is idempotent: a finalizer that runs twice (the operator restarted mid-delete) deletes
 what is left and reports it.
+
+Only the session's own record is touched: the one of its namespace and name, bound to its uid
+(`belay.controller.ownership`). A record written for another AgentSession of the same name, which
+this one was refused, is kept whatever the retention says.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 
-from belay.api.agentsession import RetentionPolicy
+from belay.api.agentsession import AgentSessionSpec, RetentionPolicy
+from belay.controller.names import record_id
+from belay.controller.ownership import belongs_to, move_legacy_record, owner_after
 from belay.journal.events import DeclaredArtifact
 from belay.stores.base import ArtifactNotFound, ArtifactStore, EventStore
 from belay.stores.retention import blobs_only_of, expanded, references
@@ -66,3 +72,31 @@ async def apply_retention(
     if policy.record == "Delete":
         notes.append(await delete_record(session_id, events))
     return notes
+
+
+async def retain_or_delete(
+    namespace: str,
+    name: str,
+    uid: str,
+    spec: AgentSessionSpec,
+    events: EventStore,
+    artifacts: ArtifactStore,
+) -> list[RetentionNote]:
+    """`spec.retention` applied to the record of the AgentSession `uid`, and to nothing else. A
+    record still under the bare name, the session's own, is moved first (it goes or stays with
+    the session's)."""
+    if spec.retention.record == "Retain" and spec.retention.artifacts == "Retain":
+        return []  # nothing to delete, nothing to read: a record that cannot be read stays too
+    record = record_id(namespace, name)
+    await move_legacy_record(events, name, record, uid, spec.adopt_record)
+    recorded = await events.read(record)
+    owner = owner_after(recorded)
+    if not belongs_to(owner, uid, recorded[-1].seq if recorded else 0):
+        return [
+            RetentionNote(
+                "RecordBelongsToAnother",
+                f"kept the record {record}: it was written for AgentSession uid {owner or 'none'}, not "
+                f"this one ({uid}); nothing of it was deleted",
+            )
+        ]
+    return await apply_retention(record, spec.retention, events, artifacts)

@@ -628,7 +628,7 @@ class ManagedExecutor(RemoteLink):
 
     async def copy_outputs(self, state: SessionState) -> None:
         """Every output of the remote session into the artifact store, once, as a deliverable."""
-        session_id = self.context.session.session_id
+        shown_as = self.context.session.metadata.name  # a person's commands take the name
         outputs = await self.retrying(
             "list the remote outputs", lambda: self.provider.outputs(self.remote_id)
         )
@@ -661,7 +661,7 @@ class ManagedExecutor(RemoteLink):
                     Wait(
                         wait_id=f"review-{name}",
                         kind=WaitKind.READY_FOR_REVIEW,
-                        reason=f"{name} is ready for review: {commands.download(session_id, name)}",
+                        reason=f"{name} is ready for review: {commands.download(shown_as, name)}",
                         artifact=name,
                     ),
                 ]

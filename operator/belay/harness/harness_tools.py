@@ -83,6 +83,9 @@ class HarnessToolContext(Protocol):
     def session_id(self) -> str: ...
 
     @property
+    def session_name(self) -> str: ...
+
+    @property
     def marks(self) -> EffectMarks: ...
 
     @property
@@ -146,7 +149,7 @@ async def publish_deliverable(
         ]
     location = await asyncio.to_thread(runtime.artifacts.location, ref.sha256)
     ref = ArtifactRef(sha256=ref.sha256, size=ref.size, media_type=ref.media_type, uri=ref.uri or location)
-    download = runtime.command(commands.download(runtime.session_id, name))
+    download = runtime.command(commands.download(runtime.session_name, name))
     return [
         Artifact(
             name=name,
@@ -390,7 +393,7 @@ async def start_session(
     name, part, goal = str(args["name"]), str(args["part"]), str(args["goal"])
     deliverable = str(args.get("deliverable") or "")
     error = ""
-    if not re.fullmatch(SESSION_NAME_PATTERN, name) or name == runtime.session_id:
+    if not re.fullmatch(SESSION_NAME_PATTERN, name) or name == runtime.session_name:
         error = f"{name!r} cannot name a child session: a DNS label other than this session's name"
     elif deliverable and not is_plain_file_name(deliverable):
         error = f"deliverable {deliverable!r}: {DELIVERABLE_MESSAGE}"

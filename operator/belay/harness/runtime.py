@@ -118,6 +118,12 @@ class ToolRuntime:
         return self.attempt.session_id
 
     @property
+    def session_name(self) -> str:
+        """The session's name, which the commands a person runs take (in a cluster its record's id
+        also names its namespace: `belay.controller.names.record_id`)."""
+        return self.attempt.session.metadata.name
+
+    @property
     def marks(self) -> EffectMarks:
         return EffectMarks(self.effect_key, self.session_id)
 
@@ -518,8 +524,8 @@ class ToolRuntime:
             )
             reason = (
                 f"did {op.tool} ({op.operation_id}) take effect? Its outcome is unknown{unmarked} and it "
-                f"is never repeated blindly: `{self.command(commands.approve(self.session_id, wait_id))}` "
-                f"if it did, `{self.command(commands.reject(self.session_id, wait_id))}` if it did not"
+                f"is never repeated blindly: `{self.command(commands.approve(self.session_name, wait_id))}` "
+                f"if it did, `{self.command(commands.reject(self.session_name, wait_id))}` if it did not"
             )
             await attempt.record(
                 [Wait(wait_id=wait_id, kind=WaitKind.ON_USER, reason=reason, condition=op.operation_id)],

@@ -48,7 +48,7 @@ async def record_turn_end(
     state = await attempt.known_state()
     wait_id = turn_end_wait_id(state, sub.name)
     style = commands.in_cluster if attempt.holder.startswith("pod:") else commands.local
-    reason = turn_end_reason(state.session_id, sub.name, deliverable, said.text, wait_id, style)
+    reason = turn_end_reason(attempt.session.metadata.name, sub.name, deliverable, said.text, wait_id, style)
     await attempt.record(
         [
             *taken,

@@ -278,7 +278,8 @@ class Installation:
 def prepare_session(home: LocalHome, manifest_path: Path) -> Installation:
     """Everything `belay run` can check before it writes anything: the manifest against the API
     models, then what only this machine can see (the plan file and its contents, the input
-    directories) and what the embedded runtime does not do (forkFrom, a Secret for the stores)."""
+    directories) and what the embedded runtime does not do (forkFrom, adoptRecord, a Secret for
+    the stores)."""
     return prepare_parsed(home, load_manifest(manifest_path), manifest_path.parent, str(manifest_path))
 
 
@@ -289,6 +290,11 @@ def prepare_parsed(home: LocalHome, session: AgentSession, base: Path, where: st
         raise ManifestError(
             f"{where}: spec.forkFrom: the embedded runtime does not fork sessions; "
             "apply the manifest to a cluster, or remove forkFrom"
+        )
+    if spec.adopt_record:
+        raise ManifestError(
+            f"{where}: spec.adoptRecord: the embedded runtime binds no record to an AgentSession's "
+            "uid, so there is nothing to adopt; remove adoptRecord"
         )
     if spec.stores.secret_ref is not None:
         raise ManifestError(
