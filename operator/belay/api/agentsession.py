@@ -375,6 +375,12 @@ class SubagentSpec(ApiModel):
     allowlist: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
         default_factory=list, max_length=64
     )
+    # The effect class of this subagent's run_command calls (belay.journal.tools.effect_of): by
+    # default idempotent with networkProfile none and unsafe otherwise, since a command that
+    # reaches a network may change something outside the sandbox, and an unsafe call is never run
+    # again blindly after a recovery. `idempotent` says the commands only read from the network (a
+    # build fetching its dependencies), so they may run again.
+    command_effect: Literal["idempotent", "unsafe"] | None = None
     # A local sandbox refuses to start without its walls (bubblewrap) unless this is "best-effort";
     # a sandbox pod's walls are its security context and NetworkPolicy, always in force.
     isolation: Literal["required", "best-effort"] = "required"

@@ -79,7 +79,7 @@ from belay.journal.state import (
     SessionState,
     operation_payload_sha256,
 )
-from belay.journal.tools import ToolSpec, tool_spec
+from belay.journal.tools import ToolSpec, effect_of, tool_spec
 from belay.sandbox.client import SandboxError, SandboxUnavailable
 from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, ClaimTaken
 
@@ -138,6 +138,7 @@ class ToolRuntime:
         `belay.journal.operations`) beside the executor's own id of the call, its effect class
         and the hash of its payload (what an approval binds)."""
         spec = tool_spec(call.name)
+        effect = effect_of(spec.name, sub.network_profile, sub.command_effect)
         operation_id = derived.operation_id
         if operation_id in state.operations:
             raise RuntimeError(f"the executor reused operation id {operation_id!r}")
@@ -162,10 +163,10 @@ class ToolRuntime:
             operation_id=operation_id,
             tool=spec.name,
             arguments=arguments,
-            effect=spec.effect,
+            effect=effect,
             step=derived.step,
             subagent=sub.name,
-            idempotency_key=operation_id if spec.effect == EffectClass.KEYED else None,
+            idempotency_key=operation_id if effect == EffectClass.KEYED else None,
             payload_sha256=operation_payload_sha256(spec.name, arguments),
             redactions=redacted.count,
             provider_call_id=call.call_id if call.call_id != operation_id else None,
@@ -228,7 +229,6 @@ class ToolRuntime:
     async def run_to_result(self, sub: SubagentSpec, request_seq: int, request: ToolRequest) -> list[Event]:
         """Dispatch a request that may run and record its result, with what it was derived from.
         An unsafe operation that failed is recorded with a request to retry it, and waits."""
-        spec = tool_spec(request.tool)
         while True:
             try:
                 recorded, retry_id = await self.in_flight.run(
@@ -240,7 +240,7 @@ class ToolRuntime:
             # The answer was lost with the sandbox: the effect table decides, as after a lost
             # harness. An unsafe operation may have taken effect and is never repeated blindly;
             # any other runs again, on the restored sandbox.
-            if spec.effect == EffectClass.UNSAFE:
+            if request.effect == EffectClass.UNSAFE:
                 op = (await self.attempt.state()).operations[request.operation_id]
                 return await self.reconcile_unsafe(sub, op, request)
         if retry_id is None:
@@ -254,13 +254,16 @@ class ToolRuntime:
         when an unsafe call failed): once begun, a stop lets it finish (within the stop's bound,
         belay.harness.stopping)."""
         spec = tool_spec(request.tool)
-        await self.fence(spec)
+        await self.fence(request.effect)
         if spec.where == "sandbox":
             payloads = await self.run_in_sandbox(sub, request)
         else:
             payloads = await run_in_harness(self, sub, request)
         state = await self.attempt.known_state()  # the request's provenance: recorded by this attempt
         payloads = with_provenance(payloads, provenance(state, sub.name, request), request)
+        # A failure waits on a person only for a tool whose failure is known to have taken no
+        # effect (the catalogue's unsafe tools); a command in a networked sandbox is unsafe for a
+        # recovery, but its failure (a timeout, a wall) is its own answer to the model.
         failure = failed_effect(spec.effect, request, payloads)
         retry = None
         if failure is not None:
@@ -290,13 +293,13 @@ class ToolRuntime:
                 return []
             await asyncio.sleep(self.poll_interval_s)
 
-    async def fence(self, spec: ToolSpec) -> None:
+    async def fence(self, effect: EffectClass) -> None:
         """Right before a keyed or unsafe call: raise StaleLease if a newer attempt holds the
         session. The store refuses a superseded attempt's appends, but not its calls to the world:
         an attempt that was frozen and woke up beside its replacement would otherwise create the
         ticket its replacement already created. What remains is the time between this read and
         the call (docs/security.md, "Fenced effects")."""
-        if self.fenced and spec.effect in FENCED_EFFECTS:
+        if self.fenced and effect in FENCED_EFFECTS:
             await self.attempt.check_lease()
 
     async def run_in_sandbox(self, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:
