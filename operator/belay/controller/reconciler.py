@@ -654,7 +654,7 @@ class SessionReconciler:
             if decision.action == Action.BACK_OFF
             else None
         )
-        status = self._status_of(ref, memory, artifacts, previous, harness, sandboxes, liveness, backing_off)
+        status = self._status_of(ref, memory, previous, harness, sandboxes, liveness, backing_off)
         transitions = await self._publish_status(body, ref, memory, previous, status)
         follows_clock = decision.index is not None and liveness.renewed_current_lease
         next_pass = decision.retry_in_s if decision.action == Action.BACK_OFF else None
@@ -733,18 +733,16 @@ class SessionReconciler:
         self,
         ref: SessionRef,
         memory: SessionMemory,
-        artifacts: ArtifactStore,
         previous: dict[str, Any] | None,
         harness: HarnessPodStatus | None,
         sandboxes: list[SandboxPodStatus],
         liveness: Liveness,
         problem: OperatorProblem | None = None,
     ) -> AgentSessionStatus:
-        """`problem`: what only this pass knows (a backoff), else a fork whose source is missing."""
-
-        def locate(artifact: ArtifactRef) -> str:
-            return artifacts.location(artifact.sha256)
-
+        """`problem`: what only this pass knows (a backoff), else a fork whose source is missing.
+        Every blob is named by its address in the artifact store (`s3://bucket/key`), never by a
+        presigned URL: whoever may read the status would hold it as a bearer token. `kubectl
+        belay` reads the blob with its user's own access to the store."""
         return session_status_patch(
             memory.state,
             previous_status=previous,
@@ -755,11 +753,10 @@ class SessionReconciler:
             forked_from=memory.forked_from,
             drill=memory.drill,
             events_export=memory.events_export[0].model_copy(
-                update={"location": locate(memory.events_export[1])}
+                update={"location": memory.events_export[1].uri or f"sha256:{memory.events_export[1].sha256}"}
             )
             if memory.events_export is not None
             else None,
-            locate=locate,
             problem=problem
             or (
                 OperatorProblem(OperatorReason.FORK_SOURCE_MISSING, memory.fork_error)
