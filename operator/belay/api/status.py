@@ -30,6 +30,9 @@ class OperatorReason:
     RECORD_CORRUPT = "RecordCorrupt"
     FORK_SOURCE_MISSING = "ForkSourceMissing"
     ATTEMPTS_EXHAUSTED = "AttemptsExhausted"
+    # The spec names what this operator does not allow (an image, a RuntimeClass, a store, an
+    # egress rule): nothing of the session is made until it is changed.
+    NOT_ALLOWED = "NotAllowed"
 
 
 class HarnessPodStatus(StatusModel):

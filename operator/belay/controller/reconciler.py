@@ -30,7 +30,7 @@ from belay.api.status import (
     PodPhase,
     SandboxPodStatus,
 )
-from belay.controller import names
+from belay.controller import admission, names
 from belay.controller.checkpoints import checkpoint_object
 from belay.controller.children import child_ended_write, child_manifest, child_wait_write, parent_link_write
 from belay.controller.desired import SessionRef, apply_stages, desired_children, sandbox_token_secret
@@ -192,11 +192,13 @@ def claimed_pods(pods: list[Any], index: int | None, replacements: dict[str, int
     return claimed_sandboxes(labelled, index, replacements)
 
 
-def _opened(opener: Callable[[str], T], url: str) -> T:
+def _opened(opener: Callable[[Any], T], spec: str | dict[str, Any]) -> T:
     """A store that cannot even be opened (a missing directory, a bad address) is unavailable,
-    like one that stops answering: the session waits for it, the operator keeps going."""
+    like one that stops answering: the session waits for it, the operator keeps going. Only the
+    URL is named: a session's own store spec holds its credentials."""
+    url = spec if isinstance(spec, str) else spec["url"]
     try:
-        return opener(url)
+        return opener(spec)
     except (OSError, ValueError) as error:
         raise StoreUnavailable(f"cannot open {url}: {error}") from error
 
@@ -220,21 +222,63 @@ class SessionReconciler:
         self.memory: dict[str, SessionMemory] = {}
         self._event_stores: dict[str, EventStore] = {}
         self._artifact_stores: dict[str, ArtifactStore] = {}
+        # (namespace, Secret, URL) of a session's own store: the key it was opened under.
+        self._own_keys: dict[tuple[str, str, str], str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
-    # ---- stores, opened once per URL
+    # ---- stores, opened once per URL (a session's own: per Secret and its contents)
 
-    def event_store(self, spec: AgentSessionSpec) -> EventStore:
-        url = spec.stores.events or self.settings.event_store
+    def event_store(self, spec: AgentSessionSpec, namespace: str = "") -> EventStore:
+        """The session's event store: the operator's, or its own as `open_stores` opened it last
+        (StoreUnavailable until then)."""
+        if admission.own_stores(spec):
+            return self._opened_own(self._event_stores, namespace, spec, spec.stores.events or "")
+        url = self.settings.event_store
         if url not in self._event_stores:
             self._event_stores[url] = _opened(open_event_store, url)
         return self._event_stores[url]
 
-    def artifact_store(self, spec: AgentSessionSpec) -> ArtifactStore:
-        url = spec.stores.artifacts or self.settings.artifact_store
+    def artifact_store(self, spec: AgentSessionSpec, namespace: str = "") -> ArtifactStore:
+        if admission.own_stores(spec):
+            return self._opened_own(self._artifact_stores, namespace, spec, spec.stores.artifacts or "")
+        url = self.settings.artifact_store
         if url not in self._artifact_stores:
             self._artifact_stores[url] = _opened(open_artifact_store, url)
         return self._artifact_stores[url]
+
+    def _opened_own(self, opened: dict[str, T], namespace: str, spec: AgentSessionSpec, url: str) -> T:
+        key = self._own_keys.get((namespace, spec.stores.secret_ref or "", url))
+        if key is None or key not in opened:
+            raise StoreUnavailable(f"the stores {namespace}/{spec.stores.secret_ref} names are not open yet")
+        return opened[key]
+
+    def _own_key(self, namespace: str, secret: str, store_spec: dict[str, Any]) -> str:
+        key = json.dumps([namespace, secret, store_spec], sort_keys=True)
+        self._own_keys[(namespace, secret, store_spec["url"])] = key
+        return key
+
+    async def open_stores(self, namespace: str, spec: AgentSessionSpec) -> tuple[EventStore, ArtifactStore]:
+        """The session's stores. Its own are opened with the credentials of the Secret it names in
+        its own namespace, read again on each pass (a rotated Secret opens them anew), and never
+        with the operator's."""
+        if admission.own_stores(spec):
+            name = spec.stores.secret_ref or ""
+            data = await self.kube.call(self.kube.read_secret, namespace, name)
+            if data is None:
+                raise StoreUnavailable(
+                    f"the Secret {name} named by spec.stores.secretRef is not in namespace {namespace}"
+                )
+            try:
+                events, artifacts = admission.own_store_specs(spec, data)
+            except ValueError as error:
+                raise StoreUnavailable(str(error)) from error
+            event_key = self._own_key(namespace, name, events)
+            if event_key not in self._event_stores:
+                self._event_stores[event_key] = _opened(open_event_store, events)
+            artifact_key = self._own_key(namespace, name, artifacts)
+            if artifact_key not in self._artifact_stores:
+                self._artifact_stores[artifact_key] = _opened(open_artifact_store, artifacts)
+        return self.event_store(spec, namespace), self.artifact_store(spec, namespace)
 
     async def close(self) -> None:
         for store in self._event_stores.values():
@@ -267,8 +311,11 @@ class SessionReconciler:
         memory = self.memory.get(uid)
         if memory is None:
             return True
-        store = self.event_store(AgentSessionSpec.model_validate(body["spec"]))
+        spec = AgentSessionSpec.model_validate(body["spec"])
+        if admission.refusals(spec, self.settings):
+            return False  # refused: nothing of it runs, its record is not read
         try:
+            store, _ = await self.open_stores(body["metadata"]["namespace"], spec)
             last_seq = await store.last_seq(body["metadata"]["name"])
         except StoreUnavailable as error:
             async with self.lock(uid):
@@ -302,7 +349,9 @@ class SessionReconciler:
             memory.store_unavailable = False
             return passed
 
-    async def _report(self, body: dict[str, Any], memory: SessionMemory, problem: OperatorProblem) -> None:
+    async def _report(
+        self, body: dict[str, Any], memory: SessionMemory, problem: OperatorProblem
+    ) -> AgentSessionStatus:
         """The last known status, with the operator's problem on top."""
         meta = body["metadata"]
         known = AgentSessionStatus.model_validate(memory.status) if memory.status else None
@@ -315,10 +364,12 @@ class SessionReconciler:
             sandboxes=known.sandboxes if known else None,
             forked_from=memory.forked_from,
             problem=problem,
-        ).to_status()
-        if status != memory.status:
-            await self.kube.call(self.kube.apply_status, meta["namespace"], meta["name"], status)
-            memory.status = status
+        )
+        body_status = status.to_status()
+        if body_status != memory.status:
+            await self.kube.call(self.kube.apply_status, meta["namespace"], meta["name"], body_status)
+            memory.status = body_status
+        return status
 
     async def _write(self, store: EventStore, session: str, write: RecordWrite) -> None:
         try:
@@ -623,8 +674,13 @@ class SessionReconciler:
         meta = body["metadata"]
         ref = SessionRef(meta["name"], meta["namespace"], meta["uid"], int(meta.get("generation") or 1))
         spec = AgentSessionSpec.model_validate(body["spec"])
-        store = self.event_store(spec)
-        artifacts = self.artifact_store(spec)
+        refused = admission.refusals(spec, self.settings)
+        if refused:
+            # Before anything of the session exists: no Secret, pod or policy, no record written.
+            problem = OperatorProblem(OperatorReason.NOT_ALLOWED, "; ".join(refused))
+            status = await self._report(body, memory, problem)
+            return PassResult(HarnessDecision(Action.STOP, None, why=problem.message), status)
+        store, artifacts = await self.open_stores(ref.namespace, spec)
 
         await self._ensure_sandbox_tokens(ref, spec, memory)
         await self._fork(store, ref, spec, memory)
