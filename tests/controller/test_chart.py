@@ -219,4 +219,4 @@ def test_the_chart_names_the_images_sessions_may_pick_and_where_sandboxes_run(he
         "--set-json",
         'sessions.harnessImages={"Not A Name": "registry.example/x:1"}',
     )
-    assert wrong.returncode != 0 and "harnessImages" in wrong.stderr
+    assert wrong.returncode != 0 and "invalid propertyName 'Not A Name'" in wrong.stderr
