@@ -891,8 +891,22 @@ def test_an_unreachable_store_is_reported_as_reconciling(
 ) -> None:
     kube = e2e_cluster
     manifest = cluster_manifest("no-store")
-    # A path no process can create: every open of the record fails.
-    manifest["spec"]["stores"] = {"events": "sqlite:///proc/belay-no-store/events.db"}
+    # The session's own stores, with the Secret that reaches them; no etcd answers at that address.
+    keys = {"AWS_ACCESS_KEY_ID": "no-store", "AWS_SECRET_ACCESS_KEY": "no-store"}
+    kube.kubectl(
+        "create",
+        "secret",
+        "generic",
+        "no-store-keys",
+        "-n",
+        NAMESPACE,
+        *(f"--from-literal={k}={v}" for k, v in keys.items()),
+    )
+    manifest["spec"]["stores"] = {
+        "events": "etcd://127.0.0.1:9/no-store",
+        "artifacts": "s3://no-store",
+        "secretRef": "no-store-keys",
+    }
     kube.kubectl("apply", "-f", "-", input=json.dumps(manifest))
     try:
         status = wait_for(
@@ -903,12 +917,13 @@ def test_an_unreachable_store_is_reported_as_reconciling(
         )
         reconciling = condition(status, "Reconciling")
         assert reconciling is not None and reconciling["reason"] == "StoreUnavailable"
-        assert "/proc/belay-no-store/events.db" in reconciling["message"]
+        assert "etcd at http://127.0.0.1:9 did not answer" in reconciling["message"]
         assert condition(status, "Ready")["status"] == "False"  # type: ignore[index]
         assert condition(status, "Stalled") is None
         assert pods(kube, "no-store") == {}
     finally:
         kube.kubectl("delete", "agentsession", "no-store", "-n", NAMESPACE, "--timeout=60s", check=False)
+        kube.kubectl("delete", "secret", "no-store-keys", "-n", NAMESPACE, check=False)
 
 
 def pending_approval(
