@@ -1033,19 +1033,26 @@ async def test_kubectl_belay_reject_and_amend_redo_exactly_the_steps_they_invali
 
 
 def test_a_corrupt_record_is_reported_as_stalled_with_the_seq(
-    e2e_cluster: ControlPlane, operator: OperatorProcess, tmp_path: Path
+    e2e_cluster: ControlPlane, tmp_path: Path
 ) -> None:
     """A record changed behind the store's back (an event deleted from its SQLite file): the
-    operator does nothing for the session and says why in its status, naming the seq."""
+    operator does nothing for the session and says why in its status, naming the seq. The record is
+    in the operator's own store (a session may not name one on the operator's disk), so this
+    operator watches a namespace of its own."""
     kube = e2e_cluster
-    name = "corrupt-record"
+    name, namespace = "corrupt-record", "belay-corrupt"
     events = record_with_a_gap(tmp_path / "corrupt" / "events.db", name)
+    kube.kubectl("create", "namespace", namespace, check=False)
+    settings = OperatorSettings(
+        event_store=events, artifact_store=f"file://{tmp_path / 'artifacts'}", image_pull_policy="Never"
+    )
+    operator = OperatorProcess(kube, namespace, settings, tmp_path / "corrupt-operator.log").start()
     manifest = cluster_manifest(name)
-    manifest["spec"]["stores"] = {"events": events}
+    manifest["metadata"]["namespace"] = namespace
     kube.kubectl("apply", "-f", "-", input=json.dumps(manifest))
     try:
         status = wait_for(
-            lambda: condition(s := session_status(kube, name), "Stalled") and s,
+            lambda: condition(s := agentsession_status(kube, namespace, name), "Stalled") and s,
             "the corrupt record in the status",
             timeout=60,
             describe=lambda: operator.log()[-3000:],
@@ -1054,6 +1061,8 @@ def test_a_corrupt_record_is_reported_as_stalled_with_the_seq(
         assert stalled is not None and stalled["reason"] == "RecordCorrupt"
         assert "at seq 3" in stalled["message"] and "restore the store from a backup" in stalled["message"]
         assert condition(status, "Ready")["status"] == "False"  # type: ignore[index]
-        assert pods(kube, name) == {}
+        listed = kubectl_json(kube, "get", "pods", "-n", namespace, "-l", f"{names.LABEL_SESSION}={name}")
+        assert listed.get("items", []) == []
     finally:
-        kube.kubectl("delete", "agentsession", name, "-n", NAMESPACE, "--timeout=60s", check=False)
+        kube.kubectl("delete", "agentsession", name, "-n", namespace, "--timeout=60s", check=False)
+        operator.stop()
