@@ -30,6 +30,7 @@ from belay.api.agentsession import (
     DELIVERABLE_MESSAGE,
     EVENTS_URL_MESSAGE,
     FORK_IMMUTABLE_MESSAGE,
+    IMAGE_NAME_MESSAGE,
     INPUT_SOURCE_MESSAGE,
     INPUT_TARGET_MESSAGE,
     INPUTS_DECLARED_MESSAGE,
@@ -41,6 +42,7 @@ from belay.api.agentsession import (
     PART_NAME_MESSAGE,
     PLAN_ONLY_SCRIPTED_MESSAGE,
     PLAN_REQUIRED_MESSAGE,
+    RUNTIME_CLASS_MESSAGE,
     SESSION_NAME_MESSAGE,
     UNIQUE_SUBAGENTS_MESSAGE,
 )
@@ -411,6 +413,21 @@ BOTH: list[Case] = [
         "artifact-store-unknown-scheme",
         changed("store-artifacts", **{"spec.stores": {"artifacts": "gs://bucket"}}),
         ARTIFACTS_URL_MESSAGE,
+    ),
+    Case(
+        "harness-image-a-reference",
+        changed("harness-image", **{"spec.executor.image": "ghcr.io/someone/harness:latest"}),
+        IMAGE_NAME_MESSAGE,
+    ),
+    Case(
+        "sandbox-image-a-reference",
+        changed("sandbox-image", **{"spec.subagents.0.image": "python:3.12"}),
+        IMAGE_NAME_MESSAGE,
+    ),
+    Case(
+        "runtime-class-not-a-name",
+        changed("runtime-class", **{"spec.subagents.0.runtimeClassName": "G Visor"}),
+        RUNTIME_CLASS_MESSAGE,
     ),
     Case(
         "secret-ref-not-a-name",

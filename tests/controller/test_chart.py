@@ -156,11 +156,12 @@ def test_helm_install_gives_the_operator_least_privilege(helm_bin: Path, kube: C
             ("create", "checkpoints.belay.dev", "-n", "team-a"),
             ("create", "networkpolicies.networking.k8s.io", "-n", "team-a"),
             ("create", "secrets", "-n", "team-a"),
+            ("get", "secrets", "-n", "team-a"),  # the one a session names for its own stores
             ("update", "leases.coordination.k8s.io/belay-operator", "-n", NAMESPACE),
         ]
         refused = [
-            ("get", "secrets", "-n", "team-a"),
             ("list", "secrets", "-n", "team-a"),
+            ("watch", "secrets", "-n", "team-a"),
             ("delete", "services", "-n", "team-a"),
             ("delete", "agentsessions.belay.dev", "-n", "team-a"),
             ("create", "deployments.apps", "-n", "team-a"),
@@ -172,3 +173,50 @@ def test_helm_install_gives_the_operator_least_privilege(helm_bin: Path, kube: C
         assert [r for r in refused if can_i(kube, *r)] == []
     finally:
         helm(helm_bin, "uninstall", RELEASE, "--namespace", NAMESPACE, kube=kube)
+
+
+def test_the_chart_names_the_images_sessions_may_pick_and_where_sandboxes_run(helm_bin: Path) -> None:
+    sandbox = {
+        "runtimeClassName": "gvisor",
+        "runtimeClassNames": {"internet": "kata"},
+        "allowedRuntimeClassNames": ["runc-tight"],
+        "nodeSelector": {"belay.dev/sandboxes": "true"},
+        "tolerations": [{"key": "sandboxes", "operator": "Exists", "effect": "NoSchedule"}],
+        "hostUsers": False,
+    }
+    objects = render(
+        helm_bin,
+        "--set-json",
+        'sessions.harnessImages={"gpu": "registry.example/harness-gpu:1"}',
+        "--set-json",
+        'sessions.sandboxImages={"python-3-12": "registry.example/python:3.12"}',
+        "--set-json",
+        f"sessions.sandbox={json.dumps(sandbox)}",
+    )
+    env = {e["name"]: e.get("value") for e in operator_container(objects)["env"]}
+    settings = OperatorSettings.model_validate_json(env["BELAY_OPERATOR_SETTINGS"])
+    assert settings.harness_images == {"gpu": "registry.example/harness-gpu:1"}
+    assert settings.sandbox_images == {"python-3-12": "registry.example/python:3.12"}
+    assert (settings.sandbox_runtime_class, settings.sandbox_runtime_classes) == (
+        "gvisor",
+        {"internet": "kata"},
+    )
+    assert settings.runtime_classes() == {"gvisor", "kata", "runc-tight"}
+    assert settings.sandbox_node_selector == {"belay.dev/sandboxes": "true"}
+    assert settings.sandbox_tolerations == sandbox["tolerations"]
+    assert settings.sandbox_user_namespace is True
+    # By default: no image but the chart's own, the node's runtime, the host's users.
+    env = {e["name"]: e.get("value") for e in operator_container(render(helm_bin))["env"]}
+    default = OperatorSettings.model_validate_json(env["BELAY_OPERATOR_SETTINGS"])
+    assert (default.harness_images, default.sandbox_images, default.runtime_classes()) == ({}, {}, set())
+    assert default.sandbox_user_namespace is False
+    # An image's name is what a session writes in its spec: the schema refuses one it could not.
+    wrong = helm(
+        helm_bin,
+        "template",
+        RELEASE,
+        str(CHART),
+        "--set-json",
+        'sessions.harnessImages={"Not A Name": "registry.example/x:1"}',
+    )
+    assert wrong.returncode != 0 and "invalid propertyName 'Not A Name'" in wrong.stderr

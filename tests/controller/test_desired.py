@@ -6,7 +6,6 @@ from typing import Any
 
 from belay.controller import names
 from belay.controller.desired import (
-    BLOCKED_IPV4,
     ENV_SANDBOX_TOKEN_DIR,
     EPHEMERAL_HEADROOM_MIB,
     HARNESS_TOKENS_MOUNT,
@@ -27,7 +26,7 @@ SETTINGS = OperatorSettings(
         EgressTarget(cidr="10.20.0.5/32", ports=[2379]),
         EgressTarget(pod_labels={"app": "s3"}, ports=[9000]),
     ],
-    model_egress=[EgressTarget(cidr="203.0.113.10/32", ports=[443])],
+    model_egress=[EgressTarget(cidr="162.159.140.245/32", ports=[443])],
     store_secret="belay-stores",
 )
 
@@ -124,19 +123,25 @@ def test_every_pod_meets_the_restricted_profile() -> None:
 
 
 def test_harness_pod_gets_the_spec_endpoints_and_secrets_never_inline_credentials() -> None:
-    spec = spec_with(stores={"secretRef": "model-keys"})
-    pod = harness_pod(REF, spec, SETTINGS, 2)
+    pod = harness_pod(REF, spec_with(), SETTINGS, 2)
     container = pod["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["BELAY_HARNESS_INDEX"] == "2"
     assert env["BELAY_EVENT_STORE"] == SETTINGS.event_store
     assert '"goal"' in env["BELAY_SESSION_SPEC"]
     assert sandbox_endpoint(REF, "researcher", SETTINGS) in env["BELAY_SANDBOX_ENDPOINTS"]
-    assert container["envFrom"] == [
-        {"secretRef": {"name": "belay-stores"}},
-        {"secretRef": {"name": "model-keys"}},
-    ]
+    assert container["envFrom"] == [{"secretRef": {"name": "belay-stores"}}]
     assert not any("KEY" in name or "SECRET" in name for name in env)
+
+
+def test_a_session_on_its_own_stores_gets_its_own_secret_and_never_the_fleets() -> None:
+    own = {"events": "etcd://etcd.team-a:2379/belay", "artifacts": "s3://team-a", "secretRef": "team-stores"}
+    pod = harness_pod(REF, spec_with(stores=own), SETTINGS, 0)
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert container["envFrom"] == [{"secretRef": {"name": "team-stores"}}]
+    assert "belay-stores" not in json.dumps(pod)
+    assert (env["BELAY_EVENT_STORE"], env["BELAY_ARTIFACT_STORE"]) == (own["events"], own["artifacts"])
 
 
 def secret_names(pod: dict[str, Any]) -> set[str]:
@@ -157,7 +162,7 @@ def secret_names(pod: dict[str, Any]) -> set[str]:
 
 
 def test_each_sandbox_pod_can_read_its_own_token_and_nothing_that_reaches_the_record() -> None:
-    spec = spec_with(stores={"secretRef": "model-keys"})
+    spec = spec_with(executor={"type": "openai", "model": "gpt-5", "credentialsSecret": "model-keys"})
     for replacements in ({}, {"researcher": 2}):
         pods = by_kind(desired_children(REF, spec, SETTINGS, 3, replacements), "Pod")
         sandboxes = {
@@ -226,15 +231,15 @@ def test_no_sandbox_egress_reaches_a_store_named_by_address() -> None:
     settings = SETTINGS.model_copy(
         update={
             "store_egress": [
-                EgressTarget(cidr="198.51.100.9/32", ports=[2379]),
-                EgressTarget(cidr="2001:db8::5/128", ports=[443]),
+                EgressTarget(cidr="52.216.8.9/32", ports=[443]),
+                EgressTarget(cidr="2600:1f18::5/128", ports=[443]),
                 EgressTarget(cidr="10.20.0.5/32", ports=[9000]),
             ]
         }
     )
     subagents = [
         subagent("web", "internet"),
-        subagent("fetch", "allowlist", ["198.51.100.0/24", "198.51.100.9", "203.0.113.0/24"]),
+        subagent("fetch", "allowlist", ["52.216.8.0/24", "52.216.8.9", "151.101.0.0/16"]),
     ]
     objects = desired_children(REF, spec_with(subagents=subagents), settings, 0)
     policies = by_kind(objects, "NetworkPolicy")
@@ -244,11 +249,12 @@ def test_no_sandbox_egress_reaches_a_store_named_by_address() -> None:
         return [peer["ipBlock"] for rule in egress for peer in rule["to"] if "ipBlock" in peer]
 
     internet = {b["cidr"]: b["except"] for b in blocks("parser-fix-sbx-web")}
-    assert internet["0.0.0.0/0"] == [*BLOCKED_IPV4, "198.51.100.9/32"]  # 10.20.0.5 is already cut
-    assert "2001:db8::5/128" in internet["::/0"]
+    assert "52.216.8.9/32" in internet["0.0.0.0/0"]
+    assert "10.20.0.5/32" not in internet["0.0.0.0/0"]  # inside 10.0.0.0/8, cut already
+    assert "2600:1f18::5/128" in internet["2000::/3"]
     assert blocks("parser-fix-sbx-fetch") == [
-        {"cidr": "198.51.100.0/24", "except": ["198.51.100.9/32"]},
-        {"cidr": "203.0.113.0/24"},
+        {"cidr": "52.216.8.0/24", "except": ["52.216.8.9/32"]},
+        {"cidr": "151.101.0.0/16"},
     ]
 
 
@@ -280,24 +286,19 @@ def test_sandbox_accepts_only_its_harness_and_profile_none_has_no_egress() -> No
 
 def test_internet_profile_still_blocks_cluster_ranges_and_the_metadata_address() -> None:
     egress = _policy([subagent("web", "internet")], "parser-fix-sbx-web")["egress"]
-    blocks = [peer["ipBlock"] for rule in egress for peer in rule["to"] if "ipBlock" in peer]
-    assert {"cidr": "0.0.0.0/0", "except": BLOCKED_IPV4} in blocks
-    assert set(BLOCKED_IPV4) == {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.169.254/32"}
-    ipv6 = next(b for b in blocks if b["cidr"] == "::/0")
-    assert "fd00:ec2::254/128" in ipv6["except"]
+    blocks = {b["cidr"]: b["except"] for rule in egress for peer in rule["to"] if (b := peer.get("ipBlock"))}
+    for cut in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10"):
+        assert cut in blocks["0.0.0.0/0"]
+    assert sorted(blocks) == ["0.0.0.0/0", "2000::/3"]  # IPv6: global unicast only
     dns = egress[0]
     assert dns["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
 
 
-def test_allowlist_opens_only_named_addresses_and_never_the_metadata_address() -> None:
-    allow = ["203.0.113.0/24", "198.51.100.7", "pypi.org", "169.254.0.0/16", "169.254.169.254"]
+def test_allowlist_opens_only_named_addresses() -> None:
+    allow = ["151.101.0.0/16", "93.184.215.14", "2a04:4e42::/32"]
     egress = _policy([subagent("fetch", "allowlist", allow)], "parser-fix-sbx-fetch")["egress"]
     blocks = [peer["ipBlock"] for rule in egress for peer in rule["to"] if "ipBlock" in peer]
-    assert blocks == [
-        {"cidr": "203.0.113.0/24"},
-        {"cidr": "198.51.100.7/32"},
-        {"cidr": "169.254.0.0/16", "except": ["169.254.169.254/32"]},
-    ]
+    assert blocks == [{"cidr": "151.101.0.0/16"}, {"cidr": "93.184.215.14/32"}, {"cidr": "2a04:4e42::/32"}]
 
 
 def test_harness_reaches_its_sandboxes_the_stores_and_the_model_only() -> None:
@@ -307,7 +308,7 @@ def test_harness_reaches_its_sandboxes_the_stores_and_the_model_only() -> None:
     assert {"podSelector": {"matchLabels": names.sandbox_selector("parser-fix")}} in peers
     assert {"ipBlock": {"cidr": "10.20.0.5/32"}} in peers
     assert {"podSelector": {"matchLabels": {"app": "s3"}}} in peers
-    assert {"ipBlock": {"cidr": "203.0.113.10/32"}} in peers
+    assert {"ipBlock": {"cidr": "162.159.140.245/32"}} in peers
     assert not any(p.get("ipBlock", {}).get("cidr") == "0.0.0.0/0" for p in peers)
 
 

@@ -4,8 +4,10 @@ store and a real S3 artifact store: brief, approve (an operation, and a yes to a
 reject, answer, reconcile, message (to a subagent whose turn ended without its deliverable), amend,
 artifacts, artifacts get, events and report. Each decision is
 written into the AgentSession's spec and must arrive in the session record, recorded by the
-operator; the deliverable and the events come through the presigned URLs the operator publishes,
-with no store credentials on the person's side (the plugin runs with none in its environment).
+operator; the deliverable and the events are read from the artifact store with the person's own
+access to it (their AWS credentials, which the plugin gets in its environment): the status names
+them by their address in the store, never by a presigned URL that anyone who may read the status
+would hold as a bearer token.
 
 The session's record is written first, standing where every action has something to act on; no
 harness runs (no kubelet here), so the operator's recovery of the attempt runs beside the
@@ -133,10 +135,19 @@ def waits_metric(operator: OperatorProcess) -> tuple[float, ...]:
     return tuple(values.get(kind, 0.0) for kind in ("user", "external", "review"))
 
 
-def kubectl_belay(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The plugin as its own program, with no store location or credential in its environment."""
+# The person's own access to the artifact store, given to the plugin for the commands that read it.
+READER: dict[str, str] = {}
+
+
+def kubectl_belay(
+    kubeconfig: Path, *args: str, reads_store: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """The plugin as its own program, with no store location or credential in its environment but
+    the person's own access to the artifact store, for the commands that read it."""
     plugin = Path(sys.executable).with_name("kubectl-belay")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "BELAY_"))}
+    if reads_store:
+        env.update(READER)
     return subprocess.run(
         [str(plugin), *args, "--kubeconfig", str(kubeconfig)],
         capture_output=True,
@@ -156,6 +167,7 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
     s3_server.client().create_bucket(Bucket=BUCKET)
     for key, value in s3_credentials(s3_server).items():
         monkeypatch.setenv(key, value)
+    READER.update(s3_credentials(s3_server))
     events_url, artifacts_url = f"sqlite://{tmp_path / 'events.db'}", f"s3://{BUCKET}/actions"
     store = open_event_store(events_url)
     ref = open_artifact_store(artifacts_url).put(REPORT, media_type="text/markdown")
@@ -223,9 +235,15 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
             str(len(REPORT)),
             ref.sha256,
         ]
-        fetched = kubectl_belay(
-            config_file, "artifacts", "get", SESSION, "notes.md", "-o", str(tmp_path / "n.md")
-        )
+        # The status names every blob by its address in the store, never by a presigned URL.
+        published = json.dumps(agentsession_status(kube, NAMESPACE, SESSION))
+        assert f"s3://{BUCKET}/actions/blobs/" in published
+        assert "X-Amz-" not in published and "Signature" not in published
+        target = ["artifacts", "get", SESSION, "notes.md", "-o", str(tmp_path / "n.md")]
+        refused = kubectl_belay(config_file, *target)
+        assert refused.returncode == 1 and "no AWS credentials in this environment" in refused.stderr
+        assert not (tmp_path / "n.md").exists()
+        fetched = kubectl_belay(config_file, *target, reads_store=True)
         assert fetched.returncode == 0, fetched.stderr
         assert (tmp_path / "n.md").read_bytes() == REPORT
 
@@ -303,14 +321,14 @@ async def test_every_kubectl_belay_action_works_for_a_user_with_agentsession_acc
         assert wait_for(
             lambda: waits_metric(operator) == (0, 0, 0) or None, "the gauges at 0", describe=describe
         )
-        # The record itself, exported by the operator on request and fetched through its URL.
-        exported = kubectl_belay(config_file, "events", SESSION, "--json")
+        # The record itself, exported by the operator on request and read from the store.
+        exported = kubectl_belay(config_file, "events", SESSION, "--json", reads_store=True)
         assert exported.returncode == 0, exported.stderr
         lines = [json.loads(line) for line in exported.stdout.splitlines()]
         assert [line["seq"] for line in lines] == list(range(1, state.last_seq + 1))
         assert lines[0]["payload"]["goal"] == GOAL
         assert any(line["type"] == "scope_change" for line in lines)
-        text = kubectl_belay(config_file, "events", SESSION, "--from", "5")
+        text = kubectl_belay(config_file, "events", SESSION, "--from", "5", reads_store=True)
         assert text.returncode == 0, text.stderr
         assert text.stdout.splitlines()[0].split()[0] == "5"
         assert f"approval approve-worker.push.2 rejected by {USER}" in text.stdout

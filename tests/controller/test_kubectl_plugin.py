@@ -17,6 +17,7 @@ from belay.cli.core.decide import OnApproval, OnDeliverable, OpenItems, to_appro
 from belay.cli.core.errors import CommandError
 from belay.cli.kubectl_plugin import approval_grant, rejection_entry, request_patch
 from belay.controller.status import session_status_patch
+from belay.journal import commands
 from belay.journal.phase import Liveness
 from belay.journal.state import fold
 from belay.views.briefing.render import render_text
@@ -236,9 +237,15 @@ def test_the_report_from_the_status_shows_the_interruption_waits_and_checkpoints
     assert "Done: implementer 4 of 5 tasks" in html and 'class="label label-session"' not in html
 
 
-def test_the_report_from_the_status_fetches_a_deliverable_by_its_presigned_url_quoted() -> None:
-    url = "https://s3.example/b/ab?X-Amz-Signature=1&X-Amz-Expires=900"
+def test_the_report_from_the_status_fetches_a_deliverable_with_kubectl_belay_never_a_url() -> None:
     deliverable = DeliverableStatus(
-        name="out/x; rm -rf ~", sha256="ab" * 32, size=3, media_type="text/plain", location=url, command="x"
+        name="report.md",
+        sha256="ab" * 32,
+        size=3,
+        media_type="text/plain",
+        location="s3://belay-artifacts/blobs/ab/" + "ab" * 32,
+        command=commands.download("parser-fix", "report.md"),
     )
-    assert fetch_command(deliverable) == f"curl -fsSL -o 'x; rm -rf ~' '{url}'"
+    command = fetch_command(deliverable)
+    assert command == "kubectl belay artifacts get parser-fix report.md -o report.md"
+    assert "s3://" not in command and "http" not in command

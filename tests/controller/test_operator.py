@@ -896,8 +896,22 @@ def test_an_unreachable_store_is_reported_as_reconciling(
 ) -> None:
     kube = e2e_cluster
     manifest = cluster_manifest("no-store")
-    # A path no process can create: every open of the record fails.
-    manifest["spec"]["stores"] = {"events": "sqlite:///proc/belay-no-store/events.db"}
+    # The session's own stores, with the Secret that reaches them; no etcd answers at that address.
+    keys = {"AWS_ACCESS_KEY_ID": "no-store", "AWS_SECRET_ACCESS_KEY": "no-store"}
+    kube.kubectl(
+        "create",
+        "secret",
+        "generic",
+        "no-store-keys",
+        "-n",
+        NAMESPACE,
+        *(f"--from-literal={k}={v}" for k, v in keys.items()),
+    )
+    manifest["spec"]["stores"] = {
+        "events": "etcd://127.0.0.1:9/no-store",
+        "artifacts": "s3://no-store",
+        "secretRef": "no-store-keys",
+    }
     kube.kubectl("apply", "-f", "-", input=json.dumps(manifest))
     try:
         status = wait_for(
@@ -908,12 +922,13 @@ def test_an_unreachable_store_is_reported_as_reconciling(
         )
         reconciling = condition(status, "Reconciling")
         assert reconciling is not None and reconciling["reason"] == "StoreUnavailable"
-        assert "/proc/belay-no-store/events.db" in reconciling["message"]
+        assert "etcd at http://127.0.0.1:9 did not answer" in reconciling["message"]
         assert condition(status, "Ready")["status"] == "False"  # type: ignore[index]
         assert condition(status, "Stalled") is None
         assert pods(kube, "no-store") == {}
     finally:
         kube.kubectl("delete", "agentsession", "no-store", "-n", NAMESPACE, "--timeout=60s", check=False)
+        kube.kubectl("delete", "secret", "no-store-keys", "-n", NAMESPACE, check=False)
 
 
 def pending_approval(
@@ -1023,19 +1038,26 @@ async def test_kubectl_belay_reject_and_amend_redo_exactly_the_steps_they_invali
 
 
 def test_a_corrupt_record_is_reported_as_stalled_with_the_seq(
-    e2e_cluster: ControlPlane, operator: OperatorProcess, tmp_path: Path
+    e2e_cluster: ControlPlane, tmp_path: Path
 ) -> None:
     """A record changed behind the store's back (an event deleted from its SQLite file): the
-    operator does nothing for the session and says why in its status, naming the seq."""
+    operator does nothing for the session and says why in its status, naming the seq. The record is
+    in the operator's own store (a session may not name one on the operator's disk), so this
+    operator watches a namespace of its own."""
     kube = e2e_cluster
-    name = "corrupt-record"
+    name, namespace = "corrupt-record", "belay-corrupt"
     events = record_with_a_gap(tmp_path / "corrupt" / "events.db", name)
+    kube.kubectl("create", "namespace", namespace, check=False)
+    settings = OperatorSettings(
+        event_store=events, artifact_store=f"file://{tmp_path / 'artifacts'}", image_pull_policy="Never"
+    )
+    operator = OperatorProcess(kube, namespace, settings, tmp_path / "corrupt-operator.log").start()
     manifest = cluster_manifest(name)
-    manifest["spec"]["stores"] = {"events": events}
+    manifest["metadata"]["namespace"] = namespace
     kube.kubectl("apply", "-f", "-", input=json.dumps(manifest))
     try:
         status = wait_for(
-            lambda: condition(s := session_status(kube, name), "Stalled") and s,
+            lambda: condition(s := agentsession_status(kube, namespace, name), "Stalled") and s,
             "the corrupt record in the status",
             timeout=60,
             describe=lambda: operator.log()[-3000:],
@@ -1044,6 +1066,8 @@ def test_a_corrupt_record_is_reported_as_stalled_with_the_seq(
         assert stalled is not None and stalled["reason"] == "RecordCorrupt"
         assert "at seq 3" in stalled["message"] and "restore the store from a backup" in stalled["message"]
         assert condition(status, "Ready")["status"] == "False"  # type: ignore[index]
-        assert pods(kube, name) == {}
+        listed = kubectl_json(kube, "get", "pods", "-n", namespace, "-l", f"{names.LABEL_SESSION}={name}")
+        assert listed.get("items", []) == []
     finally:
-        kube.kubectl("delete", "agentsession", name, "-n", NAMESPACE, "--timeout=60s", check=False)
+        kube.kubectl("delete", "agentsession", name, "-n", namespace, "--timeout=60s", check=False)
+        operator.stop()

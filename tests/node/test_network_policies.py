@@ -6,8 +6,9 @@ AgentSession objects; the harness containers listen on a port instead of running
 sandbox of each network profile, session B one sandbox with profile `none`. Servers the test runs:
 one on the node's address (the host), and one in a network namespace of the test's own, reached
 from the pods only (a routing rule for the pod range) at a private address listed in the
-allowlist, another private address, an address outside the private ranges, and the cloud metadata
-address.
+allowlist (a public address: an allowlist takes nothing `internet` does not reach), another
+public address, a private address, a carrier-grade NAT address (100.64.0.0/10, which `internet`
+never reaches either), and the cloud metadata address.
 
 Each probe that the policies block is shown able to fail: with the policies removed (the switch:
 deleting the namespace's NetworkPolicies), every probe of the matrix gets through.
@@ -46,11 +47,13 @@ OUTSIDE_LINK = "belay-out0"
 OUTSIDE_TABLE = "4242"
 # The veth between the host and the outside namespace.
 LINK_HOST, LINK_OUTSIDE = "192.168.78.1", "192.168.78.2"
-LISTED = "192.168.77.10"  # private, in the allowlist
-UNLISTED = "192.168.77.11"  # private, not listed
-PUBLIC = "203.0.113.10"  # outside the private ranges (TEST-NET-3)
+# Public addresses, routed (from the pod range only) to the test's own namespace.
+LISTED = "44.44.44.10"  # in the allowlist
+PUBLIC = "44.44.45.10"  # not listed
+UNLISTED = "192.168.77.11"  # private
+SHARED = "100.64.77.10"  # carrier-grade NAT, a special-purpose range
 METADATA = "169.254.169.254"
-OUTSIDE_ADDRESSES = (LISTED, UNLISTED, PUBLIC, METADATA)
+OUTSIDE_ADDRESSES = (LISTED, UNLISTED, PUBLIC, SHARED, METADATA)
 OUTSIDE_PORT = 80
 SANDBOX_PORT = 8080
 ECHO_SERVER = (
@@ -222,8 +225,9 @@ def matrix(
         s.pod(a, "listed"): {
             "listed address": (tcp(LISTED, OUTSIDE_PORT), True),
             "DNS (kube-dns Service)": (dns(DNS_SERVICE_IP), True),
-            "unlisted private address": (tcp(UNLISTED, OUTSIDE_PORT), False),
-            "public address": (tcp(PUBLIC, OUTSIDE_PORT), False),
+            "private address": (tcp(UNLISTED, OUTSIDE_PORT), False),
+            "unlisted public address": (tcp(PUBLIC, OUTSIDE_PORT), False),
+            "carrier-grade NAT address": (tcp(SHARED, OUTSIDE_PORT), False),
             "metadata address": (tcp(METADATA, OUTSIDE_PORT), False),
             "host server": (tcp(NODE_IP, host_port), False),
             "other session's sandbox": (tcp(ip_of(s.pod(b, "closed")), SANDBOX_PORT), False),
@@ -232,7 +236,8 @@ def matrix(
             "public address": (tcp(PUBLIC, OUTSIDE_PORT), True),
             "DNS (kube-dns Service)": (dns(DNS_SERVICE_IP), True),
             "metadata address": (tcp(METADATA, OUTSIDE_PORT), False),
-            "private address (listed for another sandbox)": (tcp(LISTED, OUTSIDE_PORT), False),
+            "private address": (tcp(UNLISTED, OUTSIDE_PORT), False),
+            "carrier-grade NAT address": (tcp(SHARED, OUTSIDE_PORT), False),
             "host server": (tcp(NODE_IP, host_port), False),
             "apiserver (kubernetes Service)": (tcp(KUBERNETES_SERVICE_IP, 443), False),
             "own session's other sandbox": (tcp(ip_of(s.pod(a, "closed")), SANDBOX_PORT), False),

@@ -46,7 +46,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   "sandbox_pool_refill_delay_s" .Values.sandboxPool.refillDelaySeconds
   "store_egress" (include "belay.egress" .Values.sessions.storeEgress | fromJsonArray)
   "model_egress" (include "belay.egress" .Values.sessions.modelEgress | fromJsonArray)
+  "harness_images" .Values.sessions.harnessImages
+  "sandbox_images" .Values.sessions.sandboxImages
+  "sandbox_runtime_classes" .Values.sessions.sandbox.runtimeClassNames
+  "allowed_runtime_classes" .Values.sessions.sandbox.allowedRuntimeClassNames
+  "sandbox_node_selector" .Values.sessions.sandbox.nodeSelector
+  "sandbox_tolerations" .Values.sessions.sandbox.tolerations
+  "sandbox_user_namespace" (not .Values.sessions.sandbox.hostUsers)
 -}}
+{{- if .Values.sessions.sandbox.runtimeClassName }}{{- $_ := set $settings "sandbox_runtime_class" .Values.sessions.sandbox.runtimeClassName -}}{{- end -}}
 {{- if .Values.stores.existingSecret }}{{- $_ := set $settings "store_secret" .Values.stores.existingSecret -}}{{- end -}}
 {{- toJson $settings -}}
 {{- end -}}

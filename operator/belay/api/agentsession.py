@@ -135,6 +135,15 @@ MANAGED_BASE_URL_MESSAGE = (
     "ANTHROPIC_BASE_URL (from executor.credentialsSecret in a cluster)"
 )
 CREDENTIALS_SECRET_MESSAGE = "executor.credentialsSecret does not apply to executor.type 'scripted'"
+# A session names its images among those the operator allows (its settings, set by the chart):
+# never an image reference, so whoever may create a session cannot choose what code runs in a pod
+# that holds the fleet's credentials.
+IMAGE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+IMAGE_NAME_MESSAGE = (
+    "image must be the name of an image the operator allows (a DNS label, such as 'python-3-12'), "
+    "not an image reference"
+)
+RUNTIME_CLASS_MESSAGE = "runtimeClassName must be the name of a RuntimeClass (a DNS label)"
 BASE_URL_PATTERN = r"^https?://[^/?#\s]+([/?#]\S*)?$"
 BASE_URL_MESSAGE = "executor.baseURL must be an http:// or https:// URL"
 
@@ -182,6 +191,15 @@ def _matches(pattern: str, message: str) -> AfterValidator:
         return value
 
     return AfterValidator(check)
+
+
+def _image_name(name: str) -> str:
+    if not re.fullmatch(IMAGE_NAME_PATTERN, name):
+        raise ValueError(IMAGE_NAME_MESSAGE)
+    return name
+
+
+ImageName = Annotated[str, Field(max_length=63), AfterValidator(_image_name)]
 
 
 def is_plain_file_name(name: str) -> bool:
@@ -283,6 +301,7 @@ class ExecutorSpec(ApiModel):
                     "message": CREDENTIALS_SECRET_MESSAGE,
                 },
                 _cel_matches("baseURL", BASE_URL_PATTERN, BASE_URL_MESSAGE),
+                _cel_matches("image", IMAGE_NAME_PATTERN, IMAGE_NAME_MESSAGE),
             ]
         }
     )
@@ -297,7 +316,9 @@ class ExecutorSpec(ApiModel):
     base_url: Annotated[str, Field(max_length=2048), _matches(BASE_URL_PATTERN, BASE_URL_MESSAGE)] | None = (
         Field(default=None, alias="baseURL")
     )
-    image: str | None = Field(default=None, min_length=1, max_length=512)
+    # In a cluster: the name of one of the harness images the operator allows (its default when
+    # omitted).
+    image: ImageName | None = None
     # In a cluster: the Secret whose OPENAI_API_KEY / OPENAI_BASE_URL (or ANTHROPIC_API_KEY /
     # ANTHROPIC_BASE_URL) keys reach the harness pod's environment, and nothing else.
     credentials_secret: str | None = Field(default=None, pattern=SECRET_NAME_PATTERN, max_length=253)
@@ -377,6 +398,8 @@ class SubagentSpec(ApiModel):
                     "fieldPath": ".allowlist",
                 },
                 _cel_matches("deliverable", PLAIN_FILE_NAME_PATTERN, DELIVERABLE_MESSAGE),
+                _cel_matches("image", IMAGE_NAME_PATTERN, IMAGE_NAME_MESSAGE),
+                _cel_matches("runtimeClassName", IMAGE_NAME_PATTERN, RUNTIME_CLASS_MESSAGE),
                 {
                     "rule": "!has(self.declared) || self.declared.all(p, "
                     + _CEL_NO_DOTDOT.format(x="p")
@@ -392,11 +415,24 @@ class SubagentSpec(ApiModel):
     # A label value and part of pod names, hence the length bound.
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=SUBAGENT_NAME_MAX)
     role: str = Field(default="", max_length=1024)
-    image: str | None = Field(default=None, min_length=1, max_length=512)
+    # In a cluster: the name of one of the sandbox images the operator allows (its default when
+    # omitted).
+    image: ImageName | None = None
+    # In a cluster: the RuntimeClass of this subagent's sandbox pods (gVisor, Kata), one the
+    # operator allows; the operator's default for the network profile when omitted.
+    runtime_class_name: (
+        Annotated[str, Field(max_length=63), _matches(IMAGE_NAME_PATTERN, RUNTIME_CLASS_MESSAGE)] | None
+    ) = None
     network_profile: Literal["none", "allowlist", "internet"] = "none"
     allowlist: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
         default_factory=list, max_length=64
     )
+    # The effect class of this subagent's run_command calls (belay.journal.tools.effect_of): by
+    # default idempotent with networkProfile none and unsafe otherwise, since a command that
+    # reaches a network may change something outside the sandbox, and an unsafe call is never run
+    # again blindly after a recovery. `idempotent` says the commands only read from the network (a
+    # build fetching its dependencies), so they may run again.
+    command_effect: Literal["idempotent", "unsafe"] | None = None
     # A local sandbox refuses to start without its walls (bubblewrap) unless this is "best-effort";
     # a sandbox pod's walls are its security context and NetworkPolicy, always in force.
     isolation: Literal["required", "best-effort"] = "required"

@@ -31,6 +31,9 @@ class OperatorReason:
     FORK_SOURCE_MISSING = "ForkSourceMissing"
     ATTEMPTS_EXHAUSTED = "AttemptsExhausted"
     RECORD_BELONGS_TO_ANOTHER = "RecordBelongsToAnother"
+    # The spec names what this operator does not allow (an image, a RuntimeClass, a store, an
+    # egress rule): nothing of the session is made until it is changed.
+    NOT_ALLOWED = "NotAllowed"
 
 
 class HarnessPodStatus(StatusModel):

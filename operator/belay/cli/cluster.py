@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import urllib.error
+import os
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, cast
 
 from kubernetes import client, config
@@ -207,21 +207,50 @@ def reason(error: ApiException) -> str:
 
 
 def fetch(location: str, sha256: str, what: str, size: int | None = None) -> bytes:
-    """Bytes through a URL the operator published, checked against their recorded hash (and size,
-    where the status records one)."""
-    if urllib.parse.urlsplit(location).scheme not in ("http", "https"):
-        raise CommandError(
-            f"{what} are in an artifact store that publishes no URL ({location or 'none'}); "
-            "only an S3 store gives one that can be fetched from outside the cluster"
-        )
+    """Bytes the status names by their address in the session's artifact store, read with this
+    user's own access: an S3 object with the credentials of this shell's environment (the AWS
+    SDK's usual ones), a file where this machine reaches it. The operator never publishes a URL
+    that carries its own access. Checked against their recorded hash (and size, where the status
+    records one)."""
+    parts = urllib.parse.urlsplit(location)
     limit = size + 1 if size is not None else -1
-    try:
-        with urllib.request.urlopen(location, timeout=60) as answer:  # http(s) only, checked above
-            data = bytes(answer.read(limit))
-    except (urllib.error.URLError, OSError) as error:
-        raise CommandError(
-            f"cannot fetch {what}: {error}; the URL is renewed by the operator, so try again"
-        ) from None
+    if parts.scheme == "s3":
+        data = _read_s3(parts.netloc, parts.path.lstrip("/"), limit, what)
+    elif parts.scheme == "file":
+        try:
+            with Path(urllib.parse.unquote(parts.path)).open("rb") as handle:
+                data = handle.read(limit)
+        except OSError as error:
+            raise CommandError(
+                f"cannot read {what} at {location}: {error.strerror or error}; the artifact store "
+                "is a directory of the operator's machine, which this one does not reach"
+            ) from None
+    else:
+        raise CommandError(f"{what} are at {location or 'no address'}, which is no s3:// or file:// address")
     if (size is not None and len(data) != size) or hashlib.sha256(data).hexdigest() != sha256:
         raise CommandError(f"{what} as fetched do not match their recorded sha256 {sha256}; nothing written")
     return data
+
+
+def _read_s3(bucket: str, key: str, limit: int, what: str) -> bytes:
+    import botocore.exceptions
+
+    from belay.stores.s3 import make_client
+
+    environment = os.environ
+    endpoint = environment.get("AWS_ENDPOINT_URL_S3") or environment.get("AWS_ENDPOINT_URL")
+    region = environment.get("AWS_REGION") or environment.get("AWS_DEFAULT_REGION") or "us-east-1"
+    s3 = make_client(endpoint, None, None, region)
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"]
+        try:
+            return bytes(body.read(limit if limit >= 0 else None))
+        finally:
+            body.close()
+    except botocore.exceptions.NoCredentialsError:
+        raise CommandError(
+            f"cannot read {what} from s3://{bucket}/{key}: no AWS credentials in this environment; "
+            "kubectl belay reads artifacts with your own access to the session's bucket"
+        ) from None
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as error:
+        raise CommandError(f"cannot read {what} from s3://{bucket}/{key}: {error}") from None

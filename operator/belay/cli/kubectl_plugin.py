@@ -1,6 +1,6 @@
 """`kubectl belay`: the person's view of sessions in a cluster, for someone who may read and patch
-AgentSessions and nothing else (no store credentials, no pods, no Secrets; with `list` on
-Checkpoints the report shows them too).
+AgentSessions (no pods, no Secrets; with `list` on Checkpoints the report shows them too), and,
+to download artifacts and events, read the session's artifact store with their own access.
 
     kubectl belay sessions [-A] [-l SELECTOR] [--json] [--watch]   the fleet view
     kubectl belay objective OBJECTIVE [-A] [--json] [--watch]      the sessions of one objective
@@ -27,10 +27,11 @@ reason. An amendment edits `spec.request` under the field manager `kubectl-belay
 the operator records as who changed the request. The other decisions (a yes, a no or an answer to
 a wait, a message, a rejection of an approval without a reason, the verdict on an unknown outcome) go into
 `spec.decisions`, which the operator records under the same claims the local commands take. A
-deliverable, or a blob a pending approval binds, is fetched through the short-lived URL the
-operator publishes in the status (an S3 store's presigned URL), never with store credentials; so
-are the events, which the operator exports when the annotation `belay.dev/events-request` asks for
-them.
+deliverable, or a blob a pending approval binds, is read at the address the status names it by
+in the artifact store (`s3://bucket/key`), with the user's own access to that store (the AWS
+credentials of their environment; a file:// store where their machine reaches it): the status
+carries no presigned URL, which anyone who may read it would hold as a bearer token. So are the
+events, which the operator exports when the annotation `belay.dev/events-request` asks for them.
 """
 
 from __future__ import annotations

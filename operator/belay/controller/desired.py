@@ -22,17 +22,12 @@ from typing import Any
 
 from belay.api.agentsession import AgentSessionSpec, SubagentSpec
 from belay.api.resources import MIN_DISK_MIB, MIN_MEMORY_MIB, SandboxResources
-from belay.controller import names
+from belay.controller import admission, names
 from belay.controller.settings import EgressTarget, OperatorSettings
 from belay.harness.attempt import FAULT_ENV
 from belay.harness.stopping import DRAIN_ENV, STOP_MARGIN_S
 from belay.sandbox import limits
-from belay.sandbox.egress import METADATA_ADDRESSES
-
-# Ranges a sandbox with `internet` egress still may not reach: the cluster's private networks and
-# the cloud metadata address (which hands out node credentials).
-BLOCKED_IPV4 = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.169.254/32"]
-BLOCKED_IPV6 = ["fc00::/7", "fe80::/10", "fd00:ec2::254/128"]
+from belay.sandbox.egress import GLOBAL_UNICAST_IPV6, SPECIAL_PURPOSE_IPV4, SPECIAL_PURPOSE_IPV6
 
 # A sandbox pod's own token; the harness has every sandbox's, one file per subagent.
 TOKEN_MOUNT = "/var/run/belay/sandbox-token"
@@ -212,6 +207,14 @@ def sandbox_endpoint(ref: SessionRef, subagent: str, settings: OperatorSettings)
     return f"http://{service}.{ref.namespace}.svc:{settings.sandbox_port}"
 
 
+def store_credentials(spec: AgentSessionSpec, settings: OperatorSettings) -> str | None:
+    """The one Secret whose keys the harness gets as its environment: the session's own, for its
+    own stores (`spec.stores.secretRef`), else the operator's store Secret. Never both: a session
+    on its own stores never holds the fleet's credentials, and one on the fleet's stores gets no
+    variables of its choosing beside them."""
+    return spec.stores.secret_ref if admission.own_stores(spec) else settings.store_secret
+
+
 def harness_pod(
     ref: SessionRef,
     spec: AgentSessionSpec,
@@ -240,10 +243,9 @@ def harness_pod(
         env[FAULT_ENV] = fault_point  # a drill copy's attempt stops itself there
     if claimed:
         env[ENV_SANDBOX_CLAIM_DIR] = HARNESS_CLAIMS_MOUNT
-    secrets = [s for s in (settings.store_secret, spec.stores.secret_ref) if s]
     container: dict[str, Any] = {
         "name": "harness",
-        "image": spec.executor.image or settings.harness_image,
+        "image": admission.harness_image(spec, settings),
         "command": ["python", "-m", HARNESS_MODULE],
         "env": _env(env),
         "volumeMounts": [
@@ -251,8 +253,9 @@ def harness_pod(
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
-    if secrets:
-        container["envFrom"] = [{"secretRef": {"name": name}} for name in dict.fromkeys(secrets)]
+    secret = store_credentials(spec, settings)
+    if secret:
+        container["envFrom"] = [{"secretRef": {"name": secret}}]
     credentials = spec.executor.credentials_secret
     if credentials:  # the harness pod only: sandbox pods never see a provider's key
         container["env"] += [
@@ -325,7 +328,7 @@ def sandbox_pod(
     ref: SessionRef, subagent: SubagentSpec, settings: OperatorSettings, index: int, replacement: int = 0
 ) -> dict[str, Any]:
     container = sandbox_container(
-        subagent.image or settings.sandbox_image,
+        admission.sandbox_image(subagent, settings),
         subagent.network_profile,
         subagent.resources,
         settings,
@@ -339,7 +342,25 @@ def sandbox_pod(
     }
     name = names.sandbox_pod_name(ref.name, subagent.name, index, replacement)
     volumes = [_sandbox_token_volume(ref, subagent.name), *sandbox_scratch(subagent.resources)]
-    return pod_manifest(_metadata(ref, name, labels), settings, container, volumes)
+    pod = pod_manifest(_metadata(ref, name, labels), settings, container, volumes)
+    pod["spec"].update(sandbox_placement(settings, admission.runtime_class(subagent, settings)))
+    return pod
+
+
+def sandbox_placement(settings: OperatorSettings, runtime_class: str | None) -> dict[str, Any]:
+    """Where a sandbox pod runs, since it runs code a model chose: under its RuntimeClass (gVisor,
+    Kata), on the nodes the chart sets aside for sandboxes, in a user namespace of its own when
+    the chart asks for one (`hostUsers: false`: root in the pod is no user of the node)."""
+    placement: dict[str, Any] = {}
+    if runtime_class:
+        placement["runtimeClassName"] = runtime_class
+    if settings.sandbox_node_selector:
+        placement["nodeSelector"] = dict(settings.sandbox_node_selector)
+    if settings.sandbox_tolerations:
+        placement["tolerations"] = [dict(t) for t in settings.sandbox_tolerations]
+    if settings.sandbox_user_namespace:
+        placement["hostUsers"] = False
+    return placement
 
 
 def container_resources(resources: SandboxResources) -> dict[str, Any]:
@@ -455,34 +476,38 @@ def _outside(network: Network, blocked: list[Network]) -> list[str]:
 
 
 def internet_rules(stores: list[Network] | None = None) -> list[dict[str, Any]]:
-    """Everything but the cluster's private ranges, the metadata address and the stores."""
+    """The public internet: every IPv4 address but the special-purpose ranges, IPv6 global
+    unicast but the special-purpose ranges inside it (belay.sandbox.egress), and never the
+    stores."""
     blocks = []
-    for everything, always in (
-        (ipaddress.ip_network("0.0.0.0/0"), BLOCKED_IPV4),
-        (ipaddress.ip_network("::/0"), BLOCKED_IPV6),
+    for everything, special in (
+        (ipaddress.ip_network("0.0.0.0/0"), SPECIAL_PURPOSE_IPV4),
+        (GLOBAL_UNICAST_IPV6, SPECIAL_PURPOSE_IPV6),
     ):
-        ranges = [ipaddress.ip_network(r) for r in always]
+        ranges: list[Network] = list(special)
         extra = [
-            str(n)
+            n
             for n in stores or []
-            if n.version == everything.version and not any(n.subnet_of(r) for r in ranges)  # type: ignore[arg-type]
+            if n.version == everything.version
+            and n.subnet_of(everything)  # type: ignore[arg-type]
+            and not any(n.subnet_of(r) for r in ranges)  # type: ignore[arg-type]
         ]
-        blocks.append({"ipBlock": {"cidr": str(everything), "except": [*always, *extra]}})
+        excepted = [str(n) for n in [*ranges, *extra] if n != everything]
+        blocks.append({"ipBlock": {"cidr": str(everything), "except": excepted}})
     return [{"to": blocks}]
 
 
 def allowlist_rules(entries: list[str], stores: list[Network] | None = None) -> list[dict[str, Any]]:
-    """Addresses and ranges from the allowlist, the metadata address and the stores cut out of any
-    range that holds them (an entry inside one of them is dropped). Host names cannot be expressed
-    in a NetworkPolicy, so they are not opened here: a policy only ever allows what it can name
-    exactly."""
-    blocked: list[Network] = [*METADATA_ADDRESSES, *(stores or [])]
+    """Addresses and ranges from the allowlist, the stores cut out of any range that holds them
+    (an entry inside one of them is dropped). The operator refuses a session whose allowlist
+    holds a host name or a range wider than `internet` (belay.controller.admission) before it
+    makes any object; should one reach here, it is left out, never opened."""
+    blocked: list[Network] = list(stores or [])
     peers = []
     for entry in entries:
-        try:
-            network = ipaddress.ip_network(entry, strict=False)
-        except ValueError:
+        if admission.allowlist_refusals([entry]):
             continue
+        network = ipaddress.ip_network(entry.strip(), strict=False)
         if any(b.version == network.version and network.subnet_of(b) for b in blocked):  # type: ignore[arg-type]
             continue
         block: dict[str, Any] = {"cidr": str(network)}

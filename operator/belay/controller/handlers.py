@@ -20,7 +20,7 @@ from typing import Any, cast
 import kopf
 
 from belay.api.agentsession import AgentSessionSpec
-from belay.controller import metrics, names
+from belay.controller import admission, metrics, names
 from belay.controller.drill import DRILL_OF_LABEL
 from belay.controller.follow import (
     PodView,
@@ -83,7 +83,8 @@ def _wake(key: str) -> None:
 def _follow_record(reconciler: SessionReconciler, body: dict[str, Any], key: str, wake: WorkerWake) -> None:
     """Have the watch of the session's event store wake this worker when its record moves."""
     try:
-        store = reconciler.event_store(AgentSessionSpec.model_validate(body["spec"]))
+        spec = AgentSessionSpec.model_validate(body["spec"])
+        store = reconciler.event_store(spec, body["metadata"]["namespace"])
     except (StoreUnavailable, ValueError):
         return  # the pass reports it, and is tried again
     meta = body["metadata"]
@@ -311,9 +312,11 @@ async def session_deleted(body: kopf.Body, namespace: str | None, name: str, uid
     try:
         # Under the session's lock: no pass of its worker writes to the record meanwhile.
         async with reconciler.lock(uid):
-            notes = await retain_or_delete(
-                namespace, name, uid, spec, reconciler.event_store(spec), reconciler.artifact_store(spec)
-            )
+            if admission.refusals(spec, reconciler.settings):
+                notes = []  # refused: nothing of it was made, no record written
+            else:
+                events, artifacts = await reconciler.open_stores(namespace, spec)
+                notes = await retain_or_delete(namespace, name, uid, spec, events, artifacts)
     except StoreError as error:  # the finalizer stays until the stores answer
         raise kopf.TemporaryError(f"retention of {namespace}/{name}: {error}", delay=10) from error
     for note in notes:

@@ -12,6 +12,7 @@ everything else that blocks; this one is as wide as the client's connection pool
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import os
 from collections.abc import Callable
@@ -142,6 +143,18 @@ class KubeClient:
         except ApiException as error:
             if error.status not in (404, 409):
                 raise
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, str] | None:
+        """A Secret's keys and values (decoded), or None when it does not exist. The operator reads
+        only the Secret a session names for its own stores, in the session's namespace."""
+        try:
+            secret = self.core.read_namespaced_secret(name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        data = secret.data or {}
+        return {key: base64.b64decode(value).decode("utf-8", "replace") for key, value in data.items()}
 
     def ensure_secret(self, obj: dict[str, Any]) -> None:
         """Create the Secret unless it exists; an existing one is never rewritten."""

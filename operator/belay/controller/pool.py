@@ -21,12 +21,13 @@ from typing import Any
 
 from belay.api.agentsession import AgentSessionSpec, SubagentSpec
 from belay.api.resources import SandboxResources
-from belay.controller import names
+from belay.controller import admission, names
 from belay.controller.desired import (
     CLAIM_KEY,
     SessionRef,
     pod_manifest,
     sandbox_container,
+    sandbox_placement,
     sandbox_scratch,
 )
 from belay.controller.settings import OperatorSettings
@@ -44,12 +45,27 @@ class SandboxTemplate:
     image: str
     network_profile: str
     resources: SandboxResources = field(default_factory=SandboxResources)
+    runtime_class: str | None = None
 
 
 def template_of(subagent: SubagentSpec, settings: OperatorSettings) -> SandboxTemplate:
     return SandboxTemplate(
-        subagent.image or settings.sandbox_image, subagent.network_profile, subagent.resources
+        admission.sandbox_image(subagent, settings),
+        subagent.network_profile,
+        subagent.resources,
+        admission.runtime_class(subagent, settings),
     )
+
+
+def _pool_shape(
+    metadata: dict[str, Any], template: SandboxTemplate, settings: OperatorSettings, credential: list[str]
+) -> dict[str, Any]:
+    container = sandbox_container(
+        template.image, template.network_profile, template.resources, settings, credential
+    )
+    pod = pod_manifest(metadata, settings, container, sandbox_scratch(template.resources))
+    pod["spec"].update(sandbox_placement(settings, template.runtime_class))
+    return pod
 
 
 def pool_pod(
@@ -57,28 +73,18 @@ def pool_pod(
 ) -> dict[str, Any]:
     """A pool pod: the sandbox container with no token, the sha256 of its claim key instead. No
     owner (it is no session's yet) and no service account token, like every sandbox pod."""
-    container = sandbox_container(
-        template.image,
-        template.network_profile,
-        template.resources,
-        settings,
-        ["--claim-key-sha256", claim_key_sha256],
-    )
     metadata = {
         "name": name,
         "namespace": namespace,
         "labels": names.pool_selector(template_id(template, settings)),
     }
-    return pod_manifest(metadata, settings, container, sandbox_scratch(template.resources))
+    return _pool_shape(metadata, template, settings, ["--claim-key-sha256", claim_key_sha256])
 
 
 def template_id(template: SandboxTemplate, settings: OperatorSettings) -> str:
     """A digest of the pod the template makes: a change of the settings that shape it (an image, a
     port, the drain) gives another id, so pods of the old shape leave the pool."""
-    container = sandbox_container(
-        template.image, template.network_profile, template.resources, settings, ["--claim-key-sha256"]
-    )
-    shape = pod_manifest({}, settings, container, sandbox_scratch(template.resources))
+    shape = _pool_shape({}, template, settings, ["--claim-key-sha256"])
     digest = hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()
     return digest[:TEMPLATE_ID_CHARS]
 
@@ -163,6 +169,8 @@ def wanted_templates(
     if settings.sandbox_pool_size == 0:
         return wanted
     for namespace, spec in sessions:
+        if admission.refusals(spec, settings):
+            continue  # a session the operator refuses gets nothing made for it, pool pods included
         for subagent in spec.subagents:
             template = template_of(subagent, settings)
             wanted.setdefault(namespace, {})[template_id(template, settings)] = template

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from belay.api.agentsession import AgentSessionSpec
-from belay.controller import names
+from belay.controller import admission, names
 from belay.controller.desired import SessionRef
 from belay.controller.kube import KubeClient
 from belay.controller.pool import (
@@ -85,7 +85,8 @@ class SandboxPool:
         known = self._templates.get(key)
         if known is None or known[0] != generation:
             spec = AgentSessionSpec.model_validate(body["spec"])
-            templates = [template_of(sub, self.settings) for sub in spec.subagents]
+            refused = admission.refusals(spec, self.settings)  # nothing is made for it, pool pods included
+            templates = [] if refused else [template_of(sub, self.settings) for sub in spec.subagents]
             known = (generation, [(template_id(t, self.settings), t) for t in templates])
             self._templates[key] = known
         return known[1]

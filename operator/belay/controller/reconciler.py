@@ -29,7 +29,7 @@ from belay.api.status import (
     OperatorReason,
     SandboxPodStatus,
 )
-from belay.controller import names
+from belay.controller import admission, names
 from belay.controller.checkpoints import checkpoint_object
 from belay.controller.children import child_ended_write, child_manifest, child_wait_write, parent_link_write
 from belay.controller.desired import SessionRef, apply_stages, desired_children, sandbox_token_secret
@@ -86,6 +86,7 @@ from belay.controller.recovery import (
     sandbox_losses,
     stalled_by_repeats,
 )
+from belay.controller.session_stores import SessionStores
 from belay.controller.settings import OperatorSettings
 from belay.controller.status import OperatorProblem, TransitionEvent, session_status_patch, transition_events
 from belay.journal.events import ArtifactRef, CheckpointEvent, event_line
@@ -93,7 +94,6 @@ from belay.journal.phase import ENDED_PHASES, Liveness, phase_of
 from belay.journal.state import EMPTY, SessionState, apply, fold
 from belay.stores.base import ArtifactStore, ClaimTaken, EventStore, RecordCorrupt, StoreUnavailable
 from belay.stores.etcd import archive_closed
-from belay.stores.factory import open_artifact_store, open_event_store
 
 log = logging.getLogger("belay.operator")
 
@@ -158,15 +158,6 @@ def shown(state: SessionState, name: str) -> SessionState:
     return state.model_copy(update={"session_id": name})
 
 
-def _opened(opener: Callable[[str], T], url: str) -> T:
-    """A store that cannot even be opened (a missing directory, a bad address) is unavailable,
-    like one that stops answering: the session waits for it, the operator keeps going."""
-    try:
-        return opener(url)
-    except (OSError, ValueError) as error:
-        raise StoreUnavailable(f"cannot open {url}: {error}") from error
-
-
 def _digest(objects: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(objects, sort_keys=True).encode()).hexdigest()
 
@@ -184,27 +175,19 @@ class SessionReconciler:
         self.post_event = post_event
         self.pool = pool
         self.memory: dict[str, SessionMemory] = {}
-        self._event_stores: dict[str, EventStore] = {}
-        self._artifact_stores: dict[str, ArtifactStore] = {}
+        self.stores = SessionStores(kube, settings)
         self._locks: dict[str, asyncio.Lock] = {}
 
-    # ---- stores, opened once per URL
+    # ---- stores
 
-    def event_store(self, spec: AgentSessionSpec) -> EventStore:
-        url = spec.stores.events or self.settings.event_store
-        if url not in self._event_stores:
-            self._event_stores[url] = _opened(open_event_store, url)
-        return self._event_stores[url]
+    def event_store(self, spec: AgentSessionSpec, namespace: str = "") -> EventStore:
+        return self.stores.event_store(spec, namespace)
 
-    def artifact_store(self, spec: AgentSessionSpec) -> ArtifactStore:
-        url = spec.stores.artifacts or self.settings.artifact_store
-        if url not in self._artifact_stores:
-            self._artifact_stores[url] = _opened(open_artifact_store, url)
-        return self._artifact_stores[url]
+    async def open_stores(self, namespace: str, spec: AgentSessionSpec) -> tuple[EventStore, ArtifactStore]:
+        return await self.stores.open(namespace, spec)
 
     async def close(self) -> None:
-        for store in self._event_stores.values():
-            await store.close()
+        await self.stores.close()
         self.kube.close()
 
     def lock(self, uid: str) -> asyncio.Lock:
@@ -233,8 +216,11 @@ class SessionReconciler:
         memory = self.memory.get(uid)
         if memory is None:
             return True
-        store = self.event_store(AgentSessionSpec.model_validate(body["spec"]))
+        spec = AgentSessionSpec.model_validate(body["spec"])
+        if admission.refusals(spec, self.settings):
+            return False  # refused: nothing of it runs, its record is not read
         try:
+            store, _ = await self.open_stores(body["metadata"]["namespace"], spec)
             last_seq = await store.last_seq(record_of_body(body))
         except StoreUnavailable as error:
             async with self.lock(uid):
@@ -603,13 +589,18 @@ class SessionReconciler:
         meta = body["metadata"]
         ref = SessionRef(meta["name"], meta["namespace"], meta["uid"], int(meta.get("generation") or 1))
         spec = AgentSessionSpec.model_validate(body["spec"])
-        store = self.event_store(spec)
-        artifacts = self.artifact_store(spec)
+        refused = admission.refusals(spec, self.settings)
+        if refused:
+            # Before anything of the session exists: no Secret, pod or policy, no record written.
+            problem = OperatorProblem(OperatorReason.NOT_ALLOWED, "; ".join(refused))
+            status = await self._report(body, memory, problem)
+            return PassResult(HarnessDecision(Action.STOP, None, why=problem.message), status)
+        store, artifacts = await self.open_stores(ref.namespace, spec)
 
-        refused = await self._own_record(store, ref, spec, memory)
-        if refused is not None:
-            status = await self._report(body, memory, refused)
-            return PassResult(HarnessDecision(Action.STOP, None, why=refused.message), status)
+        not_its_own = await self._own_record(store, ref, spec, memory)
+        if not_its_own is not None:
+            status = await self._report(body, memory, not_its_own)
+            return PassResult(HarnessDecision(Action.STOP, None, why=not_its_own.message), status)
         await self._ensure_sandbox_tokens(ref, spec, memory)
         await self._fork(store, ref, spec, memory)
         await self._follow(store, ref, memory)
@@ -638,7 +629,7 @@ class SessionReconciler:
             if decision.action == Action.BACK_OFF
             else None
         )
-        status = self._status_of(ref, memory, artifacts, previous, harness, sandboxes, liveness, backing_off)
+        status = self._status_of(ref, memory, previous, harness, sandboxes, liveness, backing_off)
         transitions = await self._publish_status(body, ref, memory, previous, status)
         follows_clock = decision.index is not None and liveness.renewed_current_lease
         next_pass = decision.retry_in_s if decision.action == Action.BACK_OFF else None
@@ -738,18 +729,16 @@ class SessionReconciler:
         self,
         ref: SessionRef,
         memory: SessionMemory,
-        artifacts: ArtifactStore,
         previous: dict[str, Any] | None,
         harness: HarnessPodStatus | None,
         sandboxes: list[SandboxPodStatus],
         liveness: Liveness,
         problem: OperatorProblem | None = None,
     ) -> AgentSessionStatus:
-        """`problem`: what only this pass knows (a backoff), else a fork whose source is missing."""
-
-        def locate(artifact: ArtifactRef) -> str:
-            return artifacts.location(artifact.sha256)
-
+        """`problem`: what only this pass knows (a backoff), else a fork whose source is missing.
+        Every blob is named by its address in the artifact store (`s3://bucket/key`), never by a
+        presigned URL: whoever may read the status would hold it as a bearer token. `kubectl
+        belay` reads the blob with its user's own access to the store."""
         return session_status_patch(
             shown(memory.state, ref.name),
             previous_status=previous,
@@ -760,11 +749,10 @@ class SessionReconciler:
             forked_from=memory.forked_from,
             drill=memory.drill,
             events_export=memory.events_export[0].model_copy(
-                update={"location": locate(memory.events_export[1])}
+                update={"location": memory.events_export[1].uri or f"sha256:{memory.events_export[1].sha256}"}
             )
             if memory.events_export is not None
             else None,
-            locate=locate,
             problem=problem
             or (
                 OperatorProblem(OperatorReason.FORK_SOURCE_MISSING, memory.fork_error)

@@ -1,12 +1,17 @@
-"""Operator settings: images, store locations, where pods may reach. The chart sets them as
+"""Operator settings: images, store locations, where pods may reach and run. The chart sets them as
 environment variables (`BELAY_OPERATOR_SETTINGS`, one JSON document); store credentials stay in
 a Secret that pods load with `envFrom`, so no credential ever appears in an object the operator
-writes."""
+writes.
+
+Images are the operator's to choose: a session runs the default harness and sandbox images, or
+names one of the images listed here (`spec.executor.image`, `spec.subagents[].image` hold a name,
+never a reference), so whoever may create a session cannot run code of their choosing in a pod
+that holds the fleet's store credentials."""
 
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -34,9 +39,28 @@ class EgressTarget(Settings):
         return self
 
 
+NetworkProfile = Literal["none", "allowlist", "internet"]
+
+
 class OperatorSettings(Settings):
+    # The images a session runs when it names none.
     harness_image: str = "belay-harness:latest"
     sandbox_image: str = "belay-harness:latest"
+    # The images a session may name instead, name -> image reference. A name not listed here is
+    # refused by the operator (status NotAllowed, nothing created).
+    harness_images: dict[str, str] = Field(default_factory=dict)
+    sandbox_images: dict[str, str] = Field(default_factory=dict)
+    # Where sandbox pods run (they run code a model chose): the RuntimeClass (gVisor, Kata) for
+    # every sandbox, or per network profile; the RuntimeClasses a subagent may name instead
+    # (`spec.subagents[].runtimeClassName`; the ones named here are always allowed); the nodes
+    # (node selector, tolerations) and whether the pod gets a user namespace of its own
+    # (`hostUsers: false`, where the nodes support it).
+    sandbox_runtime_class: str | None = None
+    sandbox_runtime_classes: dict[NetworkProfile, str] = Field(default_factory=dict)
+    allowed_runtime_classes: list[str] = Field(default_factory=list)
+    sandbox_node_selector: dict[str, str] = Field(default_factory=dict)
+    sandbox_tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    sandbox_user_namespace: bool = False
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     event_store: str = "etcd://belay-etcd:2379"
     artifact_store: str = "s3://belay-artifacts"
@@ -71,6 +95,11 @@ class OperatorSettings(Settings):
     # starts, and that start is what a recovery waits for. The chart sets
     # `sandboxPool.refillDelaySeconds`.
     sandbox_pool_refill_delay_s: float = Field(default=3.0, ge=0, le=300)
+
+    def runtime_classes(self) -> set[str]:
+        """Every RuntimeClass a sandbox of this operator may run under."""
+        named = {self.sandbox_runtime_class, *self.sandbox_runtime_classes.values()}
+        return {name for name in named if name} | set(self.allowed_runtime_classes)
 
 
 def settings_from_environment() -> OperatorSettings:

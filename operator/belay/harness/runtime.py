@@ -79,7 +79,7 @@ from belay.journal.state import (
     SessionState,
     operation_payload_sha256,
 )
-from belay.journal.tools import ToolSpec, argument_problem, tool_spec
+from belay.journal.tools import ToolSpec, argument_problem, effect_of, tool_spec
 from belay.sandbox.client import SandboxError, SandboxUnavailable
 from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, ClaimTaken, PayloadTooLarge
 
@@ -147,6 +147,7 @@ class ToolRuntime:
         `belay.journal.operations`) beside the executor's own id of the call, its effect class
         and the hash of its payload (what an approval binds)."""
         spec = tool_spec(call.name)
+        effect = effect_of(spec.name, sub.network_profile, sub.command_effect)
         operation_id = derived.operation_id
         if operation_id in state.operations:
             raise RuntimeError(f"the executor reused operation id {operation_id!r}")
@@ -171,10 +172,10 @@ class ToolRuntime:
             operation_id=operation_id,
             tool=spec.name,
             arguments=arguments,
-            effect=spec.effect,
+            effect=effect,
             step=derived.step,
             subagent=sub.name,
-            idempotency_key=operation_id if spec.effect == EffectClass.KEYED else None,
+            idempotency_key=operation_id if effect == EffectClass.KEYED else None,
             payload_sha256=operation_payload_sha256(spec.name, arguments),
             redactions=redacted.count,
             provider_call_id=call.call_id if call.call_id != operation_id else None,
@@ -237,8 +238,7 @@ class ToolRuntime:
     async def run_to_result(self, sub: SubagentSpec, request_seq: int, request: ToolRequest) -> list[Event]:
         """Dispatch a request that may run and record its result, with what it was derived from.
         An unsafe operation that failed is recorded with a request to retry it, and waits."""
-        spec = tool_spec(request.tool)
-        if spec.effect == EffectClass.UNSAFE:
+        if request.effect == EffectClass.UNSAFE:
             found = await self.found_before_call(sub, request_seq, request)
             if found is not None:
                 return found
@@ -255,7 +255,7 @@ class ToolRuntime:
             # The answer was lost with the sandbox: the effect table decides, as after a lost
             # harness. An unsafe operation may have taken effect and is never repeated blindly;
             # any other runs again, on the restored sandbox.
-            if spec.effect == EffectClass.UNSAFE:
+            if request.effect == EffectClass.UNSAFE:
                 op = (await self.attempt.state()).operations[request.operation_id]
                 return await self.reconcile_unsafe(sub, op, request)
             if replaced >= SANDBOX_LOSSES_PER_CALL:
@@ -289,7 +289,7 @@ class ToolRuntime:
             # What was sent is the call's fault, never the harness's: its error result, and no
             # retry for an external effect (the same arguments would fail the same way).
             return await self.record_refused(sub, request_seq, request, problem), None
-        await self.fence(spec)
+        await self.fence(request.effect)
         resolved = request.model_copy(update={"arguments": arguments})
         if spec.where == "sandbox":
             payloads = await self.run_in_sandbox(sub, resolved)
@@ -297,6 +297,9 @@ class ToolRuntime:
             payloads = await run_in_harness(self, sub, resolved)
         state = await self.attempt.known_state()  # the request's provenance: recorded by this attempt
         payloads = with_provenance(payloads, provenance(state, sub.name, request), request)
+        # A failure waits on a person only for a tool whose failure is known to have taken no
+        # effect (the catalogue's unsafe tools); a command in a networked sandbox is unsafe for a
+        # recovery, but its failure (a timeout, a wall) is its own answer to the model.
         failure = failed_effect(spec.effect, request, payloads)
         retry = None
         if failure is not None:
@@ -344,13 +347,13 @@ class ToolRuntime:
                 return []
             await asyncio.sleep(self.poll_interval_s)
 
-    async def fence(self, spec: ToolSpec) -> None:
+    async def fence(self, effect: EffectClass) -> None:
         """Right before a keyed or unsafe call: raise StaleLease if a newer attempt holds the
         session. The store refuses a superseded attempt's appends, but not its calls to the world:
         an attempt that was frozen and woke up beside its replacement would otherwise create the
         ticket its replacement already created. What remains is the time between this read and
         the call (docs/security.md, "Fenced effects")."""
-        if self.fenced and spec.effect in FENCED_EFFECTS:
+        if self.fenced and effect in FENCED_EFFECTS:
             await self.attempt.check_lease()
 
     async def run_in_sandbox(self, sub: SubagentSpec, request: ToolRequest) -> list[Payload]:

@@ -189,6 +189,20 @@ TOOLS: dict[str, ToolSpec] = {
 }
 
 
+def effect_of(tool: str, network_profile: str = "none", command_effect: str | None = None) -> EffectClass:
+    """The effect class a call of `tool` is recorded with, in a sandbox of `network_profile`.
+    `run_command` is idempotent in a sandbox that reaches nothing (whatever it does stays in the
+    workspace, which a recovery restores); in one that reaches a network a command may change
+    something outside (a push, a post, a deploy), so it is unsafe there, unless the manifest
+    classes the subagent's commands otherwise (`commandEffect`)."""
+    spec = tool_spec(tool)
+    if spec.name != "run_command":
+        return spec.effect
+    if command_effect is not None:
+        return EffectClass(command_effect)
+    return spec.effect if network_profile == "none" else EffectClass.UNSAFE
+
+
 def unknown_tool(name: str) -> str:
     """Why `name` is no tool: the nearest tool's name, when one is near, and every tool."""
     nearest = difflib.get_close_matches(name, TOOLS, n=1, cutoff=0.5)
@@ -279,6 +293,9 @@ def reference() -> str:
         "effect class decides what a new attempt does with a call that has no result (read_only and",
         "idempotent run again, keyed runs again with its key, unsafe is never repeated blindly).",
         "A plan that names another tool is refused with the nearest name and this list.",
+        "`run_command` is unsafe in a sandbox whose network profile is not `none` (a command that",
+        "reaches a network may change something outside the sandbox), unless the subagent's",
+        "`commandEffect` says `idempotent`.",
         "",
         "| tool | effect | runs in | approval | what it does | arguments |",
         "| --- | --- | --- | --- | --- | --- |",

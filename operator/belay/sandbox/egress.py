@@ -41,6 +41,69 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 # allowlist (here, and in the NetworkPolicy the operator writes for a sandbox pod).
 METADATA_ADDRESSES = [ipaddress.ip_network("169.254.169.254/32"), ipaddress.ip_network("fd00:ec2::254/128")]
 
+# What profile `internet` means in a cluster: the public internet, and nothing of the IANA
+# special-purpose address registries (IPv4: RFC 6890 and its updates; IPv6: likewise), nor
+# multicast, nor for IPv6 anything outside global unicast (2000::/3). Among them: the cluster's
+# private ranges, carrier-grade NAT (100.64.0.0/10, where some clouds put nodes and pods), all of
+# link-local 169.254.0.0/16 (the metadata services), and the IPv4/IPv6 translation prefixes (a
+# NAT64 gateway would reach private IPv4 addresses through them). Only the outermost ranges are
+# listed; the registry's nested entries (192.0.0.170/32 inside 192.0.0.0/24, ...) fall inside them.
+SPECIAL_PURPOSE_IPV4 = tuple(
+    ipaddress.IPv4Network(cidr)
+    for cidr in (
+        "0.0.0.0/8",  # this network
+        "10.0.0.0/8",  # private use
+        "100.64.0.0/10",  # shared address space (carrier-grade NAT)
+        "127.0.0.0/8",  # loopback
+        "169.254.0.0/16",  # link local, the metadata services
+        "172.16.0.0/12",  # private use
+        "192.0.0.0/24",  # IETF protocol assignments
+        "192.0.2.0/24",  # documentation (TEST-NET-1)
+        "192.31.196.0/24",  # AS112-v4
+        "192.52.193.0/24",  # AMT
+        "192.88.99.0/24",  # deprecated 6to4 relay anycast
+        "192.168.0.0/16",  # private use
+        "192.175.48.0/24",  # direct delegation AS112 service
+        "198.18.0.0/15",  # benchmarking
+        "198.51.100.0/24",  # documentation (TEST-NET-2)
+        "203.0.113.0/24",  # documentation (TEST-NET-3)
+        "224.0.0.0/4",  # multicast
+        "240.0.0.0/4",  # reserved, and the limited broadcast address
+    )
+)
+# IPv6 `internet` is global unicast, less these special-purpose ranges inside it. (Loopback,
+# unspecified, IPv4-mapped, 64:ff9b::/96 and 64:ff9b:1::/48 translation, 100::/64 discard,
+# 5f00::/16 SRv6, fc00::/7 unique local, fe80::/10 link local and ff00::/8 multicast all lie
+# outside 2000::/3.)
+GLOBAL_UNICAST_IPV6 = ipaddress.IPv6Network("2000::/3")
+SPECIAL_PURPOSE_IPV6 = tuple(
+    ipaddress.IPv6Network(cidr)
+    for cidr in (
+        "2001::/23",  # IETF protocol assignments (Teredo, benchmarking, ORCHID, AMT, AS112, DETs)
+        "2001:db8::/32",  # documentation
+        "2002::/16",  # 6to4
+        "2620:4f:8000::/48",  # direct delegation AS112 service
+        "3fff::/20",  # documentation
+    )
+)
+
+
+def wider_than_internet(network: IPNetwork) -> str | None:
+    """Why a range reaches more than profile `internet` does (it holds or meets a special-purpose
+    range, or lies outside IPv6 global unicast), or None when it stays inside the internet."""
+    if isinstance(network, ipaddress.IPv4Network):
+        for special in SPECIAL_PURPOSE_IPV4:
+            if network.overlaps(special):
+                return f"it reaches {special}, a special-purpose range that `internet` never reaches"
+        return None
+    if not network.subnet_of(GLOBAL_UNICAST_IPV6):
+        return f"it reaches outside {GLOBAL_UNICAST_IPV6}, the IPv6 global unicast that `internet` is"
+    for special6 in SPECIAL_PURPOSE_IPV6:
+        if network.overlaps(special6):
+            return f"it reaches {special6}, a special-purpose range that `internet` never reaches"
+    return None
+
+
 MAX_REQUEST_HEAD = 64 * 1024
 CONNECT_TIMEOUT_S = 30.0
 HOST_NAME = re.compile(

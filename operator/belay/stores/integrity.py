@@ -76,7 +76,12 @@ def load_record_key(path: str | Path) -> bytes:
 
 
 def record_key_for(spec: Mapping[str, Any] | None = None) -> bytes | None:
-    """The record key a store opened from `spec` uses (see the module docstring), or None."""
+    """The record key a store opened from `spec` uses (see the module docstring), or None. A spec
+    with `record_key` (the key itself; empty: none) takes nothing from the environment: the
+    operator opens a session's own store so, with the key from that session's Secret only."""
+    if spec is not None and "record_key" in spec:
+        given = str(spec["record_key"])
+        return _checked_key(given.encode(), "the store's record_key") if given else None
     path = (spec or {}).get("record_key_file") or os.environ.get(RECORD_KEY_FILE_ENV)
     if path:
         return load_record_key(path)

@@ -6,12 +6,11 @@ the interruption under way, and what waits now; the briefing beside it is `kubec
 
 from __future__ import annotations
 
-import posixpath
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from belay.journal.commands import in_cluster
 from belay.journal.events import WaitKind
 from belay.views.report.model import (
     WAIT_BAR_KIND,
@@ -40,13 +39,9 @@ class CheckpointObject:
 
 
 def fetch_command(deliverable: DeliverableStatus) -> str:
-    """How a cluster user fetches a deliverable: the presigned URL the status carries, with curl
-    (quoted: the name is a model's choice); a location that is no URL gives no command."""
-    location = deliverable.location
-    if not location.startswith(("https://", "http://")):
-        return ""
-    target = posixpath.basename(deliverable.name) or "deliverable"
-    return f"curl -fsSL -o {shlex.quote(target)} {shlex.quote(location)}"
+    """How a cluster user fetches a deliverable: `kubectl belay artifacts get`, which reads it with
+    the user's own access to the artifact store (the status carries no presigned URL)."""
+    return in_cluster(deliverable.command)
 
 
 def _checkpoint_rows(checkpoints: Sequence[CheckpointObject]) -> tuple[list[Row], list[StepEntry]]:
