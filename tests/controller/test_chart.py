@@ -69,6 +69,23 @@ def test_chart_settings_are_the_operators_settings(helm_bin: Path) -> None:
     assert OperatorSettings.model_validate_json(env["BELAY_OPERATOR_SETTINGS"]).stop_drain_s == 45
 
 
+def test_the_fleet_etcds_client_certificate_is_mounted_and_named_on_the_events_url(helm_bin: Path) -> None:
+    plain = operator_container(render(helm_bin))
+    assert not any(m["name"] == "etcd-credentials" for m in plain["volumeMounts"])
+    objects = render(helm_bin, "--set", "stores.etcdCredentialsSecret=belay-etcd-client")
+    container = operator_container(objects)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    settings = OperatorSettings.model_validate_json(env["BELAY_OPERATOR_SETTINGS"])
+    assert settings.etcd_credentials_secret == "belay-etcd-client"
+    assert settings.fleet_event_store() == "etcd://belay-etcd:2379?credentials=/etc/belay/etcd"
+    assert {"name": "etcd-credentials", "mountPath": "/etc/belay/etcd", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "etcd-credentials", "secret": {"secretName": "belay-etcd-client"}} in volumes
+
+
 def test_the_sandbox_pool_is_sized_in_the_chart(helm_bin: Path) -> None:
     def pool_size(*sets: str) -> int:
         env = {e["name"]: e.get("value") for e in operator_container(render(helm_bin, *sets))["env"]}

@@ -17,7 +17,7 @@ from belay.controller.desired import (
     sandbox_endpoint,
     sandbox_token_secret,
 )
-from belay.controller.settings import EgressTarget, OperatorSettings
+from belay.controller.settings import ETCD_CREDENTIALS_MOUNT, EgressTarget, OperatorSettings
 from belay.harness.stopping import DRAIN_ENV, STOP_MARGIN_S
 from tests.controller.sessions import REF, spec_with, subagent
 
@@ -142,6 +142,33 @@ def test_a_session_on_its_own_stores_gets_its_own_secret_and_never_the_fleets() 
     assert container["envFrom"] == [{"secretRef": {"name": "team-stores"}}]
     assert "belay-stores" not in json.dumps(pod)
     assert (env["BELAY_EVENT_STORE"], env["BELAY_ARTIFACT_STORE"]) == (own["events"], own["artifacts"])
+
+
+def test_the_fleet_etcds_client_certificate_reaches_the_harness_of_a_fleet_session_only() -> None:
+    tls = SETTINGS.model_copy(update={"etcd_credentials_secret": "belay-etcd-client"})
+    assert not SETTINGS.etcd_credentials_secret and "belay-etcd-client" not in json.dumps(
+        harness_pod(REF, spec_with(), SETTINGS, 0)
+    )
+    pod = harness_pod(REF, spec_with(), tls, 0)
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["BELAY_EVENT_STORE"] == f"{SETTINGS.event_store}?credentials={ETCD_CREDENTIALS_MOUNT}"
+    assert {"name": "etcd-credentials", "mountPath": ETCD_CREDENTIALS_MOUNT, "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    assert "belay-etcd-client" in secret_names(pod)
+    # A session on its own stores reaches its own etcd with its own Secret: never the fleet's certificate.
+    own = {"events": "etcd://etcd.team-a:2379/belay", "artifacts": "s3://team-a", "secretRef": "team-stores"}
+    tenant = harness_pod(REF, spec_with(stores=own), tls, 0)
+    assert "belay-etcd-client" not in secret_names(tenant) and ETCD_CREDENTIALS_MOUNT not in json.dumps(
+        tenant
+    )
+    sandboxes = [
+        o
+        for o in desired_children(REF, spec_with(), tls, 0)
+        if o["kind"] == "Pod" and o["metadata"]["labels"][names.LABEL_COMPONENT] == names.COMPONENT_SANDBOX
+    ]
+    assert sandboxes and not any("belay-etcd-client" in secret_names(pod) for pod in sandboxes)
 
 
 def secret_names(pod: dict[str, Any]) -> set[str]:

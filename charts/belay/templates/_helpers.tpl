@@ -56,5 +56,6 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 -}}
 {{- if .Values.sessions.sandbox.runtimeClassName }}{{- $_ := set $settings "sandbox_runtime_class" .Values.sessions.sandbox.runtimeClassName -}}{{- end -}}
 {{- if .Values.stores.existingSecret }}{{- $_ := set $settings "store_secret" .Values.stores.existingSecret -}}{{- end -}}
+{{- if .Values.stores.etcdCredentialsSecret }}{{- $_ := set $settings "etcd_credentials_secret" .Values.stores.etcdCredentialsSecret -}}{{- end -}}
 {{- toJson $settings -}}
 {{- end -}}

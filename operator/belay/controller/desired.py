@@ -23,7 +23,7 @@ from typing import Any
 from belay.api.agentsession import AgentSessionSpec, SubagentSpec
 from belay.api.resources import MIN_DISK_MIB, MIN_MEMORY_MIB, SandboxResources
 from belay.controller import admission, names
-from belay.controller.settings import EgressTarget, OperatorSettings
+from belay.controller.settings import ETCD_CREDENTIALS_MOUNT, EgressTarget, OperatorSettings
 from belay.harness.attempt import FAULT_ENV
 from belay.harness.stopping import DRAIN_ENV, STOP_MARGIN_S
 from belay.sandbox import limits
@@ -230,7 +230,7 @@ def harness_pod(
         ENV_NAMESPACE: ref.namespace,
         ENV_SESSION_UID: ref.uid,
         ENV_HARNESS_INDEX: str(index),
-        ENV_EVENT_STORE: spec.stores.events or settings.event_store,
+        ENV_EVENT_STORE: spec.stores.events or settings.fleet_event_store(),
         ENV_ARTIFACT_STORE: spec.stores.artifacts or settings.artifact_store,
         ENV_SESSION_SPEC: json.dumps(spec.model_dump(mode="json", by_alias=True, exclude_none=True)),
         ENV_SANDBOX_ENDPOINTS: json.dumps(
@@ -266,6 +266,14 @@ def harness_pod(
             for variable in PROVIDER_VARIABLES.get(spec.executor.type, ())
         ]
     volumes = [_harness_tokens_volume(ref, spec), _scratch("tmp")]
+    if settings.etcd_credentials_secret and not admission.own_stores(spec):
+        # The fleet etcd's client certificate, for a session on the fleet's stores only.
+        container["volumeMounts"].append(
+            {"name": "etcd-credentials", "mountPath": ETCD_CREDENTIALS_MOUNT, "readOnly": True}
+        )
+        volumes.append(
+            {"name": "etcd-credentials", "secret": {"secretName": settings.etcd_credentials_secret}}
+        )
     if claimed:
         container["volumeMounts"].append(
             {"name": "sandbox-claims", "mountPath": HARNESS_CLAIMS_MOUNT, "readOnly": True}

@@ -43,7 +43,7 @@ class SessionStores:
         (StoreUnavailable until then)."""
         if admission.own_stores(spec):
             return self._opened_own(self._event_stores, namespace, spec, spec.stores.events or "")
-        url = self.settings.event_store
+        url = self.settings.fleet_event_store()
         if url not in self._event_stores:
             self._event_stores[url] = _opened(open_event_store, url)
         return self._event_stores[url]

@@ -16,6 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SETTINGS_ENV = "BELAY_OPERATOR_SETTINGS"
+# Where a pod finds the fleet etcd's TLS Secret, mounted as a volume.
+ETCD_CREDENTIALS_MOUNT = "/etc/belay/etcd"
 
 
 class Settings(BaseModel):
@@ -66,6 +68,20 @@ class OperatorSettings(Settings):
     artifact_store: str = "s3://belay-artifacts"
     # A Secret with store credentials (AWS_ACCESS_KEY_ID, ...), loaded into the harness with envFrom.
     store_secret: str | None = None
+    # A TLS Secret (ca.crt, tls.crt, tls.key) for the fleet's etcd: mounted at ETCD_CREDENTIALS_MOUNT
+    # in the operator and in the harness of every session on the fleet's stores, and named on the
+    # event store's URL (`?credentials=`), so the record is reached over TLS with a client
+    # certificate (belay.stores.etcd.credentials). It must exist in each session namespace too.
+    etcd_credentials_secret: str | None = None
+
+    def fleet_event_store(self) -> str:
+        """The fleet's event store URL as the operator and the harnesses open it: with the mounted
+        etcd credentials named when there are some."""
+        if not self.etcd_credentials_secret or not self.event_store.startswith("etcd://"):
+            return self.event_store
+        joiner = "&" if "?" in self.event_store else "?"
+        return f"{self.event_store}{joiner}credentials={ETCD_CREDENTIALS_MOUNT}"
+
     # Where the stores and the model endpoint are: the harness's only egress besides its sandboxes.
     store_egress: list[EgressTarget] = Field(default_factory=list)
     model_egress: list[EgressTarget] = Field(default_factory=list)
