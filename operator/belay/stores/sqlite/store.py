@@ -224,6 +224,7 @@ class SqliteEventStore:
         idempotency_key: str | None = None,
         lease: int | None = None,
         claim: str | None = None,
+        unless_newer: tuple[str, int] | None = None,
         durable: bool = True,
     ) -> list[Event]:
         if not session_id:
@@ -241,7 +242,7 @@ class SqliteEventStore:
         chain = self.chain
         return await self._write(
             lambda conn: append_within(
-                conn, chain, session_id, drafts, idempotency_key, digest, lease, claim
+                conn, chain, session_id, drafts, idempotency_key, digest, lease, claim, unless_newer
             ),
             wakes=session_id,
             durable=durable,
