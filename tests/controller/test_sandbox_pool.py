@@ -434,8 +434,11 @@ async def test_the_pool_stays_full_replaces_dead_pods_and_no_pod_is_claimed_twic
     describe = describer(kube, operator)
     api = load_api_client(str(kube.kubeconfig))
     sessions = ["first", "second", "third"]
-    # Every harness stops itself at its first checkpoint: its sandboxes stay claimed and serving.
-    env = harness_env(tickets, "checkpoint:researcher/reproduce")
+    # Every harness runs until the publish step waits for its approval (the spec grants none), and
+    # stays there alive: its sandboxes stay claimed and serving. (One that stopped itself would stop
+    # renewing its lease too; after the liveness timeout the operator would rightly start the
+    # session's next attempt, which claims pool pods of its own whenever the test is that slow.)
+    env = harness_env(tickets)
     with (
         LocalKubelet(api, NAMESPACE, tmp_path / "kubelet", extra_env=env) as kubelet,
         WriteLog(api) as writes,
@@ -476,13 +479,24 @@ async def test_the_pool_stays_full_replaces_dead_pods_and_no_pod_is_claimed_twic
                 made = {p for p in all_pods(kube) if p.startswith(f"{session}-sbx-")}
                 assert len(claimed_by(kube, session)) + len(made) == 2, describe()
             assert claims and set(claims) <= pool, describe()
-            # Each claim key reaches one harness: the one of the session the pod now belongs to.
+            # Each session is on its first attempt (no harness was lost): each harness pod there is
+            # the one its session's claims were made for.
+            harnesses = {
+                n
+                for n, p in all_pods(kube).items()
+                if p["metadata"]["labels"].get(names.LABEL_COMPONENT) == names.COMPONENT_HARNESS
+            }
+            assert harnesses == {f"{s}-harness-0" for s in sessions}, describe()
+            # Each claim key reaches one harness: the one of the session the pod now belongs to. (The
+            # first session may have claimed pods too, if its pass came once the pool was up.)
             keys = harness_claim_keys(kube)
-            assert sorted(k for mounted in keys.values() for k in mounted) == sorted(
-                names.claim_key_secret_name(p) for p in claims
-            )
+            for session in sessions:
+                own = {
+                    names.claim_key_secret_name(p["metadata"]["name"])
+                    for p in claimed_by(kube, session).values()
+                }
+                assert sorted(keys.get(session, [])) == sorted(own), (session, describe())
             for pod_name, (session, subagent) in claims.items():
-                assert names.claim_key_secret_name(pod_name) in keys[session]
                 # Its session's policies were written before the claim: never a moment under none.
                 claim = writes.first("Pod", pod_name, labelled=names.LABEL_SESSION)
                 for policy in (f"{session}-default-deny", f"{session}-sbx-{subagent}"):

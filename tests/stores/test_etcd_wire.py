@@ -3,6 +3,8 @@ the same `TxnRequest`, for every shape an append sends, and etcd's own parser re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from aetcd import rpc
 from hypothesis import given
@@ -18,14 +20,18 @@ values = st.binary(max_size=40_000)  # empty, one-byte lengths, two- and three-b
 revisions = st.integers(min_value=0, max_value=2**63 - 1)
 
 
+def library_compare(key: bytes, expected: int | bytes) -> rpc.Compare:
+    """A mod_revision compare for a number, a value compare for bytes."""
+    if isinstance(expected, bytes):
+        return rpc.Compare(key=key, target=rpc.Compare.VALUE, result=rpc.Compare.EQUAL, value=expected)
+    return rpc.Compare(key=key, target=rpc.Compare.MOD, result=rpc.Compare.EQUAL, mod_revision=expected)
+
+
 def library_txn(
-    compares: list[tuple[bytes, int]], puts: list[tuple[bytes, bytes]], ranges: list[bytes]
+    compares: Sequence[tuple[bytes, int | bytes]], puts: list[tuple[bytes, bytes]], ranges: list[bytes]
 ) -> bytes:
     request = rpc.TxnRequest(
-        compare=[
-            rpc.Compare(key=key, target=rpc.Compare.MOD, result=rpc.Compare.EQUAL, mod_revision=revision)
-            for key, revision in compares
-        ],
+        compare=[library_compare(key, expected) for key, expected in compares],
         success=[rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value)) for key, value in puts],
         failure=[rpc.RequestOp(request_range=rpc.RangeRequest(key=key)) for key in ranges],
     )
@@ -57,6 +63,14 @@ def test_encoded_txn_is_the_library_serialization(
     assert [op.request_range.key for op in parsed.failure] == ranges
 
 
+@given(key=keys, value=st.binary(min_size=1, max_size=40_000))
+def test_a_value_compare_is_the_library_serialization(key: bytes, value: bytes) -> None:
+    encoded = wire.value_is(key, value)
+    assert encoded == library_txn([(key, value)], [], [])
+    [compare] = rpc.TxnRequest.FromString(encoded).compare
+    assert (compare.key, compare.value, compare.target) == (key, value, rpc.Compare.VALUE)
+
+
 @given(st.integers(min_value=0, max_value=2**64 - 1))
 def test_varint_round_trips_through_the_library(number: int) -> None:
     encoded = wire.mod_revision_is(b"k", number % 2**63)
@@ -69,12 +83,17 @@ def test_a_kept_varint_is_the_one_encoded_afresh(number: int) -> None:
     assert first == again == wire.varint(number)
 
 
+@pytest.mark.parametrize("unless_newer", [None, ("executor_change", 0), ("executor_change", 5)])
 @pytest.mark.parametrize("claim", [None, "approval/x"])
 @pytest.mark.parametrize("fenced", [False, True])
 @pytest.mark.parametrize("idempotency_key", [None, "k/1"])
 @pytest.mark.parametrize("new_session", [False, True])
 def test_the_append_transaction_checks_and_writes_every_key_of_the_layout(
-    fenced: bool, idempotency_key: str | None, new_session: bool, claim: str | None
+    fenced: bool,
+    idempotency_key: str | None,
+    new_session: bool,
+    claim: str | None,
+    unless_newer: tuple[str, int] | None,
 ) -> None:
     store = EtcdEventStore(["http://127.0.0.1:1"], prefix="/p", record_key=b"")
     keys = SessionKeys.of("/p", "s")
@@ -99,13 +118,19 @@ def test_the_append_transaction_checks_and_writes_every_key_of_the_layout(
         claim,
         store.chain,
         store.prefix,
+        unless_newer,
     )
 
     idem = [keys.idem(idempotency_key)] if idempotency_key else []
     claimed = [keys.claim(claim)] if claim else []
-    compares = [(keys.head, snapshot.head_mod_revision)]
+    guarded = [keys.latest(unless_newer[0])] if unless_newer else []
+    compares: list[tuple[bytes, int | bytes]] = [(keys.head, snapshot.head_mod_revision)]
     compares += [(keys.lease, 9)] if fenced else []
     compares += [(key, 0) for key in idem + claimed]
+    if unless_newer is not None:
+        # The latest entry still names the seq seen, or there is none when none was seen.
+        seen = unless_newer[1]
+        compares += [(guarded[0], b'{"seq":%d}' % seen if seen else 0)]
     puts = [(keys.event(7), b"seven"), (keys.event(8), b"eight"), (keys.event(9), b"nine")]
     head = b'{"last_seq":9,"chain":"%s","seal":"%s"}' % (link, Chain(None).seal(9, link))
     puts += [(keys.head, head), (keys.latest("note"), b'{"seq":9}')]
@@ -113,4 +138,4 @@ def test_the_append_transaction_checks_and_writes_every_key_of_the_layout(
     puts += [(key, b'{"digest":"d","first_seq":7,"last_seq":9}') for key in idem]
     puts += [(key, b'{"seq":7}') for key in claimed]
     puts += [(b"/p/index/s", b"")] if new_session else []
-    assert encoded == library_txn(compares, puts, [keys.head, keys.lease, *idem, *claimed])
+    assert encoded == library_txn(compares, puts, [keys.head, keys.lease, *idem, *claimed, *guarded])

@@ -175,16 +175,25 @@ class Attempt:
         parent_seq: int | None = None,
         claim: str | None = None,
         durable: bool = True,
+        unless_newer: tuple[str, int] | None = None,
     ) -> list[Event]:
         """Append under the attempt's lease. `durable=False` for what nothing outside the record
         acts on before the next durable append (`EventStore.append`): it survives the process
-        being killed, and only a machine crash can take it off the end of the record."""
+        being killed, and only a machine crash can take it off the end of the record. With
+        `unless_newer`, refused (Superseded) once the record holds a newer event of that type."""
         drafts = [EventDraft(payload=p, actor=self.actor(subagent), parent_seq=parent_seq) for p in payloads]
         # One append at a time from this attempt, so a fault stop never freezes the process in the
         # middle of another subagent's write (and with the store's write lock held).
         async with self._append_lock:
             appending = asyncio.ensure_future(
-                self.store.append(self.session_id, drafts, lease=self.lease, claim=claim, durable=durable)
+                self.store.append(
+                    self.session_id,
+                    drafts,
+                    lease=self.lease,
+                    claim=claim,
+                    durable=durable,
+                    unless_newer=unless_newer,
+                )
             )
             try:
                 events = await asyncio.shield(appending)

@@ -47,6 +47,7 @@ from belay.harness.tickets import TicketClient
 from belay.harness.turn_ends import go_on_when_answered, owed, record_turn_end
 from belay.journal.events import (
     Event,
+    ExecutorChange,
     Lifecycle,
     LifecycleKind,
     ModelOutput,
@@ -59,7 +60,7 @@ from belay.journal.events import (
 from belay.journal.operations import ProposedCall, current_step_of, operation_ids
 from belay.journal.recovery import RUN_AGAIN_BLINDLY
 from belay.journal.state import ExecutorChangeRecord, SessionState
-from belay.stores.base import ArtifactStore, EventStore, StaleLease
+from belay.stores.base import ArtifactStore, EventStore, StaleLease, Superseded
 
 # The reason an attempt's end is recorded with when it stopped on an error nothing else answers.
 HARNESS_ERROR = "HarnessError"
@@ -305,7 +306,7 @@ class Harness:
                 self._model_calls += 1
                 decision = await executor.next_actions(state)
                 if (
-                    self.move_since_start(await attempt.state()) is not None
+                    self.move_since_start(seen := await attempt.state()) is not None
                     and current_step_of(state, sub.name) is None
                 ):
                     # Decided while the move was being recorded: the step it begins is left to the
@@ -359,7 +360,9 @@ class Harness:
                     # A tool that may not simply run again must be on disk as requested before it
                     # runs, so that a lost attempt shows its outcome as unknown.
                     durable = durable or tool_request.effect not in RUN_AGAIN_BLINDLY
-                recorded = await attempt.record(payloads, subagent=sub.name, durable=durable)
+                recorded = await self.record_unless_moved(sub, state, seen, payloads, durable)
+                if recorded is None:
+                    return  # the move was recorded after the look above: the same end
                 seq_of = {e.payload.operation_id: e.seq for e in recorded if isinstance(e, ToolRequestEvent)}
                 outcomes = []
                 for tool_request in requests:
@@ -374,6 +377,33 @@ class Harness:
         finally:
             if executor is not None:
                 await executor.close()
+
+    async def record_unless_moved(
+        self,
+        sub: SubagentSpec,
+        decided_on: SessionState,
+        seen: SessionState,
+        payloads: list[Payload],
+        durable: bool,
+    ) -> list[Event] | None:
+        """Record the batch the subagent decided on `decided_on`. One that begins a step (none is
+        running) is written only if no executor change newer than those `seen` holds (the record
+        when the loop last looked for a move) is recorded: the store checks it in the append's own
+        transaction, so no move lands between the look and the step's start. None when a move
+        landed: the step is left to the executor the session moved to, as when the look sees it."""
+        attempt = self.attempt
+        if current_step_of(decided_on, sub.name) is not None:
+            return await attempt.record(payloads, subagent=sub.name, durable=durable)
+        while True:
+            changes = seen.executor_changes
+            latest = (ExecutorChange.EVENT_TYPE, changes[-1].seq if changes else 0)
+            try:
+                return await attempt.record(payloads, subagent=sub.name, durable=durable, unless_newer=latest)
+            except Superseded:
+                seen = await attempt.state()
+                if self.move_since_start(seen) is not None:
+                    return None
+                # A change that leaves this attempt's executor as it is: the decision stands.
 
 
 def is_finished(state: SessionState, sub: SubagentSpec) -> bool:

@@ -58,6 +58,26 @@ class ClaimTaken(StoreError):
         self.seq = seq
 
 
+class Superseded(StoreError):
+    """The append was decided on a record that has moved on: the session's latest event of the
+    type the append named is not the one its writer saw (`EventStore.append`, `unless_newer`).
+
+    `seen` is the seq the writer saw (0: none of that type), `latest` the seq of the latest one."""
+
+    def __init__(self, session_id: str, event_type: str, seen: int, latest: int) -> None:
+        def at(seq: int) -> str:
+            return f"seq {seq}" if seq else "none"
+
+        super().__init__(
+            f"session {session_id!r}: the latest {event_type} event is {at(latest)}, not the one this "
+            f"append was decided on ({at(seen)}); nothing was written"
+        )
+        self.session_id = session_id
+        self.event_type = event_type
+        self.seen = seen
+        self.latest = latest
+
+
 class RecordCorrupt(StoreError):
     """A session's stored events fail their integrity check: an event was changed, inserted or
     removed after it was written (or the reader holds another record key than the writer).
@@ -121,6 +141,7 @@ class EventStore(Protocol):
         idempotency_key: str | None = None,
         lease: int | None = None,
         claim: str | None = None,
+        unless_newer: tuple[str, int] | None = None,
         durable: bool = True,
     ) -> list[Event]:
         """Append a batch atomically and return the stored events.
@@ -135,6 +156,11 @@ class EventStore(Protocol):
           approval), the append is refused (ClaimTaken) when an earlier batch of the session took
           the same claim; the check happens in the same transaction as the write. A replay is
           answered before the claim is looked at (its original batch holds it).
+        - With `unless_newer` = (event type, seq), the seq of the latest event of that type its
+          writer saw (0: it saw none), the append is refused (Superseded) when the session's latest
+          event of that type is another one: a decision taken on a record without it is not
+          written after it (a harness's next step after an executor change). Checked in the same
+          transaction as the write, after the lease and the claim; a replay is answered before.
         - Each stored event carries `chain`, a hash over its stored text and the previous event's
           chain (keyed with the record key when there is one, see `belay.stores.integrity`),
           assigned in the same transaction as the write, with the session's head (its last seq,

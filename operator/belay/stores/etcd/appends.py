@@ -3,14 +3,16 @@
 An append writes the events, the new head, the latest-of-type entries, the idempotency record and
 the claim in ONE transaction whose compares are: head unchanged since the state the seqs were
 based on (mod_revision), with a lease the lease unchanged since its number was checked
-(mod_revision), with a key the idempotency key unused, with a claim the claim unused. Each
-event's link in the record's hash chain follows the head's (`belay.stores.integrity`). The state
-is the one this store last wrote for the session, or a guess of "new session"; when a compare
-fails (another writer got there first), the transaction's failure branch returns the current
-state and the append tries again on it (optimistic concurrency, one round trip per try). etcd
-transactions are strict serializable, so the fencing lease is a number compared in the same
-transaction as the write, never an etcd lock. While another append's transaction is in flight,
-the transaction waits to go out with others (`belay.stores.etcd.batching`).
+(mod_revision), with a key the idempotency key unused, with a claim the claim unused, with
+`unless_newer` the latest-of-type entry of its type still naming the seq its writer saw (its
+value; no entry when it saw none). Each event's link in the record's hash chain follows the
+head's (`belay.stores.integrity`). The state is the one this store last wrote for the session,
+or a guess of "new session"; when a compare fails (another writer got there first), the
+transaction's failure branch returns the current state and the append tries again on it
+(optimistic concurrency, one round trip per try). etcd transactions are strict serializable, so
+the fencing lease is a number compared in the same transaction as the write, never an etcd lock.
+While another append's transaction is in flight, the transaction waits to go out with others
+(`belay.stores.etcd.batching`).
 
 A transaction whose answer was lost may or may not have been applied: the append keeps the exact
 bytes it sent and settles them on the next state it reads (`Appends.settle`).
@@ -44,6 +46,7 @@ from belay.stores.base import (
     IdempotencyConflict,
     StaleLease,
     StoreUnavailable,
+    Superseded,
 )
 from belay.stores.etcd import wire
 from belay.stores.etcd.batching import SharedTransactions
@@ -74,6 +77,7 @@ class Snapshot:
     lease_number: int = 0  # a session that never had a lease is at lease 0
     idem_record: dict[str, Any] | None = None
     claim_seq: int | None = None  # where the append's claim was taken, if it was
+    latest_seq: int = 0  # with `unless_newer`, the seq of the latest event of its type (0: none)
     # False for a state remembered from this store's own last append: good enough to try a write
     # on (the transaction's compares catch a stale one), never to refuse an append on.
     authoritative: bool = True
@@ -87,23 +91,29 @@ class UnsettledAttempt:
     values: list[bytes]
 
 
-def state_keys(keys: SessionKeys, idempotency_key: str | None, claim: str | None) -> tuple[bytes, ...]:
-    """What an append decides on: head, lease, then the idempotency record and the claim when
-    the append has them."""
+def state_keys(
+    keys: SessionKeys, idempotency_key: str | None, claim: str | None, guarded: str | None = None
+) -> tuple[bytes, ...]:
+    """What an append decides on: head, lease, then the idempotency record, the claim and the
+    latest-of-type entry of the `guarded` type (`unless_newer`) when the append has them."""
     state: tuple[bytes, ...] = (keys.head, keys.lease)
     if idempotency_key is not None:
         state += (keys.idem(idempotency_key),)
     if claim is not None:
         state += (keys.claim(claim),)
+    if guarded is not None:
+        state += (keys.latest(guarded),)
     return state
 
 
-def queued_state_count(idempotency_key: str | None, claim: str | None) -> int:
+def queued_state_count(idempotency_key: str | None, claim: str | None, guarded: str | None = None) -> int:
     """How many failure-branch reads an append's transaction carries (`state_keys`)."""
-    return 2 + (idempotency_key is not None) + (claim is not None)
+    return 2 + (idempotency_key is not None) + (claim is not None) + (guarded is not None)
 
 
-def snapshot_from(responses: Sequence[Any], idempotency_key: str | None, claim: str | None) -> Snapshot:
+def snapshot_from(
+    responses: Sequence[Any], idempotency_key: str | None, claim: str | None, guarded: str | None = None
+) -> Snapshot:
     """The state read from `state_keys` (the transaction's responses to those reads), whether
     they ran as a transaction's success branch (a plain read) or its failure branch (a write
     whose compares failed)."""
@@ -117,10 +127,13 @@ def snapshot_from(responses: Sequence[Any], idempotency_key: str | None, claim: 
     if ranges[1].kvs:
         snapshot.lease_mod_revision = ranges[1].kvs[0].mod_revision
         snapshot.lease_number = json.loads(ranges[1].kvs[0].value)["number"]
-    if idempotency_key is not None and ranges[2].kvs:
-        snapshot.idem_record = json.loads(ranges[2].kvs[0].value)
-    if claim is not None and ranges[-1].kvs:
-        snapshot.claim_seq = json.loads(ranges[-1].kvs[0].value)["seq"]
+    rest = iter(ranges[2:])
+    if idempotency_key is not None and (idem := next(rest)).kvs:
+        snapshot.idem_record = json.loads(idem.kvs[0].value)
+    if claim is not None and (taken := next(rest)).kvs:
+        snapshot.claim_seq = json.loads(taken.kvs[0].value)["seq"]
+    if guarded is not None and (latest := next(rest)).kvs:
+        snapshot.latest_seq = json.loads(latest.kvs[0].value)["seq"]
     return snapshot
 
 
@@ -131,14 +144,16 @@ def operation_counts(
     fenced: bool,
     idempotency_key: str | None,
     claim: str | None,
+    unless_newer: tuple[str, int] | None = None,
 ) -> tuple[int, int, int]:
     """The compares, success puts and failure reads of `append_request` for these arguments."""
     keyed = idempotency_key is not None
     claimed = claim is not None
-    compares = 1 + fenced + keyed + claimed
+    guarded = unless_newer[0] if unless_newer is not None else None
+    compares = 1 + fenced + keyed + claimed + (guarded is not None)
     puts = len(values) + 1 + len({draft.type for draft in drafts}) + keyed + claimed
     puts += snapshot.head_mod_revision == 0  # the session index entry
-    return compares, puts, queued_state_count(idempotency_key, claim)
+    return compares, puts, queued_state_count(idempotency_key, claim, guarded)
 
 
 def append_request(
@@ -154,6 +169,7 @@ def append_request(
     claim: str | None,
     chain: Chain,
     prefix: str,
+    unless_newer: tuple[str, int] | None = None,
 ) -> bytes:
     """The append's one transaction, as wire bytes (see `wire` for why). Its parts go
     into one list in field order (compares, puts, then the failure branch's reads); plain
@@ -168,6 +184,14 @@ def append_request(
         parts.append(wire.mod_revision_is(idem_key, 0))
     if claim_key is not None:
         parts.append(wire.mod_revision_is(claim_key, 0))
+    guarded = None
+    if unless_newer is not None:
+        guarded, seen = unless_newer
+        latest_key = keys.latest(guarded)
+        # The entry's value is written only by an append (below), always in this spelling.
+        parts.append(
+            wire.value_is(latest_key, b'{"seq":%d}' % seen) if seen else wire.mod_revision_is(latest_key, 0)
+        )
     for seq, value in enumerate(values, start=first_seq):
         parts.append(wire.put(keys.event(seq), value))
     seal = chain.seal(last_seq, last_link)
@@ -190,8 +214,8 @@ def append_request(
     # reads as `state_keys`, in the same order).
     failure_reads = (
         (keys.head, keys.lease)
-        if idem_key is None and claim_key is None
-        else state_keys(keys, idempotency_key, claim)
+        if idem_key is None and claim_key is None and guarded is None
+        else state_keys(keys, idempotency_key, claim, guarded)
     )
     parts.append(wire.failure_ranges(failure_reads))
     return b"".join(parts)
@@ -240,6 +264,7 @@ class AppendCall:
     idempotency_key: str | None
     lease: int | None
     claim: str | None
+    unless_newer: tuple[str, int] | None
     digest: str  # the batch's, when it has an idempotency key
     created_at: datetime
     envelope: EnvelopeJson
@@ -254,6 +279,7 @@ class AppendCall:
         idempotency_key: str | None,
         lease: int | None,
         claim: str | None,
+        unless_newer: tuple[str, int] | None = None,
     ) -> AppendCall:
         keys = SessionKeys.of(prefix, session_id)
         digest = batch_digest(drafts) if idempotency_key is not None else ""
@@ -262,7 +288,16 @@ class AppendCall:
         created_at = now_utc()
         envelope = EnvelopeJson(session_id, created_at, idempotency_key)
         return AppendCall(
-            session_id, keys, drafts, idempotency_key, lease, claim, digest, created_at, envelope
+            session_id,
+            keys,
+            drafts,
+            idempotency_key,
+            lease,
+            claim,
+            unless_newer,
+            digest,
+            created_at,
+            envelope,
         )
 
     def events(self, first_seq: int, links: list[bytes]) -> list[Event]:
@@ -304,6 +339,7 @@ class Appends:
         idempotency_key: str | None = None,
         lease: int | None = None,
         claim: str | None = None,
+        unless_newer: tuple[str, int] | None = None,
     ) -> list[Event]:
         """One transaction per try, each on the state the try before read, until one is written
         or refused, or `operation_timeout` passes."""
@@ -312,7 +348,8 @@ class Appends:
             return []
         if len(drafts) > MAX_BATCH_EVENTS:
             check_batch_size(drafts, [])
-        call = AppendCall.of(self.prefix, session_id, drafts, idempotency_key, lease, claim)
+        call = AppendCall.of(self.prefix, session_id, drafts, idempotency_key, lease, claim, unless_newer)
+        guarded = unless_newer[0] if unless_newer is not None else None
         alone = False
         deadline = time.monotonic() + self.connection.operation_timeout
         delay = 0.02
@@ -324,7 +361,7 @@ class Appends:
             queued = False
             try:
                 if snapshot is None:
-                    snapshot = await self.snapshot(call.keys, idempotency_key, claim)
+                    snapshot = await self.snapshot(call.keys, idempotency_key, claim, guarded)
                 if snapshot.authoritative and (answered := await self._answered(call, snapshot)) is not None:
                     return answered
                 if not self._may_write(call, snapshot):
@@ -343,8 +380,10 @@ class Appends:
                 # Another writer got there first (or the remembered state was stale): go again
                 # at once on the state the failure branch read. After a shared transaction failed,
                 # the retry goes alone, so one contended session cannot keep failing the others.
-                failure_to = failure_from + queued_state_count(idempotency_key, claim)
-                snapshot = snapshot_from(response.responses[failure_from:failure_to], idempotency_key, claim)
+                failure_to = failure_from + queued_state_count(idempotency_key, claim, guarded)
+                snapshot = snapshot_from(
+                    response.responses[failure_from:failure_to], idempotency_key, claim, guarded
+                )
                 alone = shared
                 continue
             except grpc.aio.AioRpcError as error:
@@ -374,8 +413,10 @@ class Appends:
         return None
 
     def _may_write(self, call: AppendCall, snapshot: Snapshot) -> bool:
-        """Refuse the append on a stale lease or a claim already taken. False when only a
-        remembered state says the lease moved: the real one is read before refusing."""
+        """Refuse the append on a stale lease, a claim already taken or a newer event of its
+        `unless_newer` type. False when only a remembered state says the lease moved: the real one
+        is read before refusing. A remembered state does not hold the latest-of-type entry: the
+        transaction's compare checks it, and its failure branch reads it."""
         if call.lease is not None and snapshot.lease_number != call.lease:
             if not snapshot.authoritative:
                 return False
@@ -385,6 +426,10 @@ class Appends:
             )
         if snapshot.claim_seq is not None and call.claim is not None:
             raise ClaimTaken(call.session_id, call.claim, snapshot.claim_seq)
+        if call.unless_newer is not None and snapshot.authoritative:
+            guarded, seen = call.unless_newer
+            if snapshot.latest_seq != seen:
+                raise Superseded(call.session_id, guarded, seen, snapshot.latest_seq)
         return True
 
     def _encoded(self, call: AppendCall, snapshot: Snapshot) -> tuple[list[bytes], list[bytes], bytes]:
@@ -418,6 +463,7 @@ class Appends:
             call.claim,
             self.chain,
             self.prefix,
+            call.unless_newer,
         )
         return values, links, request
 
@@ -439,7 +485,13 @@ class Appends:
             # Another append's transaction is in flight: go out after it, with every append
             # queued meanwhile, in one transaction.
             counts = operation_counts(
-                snapshot, values, call.drafts, call.lease is not None, call.idempotency_key, call.claim
+                snapshot,
+                values,
+                call.drafts,
+                call.lease is not None,
+                call.idempotency_key,
+                call.claim,
+                call.unless_newer,
             )
             waiting = shared.queue(call.session_id, request, counts).outcome
         else:
@@ -477,9 +529,13 @@ class Appends:
             )
         return self.connection.unavailable(last_error)
 
-    async def snapshot(self, keys: SessionKeys, idempotency_key: str | None, claim: str | None) -> Snapshot:
-        reads = [range_op(key) for key in state_keys(keys, idempotency_key, claim)]
-        return snapshot_from((await self.connection.txn([], reads)).responses, idempotency_key, claim)
+    async def snapshot(
+        self, keys: SessionKeys, idempotency_key: str | None, claim: str | None, guarded: str | None = None
+    ) -> Snapshot:
+        reads = [range_op(key) for key in state_keys(keys, idempotency_key, claim, guarded)]
+        return snapshot_from(
+            (await self.connection.txn([], reads)).responses, idempotency_key, claim, guarded
+        )
 
     async def settle(
         self, keys: SessionKeys, snapshot: Snapshot, unsettled: list[UnsettledAttempt]

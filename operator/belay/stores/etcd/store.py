@@ -92,10 +92,16 @@ class EtcdEventStore:
         idempotency_key: str | None = None,
         lease: int | None = None,
         claim: str | None = None,
+        unless_newer: tuple[str, int] | None = None,
         durable: bool = True,  # every etcd write is in a majority's fsynced log before it is acknowledged
     ) -> list[Event]:
         return await self._appends.append(
-            session_id, drafts, idempotency_key=idempotency_key, lease=lease, claim=claim
+            session_id,
+            drafts,
+            idempotency_key=idempotency_key,
+            lease=lease,
+            claim=claim,
+            unless_newer=unless_newer,
         )
 
     async def read(

@@ -17,7 +17,7 @@ from pydantic import TypeAdapter
 
 from belay.journal.envelope import EnvelopeJson
 from belay.journal.events import Event, EventDraft, build_event, now_utc
-from belay.stores.base import ClaimTaken, IdempotencyConflict, StaleLease
+from belay.stores.base import ClaimTaken, IdempotencyConflict, StaleLease, Superseded
 from belay.stores.integrity import GENESIS, Chain, Head, RecordCheck
 from belay.stores.sqlite.schema import SESSION_TABLES
 
@@ -144,6 +144,7 @@ def append_within(
     digest: str | None,
     lease: int | None,
     claim: str | None,
+    unless_newer: tuple[str, int] | None,
 ) -> list[Event]:
     """One append, inside the writer's open transaction (see GroupCommitWriter): the batch its
     idempotency key was used for, a refusal, or the batch written after the session's head."""
@@ -165,6 +166,8 @@ def append_within(
         ).fetchone()
         if row is not None:
             raise ClaimTaken(session_id, claim, int(row[0]))
+    if unless_newer is not None:
+        _refuse_when_superseded(conn, session_id, *unless_newer)
     row = conn.execute("SELECT last_seq, chain FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
     base, link = (row[0], as_bytes(row[1])) if row is not None else (0, GENESIS)
     created_at = now_utc()
@@ -187,6 +190,16 @@ def append_within(
         rows.append((session_id, seq, draft.type, created_text, idempotency_key, stored))
     _write_batch(conn, chain, session_id, events, rows, link, idempotency_key, digest, claim)
     return events
+
+
+def _refuse_when_superseded(conn: sqlite3.Connection, session_id: str, event_type: str, seen: int) -> None:
+    """Superseded unless the session's latest event of `event_type` is at `seen` (0: none)."""
+    row = conn.execute(
+        "SELECT seq FROM latest_of_type WHERE session_id = ? AND type = ?", (session_id, event_type)
+    ).fetchone()
+    latest = int(row[0]) if row is not None else 0
+    if latest != seen:
+        raise Superseded(session_id, event_type, seen, latest)
 
 
 def _replayed(

@@ -262,6 +262,7 @@ class SqliteEventStore:
         idempotency_key: str | None = None,
         lease: int | None = None,
         claim: str | None = None,
+        unless_newer: tuple[str, int] | None = None,
         durable: bool = True,
     ) -> list[Event]:
         if not session_id:
@@ -281,7 +282,9 @@ class SqliteEventStore:
 
         def work(conn: sqlite3.Connection) -> list[Event]:
             self._check_mark(conn, session_id)
-            events = append_within(conn, chain, session_id, drafts, idempotency_key, digest, lease, claim)
+            events = append_within(
+                conn, chain, session_id, drafts, idempotency_key, digest, lease, claim, unless_newer
+            )
             last = events[-1]
             reached.append(Mark(generation(conn, session_id), last.seq, (last.chain or "").encode()))
             return events
