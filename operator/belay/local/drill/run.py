@@ -23,7 +23,7 @@ from belay.api.bounded_yaml import load_yaml
 from belay.executors.endpoints import PROVIDERS
 from belay.journal.events import Event
 from belay.journal.verdicts import deliverables
-from belay.local.cli_process import read_events, run_until
+from belay.local.cli_process import read_events
 from belay.local.drill.manifest import (
     executor_kind,
     executor_version,
@@ -39,7 +39,7 @@ from belay.local.drill.report import (
     SeqRange,
     SkippedScenario,
 )
-from belay.local.drill.waiting import Watched, run_watched
+from belay.local.drill.waiting import Stalled, Watched, run_watched
 from belay.local.runtime import LocalHome
 from belay.local.standin_process import StandinProcess, stop_session_standins
 
@@ -84,6 +84,7 @@ class Drill:
         progress: bool,
         executor: str | None = None,
         handover_to: str | None = None,
+        answer_waits: bool = False,
     ) -> None:
         source = manifest.resolve()
         original = load_yaml(source.read_text())
@@ -107,6 +108,9 @@ class Drill:
             )
         self.plan = Path(self.data["spec"]["executor"].get("plan") or "")
         self.progress = progress
+        # Whether the drill answers, as a person would, the waits that decide nothing (`waiting`).
+        self.answer_waits = answer_waits
+        self.answered: list[str] = []
         self.checks: list[DrillCheck] = []
         self.skipped: list[SkippedScenario] = []
         self.points: list[KillPoint] = []
@@ -153,8 +157,26 @@ class Drill:
         """`belay run` in `home`, its process group killed right after it records `point`: whether
         it got there, and the record then."""
         run = ["run", "--quiet", str(manifest or self.manifest)]
-        reached, _ = run_until(home, run, point, environment=env)
-        return reached, read_events(home, self.session_id)
+        result = self.watch(home, run, env, stop_after=point)
+        if result.stalled:
+            raise Stalled(f"before it reached {point}, {result.stalled}")
+        return result.reached, read_events(home, self.session_id)
+
+    def watch(
+        self, home: Path, args: list[str], env: dict[str, str] | None, stop_after: str | None = None
+    ) -> Watched:
+        """`belay ARGS` in `home`, watched (`belay.local.drill.waiting`); the waits the drill
+        answered are kept for the report."""
+        result = run_watched(
+            home,
+            args,
+            self.session_id,
+            environment=env,
+            stop_after=stop_after,
+            answer_waits=self.answer_waits,
+        )
+        self.answered += [f"{home.name}: {command}" for command in result.answered]
+        return result
 
     def resume_args(self, home: Path, *options: str) -> list[str]:
         """`resume SESSION`, with the move to the handover's executor on the first resume in `home`
@@ -167,7 +189,7 @@ class Drill:
 
     def resume(self, home: Path, env: dict[str, str] | None) -> Resumed:
         started = time.monotonic()
-        result = run_watched(home, self.resume_args(home), self.session_id, environment=env)
+        result = self.watch(home, self.resume_args(home), env)
         seconds = time.monotonic() - started
         return Resumed(result, read_events(home, self.session_id), seconds)
 
@@ -230,4 +252,5 @@ class Drill:
             reference_run_s=self.reference_run_s,
             reference_events=self.reference_events,
             pages=self.pages,
+            answered=self.answered,
         )

@@ -42,7 +42,7 @@ from belay.local.drill.handover import handover_checks, handover_provider_checks
 from belay.local.drill.pages import after_resume, before_resume, read_page
 from belay.local.drill.report import BeforeAfter, DrillReport
 from belay.local.drill.run import Drill
-from belay.local.drill.waiting import Watched, run_watched
+from belay.local.drill.waiting import Watched
 from belay.local.standin_process import provider_problems, provider_summary
 
 E = TypeVar("E", bound=Event)
@@ -62,8 +62,9 @@ def run_drill(
     progress: bool = True,
     executor: str | None = None,
     handover_to: str | None = None,
+    answer_waits: bool = False,
 ) -> DrillReport:
-    drill = Drill(manifest, workdir, progress, executor, handover_to)
+    drill = Drill(manifest, workdir, progress, executor, handover_to, answer_waits)
     scenarios: list[tuple[str, Callable[[Drill, list[Event]], None]]] = [
         (AFTER_REQUEST, kill_after_tool_request),
         (BEFORE_DELIVERY, kill_before_delivery),
@@ -105,7 +106,7 @@ def uninterrupted(drill: Drill) -> list[Event] | None:
     home = drill.home("reference")
     env = drill.environment(home)
     started = time.monotonic()
-    result = run_watched(home, ["run", "--quiet", str(drill.manifest)], drill.session_id, environment=env)
+    result = drill.watch(home, ["run", "--quiet", str(drill.manifest)], env)
     drill.reference_run_s = round(time.monotonic() - started, 2)
     events = read_events(home, drill.session_id)
     drill.reference_events = len(events)
