@@ -114,6 +114,7 @@ class Drill:
         self.checks: list[DrillCheck] = []
         self.skipped: list[SkippedScenario] = []
         self.points: list[KillPoint] = []
+        self.children: list[str] = []  # the child sessions the reference run started
         self.pages: list[BeforeAfter] = []
         self.reference_run_s: float | None = None
         self.reference_events: int | None = None
@@ -132,6 +133,11 @@ class Drill:
         return bool(passed)
 
     def skip(self, scenario: str, reason: str) -> None:
+        if self.children:  # a coordinator: the work it could be interrupted in is its children's
+            reason += (
+                f"; the work is done by its child sessions ({', '.join(self.children)}): the drill "
+                "interrupts them instead"
+            )
         self.skipped.append(SkippedScenario(scenario=scenario, reason=reason))
         if self.progress:
             print(f"SKIP {scenario}: {reason}", file=sys.stderr, flush=True)

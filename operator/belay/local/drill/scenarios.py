@@ -38,6 +38,7 @@ from belay.journal.verdicts import (
     steps_run_twice,
 )
 from belay.local.cli_process import RUN_TIMEOUT_S, read_events, run_belay, run_until_event, tickets_in
+from belay.local.drill.children import drill_children
 from belay.local.drill.handover import handover_checks, handover_provider_checks
 from belay.local.drill.pages import after_resume, before_resume, read_page
 from belay.local.drill.report import BeforeAfter, DrillReport
@@ -53,6 +54,7 @@ AFTER_REQUEST = "kill after a tool request"
 BEFORE_DELIVERY = "kill between a tool result and its delivery"
 AFTER_UNSAFE = "kill after an unsafe request"
 UNDECLARED = "kill after a verified checkpoint, nothing declared"
+INTERRUPTED = "the drill interrupted the session at least once"
 
 
 def run_drill(
@@ -87,9 +89,19 @@ def run_drill(
                     run(drill, reference)
                 except Exception as error:
                     drill.check(f"{scenario}: the scenario ran to its end", False, broke_off(error))
+        if reference is not None and drill.children:
+            drill_children(drill, drill.workdir / "reference")
+        if reference is not None and not drill.points:
+            drill.check(INTERRUPTED, False, nothing_interrupted(drill))
     finally:
         drill.stop_standins()
     return drill.report()
+
+
+def nothing_interrupted(drill: Drill) -> str:
+    """Why a drill that killed nothing checked nothing, so that it never passes."""
+    skipped = "; ".join(f"{s.scenario}: {s.reason}" for s in drill.skipped)
+    return f"no scenario killed and resumed it ({skipped or 'none reached its kill point'})"
 
 
 def broke_off(error: Exception) -> str:
@@ -110,6 +122,11 @@ def uninterrupted(drill: Drill) -> list[Event] | None:
     drill.reference_run_s = round(time.monotonic() - started, 2)
     events = read_events(home, drill.session_id)
     drill.reference_events = len(events)
+    drill.children = [
+        str(e.payload.arguments.get("name"))
+        for e in events
+        if isinstance(e, ToolRequestEvent) and e.payload.tool == "start_session"
+    ]
     ok = result.returncode == 0 and completed(events)
     detail = f"{len(events)} events, deliverables {sorted(deliverables(events))}"
     if not ok:
