@@ -4,12 +4,15 @@ that killed and resumed nothing checked nothing, and never says it passed."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.belay_cli import run_belay
+from tests.belay_cli import RUN_TIMEOUT_S, run_belay
 from tests.harness.example import ROOT
 
 pytestmark = pytest.mark.slow
@@ -84,3 +87,49 @@ def test_a_drill_that_interrupted_nothing_never_passes(tmp_path: Path) -> None:
     for line in skipped:
         scenario, reason = line.removeprefix("SKIP ").split(": ", 1)
         assert f"{scenario}: {reason}" in failed
+
+
+def coordinator_with_a_waiting_child(directory: Path) -> Path:
+    """The release-notes example copied, its docs child waiting on an external condition first."""
+    shutil.copytree(RELEASE_NOTES, directory)
+    plan_file = directory / "part-docs-plan.yaml"
+    plan = yaml.safe_load(plan_file.read_text())
+    step = plan["subagents"]["writer"]["steps"][0]
+    wait = {
+        "tool": "wait_on_external",
+        "arguments": {"reason": "the docs site is published", "condition": "docs-up"},
+    }
+    step["actions"] = [wait, *step["actions"]]
+    plan_file.write_text(yaml.safe_dump(plan, sort_keys=False))
+    return directory / "session.yaml"
+
+
+def test_a_wait_in_a_child_stops_the_drill_at_once_naming_the_child_and_its_command(tmp_path: Path) -> None:
+    manifest = coordinator_with_a_waiting_child(tmp_path / "release-notes")
+    home = tmp_path / "home"
+    started = time.monotonic()
+    result = run_belay(home, "drill", str(manifest), "--json", timeout=600)
+    assert time.monotonic() - started < RUN_TIMEOUT_S  # not at the run's limit
+    report = json.loads(result.stdout)
+    assert result.returncode == 1 and report["passed"] is False
+    [check] = report["checks"]
+    assert check["name"] == "uninterrupted run completes" and not check["passed"]
+    wait = r"wait-writer\.write\.\d+"
+    assert re.search(
+        rf"waited on an external condition: external wait {wait}: the docs site is published "
+        rf"\(condition docs-up\): `belay --home {home}/drill/\S+/reference approve notes-docs {wait}`",
+        check["detail"],
+    ), check["detail"]
+
+
+def test_with_answer_waits_a_coordinator_drill_answers_its_children_waits(tmp_path: Path) -> None:
+    manifest = coordinator_with_a_waiting_child(tmp_path / "release-notes")
+    result = run_belay(tmp_path / "home", "drill", str(manifest), "--answer-waits", "--json", timeout=900)
+    report = json.loads(result.stdout)
+    failed = [c for c in report["checks"] if not c["passed"]]
+    assert not failed, failed
+    assert report["passed"] is True and len(report["points"]) == len(CHILDREN)
+    # The reference run and each child's kill run met the docs child's condition, in their own homes.
+    homes = sorted(line.split(":", 1)[0] for line in report["answered"])
+    assert homes == ["kill-in-notes-docs", "kill-in-notes-parser", "reference"], report["answered"]
+    assert all(" approve notes-docs wait-writer.write." in line for line in report["answered"])

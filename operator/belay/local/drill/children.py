@@ -8,7 +8,8 @@ as that child's record holds its first sandbox tool request, and resumes the coo
 (`belay resume`, which starts again whatever child has not ended). The kill is made from outside,
 as soon as the drill reads the point in the child's record (the children do not inherit the
 harness's stop point), so the child may have gone a few events past it: the report names the
-event its record ended with.
+event its record ended with. Every run is watched with the children's records
+(`belay.local.drill.waiting`): a wait in a child is named, or answered with `--answer-waits`.
 
 Then the checks read every session of the objective, each named where it differs: every session
 completed; no session ran a completed step (or an operation) twice; no unsafe call ran twice nor
@@ -19,20 +20,18 @@ same bytes.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from belay.harness.attempt import fault_key
 from belay.journal.events import Event, ToolRequestEvent, ToolResultEvent
 from belay.journal.verdicts import completed, deliverables, steps_run_twice
-from belay.local.cli_process import RUN_TIMEOUT_S, kill_group, read_events, start_belay, tickets_in
+from belay.local.cli_process import read_events, tickets_in
 from belay.local.drill.run import Drill
 from belay.local.drill.waiting import Stalled
 
 CHILD_REQUEST = "kill in a child session after a tool request"
 SANDBOX_TOOLS = ("write_file", "run_command")
-POLL_S = 0.01
 
 
 def sessions_of(drill: Drill) -> list[str]:
@@ -41,26 +40,6 @@ def sessions_of(drill: Drill) -> list[str]:
 
 def records(home: Path, sessions: Sequence[str]) -> dict[str, list[Event]]:
     return {session: read_events(home, session) for session in sessions}
-
-
-def kill_when_recorded(
-    home: Path, args: Sequence[str], session: str, point: str, environment: Mapping[str, str] | None
-) -> bool:
-    """`belay ARGS` in `home`, its process group killed as soon as `session`'s record holds the
-    event `point`; False if the run ended before."""
-    process = start_belay(home, *args, environment=environment)
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if any(fault_key(e) == point for e in read_events(home, session)):
-            kill_group(process)
-            return True
-        if process.poll() is not None:
-            return False
-        time.sleep(POLL_S)
-    kill_group(process)
-    raise Stalled(
-        f"`belay {' '.join(args)}` neither recorded {point} in {session} nor ended in {RUN_TIMEOUT_S:.0f} s"
-    )
 
 
 def drill_children(drill: Drill, reference_home: Path) -> None:
@@ -87,7 +66,10 @@ def kill_in_child(
     home = drill.home(f"kill-in-{child}")
     env = drill.environment(home)
     run = ["run", "--quiet", str(drill.manifest)]
-    reached = kill_when_recorded(home, run, child, point, env)
+    killed = drill.watch(home, run, env, kill_when=(child, point))
+    if killed.stalled:
+        raise Stalled(f"before {child} recorded {point}, {killed.stalled}")
+    reached = killed.reached
     before = read_events(home, child)
     last = fault_key(before[-1]) if before else "nothing"
     drill.check(

@@ -169,7 +169,12 @@ class Drill:
         return result.reached, read_events(home, self.session_id)
 
     def watch(
-        self, home: Path, args: list[str], env: dict[str, str] | None, stop_after: str | None = None
+        self,
+        home: Path,
+        args: list[str],
+        env: dict[str, str] | None,
+        stop_after: str | None = None,
+        kill_when: tuple[str, str] | None = None,
     ) -> Watched:
         """`belay ARGS` in `home`, watched (`belay.local.drill.waiting`); the waits the drill
         answered are kept for the report."""
@@ -179,6 +184,7 @@ class Drill:
             self.session_id,
             environment=env,
             stop_after=stop_after,
+            kill_when=kill_when,
             answer_waits=self.answer_waits,
         )
         self.answered += [f"{home.name}: {command}" for command in result.answered]

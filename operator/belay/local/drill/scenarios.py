@@ -43,7 +43,7 @@ from belay.local.drill.handover import handover_checks, handover_provider_checks
 from belay.local.drill.pages import after_resume, before_resume, read_page
 from belay.local.drill.report import BeforeAfter, DrillReport
 from belay.local.drill.run import Drill
-from belay.local.drill.waiting import Watched
+from belay.local.drill.waiting import Watched, child_sessions
 from belay.local.standin_process import provider_problems, provider_summary
 
 E = TypeVar("E", bound=Event)
@@ -122,11 +122,7 @@ def uninterrupted(drill: Drill) -> list[Event] | None:
     drill.reference_run_s = round(time.monotonic() - started, 2)
     events = read_events(home, drill.session_id)
     drill.reference_events = len(events)
-    drill.children = [
-        str(e.payload.arguments.get("name"))
-        for e in events
-        if isinstance(e, ToolRequestEvent) and e.payload.tool == "start_session"
-    ]
+    drill.children = child_sessions(events)
     ok = result.returncode == 0 and completed(events)
     detail = f"{len(events)} events, deliverables {sorted(deliverables(events))}"
     if not ok:

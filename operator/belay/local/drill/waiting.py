@@ -13,7 +13,8 @@ without deciding anything, as a person would: an external condition is marked me
 SESSION WAIT`) and a question gets a neutral answer (`belay answer SESSION WAIT TEXT`); the run
 goes on and `answered` names each. An approval, an outcome to reconcile or a turn that ended without
 its deliverable are decisions the drill never takes for the person: they stop the run as before.
-A wait on a child session is not a stall: the child is working.
+A wait on a child session is not a stall: the child is working, and the drill watches the
+child's record too (the waits there are named, or answered, the same way).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from belay.harness.attempt import fault_key
 from belay.journal import commands
-from belay.journal.events import CHILD_CONDITION_PREFIX, Event
+from belay.journal.events import CHILD_CONDITION_PREFIX, Event, ToolRequestEvent
 from belay.journal.state import fold
 from belay.local.cli_process import RUN_TIMEOUT_S, is_stopped, kill_group, read_events, run_belay, start_belay
 from belay.views.briefing.build import briefing_sections
@@ -35,6 +36,7 @@ from belay.views.briefing.build import briefing_sections
 # manifest is recorded milliseconds after the request it covers.
 WAIT_QUIET_S = 3.0
 POLL_S = 0.2
+KILL_POLL_S = 0.01  # a kill from outside at a point of a record: as soon as it is read there
 # What the drill answers a question with under `--answer-waits`: it decides nothing.
 NEUTRAL_ANSWER = "No preference: go on as you see fit."
 
@@ -102,6 +104,15 @@ def open_waits(events: Sequence[Event], home: Path) -> list[OpenWait]:
     return waits
 
 
+def child_sessions(events: Sequence[Event]) -> list[str]:
+    """The child sessions the record started (`start_session`), in order."""
+    return [
+        str(e.payload.arguments.get("name"))
+        for e in events
+        if isinstance(e, ToolRequestEvent) and e.payload.tool == "start_session"
+    ]
+
+
 def waiting_on_person(events: Sequence[Event], home: Path) -> str:
     """What the record waits on a person or an external condition for, each with the command that
     answers it; "" if nothing."""
@@ -132,12 +143,14 @@ def run_watched(
     timeout: float = RUN_TIMEOUT_S,
     quiet_s: float = WAIT_QUIET_S,
     stop_after: str | None = None,
+    kill_when: tuple[str, str] | None = None,
     answer_waits: bool = False,
 ) -> Watched:
-    """`belay ARGS` in `home` to its end, or with `stop_after` until it records that point (then its
-    process group is killed: `reached`); stopped when it waits on someone (nothing recorded for
-    `quiet_s` while the record waits on a person or an external condition, and the drill does not
-    answer it) or runs past `timeout`."""
+    """`belay ARGS` in `home` to its end, or with `stop_after` until it records that point, or with
+    `kill_when` (a session, a point) until that session's record holds the point (then its process
+    group is killed: `reached`); stopped when it waits on someone (nothing recorded for `quiet_s`
+    in its record or its children's while one of them waits on a person or an external condition,
+    and the drill does not answer it) or runs past `timeout`."""
     log = home / "belay.log"
     offset = log.stat().st_size if log.exists() else 0
     process = start_belay(home, *args, stop_after=stop_after, environment=environment)
@@ -146,16 +159,22 @@ def run_watched(
     stalled, reached = "", False
     answered: list[str] = []
     while process.poll() is None:
-        time.sleep(POLL_S)
+        time.sleep(POLL_S if kill_when is None else KILL_POLL_S)
         if stop_after and is_stopped(process.pid):  # the harness stopped itself at the point
             kill_group(process)
             reached = True
             break
+        if kill_when and any(fault_key(e) == kill_when[1] for e in read_events(home, kill_when[0])):
+            kill_group(process)
+            reached = True
+            break
         events = read_events(home, session_id)
+        records = [events, *(read_events(home, child) for child in child_sessions(events))]
         now = time.monotonic()
-        if len(events) != length:
-            length, changed = len(events), now
-        waits = open_waits(events, home) if now - changed >= quiet_s else []
+        if sum(map(len, records)) != length:
+            length, changed = sum(map(len, records)), now
+        quiet = now - changed >= quiet_s
+        waits = [w for record in records if record and quiet for w in open_waits(record, home)]
         if waits and answer_waits and all(w.answer for w in waits):
             try:
                 answered += [answer(home, w, environment) for w in waits]
