@@ -77,7 +77,7 @@ from belay.journal.state.repeats import REPEATED_FAILURE, repeated_failure, repe
 from belay.local.children import reopen_children
 from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, drill_executor, handover_refusal, run_drill
 from belay.local.drill.compare import compare_table, run_compare
-from belay.local.drill.pages import side_by_side
+from belay.local.drill.pages import drill_ending
 from belay.local.fleet import LocalFleet, without_clock
 from belay.local.garbage import GRACE_S, collect, duration_s, shown_size
 from belay.local.record import open_session, reading
@@ -673,6 +673,14 @@ def drill(
             "of the three, and check the handover too.",
         ),
     ] = None,
+    answer_waits: Annotated[
+        bool,
+        typer.Option(
+            "--answer-waits",
+            help="Answer the waits that decide nothing as a person would (an external condition met, a "
+            "question answered with a neutral text) instead of stopping at them.",
+        ),
+    ] = False,
     compare: Annotated[
         bool,
         typer.Option(
@@ -707,25 +715,14 @@ def drill(
             progress=not as_json,
             executor=executor,
             handover_to=handover_to,
+            answer_waits=answer_waits,
         )
     except ValueError as error:
         raise fail(str(error)) from None
     if as_json:
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
     else:
-        # Each check was printed as it ran; repeat only the failures beside the verdict.
-        failed = [check for check in report.checks if not check.passed]
-        for check in failed:
-            console.print(f"[red]FAIL[/red] {check.name}: {check.detail}", highlight=False)
-        shown = report.shown()
-        if shown is not None:
-            terminal.echo(side_by_side(shown))
-        verdict = f"drill {'passed' if report.passed else 'failed'}: {len(report.checks) - len(failed)}"
-        verdict += f" of {len(report.checks)} checks passed"
-        if report.skipped:  # each was printed as it was skipped, with why; never a check
-            names = ", ".join(s.scenario for s in report.skipped)
-            verdict += f"; {len(report.skipped)} skipped ({names})"
-        console.print(f"{verdict}; executor {report.executor}", highlight=False)
+        terminal.echo(drill_ending(report))
     if not report.passed:
         raise typer.Exit(1)
 

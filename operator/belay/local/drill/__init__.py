@@ -21,11 +21,14 @@ With `--handover-to B` every scenario that interrupts runs on the executor and r
 
 `manifest` prepares the session for the executor, `run` holds one run's homes, stand-ins and
 findings, `scenarios` are the checks, run in order by `run_drill` (a scenario that does not apply is
-skipped, named with why), `waiting` stops a run that waits on a person or passes its limit (its
-check fails with what it waited on and the command that answers it), `pages` reads the briefing
-just before a resume and just after (the drill's text ends with them side by side), `compare` runs
-the task on self-hosted and on a managed executor and measures both (`--compare`), and `report` is
-what it returns.
+skipped, named with why; a drill that killed nothing fails, having checked nothing), `children`
+drills a coordinator's children (a kill in each, then every session of the objective checked),
+`waiting` stops a run that waits on a person or an external condition
+or passes its limit (its check fails with what it waited on and the command that answers it; with
+`--answer-waits` the waits that decide nothing are answered as a person would), `pages` reads the
+briefing just before a resume and just after (the drill's text ends with them side by side),
+`compare` runs the task on self-hosted and on a managed executor and measures both (`--compare`),
+and `report` is what it returns.
 """
 
 from belay.local.drill.manifest import DEFAULT_MANIFEST, EXECUTORS, drill_executor, handover_refusal

@@ -17,7 +17,7 @@ from pathlib import Path
 from belay.journal.events import Event, OperationOutcomeEvent, ToolResultEvent
 from belay.journal.verdicts import steps_run_twice
 from belay.local.cli_process import run_belay
-from belay.local.drill.report import BeforeAfter, CompactPage
+from belay.local.drill.report import BeforeAfter, CompactPage, DrillReport
 from belay.local.drill.waiting import in_home
 from belay.views.briefing.model import Briefing
 
@@ -90,6 +90,17 @@ def after_resume(
         redone=twice,
         kept=sorted(kept & set(done)),
     )
+
+
+def drill_ending(report: DrillReport) -> str:
+    """What the drill's text ends with: each check was printed as it ran, so only the failures
+    again, then the briefing around the resume that shows the most (`DrillReport.shown`), then the
+    verdict."""
+    lines = [f"FAIL {check.name}: {check.detail}" for check in report.checks if not check.passed]
+    shown = report.shown()
+    if shown is not None:
+        lines.append(side_by_side(shown))
+    return "\n".join([*lines, report.verdict()])
 
 
 def side_by_side(pair: BeforeAfter) -> str:

@@ -72,8 +72,23 @@ class DrillReport(BaseModel):
     # The briefing just before a resume and just after, per scenario that captured it; the text
     # shows the one with a decision for the person (`shown`).
     pages: list[BeforeAfter] = Field(default_factory=list)
+    # With `--answer-waits`: each wait the drill answered as a person would ("<home>: <command>").
+    answered: list[str] = Field(default_factory=list)
 
     def shown(self) -> BeforeAfter | None:
         deciding = [p for p in self.pages if p.after.waiting_on_you]
         shown = deciding or self.pages
         return shown[0] if shown else None
+
+    def verdict(self) -> str:
+        """The last line of the drill's text: the checks passed of all, what was skipped (each was
+        printed as it was skipped, with why; never a check) and the executor."""
+        failed = [check for check in self.checks if not check.passed]
+        verdict = f"drill {'passed' if self.passed else 'failed'}: {len(self.checks) - len(failed)}"
+        verdict += f" of {len(self.checks)} checks passed"
+        if self.skipped:
+            names = ", ".join(s.scenario for s in self.skipped)
+            verdict += f"; {len(self.skipped)} skipped ({names})"
+        if self.answered:
+            verdict += f"; {len(self.answered)} waits answered as a person would"
+        return f"{verdict}; executor {self.executor}"

@@ -22,7 +22,7 @@ from belay.api.agentsession import MANAGED_EXECUTORS, read_manifest
 from belay.executors.endpoints import PROVIDERS
 from belay.journal.events import Event
 from belay.journal.verdicts import deliverables
-from belay.local.cli_process import read_events, run_until
+from belay.local.cli_process import read_events
 from belay.local.drill.manifest import (
     executor_kind,
     executor_version,
@@ -38,7 +38,7 @@ from belay.local.drill.report import (
     SeqRange,
     SkippedScenario,
 )
-from belay.local.drill.waiting import Watched, run_watched
+from belay.local.drill.waiting import Stalled, Watched, run_watched
 from belay.local.runtime import LocalHome
 from belay.local.standin_process import StandinProcess, stop_session_standins
 
@@ -83,6 +83,7 @@ class Drill:
         progress: bool,
         executor: str | None = None,
         handover_to: str | None = None,
+        answer_waits: bool = False,
     ) -> None:
         source = manifest.resolve()
         original = read_manifest(source)  # read as every manifest is: bounded, no key twice
@@ -106,9 +107,13 @@ class Drill:
             )
         self.plan = Path(self.data["spec"]["executor"].get("plan") or "")
         self.progress = progress
+        # Whether the drill answers, as a person would, the waits that decide nothing (`waiting`).
+        self.answer_waits = answer_waits
+        self.answered: list[str] = []
         self.checks: list[DrillCheck] = []
         self.skipped: list[SkippedScenario] = []
         self.points: list[KillPoint] = []
+        self.children: list[str] = []  # the child sessions the reference run started
         self.pages: list[BeforeAfter] = []
         self.reference_run_s: float | None = None
         self.reference_events: int | None = None
@@ -127,6 +132,11 @@ class Drill:
         return bool(passed)
 
     def skip(self, scenario: str, reason: str) -> None:
+        if self.children:  # a coordinator: the work it could be interrupted in is its children's
+            reason += (
+                f"; the work is done by its child sessions ({', '.join(self.children)}): the drill "
+                "interrupts them instead"
+            )
         self.skipped.append(SkippedScenario(scenario=scenario, reason=reason))
         if self.progress:
             print(f"SKIP {scenario}: {reason}", file=sys.stderr, flush=True)
@@ -152,8 +162,32 @@ class Drill:
         """`belay run` in `home`, its process group killed right after it records `point`: whether
         it got there, and the record then."""
         run = ["run", "--quiet", str(manifest or self.manifest)]
-        reached, _ = run_until(home, run, point, environment=env)
-        return reached, read_events(home, self.session_id)
+        result = self.watch(home, run, env, stop_after=point)
+        if result.stalled:
+            raise Stalled(f"before it reached {point}, {result.stalled}")
+        return result.reached, read_events(home, self.session_id)
+
+    def watch(
+        self,
+        home: Path,
+        args: list[str],
+        env: dict[str, str] | None,
+        stop_after: str | None = None,
+        kill_when: tuple[str, str] | None = None,
+    ) -> Watched:
+        """`belay ARGS` in `home`, watched (`belay.local.drill.waiting`); the waits the drill
+        answered are kept for the report."""
+        result = run_watched(
+            home,
+            args,
+            self.session_id,
+            environment=env,
+            stop_after=stop_after,
+            kill_when=kill_when,
+            answer_waits=self.answer_waits,
+        )
+        self.answered += [f"{home.name}: {command}" for command in result.answered]
+        return result
 
     def resume_args(self, home: Path, *options: str) -> list[str]:
         """`resume SESSION`, with the move to the handover's executor on the first resume in `home`
@@ -166,7 +200,7 @@ class Drill:
 
     def resume(self, home: Path, env: dict[str, str] | None) -> Resumed:
         started = time.monotonic()
-        result = run_watched(home, self.resume_args(home), self.session_id, environment=env)
+        result = self.watch(home, self.resume_args(home), env)
         seconds = time.monotonic() - started
         return Resumed(result, read_events(home, self.session_id), seconds)
 
@@ -229,4 +263,5 @@ class Drill:
             reference_run_s=self.reference_run_s,
             reference_events=self.reference_events,
             pages=self.pages,
+            answered=self.answered,
         )

@@ -38,11 +38,12 @@ from belay.journal.verdicts import (
     steps_run_twice,
 )
 from belay.local.cli_process import RUN_TIMEOUT_S, read_events, run_belay, run_until_event, tickets_in
+from belay.local.drill.children import drill_children
 from belay.local.drill.handover import handover_checks, handover_provider_checks
 from belay.local.drill.pages import after_resume, before_resume, read_page
 from belay.local.drill.report import BeforeAfter, DrillReport
 from belay.local.drill.run import Drill
-from belay.local.drill.waiting import Watched, run_watched
+from belay.local.drill.waiting import Watched, child_sessions
 from belay.local.standin_process import provider_problems, provider_summary
 
 E = TypeVar("E", bound=Event)
@@ -53,6 +54,7 @@ AFTER_REQUEST = "kill after a tool request"
 BEFORE_DELIVERY = "kill between a tool result and its delivery"
 AFTER_UNSAFE = "kill after an unsafe request"
 UNDECLARED = "kill after a verified checkpoint, nothing declared"
+INTERRUPTED = "the drill interrupted the session at least once"
 
 
 def run_drill(
@@ -62,8 +64,9 @@ def run_drill(
     progress: bool = True,
     executor: str | None = None,
     handover_to: str | None = None,
+    answer_waits: bool = False,
 ) -> DrillReport:
-    drill = Drill(manifest, workdir, progress, executor, handover_to)
+    drill = Drill(manifest, workdir, progress, executor, handover_to, answer_waits)
     scenarios: list[tuple[str, Callable[[Drill, list[Event]], None]]] = [
         (AFTER_REQUEST, kill_after_tool_request),
         (BEFORE_DELIVERY, kill_before_delivery),
@@ -86,9 +89,19 @@ def run_drill(
                     run(drill, reference)
                 except Exception as error:
                     drill.check(f"{scenario}: the scenario ran to its end", False, broke_off(error))
+        if reference is not None and drill.children:
+            drill_children(drill, drill.workdir / "reference")
+        if reference is not None and not drill.points:
+            drill.check(INTERRUPTED, False, nothing_interrupted(drill))
     finally:
         drill.stop_standins()
     return drill.report()
+
+
+def nothing_interrupted(drill: Drill) -> str:
+    """Why a drill that killed nothing checked nothing, so that it never passes."""
+    skipped = "; ".join(f"{s.scenario}: {s.reason}" for s in drill.skipped)
+    return f"no scenario killed and resumed it ({skipped or 'none reached its kill point'})"
 
 
 def broke_off(error: Exception) -> str:
@@ -105,10 +118,11 @@ def uninterrupted(drill: Drill) -> list[Event] | None:
     home = drill.home("reference")
     env = drill.environment(home)
     started = time.monotonic()
-    result = run_watched(home, ["run", "--quiet", str(drill.manifest)], drill.session_id, environment=env)
+    result = drill.watch(home, ["run", "--quiet", str(drill.manifest)], env)
     drill.reference_run_s = round(time.monotonic() - started, 2)
     events = read_events(home, drill.session_id)
     drill.reference_events = len(events)
+    drill.children = child_sessions(events)
     ok = result.returncode == 0 and completed(events)
     detail = f"{len(events)} events, deliverables {sorted(deliverables(events))}"
     if not ok:
