@@ -165,7 +165,7 @@ def test_a_session_naming_what_the_operator_does_not_allow_is_refused_with_nothi
         assert stalled["status"] == "True" and message in stalled["message"], stalled
         assert condition(status, "Ready")["status"] == "False"
         assert children(kube, name) == {"pods": [], "secrets": [], "services": [], "networkpolicies": []}
-        assert last_seq(events_url, name) == 0  # not even its request recorded
+        assert last_seq(events_url, names.record_id(NAMESPACE, name)) == 0  # not even its request recorded
 
 
 def test_a_sessions_own_stores_are_opened_with_its_own_secret_only(
@@ -205,7 +205,7 @@ def test_a_sessions_own_stores_are_opened_with_its_own_secret_only(
     # In its own namespace: opened with it, and the harness gets it alone.
     kube.kubectl("apply", "-f", "-", input=json.dumps(secret("team-stores", NAMESPACE, credentials)))
     wait_for(
-        lambda: last_seq(stores["events"], "own-stores") > 0 or None,
+        lambda: last_seq(stores["events"], names.record_id(NAMESPACE, "own-stores")) > 0 or None,
         "the request in the session's etcd",
         describe=describe,
     )

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from immutables import Map
 from typer.testing import CliRunner
 
+import belay.local.record as local_record
 from belay.api.agentsession import AgentSession, parse_manifest
 from belay.cli import main as cli
 from belay.harness.attempt import Attempt
@@ -350,6 +351,8 @@ def test_belay_brief_reads_the_snapshot_and_says_what_the_whole_record_says(
         return loaded
 
     monkeypatch.setattr(snapshots, "load_state", counted)
+    # Every command opens the record through belay.local.record, which holds load_state by name.
+    monkeypatch.setattr(local_record, "load_state", counted)
     runner = CliRunner()
     from_snapshot = runner.invoke(cli.app, ["--home", str(home.root), "brief", "--json", SNAPSHOTTED])
     assert from_snapshot.exit_code == 0, from_snapshot.output

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from belay.journal.events import Event
+from belay.journal.events import Event, Lifecycle, LifecycleKind
 from tests.belay_cli import completed, deliverables, read_events, run_belay, steps_run_twice
 
 SESSION = "walls"
@@ -69,7 +69,17 @@ def test_every_wall_is_a_failed_step_and_the_session_finishes(tmp_path: Path) ->
     home = tmp_path / "home"
     ran = run_belay(home, "run", "--quiet", str(write_session(tmp_path)), timeout=120)
     events = read_events(home, SESSION)
-    assert completed(events), ran.stdout + ran.stderr
+    # The run goes to its end. The disk wall leaves the workspace full, so the steps after it cannot
+    # make their checkpoints: the record does not prove those done, and the session ends needing
+    # attention (belay.journal.proof), never Succeeded, naming the wall.
+    ended = [
+        e
+        for e in events
+        if isinstance(e.payload, Lifecycle) and e.payload.kind == LifecycleKind.SESSION_COMPLETED
+    ]
+    assert ended, ran.stdout + ran.stderr
+    assert not completed(events) and ran.returncode != 0
+    assert "the record does not prove it done" in ran.stderr and "workspace disk limit" in ran.stderr
     assert "out.txt" in deliverables(events)
     by_operation = results(events)
     for name, (_, figure) in ATTACKS.items():

@@ -48,7 +48,7 @@ class LocalFleet:
         file (StoreCorrupt) ends the listing: no row of it can be read."""
         async with reading(self.home) as store:
             recorded = await store.list_sessions()
-            rows = self.missing_rows(recorded)
+            rows = await self.missing_rows(store, recorded)
             for session_id in recorded:
                 labels = self.labels_of(session_id)
                 if self.selector and not selector_matches(self.selector, labels):
@@ -84,7 +84,7 @@ class LocalFleet:
             self.labels[session_id] = manifest_labels(self.home, session_id)
         return self.labels[session_id]
 
-    def missing_rows(self, recorded: list[str]) -> list[FleetRow]:
+    async def missing_rows(self, store: EventStore, recorded: list[str]) -> list[FleetRow]:
         """A RecordCorrupt row for each session of the home's directory that ran, whose record
         would be in this store (not in stores its manifest names) and is not."""
         try:
@@ -98,7 +98,13 @@ class LocalFleet:
             labels = self.labels_of(session_id)
             if self.selector and not selector_matches(self.selector, labels):
                 continue
-            missing = missing_record(self.home, session_id)
+            try:
+                # Read as every other command reads it first: the store's own check (a record
+                # behind its high-water mark) names the damage the same way for all of them.
+                await store.last_seq(session_id)
+                missing = missing_record(self.home, session_id)
+            except RecordCorrupt as error:
+                missing = error
             if missing is not None:
                 self.corrupt[session_id] = missing
                 rows.append(corrupt_row(session_id, missing.seq, labels))
