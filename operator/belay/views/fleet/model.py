@@ -8,7 +8,7 @@ how long ago its record last moved. The summary counts the sessions by what they
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
@@ -26,16 +26,8 @@ Bucket = Literal[
     "failed",
     "succeeded",
 ]
-BUCKETS: tuple[Bucket, ...] = (
-    "moving",
-    "waiting_on_you",
-    "on_external",
-    "ready_for_review",
-    "interrupted",
-    "needs_attention",
-    "failed",
-    "succeeded",
-)
+# The buckets in the order the fleet lists them: the Literal's own order, written once.
+BUCKETS: tuple[Bucket, ...] = get_args(Bucket)
 BUCKET_WORDS: dict[Bucket, str] = {
     "moving": "moving",
     "waiting_on_you": "waiting on you",
