@@ -18,6 +18,8 @@ from tests.faults.tcp_proxy import LossyProxy
 from tests.testenv.etcd import EtcdCluster
 
 pytestmark = pytest.mark.testenv
+# Tries of one append in the lost-leader test, each bounded by the store's operation timeout.
+APPEND_ATTEMPTS = 4
 
 
 def note(text: str) -> EventDraft:
@@ -63,13 +65,15 @@ async def test_a_lost_leader_loses_and_duplicates_no_acknowledged_event(
             key = f"w{number}-b{batch}"
             drafts = [note(f"{key}-e{i}") for i in range(2)]
             # What a harness does on an unanswered append: try again with the same key, which
-            # either finds the first attempt's events or writes them once.
-            while True:
+            # either finds the first attempt's events or writes them once. A few tries, not
+            # forever: a store that never answers fails the test instead of hanging it.
+            for attempt in range(1, APPEND_ATTEMPTS + 1):
                 try:
                     stored = await store.append(session, drafts, idempotency_key=key)
                     break
                 except StoreUnavailable:
-                    continue
+                    if attempt == APPEND_ATTEMPTS:
+                        raise
             assert note_ids(stored) == [f"{key}-e0", f"{key}-e1"]
             acknowledged[key] = [e.seq for e in stored]
             if fault_done.is_set():

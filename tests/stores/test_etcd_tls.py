@@ -17,7 +17,7 @@ from belay.stores.etcd.credentials import EtcdCredentials
 from belay.stores.factory import open_event_store
 from tests.testenv.availability import require_built
 from tests.testenv.certs import TinyCA
-from tests.testenv.etcd import EtcdServer
+from tests.testenv.etcd import EtcdCluster, EtcdServer
 
 pytestmark = pytest.mark.testenv
 SESSION = "over-tls"
@@ -116,3 +116,31 @@ def test_credentials_with_half_a_client_pair_are_refused(tmp_path: Path) -> None
         EtcdCredentials.from_directory(tmp_path)
     with pytest.raises(ValueError, match=r"ca\.crt"):
         EtcdCredentials.from_directory(tmp_path / "nowhere")
+
+
+async def test_the_three_member_cluster_answers_over_tls_only(etcd_cluster: EtcdCluster) -> None:
+    """The fault tests' cluster serves TLS: a store naming all three members with the credentials
+    writes (each member's certificate checked against its own endpoint), and the same store in
+    plaintext is refused with nothing written."""
+    credentials = etcd_cluster.credentials
+    assert credentials is not None
+    members = [f"http://{endpoint.split('://', 1)[1]}" for endpoint in etcd_cluster.endpoints]
+
+    def cluster_store(credentials: EtcdCredentials | None) -> EtcdEventStore:
+        return EtcdEventStore(
+            members, prefix="/tls-cluster", record_key=b"", operation_timeout=3, credentials=credentials
+        )
+
+    plaintext = cluster_store(None)
+    try:
+        with pytest.raises(StoreUnavailable):
+            await plaintext.append(SESSION, [EventDraft(payload=UserInput(goal="in clear"))])
+    finally:
+        await plaintext.close()
+    over_tls = cluster_store(credentials)
+    try:
+        assert await over_tls.read(SESSION) == []
+        stored = await over_tls.append(SESSION, [EventDraft(payload=UserInput(goal="over TLS"))])
+        assert [e.seq for e in await over_tls.read(SESSION)] == [e.seq for e in stored] == [1]
+    finally:
+        await over_tls.close()

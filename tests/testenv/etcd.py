@@ -8,6 +8,7 @@ With `EtcdTls` a member serves its clients over TLS only and requires a client c
 from __future__ import annotations
 
 import ssl
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,11 +26,18 @@ class EtcdTls:
     """A CA, one serving certificate for every member (loopback and `host`), and a client's
     certificate written as a TLS Secret's files (`client_dir`: ca.crt, tls.crt, tls.key)."""
 
-    def __init__(self, directory: Path, host: str = LOOPBACK) -> None:
+    def __init__(self, directory: Path, host: str = LOOPBACK, client_cert_auth: bool = True) -> None:
         directory.mkdir(parents=True, exist_ok=True)
+        self.client_cert_auth = client_cert_auth
         ca = TinyCA("belay-testenv-etcd-ca")
+        # Client use too: etcd's JSON gateway (what `leader_name` asks) calls the member's own gRPC
+        # server presenting this certificate, which --client-cert-auth checks as a client's.
         serving = ca.issue(
-            "etcd", dns_names=("localhost",), ips=tuple(dict.fromkeys((LOOPBACK, host))), server=True
+            "etcd",
+            dns_names=("localhost",),
+            ips=tuple(dict.fromkeys((LOOPBACK, host))),
+            server=True,
+            client=True,
         )
         client = ca.issue("belay", client=True)
         self.ca_cert = _write(directory / "ca.crt", ca.cert_pem)
@@ -42,12 +50,13 @@ class EtcdTls:
         self.client_key = _write(self.client_dir / "tls.key", client.key_pem)
 
     def server_flags(self) -> list[str]:
-        return [
-            f"--cert-file={self.server_cert}",
-            f"--key-file={self.server_key}",
-            f"--trusted-ca-file={self.ca_cert}",
-            "--client-cert-auth",
-        ]
+        serving = [f"--cert-file={self.server_cert}", f"--key-file={self.server_key}"]
+        if not self.client_cert_auth:
+            return serving
+        return [*serving, f"--trusted-ca-file={self.ca_cert}", "--client-cert-auth"]
+
+    def etcdctl_flags(self) -> list[str]:
+        return [f"--cacert={self.ca_cert}", f"--cert={self.client_cert}", f"--key={self.client_key}"]
 
     def client_context(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=str(self.ca_cert))
@@ -143,11 +152,26 @@ class EtcdServer:
         detached: bool = False,
         host: str = LOOPBACK,
         tls: bool = False,
+        client_cert_auth: bool = True,
     ) -> None:
+        """`tls`: serve TLS only, requiring a client certificate unless `client_cert_auth` is False
+        (then a client proves who it is by an etcd user's password, or not at all)."""
         self.run_dir = run_dir
-        self.tls = EtcdTls(run_dir / "tls", host) if tls else None
+        self.tls = EtcdTls(run_dir / "tls", host, client_cert_auth) if tls else None
         self.member = EtcdMember(name, run_dir / f"{name}.data", client_host=host, tls=self.tls)
         self.detached = detached
+
+    def etcdctl(self, *args: str, user: str | None = None) -> str:
+        """etcdctl against this member (`user`: "name:password" once authentication is on)."""
+        argv = [str(component("etcd").path("etcdctl")), f"--endpoints={self.endpoint}", "--dial-timeout=5s"]
+        if self.tls is not None:
+            argv += self.tls.etcdctl_flags()
+        if user is not None:
+            argv.append(f"--user={user}")
+        done = subprocess.run([*argv, *args], capture_output=True, text=True, timeout=30, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"etcdctl {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
 
     @property
     def endpoint(self) -> str:

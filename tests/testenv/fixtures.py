@@ -57,9 +57,8 @@ def etcd_endpoint(_testenv_dir: Path) -> Iterator[str]:
 @pytest.fixture
 def etcd_cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
     require_built("etcd")
-    # Plaintext: the lost-leader fault test hangs with the members on TLS (docs/stores.md); the
-    # single-member TLS tests are tests/stores/test_etcd_tls.py.
-    cluster = EtcdCluster(tmp_path / "etcd-cluster")
+    # TLS with client certificates, as a shared etcd is reached (docs/stores.md).
+    cluster = EtcdCluster(tmp_path / "etcd-cluster", tls=True)
     try:
         cluster.start()
         yield cluster

@@ -71,7 +71,8 @@ class OperatorSettings(Settings):
     # A TLS Secret (ca.crt, tls.crt, tls.key) for the fleet's etcd: mounted at ETCD_CREDENTIALS_MOUNT
     # in the operator and in the harness of every session on the fleet's stores, and named on the
     # event store's URL (`?credentials=`), so the record is reached over TLS with a client
-    # certificate (belay.stores.etcd.credentials). It must exist in each session namespace too.
+    # certificate, or an etcd user's `username` and `password` beside `ca.crt`
+    # (belay.stores.etcd.credentials). It must exist in each session namespace too.
     etcd_credentials_secret: str | None = None
 
     def fleet_event_store(self) -> str:

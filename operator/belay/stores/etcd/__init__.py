@@ -1,11 +1,11 @@
 """The event store on etcd v3, for clusters: `EtcdEventStore` (docs/stores.md, "etcd event store").
 
-Its parts, bottom to top: `keys` (the key layout), `connection` (the gRPC channel, deadlines and
-retries), `limits` (what one transaction holds), `wire` (the append's transaction as wire bytes),
-`segments` (archived ranges of a record in the artifact store), `reads` (chained reads across
-segments and etcd), `batching` (appends of several sessions in one transaction), `appends` (one
-append, one transaction), `archiving`, `leases`, `watches`, `deletion`, and `store`, which puts
-them together.
+Its parts, bottom to top: `keys` (the key layout), `credentials` and `authentication` (TLS, client
+certificates, an etcd user's password), `connection` (the gRPC channels, deadlines and retries),
+`limits` (what one transaction holds), `wire` (the append's transaction as wire bytes), `segments`
+(archived ranges of a record in the artifact store), `reads` (chained reads across segments and
+etcd), `batching` (appends of several sessions in one transaction), `appends` (one append, one
+transaction), `archiving`, `leases`, `watches`, `deletion`, and `store`, which puts them together.
 """
 
 from belay.stores.etcd.appends import Snapshot

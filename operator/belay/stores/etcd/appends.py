@@ -360,6 +360,7 @@ class Appends:
         while time.monotonic() < deadline:
             queued = False
             try:
+                await self.connection.authenticated()
                 if snapshot is None:
                     snapshot = await self.snapshot(call.keys, idempotency_key, claim, guarded)
                 if snapshot.authoritative and (answered := await self._answered(call, snapshot)) is not None:

@@ -44,10 +44,8 @@ class SharedTransactions:
 
     def send_alone(self, request: bytes) -> Any:
         """Send one append's transaction now, by itself; `alone_done` once its answer is in."""
-        if self.connection.encoded_txn is None:
-            self.connection.stubs()
         self.in_flight += 1
-        return self.connection.encoded_txn(request, timeout=self.connection.request_timeout)
+        return self.connection.encoded_txn(request)
 
     def queue(self, session_id: str, request: bytes, operations: tuple[int, int, int]) -> QueuedAppend:
         """Another append's transaction is in flight: go out after it, with every append queued
@@ -115,7 +113,7 @@ class SharedTransactions:
     async def _answer_queued(self, group: list[QueuedAppend]) -> None:
         try:
             request = b"".join(queued.request for queued in group)
-            response = await self.connection.encoded_txn(request, timeout=self.connection.request_timeout)
+            response = await self.connection.encoded_txn(request)
         except Exception as error:  # each append decides what the failure means for it
             for queued in group:
                 if not queued.outcome.done():

@@ -1,8 +1,10 @@
-"""The etcd store's connection: one gRPC channel to every endpoint, deadlines and retries.
+"""The etcd store's connection: the gRPC channels to the endpoints, deadlines and retries.
 
-The client is aetcd's generated gRPC stubs on our own `grpc.aio` channel: one channel can list
-several endpoints (round-robin, skipping members that are down), and every call carries its own
-deadline so an unreachable cluster becomes a prompt StoreUnavailable.
+The client is aetcd's generated gRPC stubs on our own `grpc.aio` channels. In plaintext one channel
+lists every endpoint (round-robin, skipping members that are down); over TLS each endpoint has its
+own channel, so each member's certificate is checked against its own name, and calls go round the
+connected ones. Every call carries its own deadline, so an unreachable cluster becomes a prompt
+StoreUnavailable. With an etcd user's name and password, calls carry its token (`authentication`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import grpc.aio
 from aetcd import rpc
 
 from belay.stores.base import PayloadTooLarge, StoreError, StoreUnavailable
+from belay.stores.etcd.authentication import EtcdAuthentication, stale_token
 from belay.stores.etcd.credentials import EtcdCredentials
 from belay.stores.etcd.keys import prefix_range_end
 
@@ -35,6 +38,8 @@ TRANSIENT_CODES = frozenset(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         grpc.StatusCode.UNKNOWN,
         grpc.StatusCode.INTERNAL,
+        # A stale token (`authentication`): forgotten, and the retry authenticates again.
+        grpc.StatusCode.UNAUTHENTICATED,
     }
 )
 
@@ -99,8 +104,11 @@ def mod_revision_compare(key: bytes, revision: int) -> Any:
 
 
 def never_sent(error: grpc.aio.AioRpcError) -> bool:
-    """True when gRPC failed the call before it left this process: no member could be connected
-    to, so the request cannot have been applied."""
+    """True when gRPC failed the call before it left this process (no member could be connected
+    to), or etcd refused its token, which it checks before proposing a request: either way the
+    request cannot have been applied."""
+    if stale_token(error):
+        return True
     details = (error.details() or "").lower()
     return error.code() == grpc.StatusCode.UNAVAILABLE and (
         "failed to connect" in details or "connections to all backends failing" in details
@@ -120,12 +128,25 @@ def permanent(error: grpc.aio.AioRpcError) -> StoreError:
     return StoreError(f"etcd refused the request: {error.code().name}: {details}")
 
 
+class _MemberChannel:
+    """One gRPC channel and the stubs on it."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.channel = channel
+        self.kv = rpc.KVStub(channel)
+        self.watch = rpc.WatchStub(channel)
+        # KV.Txn for a request that is already wire bytes (no serializer: bytes go as they are).
+        self.encoded_txn = channel.unary_unary(
+            "/etcdserverpb.KV/Txn", request_serializer=None, response_deserializer=rpc.TxnResponse.FromString
+        )
+
+
 class EtcdConnection:
-    """The channel to an etcd cluster and the calls on it, each one RPC with its own deadline
+    """The channels to an etcd cluster and the calls on them, each one RPC with its own deadline
     (`request_timeout`); reads are retried until `operation_timeout`.
 
-    The channel binds to the running event loop, so it is made on first use, not here: open one
-    connection per event loop."""
+    A channel binds to the running event loop, so the channels are made on first use, not here:
+    open one connection per event loop."""
 
     def __init__(
         self,
@@ -142,45 +163,94 @@ class EtcdConnection:
             _host_and_port(endpoint)  # refuse a malformed endpoint now, not on first use
         if not self.endpoints:
             raise ValueError("at least one etcd endpoint is needed")
-        self._channel: grpc.aio.Channel | None = None
-        self._kv: Any = None
-        self._watch: Any = None
-        # KV.Txn for a request that is already wire bytes; None until the channel is open.
-        self.encoded_txn: Any = None
+        self.authentication: EtcdAuthentication | None = None
+        if credentials is not None and credentials.username is not None and credentials.password is not None:
+            self.authentication = EtcdAuthentication(
+                self.endpoints, credentials.username, credentials.password, request_timeout
+            )
+        self._members: list[_MemberChannel] = []
+        self._turn = 0  # the member channel the next call tries first (TLS)
 
     def stubs(self) -> tuple[Any, Any]:
-        """The KV and Watch stubs, on a channel opened on first use."""
-        if self._channel is None:
-            options = [
-                ("grpc.lb_policy_name", "round_robin"),
-                ("grpc.keepalive_time_ms", 5000),
-                ("grpc.keepalive_timeout_ms", 2000),
-                ("grpc.keepalive_permit_without_calls", 1),
-                ("grpc.initial_reconnect_backoff_ms", 100),
-                ("grpc.max_reconnect_backoff_ms", 1000),
-                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-            ]
-            target = grpc_target(self.endpoints)
-            if self.credentials is None:
-                self._channel = grpc.aio.insecure_channel(target, options=options)
-            else:
-                # Every member's serving certificate is checked against the CA and the name (or
-                # address) the endpoint gives; the client certificate answers --client-cert-auth.
-                tls = grpc.ssl_channel_credentials(
-                    root_certificates=self.credentials.ca,
-                    private_key=self.credentials.key,
-                    certificate_chain=self.credentials.cert,
+        """The KV and Watch stubs of the member channel the next call goes through (channels are
+        opened on first use)."""
+        member = self._pick()
+        return member.kv, member.watch
+
+    def encoded_txn(self, request: bytes) -> Any:
+        """KV.Txn for a request that is already wire bytes (`wire`), with the request deadline:
+        the call, sent once awaited or once its task runs."""
+        return self._pick().encoded_txn(request, timeout=self.request_timeout)
+
+    async def authenticated(self) -> None:
+        """With a user name and password: hold a token before a call (at once when one is held).
+        A transient failure is raised as gRPC's error, which callers retry; a refusal as
+        `AuthenticationRefused`."""
+        if self.authentication is None or self.authentication.token is not None:
+            return
+        try:
+            await self.authentication.authenticate(self._pick().channel)
+        except grpc.aio.AioRpcError as error:
+            if error.code() in TRANSIENT_CODES:
+                raise
+            raise self.authentication.refused(error) from None
+
+    def forget_token(self) -> None:
+        """After a watch was cut: authenticate again before the next one (a watch refused for a
+        stale token is cancelled, not failed with UNAUTHENTICATED)."""
+        if self.authentication is not None:
+            self.authentication.forget(self.authentication.token)
+
+    def _pick(self) -> _MemberChannel:
+        """Plaintext: the one channel, which balances over every address itself. TLS: a channel
+        per endpoint, taken in turn among those connected; when none is, the next in turn (a call
+        on a channel still connecting waits for it, one that failed to connect fails at once), so
+        retries go round every member."""
+        if not self._members:
+            self._members = self._open()
+        if len(self._members) == 1:
+            return self._members[0]
+        count = len(self._members)
+        for step in range(count):
+            member = self._members[(self._turn + step) % count]
+            if member.channel.get_state(try_to_connect=True) == grpc.ChannelConnectivity.READY:
+                self._turn = (self._turn + step + 1) % count
+                return member
+        member = self._members[self._turn]
+        self._turn = (self._turn + 1) % count
+        return member
+
+    def _open(self) -> list[_MemberChannel]:
+        options = [
+            ("grpc.lb_policy_name", "round_robin"),
+            ("grpc.keepalive_time_ms", 5000),
+            ("grpc.keepalive_timeout_ms", 2000),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+        ]
+        if self.credentials is None:
+            return [_MemberChannel(grpc.aio.insecure_channel(grpc_target(self.endpoints), options=options))]
+        # One channel per endpoint: gRPC checks a server's certificate against its channel's one
+        # name, so a channel listing several members would check each against a name that is none
+        # of theirs (and no handshake would pass). Each member's certificate is checked against
+        # the CA and the name (or address) its own endpoint gives; the client certificate answers
+        # --client-cert-auth.
+        tls = grpc.ssl_channel_credentials(
+            root_certificates=self.credentials.ca,
+            private_key=self.credentials.key,
+            certificate_chain=self.credentials.cert,
+        )
+        interceptors = self.authentication.interceptors() if self.authentication is not None else None
+        return [
+            _MemberChannel(
+                grpc.aio.secure_channel(
+                    grpc_target([endpoint]), tls, options=options, interceptors=interceptors
                 )
-                self._channel = grpc.aio.secure_channel(target, tls, options=options)
-            self._kv = rpc.KVStub(self._channel)
-            self._watch = rpc.WatchStub(self._channel)
-            # KV.Txn for a request that is already wire bytes (no serializer: bytes go as they are).
-            self.encoded_txn = self._channel.unary_unary(
-                "/etcdserverpb.KV/Txn",
-                request_serializer=None,
-                response_deserializer=rpc.TxnResponse.FromString,
             )
-        return self._kv, self._watch
+            for endpoint in self.endpoints
+        ]
 
     def unavailable(self, last_error: BaseException | None) -> StoreUnavailable:
         detail = f": {describe(last_error)}" if last_error else ""
@@ -206,11 +276,13 @@ class EtcdConnection:
         raise self.unavailable(last_error)
 
     async def range(self, key: bytes, range_end: bytes = b"", **options: Any) -> Any:
+        await self.authenticated()
         kv, _ = self.stubs()
         request = rpc.RangeRequest(key=key, range_end=range_end, **options)
         return await kv.Range(request, timeout=self.request_timeout)
 
     async def txn(self, compare: list[Any], success: list[Any], failure: list[Any] | None = None) -> Any:
+        await self.authenticated()
         kv, _ = self.stubs()
         request = rpc.TxnRequest(compare=compare, success=success, failure=failure or [])
         return await kv.Txn(request, timeout=self.request_timeout)
@@ -222,6 +294,6 @@ class EtcdConnection:
         return json.loads(response.kvs[0].value), response.kvs[0].mod_revision
 
     async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close()
-            self._channel = None
+        members, self._members = self._members, []
+        for member in members:
+            await member.channel.close()

@@ -192,9 +192,10 @@ def open_etcd_event_store(spec: dict[str, Any]) -> EtcdEventStore:
     its query: `etcd://etcd:2379/belay?credentials=/etc/belay/etcd&segments=s3://bucket/prefix`."""
     if "url" in spec:
         parts = urlsplit(spec["url"])
-        endpoints = [f"http://{address}" for address in parts.netloc.split(",") if address]
-        prefix = parts.path or "/belay"
         query = dict(parse_qsl(parts.query))
+        scheme = "https" if query.get("credentials") else "http"  # as errors name the endpoints
+        endpoints = [f"{scheme}://{address}" for address in parts.netloc.split(",") if address]
+        prefix = parts.path or "/belay"
         unknown = sorted(set(query) - {"credentials", "segments", "keep_events", "segment_events"})
         if unknown:
             raise ValueError(

@@ -69,10 +69,12 @@ class Watches:
                     next_seq += 1
                     delivered = True
             except (grpc.aio.AioRpcError, StoreUnavailable, WatchCut):
+                self.connection.forget_token()
                 await asyncio.sleep(0.1)
 
     async def _follow(self, keys: SessionKeys, start_revision: int) -> AsyncIterator[tuple[int, bytes]]:
         """(seq, stored bytes) of each event put from `start_revision` on."""
+        await self.connection.authenticated()
         _, watch_stub = self.connection.stubs()
         # `hasleader` makes a member that lost its leader cancel the watch instead of going quiet.
         call = watch_stub.Watch(metadata=(("hasleader", "true"),))
@@ -110,9 +112,11 @@ class Watches:
         next_revision = 0  # 0: from the current revision, announced with None
         cut = False  # said WATCH_CUT, and not yet None
         while True:
-            _, watch_stub = self.connection.stubs()
-            call = watch_stub.Watch(metadata=(("hasleader", "true"),))
+            call = None
             try:
+                await self.connection.authenticated()
+                _, watch_stub = self.connection.stubs()
+                call = watch_stub.Watch(metadata=(("hasleader", "true"),))
                 await call.write(
                     rpc.WatchRequest(
                         create_request=rpc.WatchCreateRequest(
@@ -144,6 +148,7 @@ class Watches:
                     for session_id in moved:
                         yield session_id
             except (grpc.aio.AioRpcError, WatchCut):
+                self.connection.forget_token()
                 if not cut and next_revision != 0:
                     # Once per cut: the store (or the member the watch went through) went away. A
                     # member without a leader cancels the watch (`hasleader`) and takes none again
@@ -152,4 +157,5 @@ class Watches:
                     yield WATCH_CUT
                 await asyncio.sleep(0.1)
             finally:
-                call.cancel()
+                if call is not None:
+                    call.cancel()
