@@ -7,6 +7,7 @@ simple tokens) is replaced without the caller seeing it."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,8 @@ SESSION = "with-a-password"
 USER = "belay"
 PASSWORD = "pw-" + secrets.token_hex(8)
 PREFIX = "/authenticated"
+# Guards against a hang; never a timing assertion.
+HANG_GUARD_SECONDS = 30
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +82,27 @@ async def test_the_store_with_the_users_password_writes_and_reads(
         assert [e.seq for e in await store.read(SESSION)] == [e.seq for e in stored] == [1]
     finally:
         await store.close()
+
+
+async def test_watches_carry_the_users_token(auth_etcd: EtcdServer, tmp_path: Path) -> None:
+    """A watch is a stream, not a call: it carries the token too, or etcd cancels it (permission
+    denied) and the follower would wait for ever."""
+    directory = credentials(auth_etcd, tmp_path, PASSWORD)
+    follower = open_event_store(url(auth_etcd, directory, f"{PREFIX}/watched"))
+    writer = open_event_store(url(auth_etcd, directory, f"{PREFIX}/watched"))
+    sessions = follower.watch_sessions()
+    events = follower.watch(SESSION)
+    try:
+        assert await asyncio.wait_for(anext(sessions), HANG_GUARD_SECONDS) is None
+        await writer.append(SESSION, goal("watched"))
+        assert await asyncio.wait_for(anext(sessions), HANG_GUARD_SECONDS) == SESSION
+        followed = await asyncio.wait_for(anext(events), HANG_GUARD_SECONDS)
+        assert followed.seq == 1
+    finally:
+        await sessions.aclose()  # type: ignore[attr-defined]
+        await events.aclose()  # type: ignore[attr-defined]
+        await follower.close()
+        await writer.close()
 
 
 async def test_a_wrong_password_is_refused_in_one_line_naming_the_store_not_the_password(
