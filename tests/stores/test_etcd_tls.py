@@ -144,3 +144,43 @@ async def test_the_three_member_cluster_answers_over_tls_only(etcd_cluster: Etcd
         assert [e.seq for e in await over_tls.read(SESSION)] == [e.seq for e in stored] == [1]
     finally:
         await over_tls.close()
+
+
+async def test_a_member_whose_certificate_does_not_name_its_endpoint_is_refused(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The store checks the name its endpoint gives against the member's certificate: a member
+    whose certificate carries its address and no name is answered at its address and refused at
+    `localhost` (the same member, the same CA), with nothing written."""
+    require_built("etcd")
+    server = EtcdServer(tmp_path_factory.mktemp("etcd-tls-no-name"), tls=True, dns_names=())
+    server.start()
+    try:
+        assert server.tls is not None
+        credentials = EtcdCredentials.from_directory(server.tls.client_dir)
+        port = address(server).rsplit(":", 1)[1]
+
+        def store_at(host: str) -> EtcdEventStore:
+            return EtcdEventStore(
+                [f"https://{host}:{port}"],
+                prefix="/tls-names",
+                record_key=b"",
+                request_timeout=0.5,
+                operation_timeout=1.5,
+                credentials=credentials,
+            )
+
+        by_name = store_at("localhost")
+        try:
+            with pytest.raises(StoreUnavailable, match="Hostname Verification"):
+                await by_name.append(SESSION, [EventDraft(payload=UserInput(goal="by a name it lacks"))])
+        finally:
+            await by_name.close()
+        by_address = store_at("127.0.0.1")
+        try:
+            assert await by_address.read(SESSION) == []
+            await by_address.append(SESSION, [EventDraft(payload=UserInput(goal="by its address"))])
+        finally:
+            await by_address.close()
+    finally:
+        server.stop()

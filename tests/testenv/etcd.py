@@ -26,7 +26,14 @@ class EtcdTls:
     """A CA, one serving certificate for every member (loopback and `host`), and a client's
     certificate written as a TLS Secret's files (`client_dir`: ca.crt, tls.crt, tls.key)."""
 
-    def __init__(self, directory: Path, host: str = LOOPBACK, client_cert_auth: bool = True) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        host: str = LOOPBACK,
+        client_cert_auth: bool = True,
+        dns_names: tuple[str, ...] = ("localhost",),
+    ) -> None:
+        """`dns_names`: the names the serving certificate carries beside its addresses."""
         directory.mkdir(parents=True, exist_ok=True)
         self.client_cert_auth = client_cert_auth
         ca = TinyCA("belay-testenv-etcd-ca")
@@ -34,7 +41,7 @@ class EtcdTls:
         # server presenting this certificate, which --client-cert-auth checks as a client's.
         serving = ca.issue(
             "etcd",
-            dns_names=("localhost",),
+            dns_names=dns_names,
             ips=tuple(dict.fromkeys((LOOPBACK, host))),
             server=True,
             client=True,
@@ -153,11 +160,13 @@ class EtcdServer:
         host: str = LOOPBACK,
         tls: bool = False,
         client_cert_auth: bool = True,
+        dns_names: tuple[str, ...] = ("localhost",),
     ) -> None:
         """`tls`: serve TLS only, requiring a client certificate unless `client_cert_auth` is False
-        (then a client proves who it is by an etcd user's password, or not at all)."""
+        (then a client proves who it is by an etcd user's password, or not at all), with a
+        certificate for its addresses and `dns_names`."""
         self.run_dir = run_dir
-        self.tls = EtcdTls(run_dir / "tls", host, client_cert_auth) if tls else None
+        self.tls = EtcdTls(run_dir / "tls", host, client_cert_auth, dns_names) if tls else None
         self.member = EtcdMember(name, run_dir / f"{name}.data", client_host=host, tls=self.tls)
         self.detached = detached
 
