@@ -18,9 +18,10 @@ source "$here/lib.sh"
 
 # Debian packages the tests use at run time, installed only when missing (CI runs as root): the
 # local sandboxes' walls, the browser the report test opens a report in, and the node's container
-# runtime, its CNI plugins, and the tools kube-proxy and kube-router program the kernel with; strace
-# counts the SQLite store's fsyncs in its tests.
-apt_packages=("${sandbox_apt_packages[@]}" "${report_apt_packages[@]}" containerd runc containernetworking-plugins iptables nftables ipset conntrack strace)
+# runtimes (runc, and gVisor's runsc for the RuntimeClass `gvisor`), its CNI plugins, and the tools
+# kube-proxy and kube-router program the kernel with; strace counts the SQLite store's fsyncs in its
+# tests.
+apt_packages=("${sandbox_apt_packages[@]}" "${report_apt_packages[@]}" containerd runc runsc containernetworking-plugins iptables nftables ipset conntrack strace)
 ensure_debian_packages "${apt_packages[@]}"
 
 command -v go >/dev/null || { log "go is not on PATH; the components are built from Go modules"; exit 1; }

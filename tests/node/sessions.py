@@ -8,7 +8,7 @@ import base64
 import json
 import secrets
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +73,8 @@ class SessionSetup:
     # The event store's etcd members, when not the environment's one (a three-member cluster).
     etcd_ports: list[int] = field(default_factory=list)
     sandbox_pool_size: int = 0
+    # RuntimeClasses a subagent may name (`spec.subagents[].runtimeClassName`).
+    runtime_classes: list[str] = field(default_factory=list)
 
     @property
     def etcd_port(self) -> int:
@@ -91,6 +93,7 @@ class SessionSetup:
             store_egress=[EgressTarget(cidr=node, ports=stores)],
             model_egress=[EgressTarget(cidr=node, ports=[self.tickets.port])],
             sandbox_pool_size=self.sandbox_pool_size,
+            allowed_runtime_classes=self.runtime_classes,
         )
 
     def store_environment(self) -> dict[str, str]:
@@ -211,6 +214,7 @@ def new_setup(
     tickets_file: Path,
     etcd: EtcdCluster | None = None,
     sandbox_pool_size: int = 0,
+    runtime_classes: Sequence[str] = (),
 ) -> SessionSetup:
     """With `etcd`, the record goes to that cluster (its members on the node's address) instead
     of the environment's one etcd."""
@@ -230,6 +234,7 @@ def new_setup(
         tickets_file=tickets_file,
         etcd_ports=ports,
         sandbox_pool_size=sandbox_pool_size,
+        runtime_classes=list(runtime_classes),
     )
     setup.prepare()
     return setup
@@ -244,6 +249,7 @@ def operated_session(
     etcd: EtcdCluster | None = None,
     sandbox_pool_size: int = 0,
     wait_for_namespace: bool = False,
+    runtime_classes: Sequence[str] = (),
 ) -> Iterator[SessionSetup]:
     """A namespace of its own with the stores' Secret, and the operator (a process on the host, as
     in tests/controller) watching it. The sessions are deleted afterwards, so their pods go; with
@@ -254,7 +260,13 @@ def operated_session(
     tickets_file = work / "tickets.json"
     with ticket_service(tickets_file) as tickets:
         setup = new_setup(
-            cluster, namespace, tickets, tickets_file, etcd=etcd, sandbox_pool_size=sandbox_pool_size
+            cluster,
+            namespace,
+            tickets,
+            tickets_file,
+            etcd=etcd,
+            sandbox_pool_size=sandbox_pool_size,
+            runtime_classes=runtime_classes,
         )
         for key, value in setup.store_environment().items():
             set_env(key, value)

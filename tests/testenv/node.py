@@ -40,6 +40,7 @@ from pydantic import BaseModel
 
 from tests.testenv import host
 from tests.testenv.binaries import NODE_COMPONENTS, cache_dir, component
+from tests.testenv.coredns import coredns_objects
 from tests.testenv.images import ImageArchive, images_dir, single_binary_image
 from tests.testenv.kube import ControlPlane
 from tests.testenv.network import free_port, healthy, wait_ready
@@ -69,9 +70,14 @@ READY_TIMEOUT = 240.0
 CONTAINERD = "/usr/bin/containerd"
 CTR = "/usr/bin/ctr"
 CNI_BIN_DIR = "/usr/lib/cni"
+RUNSC = "/usr/bin/runsc"
+RUNSC_LAUNCHER = Path(__file__).with_name("runsc-under-runc-shim.sh")
+# The containerd runtime a RuntimeClass names to run a pod under gVisor.
+GVISOR_HANDLER = "runsc"
 DEBIAN_PACKAGES = {
     CONTAINERD: "containerd",
     "/usr/sbin/runc": "runc",
+    RUNSC: "runsc",
     f"{CNI_BIN_DIR}/bridge": "containernetworking-plugins",
     "/usr/sbin/nft": "nftables",
     "/usr/sbin/ipset": "ipset",
@@ -247,7 +253,19 @@ def routes_into(cidr: str) -> list[str]:
 # Configuration files
 
 
-def containerd_config(root: Path, state: Path, socket: Path, pause: str, cni_conf_dir: Path) -> str:
+def runsc_launcher(path: Path) -> Path:
+    """What containerd's runc shim runs as its binary for gVisor: Debian's runsc on the ptrace
+    platform, with the pod's network namespace passed through, and the three things the shim
+    expects of runc that runsc does otherwise bridged (runsc-under-runc-shim.sh)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(RUNSC_LAUNCHER, path)
+    path.chmod(0o755)
+    return path
+
+
+def containerd_config(
+    root: Path, state: Path, socket: Path, pause: str, cni_conf_dir: Path, runsc: Path
+) -> str:
     return f"""version = 2
 root = "{root}"
 state = "{state}"
@@ -277,6 +295,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+    # gVisor: the runc shim with runsc as its binary, its state beside containerd's.
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{GVISOR_HANDLER}]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{GVISOR_HANDLER}.options]
+        BinaryName = "{runsc}"
+        Root = "{state}/runsc"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{CNI_BIN_DIR}"
@@ -376,124 +401,6 @@ def kube_proxy_config(kubeconfig: Path, healthz_port: int, metrics_port: int) ->
     }
 
 
-COREFILE = f""".:53 {{
-    errors
-    log
-    health :8080
-    ready :8181
-    kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
-        ttl 5
-    }}
-}}
-"""
-
-
-def coredns_objects(image: str) -> list[dict[str, Any]]:
-    """CoreDNS in kube-system as a cluster runs it: labelled k8s-app=kube-dns (what the sessions'
-    DNS egress selects), behind the `kube-dns` Service at the kubelet's clusterDNS address. It
-    answers for the cluster's names only: there is no upstream to forward to."""
-    labels = {"k8s-app": "kube-dns"}
-    meta = {"name": "coredns", "namespace": "kube-system", "labels": labels}
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": "belay-testenv:coredns"},
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["endpoints", "services", "pods", "namespaces"],
-                    "verbs": ["list", "watch"],
-                },
-                {
-                    "apiGroups": ["discovery.k8s.io"],
-                    "resources": ["endpointslices"],
-                    "verbs": ["list", "watch"],
-                },
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": "belay-testenv:coredns"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "belay-testenv:coredns",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": "coredns", "namespace": "kube-system"}],
-        },
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"Corefile": COREFILE}},
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": meta,
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "serviceAccountName": "coredns",
-                        "dnsPolicy": "Default",
-                        "securityContext": {
-                            "runAsNonRoot": True,
-                            "runAsUser": 65532,
-                            "runAsGroup": 65532,
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                            # Port 53 without a capability: a namespaced sysctl the kubelet allows.
-                            "sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "53"}],
-                        },
-                        "containers": [
-                            {
-                                "name": "coredns",
-                                "image": image,
-                                "imagePullPolicy": "Never",
-                                "args": ["-conf", "/etc/coredns/Corefile"],
-                                "ports": [
-                                    {"name": "dns", "containerPort": 53, "protocol": "UDP"},
-                                    {"name": "dns-tcp", "containerPort": 53, "protocol": "TCP"},
-                                ],
-                                "readinessProbe": {
-                                    "httpGet": {"path": "/ready", "port": 8181},
-                                    "periodSeconds": 2,
-                                },
-                                "livenessProbe": {
-                                    "httpGet": {"path": "/health", "port": 8080},
-                                    "periodSeconds": 10,
-                                },
-                                "securityContext": {
-                                    "allowPrivilegeEscalation": False,
-                                    "capabilities": {"drop": ["ALL"]},
-                                    "readOnlyRootFilesystem": True,
-                                },
-                                "volumeMounts": [
-                                    {"name": "config", "mountPath": "/etc/coredns", "readOnly": True}
-                                ],
-                            }
-                        ],
-                        "volumes": [{"name": "config", "configMap": {"name": "coredns"}}],
-                    },
-                },
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": labels},
-            "spec": {
-                "selector": labels,
-                "clusterIP": DNS_SERVICE_IP,
-                "ports": [
-                    {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
-                    {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
-                ],
-            },
-        },
-    ]
-
-
 # --------------------------------------------------------------------------------------------------
 # The node
 
@@ -582,7 +489,14 @@ class Node:
         )
         config = self.run_dir / "containerd.toml"
         config.write_text(
-            containerd_config(self.containerd_root, self.containerd_state, self.socket, pause, cni_conf)
+            containerd_config(
+                self.containerd_root,
+                self.containerd_state,
+                self.socket,
+                pause,
+                cni_conf,
+                runsc_launcher(STATE_DIR / "bin" / "runsc"),
+            )
         )
         process = self._process("containerd", [CONTAINERD, "--config", str(config)])
         wait_ready(
@@ -685,7 +599,11 @@ class Node:
             "-f",
             "-",
             input=json.dumps(
-                {"apiVersion": "v1", "kind": "List", "items": coredns_objects(coredns.reference)}
+                {
+                    "apiVersion": "v1",
+                    "kind": "List",
+                    "items": coredns_objects(coredns.reference, CLUSTER_DOMAIN, DNS_SERVICE_IP),
+                }
             ),
         )
         wait_ready(
