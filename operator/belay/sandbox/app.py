@@ -11,6 +11,7 @@ import hmac
 import json
 import os
 import signal
+import socket
 import sys
 import tempfile
 import uuid
@@ -519,7 +520,7 @@ class SandboxServer:
             self.kill_group(process.pid)
         await exited
         if trip is None and not timed_out:
-            trip = await self.walls.after(before)
+            trip = await self.walls.after(before, failed=bool(process.returncode))
         if trip is not None and trip.wall == "processes":
             self.stop_every_command()
         if timed_out and timeout_is_the_wall:
@@ -574,7 +575,15 @@ class SandboxServer:
         data = arguments.content.encode()
         if not await self.walls.admits(len(data)):
             raise WorkspaceFull(self.walls.full(len(data)).message)
-        await asyncio.to_thread(workspace.write_atomically, self.root, arguments.path, data, arguments.mode)
+        try:
+            await asyncio.to_thread(
+                workspace.write_atomically, self.root, arguments.path, data, arguments.mode
+            )
+        except OSError as error:
+            # The sandbox's disk is full (its size is the figure): the call's failure, never the server's.
+            if out_of_space(arguments.path, error) is None:
+                raise
+            raise WorkspaceFull(self.walls.full(len(data)).message) from None
         return WriteFileOutput(sha256=workspace.sha256_bytes(data), size=len(data))
 
     async def list_files(self, arguments: ListFilesArgs) -> ListFilesOutput:
@@ -644,6 +653,11 @@ async def serve(options: argparse.Namespace, report: isolation.IsolationReport) 
         await site.start()
         os.chmod(options.socket, 0o600)
         endpoint = f"unix://{options.socket.resolve()}"
+    elif options.socket_fd is not None:
+        listener = socket.socket(fileno=options.socket_fd)
+        site = web.SockSite(runner, listener)
+        await site.start()
+        endpoint = f"unix://{listener.getsockname()}"
     else:
         site = web.TCPSite(runner, options.host, options.port)
         await site.start()
@@ -653,11 +667,14 @@ async def serve(options: argparse.Namespace, report: isolation.IsolationReport) 
     loop = asyncio.get_running_loop()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stopping.set)
+    ready = ReadyFile(
+        pid=os.getpid(), endpoint=endpoint, network_isolated=report.network_isolated, detail=report.detail
+    )
     if options.ready_file is not None:
-        ready = ReadyFile(
-            pid=os.getpid(), endpoint=endpoint, network_isolated=report.network_isolated, detail=report.detail
-        )
         write_ready_file(options.ready_file, ready)
+    elif options.ready_fd is not None:
+        with os.fdopen(options.ready_fd, "w") as pipe:
+            pipe.write(ready.model_dump_json())
     reaper = asyncio.ensure_future(reap_every_second(server))
     try:
         await stopping.wait()
