@@ -5,6 +5,7 @@ size, what a checkpoint would store and a restore write. Real sandboxes, a 16 Mi
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from belay.api.resources import SandboxResources
+from belay.sandbox.client import WorkspaceRefused
 from belay.sandbox.local import LocalSandbox
 
 FIGURE_MIB = 16
@@ -125,3 +127,17 @@ async def test_a_sparse_file_counts_at_its_apparent_size(walled: LocalSandbox) -
     assert refused["ok"] is False and f"{FIGURE_MIB} MiB" in refused["error"], refused
     assert (await run(walled, "rm sparse-*; echo gone"))["ok"]
     assert (await walled.client.call("write_file", {"path": "more.txt", "content": "x"}))["ok"]
+
+
+async def test_a_restore_needs_room_for_its_files_once(walled: LocalSandbox) -> None:
+    """A checkpoint of most of the figure can be restored: a file put takes its own size on the
+    sandbox's disk, never twice (held aside while its hash is checked, then written again)."""
+    data = b"r" * (12 * MIB)
+    entry = await walled.client.put_file("restored.bin", data, hashlib.sha256(data).hexdigest())
+    assert entry.size == len(data)
+    assert (walled.files / "restored.bin").stat().st_size == len(data)
+    # A second one does not fit: refused whole, and the first stays.
+    with pytest.raises(WorkspaceRefused) as refusal:
+        await walled.client.put_file("second.bin", data, hashlib.sha256(data).hexdigest())
+    assert refusal.value.rule == "quota", refusal.value
+    assert sorted(path.name for path in walled.files.iterdir()) == ["restored.bin"]

@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import sys
-import tempfile
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -60,8 +59,8 @@ from belay.stores.base import UnsafePath
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 # One file put: streamed to disk as it arrives, refused once it passes this.
 MAX_FILE_BYTES = workspace.MAX_FILE_BYTES
-# A file put is kept in memory up to this size, on disk beyond.
-SPOOL_BYTES = 1024 * 1024
+# A file put is written where it will stay, under a hidden temporary name, in pieces of this size.
+STAGE_CHUNK_BYTES = 1024 * 1024
 # After a timeout kill, how long to wait for pipes held open by processes that left the group.
 DRAIN_AFTER_KILL_S = 2.0
 
@@ -361,35 +360,52 @@ class SandboxServer:
             workspace.resolve_in_workspace(self.root, name)
         except UnsafePath as error:
             return json_error(400, str(error))
-        with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as body:
+        declared = request.content_length
+        if declared is not None and not await self.walls.admits(declared):
+            return refused(workspace.refusal(name, "quota"))
+        try:
+            staged = await asyncio.to_thread(workspace.Staged, self.root, name, mode)
+        except TOOL_ERRORS as error:
+            return json_error(400, str(error))
+        except OSError as error:
+            return self.refused_for_space(name, error)
+        committed = False
+        try:
             hasher, size = hashlib.sha256(), 0
-            async for chunk in request.content.iter_chunked(65536):
+            async for chunk in request.content.iter_chunked(STAGE_CHUNK_BYTES):
                 size += len(chunk)
                 if size > MAX_FILE_BYTES:
                     return too_large(MAX_FILE_BYTES)
                 hasher.update(chunk)
-                body.write(chunk)
+                await asyncio.to_thread(staged.write, chunk)
             actual = hasher.hexdigest()
             if actual != expected:
                 return json_error(
                     400, f"sha256 mismatch for {name!r}: header says {expected}, body is {actual}"
                 )
-            body.seek(0)
-            if not await self.walls.admits(size):
+            # An undeclared length is checked once written (the staged file already counts).
+            if declared is None and not await self.walls.admits(0):
                 return refused(workspace.refusal(name, "quota"))
-            try:
-                await asyncio.to_thread(workspace.write_atomically, self.root, name, body, mode)
-                entry = await asyncio.to_thread(workspace.describe, self.root, name)
-            except workspace.WorkspaceRefusal as refusal:
-                return refused(refusal)
-            except TOOL_ERRORS as error:
-                return json_error(400, str(error))
-            except OSError as error:
-                quota = out_of_space(name, error)
-                if quota is None:
-                    raise
-                return refused(quota)
+            await asyncio.to_thread(staged.commit)
+            committed = True
+            entry = await asyncio.to_thread(workspace.describe, self.root, name)
+        except workspace.WorkspaceRefusal as refusal:
+            return refused(refusal)
+        except TOOL_ERRORS as error:
+            return json_error(400, str(error))
+        except OSError as error:
+            return self.refused_for_space(name, error)
+        finally:
+            if not committed:
+                await asyncio.to_thread(staged.discard)
         return web.json_response(entry.model_dump(mode="json"))
+
+    @staticmethod
+    def refused_for_space(name: str, error: OSError) -> web.Response:
+        quota = out_of_space(name, error)
+        if quota is None:
+            raise error
+        return refused(quota)
 
     async def get_file(self, request: web.Request) -> web.StreamResponse:
         """The file streamed in pieces (hashed first, for the header), never held whole."""
