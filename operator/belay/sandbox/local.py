@@ -247,11 +247,13 @@ class LocalSandbox:
     @property
     def files(self) -> Path:
         """The workspace's files as the host sees them while the sandbox runs: in walls, through
-        the sandbox's first process (the workspace is on the sandbox's own disk, not in
-        `workspace`); without walls, `workspace` itself."""
-        if self.pid_namespace is None:
+        the sandbox's server (the workspace is on the sandbox's own disk, not in `workspace`, and
+        without root the server has a mount namespace of its own); without walls, `workspace`."""
+        namespace = self.pid_namespace
+        if namespace is None:
             return self.workspace
-        return Path(f"/proc/{self.pid_namespace.first_pid}/root{walls.WORKSPACE}")
+        servers = walls.children_in_namespace(namespace.inode, namespace.first_pid)
+        return Path(f"/proc/{servers[0] if servers else namespace.first_pid}/root{walls.WORKSPACE}")
 
     @classmethod
     async def start(

@@ -401,6 +401,7 @@ _MS_NODEV = 4
 _MS_REMOUNT = 32
 _MS_BIND = 4096
 _MNT_DETACH = 2
+_CLONE_NEWNS = 0x00020000
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -428,6 +429,15 @@ def set_up_disk(size_bytes: int) -> None:
     set up at is detached, and the sandbox's root and /dev are made read-only, so nothing else of
     the sandbox is writable. Needs CAP_SYS_ADMIN in the sandbox's namespaces (granted to bwrap's
     child for this alone); a failure stops the sandbox before it serves."""
+    if not privileged():
+        # bwrap maps SANDBOX_UID in a user namespace nested in the one that owns the sandbox's
+        # mounts: a mount namespace of the server's own (its commands inherit it) is one it may
+        # mount in.
+        import ctypes
+
+        if _libc().unshare(_CLONE_NEWNS) != 0:
+            number = ctypes.get_errno()
+            raise OSError(number, f"unshare(CLONE_NEWNS): {os.strerror(number)}")
     _mount("tmpfs", DISK_SETUP, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={size_bytes},mode=0755")
     for part, path, mode in DISK_PARTS:
         directory = f"{DISK_SETUP}/{part}"
