@@ -141,3 +141,15 @@ async def test_a_restore_needs_room_for_its_files_once(walled: LocalSandbox) -> 
         await walled.client.put_file("second.bin", data, hashlib.sha256(data).hexdigest())
     assert refusal.value.rule == "quota", refusal.value
     assert sorted(path.name for path in walled.files.iterdir()) == ["restored.bin"]
+
+
+async def test_declared_files_that_could_not_be_restored_are_refused(walled: LocalSandbox) -> None:
+    """Sparse files can declare more than the disk figure while holding almost nothing: the
+    manifest a checkpoint reads refuses them (`quota`), naming the file that passes the figure,
+    rather than storing what no sandbox of this figure could take back."""
+    await run(walled, "for i in 1 2 3; do truncate -s 10M part-$i; done")
+    with pytest.raises(WorkspaceRefused) as refusal:
+        await walled.client.manifest(["part-1", "part-2", "part-3"])
+    assert (refusal.value.rule, refusal.value.path) == ("quota", "part-2"), refusal.value
+    [entry] = await walled.client.manifest(["part-1"])
+    assert entry.size == 10 * MIB

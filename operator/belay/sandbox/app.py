@@ -444,13 +444,21 @@ class SandboxServer:
         except UnsafePath as error:
             return json_error(400, str(error))
         entries, missing = [], []
+        total, limit = 0, self.walls.limits.disk_bytes
         for name in body.paths:
             try:
-                entries.append(await asyncio.to_thread(workspace.describe, self.root, name))
+                entry = await asyncio.to_thread(workspace.describe, self.root, name)
             except workspace.WorkspaceRefusal as refusal:
                 return refused(refusal)
             except FileNotFoundError:
                 missing.append(name)
+                continue
+            entries.append(entry)
+            total += entry.size
+            if limit and total > limit:
+                # Files that cannot all be put back in a sandbox of this disk figure (sparse ones
+                # can hold far more than they take): a checkpoint of them could never be restored.
+                return refused(workspace.refusal(name, "quota"))
         if missing:
             return json_error(404, f"declared files missing from the workspace: {missing}")
         return web.json_response([entry.model_dump(mode="json") for entry in entries])
