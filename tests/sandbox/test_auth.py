@@ -26,7 +26,7 @@ async def test_every_endpoint_refuses_requests_without_the_token(sandbox: LocalS
                 ) as response:
                     assert response.status == 401, (method, path, authorization)
                     assert "token" in (await response.json())["error"]
-    assert not list(sandbox.workspace.iterdir())
+    assert not list(sandbox.files.iterdir())
 
 
 async def test_client_with_wrong_token_gets_a_clear_error(sandbox: LocalSandbox) -> None:
@@ -34,7 +34,7 @@ async def test_client_with_wrong_token_gets_a_clear_error(sandbox: LocalSandbox)
         with pytest.raises(SandboxError, match="401") as caught:
             await client.call("write_file", {"path": "a.txt", "content": "x"})
     assert caught.value.status == 401
-    assert not (sandbox.workspace / "a.txt").exists()
+    assert not (sandbox.files / "a.txt").exists()
 
 
 async def test_right_token_is_accepted(sandbox: LocalSandbox) -> None:
@@ -54,6 +54,6 @@ async def test_a_client_bound_to_another_instance_is_refused_before_anything_run
         with pytest.raises(SandboxReplaced, match="meant for a-lost-instance") as caught:
             await client.call("write_file", {"path": "a.txt", "content": "x"})
     assert isinstance(caught.value, SandboxUnavailable)
-    assert not (sandbox.workspace / "a.txt").exists()
+    assert not (sandbox.files / "a.txt").exists()
     # The client bound to the instance that answers goes through.
     assert (await sandbox.client.call("write_file", {"path": "a.txt", "content": "x"}))["ok"]

@@ -25,7 +25,7 @@ async def test_put_verifies_the_hash_before_writing(sandbox: LocalSandbox) -> No
     with pytest.raises(SandboxError, match="sha256 mismatch") as caught:
         await sandbox.client.put_file("data/x.bin", b"real bytes", sha(b"other bytes"))
     assert caught.value.status == 400
-    assert not (sandbox.workspace / "data").exists()
+    assert not (sandbox.files / "data").exists()
 
 
 async def test_put_then_get_round_trips_bytes_and_mode(sandbox: LocalSandbox) -> None:
@@ -37,7 +37,7 @@ async def test_put_then_get_round_trips_bytes_and_mode(sandbox: LocalSandbox) ->
         len(data),
         0o600,
     )
-    assert stat.S_IMODE((sandbox.workspace / "deep/dir/blob.bin").stat().st_mode) == 0o600
+    assert stat.S_IMODE((sandbox.files / "deep/dir/blob.bin").stat().st_mode) == 0o600
     assert await sandbox.client.get_file("deep/dir/blob.bin") == data
 
 

@@ -53,7 +53,7 @@ async def test_a_300_mib_tool_call_is_refused_with_413_and_never_held_in_memory(
         error = (await response.json())["error"]
     assert f"limit of {MAX_REQUEST_BYTES} bytes" in error and "PUT /v1/files" in error
     assert peak_memory_bytes(sandbox.pid) - before < 4 * MAX_REQUEST_BYTES
-    assert not (sandbox.workspace / "big.txt").exists()
+    assert not (sandbox.files / "big.txt").exists()
     assert (await sandbox.client.health()).ok
 
 
@@ -81,7 +81,7 @@ async def test_a_file_put_is_streamed_to_disk_not_held_in_memory(sandbox: LocalS
     ):
         assert response.status == 200, await response.text()
     assert peak_memory_bytes(sandbox.pid) - before < megabytes * 1024 * 1024 // 2
-    assert (sandbox.workspace / "data" / "big.bin").stat().st_size == megabytes * 1024 * 1024
+    assert (sandbox.files / "data" / "big.bin").stat().st_size == megabytes * 1024 * 1024
 
 
 async def test_a_command_above_the_limit_is_a_clear_tool_error(sandbox: LocalSandbox) -> None:

@@ -14,7 +14,7 @@ async def test_start_gives_an_empty_workspace_and_a_healthy_server(tmp_path: Pat
     sandbox = await LocalSandbox.start(tmp_path, "researcher", "none")
     try:
         assert sandbox.workspace == tmp_path / "researcher" / "workspace-1"
-        assert list(sandbox.workspace.iterdir()) == []
+        assert list(sandbox.files.iterdir()) == []
         assert is_running(sandbox.pid)
         assert sandbox.endpoint.startswith("unix://")
         assert sandbox.walls_in_force

@@ -86,12 +86,12 @@ async def test_a_disk_filler_is_a_failed_call_at_the_disk_limit_and_its_files_st
     await walled.client.call("write_file", {"path": "notes.txt", "content": "kept\n"})
     answer = await run(walled, "for i in 1 2 3 4 5 6; do head -c 4M /dev/zero > fill-$i; done; sleep 30")
     assert_tripped(answer, "disk", "workspace disk limit 16 MiB reached")
-    assert (walled.workspace / "notes.txt").read_text() == "kept\n"
-    assert (walled.workspace / "fill-1").stat().st_size == 4 * MIB
+    assert (walled.files / "notes.txt").read_text() == "kept\n"
+    assert (walled.files / "fill-1").stat().st_size == 4 * MIB
     # Full: a write through the harness's own call is refused too, not half written.
     refused = await walled.client.call("write_file", {"path": "more.txt", "content": "x" * MIB})
     assert refused["ok"] is False and "16 MiB" in refused["error"], refused
-    assert not (walled.workspace / "more.txt").exists()
+    assert not (walled.files / "more.txt").exists()
     # Removing files is allowed, and then the sandbox has room again.
     assert (await run(walled, "rm fill-*"))["ok"]
     assert (await walled.client.call("write_file", {"path": "more.txt", "content": "x" * MIB}))["ok"]
@@ -101,7 +101,7 @@ async def test_a_disk_filler_is_a_failed_call_at_the_disk_limit_and_its_files_st
 async def test_one_big_file_stops_at_the_disk_limit(walled: LocalSandbox) -> None:
     answer = await run(walled, "head -c 64M /dev/zero > big; echo wrote")
     assert_tripped(answer, "disk", "workspace disk limit 16 MiB reached")
-    assert (walled.workspace / "big").stat().st_size <= 16 * MIB
+    assert (walled.files / "big").stat().st_size <= 16 * MIB
     await still_answers(walled)
 
 

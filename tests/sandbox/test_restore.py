@@ -56,7 +56,7 @@ async def test_restore_refuses_every_unsafe_name_before_writing(
     entries = [declare(store, "refused/first.txt", b"1"), declare(store, bad_name, b"2")]
     with pytest.raises(UnsafePath):
         await restore(sandbox.client, store, entries)
-    assert not (sandbox.workspace / "refused").exists()
+    assert not (sandbox.files / "refused").exists()
 
 
 async def test_a_name_declared_twice_is_refused() -> None:

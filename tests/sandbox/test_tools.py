@@ -57,7 +57,7 @@ async def test_run_command_timeout_kills_the_whole_group(sandbox: LocalSandbox) 
     assert result["output"]["timed_out"] is True
     assert result["output"]["exit_code"] != 0
     assert "timed out" in result["output"]["stderr"]
-    sleeper = int((sandbox.workspace / "sleeper.pid").read_text())
+    sleeper = int((sandbox.files / "sleeper.pid").read_text())
     await wait_gone_inside(sandbox, sleeper)
 
 
@@ -72,7 +72,7 @@ async def test_write_then_read_and_list(sandbox: LocalSandbox) -> None:
         "write_file", {"path": "listing/src/a.py", "content": "print('héllo')\n"}
     )
     assert written["ok"] is True
-    data = (sandbox.workspace / "listing/src/a.py").read_bytes()
+    data = (sandbox.files / "listing/src/a.py").read_bytes()
     assert written["output"]["size"] == len(data)
     assert written["output"]["sha256"] == hashlib.sha256(data).hexdigest()
     read = await sandbox.client.call("read_file", {"path": "listing/src/a.py"})
@@ -88,11 +88,11 @@ async def test_write_file_mode_and_overwrite(sandbox: LocalSandbox) -> None:
     await sandbox.client.call(
         "write_file", {"path": "run.sh", "content": "#!/bin/sh\necho ran\n", "mode": 0o755}
     )
-    assert stat.S_IMODE(os.stat(sandbox.workspace / "run.sh").st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(sandbox.files / "run.sh").st_mode) == 0o755
     result = await sandbox.client.call("run_command", {"command": "./run.sh", "timeout_s": 10})
     assert result["output"]["stdout"] == "ran\n"
     await sandbox.client.call("write_file", {"path": "run.sh", "content": "#!/bin/sh\necho again\n"})
-    assert stat.S_IMODE(os.stat(sandbox.workspace / "run.sh").st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(sandbox.files / "run.sh").st_mode) == 0o755
     assert not [p for p in sandbox.workspace.iterdir() if p.name.endswith(".tmp")]
 
 

@@ -119,7 +119,7 @@ async def test_files_belong_to_the_sandbox_user_and_the_harness_reads_them_back(
     assert changed["output"]["exit_code"] == 0, changed
     owner = SANDBOX_UID if ROOT else os.geteuid()
     for name in ("state/restored.txt", "made.txt", "state"):
-        assert (sandbox.workspace / name).stat().st_uid == owner, name
+        assert (sandbox.files / name).stat().st_uid == owner, name
     assert sandbox.workspace.stat().st_uid == owner
     read_back = await sandbox.client.get_file("state/restored.txt")
     assert read_back == b"restored\nchanged by a command\n"

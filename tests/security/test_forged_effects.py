@@ -42,6 +42,8 @@ from belay.journal.events import Event, OperationOutcomeEvent, ToolResultEvent, 
 from belay.journal.state import fold
 from belay.local.runtime import LocalHome
 from belay.local.tickets import Ticket, TicketDraft, add_ticket, load_tickets
+from belay.sandbox.local import ServerRecord
+from belay.sandbox.walls import WORKSPACE
 from tests.belay_cli import completed, kill_group, read_events, run_belay, start_belay, wait_until_stopped
 from tests.scripted import write_scripted_session
 from tests.testenv.polling import wait_until
@@ -244,7 +246,16 @@ class ForgerTeller:
         self.thread.join()
 
     def workspaces(self) -> list[Path]:
-        return sorted(self.forger_dir.glob("workspace-*")) if self.forger_dir.is_dir() else []
+        """Each workspace the forger may run in, as the host reaches it: without walls its
+        directory; in walls the sandbox's own disk, through its first process (server.json)."""
+        if not self.forger_dir.is_dir():
+            return []
+        found = sorted(self.forger_dir.glob("workspace-*"))
+        with contextlib.suppress(OSError, ValueError):
+            record = ServerRecord.model_validate_json((self.forger_dir / "server.json").read_text())
+            if record.first_pid is not None:
+                found.append(Path(f"/proc/{record.first_pid}/root{WORKSPACE}"))
+        return found
 
     def tell(self) -> None:
         while not self.stopped.is_set():

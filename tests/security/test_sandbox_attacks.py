@@ -142,7 +142,7 @@ async def test_the_other_sandbox_cannot_be_driven(scene: Scene) -> None:
     victim = scene.victim.sandbox_dir
     await scene.attacker.client.call("write_file", {"path": "drive.py", "content": DRIVE_OTHER_SANDBOX})
     output = await scene.attack(f"python drive.py ../../victim {victim}")
-    planted = (scene.victim.workspace / "planted.txt").exists()
+    planted = (scene.victim.files / "planted.txt").exists()
     judge(
         scene.mode, planted, f"write into the other sandbox's workspace through its server ({output.strip()})"
     )

@@ -11,8 +11,8 @@ import hmac
 import json
 import os
 import signal
+import socket
 import sys
-import tempfile
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -59,8 +59,8 @@ from belay.stores.base import UnsafePath
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 # One file put: streamed to disk as it arrives, refused once it passes this.
 MAX_FILE_BYTES = workspace.MAX_FILE_BYTES
-# A file put is kept in memory up to this size, on disk beyond.
-SPOOL_BYTES = 1024 * 1024
+# A file put is written where it will stay, under a hidden temporary name, in pieces of this size.
+STAGE_CHUNK_BYTES = 1024 * 1024
 # After a timeout kill, how long to wait for pipes held open by processes that left the group.
 DRAIN_AFTER_KILL_S = 2.0
 
@@ -360,35 +360,52 @@ class SandboxServer:
             workspace.resolve_in_workspace(self.root, name)
         except UnsafePath as error:
             return json_error(400, str(error))
-        with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as body:
+        declared = request.content_length
+        if declared is not None and not await self.walls.admits(declared):
+            return refused(workspace.refusal(name, "quota"))
+        try:
+            staged = await asyncio.to_thread(workspace.Staged, self.root, name, mode)
+        except TOOL_ERRORS as error:
+            return json_error(400, str(error))
+        except OSError as error:
+            return self.refused_for_space(name, error)
+        committed = False
+        try:
             hasher, size = hashlib.sha256(), 0
-            async for chunk in request.content.iter_chunked(65536):
+            async for chunk in request.content.iter_chunked(STAGE_CHUNK_BYTES):
                 size += len(chunk)
                 if size > MAX_FILE_BYTES:
                     return too_large(MAX_FILE_BYTES)
                 hasher.update(chunk)
-                body.write(chunk)
+                await asyncio.to_thread(staged.write, chunk)
             actual = hasher.hexdigest()
             if actual != expected:
                 return json_error(
                     400, f"sha256 mismatch for {name!r}: header says {expected}, body is {actual}"
                 )
-            body.seek(0)
-            if not await self.walls.admits(size):
+            # An undeclared length is checked once written (the staged file already counts).
+            if declared is None and not await self.walls.admits(0):
                 return refused(workspace.refusal(name, "quota"))
-            try:
-                await asyncio.to_thread(workspace.write_atomically, self.root, name, body, mode)
-                entry = await asyncio.to_thread(workspace.describe, self.root, name)
-            except workspace.WorkspaceRefusal as refusal:
-                return refused(refusal)
-            except TOOL_ERRORS as error:
-                return json_error(400, str(error))
-            except OSError as error:
-                quota = out_of_space(name, error)
-                if quota is None:
-                    raise
-                return refused(quota)
+            await asyncio.to_thread(staged.commit)
+            committed = True
+            entry = await asyncio.to_thread(workspace.describe, self.root, name)
+        except workspace.WorkspaceRefusal as refusal:
+            return refused(refusal)
+        except TOOL_ERRORS as error:
+            return json_error(400, str(error))
+        except OSError as error:
+            return self.refused_for_space(name, error)
+        finally:
+            if not committed:
+                await asyncio.to_thread(staged.discard)
         return web.json_response(entry.model_dump(mode="json"))
+
+    @staticmethod
+    def refused_for_space(name: str, error: OSError) -> web.Response:
+        quota = out_of_space(name, error)
+        if quota is None:
+            raise error
+        return refused(quota)
 
     async def get_file(self, request: web.Request) -> web.StreamResponse:
         """The file streamed in pieces (hashed first, for the header), never held whole."""
@@ -427,13 +444,21 @@ class SandboxServer:
         except UnsafePath as error:
             return json_error(400, str(error))
         entries, missing = [], []
+        total, limit = 0, self.walls.limits.disk_bytes
         for name in body.paths:
             try:
-                entries.append(await asyncio.to_thread(workspace.describe, self.root, name))
+                entry = await asyncio.to_thread(workspace.describe, self.root, name)
             except workspace.WorkspaceRefusal as refusal:
                 return refused(refusal)
             except FileNotFoundError:
                 missing.append(name)
+                continue
+            entries.append(entry)
+            total += entry.size
+            if limit and total > limit:
+                # Files that cannot all be put back in a sandbox of this disk figure (sparse ones
+                # can hold far more than they take): a checkpoint of them could never be restored.
+                return refused(workspace.refusal(name, "quota"))
         if missing:
             return json_error(404, f"declared files missing from the workspace: {missing}")
         return web.json_response([entry.model_dump(mode="json") for entry in entries])
@@ -519,7 +544,7 @@ class SandboxServer:
             self.kill_group(process.pid)
         await exited
         if trip is None and not timed_out:
-            trip = await self.walls.after(before)
+            trip = await self.walls.after(before, failed=bool(process.returncode))
         if trip is not None and trip.wall == "processes":
             self.stop_every_command()
         if timed_out and timeout_is_the_wall:
@@ -574,7 +599,15 @@ class SandboxServer:
         data = arguments.content.encode()
         if not await self.walls.admits(len(data)):
             raise WorkspaceFull(self.walls.full(len(data)).message)
-        await asyncio.to_thread(workspace.write_atomically, self.root, arguments.path, data, arguments.mode)
+        try:
+            await asyncio.to_thread(
+                workspace.write_atomically, self.root, arguments.path, data, arguments.mode
+            )
+        except OSError as error:
+            # The sandbox's disk is full (its size is the figure): the call's failure, never the server's.
+            if out_of_space(arguments.path, error) is None:
+                raise
+            raise WorkspaceFull(self.walls.full(len(data)).message) from None
         return WriteFileOutput(sha256=workspace.sha256_bytes(data), size=len(data))
 
     async def list_files(self, arguments: ListFilesArgs) -> ListFilesOutput:
@@ -644,6 +677,11 @@ async def serve(options: argparse.Namespace, report: isolation.IsolationReport) 
         await site.start()
         os.chmod(options.socket, 0o600)
         endpoint = f"unix://{options.socket.resolve()}"
+    elif options.socket_fd is not None:
+        listener = socket.socket(fileno=options.socket_fd)
+        site = web.SockSite(runner, listener)
+        await site.start()
+        endpoint = f"unix://{listener.getsockname()}"
     else:
         site = web.TCPSite(runner, options.host, options.port)
         await site.start()
@@ -653,11 +691,14 @@ async def serve(options: argparse.Namespace, report: isolation.IsolationReport) 
     loop = asyncio.get_running_loop()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stopping.set)
+    ready = ReadyFile(
+        pid=os.getpid(), endpoint=endpoint, network_isolated=report.network_isolated, detail=report.detail
+    )
     if options.ready_file is not None:
-        ready = ReadyFile(
-            pid=os.getpid(), endpoint=endpoint, network_isolated=report.network_isolated, detail=report.detail
-        )
         write_ready_file(options.ready_file, ready)
+    elif options.ready_fd is not None:
+        with os.fdopen(options.ready_fd, "w") as pipe:
+            pipe.write(ready.model_dump_json())
     reaper = asyncio.ensure_future(reap_every_second(server))
     try:
         await stopping.wait()

@@ -8,8 +8,11 @@ options. What makes each wall (docs/security.md, "Resource walls"):
   v1's `memory.oom_control`) tell the server a command ran into it. Without one, a local sandbox's
   commands get `RLIMIT_NPROC` and `RLIMIT_AS` (`--rlimits`), and the server counts the tasks and
   resident memory of its descendants and stops a command that passes the figure;
-- disk: `RLIMIT_FSIZE` caps every file a command writes at the figure, and the server measures
-  the workspace (and its other writable directories) while a command runs and after it;
+- disk: a local sandbox's writable paths are one filesystem of the figure's size
+  (belay.sandbox.walls.set_up_disk), which stops any write past it; `RLIMIT_FSIZE` caps every file
+  a command writes at the figure, and the server measures the workspace (and its other writable
+  directories) while a command runs and after it, counting each file at its apparent size (a
+  sparse file costs its whole size in a checkpoint and a restore);
 - time: the command's timeout, never above the figure.
 
 Whichever trips, the command is stopped (its process group; for processes every process the
@@ -25,6 +28,7 @@ import contextlib
 import os
 import re
 import resource
+import stat
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -262,9 +266,17 @@ def memory_in_use() -> int:
     return sum(_status_field(pid, "VmRSS:") * 1024 for pid in lifetime.descendants())
 
 
+def file_cost(info: os.stat_result) -> int:
+    """What a file counts against the disk figure: what it would cost to store and restore (its
+    apparent size, which a sparse file holds in few blocks), or the blocks it holds when more
+    (space reserved past its end)."""
+    allocated = info.st_blocks * 512
+    return max(info.st_size, allocated) if stat.S_ISREG(info.st_mode) else allocated
+
+
 def disk_in_use(paths: Sequence[Path]) -> int:
-    """Bytes the files under `paths` take on disk (allocated blocks; a hard-linked file once),
-    without following a symbolic link."""
+    """Bytes the files under `paths` count against the disk figure (file_cost; a hard-linked
+    file once), without following a symbolic link."""
     seen: set[tuple[int, int]] = set()
     total = 0
     pending = [str(path) for path in paths]
@@ -284,7 +296,7 @@ def disk_in_use(paths: Sequence[Path]) -> int:
                         info = entry.stat(follow_symlinks=False)
                         if (info.st_dev, info.st_ino) not in seen:
                             seen.add((info.st_dev, info.st_ino))
-                            total += info.st_blocks * 512
+                            total += file_cost(info)
     return total
 
 
@@ -376,11 +388,12 @@ class Walls:
                 return memory_trip(limits.memory_bytes)
         return None
 
-    def disk_trip(self, before: Reading, used: int) -> Trip | None:
-        """Over the figure, and grown since the command began: a command that only removes files
-        from a full workspace is not stopped."""
+    def disk_trip(self, before: Reading, used: int, failed: bool = False) -> Trip | None:
+        """Over the figure, and grown since the command began, or at it for a command that failed
+        (a full disk refused its writes with ENOSPC, so nothing could grow): a command that only
+        removes files from a full workspace is not stopped."""
         limit = self.limits.disk_bytes
-        if limit and used >= limit and used > before.disk_bytes:
+        if limit and used >= limit and (used > before.disk_bytes or failed):
             return disk_trip(limit, used)
         return None
 
@@ -396,11 +409,11 @@ class Walls:
             if trip is not None:
                 return trip
 
-    async def after(self, before: Reading) -> Trip | None:
+    async def after(self, before: Reading, failed: bool = False) -> Trip | None:
         """A trip found once the command ended (a refused fork between two polls, say)."""
         trip = self.counted_trip(before)
         if trip is None and self.limits.disk_bytes:
-            trip = self.disk_trip(before, await asyncio.to_thread(self.measure_disk))
+            trip = self.disk_trip(before, await asyncio.to_thread(self.measure_disk), failed)
         return trip
 
     def refused_by_rlimit(self, stderr: str) -> Trip | None:
@@ -453,7 +466,9 @@ class Walls:
             )
             parts.append(f"memory {limits.memory_bytes // MIB} MiB ({by})")
         if limits.disk_bytes:
-            parts.append(f"disk {limits.disk_bytes // MIB} MiB (measured; RLIMIT_FSIZE per file)")
+            parts.append(
+                f"disk {limits.disk_bytes // MIB} MiB (measured at apparent sizes; RLIMIT_FSIZE per file)"
+            )
         if limits.command_s:
             parts.append(f"commands {limits.command_s} s")
         return "limits: " + ", ".join(parts)

@@ -1,9 +1,10 @@
 """Local sandbox processes: one sandbox server per subagent, each with its own workspace.
 
-Layout under `base_dir/<name>/`: `workspace-<n>/` (a fresh one per start), `run-<n>/` (the
-server's socket and ready file), `server.json` (what the next start needs to stop this server) and
-`server-<n>.log`. With profile `allowlist`, `egress-<n>/` holds the harness's proxy socket and
-`egress-<n>.log` what it opened and refused.
+Layout under `base_dir/<name>/`: `workspace-<n>/` (a fresh one per start; in walls, only the
+number's claim: the workspace itself is on the sandbox's own disk, a tmpfs that ends with it),
+`run-<n>/` (the server's socket, made by the harness), `server.json` (what the next start needs
+to stop this server) and `server-<n>.log`. With profile `allowlist`, `egress-<n>/` holds the
+harness's proxy socket and `egress-<n>.log` what it opened and refused.
 
 The server runs inside walls (`belay.sandbox.walls`): its own PID namespace, so stopping it kills
 the namespace's first process and the kernel kills everything else in it; `--die-with-parent`
@@ -26,6 +27,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -184,6 +186,7 @@ class StartRequest:
     record: ServerRecord
     log_path: Path
     server_options: tuple[str, ...]  # the resource walls' figures (belay.sandbox.limits)
+    disk_bytes: int  # the size of a walled sandbox's disk: the disk figure
 
 
 @dataclass
@@ -241,6 +244,17 @@ class LocalSandbox:
     def sandbox_dir(self) -> Path:
         return self.base_dir / self.name
 
+    @property
+    def files(self) -> Path:
+        """The workspace's files as the host sees them while the sandbox runs: in walls, through
+        the sandbox's server (the workspace is on the sandbox's own disk, not in `workspace`, and
+        without root the server has a mount namespace of its own); without walls, `workspace`."""
+        namespace = self.pid_namespace
+        if namespace is None:
+            return self.workspace
+        servers = walls.children_in_namespace(namespace.inode, namespace.first_pid)
+        return Path(f"/proc/{servers[0] if servers else namespace.first_pid}/root{walls.WORKSPACE}")
+
     @classmethod
     async def start(
         cls,
@@ -284,6 +298,7 @@ class LocalSandbox:
             record,
             log_path,
             local_server_options(resources, choice.walled),
+            resources.disk_mib * limits.MIB,
         )
         started = await (start_walled if choice.walled else start_plain)(request)
         sandbox = cls(
@@ -384,8 +399,8 @@ def still_running(processes: dict[int, int]) -> bool:
 
 def local_server_options(resources: SandboxResources, walled: bool) -> tuple[str, ...]:
     """No cgroup of its own is writable on every host: rlimits, and the server's own count. Inside
-    the walls /tmp is a tmpfs of the sandbox's own, held in memory no rlimit sees: it counts
-    against the disk figure (without walls /tmp is the host's, not the sandbox's)."""
+    the walls /tmp shares the workspace's disk: it counts against the disk figure (without walls
+    /tmp is the host's, not the sandbox's)."""
     disk_paths = ("/tmp",) if walled else ()
     return tuple(limits.server_arguments(resources, rlimits=True, cgroups=(), disk_paths=disk_paths))
 
@@ -436,47 +451,68 @@ async def start_plain(request: StartRequest) -> Started:
 
 
 async def start_walled(request: StartRequest) -> Started:
-    """The server inside bubblewrap (see belay.sandbox.walls)."""
+    """The server inside bubblewrap (see belay.sandbox.walls). Its listening socket is made here,
+    in `run-<n>/` on the harness's side, and handed to it: no path inside the walls holds it."""
     sandbox_dir, number, record = request.sandbox_dir, request.number, request.record
     bwrap = walls.bubblewrap_binary()
     if bwrap is None:
         raise WallsUnavailable("bubblewrap (bwrap) disappeared since it was found")
     run_dir = short_directory(sandbox_dir / f"run-{number}", "server.sock")
-    walls.give_to_sandbox_user(run_dir)
     walls.give_to_sandbox_user(request.workspace)
-    proxy, egress_environment = await start_egress_proxy(request)
+    socket_path = run_dir / "server.sock"
+    listener = listening_socket(socket_path)
+    try:
+        proxy, egress_environment = await start_egress_proxy(request)
+    except BaseException:
+        listener.close()
+        raise
     launch = walls.build_launch(
         bwrap=bwrap,
         profile=request.profile,
-        workspace=request.workspace,
-        run_dir=run_dir,
+        listener=listener.fileno(),
+        disk_bytes=request.disk_bytes,
         token=request.token,
         instance_env={INSTANCE_ENV: record.instance},
         egress_socket=proxy.socket_path if proxy is not None else None,
         egress_environment=egress_environment,
         server_options=request.server_options,
     )
+    listener.detach()  # its descriptor is among the launch's, closed once bwrap has it
     try:
         process, cut_short = await spawn_bwrap(launch, request.log_path)
     except BaseException:
         os.close(launch.status_fd)
+        os.close(launch.ready_fd)
         if proxy is not None:
             await proxy.stop()
         raise
-    started = Started(
-        process, record, endpoint=f"unix://{run_dir / 'server.sock'}", run_dir=run_dir, proxy=proxy
-    )
+    started = Started(process, record, endpoint=f"unix://{socket_path}", run_dir=run_dir, proxy=proxy)
     try:
         if cut_short:
             os.close(launch.status_fd)
+            os.close(launch.ready_fd)
             raise asyncio.CancelledError
-        await wait_behind_walls(started, request, launch.status_fd, run_dir / "ready.json")
+        await wait_behind_walls(started, request, launch.status_fd, launch.ready_fd)
     except BaseException:
         await kill_started(started)
         raise
     record.endpoint = started.endpoint
     (sandbox_dir / "server.json").write_text(record.model_dump_json())
     return started
+
+
+def listening_socket(path: Path) -> socket.socket:
+    """A Unix socket listening at `path`, which only the harness's user may connect to."""
+    path.unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(path))
+        os.chmod(path, 0o600)
+        listener.listen(128)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
 
 
 async def start_egress_proxy(request: StartRequest) -> tuple[EgressProxy | None, dict[str, str]]:
@@ -524,27 +560,39 @@ async def spawn_bwrap(launch: walls.Launch, log_path: Path) -> tuple[asyncio.sub
             os.close(descriptor)
 
 
-async def wait_behind_walls(
-    started: Started, request: StartRequest, status_fd: int, ready_file: Path
-) -> None:
+async def wait_behind_walls(started: Started, request: StartRequest, status_fd: int, ready_fd: int) -> None:
     """Until the walled server is ready: bwrap's status (the sandbox's first pid and namespaces)
-    recorded, the server's ready file read, the walls described as observed from outside."""
+    recorded, the server's ready report read from its pipe, the walls described as observed from
+    outside."""
     record, process = started.record, started.process
-    status = await asyncio.wait_for(read_status(status_fd), START_TIMEOUT_S)
+    try:
+        status = await asyncio.wait_for(read_status(status_fd), START_TIMEOUT_S)
+    except BaseException:
+        os.close(ready_fd)
+        raise
     record.pid = process.pid
     if status is not None:
         record.pid_namespace = int(status["pid-namespace"])
         record.first_pid = int(status["child-pid"])
         record.first_start = walls.start_ticks(record.first_pid)
     (request.sandbox_dir / "server.json").write_text(record.model_dump_json())
-    started.ready = await wait_until_ready(process, ready_file, request.log_path)
-    started.walls = describe_walls(request.choice, status, request.profile)
+    try:
+        ready = await asyncio.wait_for(read_status(ready_fd), START_TIMEOUT_S)
+    except TimeoutError:
+        ready = None
+    if ready is None:
+        log_tail = request.log_path.read_text(errors="replace")[-2000:] if request.log_path.exists() else ""
+        raise SandboxUnavailable(
+            f"sandbox server did not become ready within {START_TIMEOUT_S}s; log:\n{log_tail}"
+        )
+    started.ready = ReadyFile.model_validate(ready)
+    started.walls = describe_walls(request.choice, status, request.profile, request.disk_bytes)
     started.walls_in_force = True
 
 
 async def read_status(descriptor: int) -> dict[str, Any] | None:
-    """bwrap's first JSON status document (the sandbox's first pid and its namespaces), or None when
-    bwrap ended before writing it."""
+    """The first JSON document of a pipe (bwrap's status: the sandbox's first pid and its
+    namespaces; the server's ready report), or None when the writer ended before writing it."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     transport, _ = await loop.connect_read_pipe(
@@ -565,7 +613,7 @@ async def read_status(descriptor: int) -> dict[str, Any] | None:
         transport.close()
 
 
-def describe_walls(choice: WallsChoice, status: dict[str, Any] | None, profile: str) -> str:
+def describe_walls(choice: WallsChoice, status: dict[str, Any] | None, profile: str, disk_bytes: int) -> str:
     """The walls as observed from outside: the namespaces the sandbox does not share with the
     harness, and the uid its server runs as on the host."""
     if status is None:
@@ -593,8 +641,9 @@ def describe_walls(choice: WallsChoice, status: dict[str, Any] | None, profile: 
         else f"uid {walls.SANDBOX_UID} inside, the harness's own uid {uid} on the host (it has no other)"
     )
     return (
-        f"{choice.version}: {walls.WORKSPACE} the only writable path, system directories read-only, "
-        f"private /tmp, own {', '.join(own)} namespaces, {who}, clean environment"
+        f"{choice.version}: {walls.WORKSPACE} and a private {walls.TMP} the only writable paths, on one "
+        f"tmpfs of {disk_bytes // limits.MIB} MiB, everything else read-only, "
+        f"own {', '.join(own)} namespaces, {who}, clean environment"
     )
 
 

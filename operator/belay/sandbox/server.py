@@ -1,8 +1,9 @@
 """The sandbox server: runs tools in one workspace, behind a bearer token.
 
-    python -m belay.sandbox.server --workspace DIR (--socket PATH | --port N) \
+    python -m belay.sandbox.server --workspace DIR (--socket PATH | --socket-fd FD | --port N) \
         (--token-file FILE | --claim-key-sha256 HEX) \
-        --network-profile none|allowlist|internet [--ready-file FILE] [--drain-s SECONDS] \
+        --network-profile none|allowlist|internet [--ready-file FILE | --ready-fd FD] \
+        [--drain-s SECONDS] \
         [--max-processes N] [--max-memory-mib N] [--max-disk-mib N] [--max-command-s N] \
         [--rlimits] [--cgroup DIR]... [--disk-path DIR]...
 
@@ -53,6 +54,9 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workspace", required=True, type=Path)
     listen = parser.add_mutually_exclusive_group(required=True)
     listen.add_argument("--socket", type=Path, help="listen on this Unix socket")
+    listen.add_argument(
+        "--socket-fd", type=int, help="serve on this inherited, listening Unix socket (made outside)"
+    )
     listen.add_argument("--port", type=int, help="listen on TCP (0 picks a free port)")
     parser.add_argument("--host", default="127.0.0.1", help="TCP address (a pod passes 0.0.0.0)")
     credential = parser.add_mutually_exclusive_group(required=True)
@@ -63,7 +67,9 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
         help="a pool sandbox: no token until a claim with the key of this sha256 gives it one",
     )
     parser.add_argument("--network-profile", required=True, choices=isolation.NETWORK_PROFILES)
-    parser.add_argument("--ready-file", type=Path)
+    ready = parser.add_mutually_exclusive_group()
+    ready.add_argument("--ready-file", type=Path)
+    ready.add_argument("--ready-fd", type=int, help="write the ready report to this inherited pipe")
     parser.add_argument(
         "--drain-s",
         type=float,
@@ -102,14 +108,14 @@ def main(argv: list[str] | None = None) -> None:
             isolation.bring_loopback_up()
         report = isolation.observe_own_isolation(host_netns)
     else:
-        report, reexec_with = isolation.plan_isolation(options.network_profile, options.socket is None)
+        report, reexec_with = isolation.plan_isolation(options.network_profile, options.port is not None)
         if reexec_with is not None:
             os.environ[isolation.HOST_NETNS_ENV] = isolation.current_netns()
             os.execv(reexec_with[0], isolation.reexec_argv(reexec_with, sys.executable, arguments))
     from belay.sandbox.app import serve
 
     report = isolation.without_walls(
-        report, listens_on_tcp=options.socket is None, token_file=options.token_file
+        report, listens_on_tcp=options.port is not None, token_file=options.token_file
     )
     asyncio.run(serve(options, report))
 

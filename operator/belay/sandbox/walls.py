@@ -5,8 +5,10 @@ operation the harness asks for (restores, manifests, deliverables) then happens 
 uid and mount view, so a command racing the server with symlinks reaches nothing it could not reach
 itself. What the sandbox sees:
 
-- `/workspace` (the only writable path, and the only one of the session's), system directories
-  read-only (`/usr` and the few `/etc` files programs need, never `/etc/shadow`), a private `/tmp`;
+- `/workspace` and a private `/tmp`, the only writable paths, both on one tmpfs whose size is the
+  sandbox's disk figure (a write past it is the writer's ENOSPC, whatever its speed); system
+  directories read-only (`/usr` and the few `/etc` files programs need, never `/etc/shadow`), and
+  the sandbox's root and `/dev` remounted read-only;
 - its own PID namespace (the harness's `/proc` is invisible, and every process dies with the
   sandbox's first process, whatever its environment), mount, IPC and UTS namespaces; its own network
   namespace unless the profile is `internet`;
@@ -14,7 +16,9 @@ itself. What the sandbox sees:
   65532 on the host before it reads anything; otherwise bwrap maps 65532 inside to the caller's uid
   (an unprivileged user cannot become another uid) in a user namespace that may not nest another;
 - a clean environment; the interpreter (at its own path) and the server's own code (under
-  `/opt/belay`) read-only.
+  `/opt/belay`) read-only. The server's socket is made by the harness, outside the walls, and
+  handed to it as a descriptor, with a pipe for its ready report: no path of the sandbox holds
+  them.
 
 Where bwrap is missing or the kernel refuses its namespaces, `availability()` says why: the sandbox
 then refuses to start unless the subagent accepts weaker walls (`isolation: best-effort`).
@@ -35,6 +39,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import belay
 
@@ -52,9 +57,12 @@ HOST_NAMESPACES_ENV = "BELAY_SANDBOX_HOST_NAMESPACES"
 SANDBOX_UID = 65532
 SANDBOX_GID = 65532
 WORKSPACE = "/workspace"
-RUN_DIR = "/run/belay"
-SERVER_SOCKET = f"{RUN_DIR}/server.sock"
-READY_FILE = f"{RUN_DIR}/ready.json"
+TMP = "/tmp"
+# Where the sandbox's disk (one tmpfs, sized at the disk figure) is mounted while the server sets
+# it up, as root of the sandbox, before it drops to SANDBOX_UID: its `workspace` and `tmp` are bound
+# on WORKSPACE and TMP, and the mount itself is detached, leaving the binds as its only way in.
+DISK_SETUP = "/run/belay-disk"
+DISK_PARTS: tuple[tuple[str, str, int], ...] = (("workspace", WORKSPACE, 0o700), ("tmp", TMP, 0o1777))
 CODE_DIR = "/opt/belay"
 SANDBOX_BIN = f"{CODE_DIR}/bin"
 # The server puts its interpreter's directory (SANDBOX_BIN) in front for commands.
@@ -179,8 +187,9 @@ def namespace_arguments(profile: str) -> list[str]:
     if profile != "internet":
         arguments.append("--unshare-net")
     if privileged():
-        # Only what the server needs to drop to SANDBOX_UID; a change of uid away from 0 clears them.
-        arguments += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        # Only what the server needs to mount its disk and drop to SANDBOX_UID; it drops them all
+        # (belay.sandbox.walls.set_up_disk, drop_capabilities) before it reads anything.
+        arguments += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SYS_ADMIN"]
     else:
         arguments += [
             "--unshare-user",
@@ -189,11 +198,14 @@ def namespace_arguments(profile: str) -> list[str]:
             "--gid",
             str(SANDBOX_GID),
             "--disable-userns",
+            # In the sandbox's own user namespace only: to mount its disk, then dropped.
+            "--cap-add",
+            "CAP_SYS_ADMIN",
         ]
     return arguments
 
 
-def system_mounts(profile: str) -> list[str]:
+def system_mounts(profile: str, *, tmp: bool = True) -> list[str]:
     arguments = ["--ro-bind", "/usr", "/usr"]
     for name in TOP_LEVEL_SYSTEM_DIRS:
         path = Path(name)
@@ -208,7 +220,9 @@ def system_mounts(profile: str) -> list[str]:
     arguments += ["--perms", "0755", "--dir", "/etc", "--perms", "0755", "--dir", "/etc/ssl"]
     for entry in entries:
         arguments += ["--ro-bind-try", entry, entry]
-    arguments += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    arguments += ["--proc", "/proc", "--dev", "/dev"]
+    if tmp:
+        arguments += ["--perms", "1777", "--tmpfs", TMP]
     return arguments
 
 
@@ -270,11 +284,14 @@ def code_mounts(code: ServerCode) -> list[str]:
 BOOTSTRAP = (
     "import os, sys\n"
     "uid, gid = {uid}, {gid}\n"
+    "sys.path[:0] = {path!r}\n"
+    "from belay.sandbox.walls import set_up_disk, drop_capabilities\n"
+    "set_up_disk({disk_bytes})\n"
     "if os.getuid() == 0:\n"
     "    os.setgroups([]); os.setresgid(gid, gid, gid); os.setresuid(uid, uid, uid)\n"
+    "drop_capabilities()\n"
     "if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):\n"
     "    raise SystemExit(f'sandbox: still uid {{os.getresuid()}}, expected {{uid}}')\n"
-    "sys.path[:0] = {path!r}\n"
     "from belay.sandbox.server import main\n"
     "main()\n"
 )
@@ -285,6 +302,7 @@ class Launch:
     argv: list[str]
     pass_fds: tuple[int, ...]
     status_fd: int  # read end: bwrap's JSON status (the sandbox's first pid and namespaces)
+    ready_fd: int  # read end: the server's ReadyFile, once it accepts requests
 
 
 def data_fd(text: str, owner: int | None = None) -> int:
@@ -303,17 +321,18 @@ def build_launch(
     *,
     bwrap: str,
     profile: str,
-    workspace: Path,
-    run_dir: Path,
+    listener: int,
+    disk_bytes: int,
     token: str,
     instance_env: dict[str, str],
     egress_socket: Path | None,
     egress_environment: dict[str, str],
     server_options: Sequence[str] = (),
 ) -> Launch:
-    """The bwrap command line for one sandbox server, and the pipes it inherits (`server_options`
-    are the server's resource walls, belay.sandbox.limits). The caller closes the pass_fds once bwrap
-    is spawned."""
+    """The bwrap command line for one sandbox server, and the descriptors it inherits: `listener`
+    is the server's listening Unix socket (made outside the walls), `disk_bytes` the size of the
+    sandbox's disk and `server_options` the server's resource walls (belay.sandbox.limits). The
+    caller closes the pass_fds once bwrap is spawned."""
     code = server_code()
     # The server reopens this pipe through /proc/self/fd after dropping to SANDBOX_UID.
     token_fd = data_fd(token, owner=SANDBOX_UID if privileged() else None)
@@ -322,37 +341,32 @@ def build_launch(
         files["/etc/hosts"] = HOSTS  # internet uses the host's, with its resolver configuration
     file_fds = {destination: data_fd(text) for destination, text in files.items()}
     status_read, status_write = os.pipe()
-    arguments = [bwrap, *namespace_arguments(profile), *system_mounts(profile)]
+    ready_read, ready_write = os.pipe()
+    arguments = [bwrap, *namespace_arguments(profile), *system_mounts(profile, tmp=False)]
     for destination, descriptor in file_fds.items():
         arguments += ["--perms", "0644", "--ro-bind-data", str(descriptor), destination]
     arguments += code_mounts(code)
-    arguments += [
-        "--bind",
-        str(workspace),
-        WORKSPACE,
-        "--perms",
-        "0755",
-        "--dir",
-        "/run",
-        "--bind",
-        str(run_dir),
-        RUN_DIR,
-    ]
+    # Mount points only: the server binds its disk on them (set_up_disk).
+    arguments += ["--perms", "0755", "--dir", "/run", "--perms", "0700", "--dir", DISK_SETUP]
+    for _part, path, _mode in DISK_PARTS:
+        arguments += ["--perms", "0755", "--dir", path]
     if egress_socket is not None:
         arguments += ["--ro-bind", str(egress_socket), EGRESS_SOCKET]
     environment = {
         "PATH": SANDBOX_PATH,
-        "HOME": "/tmp",
-        "TMPDIR": "/tmp",
+        "HOME": TMP,
+        "TMPDIR": TMP,
         "LANG": "C.UTF-8",
         **instance_env,
         **egress_environment,
         HOST_NAMESPACES_ENV: " ".join(f"{name}={own_namespace(name)}" for name in NAMESPACES),
     }
-    arguments += ["--chdir", WORKSPACE, "--clearenv"]
+    arguments += ["--chdir", "/", "--clearenv"]
     for name, value in environment.items():
         arguments += ["--setenv", name, value]
-    bootstrap = BOOTSTRAP.format(uid=SANDBOX_UID, gid=SANDBOX_GID, path=list(code.search_path))
+    bootstrap = BOOTSTRAP.format(
+        uid=SANDBOX_UID, gid=SANDBOX_GID, path=list(code.search_path), disk_bytes=disk_bytes
+    )
     arguments += [
         "--json-status-fd",
         str(status_write),
@@ -364,17 +378,100 @@ def build_launch(
         bootstrap,
         "--workspace",
         WORKSPACE,
-        "--socket",
-        SERVER_SOCKET,
+        "--socket-fd",
+        str(listener),
         "--token-file",
         TOKEN_FD_PATH.format(fd=token_fd),
         "--network-profile",
         profile,
-        "--ready-file",
-        READY_FILE,
+        "--ready-fd",
+        str(ready_write),
         *server_options,
     ]
-    return Launch(arguments, (token_fd, *file_fds.values(), status_write), status_read)
+    pass_fds = (token_fd, *file_fds.values(), status_write, ready_write, listener)
+    return Launch(arguments, pass_fds, status_read, ready_read)
+
+
+# ------------------------------------------------------------------------------------------------
+# Inside the walls, before the server drops to SANDBOX_UID: the sandbox's disk
+
+_MS_RDONLY = 1
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_REMOUNT = 32
+_MS_BIND = 4096
+_MNT_DETACH = 2
+_CLONE_NEWNS = 0x00020000
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(source: str, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    import ctypes
+
+    kind = fstype.encode() if fstype else None
+    result = _libc().mount(source.encode(), target.encode(), kind, flags, data.encode() if data else None)
+    if result != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"mount {target}: {os.strerror(number)}")
+
+
+def set_up_disk(size_bytes: int) -> None:
+    """One tmpfs of `size_bytes` holds every path the sandbox can write (DISK_PARTS): a burst of
+    writes stops at its size with ENOSPC, in the writer, whichever path it writes. The mount it was
+    set up at is detached, and the sandbox's root and /dev are made read-only, so nothing else of
+    the sandbox is writable. Needs CAP_SYS_ADMIN in the sandbox's namespaces (granted to bwrap's
+    child for this alone); a failure stops the sandbox before it serves."""
+    if not privileged():
+        # bwrap maps SANDBOX_UID in a user namespace nested in the one that owns the sandbox's
+        # mounts: a mount namespace of the server's own (its commands inherit it) is one it may
+        # mount in.
+        import ctypes
+
+        if _libc().unshare(_CLONE_NEWNS) != 0:
+            number = ctypes.get_errno()
+            raise OSError(number, f"unshare(CLONE_NEWNS): {os.strerror(number)}")
+    _mount("tmpfs", DISK_SETUP, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={size_bytes},mode=0755")
+    for part, path, mode in DISK_PARTS:
+        directory = f"{DISK_SETUP}/{part}"
+        os.mkdir(directory)
+        os.chmod(directory, mode)
+        if os.getuid() == 0:
+            os.chown(directory, SANDBOX_UID, SANDBOX_GID)
+        _mount(directory, path, None, _MS_BIND)
+    if _libc().umount2(DISK_SETUP.encode(), _MNT_DETACH) != 0:
+        raise OSError(f"cannot detach {DISK_SETUP}")
+    for path in ("/", "/dev"):
+        _mount("none", path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+
+
+def drop_capabilities() -> None:
+    """No capability left, in any set: what set_up_disk needed is not the server's, nor its
+    commands'. Raises when the kernel still reports one."""
+    import ctypes
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_uint32) for name in ("effective", "permitted", "inheritable")]
+
+    libc = _libc()
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header, data = Header(_LINUX_CAPABILITY_VERSION_3, 0), (Data * 2)()
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+    status = Path("/proc/self/status").read_text()
+    held = [line for line in status.splitlines() if line.startswith(("CapPrm:", "CapEff:", "CapAmb:"))]
+    if any(int(line.split()[1], 16) for line in held):
+        raise SystemExit(f"sandbox: capabilities still held: {held}")
 
 
 def give_to_sandbox_user(path: Path) -> None:

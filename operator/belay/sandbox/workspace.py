@@ -140,35 +140,65 @@ def hashed_file(root: Path, name: str) -> tuple[IO[bytes], int, str]:
     return handle, size - remaining, hasher.hexdigest()
 
 
+class Staged:
+    """A file being written under a hidden temporary name at the workspace's root (the same
+    filesystem as its destination): `commit` makes its directories and renames it into place,
+    complete, and `discard` removes it, leaving nothing. The bytes are written once, where they will
+    stay, so a file takes its own size on the sandbox's disk, never twice."""
+
+    def __init__(self, root: Path, name: str, mode: int | None = None) -> None:
+        path = resolve_in_workspace(root, name)
+        if path == root.resolve():
+            raise UnsafePath("cannot write to the workspace root")
+        if path.is_dir():
+            raise IsADirectoryError(f"{name!r} is a directory")
+        if mode is None:
+            mode = stat.S_IMODE(path.stat().st_mode) if path.is_file() else DEFAULT_FILE_MODE
+        self.root, self.name, self.mode = root, name, mode
+        descriptor, temporary = tempfile.mkstemp(dir=root.resolve(), prefix=f".{path.name}.", suffix=".tmp")
+        self.temporary = Path(temporary)
+        self.handle = os.fdopen(descriptor, "wb")
+
+    def write(self, data: bytes) -> None:
+        self.handle.write(data)
+
+    def commit(self) -> Path:
+        try:
+            self.handle.flush()
+            os.fsync(self.handle.fileno())
+            self.handle.close()
+            path = resolve_in_workspace(self.root, self.name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # The parent may have been created through a symlink planted by a command: check again.
+            path = resolve_in_workspace(self.root, self.name)
+            if path.is_dir():
+                raise IsADirectoryError(f"{self.name!r} is a directory")
+            os.chmod(self.temporary, self.mode)
+            os.replace(self.temporary, path)
+        except BaseException:
+            self.discard()
+            raise
+        return path
+
+    def discard(self) -> None:
+        self.handle.close()
+        self.temporary.unlink(missing_ok=True)
+
+
 def write_atomically(root: Path, name: str, data: bytes | IO[bytes], mode: int | None = None) -> Path:
     """Write through a temporary file in the same directory and rename, so a reader never sees a
     half-written file and a crash leaves either the old or the new content. `data` is the bytes,
     or a binary file read to its end."""
-    path = resolve_in_workspace(root, name)
-    if path == root.resolve():
-        raise UnsafePath("cannot write to the workspace root")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # The parent may have been created through a symlink planted by a command: check again.
-    resolve_in_workspace(root, name)
-    if path.is_dir():
-        raise IsADirectoryError(f"{name!r} is a directory")
-    if mode is None:
-        mode = stat.S_IMODE(path.stat().st_mode) if path.is_file() else DEFAULT_FILE_MODE
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    staged = Staged(root, name, mode)
     try:
-        with os.fdopen(descriptor, "wb") as handle:
-            if isinstance(data, bytes):
-                handle.write(data)
-            else:
-                shutil.copyfileobj(data, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
+        if isinstance(data, bytes):
+            staged.write(data)
+        else:
+            shutil.copyfileobj(data, staged.handle)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        staged.discard()
         raise
-    return path
+    return staged.commit()
 
 
 def list_files(root: Path, name: str = ".") -> list[str]:
