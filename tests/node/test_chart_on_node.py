@@ -4,6 +4,7 @@ Lease, and runs the example session to completion in another namespace."""
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 from collections.abc import Iterator
@@ -58,6 +59,9 @@ def test_the_chart_runs_the_operator_on_the_node_and_it_completes_a_session(
         kube=kube,
     )  # fmt: skip
     assert installed.returncode == 0, installed.stderr
+    # The chart made the record key (on by default) there too: the record is written under it.
+    key = kubectl_json(kube, "get", "secret", f"{RELEASE}-record-key", "-n", setup.namespace)
+    setup.record_key = base64.b64decode(key["data"]["BELAY_RECORD_KEY"]).decode()
 
     def describe() -> str:
         logs = kube.kubectl(
