@@ -294,3 +294,14 @@ def test_the_record_key_is_on_by_default_the_same_key_in_every_namespace(helm_bi
     assert RECORD_KEY_ENV not in json.dumps(operator_container(off))
     harness, _ = example_pods(settings_of(off))
     assert RECORD_KEY_ENV not in json.dumps(harness)
+
+
+def test_the_harness_start_deadline_comes_from_the_chart(helm_bin: Path) -> None:
+    assert settings_of(render(helm_bin)).harness_start_deadline_s == 300
+    later = render(helm_bin, "--set", "sessions.harnessStartDeadlineSeconds=900")
+    assert settings_of(later).harness_start_deadline_s == 900
+    code, stderr = template(
+        helm_bin, "--set", "stores.events=etcd://e.ns:2379", "--set", "stores.artifacts=s3://b",
+        "--set", "sessions.harnessStartDeadlineSeconds=0",
+    )  # fmt: skip
+    assert code != 0 and "/sessions/harnessStartDeadlineSeconds" in stderr

@@ -44,6 +44,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   "run_as_user" .Values.sessions.runAsUser
   "stop_drain_s" .Values.sessions.stopDrainSeconds
   "failure_backoff_s" .Values.sessions.failureBackoffSeconds
+  "harness_start_deadline_s" .Values.sessions.harnessStartDeadlineSeconds
   "sandbox_pool_size" .Values.sandboxPool.size
   "sandbox_pool_refill_delay_s" .Values.sandboxPool.refillDelaySeconds
   "store_egress" (include "belay.egress" (include "belay.storeEgress" . | fromJsonArray) | fromJsonArray)

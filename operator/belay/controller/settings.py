@@ -119,6 +119,9 @@ class OperatorSettings(Settings):
     # How long the next harness attempt waits after two attempts in a row ended the same way at the
     # same point (doubled for each further one, until the third stalls the session).
     failure_backoff_s: float = Field(default=10.0, ge=0, le=600)
+    # A harness pod still Pending this long after it was made (an image it cannot pull, a Secret it
+    # loads that is missing, no node for it) ends its attempt, recorded lost with the reason.
+    harness_start_deadline_s: float = Field(default=300.0, gt=0, le=86400)
     workload_service_account: str = "default"
     # The harness pod's own ServiceAccount (it mounts no token of it; workload identity, IRSA, may
     # still give it cloud credentials): the chart makes one in each watched namespace.
