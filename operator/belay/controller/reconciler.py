@@ -632,12 +632,12 @@ class SessionReconciler:
         previous = body.get("status") or memory.status
         # A backoff, or the kept harness pod waiting on what does not pass on its own.
         pending = pending_cause(decision, harness_pods(pods), self.settings.harness_start_deadline_s)
-        problem = (
+        shown_problem = (
             OperatorProblem(BACKING_OFF, decision.why, stalls=False)
             if decision.action == Action.BACK_OFF
             else (OperatorProblem(*pending, stalls=False) if pending else None)
         )
-        status = self._status_of(ref, memory, previous, harness, sandboxes, liveness, problem)
+        status = self._status_of(ref, memory, previous, harness, sandboxes, liveness, shown_problem)
         transitions = await self._publish_status(body, ref, memory, previous, status)
         follows_clock = decision.index is not None and liveness.renewed_current_lease
         # A backoff, or a Pending harness pod's start deadline: the next pass is due then.
