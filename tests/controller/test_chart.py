@@ -160,6 +160,9 @@ def can_i(kube: ControlPlane, *args: str) -> bool:
 
 @pytest.mark.testenv
 def test_helm_install_gives_the_operator_least_privilege(helm_bin: Path, kube: ControlPlane) -> None:
+    # The API server's address as the `kubernetes` Service's EndpointSlice gives it (this control
+    # plane, on loopback, keeps none of its own).
+    kube.kubectl("apply", "-f", "-", input=json.dumps(API_SERVER_SLICE))
     installed = helm(
         helm_bin,
         "install",
@@ -203,8 +206,41 @@ def test_helm_install_gives_the_operator_least_privilege(helm_bin: Path, kube: C
         ]
         assert [a for a in allowed if not can_i(kube, *a)] == []
         assert [r for r in refused if can_i(kube, *r)] == []
+
+        # The operator's NetworkPolicy lets it reach the API server where the cluster says it is
+        # (the `kubernetes` Service's endpoints, read at install), not any address.
+        policy = json.loads(
+            kube.kubectl("get", "networkpolicy", RELEASE, "-n", NAMESPACE, "-o", "json").stdout
+        )
+        assert api_server_peers(policy) == {("203.0.113.7/32", 16443)}, policy
     finally:
         helm(helm_bin, "uninstall", RELEASE, "--namespace", NAMESPACE, kube=kube)
+        kube.kubectl("delete", "endpointslice", "kubernetes-test", "-n", "default", check=False)
+
+
+API_SERVER_SLICE = {
+    "apiVersion": "discovery.k8s.io/v1",
+    "kind": "EndpointSlice",
+    "metadata": {
+        "name": "kubernetes-test",
+        "namespace": "default",
+        "labels": {"kubernetes.io/service-name": "kubernetes"},
+    },
+    "addressType": "IPv4",
+    "endpoints": [{"addresses": ["203.0.113.7"]}],
+    "ports": [{"name": "https", "port": 16443, "protocol": "TCP"}],
+}
+
+
+def api_server_peers(policy: dict[str, Any]) -> set[tuple[str, int]]:
+    """The address blocks the policy lets out to, with their ports."""
+    return {
+        (peer["ipBlock"]["cidr"], port["port"])
+        for rule in policy["spec"]["egress"]
+        for peer in rule["to"]
+        if "ipBlock" in peer
+        for port in rule["ports"]
+    }
 
 
 def test_the_chart_names_the_images_sessions_may_pick_and_where_sandboxes_run(helm_bin: Path) -> None:

@@ -133,3 +133,31 @@ nothing: sessions.storeEgress says where it is. The artifact store's endpoint is
 {{- define "belay.storeEgress" -}}
 {{- toJson (concat (include "belay.eventsEgress" . | fromJsonArray) .Values.sessions.storeEgress) -}}
 {{- end -}}
+
+{{/*
+Where the operator reaches the Kubernetes API: networkPolicy.apiServerEgress, else the addresses
+and port of the `kubernetes` Service's EndpointSlices as the cluster has them at install (the API
+server's real address: traffic to the Service is sent there before a NetworkPolicy judges it), else
+(helm template reads no cluster) any address on 443 and 6443.
+*/}}
+{{- define "belay.apiServerEgress" -}}
+{{- $out := .Values.networkPolicy.apiServerEgress -}}
+{{- if not $out -}}
+{{- $slices := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "" -}}
+{{- range (dig "items" list $slices) -}}
+{{- if eq (dig "metadata" "labels" "kubernetes.io/service-name" "" .) "kubernetes" -}}
+{{- $ports := list -}}
+{{- range (default list .ports) }}{{ $ports = append $ports (int .port) }}{{ end -}}
+{{- range (default list .endpoints) -}}
+{{- range .addresses -}}
+{{- $out = append $out (dict "cidr" (printf "%s/%s" . (ternary "128" "32" (contains ":" .))) "ports" $ports) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if not $out -}}
+{{- $out = list (dict "cidr" "0.0.0.0/0" "ports" (list 443 6443)) -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
