@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make lint`'s check of the manifests: `helm lint --strict` of the chart, then kubeconform, strict,
-# over the chart as helm renders it (every optional template on, its CRDs included) and every
+# over the chart as helm renders it (every optional template and knob on,
+# charts/belay/ci/every-knob-values.yaml, its CRDs included) and every
 # example manifest, against JSON schemas made from the generated CRDs and from the OpenAPI of the
 # pinned Kubernetes version (tests/json_schemas.py); nothing is downloaded but, on a fresh machine,
 # the Go modules the builds need. helm and kubeconform are built first when not cached.
@@ -18,9 +19,10 @@ kubeconform="$BELAY_CACHE/bin/kubeconform-$BELAY_KUBECONFORM_VERSION/kubeconform
 work=$(mktemp -d "${TMPDIR:-/tmp}/belay-kubeconform.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-"$helm" lint --strict "$root/charts/belay"
-"$helm" template belay "$root/charts/belay" --namespace belay-system --include-crds \
-  --set metrics.serviceMonitor.enabled=true --set metrics.grafanaDashboard.enabled=true >"$work/chart.yaml"
+every_knob="$root/charts/belay/ci/every-knob-values.yaml"
+"$helm" lint --strict "$root/charts/belay" -f "$every_knob"
+"$helm" template belay "$root/charts/belay" --namespace belay-system --include-crds -f "$every_knob" \
+  >"$work/chart.yaml"
 
 kube_module=$(cd "$work" && go mod download -json "k8s.io/kubernetes@$BELAY_KUBE_VERSION" |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tests.api.kubehelpers import REPO_ROOT
+from tests.controller.test_chart import REQUIRED
 from tests.json_schemas import write_schemas
 from tests.testenv.availability import unavailable
 from tests.testenv.binaries import cache_dir, component
@@ -118,7 +119,7 @@ def test_a_misspelled_field_in_the_charts_deployment_is_refused(
     helm_bin: Path, kubeconform_bin: Path, swagger: Path, tmp_path: Path
 ) -> None:
     rendered = subprocess.run(
-        [str(helm_bin), "template", "belay", str(REPO_ROOT / "charts/belay")],
+        [str(helm_bin), "template", "belay", str(REPO_ROOT / "charts/belay"), *REQUIRED],
         capture_output=True,
         text=True,
         timeout=60,

@@ -20,6 +20,13 @@ from tests.testenv.kube import ControlPlane
 CHART = REPO_ROOT / "charts/belay"
 RELEASE, NAMESPACE = "belay", "belay-system"
 PACE_ENVIRONMENT = ("BELAY_RESYNC_INTERVAL_S", "BELAY_FOLLOW_INTERVAL_S", "BELAY_KUBE_CALL_THREADS")
+# The values the chart requires (it refuses to render without them).
+REQUIRED = (
+    "--set",
+    "stores.events=etcd://belay-etcd.belay-system:2379",
+    "--set",
+    "stores.artifacts=s3://belay-artifacts",
+)
 
 
 def helm(helm_bin: Path, *args: str, kube: ControlPlane | None = None) -> subprocess.CompletedProcess[str]:
@@ -30,7 +37,7 @@ def helm(helm_bin: Path, *args: str, kube: ControlPlane | None = None) -> subpro
 
 
 def render(helm_bin: Path, *sets: str) -> list[dict[str, Any]]:
-    result = helm(helm_bin, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *sets)
+    result = helm(helm_bin, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *REQUIRED, *sets)
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
@@ -55,7 +62,7 @@ def test_chart_settings_are_the_operators_settings(helm_bin: Path) -> None:
     settings = OperatorSettings.model_validate_json(env["BELAY_OPERATOR_SETTINGS"])
     assert settings.store_secret == "belay-stores"
     assert settings.model_egress[0].cidr == "203.0.113.10/32"
-    assert settings.store_egress[0].pod_labels == {"app": "etcd"}
+    assert settings.store_egress[-1].pod_labels == {"app": "etcd"}  # after the events host's own
     assert container["envFrom"] == [{"secretRef": {"name": "belay-stores"}}]
     assert "--leader-elect" in container["args"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -77,7 +84,7 @@ def test_the_fleet_etcds_client_certificate_is_mounted_and_named_on_the_events_u
     env = {e["name"]: e.get("value") for e in container["env"]}
     settings = OperatorSettings.model_validate_json(env["BELAY_OPERATOR_SETTINGS"])
     assert settings.etcd_credentials_secret == "belay-etcd-client"
-    assert settings.fleet_event_store() == "etcd://belay-etcd:2379?credentials=/etc/belay/etcd"
+    assert settings.fleet_event_store() == "etcd://belay-etcd.belay-system:2379?credentials=/etc/belay/etcd"
     assert {"name": "etcd-credentials", "mountPath": "/etc/belay/etcd", "readOnly": True} in container[
         "volumeMounts"
     ]
@@ -153,8 +160,19 @@ def can_i(kube: ControlPlane, *args: str) -> bool:
 
 @pytest.mark.testenv
 def test_helm_install_gives_the_operator_least_privilege(helm_bin: Path, kube: ControlPlane) -> None:
+    # The API server's address as the `kubernetes` Service's EndpointSlice gives it (this control
+    # plane, on loopback, keeps none of its own).
+    kube.kubectl("apply", "-f", "-", input=json.dumps(API_SERVER_SLICE))
     installed = helm(
-        helm_bin, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace", kube=kube
+        helm_bin,
+        "install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        *REQUIRED,
+        kube=kube,
     )
     assert installed.returncode == 0, installed.stderr
     try:
@@ -188,8 +206,41 @@ def test_helm_install_gives_the_operator_least_privilege(helm_bin: Path, kube: C
         ]
         assert [a for a in allowed if not can_i(kube, *a)] == []
         assert [r for r in refused if can_i(kube, *r)] == []
+
+        # The operator's NetworkPolicy lets it reach the API server where the cluster says it is
+        # (the `kubernetes` Service's endpoints, read at install), not any address.
+        policy = json.loads(
+            kube.kubectl("get", "networkpolicy", RELEASE, "-n", NAMESPACE, "-o", "json").stdout
+        )
+        assert api_server_peers(policy) == {("203.0.113.7/32", 16443)}, policy
     finally:
         helm(helm_bin, "uninstall", RELEASE, "--namespace", NAMESPACE, kube=kube)
+        kube.kubectl("delete", "endpointslice", "kubernetes-test", "-n", "default", check=False)
+
+
+API_SERVER_SLICE = {
+    "apiVersion": "discovery.k8s.io/v1",
+    "kind": "EndpointSlice",
+    "metadata": {
+        "name": "kubernetes-test",
+        "namespace": "default",
+        "labels": {"kubernetes.io/service-name": "kubernetes"},
+    },
+    "addressType": "IPv4",
+    "endpoints": [{"addresses": ["203.0.113.7"]}],
+    "ports": [{"name": "https", "port": 16443, "protocol": "TCP"}],
+}
+
+
+def api_server_peers(policy: dict[str, Any]) -> set[tuple[str, int]]:
+    """The address blocks the policy lets out to, with their ports."""
+    return {
+        (peer["ipBlock"]["cidr"], port["port"])
+        for rule in policy["spec"]["egress"]
+        for peer in rule["to"]
+        if "ipBlock" in peer
+        for port in rule["ports"]
+    }
 
 
 def test_the_chart_names_the_images_sessions_may_pick_and_where_sandboxes_run(helm_bin: Path) -> None:
@@ -233,7 +284,56 @@ def test_the_chart_names_the_images_sessions_may_pick_and_where_sandboxes_run(he
         "template",
         RELEASE,
         str(CHART),
+        *REQUIRED,
         "--set-json",
         'sessions.harnessImages={"Not A Name": "registry.example/x:1"}',
     )
     assert wrong.returncode != 0 and "invalid propertyName 'Not A Name'" in wrong.stderr
+
+
+def documented_rbac() -> set[tuple[str, str, str, str]]:
+    """docs/operator.md's RBAC table: (where, API group, resource, verbs) rows; a resource
+    "named X" is a rule with resourceNames."""
+    text = (REPO_ROOT / "docs/operator.md").read_text()
+    section = text.split("### RBAC\n", 1)[1].split("\n#", 1)[0]
+    rows = set()
+    for line in section.splitlines():
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or cells[0] in ("Where", "---"):
+            continue
+        where, groups, resource, verbs = cells
+        for group in groups.split(", "):
+            group = "" if group == "core" else group.strip("`")
+            rows.add((where, group, resource.replace("` named `", " named "), verbs))
+    return rows
+
+
+def rendered_rbac(objects: list[dict[str, Any]], lease: str) -> set[tuple[str, str, str, str]]:
+    rows = set()
+    for role in (o for o in objects if o["kind"] in ("Role", "ClusterRole")):
+        if role["kind"] == "ClusterRole":
+            where = "cluster"
+        elif role["metadata"]["namespace"] == NAMESPACE and role["metadata"]["name"].endswith("-leader"):
+            where = "operator's namespace"
+        else:
+            where = "sessions"
+        for rule in role["rules"]:
+            session_rule = rule["resources"][0] not in ("customresourcedefinitions", "namespaces")
+            scope = "sessions" if where == "cluster" and session_rule else where
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    named = rule.get("resourceNames")
+                    if named:
+                        assert named == [lease]
+                        resource = f"{resource} named leaderElection.leaseName"
+                    rows.add((scope, group, resource, ", ".join(rule["verbs"])))
+    return rows
+
+
+@pytest.mark.parametrize("watch", ["", '["team-a","team-b"]'])
+def test_the_documented_rbac_is_the_rendered_chart(helm_bin: Path, watch: str) -> None:
+    objects = render(helm_bin, *(("--set-json", f"watchNamespaces={watch}") if watch else ()))
+    assert rendered_rbac(objects, "belay-operator") == documented_rbac()
+    # Namespaced: the session rules in a Role of each watched namespace and nowhere else.
+    roles = [o for o in objects if o["kind"] == "Role" and not o["metadata"]["name"].endswith("-leader")]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == (["team-a", "team-b"] if watch else [])

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from belay.controller.kube import load_api_client
 from belay.controller.names import record_id
 from belay.journal.state import fold
-from belay.stores.factory import open_event_store
+from belay.stores.factory import normalize_spec, open_event_store
 from tests.controller import test_operator
 from tests.controller.kubelet import LocalKubelet
 from tests.controller.operator_process import (
@@ -72,6 +72,11 @@ def store_secret(namespace: str, s3: S3Server) -> dict[str, Any]:
         "metadata": {"name": STORE_SECRET, "namespace": namespace},
         "data": {k: base64.b64encode(v.encode()).decode() for k, v in values.items()},
     }
+
+
+def record_key(kube: ControlPlane) -> str:
+    secret = kubectl_json(kube, "get", "secret", f"{RELEASE}-record-key", "-n", SESSIONS_NAMESPACE)
+    return base64.b64decode(secret["data"]["BELAY_RECORD_KEY"]).decode()
 
 
 def operator_pods(kube: ControlPlane) -> dict[str, dict[str, Any]]:
@@ -147,7 +152,8 @@ async def test_chart_deployment_elects_one_leader_and_a_lost_leader_is_replaced_
     assert installed.returncode == 0, installed.stderr
 
     api = load_api_client(str(kube.kubeconfig))
-    store = open_event_store(events_url)
+    # The record is written under the record key the chart made (on by default).
+    store = open_event_store({**normalize_spec(events_url), "record_key": record_key(kube)})
     operators = LocalKubelet(api, OPERATOR_NAMESPACE, tmp_path / "operator-node")
     sessions = LocalKubelet(
         api, SESSIONS_NAMESPACE, tmp_path / "session-node", extra_env=harness_env(tickets, FAULT_POINT)

@@ -11,7 +11,9 @@ from belay.controller.reconciler import harness_pods, sandbox_pods
 
 def pod(name: str, component: str, attempt: int, phase: str = "Running", deleting: bool = False) -> Any:
     labels = {names.LABEL_COMPONENT: component, names.LABEL_ATTEMPT: str(attempt), names.LABEL_SESSION: "s"}
-    metadata = SimpleNamespace(name=name, labels=labels, deletion_timestamp="now" if deleting else None)
+    metadata = SimpleNamespace(
+        name=name, labels=labels, deletion_timestamp="now" if deleting else None, creation_timestamp=None
+    )
     return SimpleNamespace(metadata=metadata, status=SimpleNamespace(phase=phase))
 
 

@@ -20,7 +20,7 @@ from belay.controller import names
 from belay.controller.settings import EgressTarget, OperatorSettings
 from belay.journal.events import Event
 from belay.local.tickets import TicketService, load_tickets
-from belay.stores.factory import open_event_store
+from belay.stores.factory import normalize_spec, open_event_store
 from tests.api.kubehelpers import REPO_ROOT, install_crds
 from tests.controller.operator_process import OperatorProcess, agentsession_status, kubectl_json
 from tests.controller.sessions import EXAMPLE_MANIFEST
@@ -75,6 +75,8 @@ class SessionSetup:
     sandbox_pool_size: int = 0
     # RuntimeClasses a subagent may name (`spec.subagents[].runtimeClassName`).
     runtime_classes: list[str] = field(default_factory=list)
+    # The record key the session's record is written under, when there is one (the chart's).
+    record_key: str = ""
 
     @property
     def etcd_port(self) -> int:
@@ -124,7 +126,10 @@ class SessionSetup:
         """The session's record as it is now, read from its event store."""
 
         async def read() -> list[Event]:
-            store = open_event_store(self.events_url)
+            spec = normalize_spec(self.events_url)
+            if self.record_key:
+                spec["record_key"] = self.record_key
+            store = open_event_store(spec)
             try:
                 return list(await store.read(names.record_id(self.namespace, SESSION)))
             finally:

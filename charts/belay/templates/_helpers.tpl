@@ -33,6 +33,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* The operator's settings (belay.controller.settings.OperatorSettings), as one JSON document. */}}
 {{- define "belay.settings" -}}
+{{- $pullSecrets := list -}}
+{{- range .Values.imagePullSecrets }}{{- $pullSecrets = append $pullSecrets .name -}}{{- end -}}
 {{- $settings := dict
   "harness_image" (default (include "belay.image" .) .Values.sessions.harnessImage)
   "sandbox_image" (default (include "belay.image" .) .Values.sessions.sandboxImage)
@@ -42,9 +44,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   "run_as_user" .Values.sessions.runAsUser
   "stop_drain_s" .Values.sessions.stopDrainSeconds
   "failure_backoff_s" .Values.sessions.failureBackoffSeconds
+  "harness_start_deadline_s" .Values.sessions.harnessStartDeadlineSeconds
   "sandbox_pool_size" .Values.sandboxPool.size
   "sandbox_pool_refill_delay_s" .Values.sandboxPool.refillDelaySeconds
-  "store_egress" (include "belay.egress" .Values.sessions.storeEgress | fromJsonArray)
+  "store_egress" (include "belay.egress" (include "belay.storeEgress" . | fromJsonArray) | fromJsonArray)
   "model_egress" (include "belay.egress" .Values.sessions.modelEgress | fromJsonArray)
   "harness_images" .Values.sessions.harnessImages
   "sandbox_images" .Values.sessions.sandboxImages
@@ -53,9 +56,108 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   "sandbox_node_selector" .Values.sessions.sandbox.nodeSelector
   "sandbox_tolerations" .Values.sessions.sandbox.tolerations
   "sandbox_user_namespace" (not .Values.sessions.sandbox.hostUsers)
+  "harness_service_account" .Values.sessions.harnessServiceAccount.name
+  "harness_resources" .Values.sessions.harnessResources
+  "image_pull_secrets" $pullSecrets
 -}}
+{{- if include "belay.recordKeySecret" . }}{{- $_ := set $settings "record_key_secret" (include "belay.recordKeySecret" .) -}}{{- end -}}
 {{- if .Values.sessions.sandbox.runtimeClassName }}{{- $_ := set $settings "sandbox_runtime_class" .Values.sessions.sandbox.runtimeClassName -}}{{- end -}}
 {{- if .Values.stores.existingSecret }}{{- $_ := set $settings "store_secret" .Values.stores.existingSecret -}}{{- end -}}
 {{- if .Values.stores.etcdCredentialsSecret }}{{- $_ := set $settings "etcd_credentials_secret" .Values.stores.etcdCredentialsSecret -}}{{- end -}}
 {{- toJson $settings -}}
+{{- end -}}
+
+{{- define "belay.serviceAccountName" -}}
+{{- default (include "belay.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* The Secret holding BELAY_RECORD_KEY, or nothing when the record key is off. */}}
+{{- define "belay.recordKeySecret" -}}
+{{- if .Values.stores.recordKey.enabled -}}
+{{- default (printf "%s-record-key" (include "belay.fullname" .)) .Values.stores.recordKey.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The settings without which no session can run, refused at install with what to write instead.
+The events URL is opened from every session's namespace, so a bare Service name would resolve in
+the wrong one.
+*/}}
+{{- define "belay.checks" -}}
+{{- $events := required "stores.events is required: the session record's etcd, e.g. --set stores.events=etcd://belay-etcd.belay-system:2379 (docs/operator.md#install-on-a-cluster)" .Values.stores.events -}}
+{{- $_ := required "stores.artifacts is required: the artifact bucket, e.g. --set stores.artifacts=s3://belay-artifacts (docs/operator.md#install-on-a-cluster)" .Values.stores.artifacts -}}
+{{- if hasPrefix "etcd://" $events -}}
+{{- $host := regexReplaceAll "[:/,?].*$" (trimPrefix "etcd://" $events) "" -}}
+{{- if not (or (contains "." $host) (hasPrefix "[" $host) (eq $host "localhost")) -}}
+{{- fail (printf "stores.events names the etcd host %q without its namespace: harness pods open it from each session's namespace, where it does not resolve; write %s.<namespace> (or a full name or an address)" $host $host) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The harness's way to the record's etcd, read from stores.events: an address gives its /32 (or
+/128), a Service named with its namespace (name.namespace[.svc...]) every pod of that namespace;
+on the port named (2379 by default). A host known by another name (outside the cluster) gives
+nothing: sessions.storeEgress says where it is. The artifact store's endpoint is not in the values
+(it is the Secret's AWS_ENDPOINT_URL): sessions.storeEgress names it.
+*/}}
+{{- define "belay.eventsEgress" -}}
+{{- $out := list -}}
+{{- $events := .Values.stores.events | default "" -}}
+{{- if hasPrefix "etcd://" $events -}}
+{{- $hosts := regexReplaceAll "[/?].*$" (trimPrefix "etcd://" $events) "" -}}
+{{- range splitList "," $hosts -}}
+{{- $port := 2379 -}}
+{{- $host := . -}}
+{{- if regexMatch "^\\[.*\\]:[0-9]+$" . -}}
+{{- $port = regexFind "[0-9]+$" . | int -}}{{- $host = regexReplaceAll "^\\[(.*)\\]:[0-9]+$" . "${1}" -}}
+{{- else if regexMatch "^\\[.*\\]$" . -}}
+{{- $host = trimAll "[]" . -}}
+{{- else if regexMatch ":[0-9]+$" . -}}
+{{- $port = regexFind "[0-9]+$" . | int -}}{{- $host = regexReplaceAll ":[0-9]+$" . "" -}}
+{{- end -}}
+{{- if regexMatch "^[0-9.]+$" $host -}}
+{{- $out = append $out (dict "cidr" (printf "%s/32" $host) "ports" (list $port)) -}}
+{{- else if contains ":" $host -}}
+{{- $out = append $out (dict "cidr" (printf "%s/128" $host) "ports" (list $port)) -}}
+{{- else if regexMatch "^[a-z0-9-]+\\.[a-z0-9-]+(\\.svc(\\..*)?)?$" $host -}}
+{{- $namespace := index (splitList "." $host) 1 -}}
+{{- $out = append $out (dict "namespaceLabels" (dict "kubernetes.io/metadata.name" $namespace) "ports" (list $port)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* Where harnesses reach the stores: the record's etcd as stores.events names it, and sessions.storeEgress. */}}
+{{- define "belay.storeEgress" -}}
+{{- toJson (concat (include "belay.eventsEgress" . | fromJsonArray) .Values.sessions.storeEgress) -}}
+{{- end -}}
+
+{{/*
+Where the operator reaches the Kubernetes API: networkPolicy.apiServerEgress, else the addresses
+and port of the `kubernetes` Service's EndpointSlices as the cluster has them at install (the API
+server's real address: traffic to the Service is sent there before a NetworkPolicy judges it), else
+(helm template reads no cluster) any address on 443 and 6443.
+*/}}
+{{- define "belay.apiServerEgress" -}}
+{{- $out := .Values.networkPolicy.apiServerEgress -}}
+{{- if not $out -}}
+{{- $slices := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "" -}}
+{{- range (dig "items" list $slices) -}}
+{{- if eq (dig "metadata" "labels" "kubernetes.io/service-name" "" .) "kubernetes" -}}
+{{- $ports := list -}}
+{{- range (default list .ports) }}{{ $ports = append $ports (int .port) }}{{ end -}}
+{{- range (default list .endpoints) -}}
+{{- range .addresses -}}
+{{- $out = append $out (dict "cidr" (printf "%s/%s" . (ternary "128" "32" (contains ":" .))) "ports" $ports) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if not $out -}}
+{{- $out = list (dict "cidr" "0.0.0.0/0" "ports" (list 443 6443)) -}}
+{{- end -}}
+{{- toJson $out -}}
 {{- end -}}

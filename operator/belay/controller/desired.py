@@ -28,6 +28,7 @@ from belay.harness.attempt import FAULT_ENV
 from belay.harness.stopping import DRAIN_ENV, STOP_MARGIN_S
 from belay.sandbox import limits
 from belay.sandbox.egress import GLOBAL_UNICAST_IPV6, SPECIAL_PURPOSE_IPV4, SPECIAL_PURPOSE_IPV6
+from belay.stores.integrity import RECORD_KEY_ENV
 
 # A sandbox pod's own token; the harness has every sandbox's, one file per subagent.
 TOKEN_MOUNT = "/var/run/belay/sandbox-token"
@@ -127,30 +128,29 @@ def pod_manifest(
     settings: OperatorSettings,
     container: dict[str, Any],
     volumes: list[dict[str, Any]],
+    service_account: str | None = None,
 ) -> dict[str, Any]:
     """A pod of the operator's: one container under the "restricted" profile, never restarted."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": metadata,
-        "spec": {
-            # A failed pod is a lost attempt: the operator decides what replaces it.
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": termination_grace_period_s(settings),
-            "serviceAccountName": settings.workload_service_account,
-            "automountServiceAccountToken": False,
-            "enableServiceLinks": False,
-            "securityContext": pod_security_context(settings),
-            "containers": [
-                {
-                    **container,
-                    "imagePullPolicy": settings.image_pull_policy,
-                    "securityContext": container_security_context(),
-                }
-            ],
-            "volumes": volumes,
-        },
+    spec: dict[str, Any] = {
+        # A failed pod is a lost attempt: the operator decides what replaces it.
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": termination_grace_period_s(settings),
+        "serviceAccountName": service_account or settings.workload_service_account,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security_context(settings),
+        "containers": [
+            {
+                **container,
+                "imagePullPolicy": settings.image_pull_policy,
+                "securityContext": container_security_context(),
+            }
+        ],
+        "volumes": volumes,
     }
+    if settings.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 def _sandbox_token_volume(ref: SessionRef, subagent: str) -> dict[str, Any]:
@@ -248,6 +248,7 @@ def harness_pod(
         "image": admission.harness_image(spec, settings),
         "command": ["python", "-m", HARNESS_MODULE],
         "env": _env(env),
+        "resources": settings.harness_resources.model_dump(exclude_defaults=True),
         "volumeMounts": [
             {"name": "sandbox-tokens", "mountPath": HARNESS_TOKENS_MOUNT, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
@@ -256,6 +257,15 @@ def harness_pod(
     secret = store_credentials(spec, settings)
     if secret:
         container["envFrom"] = [{"secretRef": {"name": secret}}]
+    if settings.record_key_secret and not admission.own_stores(spec):
+        # The fleet's record key, for a session on the fleet's stores only; named here, it wins
+        # over a BELAY_RECORD_KEY the store Secret may also hold.
+        container["env"].append(
+            {
+                "name": RECORD_KEY_ENV,
+                "valueFrom": {"secretKeyRef": {"name": settings.record_key_secret, "key": RECORD_KEY_ENV}},
+            }
+        )
     credentials = spec.executor.credentials_secret
     if credentials:  # the harness pod only: sandbox pods never see a provider's key
         container["env"] += [
@@ -281,7 +291,11 @@ def harness_pod(
         volumes.append(_harness_claims_volume(claimed))
     labels = {**names.harness_selector(ref.name), names.LABEL_ATTEMPT: str(index)}
     return pod_manifest(
-        _metadata(ref, names.harness_pod_name(ref.name, index), labels), settings, container, volumes
+        _metadata(ref, names.harness_pod_name(ref.name, index), labels),
+        settings,
+        container,
+        volumes,
+        service_account=settings.harness_service_account,
     )
 
 

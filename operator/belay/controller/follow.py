@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from belay.controller import names
+from belay.controller.recovery import PENDING_FAILURES
 from belay.stores.base import WATCH_CUT, EventStore, StoreUnavailable
 
 log = logging.getLogger("belay.operator")
@@ -81,13 +82,31 @@ def _beyond_status(body: Mapping[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class PodView:
     """What a pass reads of a pod (`belay.controller.reconciler.harness_pods`, `sandbox_pods`,
-    `pod_phase`); a change of anything else (conditions, addresses, container states) needs no
-    pass."""
+    `pod_phase`), and the cause a Pending pod waits on when it does not pass on its own (an image
+    pull, a missing Secret, no node: the session shows it); a change of anything else (other
+    conditions, addresses, container states) needs no pass."""
 
     component: str
     attempt: str
     phase: str
     deleting: bool
+    failing_wait: str = ""
+
+
+def failing_wait(status: Mapping[str, Any]) -> str:
+    """The reason a Pending pod waits, when it is one of `PENDING_FAILURES`; "" otherwise."""
+    if (status.get("phase") or "Pending") != "Pending":
+        return ""
+    reasons = [
+        ((c.get("state") or {}).get("waiting") or {}).get("reason", "")
+        for c in status.get("containerStatuses") or []
+    ]
+    reasons += [
+        c.get("reason", "")
+        for c in status.get("conditions") or []
+        if c.get("type") == "PodScheduled" and c.get("status") == "False"
+    ]
+    return next((r for r in reasons if r in PENDING_FAILURES), "")
 
 
 def pod_view(body: Mapping[str, Any]) -> PodView:
@@ -98,6 +117,7 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         attempt=labels.get(names.LABEL_ATTEMPT, ""),
         phase=(body.get("status") or {}).get("phase") or "Pending",
         deleting=metadata.get("deletionTimestamp") is not None,
+        failing_wait=failing_wait(body.get("status") or {}),
     )
 
 

@@ -154,8 +154,8 @@ def session_changed(body: kopf.Body, namespace: str | None, name: str, **_: Any)
 
 
 # A pod of a session appeared, went away, or changed what a pass reads of it (its phase, its
-# deletion): its worker decides what that means. Other changes (the scheduler's conditions, a
-# container's state) wake nothing.
+# deletion, the cause of a wait that does not pass on its own): its worker decides what that
+# means. Other changes (the scheduler's other conditions, a container's state) wake nothing.
 @kopf.on.event("v1", "pods", labels={names.LABEL_MANAGED_BY: names.MANAGED_BY})
 def pod_changed(
     event: kopf.RawEvent, body: kopf.Body, labels: kopf.Labels, namespace: str | None, name: str, **_: Any

@@ -37,6 +37,21 @@ def pod_phase(pod: Any) -> PodPhase:
     return phase if phase in PHASES else "Unknown"
 
 
+def waiting_cause(pod: Any) -> tuple[str, str]:
+    """Why a Pending pod waits (reason, message): its container's waiting state (ImagePullBackOff,
+    CreateContainerConfigError, ...), else its PodScheduled condition when False (Unschedulable);
+    ("", "") when it says nothing."""
+    status = pod.status
+    for container in getattr(status, "container_statuses", None) or []:
+        waiting = getattr(getattr(container, "state", None), "waiting", None)
+        if waiting is not None and waiting.reason:
+            return waiting.reason, waiting.message or ""
+    for condition in getattr(status, "conditions", None) or []:
+        if condition.type == "PodScheduled" and condition.status == "False" and condition.reason:
+            return condition.reason, condition.message or ""
+    return "", ""
+
+
 def harness_pods(pods: list[Any]) -> list[HarnessPod]:
     found = []
     for pod in pods:
@@ -46,12 +61,17 @@ def harness_pods(pods: list[Any]) -> list[HarnessPod]:
         index = labels.get(names.LABEL_ATTEMPT, "")
         if not index.isdigit():
             continue
+        phase = pod_phase(pod)
+        reason, message = waiting_cause(pod) if phase == "Pending" and pod.status else ("", "")
         found.append(
             HarnessPod(
                 name=pod.metadata.name,
                 index=int(index),
-                phase=pod_phase(pod),
+                phase=phase,
                 deleting=pod.metadata.deletion_timestamp is not None,
+                created_at=pod.metadata.creation_timestamp,
+                waiting_reason=reason,
+                waiting_message=message,
             )
         )
     return found

@@ -83,6 +83,7 @@ from belay.controller.recovery import (
     HarnessDecision,
     decide_harness,
     failure_backoff,
+    pending_cause,
     sandbox_losses,
     stalled_by_repeats,
 )
@@ -408,7 +409,12 @@ class SessionReconciler:
         liveness = await operator_liveness(store, record_of(ref))
 
         decision = decide_harness(
-            memory.state, harness_pods(pods), liveness.lease, spec.recovery.max_attempts, liveness
+            memory.state,
+            harness_pods(pods),
+            liveness.lease,
+            spec.recovery.max_attempts,
+            liveness,
+            self.settings.harness_start_deadline_s,
         )
         if decision.action == Action.KEEP and decision.index is not None:
             await self._record_lost_sandboxes(store, ref, spec, memory, pods, decision.index)
@@ -624,15 +630,18 @@ class SessionReconciler:
             ref, spec, decision, pods, liveness.lease, replacements, claimed
         )
         previous = body.get("status") or memory.status
-        backing_off = (
+        # A backoff, or the kept harness pod waiting on what does not pass on its own.
+        pending = pending_cause(decision, harness_pods(pods), self.settings.harness_start_deadline_s)
+        shown_problem = (
             OperatorProblem(BACKING_OFF, decision.why, stalls=False)
             if decision.action == Action.BACK_OFF
-            else None
+            else (OperatorProblem(*pending, stalls=False) if pending else None)
         )
-        status = self._status_of(ref, memory, previous, harness, sandboxes, liveness, backing_off)
+        status = self._status_of(ref, memory, previous, harness, sandboxes, liveness, shown_problem)
         transitions = await self._publish_status(body, ref, memory, previous, status)
         follows_clock = decision.index is not None and liveness.renewed_current_lease
-        next_pass = decision.retry_in_s if decision.action == Action.BACK_OFF else None
+        # A backoff, or a Pending harness pod's start deadline: the next pass is due then.
+        next_pass = decision.retry_in_s or None
         return PassResult(decision, status, transitions, follows_clock, next_pass)
 
     async def _own_record(

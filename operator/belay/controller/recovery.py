@@ -14,6 +14,11 @@ lease the operator waits for it to record its stop, and once the record shows th
 cleanly (`harness_stopped`), its pod ending is no loss: the next attempt starts, nothing is
 recorded lost, and nothing it finished is an unknown outcome.
 
+A harness pod still Pending `start_deadline_s` after it was made (an image that cannot be pulled,
+a Secret it loads that does not exist, no node that takes it) is a lost attempt too, recorded with
+the reason the kubelet or the scheduler gives (`pending_past_deadline`); until then the reason is
+shown while it waits (`pending_failure`), and the operator looks again at the deadline.
+
 A sandbox pod lost under a live harness does not end the attempt: the operator records which one
 and why, and starts a replacement; the harness restores it from the last verified checkpoint.
 """
@@ -42,14 +47,33 @@ FAILURE_BACKOFF_CAP_S = 600.0
 BACKING_OFF = "BackingOff"
 
 
+# Why a pod waits that does not pass on its own: the kubelet's reasons for a container it cannot
+# start, and the scheduler's for a pod no node takes.
+PENDING_FAILURES = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "Unschedulable",
+    }
+)
+
+
 @dataclass(frozen=True)
 class HarnessPod:
-    """What the operator sees of one harness pod."""
+    """What the operator sees of one harness pod. `waiting_reason` and `waiting_message`: why a
+    Pending pod waits, as its container's waiting state or its scheduling condition says."""
 
     name: str
     index: int
     phase: PodPhase
     deleting: bool = False
+    created_at: datetime | None = None
+    waiting_reason: str = ""
+    waiting_message: str = ""
 
     @property
     def live(self) -> bool:
@@ -78,7 +102,8 @@ class HarnessDecision:
     lost_attempt: int | None = None
     lost_pod: str = ""
     why: str = ""
-    # With BACK_OFF: how long until the next attempt may start.
+    # With BACK_OFF: how long until the next attempt may start; with KEEP of a Pending pod: how
+    # long until its start deadline.
     retry_in_s: float = 0.0
 
 
@@ -97,6 +122,59 @@ def silent_attempt(state: SessionState, pod: HarnessPod, liveness: Liveness | No
     return f"attempt {state.lifecycle.attempt} stopped renewing its lease (last renewal {last})"
 
 
+def waiting_text(pod: HarnessPod) -> str:
+    if not pod.waiting_reason:
+        return "no reason given"
+    return f"{pod.waiting_reason}: {pod.waiting_message}" if pod.waiting_message else pod.waiting_reason
+
+
+def pending_past_deadline(pod: HarnessPod, now: datetime | None, start_deadline_s: float | None) -> str:
+    """Why the pod's attempt counts as lost although its pod looks alive: it is still Pending
+    `start_deadline_s` after it was made. "" when it is not. The same words for the same cause in
+    every attempt, so that a cause that persists is a repeated failure."""
+    if pod.phase != "Pending" or pod.deleting or pod.created_at is None:
+        return ""
+    if now is None or start_deadline_s is None:
+        return ""
+    if (now - pod.created_at).total_seconds() < start_deadline_s:
+        return ""
+    return f"the pod was still Pending at its start deadline ({start_deadline_s:g} s): {waiting_text(pod)}"
+
+
+def pending_failure(pod: HarnessPod | None) -> str:
+    """Why a Pending harness pod waits, when it is a cause that does not pass on its own (an image
+    pull, a missing Secret, no node); "" otherwise (a pod starting normally)."""
+    if pod is None or pod.phase != "Pending" or pod.deleting or pod.waiting_reason not in PENDING_FAILURES:
+        return ""
+    return waiting_text(pod)
+
+
+def pending_cause(
+    decision: HarnessDecision, pods: list[HarnessPod], start_deadline_s: float
+) -> tuple[str, str] | None:
+    """The kept harness pod waiting on what does not pass on its own, as a condition's reason (the
+    kubelet's or the scheduler's: ImagePullBackOff, ...) and message, until its deadline; None
+    when it does not."""
+    if decision.action != Action.KEEP:
+        return None
+    current = next((p for p in pods if p.index == decision.index), None)
+    cause = pending_failure(current)
+    if current is None or not cause:
+        return None
+    message = (
+        f"harness pod {current.name} is Pending: {cause}; its attempt ends if it is still Pending "
+        f"{start_deadline_s:g} s after it was made"
+    )
+    return current.waiting_reason, message
+
+
+def until_deadline(pod: HarnessPod, now: datetime | None, start_deadline_s: float | None) -> float:
+    """How long until a Pending pod's start deadline (0 when it is not Pending or not known)."""
+    if pod.phase != "Pending" or pod.created_at is None or now is None or start_deadline_s is None:
+        return 0.0
+    return max(0.0, start_deadline_s - (now - pod.created_at).total_seconds())
+
+
 def stopping_attempt(state: SessionState, pod: HarnessPod, liveness: Liveness | None) -> bool:
     """Whether the pod is being deleted while its harness, told to stop, is still at work: the
     record shows its attempt running and it holds and renews the lease."""
@@ -113,11 +191,13 @@ def decide_harness(
     lease: int,
     max_attempts: int,
     liveness: Liveness | None = None,
+    start_deadline_s: float | None = None,
 ) -> HarnessDecision:
     """`lease` is the session's current fencing lease in the event store (0 before any attempt).
     With REPLACE, the caller advances the lease and runs the next attempt at the new lease's number,
     so every attempt index is higher than the lease of every attempt before it. With `liveness`, a
-    live pod whose attempt stopped renewing its lease is lost too."""
+    live pod whose attempt stopped renewing its lease is lost too, and with `start_deadline_s` one
+    still Pending that long after it was made (`liveness.now` is the time)."""
     phase = phase_of(state)
     if phase in ENDED_PHASES:
         return HarnessDecision(Action.STOP, None, why=f"the session {phase.value.lower()}")
@@ -128,9 +208,16 @@ def decide_harness(
         return HarnessDecision(Action.STOP, None, why="recovery failed; a person has to look")
 
     current = current_pod(pods)
-    silent = silent_attempt(state, current, liveness) if current is not None and current.live else ""
+    now = liveness.now if liveness is not None else None
+    stuck = ""
+    silent = ""
+    if current is not None and current.live:
+        stuck = pending_past_deadline(current, now, start_deadline_s)
+        silent = stuck or silent_attempt(state, current, liveness)
     if current is not None and current.live and not silent:
-        return HarnessDecision(Action.KEEP, current.index)
+        return HarnessDecision(
+            Action.KEEP, current.index, retry_in_s=until_deadline(current, now, start_deadline_s)
+        )
     if current is not None and stopping_attempt(state, current, liveness):
         return HarnessDecision(Action.WAIT, current.index, why="its harness is stopping")
     if current is None and lease == 0 and state.lifecycle.harness_starts == 0:
@@ -160,7 +247,7 @@ def decide_harness(
     if (
         running is None
         and current is not None
-        and not current.live
+        and (not current.live or stuck)
         and current.index >= state.lifecycle.attempt
     ):
         # The pod ended before its harness recorded its start (a pod's harness takes the lease one

@@ -24,6 +24,24 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class HarnessResources(Settings):
+    """The harness container's requests and limits. Requests of CPU and memory are required: a pod
+    without them is BestEffort, the first evicted under pressure and refused in a namespace whose
+    ResourceQuota asks for them."""
+
+    requests: dict[Literal["cpu", "memory", "ephemeral-storage"], str]
+    limits: dict[Literal["cpu", "memory", "ephemeral-storage"], str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _never_best_effort(self) -> HarnessResources:
+        missing = [name for name in ("cpu", "memory") if not self.requests.get(name)]
+        if missing:
+            raise ValueError(
+                f"the harness's resources request no {' or '.join(missing)}: it would be BestEffort"
+            )
+        return self
+
+
 class EgressTarget(Settings):
     """One destination a pod may reach: an address range, or pods chosen by labels."""
 
@@ -102,7 +120,22 @@ class OperatorSettings(Settings):
     # How long the next harness attempt waits after two attempts in a row ended the same way at the
     # same point (doubled for each further one, until the third stalls the session).
     failure_backoff_s: float = Field(default=10.0, ge=0, le=600)
+    # A harness pod still Pending this long after it was made (an image it cannot pull, a Secret it
+    # loads that is missing, no node for it) ends its attempt, recorded lost with the reason.
+    harness_start_deadline_s: float = Field(default=300.0, gt=0, le=86400)
     workload_service_account: str = "default"
+    # The harness pod's own ServiceAccount (it mounts no token of it; workload identity, IRSA, may
+    # still give it cloud credentials): the chart makes one in each watched namespace.
+    harness_service_account: str = "default"
+    harness_resources: HarnessResources = HarnessResources(
+        requests={"cpu": "100m", "memory": "256Mi"}, limits={"memory": "1Gi"}
+    )
+    # Secrets (of the session's namespace) the kubelet pulls harness and sandbox images with.
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    # A Secret whose BELAY_RECORD_KEY is the record key (belay.stores.integrity): given to the
+    # harness of every session on the fleet's stores, never to a sandbox. It must exist in each
+    # session namespace (the chart makes it in each watched one).
+    record_key_secret: str | None = None
     # Idle sandbox pods kept ready per sandbox template in use in a namespace, for new and
     # recovering attempts to claim (docs/operator.md#the-sandbox-pool); 0: no pool. The chart sets
     # `sandboxPool.size`.

@@ -22,9 +22,9 @@ copy of itself; the SQLite store keeps a high-water mark outside its file for th
 The key, at least 32 bytes (surrounding whitespace removed), comes from the first of:
 - a store spec's `record_key_file`;
 - the file named by `BELAY_RECORD_KEY_FILE` (on one machine: a file outside every sandbox);
-- `BELAY_RECORD_KEY`, the key itself (in a cluster: a key of the Secret named by the chart's
-  `stores.existingSecret`, which the operator and every harness pod load as environment variables
-  and no sandbox pod ever gets).
+- `BELAY_RECORD_KEY`, the key itself (in a cluster: from the record key Secret the chart makes
+  by default, `stores.recordKey`, which the operator and the harness pods of sessions on the
+  fleet's stores get and no sandbox pod ever does).
 Every process that reads or writes a record must hold the key it was written with.
 """
 
