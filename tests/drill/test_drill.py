@@ -49,12 +49,14 @@ def test_drill_json_passes_every_check(tmp_path: Path) -> None:
         "reference_events",
         "pages",
         "answered",
+        "differing",
     }
     failed = [c for c in report["checks"] if not c["passed"]]
     assert not failed, failed
     assert report["passed"] is True and result.returncode == 0
     assert report["handover_to"] is None and report["executor"].startswith("self-hosted")
     assert report["answered"] == []  # the example waits on nobody the manifest does not answer
+    assert report["differing"] == []
     names = [c["name"] for c in report["checks"]]
     assert all(name in names for name in EXPECTED_CHECKS)
     assert all(set(c) == {"name", "passed", "detail"} for c in report["checks"])

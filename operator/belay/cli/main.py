@@ -20,7 +20,7 @@ from typing import Annotated
 import typer
 
 from belay.api.agentsession import ManifestError, load_manifest
-from belay.cli import terminal
+from belay.cli import drilling, terminal
 from belay.cli.core import artifacts as artifact_commands
 from belay.cli.core import brief as brief_command
 from belay.cli.core.amend import Request
@@ -75,9 +75,7 @@ from belay.journal.events import (
 from belay.journal.phase import attempt_alive
 from belay.journal.state.repeats import REPEATED_FAILURE, repeated_failure, repeated_failure_text
 from belay.local.children import reopen_children
-from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, drill_executor, handover_refusal, run_drill
-from belay.local.drill.compare import compare_table, run_compare
-from belay.local.drill.pages import drill_ending
+from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, drill_executor, handover_refusal
 from belay.local.fleet import LocalFleet, without_clock
 from belay.local.garbage import GRACE_S, collect, duration_s, shown_size
 from belay.local.record import open_session, reading
@@ -681,6 +679,39 @@ def drill(
             "question answered with a neutral text) instead of stopping at them.",
         ),
     ] = False,
+    change: Annotated[
+        bool,
+        typer.Option(
+            "--change",
+            help="Change the request instead of only killing: amend while a step runs, amend after the "
+            "end, reject a deliverable after the end; each resumed and checked against an uninterrupted "
+            "run of the final request.",
+        ),
+    ] = False,
+    change_goal: Annotated[
+        str | None,
+        typer.Option(
+            "--change-goal",
+            metavar="TEXT",
+            help="With --change: the goal the amend sets. Default (no --change-part either): the goal "
+            "with a sentence added.",
+        ),
+    ] = None,
+    change_parts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--change-part", metavar="KEY=VALUE", help="With --change: a request part the amend sets."
+        ),
+    ] = None,
+    reject: Annotated[
+        str | None,
+        typer.Option(
+            "--reject",
+            metavar="DELIVERABLE",
+            help="With --change: the deliverable to reject. Default: the first one the subagents owe "
+            "whose publication asked for no approval.",
+        ),
+    ] = None,
     compare: Annotated[
         bool,
         typer.Option(
@@ -692,49 +723,32 @@ def drill(
     ] = False,
 ) -> None:
     """Interrupt a short session on purpose and check that the resumed session makes sense."""
-    path = manifest or DEFAULT_MANIFEST
+    path, workdir = manifest or DEFAULT_MANIFEST, Context.home.root / "drill"
     if executor is not None and executor not in EXECUTORS:
         raise fail(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     try:
         session = load_manifest(path)
     except ManifestError as error:
         raise fail(f"bad manifest: {error}") from None
+    if not change and (change_goal is not None or change_parts or reject is not None):
+        raise fail("--change-goal, --change-part and --reject go with --change")
+    if change and (compare or handover_to):
+        raise fail("--change runs on one executor: drop --compare and --handover-to")
+    if change:
+        asked = drilling.ChangeAsked(change_goal, change_parts or [], reject)
+        drilling.change(path, workdir, asked, executor, answer_waits, as_json)
+        return
     if compare:
         if executor == "self-hosted":
             raise fail("--compare runs self-hosted beside a managed executor: name one with --executor")
         own = drill_executor(session.spec.executor.type)
-        _compare(path, executor or ("openai-agents" if own == "self-hosted" else own), as_json)
+        managed = executor or ("openai-agents" if own == "self-hosted" else own)
+        drilling.compare(path, workdir, managed, as_json)
         return
     refusal = handover_refusal(executor or drill_executor(session.spec.executor.type), handover_to)
     if refusal:
         raise fail(refusal)
-    try:
-        report = run_drill(
-            path,
-            Context.home.root / "drill",
-            progress=not as_json,
-            executor=executor,
-            handover_to=handover_to,
-            answer_waits=answer_waits,
-        )
-    except ValueError as error:
-        raise fail(str(error)) from None
-    if as_json:
-        sys.stdout.write(report.model_dump_json(indent=2) + "\n")
-    else:
-        terminal.echo(drill_ending(report))
-    if not report.passed:
-        raise typer.Exit(1)
-
-
-def _compare(path: Path, managed: str, as_json: bool) -> None:
-    try:
-        report = run_compare(path, Context.home.root / "drill" / "compare", managed, progress=not as_json)
-    except ValueError as error:
-        raise fail(str(error)) from None
-    sys.stdout.write((report.model_dump_json(indent=2) if as_json else compare_table(report)) + "\n")
-    if not all(side.completed for side in report.sides) or not report.same_deliverables:
-        raise typer.Exit(1)
+    drilling.interruption(path, workdir, executor, handover_to, answer_waits, as_json)
 
 
 if __name__ == "__main__":

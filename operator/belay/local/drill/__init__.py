@@ -27,12 +27,24 @@ drills a coordinator's children (a kill in each, then every session of the objec
 or passes its limit (its check fails with what it waited on and the command that answers it; with
 `--answer-waits` the waits that decide nothing are answered as a person would), `pages` reads the
 briefing just before a resume and just after (the drill's text ends with them side by side),
-`compare` runs the task on self-hosted and on a managed executor and measures both (`--compare`),
+`change` changes the request (`--change`: an amend while a step runs and after the end, a rejection
+after the end) and `change_checks` judges what was redone, reused and delivered, `compare` runs the
+task on self-hosted and on a managed executor and measures both (`--compare`),
 and `report` is what it returns.
 """
 
+from belay.local.drill.change import Change, run_change_drill
 from belay.local.drill.manifest import DEFAULT_MANIFEST, EXECUTORS, drill_executor, handover_refusal
 from belay.local.drill.report import DrillReport
 from belay.local.drill.scenarios import run_drill
 
-__all__ = ["DEFAULT_MANIFEST", "EXECUTORS", "DrillReport", "drill_executor", "handover_refusal", "run_drill"]
+__all__ = [
+    "DEFAULT_MANIFEST",
+    "EXECUTORS",
+    "Change",
+    "DrillReport",
+    "drill_executor",
+    "handover_refusal",
+    "run_change_drill",
+    "run_drill",
+]

@@ -98,6 +98,7 @@ def kill_in_child(
         "; ".join(repeated) or "each unsafe call at most once, tickets as in the uninterrupted run",
     )
     differ = deliverables_differing(reference, after)
+    drill.differing += [f"{scenario}: {d}" for d in differ]
     owed = drill.check(
         "every deliverable is there, collected by the coordinator, with the uninterrupted run's bytes",
         not differ,

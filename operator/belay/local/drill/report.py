@@ -74,6 +74,8 @@ class DrillReport(BaseModel):
     pages: list[BeforeAfter] = Field(default_factory=list)
     # With `--answer-waits`: each wait the drill answered as a person would ("<home>: <command>").
     answered: list[str] = Field(default_factory=list)
+    # Each deliverable that differs from the reference, "<scenario>: <session>: <deliverable> ...".
+    differing: list[str] = Field(default_factory=list)
 
     def shown(self) -> BeforeAfter | None:
         deciding = [p for p in self.pages if p.after.waiting_on_you]
@@ -89,6 +91,8 @@ class DrillReport(BaseModel):
         if self.skipped:
             names = ", ".join(s.scenario for s in self.skipped)
             verdict += f"; {len(self.skipped)} skipped ({names})"
+        if self.differing:
+            verdict += f"; differing: {'; '.join(self.differing)}"
         if self.answered:
             verdict += f"; {len(self.answered)} waits answered as a person would"
         return f"{verdict}; executor {self.executor}"

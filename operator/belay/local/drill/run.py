@@ -115,6 +115,7 @@ class Drill:
         self.points: list[KillPoint] = []
         self.children: list[str] = []  # the child sessions the reference run started
         self.pages: list[BeforeAfter] = []
+        self.differing: list[str] = []  # "<scenario>: <session>: <deliverable> ...", for the verdict
         self.reference_run_s: float | None = None
         self.reference_events: int | None = None
         self.session_id = str(self.data["metadata"]["name"])
@@ -204,19 +205,27 @@ class Drill:
         seconds = time.monotonic() - started
         return Resumed(result, read_events(home, self.session_id), seconds)
 
-    def same_deliverables(self, reference: Sequence[Event], after: Sequence[Event]) -> bool:
-        """Whether a resumed run delivered what the reference did. Across a handover, the
-        manifest's deliverables: a provider's own outputs (a managed stand-in's remote notes,
-        published when a turn did every call the first time) belong to the executor that ran,
-        not to the work."""
-        if not self.handover_to:
-            return deliverables(after) == deliverables(reference)
+    def same_deliverables(self, reference: Sequence[Event], after: Sequence[Event], scenario: str) -> bool:
+        """Whether a resumed run delivered what the reference did; each deliverable that differs is
+        kept for the verdict. Across a handover, the manifest's deliverables: a provider's own
+        outputs (a managed stand-in's remote notes, published when a turn did every call the first
+        time) belong to the executor that ran, not to the work."""
         named = {str(sub["deliverable"]) for sub in self.data["spec"]["subagents"] if sub.get("deliverable")}
 
         def of_the_work(events: Sequence[Event]) -> dict[str, str]:
-            return {name: sha for name, sha in deliverables(events).items() if name in named}
+            found = deliverables(events)
+            return {n: sha for n, sha in found.items() if n in named} if self.handover_to else found
 
-        return of_the_work(after) == of_the_work(reference)
+        now, then = of_the_work(after), of_the_work(reference)
+        differ = [
+            f"{self.session_id}: {name} missing"
+            if name not in now
+            else f"{self.session_id}: {name} differs (sha256 {now[name][:12]}, reference {sha256[:12]})"
+            for name, sha256 in sorted(then.items())
+            if now.get(name) != sha256
+        ]
+        self.differing += [f"{scenario}: {d}" for d in differ]
+        return not differ and now.keys() == then.keys()
 
     def report_point(
         self,
@@ -264,4 +273,5 @@ class Drill:
             reference_events=self.reference_events,
             pages=self.pages,
             answered=self.answered,
+            differing=self.differing,
         )

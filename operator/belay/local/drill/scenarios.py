@@ -287,7 +287,8 @@ def kill_after_tool_request(drill: Drill, reference: list[Event]) -> None:
     check_restored_from_last_verified(drill, before, resumed)
     twice = steps_run_twice(after)
     drill.check("no completed step ran twice", not twice, ", ".join(twice) or "each step completed once")
-    done = result.returncode == 0 and completed(after) and drill.same_deliverables(reference, after)
+    same = drill.same_deliverables(reference, after, AFTER_REQUEST)
+    done = result.returncode == 0 and completed(after) and same
     drill.check(
         "the resumed session completes with the same deliverables",
         done,
@@ -368,7 +369,8 @@ def kill_before_delivery(drill: Drill, reference: list[Event]) -> None:
         f"killed at {point}; the record ends with seq {len(before)}; nothing delivered",
     )
     result, after, resumed_s = drill.resume(home, env)
-    done = result.returncode == 0 and completed(after) and drill.same_deliverables(reference, after)
+    same = drill.same_deliverables(reference, after, BEFORE_DELIVERY)
+    done = result.returncode == 0 and completed(after) and same
     drill.check(
         "the resumed session delivers the result and completes with the same deliverables",
         done,

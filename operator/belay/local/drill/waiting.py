@@ -11,8 +11,10 @@ the drill's home, for the check that fails with it.
 With `answer_waits` (`belay drill --answer-waits`) the drill answers the waits a person answers
 without deciding anything, as a person would: an external condition is marked met (`belay approve
 SESSION WAIT`) and a question gets a neutral answer (`belay answer SESSION WAIT TEXT`); the run
-goes on and `answered` names each. An approval, an outcome to reconcile or a turn that ended without
-its deliverable are decisions the drill never takes for the person: they stop the run as before.
+goes on and `answered` names each; so does an approval that asks for the very bytes granted to the
+same step in an earlier round (a change reopened the step and its redone call sends what was
+approved). Any other approval, an outcome to reconcile or a turn that ended without its deliverable
+are decisions the drill never takes for the person: they stop the run as before.
 A wait on a child session is not a stall: the child is working, and the drill watches the
 child's record too (the waits there are named, or answered, the same way).
 """
@@ -28,7 +30,7 @@ from pathlib import Path
 from belay.harness.attempt import fault_key
 from belay.journal import commands
 from belay.journal.events import CHILD_CONDITION_PREFIX, Event, ToolRequestEvent
-from belay.journal.state import fold
+from belay.journal.state import SessionState, fold
 from belay.local.cli_process import RUN_TIMEOUT_S, is_stopped, kill_group, read_events, run_belay, start_belay
 from belay.views.briefing.build import briefing_sections
 
@@ -39,6 +41,7 @@ POLL_S = 0.2
 KILL_POLL_S = 0.01  # a kill from outside at a point of a record: as soon as it is read there
 # What the drill answers a question with under `--answer-waits`: it decides nothing.
 NEUTRAL_ANSWER = "No preference: go on as you see fit."
+APPROVED_BEFORE = "The same bytes were approved for this step before the change."
 
 
 @dataclass(frozen=True)
@@ -81,13 +84,18 @@ def open_waits(events: Sequence[Event], home: Path) -> list[OpenWait]:
     waits: list[OpenWait] = []
     for item in sections.waiting_on_you:
         question = item.kind == "decision" and item.id in state.waits
+        answer: tuple[str, ...] = ()
+        if question:
+            answer = ("answer", sid, item.id, NEUTRAL_ANSWER)
+        elif approved_before(state, item.id):
+            answer = ("approve", sid, item.id, "-m", APPROVED_BEFORE)
         waits.append(
             OpenWait(
                 text=f"{item.kind} {item.id}: {item.summary}"
                 + (f", payload sha256 {item.payload_sha256}" if item.payload_sha256 else "")
                 + f": `{item.command}`",
                 external=False,
-                answer=("answer", sid, item.id, NEUTRAL_ANSWER) if question else (),
+                answer=answer,
             )
         )
     for external in sections.waiting_on_external:
@@ -102,6 +110,27 @@ def open_waits(events: Sequence[Event], home: Path) -> list[OpenWait]:
             )
         )
     return waits
+
+
+def approved_before(state: SessionState, approval_id: str) -> bool:
+    """Whether a pending approval asks for the very bytes granted to the same step in an earlier
+    round (a change reopened the step, and its redone call sends what was approved): approving it
+    decides nothing new."""
+    asked = state.approvals.get(approval_id)
+    operation = state.operations.get(asked.operation_id) if asked is not None else None
+    if asked is None or not asked.pending or operation is None or operation.step is None:
+        return False
+    for earlier in state.approvals.values():
+        granted = state.operations.get(earlier.operation_id)
+        if (
+            earlier.decision == "granted"
+            and granted is not None
+            and granted.step == operation.step
+            and earlier.operation_id != asked.operation_id
+            and (earlier.decision_payload_sha256 or earlier.payload_sha256) == asked.payload_sha256
+        ):
+            return True
+    return False
 
 
 def child_sessions(events: Sequence[Event]) -> list[str]:
