@@ -12,7 +12,7 @@ from belay.journal.events import (
     ToolResult,
     Verification,
 )
-from belay.journal.recovery import RecoveryActionKind, recovery_plan
+from belay.journal.recovery import RecoveryActionKind, action_for, recovery_plan
 from belay.journal.state import fold
 from tests.journal.fixtures import LogBuilder, realistic_log
 
@@ -119,3 +119,20 @@ def test_recovery_plan_of_the_realistic_session() -> None:
     }
     assert set(plan.completed_steps) >= {"reproduce", "patch", "compat"}
     assert plan.attempt == 3
+
+
+def test_a_request_asked_before_a_change_reopened_its_subagent_is_not_run_again() -> None:
+    """The call was made on work the change made invalid: the sandbox is rewound to before it and
+    the reopened steps make their own calls. An unsafe one still goes to reconciliation: it may
+    have acted in the world."""
+    log = _log_with_open_requests()
+    state = fold(log.events)
+    ops = state.operations
+    for op_id in ("read", "fmt", "ticket"):
+        action = action_for(ops[op_id], frozenset(), False, superseded_at=ops[op_id].request_seq + 5)
+        assert action.action == RecoveryActionKind.SKIP_SUPERSEDED, op_id
+        assert "reopened" in action.reason
+    unsafe = action_for(ops["deploy"], frozenset(), False, superseded_at=ops["deploy"].request_seq + 5)
+    assert unsafe.action == RecoveryActionKind.AWAIT_RECONCILIATION
+    # Without a later change, the same requests run again as the effect table says.
+    assert action_for(ops["read"], frozenset(), False).action == RecoveryActionKind.RERUN

@@ -165,6 +165,8 @@ def _settles(action: RecoveryAction, by: RecoveredBy) -> str:
             what = f"keyed: runs again with the same idempotency key ({action.idempotency_key})"
         case RecoveryActionKind.SKIP_COMPLETED_STEP:
             what = f"{action.effect.value}: not run again, step {action.step} is complete"
+        case RecoveryActionKind.SKIP_SUPERSEDED:
+            what = f"{action.effect.value}: not run again, {action.reason}"
         case _:
             what = (
                 f"{action.effect.value}: never repeated; its outcome is recorded unknown and probed, "

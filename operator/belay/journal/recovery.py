@@ -29,6 +29,7 @@ class RecoveryActionKind(StrEnum):
     RERUN_WITH_KEY = "rerun_with_key"
     AWAIT_RECONCILIATION = "await_reconciliation"
     SKIP_COMPLETED_STEP = "skip_completed_step"
+    SKIP_SUPERSEDED = "skip_superseded"
 
 
 class Model(BaseModel):
@@ -121,8 +122,12 @@ def completed_steps(state: SessionState) -> tuple[str, ...]:
 RUN_AGAIN_BLINDLY = frozenset({EffectClass.READ_ONLY, EffectClass.IDEMPOTENT})
 
 
-def action_for(op: OperationRecord, done_steps: frozenset[str], unknown_recorded: bool) -> RecoveryAction:
-    """The effect table, for one tool request that has no result."""
+def action_for(
+    op: OperationRecord, done_steps: frozenset[str], unknown_recorded: bool, superseded_at: int | None = None
+) -> RecoveryAction:
+    """The effect table, for one tool request that has no result. `superseded_at`: the seq of a
+    change that reopened the request's subagent after it was asked (its sandbox is rewound to
+    before that work, and the redone steps make their own calls)."""
     common = {
         "operation_id": op.operation_id,
         "tool": op.tool,
@@ -145,6 +150,15 @@ def action_for(op: OperationRecord, done_steps: frozenset[str], unknown_recorded
             reason=reason,
             record_unknown_outcome=not unknown_recorded,
         )
+    if superseded_at is not None:
+        # Running it again would act on a workspace rewound to before it, ahead of the steps
+        # the change reopened (a fix written before the regression test that must fail first).
+        return RecoveryAction(
+            **common,
+            action=RecoveryActionKind.SKIP_SUPERSEDED,
+            reason=f"asked before the change at seq {superseded_at} reopened {op.subagent}'s work: "
+            "its step makes its calls again",
+        )
     if op.step is not None and op.step in done_steps:
         return RecoveryAction(
             **common,
@@ -162,13 +176,20 @@ def action_for(op: OperationRecord, done_steps: frozenset[str], unknown_recorded
     )
 
 
+def _superseded_at(state: SessionState, op: OperationRecord) -> int | None:
+    """The seq of the change that reopened the request's subagent after the request, if one did."""
+    subagent = state.subagents.get(op.subagent) if op.subagent else None
+    reopened = subagent.reopened_seq if subagent is not None else None
+    return reopened if reopened is not None and reopened > op.request_seq else None
+
+
 def recovery_plan(state: SessionState) -> RecoveryPlan:
     """What attempt N+1 does, from the folded record alone. Reads only the open-operation and
     reconciliation indexes, never the whole operation history."""
     done = completed_steps(state)
     done_set = frozenset(done)
     actions = tuple(
-        action_for(op, done_set, op.operation_id in state.unknown_outcomes)
+        action_for(op, done_set, op.operation_id in state.unknown_outcomes, _superseded_at(state, op))
         for op in state.open_operation_records()
     )
     reconciled = tuple(
