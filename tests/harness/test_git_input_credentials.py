@@ -6,18 +6,15 @@ or with the Secret not mounted, the input is unavailable and says why, never ech
 
 from __future__ import annotations
 
-import base64
-import os
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from belay.api.git_input import GitInput
 from belay.harness.git_input import InputUnavailable, git_input_files
+from tests.git_server import authenticated_git_server
 
 USERNAME, PASSWORD = "reader", "s3cret-token-for-the-test"
 FILES = {"README.md": b"behind a password\n", "src/lib.py": b"x = 1\n"}
@@ -51,72 +48,8 @@ def served(tmp_path: Path) -> tuple[Path, str]:
 def server(served: tuple[Path, str]) -> Iterator[str]:
     """The repository over HTTP behind Basic authentication; its URL."""
     root, _ = served
-    expected = "Basic " + base64.b64encode(f"{USERNAME}:{PASSWORD}".encode()).decode()
-
-    class GitOverHttp(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.serve()
-
-        def do_POST(self) -> None:
-            self.serve()
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass  # quiet
-
-        def serve(self) -> None:
-            if self.headers.get("Authorization") != expected:
-                self.send_response(401)
-                self.send_header("WWW-Authenticate", 'Basic realm="git"')
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            path, _, query = self.path.partition("?")
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            environment = {
-                "PATH": os.environ["PATH"],
-                "GIT_PROJECT_ROOT": str(root),
-                "GIT_HTTP_EXPORT_ALL": "1",
-                "REQUEST_METHOD": self.command,
-                "PATH_INFO": path,
-                "QUERY_STRING": query,
-                "CONTENT_TYPE": self.headers.get("Content-Type", ""),
-                "CONTENT_LENGTH": str(len(body)),
-                "REMOTE_USER": USERNAME,
-                "REMOTE_ADDR": "127.0.0.1",
-            }
-            for header, variable in (
-                ("Git-Protocol", "GIT_PROTOCOL"),
-                ("Content-Encoding", "HTTP_CONTENT_ENCODING"),
-            ):
-                if self.headers.get(header):
-                    environment[variable] = self.headers[header]
-            answer = subprocess.run(
-                ["git", "http-backend"], input=body, env=environment, capture_output=True, check=False
-            ).stdout
-            head, _, content = answer.partition(b"\r\n\r\n")
-            status = 200
-            headers = []
-            for line in head.decode().split("\r\n"):
-                name, _, value = line.partition(": ")
-                if name.lower() == "status":
-                    status = int(value.split()[0])
-                elif name:
-                    headers.append((name, value))
-            self.send_response(status)
-            for name, value in headers:
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(content)))
-            self.end_headers()
-            self.wfile.write(content)
-
-    http = ThreadingHTTPServer(("127.0.0.1", 0), GitOverHttp)
-    thread = threading.Thread(target=http.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{http.server_address[1]}/project.git"
-    finally:
-        http.shutdown()
-        http.server_close()
+    with authenticated_git_server(root, "127.0.0.1", USERNAME, PASSWORD) as url:
+        yield f"{url}/project.git"
 
 
 def mounted(directory: Path, secret: str, username: str, password: str) -> Path:

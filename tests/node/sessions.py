@@ -73,6 +73,8 @@ class SessionSetup:
     # The event store's etcd members, when not the environment's one (a three-member cluster).
     etcd_ports: list[int] = field(default_factory=list)
     sandbox_pool_size: int = 0
+    # Ports of git servers on the node's address that the harness may fetch git inputs from.
+    git_ports: list[int] = field(default_factory=list)
 
     @property
     def etcd_port(self) -> int:
@@ -91,6 +93,7 @@ class SessionSetup:
             store_egress=[EgressTarget(cidr=node, ports=stores)],
             model_egress=[EgressTarget(cidr=node, ports=[self.tickets.port])],
             sandbox_pool_size=self.sandbox_pool_size,
+            git_egress=[EgressTarget(cidr=node, ports=self.git_ports)] if self.git_ports else [],
         )
 
     def store_environment(self) -> dict[str, str]:
@@ -244,6 +247,7 @@ def operated_session(
     etcd: EtcdCluster | None = None,
     sandbox_pool_size: int = 0,
     wait_for_namespace: bool = False,
+    git_ports: list[int] | None = None,
 ) -> Iterator[SessionSetup]:
     """A namespace of its own with the stores' Secret, and the operator (a process on the host, as
     in tests/controller) watching it. The sessions are deleted afterwards, so their pods go; with
@@ -256,6 +260,7 @@ def operated_session(
         setup = new_setup(
             cluster, namespace, tickets, tickets_file, etcd=etcd, sandbox_pool_size=sandbox_pool_size
         )
+        setup.git_ports = list(git_ports or [])
         for key, value in setup.store_environment().items():
             set_env(key, value)
         operator = OperatorProcess(cluster.kube, namespace, setup.settings(), work / "operator.log")
