@@ -77,7 +77,14 @@ def _tree_files(
             continue
         meta, _, raw_path = entry.partition(b"\t")
         mode, kind, object_id = meta.decode().split(" ")
-        path = raw_path.decode("utf-8", errors="surrogateescape")
+        path = raw_path.decode("utf-8", errors="replace")
+        parts = path.split("/")
+        # Git's own checks of a tree's names run only when asked (fsckObjects): a server may send a
+        # tree holding `..` or `.git`, and its files would land outside the input's target.
+        if "\ufffd" in path or any(p in ("", ".", "..") or p.lower() == ".git" for p in parts):
+            raise InputUnavailable(
+                f"{git.url} at {git.revision} holds a path the workspace refuses: {path!r}"
+            )
         if kind != "blob" or mode not in REGULAR_FILE_MODES:
             # As for a directory input: files are copied one by one, and a link (or a submodule)
             # would stand for something outside the tree.
