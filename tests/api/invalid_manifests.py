@@ -31,6 +31,8 @@ from belay.api.agentsession import (
     EVENTS_URL_MESSAGE,
     FORK_IMMUTABLE_MESSAGE,
     IMAGE_NAME_MESSAGE,
+    INPUT_GIT_HOST_PATH_MESSAGE,
+    INPUT_ONE_SOURCE_MESSAGE,
     INPUT_SOURCE_MESSAGE,
     INPUT_TARGET_MESSAGE,
     INPUTS_DECLARED_MESSAGE,
@@ -45,6 +47,12 @@ from belay.api.agentsession import (
     RUNTIME_CLASS_MESSAGE,
     SESSION_NAME_MESSAGE,
     UNIQUE_SUBAGENTS_MESSAGE,
+)
+from belay.api.git_input import (
+    GIT_CREDENTIALS_SCHEME_MESSAGE,
+    GIT_REVISION_MESSAGE,
+    GIT_URL_CREDENTIALS_MESSAGE,
+    GIT_URL_MESSAGE,
 )
 from belay.journal.tools import MAX_CAPTURE_BYTES
 from belay.sandbox.protocol import MAX_COMMAND_BYTES
@@ -99,6 +107,17 @@ class Case:
 
 
 _SUBAGENT = valid_manifest()["spec"]["subagents"][1]
+_GIT = {"url": "https://git.example.com/project.git", "revision": "0123456789abcdef0123456789abcdef01234567"}
+
+
+def _git_input(name: str, hostPath: bool | None = None, **git: str) -> dict[str, Any]:
+    """The valid manifest with its first input taken from a repository instead, `git` changed."""
+    item: dict[str, Any] = {"git": {**_GIT, **git}, "target": "repo"}
+    if hostPath is not None:
+        item["hostPath"] = hostPath
+    return changed(name, **{"spec.subagents.0.inputs.0": item})
+
+
 _LONG_NAME = "a" * 64
 
 BOTH: list[Case] = [
@@ -273,8 +292,50 @@ BOTH: list[Case] = [
     ),
     Case(
         "input-without-source",
-        changed("no-source", **{"spec.subagents.0.inputs.0.source": DELETE}),
-        "spec.subagents[0].inputs[0].source: Required value",
+        changed(
+            "no-source",
+            **{"spec.subagents.0.inputs.0.source": DELETE, "spec.subagents.0.inputs.0.hostPath": DELETE},
+        ),
+        INPUT_ONE_SOURCE_MESSAGE,
+    ),
+    Case(
+        "input-with-a-directory-and-a-repository",
+        changed("source-and-git", **{"spec.subagents.0.inputs.0.git": _GIT}),
+        INPUT_ONE_SOURCE_MESSAGE,
+    ),
+    Case("git-input-host-path", _git_input("git-host-path", hostPath=True), INPUT_GIT_HOST_PATH_MESSAGE),
+    Case(
+        "git-url-with-a-password",
+        _git_input("git-password", url="https://someone:hunter2@git.example.com/project.git"),
+        GIT_URL_CREDENTIALS_MESSAGE,
+    ),
+    Case(
+        "git-url-with-a-token-as-user",
+        _git_input("git-token", url="https://ghp_0123456789abcdef@git.example.com/project.git"),
+        GIT_URL_CREDENTIALS_MESSAGE,
+    ),
+    Case("git-url-over-ssh", _git_input("git-ssh", url="ssh://git.example.com/project.git"), GIT_URL_MESSAGE),
+    Case("git-url-ext-transport", _git_input("git-ext", url="ext::sh -c touch% /tmp/x"), GIT_URL_MESSAGE),
+    Case(
+        "git-url-scp-like",
+        _git_input("git-scp", url="git@git.example.com:project.git"),
+        GIT_URL_MESSAGE,
+    ),
+    Case("git-revision-a-branch", _git_input("git-branch", revision="main"), GIT_REVISION_MESSAGE),
+    Case(
+        "git-revision-abbreviated",
+        _git_input("git-short", revision=_GIT["revision"][:12]),
+        GIT_REVISION_MESSAGE,
+    ),
+    Case(
+        "git-credentials-over-the-git-protocol",
+        _git_input("git-creds-git", url="git://git.example.com/project.git", credentialsSecret="git-token"),
+        GIT_CREDENTIALS_SCHEME_MESSAGE,
+    ),
+    Case(
+        "git-credentials-secret-of-another-namespace",
+        _git_input("git-creds-ns", credentialsSecret="team-b/git-token"),
+        "credentialsSecret",
     ),
     Case(
         "input-outside-declared",
@@ -551,6 +612,12 @@ CLI_ONLY: list[Case] = [
         "the plan has steps for 'reviewer', which is not a subagent of the manifest",
         files={"plan.yaml": _PLAN + "  reviewer:\n    steps:\n    - id: look\n      title: Look\n"},
         reason=_FILES_REASON,
+    ),
+    Case(
+        "git-credentials-secret-in-the-embedded-runtime",
+        _git_input("git-creds-local", credentialsSecret="git-token"),
+        "git.credentialsSecret: the embedded runtime reads no Kubernetes Secret",
+        reason="a cluster mounts the Secret into the harness pod; `belay run` reads no Secret",
     ),
     Case(
         "input-directory-missing",

@@ -56,6 +56,8 @@ def test_chart_settings_are_the_operators_settings(helm_bin: Path) -> None:
         'sessions.modelEgress=[{"cidr": "203.0.113.10/32", "ports": [443]}]',
         "--set-json",
         'sessions.storeEgress=[{"podLabels": {"app": "etcd"}, "ports": [2379]}]',
+        "--set-json",
+        'sessions.gitEgress=[{"cidr": "198.51.100.7/32", "ports": [443]}]',
     )
     container = operator_container(objects)
     env = {e["name"]: e.get("value") for e in container["env"]}
@@ -63,6 +65,7 @@ def test_chart_settings_are_the_operators_settings(helm_bin: Path) -> None:
     assert settings.store_secret == "belay-stores"
     assert settings.model_egress[0].cidr == "203.0.113.10/32"
     assert settings.store_egress[-1].pod_labels == {"app": "etcd"}  # after the events host's own
+    assert settings.git_egress[0].cidr == "198.51.100.7/32"
     assert container["envFrom"] == [{"secretRef": {"name": "belay-stores"}}]
     assert "--leader-elect" in container["args"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"

@@ -18,6 +18,7 @@ from belay.controller.desired import (
     sandbox_token_secret,
 )
 from belay.controller.settings import ETCD_CREDENTIALS_MOUNT, EgressTarget, OperatorSettings
+from belay.harness.git_input import GIT_CREDENTIALS_DIR
 from belay.harness.stopping import DRAIN_ENV, STOP_MARGIN_S
 from tests.controller.sessions import REF, spec_with, subagent
 
@@ -389,3 +390,45 @@ def test_a_sandbox_pod_carries_the_manifests_resource_walls() -> None:
     other = pods["parser-fix-sbx-researcher-0"]["spec"]["containers"][0]
     assert other["resources"]["limits"]["memory"] == "2048Mi"
     assert other["command"][other["command"].index("--max-processes") + 1] == "1024"
+
+
+def test_a_git_inputs_credentials_reach_the_harness_pod_as_files_and_never_a_sandbox() -> None:
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    url = "https://git.example.com/team-a/project.git"
+
+    def git_subagent(name: str, secret: str | None) -> dict[str, Any]:
+        git = {"url": url, "revision": revision} | ({"credentialsSecret": secret} if secret else {})
+        return {**subagent(name), "inputs": [{"git": git, "target": "repo"}], "declared": ["repo/*"]}
+
+    spec = spec_with(
+        subagents=[git_subagent("a", "git-token"), git_subagent("b", "git-token"), git_subagent("c", None)]
+    )
+    objects = desired_children(REF, spec, SETTINGS, 0)
+    pods = by_kind(objects, "Pod")
+    harness = pods["parser-fix-harness-0"]
+    container = harness["spec"]["containers"][0]
+    # One volume for the Secret both inputs name, mounted where belay.harness.git_input reads it.
+    [volume] = [v for v in harness["spec"]["volumes"] if v.get("secret", {}).get("secretName") == "git-token"]
+    assert {
+        "name": volume["name"],
+        "mountPath": str(GIT_CREDENTIALS_DIR / "git-token"),
+        "readOnly": True,
+    } in (container["volumeMounts"])
+    # Files, not environment: nothing of the Secret is in the spec the harness is given, nor in env.
+    assert not any("git-token" in json.dumps(e.get("valueFrom", {})) for e in container["env"])
+    sandboxes = [p for n, p in pods.items() if "-sbx-" in n]
+    assert len(sandboxes) == 3 and not any("git-token" in secret_names(p) for p in sandboxes)
+    # The harness reaches the git servers the chart lists (sessions.gitEgress), and no sandbox does.
+    git_server = EgressTarget(cidr="198.51.100.7/32", ports=[443])
+    policies = by_kind(
+        desired_children(REF, spec, SETTINGS.model_copy(update={"git_egress": [git_server]}), 0),
+        "NetworkPolicy",
+    )
+    reach = {name: json.dumps(p["spec"].get("egress", [])) for name, p in policies.items()}
+    assert "198.51.100.7/32" in reach["parser-fix-harness"]
+    assert not any(
+        "198.51.100.7/32" in rules for name, rules in reach.items() if name != "parser-fix-harness"
+    )
+    # A session whose git inputs name no Secret mounts none.
+    plain = harness_pod(REF, spec_with(subagents=[git_subagent("c", None)]), SETTINGS, 0)
+    assert str(GIT_CREDENTIALS_DIR) not in json.dumps(plain)

@@ -77,6 +77,8 @@ class SessionSetup:
     runtime_classes: list[str] = field(default_factory=list)
     # The record key the session's record is written under, when there is one (the chart's).
     record_key: str = ""
+    # Ports of git servers on the node's address that the harness may fetch git inputs from.
+    git_ports: list[int] = field(default_factory=list)
 
     @property
     def etcd_port(self) -> int:
@@ -96,6 +98,7 @@ class SessionSetup:
             model_egress=[EgressTarget(cidr=node, ports=[self.tickets.port])],
             sandbox_pool_size=self.sandbox_pool_size,
             allowed_runtime_classes=self.runtime_classes,
+            git_egress=[EgressTarget(cidr=node, ports=self.git_ports)] if self.git_ports else [],
         )
 
     def store_environment(self) -> dict[str, str]:
@@ -255,6 +258,7 @@ def operated_session(
     sandbox_pool_size: int = 0,
     wait_for_namespace: bool = False,
     runtime_classes: Sequence[str] = (),
+    git_ports: list[int] | None = None,
 ) -> Iterator[SessionSetup]:
     """A namespace of its own with the stores' Secret, and the operator (a process on the host, as
     in tests/controller) watching it. The sessions are deleted afterwards, so their pods go; with
@@ -273,6 +277,7 @@ def operated_session(
             sandbox_pool_size=sandbox_pool_size,
             runtime_classes=runtime_classes,
         )
+        setup.git_ports = list(git_ports or [])
         for key, value in setup.store_environment().items():
             set_env(key, value)
         operator = OperatorProcess(cluster.kube, namespace, setup.settings(), work / "operator.log")

@@ -49,6 +49,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   "sandbox_pool_refill_delay_s" .Values.sandboxPool.refillDelaySeconds
   "store_egress" (include "belay.egress" (include "belay.storeEgress" . | fromJsonArray) | fromJsonArray)
   "model_egress" (include "belay.egress" .Values.sessions.modelEgress | fromJsonArray)
+  "git_egress" (include "belay.egress" .Values.sessions.gitEgress | fromJsonArray)
   "harness_images" .Values.sessions.harnessImages
   "sandbox_images" .Values.sessions.sandboxImages
   "sandbox_runtime_classes" .Values.sessions.sandbox.runtimeClassNames

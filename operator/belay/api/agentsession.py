@@ -38,6 +38,7 @@ from pydantic_core import PydanticCustomError
 
 from belay.api.base import ApiModel
 from belay.api.bounded_yaml import FileRefused, describe_yaml_error, load_yaml, read_regular_file
+from belay.api.git_input import GitInput
 from belay.api.manifest_errors import ManifestError, describe_validation_error
 from belay.api.resources import SandboxResources
 from belay.api.status import AgentSessionStatus
@@ -88,6 +89,8 @@ INPUT_SOURCE_MESSAGE = (
     "inputs[].source must be a relative path inside the manifest's directory, without '..'; "
     "set hostPath: true on the input to copy a directory from elsewhere on the host"
 )
+INPUT_ONE_SOURCE_MESSAGE = "an input takes exactly one of source (a directory) and git (a repository)"
+INPUT_GIT_HOST_PATH_MESSAGE = "inputs[].hostPath applies only to a source directory, not to git"
 DECLARED_MESSAGE = "declared patterns must be relative to the workspace, without '..'"
 # Only declared files survive a sandbox's restore: an input outside them would be dropped without
 # a word, and what the session makes from it would not apply. So a subagent that declares its
@@ -345,7 +348,8 @@ class ExecutorSpec(ApiModel):
 
 
 class SubagentInput(ApiModel):
-    """A directory copied into the subagent's workspace when the session starts."""
+    """A directory (`source`) or a repository at one commit (`git`), copied into the subagent's
+    workspace when the session starts."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -355,8 +359,13 @@ class SubagentInput(ApiModel):
                     "message": INPUT_TARGET_MESSAGE,
                     "fieldPath": ".target",
                 },
+                {"rule": "has(self.source) != has(self.git)", "message": INPUT_ONE_SOURCE_MESSAGE},
                 {
-                    "rule": "(has(self.hostPath) && self.hostPath) || ("
+                    "rule": "!has(self.git) || !has(self.hostPath) || !self.hostPath",
+                    "message": INPUT_GIT_HOST_PATH_MESSAGE,
+                },
+                {
+                    "rule": "!has(self.source) || (has(self.hostPath) && self.hostPath) || ("
                     + _CEL_NO_DOTDOT.format(x="self.source")
                     + ")",
                     "message": INPUT_SOURCE_MESSAGE,
@@ -369,7 +378,8 @@ class SubagentInput(ApiModel):
     # Relative to the manifest for `belay run` (and inside its directory); with `hostPath: true`,
     # any directory of the machine the harness runs on (in a cluster, a path inside the harness
     # image).
-    source: str = Field(min_length=1, max_length=4096)
+    source: str | None = Field(default=None, min_length=1, max_length=4096)
+    git: GitInput | None = None
     target: str = Field(min_length=1, max_length=1024)
     host_path: bool = False
 
@@ -382,7 +392,11 @@ class SubagentInput(ApiModel):
 
     @model_validator(mode="after")
     def _source_beside_the_manifest(self) -> SubagentInput:
-        if not self.host_path and not is_workspace_relative(self.source):
+        if (self.source is None) == (self.git is None):
+            raise ValueError(INPUT_ONE_SOURCE_MESSAGE)
+        if self.git is not None and self.host_path:
+            raise ValueError(INPUT_GIT_HOST_PATH_MESSAGE)
+        if self.source is not None and not self.host_path and not is_workspace_relative(self.source):
             raise ValueError(INPUT_SOURCE_MESSAGE)
         return self
 

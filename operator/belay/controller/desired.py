@@ -25,6 +25,7 @@ from belay.api.resources import MIN_DISK_MIB, MIN_MEMORY_MIB, SandboxResources
 from belay.controller import admission, names
 from belay.controller.settings import ETCD_CREDENTIALS_MOUNT, EgressTarget, OperatorSettings
 from belay.harness.attempt import FAULT_ENV
+from belay.harness.git_input import GIT_CREDENTIALS_DIR
 from belay.harness.stopping import DRAIN_ENV, STOP_MARGIN_S
 from belay.sandbox import limits
 from belay.sandbox.egress import GLOBAL_UNICAST_IPV6, SPECIAL_PURPOSE_IPV4, SPECIAL_PURPOSE_IPV6
@@ -284,6 +285,25 @@ def harness_pod(
         volumes.append(
             {"name": "etcd-credentials", "secret": {"secretName": settings.etcd_credentials_secret}}
         )
+    git_secrets = sorted(
+        {
+            i.git.credentials_secret
+            for s in spec.subagents
+            for i in s.inputs
+            if i.git and i.git.credentials_secret
+        }
+    )
+    for n, git_secret in enumerate(git_secrets):
+        # Git inputs' credentials, by Secret name (of the session's namespace: a volume names no
+        # other), for the harness's fetch only (belay.harness.git_input); sandbox pods never see them.
+        container["volumeMounts"].append(
+            {
+                "name": f"git-credentials-{n}",
+                "mountPath": str(GIT_CREDENTIALS_DIR / git_secret),
+                "readOnly": True,
+            }
+        )
+        volumes.append({"name": f"git-credentials-{n}", "secret": {"secretName": git_secret}})
     if claimed:
         container["volumeMounts"].append(
             {"name": "sandbox-claims", "mountPath": HARNESS_CLAIMS_MOUNT, "readOnly": True}
@@ -585,6 +605,7 @@ def harness_policy(ref: SessionRef, settings: OperatorSettings) -> dict[str, Any
         egress_rule(settings.dns_egress),
         *(egress_rule(t) for t in settings.store_egress),
         *(egress_rule(t) for t in settings.model_egress),
+        *(egress_rule(t) for t in settings.git_egress),
     ]
     return _policy(
         ref,

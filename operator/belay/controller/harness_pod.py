@@ -33,6 +33,7 @@ from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult
 from belay.harness.declared import DeclaredInputs
 from belay.harness.effect_marks import derived_key
+from belay.harness.git_input import GIT_CREDENTIALS_DIR
 from belay.harness.loop import Harness
 from belay.harness.stopping import StopRequest, drain_from_environment
 from belay.harness.tickets import TicketServiceClient
@@ -196,7 +197,7 @@ async def run_attempt(environment: Mapping[str, str], stop: StopRequest | None =
             executors=executor_factory_for(session),
             tickets=TicketServiceClient(tickets_url, tickets_token) if tickets_url else None,
             effect_key=effect_key(environment),
-            inputs=DeclaredInputs(session),
+            inputs=DeclaredInputs(session, GIT_CREDENTIALS_DIR),
             holder=names.harness_holder(pod_name),
             model_id=initial_model_id(session),
             runtime_image=environment.get("BELAY_RUNTIME_IMAGE", "harness-pod"),

@@ -104,6 +104,8 @@ class OperatorSettings(Settings):
     # Where the stores and the model endpoint are: the harness's only egress besides its sandboxes.
     store_egress: list[EgressTarget] = Field(default_factory=list)
     model_egress: list[EgressTarget] = Field(default_factory=list)
+    # The git servers git inputs are fetched from (belay.harness.git_input): the harness fetches.
+    git_egress: list[EgressTarget] = Field(default_factory=list)
     # The cluster DNS, for pods whose egress names hosts.
     dns_egress: EgressTarget = EgressTarget(
         namespace_labels={"kubernetes.io/metadata.name": "kube-system"},

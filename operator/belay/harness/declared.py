@@ -11,7 +11,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from belay.api.agentsession import AgentSession
+from belay.api.agentsession import AgentSession, SubagentInput
+from belay.harness.git_input import git_input_files
 
 NEVER_DECLARED_PARTS = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".belay")
 
@@ -40,6 +41,16 @@ def input_files(source: Path, target: str) -> list[tuple[str, Path]]:
     return pairs
 
 
+def read_input(item: SubagentInput, git_credentials: Path | None) -> list[tuple[str, bytes]]:
+    """One input's files, (workspace path, bytes), caches excluded: a directory's, or those of a
+    repository's tree at its commit (belay.harness.git_input, which raises InputUnavailable)."""
+    if item.git is not None:
+        files = git_input_files(item.git, item.target, git_credentials)
+        return [(name, data) for name, data in files if not is_cache(name)]
+    assert item.source is not None
+    return [(name, path.read_bytes()) for name, path in input_files(Path(item.source), item.target)]
+
+
 def read_inputs(session: AgentSession) -> dict[str, list[tuple[str, bytes]]]:
     """Each subagent's declared input files: (workspace path, bytes), read from their sources."""
     return dict(DeclaredInputs(session))
@@ -51,7 +62,10 @@ class DeclaredInputs(Mapping[str, list[tuple[str, bytes]]]):
     every subagent from the record (whose inputs checkpoint holds the same files) never reads
     them, so a harness that replaces a lost one does not read its inputs again."""
 
-    def __init__(self, session: AgentSession) -> None:
+    def __init__(self, session: AgentSession, git_credentials: Path | None = None) -> None:
+        # Where the Secrets that git inputs name are mounted (a harness pod's
+        # belay.harness.git_input.GIT_CREDENTIALS_DIR); None where none are.
+        self._git_credentials = git_credentials
         self._subagents = {sub.name: sub for sub in session.spec.subagents}
         self._read: dict[str, list[tuple[str, bytes]]] = {}
 
@@ -59,9 +73,7 @@ class DeclaredInputs(Mapping[str, list[tuple[str, bytes]]]):
         if subagent not in self._read:
             sub = self._subagents[subagent]
             self._read[subagent] = [
-                (name, path.read_bytes())
-                for item in sub.inputs
-                for name, path in input_files(Path(item.source), item.target)
+                pair for item in sub.inputs for pair in read_input(item, self._git_credentials)
             ]
         return self._read[subagent]
 

@@ -40,6 +40,7 @@ from belay.harness.checkpoints import (
     restore_point,
     verify,
 )
+from belay.harness.git_input import InputUnavailable
 from belay.harness.revision import RESTORE_PATCH_PATH, RevisionError, make_revision
 from belay.journal.events import (
     Checkpoint,
@@ -58,6 +59,9 @@ from belay.stores.base import ArtifactStore
 UNDECLARED_STATE = "UndeclaredState"
 REVISION_MISMATCH = "RevisionMismatch"
 REWIND_FAILED = "RewindFailed"
+# An input could not be read (a repository that could not be fetched, a commit it lacks): the
+# attempt ends before anything runs, and a later one tries again.
+INPUT_UNAVAILABLE = "InputUnavailable"
 # Everything in the workspace root, hidden entries included; run in the sandbox like any command.
 EMPTY_WORKSPACE = ["find", ".", "-mindepth", "1", "-maxdepth", "1", "-exec", "rm", "-rf", "{}", "+"]
 
@@ -186,8 +190,15 @@ class Recovery:
     async def seed_inputs(self, sub: SubagentSpec, handle: SandboxHandle) -> None:
         """The subagent's declared inputs, written into its first sandbox and committed there: its
         first checkpoint (nothing completed yet), which every later patch is taken against."""
+        try:
+            # Read (a repository fetched) only now, and only for a sandbox that starts from them.
+            files = await asyncio.to_thread(lambda: list(self.inputs.get(sub.name, [])))
+        except InputUnavailable as error:
+            detail = f"{sub.name}: {error}"
+            await self.attempt.stop(INPUT_UNAVAILABLE, detail)
+            raise RecoveryFailed(INPUT_UNAVAILABLE, detail) from None
         entries = []
-        for name, data in self.inputs.get(sub.name, []):
+        for name, data in files:
             ref = await asyncio.to_thread(self.artifacts.put, data)
             entries.append(DeclaredArtifact(name=name, sha256=ref.sha256, size=ref.size, uri=ref.uri))
         await restore_declared(handle.client, self.artifacts, entries)
@@ -221,7 +232,12 @@ class Recovery:
                     attempt=self.attempt.number,
                     subagent=sub.name,
                     checkpoint_id=checkpoint_id,
-                    detail=f"{len(entries)} declared input files, revision {revision.revision[:12]}",
+                    detail=f"{len(entries)} declared input files, revision {revision.revision[:12]}"
+                    + "".join(
+                        f"; {item.target} from {item.git.url} at {item.git.revision}"
+                        for item in sub.inputs
+                        if item.git is not None
+                    ),
                 )
             ],
             subagent=sub.name,

@@ -50,7 +50,7 @@ from belay.api.bounded_yaml import FileRefused, read_regular_file
 from belay.executors.factory import Endpoint, executor_factory_for
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult, fault_key
-from belay.harness.declared import read_inputs
+from belay.harness.declared import DeclaredInputs
 from belay.harness.effect_marks import EffectKeyError, key_in_file
 from belay.harness.loop import Harness
 from belay.harness.stopping import StopRequest
@@ -310,6 +310,11 @@ def prepare_parsed(home: LocalHome, session: AgentSession, base: Path, where: st
         manifest["spec"]["executor"]["plan"] = str(home.plan_file(session.session_id))
     for sub_index, sub in enumerate(manifest["spec"]["subagents"]):
         for input_index, item in enumerate(sub.get("inputs", [])):
+            if "git" in item:
+                _no_git_credentials(
+                    item["git"], f"{where}: spec.subagents[{sub_index}].inputs[{input_index}]"
+                )
+                continue  # fetched by the harness when the subagent's first sandbox starts
             field = f"{where}: spec.subagents[{sub_index}].inputs[{input_index}].source"
             if not item.get("hostPath"):
                 _beside_the_manifest(base / item["source"], base, field)
@@ -318,6 +323,15 @@ def prepare_parsed(home: LocalHome, session: AgentSession, base: Path, where: st
             # host path by now, checked above.
             item["source"], item["hostPath"] = str(source), True
     return Installation(parse_manifest(manifest, source=where), manifest, plan, plan_source)
+
+
+def _no_git_credentials(git: dict[str, Any], field: str) -> None:
+    if "credentialsSecret" in git:
+        raise ManifestError(
+            f"{field}.git.credentialsSecret: the embedded runtime reads no Kubernetes Secret; "
+            "remove credentialsSecret and fetch a repository that needs none (a file:/// URL of a "
+            "local clone, or a server on this machine)"
+        )
 
 
 def _beside_the_manifest(source: Path, manifest_dir: Path, field: str) -> None:
@@ -624,7 +638,7 @@ async def run_local(
                 executors=executor_factory_for(session, endpoint),
                 tickets=tickets,
                 effect_key=home.effect_key(),
-                inputs=read_inputs(session),
+                inputs=DeclaredInputs(session),
                 holder=this_holder(),
                 model_id=model_id_for(session, endpoint),
                 on_event=record_and_forward,

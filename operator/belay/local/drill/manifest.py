@@ -48,6 +48,8 @@ def manifest_for(manifest: Mapping[str, Any], source: Path, executor: str) -> di
         spec["executor"]["plan"] = plan
     for sub in spec["subagents"]:
         for item in sub.get("inputs", []):
+            if "git" in item:
+                continue  # a URL, the same from anywhere
             # Absolute from here on, which the manifest allows only of a host path: a source beside
             # the manifest is one now; one the manifest did not mark and that leaves its directory
             # stays unmarked, and is refused.
