@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from belay.executors.seeding import not_run_text
 from belay.executors.standins.remote_agent import ScriptedRemoteAgent
 from belay.harness.models.base import ToolCall
 from belay.harness.models.scripted import load_plan
@@ -66,3 +67,32 @@ def test_a_change_told_after_the_turn_ended_redoes_its_steps_once(tmp_path: Path
     assert written(again) == [REJECTED_REVIEW]
     remote.read(change)  # the same change told twice: done once
     assert asked(remote) == []
+
+
+def test_a_call_not_run_because_a_change_overtook_the_turn_ends_it_and_is_asked_again_in_plan_order(
+    tmp_path: Path,
+) -> None:
+    """Mid-turn, a change reopens `review`; the agent's next call (a `report` call) comes back not
+    run: its turn ends there. Told the change, it redoes `review` in round 2, then goes on with
+    `report`, which builds on it, in the plan's order."""
+    remote = agent(tmp_path)
+    remote.read("Goal: the first goal")
+    while (call := remote.next_call()) is not None and remote.step_of(call) != "report":
+        remote.settle(True)
+    assert call is not None
+    remote.settle(False, [{"type": "text", "text": not_run_text(42)}])
+    assert remote.next_call() is None  # the turn ends; the call was not consumed
+    remote.read(
+        "\n".join(
+            [
+                "Your work was reopened after your turn ended.",
+                "- step review: planned again (round 2): request v2 (dana): timeout",
+                f"Goal: {NEW_GOAL}",
+            ]
+        )
+    )
+    again = asked(remote)
+    steps = [remote.step_of(c) for c in again]
+    assert steps.index("review") < steps.index("report") and "inspect" not in steps, steps
+    assert next(c.call_id for c in again if remote.step_of(c) == "review") == f"{SUBAGENT}.review@2.start"
+    assert remote.step_of(again[-1]) == "report"  # the call not run, asked for again at last

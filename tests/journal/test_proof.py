@@ -24,6 +24,8 @@ from belay.journal.events import (
     ToolResult,
     UserInput,
     Verification,
+    Wait,
+    WaitKind,
 )
 from belay.journal.phase import Phase, end_reason, phase_of
 from belay.journal.proof import unproven
@@ -248,3 +250,67 @@ def test_a_coordinator_succeeds_only_with_every_child_succeeded_and_its_latest_b
     assert [m.what for m in unproven(stale)] == [
         "docs.md of child session child-a: the bytes collected are not those it ended with"
     ]
+
+
+def test_the_rejected_bytes_redone_unchanged_are_done_but_not_proven() -> None:
+    record = Record()
+    record.step("publish", publish=b"patch")
+    record.finish()
+    record.add(
+        Rejection(name="fix.patch", sha256=sha("patch"), reason="cite the test", by="dana"), actor=DANA
+    )
+    record.step("publish", publish=b"patch")  # redone: the same bytes
+    record.finish()
+    state = record.state()
+    assert state.tasks["worker/publish"].status == TaskStatus.VERIFIED  # its step is done
+    [missing] = unproven(state)
+    assert (missing.kind, missing.id) == ("deliverable", "fix.patch")
+    assert "the same bytes as rejected" in missing.what and "dana: cite the test" in missing.what
+    assert phase_of(state) == Phase.NEEDS_ATTENTION
+    page = briefing(state)
+    assert page.ready_for_review == [] and broken(page) == []
+    record.step("publish", publish=b"patch, citing its test")  # the person's next round: other bytes
+    record.finish()
+    assert unproven(record.state()) == [] and phase_of(record.state()) == Phase.SUCCEEDED
+
+
+def test_a_scope_change_reopens_the_running_step_that_depends_on_it_and_ends_its_external_wait() -> None:
+    record = Record()
+    record.step("patch", parts=("bug",))
+    record.add(Task(task_id="worker/ci", title="ci", status=TaskStatus.RUNNING, owner="worker"))
+    record.add(
+        ToolRequest(
+            operation_id="worker.ci.1",
+            tool="wait_on_external",
+            arguments={"reason": "CI must pass", "condition": "ci-green"},
+            effect=EffectClass.IDEMPOTENT,
+            subagent="worker",
+            step="worker/ci",
+        )
+    )
+    record.add(
+        Wait(
+            wait_id="wait-worker.ci.1", kind=WaitKind.ON_EXTERNAL, reason="CI must pass", condition="ci-green"
+        )
+    )
+    assert "wait-worker.ci.1" in record.state().open_waits
+    record.add(
+        ScopeChange(request_version=2, summary="also CRLF", changed_parts={"bug": "CRLF too"}), actor=DANA
+    )
+    state = record.state()
+    ci = state.tasks["worker/ci"]
+    assert (ci.status, ci.round) == (TaskStatus.PLANNED, 2)  # done again in its next round
+    assert "wait-worker.ci.1" not in state.open_waits  # CI on the old work is awaited no more
+    assert state.waits["wait-worker.ci.1"].reason.startswith("withdrawn: request v2")
+    assert "worker/ci" in state.scope_changes[-1].reopened_steps
+    # A change of a part the running step does not depend on leaves it, and its wait, alone.
+    other = Record()
+    other.add(
+        Task(
+            task_id="worker/ci", title="ci", status=TaskStatus.RUNNING, owner="worker", request_parts=("bug",)
+        )
+    )
+    other.add(
+        ScopeChange(request_version=2, summary="a deadline", changed_parts={"deadline": "friday"}), actor=DANA
+    )
+    assert other.state().tasks["worker/ci"].status == TaskStatus.RUNNING

@@ -615,10 +615,19 @@ RUNNING = RunningItem(kind="task", id="fixer/one", description="one")
 
 
 def _reviewed_again() -> Briefing:
+    """The rejected bytes published again unchanged: they wait on the person; broken, they are
+    offered for review again."""
     page = _page(STARTED, ("publish", "fixer", False), ("reject", "fixer", True), ("publish", "fixer", True))
-    [review] = page.ready_for_review
-    assert review.rejected_before == "dana at 2026-11-29 09:16 UTC: wrong section"
-    return page.model_copy(update={"ready_for_review": [review.model_copy(update={"rejected_before": None})]})
+    [rejection] = page.rejections
+    assert not page.ready_for_review
+    assert any("same bytes as rejected" in a.summary for a in page.needs_attention), page.needs_attention
+    again = ReviewItem(
+        name=rejection.item,
+        sha256=rejection.sha256,
+        command=f"belay artifacts get {page.session_id} {rejection.item}",
+        alternative=f"belay reject {page.session_id} {rejection.item}",
+    )
+    return page.model_copy(update={"ready_for_review": [again]})
 
 
 def _interrupted(**fields: object) -> Briefing:
@@ -695,7 +704,7 @@ WRONG = {
             render_rows(b), (2, "made invalid (3 steps and outputs, of 5 results):"), (3, "fixer/one")
         ),
     ),
-    "rejected bytes are flagged": lambda: (_reviewed_again(), render_rows),
+    "rejected bytes are never ready for review": lambda: (_reviewed_again(), render_rows),
     "an interrupted attempt is not 'no attempt lost'": lambda: (
         _interrupted(),
         lambda b: _said(render_rows(b), (1, "attempt 1; no attempt lost, no sandbox replaced")),

@@ -23,7 +23,7 @@ from belay.api.agentsession import ManifestError, load_manifest
 from belay.cli import drilling, terminal
 from belay.cli.core import artifacts as artifact_commands
 from belay.cli.core import brief as brief_command
-from belay.cli.core.amend import Request
+from belay.cli.core.amend import Request, children_reopened
 from belay.cli.core.amend import amend as amended
 from belay.cli.core.decide import (
     OnApproval,
@@ -74,7 +74,7 @@ from belay.journal.events import (
 )
 from belay.journal.phase import attempt_alive
 from belay.journal.state.repeats import REPEATED_FAILURE, repeated_failure, repeated_failure_text
-from belay.local.children import reopen_children
+from belay.local.children import collect_ended_children, reopen_children, reopen_in_parent
 from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, drill_executor, handover_refusal
 from belay.local.fleet import LocalFleet, without_clock
 from belay.local.garbage import GRACE_S, collect, duration_s, shown_size
@@ -88,7 +88,7 @@ from belay.local.runtime import (
     load_installed,
 )
 from belay.views.briefing.build import briefing
-from belay.views.briefing.render import render_rows
+from belay.views.briefing.render import render_change_verdicts, render_rows
 from belay.views.fleet.build import fleet_view, objective_view
 from belay.views.fleet.model import OBJECTIVE_LABEL, FleetRow
 from belay.views.fleet.render import render_fleet, render_objective
@@ -217,6 +217,13 @@ def resume(
     # The record is checked before a new attempt takes the session over (RecordCorrupt): the events
     # after the latest snapshot here, those before it when the snapshot was taken.
     state = asyncio.run(open_session(home_of(session_id), session_id)).state
+    if state.children and executor is None and model is None:
+        # A child redone on its own since: its new end collected before anything else is decided.
+        collected = asyncio.run(collect_ended_children(home_of(session_id), session_id))
+        if collected:
+            if not quiet:
+                terminal.echo("\n".join(collected))
+            state = asyncio.run(open_session(home_of(session_id), session_id)).state
     if executor is None and model is None and (done := nothing_to_resume(state)):
         return terminal.echo(done)
     repeated = repeated_failure(state)
@@ -485,23 +492,25 @@ def amend(
     drafts = [EventDraft(payload=scope_change, actor=Actor(kind="user", name=by))]
     append_decision(session_id, drafts, scope_claim(version))
     children = asyncio.run(reopen_children(home_of(session_id), session_id, by))
-    recorded = briefing(known_state(session_id)).scope_changes[-1]
+    coordinator = asyncio.run(reopen_in_parent(home_of(session_id), session_id, by))
+    after = known_state(session_id)
+    recorded = briefing(after).scope_changes[-1]
     lines = [f"recorded request v{version} of {session_id} ({', '.join(change.touched)} changed, by {by})"]
-    if children:
-        reopened = ", ".join(f"{r.child} (part {r.link.part})" for r in children)
-        lines.append(f"child sessions reopened: {reopened}; the other children stand")
+    if after.children:
+        lines.append(children_reopened(after, children, change.touched))
+    # What the page says under this change, the same rows (belay.views.briefing.render).
+    lines.append(render_change_verdicts(recorded))
     if recorded.invalid_steps or recorded.invalid_outputs:
-        more = f" and {recorded.invalid_steps_omitted:,} more" if recorded.invalid_steps_omitted else ""
-        lines.append("to redo: " + (", ".join(v.step for v in recorded.invalid_steps) or "nothing") + more)
-        lines.append(
-            "invalid now: " + (", ".join(o.label for o in recorded.invalid_outputs) or "nothing else")
-        )
-        lines.append("still reusable: " + (", ".join(v.step for v in recorded.reusable_steps) or "nothing"))
         lines.append(
             f"a running harness takes it from here; otherwise continue with `belay resume {session_id}`"
         )
-    else:
-        lines.append("nothing recorded so far depended on it: every result stays reusable")
+    elif not recorded.invalidated_count:
+        lines.append("nothing recorded so far depended on it")
+    if coordinator:
+        lines.append(
+            f"its coordinator {coordinator} no longer counts what it collected from {session_id}; "
+            f"`belay resume {coordinator}` runs it again and collects its new end"
+        )
     terminal.echo("\n".join(lines))
 
 

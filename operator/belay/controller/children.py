@@ -65,7 +65,8 @@ def child_ended_write(
     """In the parent's record, once the child ended: how, its deliverables as the parent's
     artifacts, and the end of the parent's wait on it (if it waits already)."""
     payloads = child_ended(state, child, child_state)
-    return None if payloads is None else _write(f"child-ended/{uid}/{child}", payloads)
+    key = f"child-ended/{uid}/{child}/{child_state.last_seq}"  # a child that ends again: a new end
+    return None if payloads is None else _write(key, payloads)
 
 
 def child_wait_write(uid: str, state: SessionState, child: str) -> RecordWrite | None:

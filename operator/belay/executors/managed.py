@@ -65,6 +65,7 @@ from belay.executors.provider import (
 )
 from belay.executors.remote_link import BACKOFF_S, TRIES, RemoteLink, RemoteLost
 from belay.executors.seeding import (
+    not_run_text,
     plain_name,
     reopening_text,
     result_text,
@@ -263,15 +264,23 @@ class ManagedExecutor(RemoteLink):
         """A scope change or a rejection that reopened this subagent's work after its remote
         session began, told to the remote agent as its next user message, once (`say`): the end of
         a turn before it is never the answer to the request as it stands. Whether it told one."""
+        seq = self.untold_reopening(state)
+        if seq is None:
+            return False
+        await self.say(reopening_text(state, self.sub, state.remote_sessions[self.sub].seq), seq)
+        return True
+
+    def untold_reopening(self, state: SessionState) -> int | None:
+        """The seq of a scope change or a rejection that reopened this subagent's work after its
+        remote session began and that the remote agent was not told yet; None when there is none."""
         known = state.remote_sessions.get(self.sub)
         subagent = state.subagents.get(self.sub)
         seq = subagent.reopened_seq if subagent is not None else None
         if known is None or seq is None or seq <= known.seq or self.key(seq) in known.message_keys:
-            return False
+            return None
         if known.remote_session_id != self.remote_id or not steps_to_redo(state, self.sub, known.seq):
-            return False
-        await self.say(reopening_text(state, self.sub, known.seq), seq)
-        return True
+            return None
+        return seq
 
     def answered_turns(self, state: SessionState) -> set[str]:
         """The ends of turns that answer nothing now: the one this attempt reported last, and the
@@ -506,6 +515,13 @@ class ManagedExecutor(RemoteLink):
             proposed.append(ProposedCall(call.name, arguments, known.operation_id if known else None))
         decided: list[ToolCall] = []
         payloads: list[Payload] = []
+        reopened_at = self.untold_reopening(state)
+        if reopened_at is not None:
+            # The turn began before a change reopened this work: what it asks for now answers the
+            # old request (a step it believes done, a file the change rewound). Not run; the turn
+            # ends, and the change is its next message, with the steps to do again.
+            problem = not_run_text(reopened_at)
+            batch = [(call, arguments, problem) for call, arguments, _ in batch]
         for (call, arguments, problem), (operation_id, _) in zip(
             batch, operation_ids(state, self.sub, proposed), strict=True
         ):

@@ -56,6 +56,13 @@ AGAIN_LINE = re.compile(
     re.MULTILINE,
 )
 GOAL_LINE = re.compile(r"^Goal: (?P<goal>.*)$", re.MULTILINE)
+# How a call the remote agent asked for in a turn that a change overtook is answered (not run):
+# the turn ends, and the change is its next message.
+NOT_RUN = "not run: a change reopened this work after your turn began"
+
+
+def not_run_text(seq: int) -> str:
+    return f"{NOT_RUN} (seq {seq}); end your turn: the next message says what to do again"
 
 
 def task_brief(context: ExecutorContext, state: SessionState, seed: str = "") -> TaskBrief:

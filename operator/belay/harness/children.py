@@ -29,10 +29,13 @@ from belay.journal.events import (
     SessionLinkKind,
 )
 from belay.journal.phase import Phase, phase_of
-from belay.journal.state import SessionLinkRecord, SessionState
+from belay.journal.proof import deliverable_unproven
+from belay.journal.state import ArtifactRecord, SessionLinkRecord, SessionState
 from belay.views.fleet.model import OBJECTIVE_LABEL, PARENT_LABEL, PART_LABEL
 
-ENDED = (Phase.SUCCEEDED, Phase.FAILED)
+# A child that needs attention has ended too: its coordinator stops waiting on it, collects none of
+# what its record does not prove, and is not Succeeded while it is not (belay.journal.proof).
+ENDED = (Phase.SUCCEEDED, Phase.NEEDS_ATTENTION, Phase.FAILED)
 # The part as it was asked (free text), on the child's manifest: a label carries it only when it
 # is a valid label value.
 PART_ANNOTATION = "belay.dev/part"
@@ -111,15 +114,36 @@ def owed_missing(link: SessionLinkRecord, child_state: SessionState) -> str:
     return ""
 
 
+def proven_deliverables(child_state: SessionState) -> list[ArtifactRecord]:
+    """The deliverables of a child that its record proves: published, valid, not empty, made by a
+    step whose verification did not fail, not the bytes a person rejected."""
+    return sorted(
+        (
+            r
+            for r in child_state.artifacts.values()
+            if r.deliverable
+            and r.name in child_state.deliverables
+            and not deliverable_unproven(child_state, r.name)
+        ),
+        key=lambda r: r.name,
+    )
+
+
 def child_ended(state: SessionState, child: str, child_state: SessionState) -> list[Payload] | None:
     """In the coordinator's record, once the child ended: how, its deliverables as the
     coordinator's artifacts, and the end of the coordinator's wait on it (if it waits already).
-    None while the child runs, or once its end is recorded."""
+    None while the child runs, or once this very end is recorded; a child that ended again since
+    (redone after a rejection or an amend of its own) is recorded again, its new bytes collected."""
     link = state.children.get(child)
     phase = phase_of(child_state)
-    if link is None or link.phase or phase not in ENDED:
+    if link is None or phase not in ENDED:
         return None
-    delivered = sorted((r for r in child_state.artifacts.values() if r.deliverable), key=lambda r: r.name)
+    delivered = proven_deliverables(child_state)
+    if link.phase and (link.phase, link.deliverables) == (
+        phase.value,
+        tuple(sorted((r.name, r.ref.sha256) for r in delivered)),
+    ):
+        return None
     payloads: list[Payload] = [
         SessionLink(
             kind=SessionLinkKind.CHILD,

@@ -457,8 +457,11 @@ async def await_session(
         link = (await runtime.attempt.state()).children[name]
     deliverables = {f"{name}/{n}": sha for n, sha in link.deliverables}
     output = {"session": name, "phase": link.phase, "deliverables": deliverables}
-    error = None if link.phase == "Succeeded" else f"child session {name} ended {link.phase}"
-    if error is None and link.deliverable and link.deliverable not in dict(link.deliverables):
+    # A child that needs attention ended without failing: the wait on it is over, and what it did
+    # not prove is this session's too (belay.journal.proof), until the child is redone and
+    # collected again. A child that failed fails the delegation.
+    error = f"child session {name} ended {link.phase}" if link.phase == "Failed" else None
+    if link.phase == "Succeeded" and link.deliverable and link.deliverable not in dict(link.deliverables):
         error = f"child session {name} ended without its deliverable {link.deliverable}"
     return [ToolResult(operation_id=request.operation_id, ok=error is None, output=output, error=error)]
 

@@ -6,8 +6,9 @@ proves it or not. A session is Succeeded only if, for the current request versio
 - every step is done, and its verification did not fail after the last invalidation (a scope
   change or a rejection reopens a step: it is done again in its next round, and only that round's
   checkpoint counts);
-- every deliverable a subagent owes was published, is not empty, is still valid, and the step
-  that published it (when one did) is itself proven by the rule above;
+- every deliverable a subagent owes was published, is not empty, is not the very bytes a person
+  rejected under its name, is still valid, and the step that published it (when one did) is
+  itself proven by the rule above;
 - every child session the coordinator started ended Succeeded, and the bytes collected from it are
   the ones its end names (its latest); no delegation failed.
 
@@ -69,15 +70,30 @@ def publishing_step(state: SessionState, name: str) -> TaskRecord | None:
     return state.tasks.get(operation.step)
 
 
+def rejected_bytes(state: SessionState, name: str, sha256: str) -> str | None:
+    """Who turned down these very bytes under this name, and why; None when nobody did."""
+    for rejection in reversed(state.rejections):
+        if rejection.kind == "deliverable" and rejection.item == name and rejection.sha256 == sha256:
+            return f"{rejection.by or 'a person'}" + (f": {rejection.reason}" if rejection.reason else "")
+    return None
+
+
 def deliverable_unproven(state: SessionState, name: str) -> str | None:
-    """Why a published deliverable is not proven: empty, or published by a step whose verification
-    failed; None when neither (whether it is still valid is the fold's: an invalid one is
-    withdrawn)."""
+    """Why a published deliverable is not proven: empty, the very bytes a person rejected (the
+    step that made them again is done, but what it owes still waits on the person), or published
+    by a step whose verification failed; None when none of these (whether it is still valid is
+    the fold's: an invalid one is withdrawn)."""
     artifact = state.artifacts.get(name)
     if artifact is None:
         return None
     if artifact.ref.size == 0:
         return f"deliverable {name} is empty (0 bytes, sha256 {artifact.ref.sha256[:12]})"
+    rejected_by = rejected_bytes(state, name, artifact.ref.sha256)
+    if rejected_by is not None:
+        return (
+            f"deliverable {name} is the same bytes as rejected (sha256 {artifact.ref.sha256[:12]}, "
+            f"rejected by {rejected_by}): redone, it came out unchanged"
+        )
     step = publishing_step(state, name)
     failed = failed_verification(step) if step is not None else None
     if failed is not None:

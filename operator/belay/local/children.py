@@ -42,7 +42,15 @@ from belay.harness.children import (
     reopened,
 )
 from belay.journal.claims import rejection_claim, scope_claim
-from belay.journal.events import Actor, EventDraft, Payload, ScopeChange, SessionLink, SessionLinkKind
+from belay.journal.events import (
+    Actor,
+    Artifact,
+    EventDraft,
+    Payload,
+    ScopeChange,
+    SessionLink,
+    SessionLinkKind,
+)
 from belay.journal.phase import Phase
 from belay.journal.state import EMPTY, SessionLinkRecord, SessionState, fold
 from belay.lifetime import die_with_parent
@@ -121,23 +129,39 @@ class LocalChildren:
                 ended = child_wait_ended(self.state, name)
                 if ended is not None:
                     await self._record(self.parent_id, f"child-wait/{name}/{ended[0]}", ended[1])
+                if self.home.session_exists(name):  # ended again since (redone): its new end
+                    child = await self._child_state(name)
+                    if started_by(child, self.parent_id):
+                        await self._collect(name, child)
                 continue
             problem = self._install(link)
             if problem:
                 await self._refused(link, problem)
                 continue
-            known = self.child_states.get(name, EMPTY)
-            fresh = await self.store.read(name, from_seq=known.last_seq + 1)
-            child = self.child_states[name] = fold(fresh, known)
+            child = await self._child_state(name)
             told = parent_link(child, self.parent_id, link.part, link.objective)
             if told is not None:
                 await self._record(name, f"parent/{self.parent_id}", [told])
-            payloads = child_ended(self.state, name, child)
-            if payloads is not None:
-                await self._record(self.parent_id, f"child-ended/{name}/{link.round}", payloads)
-            elif self.started_round.get(name) != link.round and not await self._running(name):
+            if await self._collect(name, child):
+                continue
+            if self.started_round.get(name) != link.round and not await self._running(name):
                 self._start(name)
                 self.started_round[name] = link.round
+
+    async def _child_state(self, name: str) -> SessionState:
+        known = self.child_states.get(name, EMPTY)
+        fresh = await self.store.read(name, from_seq=known.last_seq + 1)
+        self.child_states[name] = fold(fresh, known)
+        return self.child_states[name]
+
+    async def _collect(self, name: str, child: SessionState) -> bool:
+        """The child's end recorded in the coordinator's record, when it ended and this end is not
+        recorded yet: how, its deliverables collected."""
+        payloads = child_ended(self.state, name, child)
+        if payloads is None:
+            return False
+        await self._record(self.parent_id, f"child-ended/{name}/{child.last_seq}", payloads)
+        return True
 
     def _install(self, link: SessionLinkRecord) -> str:
         """The child's entry in the home, written once; why it cannot be ('' when it is)."""
@@ -292,5 +316,75 @@ async def reject_collected(
         except ClaimTaken as taken:
             return taken.seq
         return found
+    finally:
+        await store.close()
+
+
+def started_by(child: SessionState, parent: str) -> bool:
+    """Whether the session is the child `parent` started (not another session of that name)."""
+    return child.parent is not None and child.parent.session == parent
+
+
+async def collect_ended_children(home: LocalHome, parent: str) -> list[str]:
+    """Before a coordinator's resume: each child that ended since its end was last recorded here
+    (redone after a person's rejection or amend of its own) recorded again, its new bytes
+    collected, as the attempt's follower would; one line per child collected."""
+    from belay.journal.snapshots import load_state
+
+    store = home.open_event_store()
+    artifacts = home.open_artifact_store()
+    lines = []
+    try:
+        state = (await load_state(store, artifacts, parent)).state
+        for name in sorted(state.children):
+            if not home.session_exists(name):
+                continue
+            child = (await load_state(store, artifacts, name)).state
+            payloads = child_ended(state, name, child) if started_by(child, parent) else None
+            if payloads is None:
+                continue
+            await store.append(
+                parent,
+                [EventDraft(payload=p, actor=RUNTIME) for p in payloads],
+                idempotency_key=f"children/{parent}/child-ended/{name}/{child.last_seq}",
+            )
+            ended = payloads[0].phase if isinstance(payloads[0], SessionLink) else ""
+            names = ", ".join(
+                f"{a.name} (sha256 {a.ref.sha256[:12]})" for a in payloads if isinstance(a, Artifact)
+            )
+            lines.append(
+                f"child session {name} ended {ended} since: collected {names or 'nothing it proves'}"
+            )
+        return lines
+    finally:
+        await store.close()
+
+
+async def reopen_in_parent(home: LocalHome, child: str, by: str) -> str | None:
+    """After a person's rejection or amend of a child session itself: in its coordinator's record,
+    the child reopened, so the coordinator no longer counts the end it collected (its bytes are
+    invalid there) and collects the child's next end at its next resume. The coordinator's name,
+    or None when the session has no coordinator or its end is not recorded there."""
+    from belay.journal.snapshots import load_state
+
+    store = home.open_event_store()
+    artifacts = home.open_artifact_store()
+    try:
+        state = (await load_state(store, artifacts, child)).state
+        if state.parent is None:
+            return None
+        parent = state.parent.session
+        if not home.session_exists(parent):
+            return None
+        link = (await load_state(store, artifacts, parent)).state.children.get(child)
+        if link is None or not link.phase:
+            return None
+        again = SessionLink(kind=SessionLinkKind.CHILD, session=child, part=link.part, reopened=True)
+        await store.append(
+            parent,
+            [EventDraft(payload=again, actor=Actor(kind="user", name=by))],
+            idempotency_key=f"children/{parent}/reopen/{child}/seq{state.last_seq}",
+        )
+        return parent
     finally:
         await store.close()

@@ -120,12 +120,13 @@ def counts_match_lines(b: Briefing, rows: Sequence[Row]) -> Iterable[str]:
             yield f"{text!r} counts {match.group(1)}, {lines} lines follow"
 
 
-def rejected_bytes_flagged(b: Briefing, rows: Sequence[Row]) -> Iterable[str]:
-    """Bytes ready for review that a person rejected before say so where they are listed."""
+def rejected_bytes_wait(b: Briefing, rows: Sequence[Row]) -> Iterable[str]:
+    """Bytes a person rejected under a name are never ready for review under it again: redone
+    unchanged, they wait on the person ("the same bytes as rejected", under needs attention)."""
     rejected = {(r.item, r.sha256) for r in b.rejections if r.kind == "deliverable"}
     for review in b.ready_for_review:
-        if (review.name, review.sha256) in rejected and not review.rejected_before:
-            yield f"{review.name} ({review.sha256}) is the rejected bytes, unflagged"
+        if (review.name, review.sha256) in rejected:
+            yield f"{review.name} ({review.sha256}) is the rejected bytes, offered for review again"
 
 
 def lost_means_lost(b: Briefing, rows: Sequence[Row]) -> Iterable[str]:
@@ -245,7 +246,7 @@ LAWS: dict[str, Law] = {
     "every wait carries its command": wait_has_its_command,
     "an ended session runs nothing": ended_runs_nothing,
     "counts equal the lines under them": counts_match_lines,
-    "rejected bytes are flagged": rejected_bytes_flagged,
+    "rejected bytes are never ready for review": rejected_bytes_wait,
     "an interrupted attempt is not 'no attempt lost'": lost_means_lost,
     "a resume names each subagent's next step": next_per_subagent,
     "a reopened session waits for a resume": reopened_is_no_interruption,

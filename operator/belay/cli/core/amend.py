@@ -12,6 +12,8 @@ from pathlib import Path
 
 from belay.api.agentsession import ManifestError, load_manifest
 from belay.cli.core.errors import CommandError
+from belay.harness.children import Reopening
+from belay.journal.state import SessionState
 
 
 @dataclass(frozen=True)
@@ -85,4 +87,24 @@ def amend(
         changed_parts=changed,
         removed_parts=dropped,
         goal_changed=new_goal != current.goal,
+    )
+
+
+def children_reopened(state: SessionState, reopened: Sequence[Reopening], touched: Sequence[str]) -> str:
+    """What an amend of a coordinator did to its children, in one line: those it reopened (a
+    child's request is its part of this request: the same rule by which a change reopens the
+    steps that depend on what it touched), and those that stand; or, plainly, that none depends
+    on what changed."""
+    again = {r.child for r in reopened}
+    standing = ", ".join(
+        f"{name} (part {link.part})" for name, link in sorted(state.children.items()) if name not in again
+    )
+    if again:
+        named = ", ".join(f"{r.child} (part {r.link.part})" for r in reopened)
+        return f"child sessions reopened: {named}; " + (
+            f"the other children stand: {standing}" if standing else "no other child"
+        )
+    return (
+        f"no child session depends on what changed ({', '.join(touched)}): a child's request is its own goal "
+        f"and its part of this request, so every child stands: {standing}"
     )

@@ -471,7 +471,7 @@ class AnthropicManagedStandin(StandinServer[RemoteSession]):
         elif event["type"] == "user.custom_tool_result":
             if event["custom_tool_use_id"] == session.pending:
                 session.pending = None
-                session.remote.settle(not event.get("is_error", False))
+                session.remote.settle(not event.get("is_error", False), event.get("content") or "")
                 self._running(session)
                 self._advance(session)
         elif event["type"] == "user.interrupt":

@@ -503,7 +503,7 @@ class OpenAIAgentsStandin(StandinServer[RemoteSession]):
         counts.accepted += 1
         session.answered[pending.call_id] = pending.name
         session.pending = None
-        session.remote.settle(success)
+        session.remote.settle(success, event.get("error") or event.get("output") or "")
         item = {
             "id": new_id("fco"),
             "type": "function_call_output",

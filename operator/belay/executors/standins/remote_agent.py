@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from belay.executors.seeding import goal_of, redone_steps, seeded_steps
+from belay.executors.seeding import NOT_RUN, goal_of, redone_steps, seeded_steps
 from belay.harness.models.base import ToolCall
 from belay.harness.models.scripted import (
     PlanError,
@@ -34,6 +34,14 @@ from belay.harness.models.scripted import (
 )
 
 SUBAGENT_METADATA_KEY = "belay_subagent"
+
+
+def text_of(content: Any) -> str:
+    """A message or a result as text (the provider's content blocks joined)."""
+    if isinstance(content, str):
+        return content
+    blocks = content if isinstance(content, list) else []
+    return "".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict))
 
 
 def remote_notes_name(subagent: str) -> str:
@@ -62,6 +70,9 @@ class ScriptedRemoteAgent:
         self.outcomes: list[tuple[str, bool]] = []
         self.published = False
         self.seeded = False
+        # A call came back not run (a change overtook the turn): the turn ends, and the call is
+        # asked for again after the next message, where the plan has it.
+        self.held = False
 
     @classmethod
     def for_metadata(cls, plan: ScriptedPlan, metadata: dict[str, str]) -> ScriptedRemoteAgent:
@@ -84,9 +95,8 @@ class ScriptedRemoteAgent:
     def read(self, content: Any) -> None:
         """A user message (text, or the provider's content blocks). Before the agent asked for
         anything, a seeded one says where to start; any may name steps to do again."""
-        if not isinstance(content, str):
-            blocks = content if isinstance(content, list) else []
-            content = "".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict))
+        content = text_of(content)
+        self.held = False
         steps = seeded_steps(content)
         again = redone_steps(content)
         if (steps or again) and not (self.position or self.outcomes or self.seeded):
@@ -114,11 +124,26 @@ class ScriptedRemoteAgent:
         if self.plan is None:
             return
         fresh = {step for step in again if (step, again[step][0]) not in self.redone}
+        if not fresh:
+            return
         start = self.position + (1 if self.asking else 0)  # the call asked for waits on its result
-        upcoming = self.calls[start:]
-        self.calls[start:] = [c for c in upcoming if self.step_of(c) not in fresh]
+        upcoming = [c for c in self.calls[start:] if self.step_of(c) not in fresh]
+        # In the plan's order: a step still to do that comes after one done again is done after it
+        # (it builds on the redone work); the steps before stay first.
+        order = {s.id: index for index, s in enumerate(self.plan.steps)}
+        first = min(order.get(step, len(order)) for step in fresh)
+        before = [c for c in upcoming if order.get(self.step_of(c), -1) < first]
+        after = [c for c in upcoming if order.get(self.step_of(c), -1) >= first]
+        redone: list[ToolCall] = []
         for step in [s.id for s in self.plan.steps if s.id in fresh]:
-            self.calls += self.redo(step, again[step], goal)
+            redone += self.redo(step, again[step], goal)
+        by_step: dict[str, list[ToolCall]] = {}
+        for call in [*redone, *after]:
+            by_step.setdefault(self.step_of(call), []).append(call)
+        later = [
+            call for step in sorted(by_step, key=lambda s: order.get(s, len(order))) for call in by_step[step]
+        ]
+        self.calls[start:] = [*before, *later]
 
     def redo(self, step: str, again: tuple[int, bool], goal: str) -> list[ToolCall]:
         """The calls of `step` done again in its round (`again`: the round, and whether a
@@ -137,6 +162,8 @@ class ScriptedRemoteAgent:
     def next_call(self) -> ToolCall | None:
         """The call to ask for now; None when the turn ends here: the plan is done, or it has the
         agent stop short before this call (once)."""
+        if self.held:
+            return None
         call = self.upcoming()
         said = self.stops.get(call.call_id) if call is not None else None
         if call is None or said is None or call.call_id in self.stopped:
@@ -146,8 +173,13 @@ class ScriptedRemoteAgent:
         self.stopping = said
         return None
 
-    def settle(self, success: bool) -> None:
-        """The pending call has its first result: the agent moves on, whatever the result says."""
+    def settle(self, success: bool, said: Any = "") -> None:
+        """The pending call has its first result: the agent moves on, whatever the result says;
+        but a call not run because a change overtook the turn ends the turn, to be asked again."""
+        if not success and NOT_RUN in text_of(said):
+            self.asking = False
+            self.held = True
+            return
         call = self.calls[self.position]
         self.outcomes.append((call.name, success))
         self.position += 1

@@ -117,6 +117,20 @@ def invalidate(
     return invalidate_from(s.results, direct, seq=seq, version=version)
 
 
+def running_on(s: SessionState, touched_parts: Iterable[str]) -> tuple[str, ...]:
+    """The steps running when a scope change touches what they depend on (a step that named no
+    inputs depends on all of the request). What such a step does next would answer the old request
+    (a wait on CI ends for the old patch), so it is reopened like a finished one."""
+    touched = set(touched_parts)
+    return tuple(
+        task.task_id
+        for task in s.tasks.values()
+        if task.task_id not in s.subagents
+        and task.status == TaskStatus.RUNNING
+        and (task.request_parts is None or touched.intersection(task.request_parts))
+    )
+
+
 def invalidate_from(
     results: Map[str, ResultRecord], direct: dict[str, str], *, seq: int, version: int | None
 ) -> tuple[Map[str, ResultRecord], tuple[str, ...]]:
@@ -179,6 +193,7 @@ def reopen(
     if reopened:
         _reopen_steps(s, updates, reopened, seq=seq, because=because, by_rejection=by_rejection)
         _reopen_session(s, updates, seq=seq, because=because)
+        withdraw_external_waits(s, updates, (t.task_id for t in reopened), seq=seq, because=because)
     _withdraw_deliverables(s, updates, invalid_ids, seq=seq, because=because)
     forget_invalid_checkpoints(s, updates, results)
     return tuple(t.task_id for t in reopened)
@@ -264,6 +279,27 @@ def _withdraw_deliverables(
                 withdrawn = {"resolved": True, "last_seq": seq, "reason": f"withdrawn: {because}"}
                 waits = waits.set(wait_id, replaced(waits[wait_id], withdrawn))
         updates["deliverables"], updates["waits"], updates["open_waits"] = deliverables, waits, open_waits
+
+
+def withdraw_external_waits(
+    s: SessionState, updates: Updates, steps: Iterable[str], *, seq: int, because: str
+) -> None:
+    """An external condition a reopened step waits on (CI on the work the change made invalid) is
+    no longer awaited: the wait ends withdrawn, so the step is done again at once, and a new wait,
+    on the new work, is opened by its next round."""
+    reopened = set(steps)
+    waits: Map[str, WaitRecord] = updates.get("waits", s.waits)
+    open_waits: Map[str, int] = updates.get("open_waits", s.open_waits)
+    for operation_id in s.open_operations:
+        operation = s.operations.get(operation_id)
+        if operation is None or operation.tool != "wait_on_external" or operation.step not in reopened:
+            continue
+        wait_id = f"wait-{operation_id}"  # the id the harness gives the wait its call opens
+        if wait_id in open_waits and waits[wait_id].kind == WaitKind.ON_EXTERNAL:
+            open_waits = open_waits.delete(wait_id)
+            withdrawn = {"resolved": True, "last_seq": seq, "reason": f"withdrawn: {because}"}
+            waits = waits.set(wait_id, replaced(waits[wait_id], withdrawn))
+    updates["waits"], updates["open_waits"] = waits, open_waits
 
 
 def _reopen_session(s: SessionState, updates: Updates, *, seq: int, because: str) -> None:

@@ -191,7 +191,11 @@ def scope_change_item(
         at=change.at,
         changes=[RequestDifference(part=c.part, before=c.before, after=c.after) for c in change.changes],
         invalid_steps=[
-            step_verdict(state, step, scan.why[step][1] if step in scan.why else "its work was turned down")
+            step_verdict(
+                state,
+                step,
+                scan.why[step][1] if step in scan.why else "it was under way on what changed: done again",
+            )
             for step in scan.shown_steps
         ],
         invalid_steps_omitted=len(change.reopened_steps) - len(scan.shown_steps),

@@ -17,7 +17,7 @@ from datetime import datetime
 from belay.journal.events import CHILD_CONDITION_PREFIX
 from belay.journal.handover import change_phrase
 from belay.views import escaping
-from belay.views.briefing.model import Briefing, NoteItem, RequestDifference, StepVerdict
+from belay.views.briefing.model import Briefing, NoteItem, RequestDifference, ScopeChangeItem, StepVerdict
 
 Row = tuple[int, str]
 
@@ -93,42 +93,55 @@ def _scope_change_rows(b: Briefing) -> list[Row]:
             rows.append((2, "; ".join(differences) + f"; made {c.invalidated_count} results invalid{redone}"))
             continue
         rows += [(2, difference) for difference in differences]
-        invalid = [_verdict(v) for v in c.invalid_steps]
-        if c.invalid_steps_omitted:
-            invalid.append(f"... and {c.invalid_steps_omitted:,} more steps")
-        invalid += [f"{o.label} ({o.source}): {o.why}" for o in c.invalid_outputs]
-        if c.invalid_outputs_omitted:
-            invalid.append(f"... and {c.invalid_outputs_omitted} more")
-        if invalid:
-            listed = (
-                len(c.invalid_steps)
-                + c.invalid_steps_omitted
-                + len(c.invalid_outputs)
-                + c.invalid_outputs_omitted
-            )
-            rows.append(
-                (
-                    2,
-                    f"made invalid ({listed} steps and outputs, of {c.invalidated_count} results; "
-                    "the steps are redone):",
-                )
-            )
-        elif c.invalidated_count:
-            rows.append(
-                (2, f"made invalid: {c.invalidated_count} intermediate results, no step, artifact or note")
-            )
-        else:
-            rows.append((2, "made invalid: nothing"))
-        rows += [(3, line) for line in invalid]
-        reusable = [_verdict(v) for v in c.reusable_steps]
-        if c.reusable_steps_omitted:
-            reusable.append(f"... and {c.reusable_steps_omitted} more steps")
-        reusable += [f"{o.label} ({o.source})" for o in c.reusable_outputs]
-        if c.reusable_outputs_omitted:
-            reusable.append(f"... and {c.reusable_outputs_omitted} more")
-        rows.append((2, "still reusable:" if reusable else "still reusable: nothing"))
-        rows += [(3, line) for line in reusable]
+        rows += [(level + 2, text) for level, text in change_verdict_rows(c)]
     return rows
+
+
+def change_verdict_rows(c: ScopeChangeItem) -> list[Row]:
+    """What a scope change made invalid and what stays reusable, each with why: the page's rows
+    (level 0 a heading, 1 an item under it), and `belay amend`'s own output, one computation."""
+    rows: list[Row] = []
+    invalid = [_verdict(v) for v in c.invalid_steps]
+    if c.invalid_steps_omitted:
+        invalid.append(f"... and {c.invalid_steps_omitted:,} more steps")
+    invalid += [f"{o.label} ({o.source}): {o.why}" for o in c.invalid_outputs]
+    if c.invalid_outputs_omitted:
+        invalid.append(f"... and {c.invalid_outputs_omitted} more")
+    if invalid:
+        listed = (
+            len(c.invalid_steps)
+            + c.invalid_steps_omitted
+            + len(c.invalid_outputs)
+            + c.invalid_outputs_omitted
+        )
+        rows.append(
+            (
+                0,
+                f"made invalid ({listed} steps and outputs, of {c.invalidated_count} results; "
+                "the steps are redone):",
+            )
+        )
+    elif c.invalidated_count:
+        rows.append(
+            (0, f"made invalid: {c.invalidated_count} intermediate results, no step, artifact or note")
+        )
+    else:
+        rows.append((0, "made invalid: nothing"))
+    rows += [(1, line) for line in invalid]
+    reusable = [_verdict(v) for v in c.reusable_steps]
+    if c.reusable_steps_omitted:
+        reusable.append(f"... and {c.reusable_steps_omitted} more steps")
+    reusable += [f"{o.label} ({o.source})" for o in c.reusable_outputs]
+    if c.reusable_outputs_omitted:
+        reusable.append(f"... and {c.reusable_outputs_omitted} more")
+    rows.append((0, "still reusable:" if reusable else "still reusable: nothing"))
+    rows += [(1, line) for line in reusable]
+    return rows
+
+
+def render_change_verdicts(c: ScopeChangeItem) -> str:
+    """`change_verdict_rows` as text, as the page indents them under the change."""
+    return "\n".join("  " * level + escaping.inline(text) for level, text in change_verdict_rows(c))
 
 
 def _rejection_rows(b: Briefing) -> list[Row]:

@@ -15,7 +15,7 @@ from belay.journal.events import (
     UserInputEvent,
 )
 from belay.journal.state.building import Updates, decided, new_record, replaced
-from belay.journal.state.invalidation import invalidate, invalidate_from, reopen
+from belay.journal.state.invalidation import invalidate, invalidate_from, reopen, running_on
 from belay.journal.state.records import (
     GOAL_PART,
     ApprovalRecord,
@@ -73,6 +73,7 @@ def on_scope_change(s: SessionState, e: ScopeChangeEvent) -> Updates:
         s,
         updates,
         invalidated=invalidated,
+        steps=running_on(s, touched),
         seq=e.seq,
         because=f"request v{p.request_version} ({who}): {p.summary}",
         by_rejection=False,

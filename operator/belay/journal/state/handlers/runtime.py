@@ -257,7 +257,10 @@ def on_session_link(s: SessionState, e: SessionLinkEvent) -> Updates:
         "deliverable": p.deliverable or (known.deliverable if known else ""),
         "seq": known.seq if known else e.seq,
         "phase": p.phase or (known.phase if known else ""),
-        "deliverables": tuple(sorted(p.deliverables.items())) or (known.deliverables if known else ()),
+        # An end names every deliverable it brought (none, too); any other link keeps the known ones.
+        "deliverables": tuple(sorted(p.deliverables.items()))
+        if p.phase
+        else (known.deliverables if known else ()),
         "round": known.round if known else 1,
     }
     if p.reopened and known is not None:
