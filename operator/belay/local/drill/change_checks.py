@@ -9,7 +9,9 @@ the objective (the session, and a coordinator's children) once the resumed run e
   rejection: the rejected one is published anew after the rejection, the others are the
   uninterrupted run's);
 - no unsafe call answered twice, and the ticket service holds the tickets the record shows filed;
-- the page's phase (`belay brief`) is Succeeded, and the record proves it (`belay.journal.proof`).
+- the page's phase (`belay brief`) is Succeeded, and the record proves it (`belay.journal.proof`);
+  after a rejection, a redo that made the very bytes rejected (an executor that decides the same
+  way twice, as a plan does) must instead leave the page Needs attention for that alone.
 
 Each failure names the session and the step or the deliverable; the deliverables that differ are
 also kept for the drill's verdict (`DrillReport.differing`).
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from belay.journal.events import ArtifactEvent, Event, RejectionEvent, ScopeChangeEvent
 from belay.journal.phase import Phase, phase_of
-from belay.journal.proof import publishing_step, unproven, unproven_text
+from belay.journal.proof import Missing, publishing_step, rejected_bytes, unproven, unproven_text
 from belay.journal.state import fold
 from belay.journal.verdicts import (
     deliverables,
@@ -135,13 +137,35 @@ def rejected_pairs(drill: Drill, rejected: str | None) -> set[tuple[str, str]]:
     return {(drill.session_id, rejected)} | collected
 
 
-def phase_proven(home: Path, session: str, events: Sequence[Event]) -> str | None:
-    """Why the page's phase is not Succeeded proven by the record; None when it is."""
+def waits_on_unchanged_bytes(session: str, after: Mapping[str, list[Event]]) -> bool:
+    """Whether all the record lacks to prove `session` done is deliverables redone with the very
+    bytes a person rejected (in it, or in a child it depends on): the page then rightly waits on
+    the person, and that is the outcome a rejection has on an executor that decides the same way
+    twice."""
+    missing = unproven(fold(after[session]))
+    return bool(missing) and all(_unchanged(session, item, after) for item in missing)
+
+
+def _unchanged(session: str, item: Missing, after: Mapping[str, list[Event]]) -> bool:
+    if item.kind == "child":
+        return item.id in after and waits_on_unchanged_bytes(item.id, after)
+    state = fold(after[session])
+    artifact = state.artifacts.get(item.id) if item.kind == "deliverable" else None
+    return artifact is not None and rejected_bytes(state, item.id, artifact.ref.sha256) is not None
+
+
+def phase_proven(
+    home: Path, session: str, after: Mapping[str, list[Event]], rejected: str | None = None
+) -> str | None:
+    """Why the page's phase is not Succeeded proven by the record (or, after a rejection redone
+    with the same bytes, Needs attention for that alone); None when it is."""
     page = read_page(home, session).phase.value
-    state = fold(events)
+    state = fold(after[session])
     missing = unproven(state)
     recorded = phase_of(state)
     if page == Phase.SUCCEEDED.value and recorded == Phase.SUCCEEDED and not missing:
+        return None
+    if rejected and page == Phase.NEEDS_ATTENTION.value and waits_on_unchanged_bytes(session, after):
         return None
     record = unproven_text(missing) if missing else f"the record's phase is {recorded.value}"
     return f"{session}: the page says {page}; {record}"
@@ -205,7 +229,7 @@ def judge_change(
         )
         and passed
     )
-    unproven_pages = [why for s, events in after.items() if (why := phase_proven(home, s, events))]
+    unproven_pages = [why for s in after if (why := phase_proven(home, s, after, rejected))]
     passed = (
         drill.check(
             f"{scenario}: the page says Succeeded and the record proves it",
