@@ -19,7 +19,10 @@ is stopped with SIGKILL, as a person who walks away and comes back later would l
 answers what waits on them until every session ends, and each must be proven Succeeded with the
 bytes a fresh, uninterrupted run of the final request delivers (the same answers given to it).
 
-Bounded and seeded: a few examples of a few moves each (`derandomize`), in `make test`.
+Bounded and seeded: a few examples of a few moves each (`derandomize`), in `make test`; a failing
+example is reported as it ran, not shrunk. To explore others: `BELAY_PERSON_RANDOM=1` with
+pytest's `--hypothesis-seed=N`, `BELAY_PERSON_EXAMPLES` and `BELAY_PERSON_STEPS` for the bounds,
+and `BELAY_PERSON_TRACE=1` (with `-s`) to see each move as it is made.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from typer.testing import CliRunner
@@ -554,6 +557,8 @@ PersonAtRandom.TestCase.settings = settings(
     stateful_step_count=int(os.environ.get("BELAY_PERSON_STEPS", "6")),
     # Fixed in `make test`; BELAY_PERSON_RANDOM=1 with pytest's --hypothesis-seed explores others.
     derandomize=not os.environ.get("BELAY_PERSON_RANDOM"),
+    # A failing example is reported as it ran: shrinking it would take many more runs of minutes.
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),
     database=None,
     deadline=None,
     suppress_health_check=list(HealthCheck),
