@@ -27,9 +27,11 @@ and `BELAY_PERSON_TRACE=1` (with `-s`) to see each move as it is made.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import tempfile
@@ -267,8 +269,6 @@ def laws_broken(home: Path) -> tuple[list[str], dict[str, Briefing]]:
 
 def answer_text(command: str, text: str) -> list[str]:
     """A printed command as run, its "..." placeholder filled with `text`."""
-    import shlex
-
     words = shlex.split(command)
     assert words[0] == "belay", command
     return [text if w == "..." else w for w in words[1:]]
@@ -291,7 +291,6 @@ def person_moves(page: Briefing) -> list[tuple[str, list[str]]]:
 
 def alive_harness(home: Path, session_id: str) -> int | None:
     """The pid of the session's live harness process, if any."""
-    import asyncio
 
     async def holder() -> str | None:
         store = LocalHome(home).open_event_store()
