@@ -89,6 +89,7 @@ from belay.local.runtime import (
     install_session,
     load_installed,
 )
+from belay.local.standin_process import stop_orphan_standins
 from belay.views.briefing.build import briefing
 from belay.views.briefing.render import render_rows
 from belay.views.fleet.build import fleet_view, objective_view
@@ -632,8 +633,9 @@ def gc(
     ] = f"{GRACE_S / 3600:g}h",
 ) -> None:
     """Remove what no record of the home needs: partial uploads, blobs no record names (older than
-    the grace period), and superseded sandbox workspaces (also done after every `belay resume`).
-    Refused, removing nothing, while a record the home shows cannot be read."""
+    the grace period), and superseded sandbox workspaces (also done after every `belay resume`);
+    and stop the local stand-ins whose `belay` process is gone. Refused, removing nothing, while a
+    record the home shows cannot be read."""
     try:
         grace_s = duration_s(grace)
     except ValueError as error:
@@ -641,6 +643,9 @@ def gc(
     collected = asyncio.run(collect(Context.home, dry_run=dry_run, grace_s=grace_s))
     for item in collected.removed:
         sys.stdout.write(f"{item.kind}: {item.path} ({shown_size(item.size)})\n")
+    for directory in stop_orphan_standins(Context.home.root, dry_run=dry_run):
+        verb = "would stop" if dry_run else "stopped"
+        sys.stdout.write(f"orphan stand-in: {directory} ({verb}: the belay process that used it is gone)\n")
     sys.stdout.write(collected.summary("would remove" if dry_run else "removed") + "\n")
     if collected.live_attempt:
         terminal.echo("belay: an attempt is running: what was written since it started was kept", err=True)

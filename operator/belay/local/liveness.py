@@ -31,6 +31,7 @@ from belay.api.agentsession import SubagentSpec
 from belay.harness.recovery import SandboxHandle, SandboxProvider
 from belay.journal.events import now_utc
 from belay.journal.phase import Liveness
+from belay.lifetime import process_alive, process_start
 from belay.stores.base import EventStore, Lease, StoreError
 from belay.views.briefing.model import SandboxItem
 
@@ -41,24 +42,6 @@ SERVER_RECORD = "server.json"
 
 # --------------------------------------------------------------------------------------------------
 # Processes
-
-
-def process_start(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot; None when there is no such process or
-    it has exited (a zombie waiting for its parent is not alive)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-    if fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
-
-
-def process_alive(pid: int, start: int | None = None) -> bool:
-    found = process_start(pid)
-    return found is not None and (start is None or found == start)
 
 
 def this_holder() -> str:
