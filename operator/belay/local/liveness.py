@@ -73,11 +73,17 @@ def holder_alive(holder: str) -> bool | None:
     return process_alive(*process)
 
 
-async def local_liveness(store: EventStore, session_id: str) -> Liveness:
-    """Liveness as `belay` sees it on this machine: a person resumes an interrupted session."""
+async def local_liveness(store: EventStore, session_id: str, starter: str | None = None) -> Liveness:
+    """Liveness as `belay` sees it on this machine: a person resumes an interrupted session. With
+    `starter` (a child's coordinator), of a session no attempt has taken yet: whether the
+    coordinator's attempt, which starts it, is alive."""
     lease = await store.current_lease(session_id)
     renewal = await store.lease_renewal(session_id)
-    return liveness_from(lease, renewal.number if renewal else 0, renewal.renewed_at if renewal else None)
+    liveness = liveness_from(lease, renewal.number if renewal else 0, renewal.renewed_at if renewal else None)
+    if lease is not None or starter is None:
+        return liveness
+    starting = await store.current_lease(starter)
+    return liveness.model_copy(update={"starter_alive": bool(starting and holder_alive(starting.holder))})
 
 
 def liveness_from(lease: Lease | None, renewed_lease: int, renewed_at: datetime | None) -> Liveness:
