@@ -13,9 +13,9 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 pytest_plugins = ["tests.testenv.fixtures"]
 
 # A session's local stand-in outlives the `belay` process that started it (as a provider would) and
-# stops after this long with no request: a test stops the ones it knows of, and one it left behind
+# stops this long after that process is gone: a test stops the ones it knows of, and one it left behind
 # goes soon (`belay.local.standin_process`).
-os.environ.setdefault("BELAY_STANDIN_IDLE_S", "300")
+os.environ.setdefault("BELAY_STANDIN_GRACE_S", "300")
 
 
 @pytest.fixture(autouse=True)

@@ -57,6 +57,26 @@ def become_subreaper() -> bool:
     return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
+def process_start(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot; None when there is no such process or
+    it has exited (a zombie waiting for its parent is not alive)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def process_alive(pid: int, start: int | None = None) -> bool:
+    """Whether `pid` runs, and is the process that started at `start` (not a later one given its
+    pid)."""
+    found = process_start(pid)
+    return found is not None and (start is None or found == start)
+
+
 def process_table() -> dict[int, tuple[int, int]]:
     """pid -> (parent pid, start time in clock ticks since boot) of every live process (a zombie is
     dead: it cannot fork or hold a file). The start time tells a process from a later one that

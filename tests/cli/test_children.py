@@ -126,8 +126,16 @@ def test_the_release_notes_run_on_one_machine_and_the_coordinators_page_lists_wh
     }
     # What the whole waits on: the review of what the coordinator collected, fetched from it.
     assert sorted((w["session"], w["kind"], w["command"]) for w in view["waits_on"]) == [
-        ("release-notes", "review", "belay artifacts get release-notes notes-docs/docs.md -o docs.md"),
-        ("release-notes", "review", "belay artifacts get release-notes notes-parser/parser.md -o parser.md"),
+        (
+            "release-notes",
+            "review",
+            "belay artifacts get release-notes notes-docs/docs.md -o notes-docs/docs.md",
+        ),
+        (
+            "release-notes",
+            "review",
+            "belay artifacts get release-notes notes-parser/parser.md -o notes-parser/parser.md",
+        ),
     ]
 
     # The coordinator's own page says where the result is: each child's deliverable, collected, is
@@ -141,18 +149,20 @@ def test_the_release_notes_run_on_one_machine_and_the_coordinators_page_lists_wh
     ):
         assert steps_run_twice(read_events(home, child)) == []
         review = ready[f"{child}/{name}"]
-        assert review["command"] == f"belay artifacts get release-notes {child}/{name} -o {name}"
+        assert review["command"] == f"belay artifacts get release-notes {child}/{name} -o {child}/{name}"
         assert review["alternative"] == f'belay reject release-notes {child}/{name} --reason "..."'
         assert review["sha256"] == deliverable_sha256(home, child, name)
         fetched = run_as_printed(home, review["command"], cwd=tmp_path)
         assert fetched.returncode == 0, fetched.stderr
-        assert (tmp_path / name).read_text().startswith(text)
+        assert (tmp_path / child / name).read_text().startswith(text)
 
     text = run_belay(home, "brief", "release-notes").stdout
     section = text[text.index("Ready for review\n") : text.index("Hypotheses")]
     assert "nothing" not in section, section
     for child, name in (("notes-parser", "parser.md"), ("notes-docs", "docs.md")):
-        assert f"download: belay artifacts get release-notes {child}/{name} -o {name}" in section, section
+        assert f"download: belay artifacts get release-notes {child}/{name} -o {child}/{name}" in section, (
+            section
+        )
     listed = json.loads(run_belay(home, "artifacts", "release-notes", "--json").stdout)
     assert {row["name"]: row["ready_for_review"] for row in listed} == dict.fromkeys(ready, True)
 
@@ -163,7 +173,10 @@ def test_the_release_notes_run_on_one_machine_and_the_coordinators_page_lists_wh
     aside = re.search(r"<h2>Briefing</h2>(.*?)</aside>", report.read_text(), re.S)
     assert aside is not None
     briefing = html.unescape(aside.group(1))
-    assert "download: belay artifacts get release-notes notes-parser/parser.md -o parser.md" in briefing
+    assert (
+        "download: belay artifacts get release-notes notes-parser/parser.md -o notes-parser/parser.md"
+        in briefing
+    )
 
 
 # A coordinator of two children: `quick` publishes its note at once; `held` first asks a person.
@@ -245,7 +258,7 @@ def test_a_child_not_done_yet_has_nothing_ready_for_review_on_the_coordinators_p
         assert [r["name"] for r in page["ready_for_review"]] == ["quick/quick.md"]
         assert [e["condition"] for e in page["waiting_on_external"]] == ["session:held"]
         text = run_belay(home, "brief", "pair").stdout
-        assert "belay artifacts get pair quick/quick.md -o quick.md" in text
+        assert "belay artifacts get pair quick/quick.md -o quick/quick.md" in text
         assert "held/" not in text[text.index("Ready for review\n") :], text
 
         [question] = brief(home, "held")["waiting_on_you"]
@@ -444,7 +457,7 @@ def test_turning_down_a_collected_note_as_printed_redoes_its_child_and_collects_
     assert ready["notes-parser/parser.md"]["sha256"] == again
     fetched = run_as_printed(home, ready["notes-parser/parser.md"]["command"], cwd=tmp_path)
     assert fetched.returncode == 0, fetched.stderr
-    assert "every version from 1.4 on" in (tmp_path / "parser.md").read_text()
+    assert "every version from 1.4 on" in (tmp_path / "notes-parser" / "parser.md").read_text()
     assert objective(home, "release-notes")["done"] is True
 
 

@@ -144,4 +144,7 @@ def test_the_download_commands_the_briefing_prints_write_into_the_working_direct
         assert words[:3] == ["belay", "artifacts", "get"]
         result = runner.invoke(app, ["--home", str(home), *words[1:]])
         assert result.exit_code == 0, (command, result.output)
-    assert files_under(work) == sorted(["report.md", "escape.txt", "belay-escape-test.txt", ".profile"])
+    # A name of plain segments keeps them (a collected deliverable, `<child>/<name>`), still under
+    # the working directory; any other is written by its last segment.
+    expected = ["report.md", "escape.txt", "belay-escape-test.txt", ".profile", "out/escape.txt"]
+    assert files_under(work) == sorted(expected)

@@ -183,5 +183,6 @@ async def test_a_coordinator_and_two_child_sessions_complete_one_objective(
     assert page.returncode == 0, page.stderr
     ready = page.stdout[page.stdout.index("Ready for review\n") : page.stdout.index("Hypotheses")]
     for child, (_, deliverable) in CHILDREN.items():
-        fetch = f"download: kubectl belay artifacts get {COORDINATOR} {child}/{deliverable} -o {deliverable}"
+        collected = f"{child}/{deliverable}"
+        fetch = f"download: kubectl belay artifacts get {COORDINATOR} {collected} -o {collected}"
         assert fetch in ready, ready

@@ -328,8 +328,9 @@ def test_a_deliverable_collected_from_a_child_is_not_turned_down_in_a_cluster() 
     at_coordinator = OpenItems.of_status("release-notes", session_status(coordinator))
     with pytest.raises(CommandError, match="the operator does not do yet") as refused:
         to_reject(at_coordinator, "notes-parser/parser.md", "name the versions")
-    assert "kubectl belay artifacts get release-notes notes-parser/parser.md -o parser.md" in str(
-        refused.value
+    assert (
+        "kubectl belay artifacts get release-notes notes-parser/parser.md -o notes-parser/parser.md"
+        in str(refused.value)
     )
     child = recorded(
         SessionLink(kind=SessionLinkKind.PARENT, session="release-notes", part="parser"),

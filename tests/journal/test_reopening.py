@@ -276,7 +276,7 @@ def test_an_approval_says_how_to_fetch_what_it_binds() -> None:
     )
     [action] = briefing(fold(log.events)).waiting_on_you
     assert [f.command for f in action.fetch] == [
-        f"belay artifacts get parser-fix sha256:{content.sha256} -o fix.patch",
+        f"belay artifacts get parser-fix sha256:{content.sha256} -o approve-op-p/fix.patch",
         f"belay artifacts get parser-fix sha256:{payload.sha256} -o approve-op-p.json",
     ]
     waiting = render_text(briefing(fold(log.events))).split("Waiting on you")[1].split("Needs attention")[0]

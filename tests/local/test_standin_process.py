@@ -17,7 +17,7 @@ import pytest
 from belay.executors.seeding import seeded_steps
 from belay.executors.standins.remote_agent import ScriptedRemoteAgent
 from belay.harness.models.scripted import load_plan
-from belay.local.standin_process import ANSWER_S, IDLE_ENV, READY_FILE, StandinProcess
+from belay.local.standin_process import ANSWER_S, GRACE_ENV, READY_FILE, StandinProcess
 from tests.executors.example import PLAN, SUBAGENT
 from tests.testenv.polling import wait_until
 
@@ -34,7 +34,7 @@ def alive(pid: int) -> bool:
 def test_commands_started_at_once_share_the_sessions_standin_while_it_answers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(IDLE_ENV, "120")
+    monkeypatch.setenv(GRACE_ENV, "120")
     directory = tmp_path / "standins" / EXECUTOR
     with ThreadPoolExecutor(max_workers=3) as pool:
         found = list(pool.map(lambda _: StandinProcess.for_session(EXECUTOR, PLAN, directory), range(3)))
@@ -52,7 +52,7 @@ def test_commands_started_at_once_share_the_sessions_standin_while_it_answers(
 def test_a_stopped_standin_is_taken_for_dead_killed_and_replaced_without_a_hang(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(IDLE_ENV, "120")
+    monkeypatch.setenv(GRACE_ENV, "120")
     directory = tmp_path / "standins" / EXECUTOR
     first = StandinProcess.for_session(EXECUTOR, PLAN, directory)
     os.kill(first.pid, signal.SIGSTOP)  # alive, listening, answering nothing

@@ -513,7 +513,7 @@ def test_a_coordinators_collected_deliverable_is_ready_for_review_while_its_chil
     [review] = _collected_reviews(page)
     assert (review.name, review.command, review.alternative) == (
         "child-a/docs.md",
-        "belay artifacts get laws child-a/docs.md -o docs.md",
+        "belay artifacts get laws child-a/docs.md -o child-a/docs.md",
         'belay reject laws child-a/docs.md --reason "..."',
     )
     assert review.description == "docs.md, the deliverable of child session child-a (docs)"

@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from belay.api.agentsession import ManifestError, load_manifest
+from belay.api.agentsession import AgentSession, ManifestError, load_manifest
 from belay.cli import drilling, terminal
 from belay.cli.core import artifacts as artifact_commands
 from belay.cli.core import brief as brief_command
@@ -74,6 +74,7 @@ from belay.journal.events import (
 )
 from belay.journal.phase import attempt_alive
 from belay.journal.state.repeats import REPEATED_FAILURE, repeated_failure, repeated_failure_text
+from belay.local.attempt_lock import attempt_lock
 from belay.local.children import collect_ended_children, reopen_children, reopen_in_parent
 from belay.local.drill import DEFAULT_MANIFEST, EXECUTORS, drill_executor, handover_refusal
 from belay.local.fleet import LocalFleet, without_clock
@@ -87,6 +88,7 @@ from belay.local.runtime import (
     install_session,
     load_installed,
 )
+from belay.local.standin_process import stop_orphan_standins
 from belay.views.briefing.build import briefing
 from belay.views.briefing.render import render_change_verdicts, render_rows
 from belay.views.fleet.build import fleet_view, objective_view
@@ -159,22 +161,29 @@ def run(
         session = install_session(home, manifest)
     except ManifestError as error:
         raise fail(f"bad manifest: {error}") from None
-    state = asyncio.run(open_session(home_of(session.session_id), session.session_id)).state
+    with attempt_lock(home, session.session_id):
+        run_installed(session.session_id, quiet)
+
+
+def run_installed(session_id: str, quiet: bool) -> None:
+    """`belay run` of an installed session, under its attempt lock."""
+    home = Context.home
+    state = asyncio.run(open_session(home_of(session_id), session_id)).state
     if state.lifecycle.completed:
         terminal.echo(
-            f"session {session.session_id} already completed in {home.root}; its briefing follows "
+            f"session {session_id} already completed in {home.root}; its briefing follows "
             "(use another --home for a fresh run)",
             err=True,
         )
         if not quiet:
-            print_brief(session.session_id, "text")
+            print_brief(session_id, "text")
         return
     if state.last_seq:
         raise fail(
-            f"session {session.session_id} already exists in {home.root}; "
-            f"continue it with `belay resume {session.session_id}`"
+            f"session {session_id} already exists in {home.root}; "
+            f"continue it with `belay resume {session_id}`"
         )
-    run_session(session.session_id, quiet)
+    run_session(session_id, quiet)
 
 
 def what_to_do(session_id: str) -> str:
@@ -209,11 +218,26 @@ def resume(
     reason: Annotated[str, typer.Option("--reason", help="Why the session moves (recorded).")] = "",
 ) -> None:
     """Start a new harness attempt that recovers the session from its record and continues it,
-    on the executor it was on or (--executor, --model) on another one."""
+    on the executor it was on or (--executor, --model) on another one. Refused, recording nothing,
+    while another attempt of the session runs."""
     try:
         session = load_installed(Context.home, session_id)
     except ManifestError as error:
         raise fail(str(error)) from None
+    with attempt_lock(Context.home, session_id):
+        resume_installed(session, quiet, not no_ticket_service, executor, model, reason)
+
+
+def resume_installed(
+    session: AgentSession,
+    quiet: bool,
+    with_tickets: bool,
+    executor: str | None,
+    model: str | None,
+    reason: str,
+) -> None:
+    """`belay resume` of an installed session, under its attempt lock."""
+    session_id = session.session_id
     # The record is checked before a new attempt takes the session over (RecordCorrupt): the events
     # after the latest snapshot here, those before it when the snapshot was taken.
     state = asyncio.run(open_session(home_of(session_id), session_id)).state
@@ -235,7 +259,7 @@ def resume(
         except ManifestError as error:
             raise fail(f"the record's last executor change cannot be used: {error}") from None
         move_executor(on_record, state, executor or on_record.spec.executor.type, model, reason)
-    run_session(session_id, quiet, with_ticket_service=not no_ticket_service, collect_after=True)
+    run_session(session_id, quiet, with_ticket_service=with_tickets, collect_after=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -639,8 +663,9 @@ def gc(
     ] = f"{GRACE_S / 3600:g}h",
 ) -> None:
     """Remove what no record of the home needs: partial uploads, blobs no record names (older than
-    the grace period), and superseded sandbox workspaces (also done after every `belay resume`).
-    Refused, removing nothing, while a record the home shows cannot be read."""
+    the grace period), and superseded sandbox workspaces (also done after every `belay resume`);
+    and stop the local stand-ins whose `belay` process is gone. Refused, removing nothing, while a
+    record the home shows cannot be read."""
     try:
         grace_s = duration_s(grace)
     except ValueError as error:
@@ -648,6 +673,9 @@ def gc(
     collected = asyncio.run(collect(Context.home, dry_run=dry_run, grace_s=grace_s))
     for item in collected.removed:
         sys.stdout.write(f"{item.kind}: {item.path} ({shown_size(item.size)})\n")
+    for directory in stop_orphan_standins(Context.home.root, dry_run=dry_run):
+        verb = "would stop" if dry_run else "stopped"
+        sys.stdout.write(f"orphan stand-in: {directory} ({verb}: the belay process that used it is gone)\n")
     sys.stdout.write(collected.summary("would remove" if dry_run else "removed") + "\n")
     if collected.live_attempt:
         terminal.echo("belay: an attempt is running: what was written since it started was kept", err=True)

@@ -82,7 +82,6 @@ from belay.harness.executor import (
     ToolOutcome,
 )
 from belay.harness.models.base import ToolCall
-from belay.journal import commands
 from belay.journal.events import (
     Artifact,
     ArtifactRef,
@@ -91,8 +90,6 @@ from belay.journal.events import (
     RemoteKind,
     ToolResult,
     ToolResultEvent,
-    Wait,
-    WaitKind,
 )
 from belay.journal.handover import change_phrase
 from belay.journal.operations import ProposedCall, operation_ids
@@ -643,8 +640,9 @@ class ManagedExecutor(RemoteLink):
     # ---- outputs
 
     async def copy_outputs(self, state: SessionState) -> None:
-        """Every output of the remote session into the artifact store, once, as a deliverable."""
-        shown_as = self.context.session.metadata.name  # a person's commands take the name
+        """Every output of the remote session into the artifact store, once. Kept as the remote
+        agent's own notes, never offered as a deliverable: what the person reviews is what a step
+        published (`publish_deliverable`), which the record proves."""
         outputs = await self.retrying(
             "list the remote outputs", lambda: self.provider.outputs(self.remote_id)
         )
@@ -657,7 +655,6 @@ class ManagedExecutor(RemoteLink):
             )
             stored = await asyncio.to_thread(self.context.artifacts.put, data, media_type=output.media_type)
             location = await asyncio.to_thread(self.context.artifacts.location, stored.sha256)
-            name = plain_name(output.name)
             ref = ArtifactRef(
                 sha256=stored.sha256,
                 size=stored.size,
@@ -667,19 +664,16 @@ class ManagedExecutor(RemoteLink):
             await self.context.record(
                 [
                     Artifact(
-                        name=name,
+                        name=plain_name(output.name),
                         ref=ref,
-                        deliverable=True,
+                        deliverable=False,
                         subagent=self.sub,
-                        description=f"{self.sub}: {output.name} from {self.kind} session {self.remote_id}",
+                        description=(
+                            f"{self.sub}: the remote agent's own {output.name} from {self.kind} "
+                            f"session {self.remote_id} (its notes, not a deliverable)"
+                        ),
                         result_id=result_id,
-                    ),
-                    Wait(
-                        wait_id=f"review-{name}",
-                        kind=WaitKind.READY_FOR_REVIEW,
-                        reason=f"{name} is ready for review: {commands.download(shown_as, name)}",
-                        artifact=name,
-                    ),
+                    )
                 ]
             )
 

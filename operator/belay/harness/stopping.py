@@ -16,7 +16,11 @@ Ctrl-C. Told once (`StopRequest.request`, from a signal handler), the attempt:
 4. returns a result naming the signal: the caller stops the sandboxes, and the process exits with
    the conventional status, 128 + the signal.
 
-Told a second time, it stops at once: the calls still in flight are cut off. A process that
+Told a second time, it stops at once: the calls still in flight are cut off. A stop signal that
+comes once the process that started this one is gone is that process's death (a child session's
+`belay`, tied to its coordinator by the parent-death signal), and the kernel sends that signal once
+per thread of the dying parent: one death is one request, recorded as the parent's end, never as
+"a second SIGTERM" (`StopRequest.parent`). A process that
 installs the handlers with `hard_deadline` also exits by itself (without recording anything more)
 if the stop is not done `STOP_MARGIN_S` after the drain, so it always ends within a pod's grace
 period; the record then shows a lost attempt, as after a kill.
@@ -48,6 +52,8 @@ STOP_MARGIN_S = 10.0
 # so they are not in flight, and stop waiting at once.
 WAITING_TOOLS = frozenset({"wait_on_user", "wait_on_external"})
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# A repeated stop signal this soon after the first, once the parent is gone, is its death told again.
+PARENT_DEATH_S = 1.0
 
 T = TypeVar("T")
 
@@ -83,6 +89,10 @@ class StopRequest:
     at_once: asyncio.Event = field(default_factory=asyncio.Event)
     _deadline: threading.Timer | None = None
     _hard_deadline: bool = False
+    # The process that started this one, when the request was made: a signal that comes once it is
+    # gone came with its death.
+    parent: int = field(default_factory=os.getppid)
+    parent_gone: bool = False  # the first request came with the parent's death
 
     @property
     def requested(self) -> bool:
@@ -92,12 +102,28 @@ class StopRequest:
     def exit_status(self) -> int:
         return 128 + int(self.received or signal.SIGTERM)
 
+    @property
+    def reason(self) -> str:
+        """What told the attempt to stop, in words: the signal, and the parent's end if it came
+        with it."""
+        name = self.received.name if self.received is not None else "a signal"
+        return (
+            f"{name} (the process that started it, pid {self.parent}, is gone)" if self.parent_gone else name
+        )
+
     def request(self, number: int) -> None:
         first = self.received is None
+        orphaned = os.getppid() != self.parent
         if first:
             self.received = signal.Signals(number)
             self.told_at = time.monotonic()
+            self.parent_gone = orphaned
             self.told.set()
+        elif orphaned and (self.parent_gone or time.monotonic() - self.told_at < PARENT_DEATH_S):
+            # The parent's death again, told once per thread it had (the first time maybe while
+            # its last threads still ran): one request, which came with its end.
+            self.parent_gone = True
+            return
         else:
             self.at_once.set()
         if self._hard_deadline:
@@ -224,7 +250,7 @@ def stop_payloads(
     """What a stopped attempt records: the calls it never dispatched that would otherwise be
     unknown outcomes, as never having taken effect; then `harness_stopped`."""
     assert stop.received is not None
-    name = stop.received.name
+    name = stop.reason
     calls = in_flight.at_stop
     finished = [op for op in calls if op in state.operations and state.operations[op].has_result]
     left = [op for op in calls if op not in finished]

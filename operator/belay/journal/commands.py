@@ -4,6 +4,7 @@ the views cannot drift apart."""
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Callable
 
 
@@ -33,13 +34,28 @@ def condition_met(session_id: str, wait_id: str) -> str:
     return f"belay approve {session_id} {wait_id}"
 
 
+# A path segment a download may write under its own name in the working directory.
+_PLAIN_SEGMENT = re.compile(r"[A-Za-z0-9_][-A-Za-z0-9._+@]*")
+
+
+def written_as(path: str, fallback: str) -> str:
+    """Where a printed download writes `path`: the path itself when every segment of it is a plain
+    file name (a collected deliverable keeps its child's directory, so two children's `notes.md`
+    never land on one file), else its last segment when that one is plain, else `fallback`."""
+    segments = path.split("/")
+    if all(_PLAIN_SEGMENT.fullmatch(segment) for segment in segments):
+        return path
+    return segments[-1] if _PLAIN_SEGMENT.fullmatch(segments[-1]) else fallback
+
+
 def download(session_id: str, name: str) -> str:
-    return f"belay artifacts get {session_id} {name} -o {posixpath.basename(name) or name}"
+    return f"belay artifacts get {session_id} {name} -o {written_as(name, posixpath.basename(name) or name)}"
 
 
 def fetch(session_id: str, sha256: str, filename: str) -> str:
-    """Downloads one blob the session's record names, by its hash."""
-    return f"belay artifacts get {session_id} sha256:{sha256} -o {posixpath.basename(filename) or filename}"
+    """Downloads one blob the session's record names, by its hash, to `filename` (a path of
+    plain segments, which the caller makes unique on the page)."""
+    return f"belay artifacts get {session_id} sha256:{sha256} -o {written_as(filename, sha256[:12])}"
 
 
 def resume(session_id: str) -> str:

@@ -85,6 +85,9 @@ class Liveness(StatusModel):
     # Who starts the next attempt: a person (`belay resume`), or the operator.
     recovered_by: RecoveredBy = "resume"
     timeout_s: float = LIVENESS_TIMEOUT_S
+    # Of a child session no attempt has taken yet: whether the attempt that starts it (its
+    # coordinator's) is alive; None where the caller does not say.
+    starter_alive: bool | None = None
 
     @property
     def renewed_current_lease(self) -> bool:
@@ -205,6 +208,8 @@ def _why(state: SessionState, liveness: Liveness) -> str:
     reopened = awaiting_resume(state)
     ended = _last_end(state) if not lifecycle.harness_running else ""
     stopped = clean_stop(state)
+    if lifecycle.harness_starts == 0 and state.parent is not None and liveness.starter_alive is False:
+        return f"no harness attempt has started: its coordinator {state.parent.session} stopped before it did"
     if lifecycle.harness_starts == 0:
         return "no harness attempt has started on the recorded request"
     if reopened and not lifecycle.harness_running:
@@ -360,8 +365,11 @@ def phase_of(state: SessionState, liveness: Liveness | None = None) -> Phase:
             # The operator starts the first attempt, and replaces a lost one.
             first = lc.harness_starts == 0 and lc.harness_lost == 0
             return Phase.PENDING if first else Phase.RECOVERING
-        # Nobody but a person starts the next attempt here.
-        return Phase.INTERRUPTED if state.request.goal else Phase.PENDING
+        if liveness.lease == 0 and liveness.starter_alive:
+            return Phase.PENDING  # its coordinator's live attempt is starting it
+        # Nobody but a person starts the next attempt here: a child whose coordinator stopped
+        # before its first attempt is interrupted too, whether or not its request is recorded yet.
+        return Phase.INTERRUPTED if state.request.goal or state.parent else Phase.PENDING
     if lc.recovering:
         return Phase.RECOVERING
     if state.pending_approvals or state.unknown_outcomes or open_wait_ids(state, WaitKind.ON_USER):

@@ -75,7 +75,7 @@ class LocalFleet:
             state, liveness = opened.state, opened.liveness
         else:
             state = fold(await store.read(session_id, from_seq=known.last_seq + 1), known)
-            liveness = await local_liveness(store, session_id)
+            liveness = await local_liveness(store, session_id, state.parent.session if state.parent else None)
         self.states[session_id] = state
         return state, liveness
 

@@ -31,6 +31,7 @@ from belay.api.agentsession import SubagentSpec
 from belay.harness.recovery import SandboxHandle, SandboxProvider
 from belay.journal.events import now_utc
 from belay.journal.phase import Liveness
+from belay.lifetime import process_alive, process_start
 from belay.stores.base import EventStore, Lease, StoreError
 from belay.views.briefing.model import SandboxItem
 
@@ -41,24 +42,6 @@ SERVER_RECORD = "server.json"
 
 # --------------------------------------------------------------------------------------------------
 # Processes
-
-
-def process_start(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot; None when there is no such process or
-    it has exited (a zombie waiting for its parent is not alive)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-    if fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
-
-
-def process_alive(pid: int, start: int | None = None) -> bool:
-    found = process_start(pid)
-    return found is not None and (start is None or found == start)
 
 
 def this_holder() -> str:
@@ -90,11 +73,17 @@ def holder_alive(holder: str) -> bool | None:
     return process_alive(*process)
 
 
-async def local_liveness(store: EventStore, session_id: str) -> Liveness:
-    """Liveness as `belay` sees it on this machine: a person resumes an interrupted session."""
+async def local_liveness(store: EventStore, session_id: str, starter: str | None = None) -> Liveness:
+    """Liveness as `belay` sees it on this machine: a person resumes an interrupted session. With
+    `starter` (a child's coordinator), of a session no attempt has taken yet: whether the
+    coordinator's attempt, which starts it, is alive."""
     lease = await store.current_lease(session_id)
     renewal = await store.lease_renewal(session_id)
-    return liveness_from(lease, renewal.number if renewal else 0, renewal.renewed_at if renewal else None)
+    liveness = liveness_from(lease, renewal.number if renewal else 0, renewal.renewed_at if renewal else None)
+    if lease is not None or starter is None:
+        return liveness
+    starting = await store.current_lease(starter)
+    return liveness.model_copy(update={"starter_alive": bool(starting and holder_alive(starting.holder))})
 
 
 def liveness_from(lease: Lease | None, renewed_lease: int, renewed_at: datetime | None) -> Liveness:

@@ -94,7 +94,7 @@ async def read_session(store: EventStore, home: LocalHome, session_id: str) -> O
     its attempt, read from `store`; RecordCorrupt when the home ran it and its record holds no
     event. An unknown session is an empty state (`state.last_seq` 0)."""
     state = (await load_state(store, home.open_artifact_store(), session_id)).state
-    liveness = await local_liveness(store, session_id)
+    liveness = await local_liveness(store, session_id, state.parent.session if state.parent else None)
     check_record_present(home, session_id, state.last_seq)
     return OpenedRecord(state, liveness)
 

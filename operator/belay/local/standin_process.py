@@ -7,8 +7,11 @@ Two lives:
   be: `belay run` / `belay resume` find it by its ready file in the session's directory of the home
   (`<home>/sessions/<id>/standins/<executor>/ready.json`: pid, base URL) and reuse it while it
   answers, else start one, detached (a session of its own: a kill of `belay`, even of its whole
-  process group, leaves it running), which stops by itself after `STANDIN_IDLE_S` with no request
-  (`BELAY_STANDIN_IDLE_S`). A new one has no sessions, like a provider that lost them. One that
+  process group, leaves it running). Each writes itself into the holder file beside it
+  (`belay.executors.standins.holder`): the stand-in stops once its holder has been gone, with no
+  request, for `STANDIN_GRACE_S` (`BELAY_STANDIN_GRACE_S`), so it outlives a kill of `belay` and a
+  resume soon after, never its session by long; `belay gc` stops one whose holder is gone at once
+  (`stop_orphan_standins`). A new one has no sessions, like a provider that lost them. One that
   does not answer within `ANSWER_S` (stopped, hung) is killed and replaced, so `belay` never
   hangs on it.
 - `StandinProcess(...)`: one started by a test or a benchmark for its own use, in its own process
@@ -31,21 +34,25 @@ from pathlib import Path
 from typing import Any
 
 from belay.executors.endpoints import PROVIDERS, STANDIN_KEY
+from belay.executors.standins.holder import holder_alive, write_holder
 from belay.lifetime import die_with_parent, tie_to_parent
 
 STANDIN_START_S = 30.0
-# A session's stand-in lives this long with no request: past a kill and a resume by hand, and
-# past a lunch break; after it, the next resume starts a new one and reseeds the remote session.
-STANDIN_IDLE_S = 3600.0
-IDLE_ENV = "BELAY_STANDIN_IDLE_S"
+# How long a session's stand-in outlives the last `belay` process that used it: past a kill and a
+# resume soon after; once it is gone, the next resume starts a new one and reseeds the remote
+# session, as after a provider lost it.
+STANDIN_GRACE_S = 120.0
+GRACE_ENV = "BELAY_STANDIN_GRACE_S"
 ANSWER_S = 2.0  # a stand-in that does not answer a stats read in this long is taken for dead
 READY_FILE = "ready.json"
+HOLDER_FILE = "holder.json"
 
 
 class StandinProcess:
     """`python -m <stand-in> --plan PLAN --port 0 --ready-file F` in its own process group;
     with `api_key`, the only key it accepts (else any). `detached`: not tied to this process's
-    life, stopping by itself after `idle_exit_s` without a request."""
+    life, stopping by itself after `idle_exit_s` without a request, or, with `holder_grace_s`, once
+    the process its holder file names has been gone that long."""
 
     def __init__(
         self,
@@ -56,6 +63,7 @@ class StandinProcess:
         *,
         detached: bool = False,
         idle_exit_s: float | None = None,
+        holder_grace_s: float | None = None,
     ) -> None:
         self.variables = PROVIDERS[executor_type]
         self.directory = directory
@@ -68,6 +76,8 @@ class StandinProcess:
             command += ["--api-key", api_key]
         if idle_exit_s is not None:
             command += ["--idle-exit", str(idle_exit_s)]
+        if holder_grace_s is not None:
+            command += ["--holder-file", str(directory / HOLDER_FILE), "--holder-grace", str(holder_grace_s)]
         self.api_key = api_key or STANDIN_KEY
         self.process: subprocess.Popen[bytes] | None = subprocess.Popen(
             [*command, "--ready-file", str(ready)],
@@ -112,16 +122,17 @@ class StandinProcess:
 
     @classmethod
     def for_session(cls, executor_type: str, plan: Path, directory: Path) -> StandinProcess:
-        """The session's stand-in: the one running in `directory`, else a new, detached one. Under
-        a lock, so that two commands started at once share one."""
+        """The session's stand-in: the one running in `directory`, else a new, detached one, held
+        by this process from now on. Under a lock, so that two commands started at once share one."""
         directory.mkdir(parents=True, exist_ok=True)
         with (directory / "lock").open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            write_holder(directory / HOLDER_FILE)
             running = cls.found(executor_type, directory)
             if running is not None:
                 return running
-            idle = float(os.environ.get(IDLE_ENV) or STANDIN_IDLE_S)
-            started = cls(executor_type, plan, directory, detached=True, idle_exit_s=idle)
+            grace = float(os.environ.get(GRACE_ENV) or STANDIN_GRACE_S)
+            started = cls(executor_type, plan, directory, detached=True, holder_grace_s=grace)
             started.process = None  # not waited for here: it outlives this process
             return started
 
@@ -201,6 +212,21 @@ def stop_session_standins(home: Path) -> None:
         standin = StandinProcess.found(executor_type, directory)
         if standin is not None:
             standin.stop()
+
+
+def stop_orphan_standins(home: Path, *, dry_run: bool = False) -> list[Path]:
+    """Stop every session stand-in of the home whose holder (the `belay` process that last used
+    it) is gone: no attempt talks to it any more. The directories of those stopped (with
+    `dry_run`, of those that would be)."""
+    stopped = []
+    for executor_type, directory in session_standins(home):
+        standin = StandinProcess.found(executor_type, directory)
+        if standin is None or holder_alive(directory / HOLDER_FILE):
+            continue
+        stopped.append(directory)
+        if not dry_run:
+            standin.stop()
+    return stopped
 
 
 def provider_problems(stats: Mapping[str, Any], subagents: int) -> list[str]:

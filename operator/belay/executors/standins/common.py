@@ -64,7 +64,7 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -74,6 +74,7 @@ from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from belay.executors.standins.holder import until_abandoned
 from belay.executors.standins.remote_agent import (
     ScriptedRemoteAgent,
 )
@@ -732,21 +733,26 @@ def read_ready_file(path: Path) -> StandinReady:
     return StandinReady.model_validate_json(path.read_text())
 
 
-async def _serve_forever(
-    server: StandinServer[Any], host: str, port: int, ready_file: Path | None, idle_exit_s: float | None
-) -> None:
+async def _serve_forever(server: StandinServer[Any], options: argparse.Namespace) -> None:
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stopping.set)
 
-    async def stop_when_idle(limit: float) -> None:
+    async def idle_for(limit: float) -> None:
         while server.idle_s() < limit:
             await asyncio.sleep(min(max(limit - server.idle_s(), 0.05), 30.0))
+
+    async def stop_after(watched: Awaitable[None]) -> None:
+        await watched
         stopping.set()
 
-    watchdog = asyncio.create_task(stop_when_idle(idle_exit_s)) if idle_exit_s else None
-    async with serve(server, host=host, port=port) as standin:
+    watched = [idle_for(options.idle_exit)] if options.idle_exit else []
+    if options.holder_file is not None:
+        watched.append(until_abandoned(options.holder_file, options.holder_grace, server.idle_s))
+    watchdogs = [asyncio.create_task(stop_after(w)) for w in watched]
+    ready_file = options.ready_file
+    async with serve(server, host=options.host, port=options.port) as standin:
         ready = StandinReady(base_url=standin.base_url, pid=os.getpid())
         if ready_file is not None:
             temporary = ready_file.with_name(f".{ready_file.name}.{os.getpid()}.tmp")
@@ -756,7 +762,7 @@ async def _serve_forever(
         try:
             await stopping.wait()
         finally:
-            if watchdog is not None:
+            for watchdog in watchdogs:
                 watchdog.cancel()
             # Gone, it is no longer to be found: unless a newer stand-in has taken the file over.
             with contextlib.suppress(OSError, ValueError):
@@ -775,11 +781,10 @@ def main(server_class: type[StandinServer[Any]], module: str, argv: list[str] | 
     parser.add_argument("--ready-file", type=Path, help="written with {base_url, pid} once listening")
     parser.add_argument("--api-key", help="the only key accepted (default: any non-empty key)")
     parser.add_argument(
-        "--idle-exit",
-        type=float,
-        metavar="SECONDS",
-        help="stop after this long without a request (default: never)",
+        "--idle-exit", type=float, metavar="SECONDS", help="stop after this long without a request"
     )
+    parser.add_argument("--holder-file", type=Path, help="stop once the process it names (belay) is gone ...")
+    parser.add_argument("--holder-grace", type=float, default=0.0, metavar="SECONDS", help="... this long")
     options = parser.parse_args(argv)
     try:
         plan = load_plan(options.plan)
@@ -789,7 +794,7 @@ def main(server_class: type[StandinServer[Any]], module: str, argv: list[str] | 
         raise SystemExit(2) from None
     server = server_class(plan, api_key=options.api_key)
     try:
-        asyncio.run(_serve_forever(server, options.host, options.port, options.ready_file, options.idle_exit))
+        asyncio.run(_serve_forever(server, options))
     except OSError as error:
         print(f"error: cannot listen on {options.host}:{options.port}: {error.strerror}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import posixpath
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -149,12 +150,15 @@ def _fetch_items(state: SessionState, approval: ApprovalRecord, style: CommandSt
     items = []
     if approval.content_ref is not None:
         name = approval.content_name or approval.content_ref.sha256[:12]
+        # Under the approval's own directory: two approvals of a file of one name (a retry, two
+        # publishes) never write one file, nor does the deliverable it becomes.
+        written = f"{approval.approval_id}/{posixpath.basename(name)}"
         items.append(
             FetchItem(
                 what=f"the bytes it sends out ({name})",
                 sha256=approval.content_ref.sha256,
                 size=approval.content_ref.size,
-                command=style(commands.fetch(session_id, approval.content_ref.sha256, name)),
+                command=style(commands.fetch(session_id, approval.content_ref.sha256, written)),
             )
         )
     if approval.payload_ref is not None:

@@ -194,8 +194,34 @@ def summarize(rows: Sequence[FleetRow]) -> FleetSummary:
 
 
 def fleet_view(rows: Iterable[FleetRow]) -> FleetView:
-    ordered = sorted(rows, key=lambda r: (r.namespace or "", r.session))
+    ordered = resumed_with_parent(sorted(rows, key=lambda r: (r.namespace or "", r.session)))
     return FleetView(sessions=ordered, summary=summarize(ordered))
+
+
+def interrupted_ancestor(row: FleetRow, rows: Mapping[tuple[str | None, str], FleetRow]) -> FleetRow | None:
+    """The outermost coordinator above an interrupted row that is interrupted too, when there is
+    one: its resume starts every child of its record not running, so it is the one next step."""
+    found = None
+    seen = {row.session}
+    while row.bucket == "interrupted" and row.parent and row.parent not in seen:
+        parent = rows.get((row.namespace, row.parent))
+        if parent is None or parent.bucket != "interrupted" or not parent.command:
+            break
+        found = row = parent
+        seen.add(row.session)
+    return found
+
+
+def resumed_with_parent(rows: Sequence[FleetRow]) -> list[FleetRow]:
+    """Each interrupted child under an interrupted coordinator names the coordinator's resume,
+    which resumes it: after a coordinator's kill a person has one command to run, not one per
+    session with no word of the order."""
+    by_name = {(r.namespace, r.session): r for r in rows}
+    resumed = []
+    for row in rows:
+        ancestor = interrupted_ancestor(row, by_name)
+        resumed.append(row if ancestor is None else row.model_copy(update={"command": ancestor.command}))
+    return resumed
 
 
 def objective_view(objective: str, rows: Iterable[FleetRow]) -> ObjectiveView:
@@ -205,11 +231,19 @@ def objective_view(objective: str, rows: Iterable[FleetRow]) -> ObjectiveView:
     to the coordinator)."""
     mine = [r for r in fleet_view(rows).sessions if r.objective == objective]
     names = {r.session for r in mine}
+    by_name = {(r.namespace, r.session): r for r in mine}
+    resumed_by = {r.session: a.session for r in mine if (a := interrupted_ancestor(r, by_name)) is not None}
     waits: list[ObjectiveWait] = []
     for row in mine:
-        if row.bucket == "interrupted":
+        if row.bucket == "interrupted" and row.session not in resumed_by:
+            children = sorted(child for child, by in resumed_by.items() if by == row.session)
+            what = (
+                f"{row.phase} (with {', '.join(children)}, which its resume resumes)"
+                if children
+                else row.phase
+            )
             waits.append(
-                ObjectiveWait(session=row.session, kind="interrupted", what=row.phase, command=row.command)
+                ObjectiveWait(session=row.session, kind="interrupted", what=what, command=row.command)
             )
         if row.bucket == "needs_attention":
             waits.append(
