@@ -28,6 +28,11 @@ DEFAULT_COMMAND_OUTPUT_BYTES = 1024 * 1024
 MAX_CAPTURE_BYTES = 16 * 1024 * 1024
 # The longest a command may be given to run (`run_command`'s `timeout_s`), as the sandbox takes it.
 MAX_COMMAND_TIMEOUT_S = 24 * 3600
+# The most a ticket's title and body may hold, as the ticket service takes them: a call past them
+# is refused by the schema, before the call is issued, so an unsafe call never fails on them and
+# then waits on a retry that could never succeed.
+MAX_TICKET_TITLE_CHARS = 512
+MAX_TICKET_BODY_CHARS = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -149,7 +154,10 @@ TOOLS: dict[str, ToolSpec] = {
             EffectClass.UNSAFE,
             "harness",
             "Open a ticket in the team's tracker. Not deduplicated by the tracker.",
-            {"title": _string(""), "body": _string("")},
+            {
+                "title": {"type": "string", "minLength": 1, "maxLength": MAX_TICKET_TITLE_CHARS},
+                "body": {"type": "string", "maxLength": MAX_TICKET_BODY_CHARS},
+            },
             reconcile_probe="find_tickets",
             required=("title",),
         ),
@@ -259,6 +267,12 @@ def _value_problem(value: Any, schema: dict[str, Any]) -> str | None:
         for item in value:
             if _value_problem(item, items) is not None:
                 return f"must be an array of {' or '.join(_types(items))}"
+    if isinstance(value, str):
+        shortest, longest = schema.get("minLength", 0), schema.get("maxLength")
+        if len(value) < shortest or (longest is not None and len(value) > longest):
+            if longest is None:
+                return f"must be at least {shortest} characters long"
+            return f"must be {shortest} to {longest} characters long"
     if isinstance(value, int | float) and not isinstance(value, bool):
         low, high = schema.get("minimum"), schema.get("maximum")
         if (low is not None and value < low) or (high is not None and value > high):
@@ -277,7 +291,8 @@ def _parameter(name: str, schema: dict[str, Any], required: tuple[str, ...]) -> 
     if "array" in _types(schema):
         kind = kind.replace("array", f"array of {' or '.join(_types(schema.get('items', {})))}".strip())
     described = f": {schema['description']}" if schema.get("description") else ""
-    return f"`{name}` ({kind}{', required' if name in required else ''}){described}"
+    longest = f", at most {schema['maxLength']} characters" if "maxLength" in schema else ""
+    return f"`{name}` ({kind}{', required' if name in required else ''}{longest}){described}"
 
 
 def reference() -> str:
