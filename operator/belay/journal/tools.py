@@ -33,6 +33,10 @@ MAX_COMMAND_TIMEOUT_S = 24 * 3600
 # then waits on a retry that could never succeed.
 MAX_TICKET_TITLE_CHARS = 512
 MAX_TICKET_BODY_CHARS = 64 * 1024
+# A list argument of a harness tool (a note's evidence, a step's inputs) is recorded in the request
+# as it is; bounded here, so a long one is the call's error instead of a request too large to record.
+MAX_LIST_ITEMS = 64
+MAX_LIST_ITEM_CHARS = 256
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,8 @@ TOOLS: dict[str, ToolSpec] = {
                 "status": _string("open | supported | rejected | accepted | superseded"),
                 "evidence": {
                     "type": "array",
-                    "items": {"type": "string"},
+                    "items": {"type": "string", "maxLength": MAX_LIST_ITEM_CHARS},
+                    "maxItems": MAX_LIST_ITEMS,
                     "description": "the files, tests or outputs behind it",
                 },
             },
@@ -126,7 +131,8 @@ TOOLS: dict[str, ToolSpec] = {
                 "status": _string("running | done"),
                 "inputs": {
                     "type": "array",
-                    "items": {"type": "string"},
+                    "items": {"type": "string", "maxLength": MAX_LIST_ITEM_CHARS},
+                    "maxItems": MAX_LIST_ITEMS,
                     "description": "starting a step: the request parts it depends on",
                 },
                 "verify": _string("finishing a step: the command that verifies it"),
@@ -263,10 +269,15 @@ def _value_problem(value: Any, schema: dict[str, Any]) -> str | None:
     if kinds and not any(_JSON_TYPES.get(kind, lambda _: True)(value) for kind in kinds):
         return f"must be of type {' or '.join(kinds)}"
     items = schema.get("items")
+    if isinstance(value, list) and len(value) > schema.get("maxItems", len(value)):
+        return f"must have at most {schema['maxItems']} items"
     if isinstance(value, list) and isinstance(items, dict):
-        for item in value:
-            if _value_problem(item, items) is not None:
+        for index, item in enumerate(value):
+            problem = _value_problem(item, items)
+            if problem is not None and problem.startswith("must be of type"):
                 return f"must be an array of {' or '.join(_types(items))}"
+            if problem is not None:
+                return f"item {index} {problem}"
     if isinstance(value, str):
         shortest, longest = schema.get("minLength", 0), schema.get("maxLength")
         if len(value) < shortest or (longest is not None and len(value) > longest):
@@ -292,6 +303,8 @@ def _parameter(name: str, schema: dict[str, Any], required: tuple[str, ...]) -> 
         kind = kind.replace("array", f"array of {' or '.join(_types(schema.get('items', {})))}".strip())
     described = f": {schema['description']}" if schema.get("description") else ""
     longest = f", at most {schema['maxLength']} characters" if "maxLength" in schema else ""
+    if "maxItems" in schema:
+        longest = f", at most {schema['maxItems']} items of at most {schema['items']['maxLength']} characters"
     return f"`{name}` ({kind}{', required' if name in required else ''}{longest}){described}"
 
 
