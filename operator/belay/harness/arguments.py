@@ -28,7 +28,11 @@ async def externalize_arguments(artifacts: ArtifactStore, arguments: dict[str, A
         if isinstance(value, str) and len(value.encode()) > LARGE_ARGUMENT_BYTES:
             ref = await asyncio.to_thread(artifacts.put, value.encode(), media_type="text/plain")
             result[key] = {ARTIFACT_ARGUMENT: ref.sha256, "size": ref.size}
-        elif not isinstance(value, str) and len(encoded := json.dumps(value).encode()) > LARGE_ARGUMENT_BYTES:
+        elif not isinstance(value, str) and (
+            len(encoded := json.dumps(value).encode()) > LARGE_ARGUMENT_BYTES or _looks_stored(value)
+        ):
+            # A value shaped like a stored argument came from the model, not from here: kept as
+            # the value it is, never read back as the blob it names (any blob of the store).
             ref = await asyncio.to_thread(artifacts.put, encoded, media_type="application/json")
             result[key] = {ARTIFACT_ARGUMENT: ref.sha256, "size": ref.size, "json": True}
     return result
@@ -45,3 +49,7 @@ async def resolve_arguments(artifacts: ArtifactStore, arguments: dict[str, Any])
             data = await asyncio.to_thread(artifacts.get, value[ARTIFACT_ARGUMENT])
             result[key] = json.loads(data)
     return result
+
+
+def _looks_stored(value: Any) -> bool:
+    return isinstance(value, dict) and ARTIFACT_ARGUMENT in value
