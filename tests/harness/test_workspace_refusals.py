@@ -1,10 +1,10 @@
-"""What an agent leaves in its workspace is input, never a fault: a declared path the sandbox
-refuses to take (a symlink, a hard link, a named pipe, a socket, a file over the size a declared
-file may have, a file still being written while the checkpoint hashes it) fails that step, says
-which path broke which rule to the agent as the `update_plan` result, and the other subagents go
-on. (An escape through a symlinked directory, a device and the disk quota are refused by the
-sandbox in tests/sandbox/test_paths.py, test_workspace.py and test_resource_walls.py: an agent
-cannot make a device, and the same refusal takes the same path through the harness.)"""
+"""What an agent leaves in its workspace is input, never a fault: a declared path the sandbox refuses
+to take (a symlink, a hard link, a named pipe, a socket, a file its mode lets no one read, a file
+over the size a declared file may have, a file still being written while the checkpoint hashes it)
+fails that step, says which path broke which rule to the agent as the `update_plan` result, and the
+other subagents go on. (An escape through a symlinked directory, a device and the disk quota are
+refused by the sandbox in tests/sandbox/test_paths.py, test_workspace.py and test_resource_walls.py:
+an agent cannot make a device, and the same refusal takes the same path through the harness.)"""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ PLANTS = {
     "socket": (
         "mkdir -p out && python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('out/probe.txt')\""
     ),
+    # A mode that lets no one read it: the sandbox's user owns it, but the server runs as that user.
+    "unreadable": "mkdir -p out && echo mine > out/probe.txt && chmod 000 out/probe.txt",
     # Sparse: past the size a declared file may have, without taking the disk.
     "size": "mkdir -p out && truncate -s 2G out/probe.txt",
     # Still being written, by a process the command left behind, while the checkpoint hashes it:

@@ -20,10 +20,11 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from belay.harness.effect_marks import names_operation
+from belay.journal.tools import MAX_TICKET_BODY_CHARS, MAX_TICKET_TITLE_CHARS
 
 # What one ticket may carry: a tracker keeps tickets, not files.
-MAX_TITLE_CHARS = 512
-MAX_BODY_CHARS = 64 * 1024
+MAX_TITLE_CHARS = MAX_TICKET_TITLE_CHARS
+MAX_BODY_CHARS = MAX_TICKET_BODY_CHARS
 
 
 class TicketDraft(BaseModel):

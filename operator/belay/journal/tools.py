@@ -28,6 +28,15 @@ DEFAULT_COMMAND_OUTPUT_BYTES = 1024 * 1024
 MAX_CAPTURE_BYTES = 16 * 1024 * 1024
 # The longest a command may be given to run (`run_command`'s `timeout_s`), as the sandbox takes it.
 MAX_COMMAND_TIMEOUT_S = 24 * 3600
+# The most a ticket's title and body may hold, as the ticket service takes them: a call past them
+# is refused by the schema, before the call is issued, so an unsafe call never fails on them and
+# then waits on a retry that could never succeed.
+MAX_TICKET_TITLE_CHARS = 512
+MAX_TICKET_BODY_CHARS = 64 * 1024
+# A list argument of a harness tool (a note's evidence, a step's inputs) is recorded in the request
+# as it is; bounded here, so a long one is the call's error instead of a request too large to record.
+MAX_LIST_ITEMS = 64
+MAX_LIST_ITEM_CHARS = 256
 
 
 @dataclass(frozen=True)
@@ -104,7 +113,8 @@ TOOLS: dict[str, ToolSpec] = {
                 "status": _string("open | supported | rejected | accepted | superseded"),
                 "evidence": {
                     "type": "array",
-                    "items": {"type": "string"},
+                    "items": {"type": "string", "maxLength": MAX_LIST_ITEM_CHARS},
+                    "maxItems": MAX_LIST_ITEMS,
                     "description": "the files, tests or outputs behind it",
                 },
             },
@@ -121,7 +131,8 @@ TOOLS: dict[str, ToolSpec] = {
                 "status": _string("running | done"),
                 "inputs": {
                     "type": "array",
-                    "items": {"type": "string"},
+                    "items": {"type": "string", "maxLength": MAX_LIST_ITEM_CHARS},
+                    "maxItems": MAX_LIST_ITEMS,
                     "description": "starting a step: the request parts it depends on",
                 },
                 "verify": _string("finishing a step: the command that verifies it"),
@@ -149,7 +160,10 @@ TOOLS: dict[str, ToolSpec] = {
             EffectClass.UNSAFE,
             "harness",
             "Open a ticket in the team's tracker. Not deduplicated by the tracker.",
-            {"title": _string(""), "body": _string("")},
+            {
+                "title": {"type": "string", "minLength": 1, "maxLength": MAX_TICKET_TITLE_CHARS},
+                "body": {"type": "string", "maxLength": MAX_TICKET_BODY_CHARS},
+            },
             reconcile_probe="find_tickets",
             required=("title",),
         ),
@@ -255,10 +269,21 @@ def _value_problem(value: Any, schema: dict[str, Any]) -> str | None:
     if kinds and not any(_JSON_TYPES.get(kind, lambda _: True)(value) for kind in kinds):
         return f"must be of type {' or '.join(kinds)}"
     items = schema.get("items")
+    if isinstance(value, list) and len(value) > schema.get("maxItems", len(value)):
+        return f"must have at most {schema['maxItems']} items"
     if isinstance(value, list) and isinstance(items, dict):
-        for item in value:
-            if _value_problem(item, items) is not None:
+        for index, item in enumerate(value):
+            problem = _value_problem(item, items)
+            if problem is not None and problem.startswith("must be of type"):
                 return f"must be an array of {' or '.join(_types(items))}"
+            if problem is not None:
+                return f"item {index} {problem}"
+    if isinstance(value, str):
+        shortest, longest = schema.get("minLength", 0), schema.get("maxLength")
+        if len(value) < shortest or (longest is not None and len(value) > longest):
+            if longest is None:
+                return f"must be at least {shortest} characters long"
+            return f"must be {shortest} to {longest} characters long"
     if isinstance(value, int | float) and not isinstance(value, bool):
         low, high = schema.get("minimum"), schema.get("maximum")
         if (low is not None and value < low) or (high is not None and value > high):
@@ -277,7 +302,10 @@ def _parameter(name: str, schema: dict[str, Any], required: tuple[str, ...]) -> 
     if "array" in _types(schema):
         kind = kind.replace("array", f"array of {' or '.join(_types(schema.get('items', {})))}".strip())
     described = f": {schema['description']}" if schema.get("description") else ""
-    return f"`{name}` ({kind}{', required' if name in required else ''}){described}"
+    longest = f", at most {schema['maxLength']} characters" if "maxLength" in schema else ""
+    if "maxItems" in schema:
+        longest = f", at most {schema['maxItems']} items of at most {schema['items']['maxLength']} characters"
+    return f"`{name}` ({kind}{', required' if name in required else ''}{longest}){described}"
 
 
 def reference() -> str:

@@ -208,8 +208,9 @@ class SandboxServer:
         application.router.add_get("/healthz", self.health)
         application.router.add_post(CLAIM_PATH, self.claim)
         application.router.add_post("/v1/tools/{tool}", self.call_tool)
-        application.router.add_put("/v1/files/{path:.+}", self.put_file)
-        application.router.add_get("/v1/files/{path:.+}", self.get_file)
+        # Any character a file name may hold, newline included (`.` would stop at one and answer 404).
+        application.router.add_put("/v1/files/{path:[\\s\\S]+}", self.put_file)
+        application.router.add_get("/v1/files/{path:[\\s\\S]+}", self.get_file)
         application.router.add_post("/v1/manifest", self.manifest)
         return application
 

@@ -47,6 +47,7 @@ REFUSAL_RULES: dict[str, str] = {
     "not-a-file": "a declared file must be a regular file",
     "size": f"a declared file may hold at most {MAX_FILE_BYTES} bytes",
     "changed": "the file changed while it was read",
+    "unreadable": "a declared file must be readable by the sandbox's user (its mode forbids it)",
     "quota": "the workspace is out of disk space or over its quota",
 }
 
@@ -100,6 +101,8 @@ def open_file(root: Path, name: str) -> tuple[IO[bytes], int]:
     # pipe (which would block the reader): what is opened is checked, not what was looked at.
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except PermissionError:
+        raise refusal(name, "unreadable") from None
     except OSError:
         raise refusal(name, "changed") from None
     opened = os.fstat(descriptor)
@@ -260,6 +263,8 @@ def describe(root: Path, name: str, max_bytes: int = MAX_FILE_BYTES) -> Declared
     # No following a link swapped in since, and no blocking on a pipe swapped in since.
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except PermissionError:
+        raise refusal(name, "unreadable") from None
     except OSError:
         raise refusal(name, "changed") from None
     with os.fdopen(descriptor, "rb") as handle:

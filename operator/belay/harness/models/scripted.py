@@ -24,6 +24,7 @@ makes the call. Whether it ended there already is in the record (`belay.journal.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -215,10 +216,11 @@ def plan_problems(plan: ScriptedPlan, subagents: list[str] | None = None) -> lis
             if n not in subagents
         ]
     for name, subplan in plan.subagents.items():
-        step_ids = [step.id for step in subplan.steps]
+        # Counted once, not per step: a plan may have tens of thousands of steps under the size cap.
+        uses = Counter(step.id for step in subplan.steps)
         problems += [
             f"subagents.{name}: step id {step!r} is used twice"
-            for step in sorted({s for s in step_ids if step_ids.count(s) > 1})
+            for step in sorted(s for s, n in uses.items() if n > 1)
         ]
         for step in subplan.steps:
             where = f"subagents.{name}.{step.id}"
