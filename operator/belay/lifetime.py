@@ -77,6 +77,16 @@ def process_alive(pid: int, start: int | None = None) -> bool:
     return found is not None and (start is None or found == start)
 
 
+def process_stopped(pid: int) -> bool:
+    """Whether the process exists and is stopped (SIGSTOP, a debugger): it runs nothing until
+    someone continues it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
 def process_table() -> dict[int, tuple[int, int]]:
     """pid -> (parent pid, start time in clock ticks since boot) of every live process (a zombie is
     dead: it cannot fork or hold a file). The start time tells a process from a later one that

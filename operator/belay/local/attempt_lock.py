@@ -6,7 +6,10 @@ live attempt as lost and fences it out, whose person is then told to resume agai
 and `belay resume` hold the session's attempt lock (`<home>/sessions/<id>/attempt.lock`, an
 exclusive `flock`) from before they read the record to decide until their attempt ends; one that
 finds it held records nothing and says which process holds it, since when. The kernel releases the
-lock when its process dies, however it dies, so a killed attempt never keeps it.
+lock when its process dies, however it dies, so a killed attempt never keeps it. A holder that is
+stopped (SIGSTOP: frozen, not running) does not keep the session either: the new attempt goes on
+without the lock, and the fencing lease refuses whatever the frozen one writes once it is woken
+(`tests/cli/test_fenced_effects.py`, `tests/cli/test_zombie_harness.py`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
+from belay.lifetime import process_stopped
 from belay.local.runtime import HomeError, LocalHome
 
 LOCK_FILE = "attempt.lock"
@@ -32,7 +36,8 @@ class AttemptLive(HomeError):
         who = f"harness process {pid}, since {since}" if pid is not None else "a harness process"
         super().__init__(
             f"session {session_id} has a live attempt ({who}): it goes on there, and this command "
-            "recorded nothing (to stop it: Ctrl-C or SIGTERM where it runs; then resume)"
+            "recorded nothing (to stop it: Ctrl-C or SIGTERM where it runs, or `kill -9` the process if "
+            "it does not answer; then resume)"
         )
         self.pid = pid
 
@@ -49,6 +54,9 @@ def attempt_lock(home: LocalHome, session_id: str) -> Iterator[None]:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             pid, since = _holder(descriptor)
+            if pid is not None and process_stopped(pid):
+                yield  # frozen: fenced out by the lease this attempt takes
+                return
             raise AttemptLive(session_id, pid, since) from None
         since = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         os.ftruncate(descriptor, 0)

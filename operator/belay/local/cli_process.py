@@ -23,7 +23,7 @@ from typing import Any
 
 from belay.harness.attempt import FAULT_ENV, fault_key
 from belay.journal.events import Event
-from belay.lifetime import die_with_parent, tie_to_parent
+from belay.lifetime import die_with_parent, process_stopped, tie_to_parent
 from belay.local.runtime import LocalHome
 
 RUN_TIMEOUT_S = 120.0
@@ -76,11 +76,7 @@ def run_belay(
 
 
 def is_stopped(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] == "T"
+    return process_stopped(pid)
 
 
 def kill_group(process: subprocess.Popen[bytes]) -> float:
