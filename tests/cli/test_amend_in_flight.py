@@ -33,9 +33,11 @@ def test_an_amend_while_a_later_steps_call_is_in_flight_redoes_the_reopened_step
     resume = run_belay(home, "resume", SESSION)
     assert resume.returncode == 0, resume.stdout[-2000:] + resume.stderr
     events = read_events(home, SESSION)
-    # The stale call never ran: it has no result, and the fix step made its own.
-    results = {e.payload.operation_id for e in events if isinstance(e, ToolResultEvent)}
-    assert IN_FLIGHT not in results
-    assert any(op.startswith("implementer.fix.") and op != IN_FLIGHT for op in results)
+    # The stale call never ran: it is answered "not run" (a provider waiting on it gets that
+    # answer), and the fix step made its own calls.
+    results = {e.payload.operation_id: e.payload for e in events if isinstance(e, ToolResultEvent)}
+    stale = results[IN_FLIGHT]
+    assert not stale.ok and stale.error is not None and stale.error.startswith("not run: "), stale
+    assert any(op.startswith("implementer.fix") and op != IN_FLIGHT and r.ok for op, r in results.items())
     brief = run_belay(home, "brief", SESSION)
     assert brief.stdout.startswith(f"Session {SESSION}: Succeeded"), brief.stdout[:500]

@@ -334,6 +334,15 @@ class ToolRuntime:
         )
         return await self.attempt.record(payloads, subagent=sub.name, parent_seq=request_seq)
 
+    async def record_not_run(
+        self, sub: SubagentSpec, request_seq: int, request: ToolRequest, why: str
+    ) -> None:
+        """A call answered with a failed result saying why it is not run; its step goes on."""
+        state = await self.attempt.known_state()
+        result = await self.tool_result(request.operation_id, False, None, why, subagent=sub.name)
+        payloads = with_provenance([result], provenance(state, sub.name, request), request)
+        await self.attempt.record(payloads, subagent=sub.name, parent_seq=request_seq)
+
     async def await_retry(
         self, sub: SubagentSpec, request_seq: int, request: ToolRequest, approval_id: str
     ) -> list[Event]:
@@ -561,6 +570,10 @@ class ToolRuntime:
             elif action.action == RecoveryActionKind.AWAIT_RECONCILIATION:
                 op = (await self.attempt.state()).operations[action.operation_id]
                 await self.reconcile_unsafe(sub, op, request)
+            elif action.action == RecoveryActionKind.SKIP_SUPERSEDED:
+                # Answered, never run: a provider still waiting on the call gets this answer
+                # before the change as its next message; the step it was for is not failed.
+                await self.record_not_run(sub, action.request_seq, request, f"not run: {action.reason}")
         # Reconciled as never having taken effect (by a person, while no harness ran): issue it now.
         state = await self.attempt.state()
         for op in sorted(state.operations.values(), key=lambda o: o.request_seq):
