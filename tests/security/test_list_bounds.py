@@ -7,41 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from belay.journal.events import ToolResult
-from tests.belay_cli import completed, read_events, run_belay
-from tests.scripted import write_scripted_session
+from tests.security.one_call import run_one_call
 
 SESSION = "long-lists"
 
 
 def test_a_note_with_tens_of_thousands_of_evidence_entries_is_the_calls_error(tmp_path: Path) -> None:
     note = {"note_id": "n", "text": "see the evidence", "evidence": ["tests/x.py"] * 50_000}
-    manifest = write_scripted_session(
-        tmp_path / "session",
-        SESSION,
-        "record a note with too much evidence",
-        [{"name": "a"}],
-        {
-            "a": [
-                {"id": "note", "title": "note", "actions": [{"tool": "record_note", "arguments": note}]},
-                {
-                    "id": "after",
-                    "title": "after",
-                    "actions": [{"tool": "run_command", "arguments": {"command": "true"}}],
-                },
-            ]
-        },
-    )
-    home = tmp_path / "home"
-    result = run_belay(home, "run", "--quiet", str(manifest))
-
-    events = read_events(home, SESSION)
-    assert result.returncode == 0, result.stderr
-    assert completed(events)
-    noted = [
-        e.payload
-        for e in events
-        if isinstance(e.payload, ToolResult) and e.payload.operation_id == "a.note.1"
-    ]
-    assert len(noted) == 1 and not noted[0].ok
-    assert noted[0].error is not None and "argument 'evidence' must have at most" in noted[0].error
+    _, _, noted = run_one_call(tmp_path, SESSION, "record a note with too much evidence", "record_note", note)
+    assert not noted.ok
+    assert noted.error is not None and "argument 'evidence' must have at most" in noted.error
