@@ -269,6 +269,9 @@ def test_the_rejected_bytes_redone_unchanged_are_done_but_not_proven() -> None:
     assert phase_of(state) == Phase.NEEDS_ATTENTION
     page = briefing(state)
     assert page.ready_for_review == [] and broken(page) == []
+    # Rejecting it again would make the same bytes again: the way on is to change the request.
+    [attention] = [a for a in page.needs_attention if a.id == "fix.patch"]
+    assert attention.command is not None and attention.command.startswith("belay amend "), attention
     record.step("publish", publish=b"patch, citing its test")  # the person's next round: other bytes
     record.finish()
     assert unproven(record.state()) == [] and phase_of(record.state()) == Phase.SUCCEEDED

@@ -35,7 +35,13 @@ from belay.journal import commands
 from belay.journal.commands import CommandStyle
 from belay.journal.events import CHILD_CONDITION_PREFIX, CHILD_WAIT_PREFIX, TaskStatus, WaitKind
 from belay.journal.phase import ENDED_PHASES, Liveness, Phase, interruption_of, phase_of
-from belay.journal.proof import deliverable_unproven, failed_verification, step_unproven, unproven
+from belay.journal.proof import (
+    deliverable_unproven,
+    failed_verification,
+    rejected_bytes,
+    step_unproven,
+    unproven,
+)
 from belay.journal.state import OperationRecord, SessionState, WaitRecord
 from belay.journal.turns import message_command, turn_end_summary
 from belay.views.briefing.model import ItemState, OpenItem
@@ -118,7 +124,7 @@ def _wait_item(state: SessionState, w: WaitRecord, style: CommandStyle) -> OpenI
             subagent=state.artifacts[name].subagent if name in state.artifacts else None,
             summary=unproven_bytes,
             label=name,
-            command=style(commands.reject(sid, name)),
+            command=style(_reopen_deliverable(state, name)),
         )
     return OpenItem(
         **base,
@@ -214,13 +220,22 @@ def _work(state: SessionState, phase: Phase, stopped: bool, style: CommandStyle)
         )
 
 
+def _reopen_deliverable(state: SessionState, name: str) -> str:
+    """The command that has a published deliverable the record does not prove made again: rejected
+    with the reason; but one redone with the very bytes rejected is amended, since rejecting it
+    again would only make the same bytes again: the request must say what is to change."""
+    artifact = state.artifacts.get(name)
+    if artifact is not None and rejected_bytes(state, name, artifact.ref.sha256) is not None:
+        return commands.amend(state.session_id)
+    return commands.reject(state.session_id, name)
+
+
 def _unproven(state: SessionState, style: CommandStyle) -> Iterator[OpenItem]:
     """What a run that ended did not prove done, each with the command that reopens it: a
-    deliverable (or a collected one) is rejected with the reason, anything else is amended."""
-    sid = state.session_id
+    deliverable (or a collected one) as `_reopen_deliverable` says, anything else is amended."""
     for missing in unproven(state):
         published = missing.kind == "deliverable" and missing.id in state.deliverables
-        reopen = commands.reject(sid, missing.id) if published else commands.amend(sid)
+        reopen = _reopen_deliverable(state, missing.id) if published else commands.amend(state.session_id)
         yield OpenItem(
             kind=missing.kind,
             id=missing.id,
@@ -281,7 +296,7 @@ def _deliverables(state: SessionState, style: CommandStyle) -> Iterator[OpenItem
                 subagent=subagent,
                 summary=why,
                 label=name,
-                command=style(commands.reject(state.session_id, name)),
+                command=style(_reopen_deliverable(state, name)),
             )
             continue
         yield OpenItem(kind="deliverable", id=name, state="done", subagent=subagent)
