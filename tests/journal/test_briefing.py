@@ -230,6 +230,9 @@ def _a_long_history() -> list:
                 derived_from=derived,
             )
         )
+    # The change comes before the retry is asked: a retry asked before it, on a step it reopened,
+    # would be withdrawn (the step makes its calls again).
+    log.add(ScopeChange(request_version=2, summary="api v2", changed_parts={"api": "v2"}))
     log.add(
         ApprovalRequest(
             approval_id="retry-op-00",
@@ -242,7 +245,6 @@ def _a_long_history() -> list:
     )
     log.add(ToolRequest(operation_id="op-lost", tool="create_ticket", effect=EffectClass.UNSAFE))
     log.add(OperationOutcome(operation_id="op-lost", outcome="unknown", detail="harness lost"))
-    log.add(ScopeChange(request_version=2, summary="api v2", changed_parts={"api": "v2"}))
     return log.events
 
 

@@ -352,8 +352,8 @@ class ToolRuntime:
             record = (await self.attempt.state()).approvals.get(approval_id)
             if record is not None and record.decision == "granted":
                 return await self.run_to_result(sub, request_seq, request)
-            if record is not None and record.decision == "rejected":
-                return []
+            if record is not None and (record.decision == "rejected" or record.withdrawn_seq is not None):
+                return []  # rejected, or withdrawn by a change that reopened its step
             await asyncio.sleep(self.poll_interval_s)
 
     async def fence(self, effect: EffectClass) -> None:
@@ -638,6 +638,9 @@ class ToolRuntime:
                 )
             if decision == ApprovalState.EXPIRED:
                 return False, "the approval expired before the operation was dispatched"
+            withdrawn = state.approvals[approval_id]
+            if withdrawn.withdrawn_seq is not None:
+                return False, not_run_withdrawn(withdrawn)
             # Pending, or decided for another payload: that never dispatches this one.
             await asyncio.sleep(self.poll_interval_s)
 
@@ -684,6 +687,11 @@ def declared_grant(
             continue
         return grant
     return None
+
+
+def not_run_withdrawn(approval: ApprovalRecord) -> str:
+    """The answer to a call whose approval a change withdrew before anyone decided it."""
+    return f"not run: no longer asked ({approval.withdrawn_because}); its step makes its calls again"
 
 
 def approval_id_for(operation_id: str) -> str:

@@ -13,6 +13,7 @@ from belay.journal.events import DerivedFrom, TaskStatus, WaitKind
 from belay.journal.state.building import Updates, new_record, push_recent, replaced
 from belay.journal.state.records import (
     TASK_HISTORY_LIMIT,
+    ApprovalRecord,
     CheckpointRecord,
     Lifecycle,
     ResultRecord,
@@ -193,7 +194,9 @@ def reopen(
     if reopened:
         _reopen_steps(s, updates, reopened, seq=seq, because=because, by_rejection=by_rejection)
         _reopen_session(s, updates, seq=seq, because=because)
-        withdraw_external_waits(s, updates, (t.task_id for t in reopened), seq=seq, because=because)
+        reopened_ids = [t.task_id for t in reopened]
+        withdraw_external_waits(s, updates, reopened_ids, seq=seq, because=because)
+        _withdraw_pending_approvals(s, updates, reopened_ids, seq=seq, because=because)
     _withdraw_deliverables(s, updates, invalid_ids, seq=seq, because=because)
     forget_invalid_checkpoints(s, updates, results)
     return tuple(t.task_id for t in reopened)
@@ -281,25 +284,51 @@ def _withdraw_deliverables(
         updates["deliverables"], updates["waits"], updates["open_waits"] = deliverables, waits, open_waits
 
 
+# The waits a call opens, by the call's tool: the kind its wait has.
+WAITING_TOOLS = {"wait_on_external": WaitKind.ON_EXTERNAL, "wait_on_user": WaitKind.ON_USER}
+
+
 def withdraw_external_waits(
     s: SessionState, updates: Updates, steps: Iterable[str], *, seq: int, because: str
 ) -> None:
-    """An external condition a reopened step waits on (CI on the work the change made invalid) is
-    no longer awaited: the wait ends withdrawn, so the step is done again at once, and a new wait,
-    on the new work, is opened by its next round."""
+    """An external condition a reopened step waits on (CI on the work the change made invalid),
+    or a question it put to the person about that work, is no longer awaited: the wait ends
+    withdrawn, so the step is done again at once, and a new wait, on the new work, is opened by its
+    next round."""
     reopened = set(steps)
     waits: Map[str, WaitRecord] = updates.get("waits", s.waits)
     open_waits: Map[str, int] = updates.get("open_waits", s.open_waits)
     for operation_id in s.open_operations:
         operation = s.operations.get(operation_id)
-        if operation is None or operation.tool != "wait_on_external" or operation.step not in reopened:
+        if operation is None or operation.tool not in WAITING_TOOLS or operation.step not in reopened:
             continue
         wait_id = f"wait-{operation_id}"  # the id the harness gives the wait its call opens
-        if wait_id in open_waits and waits[wait_id].kind == WaitKind.ON_EXTERNAL:
+        if wait_id in open_waits and waits[wait_id].kind == WAITING_TOOLS[operation.tool]:
             open_waits = open_waits.delete(wait_id)
             withdrawn = {"resolved": True, "last_seq": seq, "reason": f"withdrawn: {because}"}
             waits = waits.set(wait_id, replaced(waits[wait_id], withdrawn))
     updates["waits"], updates["open_waits"] = waits, open_waits
+
+
+def _withdraw_pending_approvals(
+    s: SessionState, updates: Updates, steps: Iterable[str], *, seq: int, because: str
+) -> None:
+    """An approval asked for a call of a reopened step, and not yet decided, is withdrawn: the
+    call was asked on the work the change made invalid, the person is no longer asked (an approval
+    given now would bind a payload the step no longer sends), and the waiting call is answered
+    'not run' so that its step makes its calls again."""
+    reopened = set(steps)
+    approvals: Map[str, ApprovalRecord] = updates.get("approvals", s.approvals)
+    pending: Map[str, int] = updates.get("pending_approvals", s.pending_approvals)
+    for approval_id in list(pending):
+        record = approvals[approval_id]
+        operation = s.operations.get(record.operation_id)
+        if operation is None or operation.step not in reopened:
+            continue
+        pending = pending.delete(approval_id)
+        withdrawn = {"withdrawn_seq": seq, "withdrawn_because": because}
+        approvals = approvals.set(approval_id, replaced(record, withdrawn))
+    updates["approvals"], updates["pending_approvals"] = approvals, pending
 
 
 def _reopen_session(s: SessionState, updates: Updates, *, seq: int, because: str) -> None:

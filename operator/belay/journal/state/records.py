@@ -193,10 +193,14 @@ class ApprovalRecord(Record):
     decision_reason: str = ""
     decision_payload_sha256: str | None = None
     decision_expires_at: datetime | None = None
+    # A change of request that reopened the operation's step before anyone decided: the request
+    # is no longer asked (its step makes its calls again), and nothing decides it now.
+    withdrawn_seq: int | None = None
+    withdrawn_because: str = ""
 
     @property
     def pending(self) -> bool:
-        return self.decision is None
+        return self.decision is None and self.withdrawn_seq is None
 
 
 class ArtifactRecord(Record):
