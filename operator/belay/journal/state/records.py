@@ -360,6 +360,7 @@ class RemoteSessionRecord(Record):
     seq: int  # where it was recorded
     calls: int = 0  # calls the remote agent asked for
     refused: int = 0  # of which refused for arguments that do not fit
+    not_run: int = 0  # of which answered "not run": asked on work a change reopened
     delivered: int = 0  # results (and refusals) the provider accepted
     interruptions: int = 0  # cut streams and errors the executor went on after
     failure: str = ""  # why the remote session cannot go on, when it cannot

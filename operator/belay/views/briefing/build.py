@@ -481,6 +481,7 @@ def _remote_sessions(state: SessionState) -> list[RemoteSessionItem]:
             calls=r.calls,
             delivered=r.delivered,
             refused=r.refused,
+            not_run=r.not_run,
             interruptions=r.interruptions,
             failure=r.failure,
             replaced=list(r.replaced),

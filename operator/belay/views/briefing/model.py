@@ -334,6 +334,7 @@ class RemoteSessionItem(Model):
     delivered: int
     refused: int
     interruptions: int
+    not_run: int = 0  # calls asked on work a change reopened, answered "not run"
     failure: str = ""
     # The remote sessions it replaced (each lost), oldest first, and why the last one was lost:
     # the executor started this one seeded from the record.

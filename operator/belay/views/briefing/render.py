@@ -468,7 +468,9 @@ def _remote_rows(b: Briefing) -> list[Row]:
         rows.append((1, f"{remote.subagent}: {where}"))
         counts = (
             f"{remote.calls} calls asked for, {remote.delivered} results delivered, "
-            f"{remote.refused} refused for their arguments, {remote.interruptions} interruptions"
+            f"{remote.refused} refused for their arguments, "
+            + (f"{remote.not_run} not run (asked on work a change reopened), " if remote.not_run else "")
+            + f"{remote.interruptions} interruptions"
         )
         rows.append((2, counts + (f"; failed: {remote.failure}" if remote.failure else "")))
         if remote.replaced:

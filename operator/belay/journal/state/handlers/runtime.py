@@ -204,7 +204,9 @@ def on_remote(s: SessionState, e: RemoteEvent) -> Updates:
     elif p.kind == RemoteKind.CALL_REFUSED and call is not None:
         changed = {"refused_seq": e.seq, "refusal": p.detail}
         updates["remote_calls"] = calls.set(call.operation_id, replaced(call, changed))
-        counter = "refused"
+        # Both are answered without running; the page tells a call that did not fit its schema
+        # from one asked on work a change reopened (answered "not run: ...").
+        counter = "not_run" if p.detail.startswith("not run: ") else "refused"
     elif p.kind == RemoteKind.RESULT_DELIVERED and call is not None and call.delivered_seq is None:
         changed = {"delivered_seq": e.seq, "idempotency_key": p.idempotency_key}
         updates["remote_calls"] = calls.set(call.operation_id, replaced(call, changed))
