@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from belay.controller.settings import SETTINGS_ENV, OperatorSettings
+from belay.controller.settings import ETCD_CREDENTIALS_MOUNT, SETTINGS_ENV, OperatorSettings
 from tests.testenv.kube import ControlPlane
 from tests.testenv.network import free_port
 from tests.testenv.polling import wait_until
@@ -30,8 +30,12 @@ class OperatorProcess:
         settings: OperatorSettings,
         log_path: Path,
         more_namespaces: Sequence[str] = (),
+        etcd_credentials: Path | None = None,
     ) -> None:
+        """`etcd_credentials`: a folder laid out as the fleet etcd's TLS Secret, which the operator
+        finds where a pod mounts that Secret (`settings.etcd_credentials_secret`)."""
         self.kube = kube
+        self.etcd_credentials = etcd_credentials
         self.namespace = namespace
         self.more_namespaces = tuple(more_namespaces)  # watched too
         self.settings = settings
@@ -63,6 +67,8 @@ class OperatorProcess:
             "--health-port",
             str(self.health_port),
         ]
+        if self.etcd_credentials is not None:
+            argv = [*with_etcd_credentials(self.etcd_credentials, self.log_path.parent / "etcd-mount"), *argv]
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 argv,
@@ -97,6 +103,21 @@ class OperatorProcess:
             yield
         finally:
             os.killpg(self.process.pid, signal.SIGCONT)
+
+
+def with_etcd_credentials(credentials: Path, scratch: Path) -> list[str]:
+    """The command that runs the next with `credentials` at ETCD_CREDENTIALS_MOUNT, where a pod
+    mounts the fleet etcd's TLS Secret: /etc overlaid, in a mount namespace of the command's own
+    (the machine's /etc is untouched)."""
+    relative = Path(ETCD_CREDENTIALS_MOUNT).relative_to("/etc")
+    scratch.mkdir(parents=True, exist_ok=True)
+    script = (
+        'mount -t tmpfs tmpfs "$2" && mkdir -p "$2/upper/$3" "$2/work" && cp "$1"/* "$2/upper/$3/" '
+        '&& mount -t overlay overlay -o "lowerdir=/etc,upperdir=$2/upper,workdir=$2/work" /etc '
+        '&& shift 3 && exec "$@"'
+    )
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+            str(credentials), str(scratch), str(relative)]  # fmt: skip
 
 
 def wait_for(

@@ -30,6 +30,8 @@ from tests.testenv.node import NODE_IP
 
 SESSION = "parser-fix"
 STORE_SECRET = "belay-stores"
+# The TLS Secret with the client certificate of an etcd serving TLS (etcd_credentials_secret).
+ETCD_CLIENT_SECRET = "belay-etcd-client"
 # The example for a cluster: its plan and repository are read from the image.
 CLUSTER_MANIFEST = REPO_ROOT / "examples/parser-fix/cluster-session.yaml"
 GRANT = EXAMPLE_MANIFEST["spec"]["approvals"][0]
@@ -79,6 +81,9 @@ class SessionSetup:
     record_key: str = ""
     # Ports of git servers on the node's address that the harness may fetch git inputs from.
     git_ports: list[int] = field(default_factory=list)
+    # The client certificate's folder (a TLS Secret's files) when the etcd serves TLS: named on
+    # events_url for the test's own reads, given to the pods as ETCD_CLIENT_SECRET.
+    etcd_client: Path | None = None
 
     @property
     def etcd_port(self) -> int:
@@ -91,7 +96,9 @@ class SessionSetup:
             harness_image=self.cluster.image,
             sandbox_image=self.cluster.image,
             image_pull_policy="Never",
-            event_store=self.events_url,
+            # The pods find the client certificate where the Secret is mounted, not at events_url's.
+            event_store=self.events_url.split("?", 1)[0] if self.etcd_client else self.events_url,
+            etcd_credentials_secret=ETCD_CLIENT_SECRET if self.etcd_client else None,
             artifact_store=f"s3://{self.bucket}",
             store_secret=STORE_SECRET,
             store_egress=[EgressTarget(cidr=node, ports=stores)],
@@ -124,6 +131,16 @@ class SessionSetup:
             "data": {k: base64.b64encode(v.encode()).decode() for k, v in self.store_environment().items()},
         }
         self.cluster.apply([secret])
+        if self.etcd_client is not None:
+            files = {f.name: base64.b64encode(f.read_bytes()).decode() for f in self.etcd_client.iterdir()}
+            client = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "kubernetes.io/tls",
+                "metadata": {"name": ETCD_CLIENT_SECRET, "namespace": self.namespace},
+                "data": files,
+            }
+            self.cluster.apply([client])
 
     def events(self) -> list[Event]:
         """The session's record as it is now, read from its event store."""
@@ -243,6 +260,7 @@ def new_setup(
         etcd_ports=ports,
         sandbox_pool_size=sandbox_pool_size,
         runtime_classes=list(runtime_classes),
+        etcd_client=etcd.tls.client_dir if etcd is not None and etcd.tls is not None else None,
     )
     setup.prepare()
     return setup
@@ -280,7 +298,8 @@ def operated_session(
         setup.git_ports = list(git_ports or [])
         for key, value in setup.store_environment().items():
             set_env(key, value)
-        operator = OperatorProcess(cluster.kube, namespace, setup.settings(), work / "operator.log")
+        settings, log = setup.settings(), work / "operator.log"
+        operator = OperatorProcess(cluster.kube, namespace, settings, log, etcd_credentials=setup.etcd_client)
         operator.start()
         setup.operator_log = operator.log
         setup.operator = operator

@@ -12,7 +12,10 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from belay.journal.events import EventDraft, UserInput
+from belay.stores.base import StoreUnavailable
 from belay.stores.etcd.credentials import EtcdCredentials
+from belay.stores.etcd.store import EtcdEventStore
 from tests.testenv.binaries import component
 from tests.testenv.certs import TinyCA
 from tests.testenv.network import LOOPBACK, NOT_YET_ERRORS, free_port, healthy, http_post_json, wait_ready
@@ -69,6 +72,21 @@ class EtcdTls:
         context = ssl.create_default_context(cafile=str(self.ca_cert))
         context.load_cert_chain(str(self.client_cert), str(self.client_key))
         return context
+
+
+async def refuses_a_write(endpoints: list[str], credentials: EtcdCredentials | None) -> bool:
+    """Whether the etcd at `endpoints` (`http://` or `https://` URLs) refuses a client presenting
+    `credentials` (None: plaintext) the write of an event."""
+    store = EtcdEventStore(
+        endpoints, prefix="/belay", record_key=b"", operation_timeout=5, credentials=credentials
+    )
+    try:
+        await store.append("refused", [EventDraft(payload=UserInput(goal="let me in"))])
+    except StoreUnavailable:
+        return True
+    finally:
+        await store.close()
+    return False
 
 
 def _write(path: Path, data: bytes) -> Path:

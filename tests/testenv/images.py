@@ -18,7 +18,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.testenv.binaries import cache_dir
+from tests.testenv.binaries import cache_dir, component
 
 # Containerd reads this annotation to name an image it imports from an OCI layout.
 IMAGE_NAME_ANNOTATION = "io.containerd.image.name"
@@ -43,11 +43,12 @@ def _digest(data: bytes) -> str:
 
 
 def _layer(binary: Path, target: str) -> bytes:
-    """A tar of the binary at `target` plus the empty /tmp and /etc a program expects, with fixed
-    timestamps, so the same binary always gives the same layer."""
+    """A tar of the binary at `target` (and the folders it is in) plus the empty /tmp and /etc a
+    program expects, with fixed timestamps, so the same binary always gives the same layer."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for folder, mode in (("etc", 0o755), ("tmp", 0o1777), (str(Path(target).parent).strip("/"), 0o755)):
+        parents = [str(folder).strip("/") for folder in reversed(Path(target).parents)]
+        for folder, mode in (("etc", 0o755), ("tmp", 0o1777), *((folder, 0o755) for folder in parents)):
             if not folder:
                 continue
             info = tarfile.TarInfo(folder)
@@ -143,3 +144,10 @@ def single_binary_image(name: str, binary: Path, target: str, entrypoint: list[s
     if not path.exists():
         write_oci_archive(path, reference, binary, target, entrypoint)
     return ImageArchive(reference, path)
+
+
+def etcd_image() -> ImageArchive:
+    """The etcd the tests build, as an image laid out as etcd's own release image (the binary at
+    /usr/local/bin/etcd): what the chart's evaluation etcd runs on the node (etcd.image)."""
+    etcd = component("etcd").path("etcd")
+    return single_binary_image("etcd", etcd, "/usr/local/bin/etcd", ["/usr/local/bin/etcd"])

@@ -41,7 +41,7 @@ from pydantic import BaseModel
 from tests.testenv import host
 from tests.testenv.binaries import NODE_COMPONENTS, cache_dir, component
 from tests.testenv.coredns import coredns_objects
-from tests.testenv.images import ImageArchive, images_dir, single_binary_image
+from tests.testenv.images import ImageArchive, etcd_image, images_dir, single_binary_image
 from tests.testenv.kube import ControlPlane
 from tests.testenv.network import free_port, healthy, wait_ready
 from tests.testenv.polling import wait_until
@@ -761,7 +761,7 @@ def node_images(harness_image: ImageArchive | None) -> tuple[ImageArchive, Image
     """The pause image, the CoreDNS image, and every image to import."""
     pause = single_binary_image("pause", component("node").path("pause"), "/pause", ["/pause"])
     coredns = single_binary_image("coredns", component("coredns").path("coredns"), "/coredns", ["/coredns"])
-    archives = [pause, coredns]
+    archives = [pause, coredns, etcd_image()]
     if harness_image is not None:
         archives.append(harness_image)
     return pause, coredns, archives

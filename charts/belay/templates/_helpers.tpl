@@ -39,7 +39,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   "harness_image" (default (include "belay.image" .) .Values.sessions.harnessImage)
   "sandbox_image" (default (include "belay.image" .) .Values.sessions.sandboxImage)
   "image_pull_policy" .Values.image.pullPolicy
-  "event_store" .Values.stores.events
+  "event_store" (include "belay.eventStore" .)
   "artifact_store" .Values.stores.artifacts
   "run_as_user" .Values.sessions.runAsUser
   "stop_drain_s" .Values.sessions.stopDrainSeconds
@@ -64,7 +64,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if include "belay.recordKeySecret" . }}{{- $_ := set $settings "record_key_secret" (include "belay.recordKeySecret" .) -}}{{- end -}}
 {{- if .Values.sessions.sandbox.runtimeClassName }}{{- $_ := set $settings "sandbox_runtime_class" .Values.sessions.sandbox.runtimeClassName -}}{{- end -}}
 {{- if .Values.stores.existingSecret }}{{- $_ := set $settings "store_secret" .Values.stores.existingSecret -}}{{- end -}}
-{{- if .Values.stores.etcdCredentialsSecret }}{{- $_ := set $settings "etcd_credentials_secret" .Values.stores.etcdCredentialsSecret -}}{{- end -}}
+{{- with include "belay.etcdCredentialsSecret" . }}{{- $_ := set $settings "etcd_credentials_secret" . -}}{{- end -}}
 {{- toJson $settings -}}
 {{- end -}}
 
@@ -85,7 +85,12 @@ The events URL is opened from every session's namespace, so a bare Service name 
 the wrong one.
 */}}
 {{- define "belay.checks" -}}
-{{- $events := required "stores.events is required: the session record's etcd, e.g. --set stores.events=etcd://belay-etcd.belay-system:2379 (docs/operator.md#install-on-a-cluster)" .Values.stores.events -}}
+{{- if .Values.etcd.deploy -}}
+{{- if or .Values.stores.events .Values.stores.etcdCredentialsSecret -}}
+{{- fail "etcd.deploy and stores.events (or stores.etcdCredentialsSecret) are both set: with etcd.deploy the record goes to the chart's own etcd; leave stores.events and stores.etcdCredentialsSecret empty, or set etcd.deploy=false to use the etcd they name" -}}
+{{- end -}}
+{{- end -}}
+{{- $events := required "stores.events is required: the session record's etcd, e.g. --set stores.events=etcd://belay-etcd.belay-system:2379, or --set etcd.deploy=true for an evaluation etcd the chart deploys (docs/operator.md#install-on-a-cluster)" (include "belay.eventStore" .) -}}
 {{- $_ := required "stores.artifacts is required: the artifact bucket, e.g. --set stores.artifacts=s3://belay-artifacts (docs/operator.md#install-on-a-cluster)" .Values.stores.artifacts -}}
 {{- if hasPrefix "etcd://" $events -}}
 {{- $host := regexReplaceAll "[:/,?].*$" (trimPrefix "etcd://" $events) "" -}}
@@ -96,15 +101,15 @@ the wrong one.
 {{- end -}}
 
 {{/*
-The harness's way to the record's etcd, read from stores.events: an address gives its /32 (or
-/128), a Service named with its namespace (name.namespace[.svc...]) every pod of that namespace;
-on the port named (2379 by default). A host known by another name (outside the cluster) gives
+The harness's way to the record's etcd, read from its URL (stores.events, or the chart's etcd): an
+address gives its /32 (or /128), a Service named with its namespace (name.namespace[.svc...])
+every pod of that namespace; on the port named (2379 by default). A host known by another name (outside the cluster) gives
 nothing: sessions.storeEgress says where it is. The artifact store's endpoint is not in the values
 (it is the Secret's AWS_ENDPOINT_URL): sessions.storeEgress names it.
 */}}
 {{- define "belay.eventsEgress" -}}
 {{- $out := list -}}
-{{- $events := .Values.stores.events | default "" -}}
+{{- $events := include "belay.eventStore" . -}}
 {{- if hasPrefix "etcd://" $events -}}
 {{- $hosts := regexReplaceAll "[/?].*$" (trimPrefix "etcd://" $events) "" -}}
 {{- range splitList "," $hosts -}}
@@ -161,4 +166,36 @@ server's real address: traffic to the Service is sent there before a NetworkPoli
 {{- $out = list (dict "cidr" "0.0.0.0/0" "ports" (list 443 6443)) -}}
 {{- end -}}
 {{- toJson $out -}}
+{{- end -}}
+
+
+{{/* The chart's evaluation etcd (etcd.deploy): its StatefulSet and headless Service. */}}
+{{- define "belay.etcdName" -}}
+{{- printf "%s-etcd" (include "belay.fullname" .) | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+The session record's URL: the chart's etcd when it deploys one (its headless Service, named with
+its namespace so every session namespace resolves it), else stores.events.
+*/}}
+{{- define "belay.eventStore" -}}
+{{- if .Values.etcd.deploy -}}
+{{- printf "etcd://%s.%s:2379/belay" (include "belay.etcdName" .) .Release.Namespace -}}
+{{- else -}}
+{{- .Values.stores.events -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The TLS Secret with the etcd client certificate: the chart's own with etcd.deploy. */}}
+{{- define "belay.etcdCredentialsSecret" -}}
+{{- if .Values.etcd.deploy -}}
+{{- printf "%s-client" (include "belay.etcdName" .) -}}
+{{- else -}}
+{{- .Values.stores.etcdCredentialsSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "belay.etcdSelector" -}}
+app.kubernetes.io/name: belay-etcd
+app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
