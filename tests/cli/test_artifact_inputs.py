@@ -166,6 +166,29 @@ def test_a_consumer_killed_mid_step_resumes_with_the_pinned_bytes_after_the_prod
     assert fetched(home, CONSUMER, "copy.md", tmp_path) == report
 
 
+def test_a_consumer_killed_before_its_first_sandbox_was_seeded_still_gets_the_bytes_of_its_start(
+    tmp_path: Path,
+) -> None:
+    """The pin is taken by `belay run`, not when the first sandbox happens to be seeded: a consumer
+    killed before that, its producer then amended and redone, is seeded with the bytes proven when
+    it started."""
+    home = tmp_path / "home"
+    report = produced(home, tmp_path)
+    point = "lifecycle:sandbox_started"
+    run = start_belay(home, "run", "--quiet", str(consumer_manifest(tmp_path)), stop_after=point)
+    wait_until_stopped(run, point)
+    kill_group(run)
+    assert not [p for p in lifecycle(home) if p.kind == LifecycleKind.RESTORED]  # nothing seeded yet
+    amended = run_belay(home, "amend", PRODUCER, "--goal", "a newer report")
+    assert amended.returncode == 0, amended.stdout + amended.stderr
+    redone = run_belay(home, "resume", "--quiet", PRODUCER)
+    assert redone.returncode == 0, redone.stdout + redone.stderr
+    assert fetched(home, PRODUCER, "report.md", tmp_path) != report
+    resumed = run_belay(home, "resume", "--quiet", CONSUMER)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert fetched(home, CONSUMER, "copy.md", tmp_path) == report
+
+
 def test_a_missing_source_is_refused_naming_the_session_and_the_deliverable(tmp_path: Path) -> None:
     home = tmp_path / "home"
     line = refused(home, consumer_manifest(tmp_path))
