@@ -48,6 +48,7 @@ from belay.api.agentsession import (
     SESSION_NAME_MESSAGE,
     UNIQUE_SUBAGENTS_MESSAGE,
 )
+from belay.api.artifact_input import SHA256_MESSAGE, SOURCE_DELIVERABLE_MESSAGE, SOURCE_SESSION_MESSAGE
 from belay.api.git_input import (
     GIT_CREDENTIALS_SCHEME_MESSAGE,
     GIT_REVISION_MESSAGE,
@@ -113,6 +114,17 @@ _GIT = {"url": "https://git.example.com/project.git", "revision": "0123456789abc
 def _git_input(name: str, hostPath: bool | None = None, **git: str) -> dict[str, Any]:
     """The valid manifest with its first input taken from a repository instead, `git` changed."""
     item: dict[str, Any] = {"git": {**_GIT, **git}, "target": "repo"}
+    if hostPath is not None:
+        item["hostPath"] = hostPath
+    return changed(name, **{"spec.subagents.0.inputs.0": item})
+
+
+_ARTIFACT = {"session": "producer", "deliverable": "report.md"}
+
+
+def _artifact_input(name: str, hostPath: bool | None = None, **artifact: str) -> dict[str, Any]:
+    """The valid manifest with its first input taken from another session's deliverable instead."""
+    item: dict[str, Any] = {"artifact": {**_ARTIFACT, **artifact}, "target": "repo"}
     if hostPath is not None:
         item["hostPath"] = hostPath
     return changed(name, **{"spec.subagents.0.inputs.0": item})
@@ -336,6 +348,31 @@ BOTH: list[Case] = [
         "git-credentials-secret-of-another-namespace",
         _git_input("git-creds-ns", credentialsSecret="team-b/git-token"),
         "credentialsSecret",
+    ),
+    Case(
+        "input-with-a-directory-and-an-artifact",
+        changed("source-and-artifact", **{"spec.subagents.0.inputs.0.artifact": _ARTIFACT}),
+        INPUT_ONE_SOURCE_MESSAGE,
+    ),
+    Case(
+        "artifact-input-host-path",
+        _artifact_input("artifact-host-path", hostPath=True),
+        INPUT_GIT_HOST_PATH_MESSAGE,
+    ),
+    Case(
+        "artifact-input-of-a-session-of-another-namespace",
+        _artifact_input("artifact-other-ns", session="team-b/producer"),
+        SOURCE_SESSION_MESSAGE,
+    ),
+    Case(
+        "artifact-input-deliverable-a-path",
+        _artifact_input("artifact-path", deliverable="../report.md"),
+        SOURCE_DELIVERABLE_MESSAGE,
+    ),
+    Case(
+        "artifact-input-sha256-abbreviated",
+        _artifact_input("artifact-short-pin", sha256=HASH[:12]),
+        SHA256_MESSAGE,
     ),
     Case(
         "input-outside-declared",

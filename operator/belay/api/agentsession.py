@@ -36,6 +36,7 @@ from pydantic import (
 from pydantic.json_schema import JsonDict
 from pydantic_core import PydanticCustomError
 
+from belay.api.artifact_input import ArtifactInput
 from belay.api.base import ApiModel
 from belay.api.bounded_yaml import FileRefused, describe_yaml_error, load_yaml, read_regular_file
 from belay.api.git_input import GitInput
@@ -89,8 +90,11 @@ INPUT_SOURCE_MESSAGE = (
     "inputs[].source must be a relative path inside the manifest's directory, without '..'; "
     "set hostPath: true on the input to copy a directory from elsewhere on the host"
 )
-INPUT_ONE_SOURCE_MESSAGE = "an input takes exactly one of source (a directory) and git (a repository)"
-INPUT_GIT_HOST_PATH_MESSAGE = "inputs[].hostPath applies only to a source directory, not to git"
+INPUT_ONE_SOURCE_MESSAGE = (
+    "an input takes exactly one of source (a directory), git (a repository) and artifact "
+    "(another session's deliverable)"
+)
+INPUT_GIT_HOST_PATH_MESSAGE = "inputs[].hostPath applies only to a source directory, not to git or artifact"
 DECLARED_MESSAGE = "declared patterns must be relative to the workspace, without '..'"
 # Only declared files survive a sandbox's restore: an input outside them would be dropped without
 # a word, and what the session makes from it would not apply. So a subagent that declares its
@@ -348,8 +352,8 @@ class ExecutorSpec(ApiModel):
 
 
 class SubagentInput(ApiModel):
-    """A directory (`source`) or a repository at one commit (`git`), copied into the subagent's
-    workspace when the session starts."""
+    """A directory (`source`), a repository at one commit (`git`) or another session's proven
+    deliverable (`artifact`), copied into the subagent's workspace when the session starts."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -359,9 +363,13 @@ class SubagentInput(ApiModel):
                     "message": INPUT_TARGET_MESSAGE,
                     "fieldPath": ".target",
                 },
-                {"rule": "has(self.source) != has(self.git)", "message": INPUT_ONE_SOURCE_MESSAGE},
                 {
-                    "rule": "!has(self.git) || !has(self.hostPath) || !self.hostPath",
+                    "rule": "(has(self.source) ? 1 : 0) + (has(self.git) ? 1 : 0) + "
+                    "(has(self.artifact) ? 1 : 0) == 1",
+                    "message": INPUT_ONE_SOURCE_MESSAGE,
+                },
+                {
+                    "rule": "has(self.source) || !has(self.hostPath) || !self.hostPath",
                     "message": INPUT_GIT_HOST_PATH_MESSAGE,
                 },
                 {
@@ -380,6 +388,7 @@ class SubagentInput(ApiModel):
     # image).
     source: str | None = Field(default=None, min_length=1, max_length=4096)
     git: GitInput | None = None
+    artifact: ArtifactInput | None = None
     target: str = Field(min_length=1, max_length=1024)
     host_path: bool = False
 
@@ -392,9 +401,9 @@ class SubagentInput(ApiModel):
 
     @model_validator(mode="after")
     def _source_beside_the_manifest(self) -> SubagentInput:
-        if (self.source is None) == (self.git is None):
+        if [self.source, self.git, self.artifact].count(None) != 2:
             raise ValueError(INPUT_ONE_SOURCE_MESSAGE)
-        if self.git is not None and self.host_path:
+        if self.source is None and self.host_path:
             raise ValueError(INPUT_GIT_HOST_PATH_MESSAGE)
         if self.source is not None and not self.host_path and not is_workspace_relative(self.source):
             raise ValueError(INPUT_SOURCE_MESSAGE)

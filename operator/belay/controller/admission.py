@@ -18,6 +18,8 @@ can express, is refused here, before anything of the session is created: its sta
   would otherwise open nothing without a word); a range wider than profile `internet` (one that
   holds or meets a special-purpose range, such as `0.0.0.0/0` holding the cluster's private
   ranges) is refused rather than cut down.
+- Artifact inputs (`inputs[].artifact`): taken by `belay run` only so far; the operator refuses
+  them rather than start a session whose first sandbox could not be seeded.
 """
 
 from __future__ import annotations
@@ -168,4 +170,10 @@ def refusals(spec: AgentSessionSpec, settings: OperatorSettings) -> list[str]:
                 f"operator allows (allowed: {allowed})"
             )
         found += [f"{where}.allowlist: {why}" for why in allowlist_refusals(sub.allowlist)]
+        found += [
+            f"{where}.inputs[{index}].artifact: {item.artifact.shown()}: this operator does not yet "
+            "take another session's deliverable as an input (`belay run` does)"
+            for index, item in enumerate(sub.inputs)
+            if item.artifact is not None
+        ]
     return found

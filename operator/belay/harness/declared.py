@@ -12,7 +12,8 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from belay.api.agentsession import AgentSession, SubagentInput
-from belay.harness.git_input import git_input_files
+from belay.harness.git_input import InputUnavailable, git_input_files
+from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, ArtifactStore
 
 NEVER_DECLARED_PARTS = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".belay")
 
@@ -41,14 +42,36 @@ def input_files(source: Path, target: str) -> list[tuple[str, Path]]:
     return pairs
 
 
-def read_input(item: SubagentInput, git_credentials: Path | None) -> list[tuple[str, bytes]]:
-    """One input's files, (workspace path, bytes), caches excluded: a directory's, or those of a
-    repository's tree at its commit (belay.harness.git_input, which raises InputUnavailable)."""
+def read_input(
+    item: SubagentInput, git_credentials: Path | None, artifacts: ArtifactStore | None = None
+) -> list[tuple[str, bytes]]:
+    """One input's files, (workspace path, bytes), caches excluded: a directory's, those of a
+    repository's tree at its commit (belay.harness.git_input, which raises InputUnavailable), or
+    the pinned bytes of another session's deliverable (`artifact_input_file`)."""
+    if item.artifact is not None:
+        return [artifact_input_file(item, artifacts)]
     if item.git is not None:
         files = git_input_files(item.git, item.target, git_credentials)
         return [(name, data) for name, data in files if not is_cache(name)]
     assert item.source is not None
     return [(name, path.read_bytes()) for name, path in input_files(Path(item.source), item.target)]
+
+
+def artifact_input_file(item: SubagentInput, artifacts: ArtifactStore | None) -> tuple[str, bytes]:
+    """`<target>/<deliverable>` and the bytes its pin names, read from the artifact store by their
+    sha256 (which the store checks): never the source session's current deliverable, which may
+    have been amended since the pin. InputUnavailable when there is no pin or no such blob."""
+    artifact = item.artifact
+    assert artifact is not None
+    if artifact.sha256 is None:
+        raise InputUnavailable(f"{artifact.shown()} has no pinned sha256 (`belay run` pins it)")
+    if artifacts is None:
+        raise InputUnavailable(f"{artifact.shown()}: this harness reads no artifact store for inputs")
+    try:
+        data = artifacts.get(artifact.sha256)
+    except (ArtifactNotFound, ArtifactCorrupted) as error:
+        raise InputUnavailable(f"{artifact.shown()}, sha256 {artifact.sha256}: {error}") from None
+    return f"{item.target.strip('/')}/{artifact.deliverable}", data
 
 
 def read_inputs(session: AgentSession) -> dict[str, list[tuple[str, bytes]]]:
@@ -62,10 +85,17 @@ class DeclaredInputs(Mapping[str, list[tuple[str, bytes]]]):
     every subagent from the record (whose inputs checkpoint holds the same files) never reads
     them, so a harness that replaces a lost one does not read its inputs again."""
 
-    def __init__(self, session: AgentSession, git_credentials: Path | None = None) -> None:
+    def __init__(
+        self,
+        session: AgentSession,
+        git_credentials: Path | None = None,
+        artifacts: ArtifactStore | None = None,
+    ) -> None:
         # Where the Secrets that git inputs name are mounted (a harness pod's
         # belay.harness.git_input.GIT_CREDENTIALS_DIR); None where none are.
         self._git_credentials = git_credentials
+        # Where artifact inputs' pinned bytes are read: the session's own artifact store.
+        self._artifacts = artifacts
         self._subagents = {sub.name: sub for sub in session.spec.subagents}
         self._read: dict[str, list[tuple[str, bytes]]] = {}
 
@@ -73,7 +103,9 @@ class DeclaredInputs(Mapping[str, list[tuple[str, bytes]]]):
         if subagent not in self._read:
             sub = self._subagents[subagent]
             self._read[subagent] = [
-                pair for item in sub.inputs for pair in read_input(item, self._git_credentials)
+                pair
+                for item in sub.inputs
+                for pair in read_input(item, self._git_credentials, self._artifacts)
             ]
         return self._read[subagent]
 

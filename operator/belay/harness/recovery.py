@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
-from belay.api.agentsession import SubagentSpec
+from belay.api.agentsession import SubagentInput, SubagentSpec
 from belay.harness.arguments import resolve_arguments
 from belay.harness.attempt import Attempt, RecoveryFailed
 from belay.harness.checkpoints import (
@@ -233,11 +233,7 @@ class Recovery:
                     subagent=sub.name,
                     checkpoint_id=checkpoint_id,
                     detail=f"{len(entries)} declared input files, revision {revision.revision[:12]}"
-                    + "".join(
-                        f"; {item.target} from {item.git.url} at {item.git.revision}"
-                        for item in sub.inputs
-                        if item.git is not None
-                    ),
+                    + "".join(f"; {item.target} from {origin}" for item, origin in input_origins(sub)),
                 )
             ],
             subagent=sub.name,
@@ -383,3 +379,14 @@ async def answers(handle: SandboxHandle) -> bool:
     except SandboxError:
         return False
     return True
+
+
+def input_origins(sub: SubagentSpec) -> list[tuple[SubagentInput, str]]:
+    """Where each input that is not a directory of the machine came from, as the record says it."""
+    origins = []
+    for item in sub.inputs:
+        if item.git is not None:
+            origins.append((item, f"{item.git.url} at {item.git.revision}"))
+        elif item.artifact is not None:
+            origins.append((item, f"{item.artifact.shown()}, sha256 {item.artifact.sha256}"))
+    return origins

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from belay.journal.events import TaskStatus
+from belay.journal.events import ArtifactRef, TaskStatus
 from belay.journal.state import SessionState, TaskRecord
 
 DONE = (TaskStatus.DONE, TaskStatus.VERIFIED)
@@ -99,6 +99,27 @@ def deliverable_unproven(state: SessionState, name: str) -> str | None:
     if failed is not None:
         return f"deliverable {name} was published by a step whose verification failed ({failed})"
     return None
+
+
+def usable_deliverable(state: SessionState, name: str) -> tuple[ArtifactRef | None, str]:
+    """A deliverable another session may take as an input: its bytes, when the record proves it
+    (published under this name by a step that is itself proven done, and `deliverable_unproven`
+    finds nothing against it); otherwise None and why not, in words."""
+    artifact = state.artifacts.get(name)
+    if artifact is None or not artifact.deliverable or name not in state.deliverables:
+        for rejection in reversed(state.rejections):
+            if rejection.kind == "deliverable" and rejection.item == name:
+                by = rejection.by or "a person"
+                reason = f": {rejection.reason}" if rejection.reason else ""
+                return None, f"it was rejected by {by}{reason}, and is not published again since"
+        return None, "it has no published deliverable of that name"
+    step = publishing_step(state, name)
+    if step is None:
+        return None, "it was not published by a step of the session's plan, so nothing verified it"
+    unproven_because = step_unproven(step) or deliverable_unproven(state, name)
+    if unproven_because is not None:
+        return None, f"the record does not prove it: {unproven_because}"
+    return artifact.ref, ""
 
 
 def _owed(state: SessionState, task: TaskRecord) -> Missing | None:

@@ -42,6 +42,7 @@ import yaml
 from belay.api.agentsession import (
     AgentSession,
     ManifestError,
+    StoresSpec,
     SubagentSpec,
     load_manifest,
     parse_manifest,
@@ -58,6 +59,7 @@ from belay.harness.tickets import TicketServiceClient
 from belay.journal.events import Actor, Event, EventDraft, SessionLink, UserInput
 from belay.journal.phase import Phase, end_reason, phase_of
 from belay.journal.state import SessionState
+from belay.local.artifact_inputs import pin_artifact_input
 from belay.local.liveness import GuardedSandboxProvider, this_holder
 from belay.stores.base import ArtifactStore, EventStore, RecordCorrupt
 
@@ -97,14 +99,14 @@ class LocalHome:
         if not self.session_exists(session_id):
             return self
         try:
-            stores = load_manifest(self.manifest_file(session_id)).spec.stores
+            return self.with_stores(load_manifest(self.manifest_file(session_id)).spec.stores)
         except ManifestError:
             return self
-        return dataclasses.replace(
-            self,
-            events_url=stores.events or self.events_url,
-            artifacts_url=stores.artifacts or self.artifacts_url,
-        )
+
+    def with_stores(self, stores: StoresSpec) -> LocalHome:
+        """This home with the stores a manifest names (`spec.stores`) in place of its own."""
+        events, artifacts = stores.events or self.events_url, stores.artifacts or self.artifacts_url
+        return dataclasses.replace(self, events_url=events, artifacts_url=artifacts)
 
     @property
     def events_location(self) -> str:
@@ -310,6 +312,10 @@ def prepare_parsed(home: LocalHome, session: AgentSession, base: Path, where: st
         manifest["spec"]["executor"]["plan"] = str(home.plan_file(session.session_id))
     for sub_index, sub in enumerate(manifest["spec"]["subagents"]):
         for input_index, item in enumerate(sub.get("inputs", [])):
+            if "artifact" in item:  # read from the record of a session of this home, and pinned
+                artifact_field = f"{where}: spec.subagents[{sub_index}].inputs[{input_index}].artifact"
+                pin_artifact_input(home, session, item["artifact"], artifact_field)
+                continue
             if "git" in item:
                 _no_git_credentials(
                     item["git"], f"{where}: spec.subagents[{sub_index}].inputs[{input_index}]"
@@ -638,7 +644,7 @@ async def run_local(
                 executors=executor_factory_for(session, endpoint),
                 tickets=tickets,
                 effect_key=home.effect_key(),
-                inputs=DeclaredInputs(session),
+                inputs=DeclaredInputs(session, artifacts=artifacts),
                 holder=this_holder(),
                 model_id=model_id_for(session, endpoint),
                 on_event=record_and_forward,
