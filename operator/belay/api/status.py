@@ -28,6 +28,9 @@ class OperatorReason:
     CREATING_PODS = "CreatingPods"
     STORE_UNAVAILABLE = "StoreUnavailable"
     RECORD_CORRUPT = "RecordCorrupt"
+    # The operator holds another record key than the store's records were written with
+    # (`belay.stores.key_guard`): nothing is read until the key is set right.
+    RECORD_KEY_MISMATCH = "RecordKeyMismatch"
     FORK_SOURCE_MISSING = "ForkSourceMissing"
     ATTEMPTS_EXHAUSTED = "AttemptsExhausted"
     RECORD_BELONGS_TO_ANOTHER = "RecordBelongsToAnother"
