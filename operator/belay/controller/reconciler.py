@@ -81,6 +81,7 @@ from belay.controller.recovery import (
     HarnessDecision,
     decide_harness,
     failure_backoff,
+    input_corrected,
     pending_cause,
     sandbox_losses,
     stalled_by_repeats,
@@ -378,6 +379,7 @@ class SessionReconciler:
             spec.recovery.max_attempts,
             liveness,
             self.settings.harness_start_deadline_s,
+            input_corrected(memory.state, spec),
         )
         if decision.action == Action.KEEP and decision.index is not None:
             await self._record_lost_sandboxes(store, ref, spec, memory, pods, decision.index)
