@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -26,7 +27,7 @@ from belay.api.status import (
     OperatorReason,
     SandboxPodStatus,
 )
-from belay.controller import admission, names
+from belay.controller import admission, names, namespace_needs
 from belay.controller.checkpoints import checkpoint_object
 from belay.controller.children import child_ended_write, child_manifest, child_wait_write, parent_link_write
 from belay.controller.desired import SessionRef, apply_stages, desired_children, sandbox_token_secret
@@ -582,6 +583,11 @@ class SessionReconciler:
         self._report_rejections_not_applied(body, spec, memory)
 
         pods = await self.kube.call(self.kube.session_pods, ref.namespace, ref.name)
+        lacking = await self._namespace_lacks(ref, spec, memory, pods)
+        if lacking is not None:
+            status = await self._report(body, memory, lacking)
+            stop = HarnessDecision(Action.STOP, None, why=lacking.message)
+            return PassResult(stop, status, next_pass_in_s=namespace_needs.RECHECK_S)
         decision = await self._decide(store, ref, spec, memory, pods)
         replacements = replacements_of(memory.state, spec)
         fault = fault_point(meta.get("annotations"), memory.state)
@@ -608,6 +614,22 @@ class SessionReconciler:
         # A backoff, or a Pending harness pod's start deadline: the next pass is due then.
         next_pass = decision.retry_in_s or None
         return PassResult(decision, status, transitions, follows_clock, next_pass)
+
+    async def _namespace_lacks(
+        self, ref: SessionRef, spec: AgentSessionSpec, memory: SessionMemory, pods: list[Any]
+    ) -> OperatorProblem | None:
+        """What the session's pods load that its namespace lacks, while a harness pod is awaited."""
+        if not namespace_needs.harness_pod_awaited(memory.state, harness_pods(pods)):
+            return None
+        needs = namespace_needs.pod_needs(spec, self.settings)
+        found = await asyncio.gather(
+            *(self.kube.call(self.kube.exists, n.kind, ref.namespace, n.name) for n in needs)
+        )
+        missing = [need for need, exists in zip(needs, found, strict=True) if not exists]
+        if not missing:
+            return None
+        operator_namespace = os.environ.get("POD_NAMESPACE", "OPERATOR_NAMESPACE")
+        return OperatorProblem(*namespace_needs.missing_problem(missing, ref.namespace, operator_namespace))
 
     async def _own_record(
         self, store: EventStore, ref: SessionRef, spec: AgentSessionSpec, memory: SessionMemory
