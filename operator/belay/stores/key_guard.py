@@ -18,12 +18,11 @@ from __future__ import annotations
 
 from belay.stores.base import EventStore, RecordCorrupt, RecordKeyMismatch
 
-# What to set, said where the guard refuses (one line each).
+# What to set, said where the operator or a harness pod refuses.
 IN_A_CLUSTER = (
     "set the chart's stores.recordKey.existingSecret to a Secret holding the key the records were "
     "written with (or stores.recordKey.enabled=false if they were written without one)"
 )
-ON_ONE_MACHINE = "point BELAY_RECORD_KEY_FILE at the key the records were written with (or unset it if none)"
 
 
 async def guard_record_key(store: EventStore, where: str, what_to_set: str) -> None:
