@@ -31,7 +31,9 @@ async def written_record(path: Path) -> tuple[str, int]:
         await store.close()
 
 
-def harness(tmp_path: Path, events: Path, record_key: str | None) -> subprocess.CompletedProcess[str]:
+def harness(
+    tmp_path: Path, events: Path, record_key: str | None, **spec_changes: object
+) -> subprocess.CompletedProcess[str]:
     tokens = tmp_path / "tokens"
     tokens.mkdir(exist_ok=True)
     environment = {key: value for key, value in os.environ.items() if not key.startswith("BELAY_RECORD_KEY")}
@@ -39,7 +41,9 @@ def harness(tmp_path: Path, events: Path, record_key: str | None) -> subprocess.
         {
             desired.ENV_SESSION: REF.name,
             desired.ENV_NAMESPACE: REF.namespace,
-            desired.ENV_SESSION_SPEC: json.dumps(spec_with().model_dump(mode="json", by_alias=True)),
+            desired.ENV_SESSION_SPEC: json.dumps(
+                spec_with(**spec_changes).model_dump(mode="json", by_alias=True)
+            ),
             desired.ENV_SANDBOX_ENDPOINTS: "{}",
             desired.ENV_SANDBOX_TOKEN_DIR: str(tokens),
             desired.ENV_EVENT_STORE: f"sqlite://{events}",
@@ -74,3 +78,14 @@ async def test_a_harness_with_another_key_or_none_refuses_to_start_in_one_line(t
         assert len(await store.read(record)) == last_seq  # and the record still reads whole
     finally:
         await store.close()
+
+
+async def test_a_harness_of_a_session_on_its_own_stores_names_the_sessions_secret(tmp_path: Path) -> None:
+    events = tmp_path / "events.db"
+    await written_record(events)
+    own = {"events": "etcd://etcd.team-a:2379", "artifacts": "s3://team-a", "secretRef": "team-stores"}
+    ran = harness(tmp_path, events, "n" * 40, stores=own)
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    [line] = ran.stderr.strip().splitlines()
+    assert f"set BELAY_RECORD_KEY in Secret {REF.namespace}/team-stores" in line, line
+    assert "stores.recordKey" not in line  # the chart's key is not this session's

@@ -14,7 +14,7 @@ from belay.controller.kube import KubeClient
 from belay.controller.settings import OperatorSettings
 from belay.stores.base import ArtifactStore, EventStore, StoreUnavailable
 from belay.stores.factory import open_artifact_store, open_event_store
-from belay.stores.key_guard import IN_A_CLUSTER, guard_record_key
+from belay.stores.key_guard import IN_A_CLUSTER, guard_record_key, in_own_secret
 
 T = TypeVar("T")
 
@@ -94,12 +94,13 @@ class SessionStores:
         events_store = self.event_store(spec, namespace)
         if id(events_store) not in self._key_checked:
             # Named without its URL, which may hold a password.
-            where = (
-                f"the event store of Secret {namespace}/{spec.stores.secret_ref}"
-                if admission.own_stores(spec)
-                else "the operator's event store"
-            )
-            await guard_record_key(events_store, where, IN_A_CLUSTER)
+            if admission.own_stores(spec):
+                secret = f"{namespace}/{spec.stores.secret_ref}"
+                await guard_record_key(
+                    events_store, f"the event store of Secret {secret}", in_own_secret(secret)
+                )
+            else:
+                await guard_record_key(events_store, "the operator's event store", IN_A_CLUSTER)
             self._key_checked.add(id(events_store))
         return events_store, self.artifact_store(spec, namespace)
 

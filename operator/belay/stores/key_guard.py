@@ -25,6 +25,14 @@ IN_A_CLUSTER = (
 )
 
 
+def in_own_secret(secret: str) -> str:
+    """What to set for a session's own stores: the key is in the Secret the session names."""
+    return (
+        f"set BELAY_RECORD_KEY in Secret {secret} to the key the records were written with (or "
+        "remove it if they were written without one)"
+    )
+
+
 async def guard_record_key(store: EventStore, where: str, what_to_set: str) -> None:
     """Refuse (RecordKeyMismatch, one line naming `what_to_set`) when the key `store` holds is not
     the one its records were written with; keep the key's fingerprint where the store has none."""
