@@ -16,7 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
+from belay.api.agentsession import load_manifest
+from belay.controller.recovery import Action, decide_harness, input_corrected
 from belay.journal.events import Lifecycle, LifecycleKind
+from belay.journal.phase import Phase, phase_of
+from belay.journal.state import fold
 from tests.belay_cli import (
     kill_group,
     read_events,
@@ -201,16 +205,58 @@ def test_a_run_killed_after_its_first_step_resumes_on_a_new_sandbox_with_the_sam
     assert delivered(home, tmp_path) == pinned_tree()
 
 
-def test_a_commit_the_repository_lacks_ends_the_attempt_before_anything_runs(
-    tmp_path: Path, daemon: tuple[subprocess.Popen[bytes], str]
+def test_a_commit_the_repository_lacks_stops_the_session_until_the_input_can_be_had(
+    tmp_path: Path, repository: tuple[Path, str], daemon: tuple[subprocess.Popen[bytes], str]
 ) -> None:
+    """Not an attempt a next one gets past on its own: the session is RecoveryFailed with reason
+    InputUnavailable naming the input, and the operator's decision on that record starts no attempt
+    until the spec names another input; on one machine a resume once the server has the commit
+    goes on."""
+    served, _ = repository
     _, url = daemon
+    work = tmp_path / "work"
+    (work / "README.md").write_bytes(b"a commit not pushed yet\n")
+    git(work, "commit", "--quiet", "-am", "not pushed yet")
+    missing = git(work, "rev-parse", "HEAD")
     home = tmp_path / "home"
-    missing = "0123456789abcdef0123456789abcdef01234567"
-    ran = run_belay(home, "run", "--quiet", str(manifest(tmp_path, url, missing)))
+    path = manifest(tmp_path, url, missing)
+    ran = run_belay(home, "run", "--quiet", str(path))
     assert ran.returncode != 0
-    [finished] = [p for p in lifecycle(home) if p.kind == LifecycleKind.HARNESS_FINISHED]
-    assert finished.reason == "InputUnavailable"
-    assert f"reader: revision {missing} is not a commit of {url}" in finished.detail
+    events = lifecycle(home)
+    [failed] = [p for p in events if p.kind == LifecycleKind.RECOVERY_FAILED]
+    [finished] = [p for p in events if p.kind == LifecycleKind.HARNESS_FINISHED]
+    assert failed.reason == finished.reason == "InputUnavailable"
+    assert failed.subagent == "reader"
+    named = f"reader: input repo from {url} at {missing}: revision {missing} is not a commit of {url}"
+    assert failed.detail.startswith(named)
     assert f"is not a commit of {url}" in ran.stdout + ran.stderr
     assert not [e for e in read_events(home, SESSION) if e.type == "tool_request"]
+    brief = run_belay(home, "brief", SESSION)
+    assert "RecoveryFailed" in brief.stdout and "InputUnavailable" in brief.stdout, brief.stdout
+
+    # The operator's decision on this very record: no further attempt while the spec names the
+    # input that failed; the next one once the spec corrects it.
+    state = fold(read_events(home, SESSION))
+    spec = load_manifest(path).spec
+    assert phase_of(state) == Phase.RECOVERY_FAILED
+    assert not input_corrected(state, spec)
+    decided = decide_harness(state, [], lease=1, max_attempts=5, input_corrected=input_corrected(state, spec))
+    assert decided.action == Action.STOP
+    _, pinned = repository
+    (tmp_path / "corrected").mkdir()
+    corrected = load_manifest(manifest(tmp_path / "corrected", url, pinned)).spec
+    assert input_corrected(state, corrected)
+    decided = decide_harness(
+        state, [], lease=1, max_attempts=5, input_corrected=input_corrected(state, corrected)
+    )
+    assert decided.action == Action.REPLACE
+
+    # On one machine: once the server has the commit, a resume seeds the input and goes on.
+    git(work, "push", "--quiet", str(served), "HEAD:refs/heads/later")
+    resumed = run_belay(home, "resume", SESSION)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert phase_of(fold(read_events(home, SESSION))) == Phase.SUCCEEDED
+    readme = hashlib.sha256(b"a commit not pushed yet\n").hexdigest()
+    assert f"{readme}  ./README.md" in delivered(home, tmp_path)
+    [seeded] = [p for p in lifecycle(home) if p.kind == LifecycleKind.RESTORED]
+    assert f"repo from {url} at {missing}" in seeded.detail

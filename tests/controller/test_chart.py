@@ -195,11 +195,13 @@ def test_helm_install_gives_the_operator_least_privilege(helm_bin: Path, kube: C
             ("create", "networkpolicies.networking.k8s.io", "-n", "team-a"),
             ("create", "secrets", "-n", "team-a"),
             ("get", "secrets", "-n", "team-a"),  # the one a session names for its own stores
+            ("get", "serviceaccounts", "-n", "team-a"),  # what a session's pods load, looked for
             ("update", "leases.coordination.k8s.io/belay-operator", "-n", NAMESPACE),
         ]
         refused = [
             ("list", "secrets", "-n", "team-a"),
             ("watch", "secrets", "-n", "team-a"),
+            ("create", "serviceaccounts", "-n", "team-a"),
             ("delete", "services", "-n", "team-a"),
             ("delete", "agentsessions.belay.dev", "-n", "team-a"),
             ("create", "deployments.apps", "-n", "team-a"),

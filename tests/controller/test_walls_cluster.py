@@ -92,6 +92,12 @@ def walled(
     install_crds(kube)
     for namespace in (NAMESPACE, ELSEWHERE):
         kube.kubectl("create", "namespace", namespace, check=False)
+    # The fleet's store Secret where the fleet's sessions run, as the install makes it: the
+    # operator makes no pod of a session whose namespace lacks it.
+    kube.kubectl(
+        "create", "secret", "generic", FLEET_SECRET, "-n", NAMESPACE,
+        "--from-literal=AWS_ACCESS_KEY_ID=fleet-not-for-sessions", check=False,
+    )  # fmt: skip
     events_url = f"sqlite://{tmp_path / 'fleet-events.db'}"
     settings = OperatorSettings(
         event_store=events_url,

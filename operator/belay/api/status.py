@@ -28,6 +28,12 @@ class OperatorReason:
     CREATING_PODS = "CreatingPods"
     STORE_UNAVAILABLE = "StoreUnavailable"
     RECORD_CORRUPT = "RecordCorrupt"
+    # The operator holds another record key than the store's records were written with
+    # (`belay.stores.key_guard`): nothing is read until the key is set right.
+    RECORD_KEY_MISMATCH = "RecordKeyMismatch"
+    # The session's namespace lacks a ServiceAccount or a Secret its pods load
+    # (`belay.controller.namespace_needs`): no pod is made until it exists.
+    MISSING_IN_NAMESPACE = "MissingInNamespace"
     FORK_SOURCE_MISSING = "ForkSourceMissing"
     ATTEMPTS_EXHAUSTED = "AttemptsExhausted"
     RECORD_BELONGS_TO_ANOTHER = "RecordBelongsToAnother"

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from belay.api.agentsession import AgentSession, SubagentSpec
-from belay.controller import desired, names
+from belay.controller import admission, desired, names
 from belay.executors.factory import executor_factory_for
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult
@@ -38,8 +38,10 @@ from belay.harness.loop import Harness
 from belay.harness.stopping import StopRequest, drain_from_environment
 from belay.harness.tickets import TicketServiceClient
 from belay.sandbox.client import NotClaimable, SandboxClient, SandboxUnavailable, claim_sandbox
+from belay.stores.base import RecordKeyMismatch
 from belay.stores.factory import normalize_spec, open_artifact_store, open_event_store
 from belay.stores.integrity import record_key_for
+from belay.stores.key_guard import IN_A_CLUSTER, guard_record_key, in_own_secret
 
 # An external ticket service, when the session's tools use one, and the credential it takes.
 TICKETS_URL_ENV = "BELAY_TICKETS_URL"
@@ -187,6 +189,11 @@ async def run_attempt(environment: Mapping[str, str], stop: StopRequest | None =
     if stop is not None:
         stop.install(asyncio.get_running_loop(), (signal.SIGTERM, signal.SIGINT), hard_deadline=True)
     try:
+        if admission.own_stores(session.spec):
+            what_to_set = in_own_secret(f"{session.metadata.namespace}/{session.spec.stores.secret_ref}")
+        else:
+            what_to_set = IN_A_CLUSTER
+        await guard_record_key(store, "the session's event store", what_to_set)
         harness = Harness(
             session=session,
             store=store,
@@ -214,7 +221,12 @@ def main(environment: Mapping[str, Any] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     values = dict(environment or os.environ)
     stop = StopRequest(drain_s=drain_from_environment(values))
-    result = asyncio.run(run_attempt(values, stop))
+    try:
+        result = asyncio.run(run_attempt(values, stop))
+    except RecordKeyMismatch as refused:
+        # Before anything of the record is read: one line, naming what to set, not a traceback.
+        print(refused, file=sys.stderr)
+        return 2
     stop.disarm()
     if result.stopped_by is not None:
         return stop.exit_status

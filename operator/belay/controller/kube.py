@@ -156,6 +156,21 @@ class KubeClient:
         data = secret.data or {}
         return {key: base64.b64decode(value).decode("utf-8", "replace") for key, value in data.items()}
 
+    def exists(self, kind: str, namespace: str, name: str) -> bool:
+        """Whether the ServiceAccount or Secret exists (a Secret's contents are not kept)."""
+        read = (
+            self.core.read_namespaced_service_account
+            if kind == "ServiceAccount"
+            else self.core.read_namespaced_secret
+        )
+        try:
+            read(name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
     def ensure_secret(self, obj: dict[str, Any]) -> None:
         """Create the Secret unless it exists; an existing one is never rewritten."""
         try:

@@ -13,23 +13,21 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from belay.api.agentsession import AgentSessionSpec
 from belay.api.status import (
     AgentSessionStatus,
-    DrillStatus,
     EventsExport,
-    ForkStatus,
     HarnessPodStatus,
     OperatorReason,
     SandboxPodStatus,
 )
-from belay.controller import admission, names
+from belay.controller import admission, names, namespace_needs
 from belay.controller.checkpoints import checkpoint_object
 from belay.controller.children import child_ended_write, child_manifest, child_wait_write, parent_link_write
 from belay.controller.desired import SessionRef, apply_stages, desired_children, sandbox_token_secret
@@ -42,6 +40,7 @@ from belay.controller.drill import (
     fault_point,
 )
 from belay.controller.kube import KubeClient
+from belay.controller.memory import PassResult, SessionMemory
 from belay.controller.observed import (
     claimed_pods,
     harness_pods,
@@ -83,6 +82,7 @@ from belay.controller.recovery import (
     HarnessDecision,
     decide_harness,
     failure_backoff,
+    input_corrected,
     pending_cause,
     sandbox_losses,
     stalled_by_repeats,
@@ -90,10 +90,17 @@ from belay.controller.recovery import (
 from belay.controller.session_stores import SessionStores
 from belay.controller.settings import OperatorSettings
 from belay.controller.status import OperatorProblem, TransitionEvent, session_status_patch, transition_events
-from belay.journal.events import ArtifactRef, CheckpointEvent, event_line
+from belay.journal.events import CheckpointEvent, event_line
 from belay.journal.phase import ENDED_PHASES, Liveness, phase_of
 from belay.journal.state import EMPTY, SessionState, apply, fold
-from belay.stores.base import ArtifactStore, ClaimTaken, EventStore, RecordCorrupt, StoreUnavailable
+from belay.stores.base import (
+    ArtifactStore,
+    ClaimTaken,
+    EventStore,
+    RecordCorrupt,
+    RecordKeyMismatch,
+    StoreUnavailable,
+)
 from belay.stores.etcd import archive_closed
 
 log = logging.getLogger("belay.operator")
@@ -103,54 +110,6 @@ EventPoster = Callable[[dict[str, Any], TransitionEvent], None]
 # Children are applied again at least this often even when nothing changed, so an object someone
 # deleted by hand comes back.
 REAPPLY_INTERVAL_S = 60.0
-
-
-@dataclass
-class SessionMemory:
-    state: SessionState = EMPTY
-    applied_digest: str = ""
-    applied_at: float = 0.0
-    status: dict[str, Any] | None = None
-    forked_from: ForkStatus | None = None
-    fork_error: str = ""
-    tokens_created: frozenset[str] = frozenset()  # subagents whose sandbox token Secret exists
-    policies_applied: bool = False  # the session's NetworkPolicies, before any pool pod is claimed
-    store_unavailable: bool = False  # the status says the store did not answer: a pass clears it
-    # Current sandbox pods seen running or pending: one that disappears afterwards is lost.
-    seen_sandboxes: set[str] = field(default_factory=set)
-    # Child sessions whose AgentSession this operator created or found, and their folded records.
-    children_created: set[str] = field(default_factory=set)
-    child_states: dict[str, SessionState] = field(default_factory=dict)
-    # `spec.rejections` entries (item/sha256) this operator records nothing for, reported already.
-    rejections_reported: set[str] = field(default_factory=set)
-    # The drill asked for with the annotation: its copy's folded record and where it stands.
-    drill_state: SessionState = EMPTY
-    drill: DrillStatus | None = None
-    # The last events export asked for with the annotation, and the blob that answers it.
-    events_export: tuple[EventsExport, ArtifactRef] | None = None
-    # The seq of the latest repeated failure, and when this operator first saw it (its backoff).
-    repeat_seen: tuple[int, datetime] | None = None
-    # The uid the record is bound to (`belay.controller.ownership`); nothing of a record bound to
-    # another is folded: `foreign` says so, with its owner (None: it names none).
-    owner: str | None = None
-    foreign: bool = False
-    foreign_owner: str | None = None
-    # Whether the record under the session's bare name was looked at, and left there (not the
-    # session's: looked at again once the spec adopts it).
-    legacy_checked: bool = False
-    legacy_left: bool = False
-
-
-@dataclass
-class PassResult:
-    decision: HarnessDecision
-    status: AgentSessionStatus
-    transitions: list[TransitionEvent] = field(default_factory=list)
-    # A harness renews the session's lease: only a clock notices it stop, so passes must keep
-    # coming while nothing changes.
-    follows_clock: bool = False
-    # A backoff before the next attempt: the pass that starts it is due then, whatever else happens.
-    next_pass_in_s: float | None = None
 
 
 def shown(state: SessionState, name: str) -> SessionState:
@@ -248,9 +207,15 @@ class SessionReconciler:
             except StoreUnavailable as error:
                 await self._store_unavailable(body, memory, error)
                 raise
-            except RecordCorrupt as error:
-                # Nothing is done on a record that cannot be trusted; a person has to restore it.
-                await self._report(body, memory, OperatorProblem(OperatorReason.RECORD_CORRUPT, str(error)))
+            except (RecordCorrupt, RecordKeyMismatch) as error:
+                # Nothing is done on a record that cannot be trusted (a person has to restore it),
+                # nor read under another key than it was written with (one has to set the key).
+                reason = (
+                    OperatorReason.RECORD_KEY_MISMATCH
+                    if isinstance(error, RecordKeyMismatch)
+                    else OperatorReason.RECORD_CORRUPT
+                )
+                await self._report(body, memory, OperatorProblem(reason, str(error)))
                 raise
             memory.store_unavailable = False
             return passed
@@ -415,6 +380,7 @@ class SessionReconciler:
             spec.recovery.max_attempts,
             liveness,
             self.settings.harness_start_deadline_s,
+            input_corrected(memory.state, spec),
         )
         if decision.action == Action.KEEP and decision.index is not None:
             await self._record_lost_sandboxes(store, ref, spec, memory, pods, decision.index)
@@ -617,6 +583,11 @@ class SessionReconciler:
         self._report_rejections_not_applied(body, spec, memory)
 
         pods = await self.kube.call(self.kube.session_pods, ref.namespace, ref.name)
+        lacking = await self._namespace_lacks(ref, spec, memory, pods)
+        if lacking is not None:
+            status = await self._report(body, memory, lacking)
+            stop = HarnessDecision(Action.STOP, None, why=lacking.message)
+            return PassResult(stop, status, next_pass_in_s=namespace_needs.RECHECK_S)
         decision = await self._decide(store, ref, spec, memory, pods)
         replacements = replacements_of(memory.state, spec)
         fault = fault_point(meta.get("annotations"), memory.state)
@@ -643,6 +614,22 @@ class SessionReconciler:
         # A backoff, or a Pending harness pod's start deadline: the next pass is due then.
         next_pass = decision.retry_in_s or None
         return PassResult(decision, status, transitions, follows_clock, next_pass)
+
+    async def _namespace_lacks(
+        self, ref: SessionRef, spec: AgentSessionSpec, memory: SessionMemory, pods: list[Any]
+    ) -> OperatorProblem | None:
+        """What the session's pods load that its namespace lacks, while a harness pod is awaited."""
+        if not namespace_needs.harness_pod_awaited(memory.state, harness_pods(pods)):
+            return None
+        needs = namespace_needs.pod_needs(spec, self.settings)
+        found = await asyncio.gather(
+            *(self.kube.call(self.kube.exists, n.kind, ref.namespace, n.name) for n in needs)
+        )
+        missing = [need for need, exists in zip(needs, found, strict=True) if not exists]
+        if not missing:
+            return None
+        operator_namespace = os.environ.get("POD_NAMESPACE", "OPERATOR_NAMESPACE")
+        return OperatorProblem(*namespace_needs.missing_problem(missing, ref.namespace, operator_namespace))
 
     async def _own_record(
         self, store: EventStore, ref: SessionRef, spec: AgentSessionSpec, memory: SessionMemory

@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from belay.api.agentsession import AgentSessionSpec
 from belay.api.status import PodPhase
 from belay.controller import names
+from belay.harness.git_input import INPUT_UNAVAILABLE, git_input_label
 from belay.journal.phase import ENDED_PHASES, Liveness, clean_stop, phase_of, recovery_failed
 from belay.journal.state import SessionState
 from belay.journal.state.repeats import (
@@ -192,19 +194,21 @@ def decide_harness(
     max_attempts: int,
     liveness: Liveness | None = None,
     start_deadline_s: float | None = None,
+    input_corrected: bool = False,
 ) -> HarnessDecision:
     """`lease` is the session's current fencing lease in the event store (0 before any attempt).
     With REPLACE, the caller advances the lease and runs the next attempt at the new lease's number,
     so every attempt index is higher than the lease of every attempt before it. With `liveness`, a
     live pod whose attempt stopped renewing its lease is lost too, and with `start_deadline_s` one
-    still Pending that long after it was made (`liveness.now` is the time)."""
+    still Pending that long after it was made (`liveness.now` is the time). With `input_corrected`
+    (`input_corrected`), a session stopped on an input it could not have goes on."""
     phase = phase_of(state)
     if phase in ENDED_PHASES:
         return HarnessDecision(Action.STOP, None, why=f"the session {phase.value.lower()}")
     stalled = stalled_by_repeats(state)
     if stalled is not None:
         return stalled
-    if recovery_failed(state):
+    if recovery_failed(state) and not input_corrected:
         return HarnessDecision(Action.STOP, None, why="recovery failed; a person has to look")
 
     current = current_pod(pods)
@@ -262,6 +266,23 @@ def decide_harness(
         lost_pod=current.name if current is not None else "",
         why=why,
     )
+
+
+def input_corrected(state: SessionState, spec: AgentSessionSpec) -> bool:
+    """The recovery failure the session stands on is an input it could not have (InputUnavailable),
+    and the spec no longer names that input (its url, revision or target changed, or the subagent
+    is gone): the next attempt fetches what the spec names now."""
+    failure = state.lifecycle.last_recovery_failure
+    if failure is None or failure.reason != INPUT_UNAVAILABLE or not recovery_failed(state):
+        return False
+    named = [
+        f"{sub.name}: input {git_input_label(item.target, item.git)}:"
+        for sub in spec.subagents
+        if sub.name == failure.subagent
+        for item in sub.inputs
+        if item.git is not None
+    ]
+    return not any(failure.detail.startswith(prefix) for prefix in named)
 
 
 def stalled_by_repeats(state: SessionState) -> HarnessDecision | None:

@@ -14,6 +14,7 @@ from belay.controller.kube import KubeClient
 from belay.controller.settings import OperatorSettings
 from belay.stores.base import ArtifactStore, EventStore, StoreUnavailable
 from belay.stores.factory import open_artifact_store, open_event_store
+from belay.stores.key_guard import IN_A_CLUSTER, guard_record_key, in_own_secret
 
 T = TypeVar("T")
 
@@ -37,6 +38,8 @@ class SessionStores:
         self._artifact_stores: dict[str, ArtifactStore] = {}
         # (namespace, Secret, URL) of a session's own store: the key it was opened under.
         self._own_keys: dict[tuple[str, str, str], str] = {}
+        # The event stores whose record key fingerprint matched the key this operator holds.
+        self._key_checked: set[int] = set()
 
     def event_store(self, spec: AgentSessionSpec, namespace: str = "") -> EventStore:
         """The session's event store: the operator's, or its own as `open_stores` opened it last
@@ -88,7 +91,18 @@ class SessionStores:
             artifact_key = self._own_key(namespace, name, artifacts)
             if artifact_key not in self._artifact_stores:
                 self._artifact_stores[artifact_key] = _opened(open_artifact_store, artifacts)
-        return self.event_store(spec, namespace), self.artifact_store(spec, namespace)
+        events_store = self.event_store(spec, namespace)
+        if id(events_store) not in self._key_checked:
+            # Named without its URL, which may hold a password.
+            if admission.own_stores(spec):
+                secret = f"{namespace}/{spec.stores.secret_ref}"
+                await guard_record_key(
+                    events_store, f"the event store of Secret {secret}", in_own_secret(secret)
+                )
+            else:
+                await guard_record_key(events_store, "the operator's event store", IN_A_CLUSTER)
+            self._key_checked.add(id(events_store))
+        return events_store, self.artifact_store(spec, namespace)
 
     async def close(self) -> None:
         for store in self._event_stores.values():

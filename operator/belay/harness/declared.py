@@ -12,7 +12,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from belay.api.agentsession import AgentSession, SubagentInput
-from belay.harness.git_input import InputUnavailable, git_input_files
+from belay.harness.git_input import InputUnavailable, git_input_files, git_input_label
 from belay.stores.base import ArtifactCorrupted, ArtifactNotFound, ArtifactStore
 
 NEVER_DECLARED_PARTS = ("__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".belay")
@@ -51,7 +51,11 @@ def read_input(
     if item.artifact is not None:
         return [artifact_input_file(item, artifacts)]
     if item.git is not None:
-        files = git_input_files(item.git, item.target, git_credentials)
+        try:
+            files = git_input_files(item.git, item.target, git_credentials)
+        except InputUnavailable as error:
+            # Named as the record names it, so the operator can tell when the spec corrects it.
+            raise InputUnavailable(f"input {git_input_label(item.target, item.git)}: {error}") from None
         return [(name, data) for name, data in files if not is_cache(name)]
     assert item.source is not None
     return [(name, path.read_bytes()) for name, path in input_files(Path(item.source), item.target)]

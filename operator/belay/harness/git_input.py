@@ -29,8 +29,19 @@ FETCH_TIMEOUT_S = 600.0
 REGULAR_FILE_MODES = ("100644", "100755")
 
 
+# The reason a session stops on when an input cannot be had: a recovery failure (the session is
+# `RecoveryFailed`, no further attempt starts) until the input is corrected in the spec, or, on one
+# machine, a person resumes it once the repository serves it.
+INPUT_UNAVAILABLE = "InputUnavailable"
+
+
 class InputUnavailable(Exception):
     """An input's files cannot be had (a fetch that failed, a commit the repository lacks)."""
+
+
+def git_input_label(target: str, git: GitInput) -> str:
+    """The input as the record names it: where it goes and what it is."""
+    return f"{target} from {git.url} at {git.revision}"
 
 
 def git_input_files(

@@ -40,7 +40,7 @@ from belay.harness.checkpoints import (
     restore_point,
     verify,
 )
-from belay.harness.git_input import InputUnavailable
+from belay.harness.git_input import INPUT_UNAVAILABLE, InputUnavailable
 from belay.harness.revision import RESTORE_PATCH_PATH, RevisionError, make_revision
 from belay.journal.events import (
     Checkpoint,
@@ -59,9 +59,6 @@ from belay.stores.base import ArtifactStore
 UNDECLARED_STATE = "UndeclaredState"
 REVISION_MISMATCH = "RevisionMismatch"
 REWIND_FAILED = "RewindFailed"
-# An input could not be read (a repository that could not be fetched, a commit it lacks): the
-# attempt ends before anything runs, and a later one tries again.
-INPUT_UNAVAILABLE = "InputUnavailable"
 # Everything in the workspace root, hidden entries included; run in the sandbox like any command.
 EMPTY_WORKSPACE = ["find", ".", "-mindepth", "1", "-maxdepth", "1", "-exec", "rm", "-rf", "{}", "+"]
 
@@ -194,9 +191,7 @@ class Recovery:
             # Read (a repository fetched) only now, and only for a sandbox that starts from them.
             files = await asyncio.to_thread(lambda: list(self.inputs.get(sub.name, [])))
         except InputUnavailable as error:
-            detail = f"{sub.name}: {error}"
-            await self.attempt.stop(INPUT_UNAVAILABLE, detail)
-            raise RecoveryFailed(INPUT_UNAVAILABLE, detail) from None
+            await self.input_unavailable(sub, str(error))
         entries = []
         for name, data in files:
             ref = await asyncio.to_thread(self.artifacts.put, data)
@@ -290,6 +285,35 @@ class Recovery:
                 f"checkpoint recorded {checkpoint.repository_revision}: the workspace is not what it declared"
             )
             await self.fail(sub, checkpoint, REVISION_MISMATCH, detail)
+
+    async def input_unavailable(self, sub: SubagentSpec, error: str) -> NoReturn:
+        """The subagent's inputs cannot be had: not an attempt that a next one may get past on its
+        own (the same input fails the same way), so a recovery failure; nothing has run yet."""
+        attempt = self.attempt
+        detail = (
+            f"{sub.name}: {error}; correct the input in the spec (the operator then starts the next "
+            "attempt), or make the repository serve it and resume the session"
+        )
+        await attempt.record(
+            [
+                Lifecycle(
+                    kind=LifecycleKind.RECOVERY_FAILED,
+                    attempt=attempt.number,
+                    reason=INPUT_UNAVAILABLE,
+                    detail=detail,
+                    subagent=sub.name,
+                    checkpoint_id=inputs_checkpoint_id(sub.name),
+                ),
+                Lifecycle(
+                    kind=LifecycleKind.HARNESS_FINISHED,
+                    attempt=attempt.number,
+                    reason=INPUT_UNAVAILABLE,
+                    detail=detail,
+                ),
+            ],
+            subagent=sub.name,
+        )
+        raise RecoveryFailed(INPUT_UNAVAILABLE, detail)
 
     async def fail(self, sub: SubagentSpec, checkpoint: Checkpoint, reason: str, detail: str) -> NoReturn:
         attempt = self.attempt

@@ -110,6 +110,11 @@ class StoreCorrupt(RecordCorrupt):
         self.problem = problem
 
 
+class RecordKeyMismatch(StoreError):
+    """The record key this process holds is not the one the store's records were written with
+    (`belay.stores.key_guard`): nothing was read or written under it."""
+
+
 class UnsafePath(StoreError):
     """A name would escape its root: `..`, an absolute path, or a symlink on the way."""
 
@@ -239,6 +244,20 @@ class EventStore(Protocol):
 
     async def lease_renewal(self, session_id: str) -> LeaseRenewal | None:
         """The last renewal, whichever lease it renewed (None: never renewed)."""
+        ...
+
+    def key_fingerprint(self) -> str:
+        """The fingerprint of the record key this handle holds: an HMAC of a fixed label under it
+        (under the empty key when there is none), never the key itself."""
+        ...
+
+    async def kept_key_fingerprint(self) -> str | None:
+        """The fingerprint the store keeps of the key its records are written with (None: none yet)."""
+        ...
+
+    async def keep_key_fingerprint(self) -> str:
+        """Keep this handle's `key_fingerprint` as the store's, unless the store keeps one already,
+        in one transaction (one small entry per store, written once); return the one kept."""
         ...
 
     async def close(self) -> None: ...

@@ -46,6 +46,9 @@ RECORD_KEY_ENV = "BELAY_RECORD_KEY"
 MIN_KEY_BYTES = 32
 
 GENESIS = b"0" * 64
+# What a key's fingerprint is the MAC of (`Chain.fingerprint`): a fixed label, so the fingerprint
+# tells keys apart without being anything the chain itself ever MACs.
+FINGERPRINT_LABEL = b"belay:record-key-fingerprint:1"
 CHAIN_PREFIX = b'{"chain":"'
 _LINK_START = len(CHAIN_PREFIX)
 _LINK_END = _LINK_START + 64
@@ -119,6 +122,10 @@ class Chain:
         outer = self._outer.copy()
         outer.update(inner.digest())
         return hexlify(outer.digest())
+
+    def fingerprint(self) -> str:
+        """Which key this is, to compare with the one a store's records were written with."""
+        return self.mac(FINGERPRINT_LABEL).decode()
 
     def stored(self, previous: bytes, fields: bytes) -> tuple[bytes, bytes]:
         """The stored bytes of an event whose envelope text (after the opening brace) is `fields`,

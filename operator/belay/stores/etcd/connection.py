@@ -103,6 +103,11 @@ def mod_revision_compare(key: bytes, revision: int) -> Any:
     return rpc.Compare(key=key, target=rpc.Compare.MOD, result=rpc.Compare.EQUAL, mod_revision=revision)
 
 
+def absent_compare(key: bytes) -> Any:
+    """True while the key has never been created (or was deleted since)."""
+    return rpc.Compare(key=key, target=rpc.Compare.CREATE, result=rpc.Compare.EQUAL, create_revision=0)
+
+
 def never_sent(error: grpc.aio.AioRpcError) -> bool:
     """True when gRPC failed the call before it left this process (no member could be connected
     to), or etcd refused its token, which it checks before proposing a request: either way the

@@ -15,6 +15,8 @@ segment:
                                               segment, its events' stored bytes in the artifact store
     <prefix>/index/<id>                       empty; one per session, for list_sessions
     <prefix>/segment-trash/<id>/<sha256>      empty; a deleted session's segment not yet deleted
+    <prefix>/facts/record-key                 the fingerprint of the key the records are written
+                                              with (`belay.stores.key_guard`), written once
 
 Zero-padded seqs make key order seq order, so a range of seqs is one range request.
 """
@@ -92,6 +94,10 @@ def index_prefix(prefix: str) -> bytes:
 
 def index_key(prefix: str, session_id: str) -> bytes:
     return f"{prefix}/index/{quote(session_id, safe='')}".encode()
+
+
+def record_key_fact(prefix: str) -> bytes:
+    return f"{prefix}/facts/record-key".encode()
 
 
 def trash_prefix(prefix: str, session_id: str) -> bytes:

@@ -20,9 +20,9 @@ from belay.stores.base import ArtifactStore, EventStore, Lease, LeaseRenewal, Re
 from belay.stores.etcd import deletion
 from belay.stores.etcd.appends import Appends, KnownHeads
 from belay.stores.etcd.archiving import Archiver
-from belay.stores.etcd.connection import EtcdConnection
+from belay.stores.etcd.connection import EtcdConnection, absent_compare, put_op, range_op
 from belay.stores.etcd.credentials import EtcdCredentials
-from belay.stores.etcd.keys import SessionKeys, index_key, index_prefix, prefix_range_end
+from belay.stores.etcd.keys import SessionKeys, index_key, index_prefix, prefix_range_end, record_key_fact
 from belay.stores.etcd.leases import Leases
 from belay.stores.etcd.reads import RecordReader
 from belay.stores.etcd.segments import ARCHIVE_KEEP_EVENTS, SEGMENT_EVENTS, ArchivedSegments, Segment
@@ -178,6 +178,24 @@ class EtcdEventStore:
 
     def watch_sessions(self) -> AsyncIterator[str | None]:
         return self._watches.watch_sessions()
+
+    def key_fingerprint(self) -> str:
+        return self.chain.fingerprint()
+
+    async def kept_key_fingerprint(self) -> str | None:
+        key = record_key_fact(self.prefix)
+        response = await self._connection.retrying(lambda: self._connection.range(key))
+        return response.kvs[0].value.decode() if response.kvs else None
+
+    async def keep_key_fingerprint(self) -> str:
+        key = record_key_fact(self.prefix)
+        # Written only where absent, and read back in the same transaction either way: the one
+        # kept is the first writer's, and a retried transaction answers the same.
+        written = put_op(key, self.key_fingerprint().encode())
+        response = await self._connection.retrying(
+            lambda: self._connection.txn([absent_compare(key)], [written, range_op(key)], [range_op(key)])
+        )
+        return str(response.responses[-1].response_range.kvs[0].value.decode())
 
     async def close(self) -> None:
         await self._connection.close()

@@ -77,13 +77,23 @@ CREATE TABLE IF NOT EXISTS lease_renewals (
 ) WITHOUT ROWID;
 """
 
+# Facts about the whole store, one row each, written once: `record_key` is the fingerprint of the
+# key its records are written with (`belay.stores.key_guard`). Added after schema 2 was out, so a
+# file of schema 2 gets it on its next writable opening and a reader finds it missing meanwhile.
+STORE_FACTS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS store_facts (
+    name  TEXT NOT NULL PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+"""
+
 # The tables a session's rows live in, all deleted together.
 SESSION_TABLES = ("events", "sessions", "idempotency", "leases", "latest_of_type", "claims", "lease_renewals")
 
 
 def create_tables(conn: sqlite3.Connection) -> None:
     """Every table a store reads, where they do not exist yet."""
-    for statement in (SCHEMA + LEASE_RENEWAL_SCHEMA).split(";"):
+    for statement in (SCHEMA + LEASE_RENEWAL_SCHEMA + STORE_FACTS_SCHEMA).split(";"):
         if statement.strip():
             conn.execute(statement)
 

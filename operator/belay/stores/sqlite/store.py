@@ -532,6 +532,35 @@ class SqliteEventStore:
         return await self._read(query)
 
     # ---------------------------------------------------------------------------------------------
+    # the record key's fingerprint
+
+    def key_fingerprint(self) -> str:
+        return self.chain.fingerprint()
+
+    async def kept_key_fingerprint(self) -> str | None:
+        def query(conn: sqlite3.Connection) -> str | None:
+            if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'store_facts'").fetchone():
+                return None  # a file no writer of this version has opened yet
+            row = conn.execute("SELECT value FROM store_facts WHERE name = 'record_key'").fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._read(query)
+
+    async def keep_key_fingerprint(self) -> str:
+        fingerprint = self.key_fingerprint()
+
+        def keep(conn: sqlite3.Connection) -> str:
+            conn.execute(
+                "INSERT INTO store_facts (name, value) VALUES ('record_key', ?) "
+                "ON CONFLICT (name) DO NOTHING",
+                (fingerprint,),
+            )
+            row = conn.execute("SELECT value FROM store_facts WHERE name = 'record_key'").fetchone()
+            return str(row[0])
+
+        return await self._write(keep)
+
+    # ---------------------------------------------------------------------------------------------
 
     async def close(self) -> None:
         if self._closed:
