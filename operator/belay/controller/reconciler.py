@@ -15,23 +15,26 @@ import json
 import logging
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from belay.api.agentsession import AgentSessionSpec
 from belay.api.status import (
     AgentSessionStatus,
-    DrillStatus,
     EventsExport,
-    ForkStatus,
     HarnessPodStatus,
     OperatorReason,
     SandboxPodStatus,
 )
 from belay.controller import admission, names
 from belay.controller.checkpoints import checkpoint_object
-from belay.controller.children import child_ended_write, child_manifest, child_wait_write, parent_link_write
+from belay.controller.children import (
+    child_ended_write,
+    child_manifest,
+    child_wait_write,
+    parent_link_write,
+    reopen_in_parent_write,
+)
 from belay.controller.desired import SessionRef, apply_stages, desired_children, sandbox_token_secret
 from belay.controller.drill import (
     DrillRequest,
@@ -42,6 +45,7 @@ from belay.controller.drill import (
     fault_point,
 )
 from belay.controller.kube import KubeClient
+from belay.controller.memory import PassResult, SessionMemory
 from belay.controller.observed import (
     claimed_pods,
     harness_pods,
@@ -90,7 +94,7 @@ from belay.controller.recovery import (
 from belay.controller.session_stores import SessionStores
 from belay.controller.settings import OperatorSettings
 from belay.controller.status import OperatorProblem, TransitionEvent, session_status_patch, transition_events
-from belay.journal.events import ArtifactRef, CheckpointEvent, event_line
+from belay.journal.events import CheckpointEvent, event_line
 from belay.journal.phase import ENDED_PHASES, Liveness, phase_of
 from belay.journal.state import EMPTY, SessionState, apply, fold
 from belay.stores.base import ArtifactStore, ClaimTaken, EventStore, RecordCorrupt, StoreUnavailable
@@ -103,54 +107,6 @@ EventPoster = Callable[[dict[str, Any], TransitionEvent], None]
 # Children are applied again at least this often even when nothing changed, so an object someone
 # deleted by hand comes back.
 REAPPLY_INTERVAL_S = 60.0
-
-
-@dataclass
-class SessionMemory:
-    state: SessionState = EMPTY
-    applied_digest: str = ""
-    applied_at: float = 0.0
-    status: dict[str, Any] | None = None
-    forked_from: ForkStatus | None = None
-    fork_error: str = ""
-    tokens_created: frozenset[str] = frozenset()  # subagents whose sandbox token Secret exists
-    policies_applied: bool = False  # the session's NetworkPolicies, before any pool pod is claimed
-    store_unavailable: bool = False  # the status says the store did not answer: a pass clears it
-    # Current sandbox pods seen running or pending: one that disappears afterwards is lost.
-    seen_sandboxes: set[str] = field(default_factory=set)
-    # Child sessions whose AgentSession this operator created or found, and their folded records.
-    children_created: set[str] = field(default_factory=set)
-    child_states: dict[str, SessionState] = field(default_factory=dict)
-    # `spec.rejections` entries (item/sha256) this operator records nothing for, reported already.
-    rejections_reported: set[str] = field(default_factory=set)
-    # The drill asked for with the annotation: its copy's folded record and where it stands.
-    drill_state: SessionState = EMPTY
-    drill: DrillStatus | None = None
-    # The last events export asked for with the annotation, and the blob that answers it.
-    events_export: tuple[EventsExport, ArtifactRef] | None = None
-    # The seq of the latest repeated failure, and when this operator first saw it (its backoff).
-    repeat_seen: tuple[int, datetime] | None = None
-    # The uid the record is bound to (`belay.controller.ownership`); nothing of a record bound to
-    # another is folded: `foreign` says so, with its owner (None: it names none).
-    owner: str | None = None
-    foreign: bool = False
-    foreign_owner: str | None = None
-    # Whether the record under the session's bare name was looked at, and left there (not the
-    # session's: looked at again once the spec adopts it).
-    legacy_checked: bool = False
-    legacy_left: bool = False
-
-
-@dataclass
-class PassResult:
-    decision: HarnessDecision
-    status: AgentSessionStatus
-    transitions: list[TransitionEvent] = field(default_factory=list)
-    # A harness renews the session's lease: only a clock notices it stop, so passes must keep
-    # coming while nothing changes.
-    follows_clock: bool = False
-    # A backoff before the next attempt: the pass that starts it is due then, whatever else happens.
-    next_pass_in_s: float | None = None
 
 
 def shown(state: SessionState, name: str) -> SessionState:
@@ -293,16 +249,17 @@ class SessionReconciler:
         self, store: EventStore, ref: SessionRef, body: dict[str, Any], memory: SessionMemory
     ) -> None:
         """Create the AgentSession of each child session the record started, and record each
-        child's end (with its deliverables) once its own record shows it."""
+        child's end (with its deliverables) once its own record shows it, and each end after."""
         for name, link in list(memory.state.children.items()):
             if link.phase:
                 ended = child_wait_write(ref.uid, memory.state, name)
                 if ended is not None:
                     await self._write(store, record_of(ref), ended)
-                continue
-            if name not in memory.children_created:
+            elif name not in memory.children_created:
                 await self.kube.call(self.kube.create_session_if_absent, child_manifest(body, link))
                 memory.children_created.add(name)
+            # Read on once it ended too: a child a person amended or rejected ends again, and
+            # its new end (its new bytes) is collected as the first was.
             known = memory.child_states.get(name, EMPTY)
             # A child of the same namespace: the record of no session elsewhere is ever read.
             fresh = await store.read(names.record_id(ref.namespace, name), from_seq=known.last_seq + 1)
@@ -311,6 +268,20 @@ class SessionReconciler:
             if ended is not None:
                 await self._write(store, record_of(ref), ended)
         await self._follow(store, ref, memory)
+
+    async def _reopen_in_parent(self, store: EventStore, ref: SessionRef, memory: SessionMemory) -> None:
+        """A child session a person amended or rejected after its end: in its coordinator's
+        record, the child reopened (`belay.controller.children.reopen_in_parent_write`)."""
+        state = memory.state
+        if state.parent is None or state.lifecycle.reopened_seq is None:
+            return
+        parent = names.record_id(ref.namespace, state.parent.session)
+        known = memory.parent_state
+        fresh = await store.read(parent, from_seq=known.last_seq + 1)
+        memory.parent_state = fold(fresh, known) if fresh else known
+        write = reopen_in_parent_write(ref.uid, memory.parent_state, ref.name, state)
+        if write is not None:
+            await self._write(store, parent, write)
 
     async def _drill(
         self, store: EventStore, body: dict[str, Any], request: DrillRequest, memory: SessionMemory
@@ -614,6 +585,8 @@ class SessionReconciler:
         await self._record_parent_link(store, ref, meta, memory)
         await self._children(store, ref, body, memory)
         await self._record_spec_decisions(store, ref, spec, meta, memory)
+        await self._follow(store, ref, memory)
+        await self._reopen_in_parent(store, ref, memory)
         self._report_rejections_not_applied(body, spec, memory)
 
         pods = await self.kube.call(self.kube.session_pods, ref.namespace, ref.name)
