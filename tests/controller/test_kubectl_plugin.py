@@ -249,3 +249,23 @@ def test_the_report_from_the_status_fetches_a_deliverable_with_kubectl_belay_nev
     command = fetch_command(deliverable)
     assert command == "kubectl belay artifacts get parser-fix report.md -o report.md"
     assert "s3://" not in command and "http" not in command
+
+
+def test_drill_refuses_the_change_drill_with_the_command_that_runs_it(tmp_path: Path) -> None:
+    """`kubectl belay drill --change` is refused before any cluster is asked (the kubeconfig
+    named here does not exist), in one line naming the local change drill; never accepted and run
+    as an interruption drill."""
+    from typer.testing import CliRunner
+
+    from belay.cli.kubectl_plugin import app
+
+    missing = str(tmp_path / "no-kubeconfig")
+    result = CliRunner().invoke(
+        app,
+        ["drill", "parser-fix", "--change", "--at", "checkpoint:implementer/fix", "--kubeconfig", missing],
+    )
+    assert result.exit_code == 1
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.output
+    assert "belay drill MANIFEST --change" in errors[0]
+    assert "drill" not in result.output.replace(errors[0], "")

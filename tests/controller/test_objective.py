@@ -3,12 +3,15 @@ sessions for its parts; the operator creates their AgentSessions (labelled with 
 their parent and their part), records each link in both records, and when a child ends brings its
 deliverable back as an artifact of the coordinator, which then completes. A person with
 AgentSession access only sees the whole with `kubectl belay objective` and fetches each child's
-deliverable from the coordinator."""
+deliverable from the coordinator; an amend of a child reopens it in the coordinator, which collects
+its next end."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,14 +21,15 @@ import yaml
 from belay.controller.kube import load_api_client
 from belay.controller.names import record_id
 from belay.controller.settings import OperatorSettings
-from belay.journal.events import Rejection
-from belay.journal.state import fold
+from belay.journal.events import Rejection, SessionLink
+from belay.journal.state import SessionState, fold
 from belay.stores.factory import open_artifact_store, open_event_store
 from belay.views.fleet.model import OBJECTIVE_LABEL, PARENT_LABEL, PART_LABEL
 from tests.api.kubehelpers import REPO_ROOT, install_crds
 from tests.controller.kubelet import LocalKubelet
 from tests.controller.operator_process import (
     OperatorProcess,
+    agentsession_status,
     kubectl_json,
     wait_for,
     wait_for_session_end,
@@ -83,6 +87,68 @@ async def a_rejection_of_collected_bytes_is_reported_not_recorded(
         await store.close()
 
 
+async def an_amended_child_is_collected_again(
+    kube: ControlPlane, config_file: Path, events_url: str, describe: Callable[[], str]
+) -> None:
+    """`kubectl belay amend` of a child whose end the coordinator collected: the operator records
+    the child reopened in the coordinator's record (once), the child runs its next round, and the
+    coordinator collects its new end, the bytes the child holds now."""
+    child, (_, deliverable) = next(iter(CHILDREN.items()))
+    amended = kubectl_belay(
+        config_file, "amend", child, "--goal", "Write the parser notes, naming each version."
+    )
+    assert amended.returncode == 0, amended.stderr
+    parent_record = record_id(NAMESPACE, COORDINATOR)
+    store = open_event_store(events_url)
+    try:
+
+        async def states() -> tuple[SessionState, SessionState]:
+            return fold(await store.read(record_id(NAMESPACE, child))), fold(await store.read(parent_record))
+
+        async def until(
+            reached: Callable[[SessionState, SessionState], bool], what: str, seconds: float
+        ) -> None:
+            deadline = time.monotonic() + seconds  # only turns a hang into a failure
+            while not reached(*await states()):
+                assert time.monotonic() < deadline, (
+                    f"{what}: {(await states())[1].children[child]}\n{describe()}"
+                )
+                await asyncio.sleep(0.5)
+
+        await until(
+            lambda own, _: own.request.version == 2 and own.lifecycle.completed, "the child's next round", 600
+        )
+        # The coordinator's passes follow the child's record at once.
+        await until(
+            lambda _, parent: parent.children[child].round == 2 and bool(parent.children[child].phase),
+            "the coordinator to collect the child's next end",
+            60,
+        )
+        own, parent = await states()
+        link = parent.children[child]
+        assert (link.phase, dict(link.deliverables)) == (
+            "Succeeded",
+            {deliverable: own.artifacts[deliverable].ref.sha256},
+        )
+        assert parent.artifacts[f"{child}/{deliverable}"].ref == own.artifacts[deliverable].ref
+        reopened = [
+            e
+            for e in await store.read(parent_record)
+            if isinstance(e.payload, SessionLink) and e.payload.reopened
+        ]
+        assert len(reopened) == 1 and reopened[0].payload.session == child
+    finally:
+        await store.close()
+    # Both statuses say so again: the child ended its next round, the coordinator holds its bytes.
+    for name in (child, COORDINATOR):
+        wait_for(
+            lambda name=name: agentsession_status(kube, NAMESPACE, name).get("phase") == "Succeeded",
+            f"{name} to show Succeeded again",
+            timeout=120,
+            describe=describe,
+        )
+
+
 def coordinator_manifest() -> dict[str, object]:
     """The example, with its plan where the local pods read it."""
     manifest = copy.deepcopy(yaml.safe_load((EXAMPLE / "session.yaml").read_text()))
@@ -118,6 +184,7 @@ async def test_a_coordinator_and_two_child_sessions_complete_one_objective(
                 ended = wait_for_session_end(kube, NAMESPACE, child, timeout=60, describe=describe)
                 assert ended["phase"] == "Succeeded", ended
             await a_rejection_of_collected_bytes_is_reported_not_recorded(kube, events_url, describe)
+            await an_amended_child_is_collected_again(kube, config_file, events_url, describe)
     finally:
         operator.stop()
 

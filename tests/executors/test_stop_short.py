@@ -219,3 +219,70 @@ def test_an_amend_answers_a_turn_that_ended_short(tmp_path: Path) -> None:
     finally:
         if run.poll() is None:
             kill_group(run)
+
+
+@pytest.mark.parametrize("executor", ["openai-agents", "anthropic-managed"])
+def test_a_provider_that_ends_the_stream_of_a_turn_ended_short_interrupts_nothing(
+    tmp_path: Path, executor: str
+) -> None:
+    """The provider ends every event stream of a session whose turn is over (the stand-in's
+    `end_idle_streams`). While the session waits on the person's message, the executor reopens the
+    stream as often as the provider ends it and records no interruption. Stopped there, the page
+    gives one next step, the message, with the resume after it; run in that order, the resume
+    delivers the message once and the session succeeds with the review."""
+    manifest = stopping_manifest(tmp_path, executor)
+    home = tmp_path / "home"
+    run = start_belay(home, "run", "--quiet", str(manifest), environment=NO_PROVIDER)
+    try:
+        standin = wait_until(
+            lambda: session_standin(home, SESSION, executor),
+            "the stand-in",
+            timeout=HANG_S,
+            while_running=run,
+        )
+        standin.add_fault({"kind": "end_idle_streams"})
+        wait_until(
+            lambda: turn_end_waits(read_events(home, SESSION)),
+            "the agent to end its turn without review.md",
+            timeout=HANG_S,
+            while_running=run,
+        )
+        wait_until(
+            lambda: sum(s["kind"] == "end_idle_streams" for s in standin.faults()["served"]) >= 3,
+            "the provider to end the idle session's stream three times",
+            timeout=HANG_S,
+            while_running=run,
+        )
+        kill_group(run)
+        events = read_events(home, SESSION)
+        interrupted = [
+            e.payload.detail for e in events if isinstance(e, RemoteEvent) and e.payload.kind == "interrupted"
+        ]
+        assert interrupted == []
+
+        page = run_belay(home, "brief", SESSION).stdout
+        shown = json.loads(run_belay(home, "brief", "--json", SESSION).stdout)
+        message = f'belay message {SESSION} "..."'
+        assert shown["interruption"]["command"] == message
+        [waiting] = shown["waiting_on_you"]
+        assert waiting["command"] == message
+        # One next step: every command the page says to run is the message; the resume comes after it.
+        assert {
+            line.split("run: ", 1)[1].split("  (", 1)[0] for line in page.splitlines() if "run: " in line
+        } == {message}
+        next_line = shown["interruption"]["next"]
+        assert next_line.index(message) < next_line.index(f"belay resume {SESSION}")
+
+        sent = run_belay(home, "message", SESSION, MESSAGE, environment=NO_PROVIDER)
+        assert sent.returncode == 0, sent.stderr
+        assert f"continue with `belay resume {SESSION}`" in sent.stdout
+        resumed = run_belay(home, "resume", "--quiet", SESSION, environment=NO_PROVIDER, timeout=HANG_S)
+        assert resumed.returncode == 0, resumed.stderr
+        events = read_events(home, SESSION)
+        assert completed(events) and deliverables(events)["review.md"] == review_sha256()
+        [said] = [e for e in events if isinstance(e, UserMessageEvent)]
+        check_provider(home, executor, events, said.seq)
+    finally:
+        if run.poll() is None:
+            kill_group(run)
+        stop_session_standins(home)

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Annotated, Any, cast
 
+import typer
 from kubernetes import client, config
 from kubernetes import watch as kube_watch
 from kubernetes.client.exceptions import ApiException
@@ -25,6 +26,12 @@ from belay.views.report.from_status import CheckpointObject
 
 GROUP, VERSION = "belay.dev", "v1alpha1"
 CONFLICT_RETRIES = 5
+
+# Which cluster and namespace a `kubectl belay` command speaks to.
+Namespace = Annotated[
+    str | None, typer.Option("--namespace", "-n", help="default: the kubeconfig's namespace")
+]
+Kubeconfig = Annotated[str | None, typer.Option("--kubeconfig", envvar="KUBECONFIG", help="kubeconfig file")]
 
 
 @dataclass(frozen=True)

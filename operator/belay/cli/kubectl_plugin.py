@@ -17,6 +17,7 @@ to download artifacts and events, read the session's artifact store with their o
     kubectl belay artifacts NAME | artifacts get NAME FILE [-o PATH]
     kubectl belay events NAME [--json] [--from SEQ]
     kubectl belay report NAME... | -l SELECTOR [-o FILE]  the timeline as one HTML file
+    kubectl belay drill NAME --at POINT...      the interruption drill (`--change` is refused)
 
 What each command means is `belay`'s (`belay.cli.core`); here it is carried out on the
 AgentSession. An approval or a rejection is written into the session's spec (`spec.approvals`,
@@ -50,7 +51,7 @@ from kubernetes.client.exceptions import ApiException
 
 from belay.api.agentsession import AgentSession
 from belay.cli import terminal
-from belay.cli.cluster import GROUP, VERSION, Cluster, fetch, typed
+from belay.cli.cluster import GROUP, VERSION, Cluster, Kubeconfig, Namespace, fetch, typed
 from belay.cli.core import artifacts as artifact_commands
 from belay.cli.core import brief as brief_command
 from belay.cli.core.amend import Request
@@ -68,12 +69,12 @@ from belay.cli.core.decide import (
     to_reconcile,
     to_reject,
 )
-from belay.cli.core.drill import drill_lines
 from belay.cli.core.errors import CommandError
 from belay.cli.core.events import event_line
 from belay.cli.core.handover import moved_executor
 from belay.cli.core.message import to_message
 from belay.cli.core.report import write_page, written
+from belay.cli.kubectl_drill import drill
 from belay.cli.terminal import fail
 from belay.journal import commands
 from belay.journal.events import event_from_json
@@ -99,12 +100,6 @@ app = typer.Typer(
 @app.callback()
 def _printable(ctx: typer.Context) -> None:
     ctx.with_resource(terminal.printable_output())
-
-
-Namespace = Annotated[
-    str | None, typer.Option("--namespace", "-n", help="default: the kubeconfig's namespace")
-]
-Kubeconfig = Annotated[str | None, typer.Option("--kubeconfig", envvar="KUBECONFIG", help="kubeconfig file")]
 
 
 def _status(session: AgentSession) -> SessionStatus:
@@ -552,49 +547,8 @@ def _with_session(line: str, name: str) -> str:
     return json.dumps(item)
 
 
-DRILL_REQUEST_ANNOTATION = "belay.dev/drill-request"
-
-
-@app.command()
-def drill(
-    name: str,
-    at: Annotated[
-        list[str],
-        typer.Option("--at", help="A fault point (`<event type>:<identity>`, as `belay drill` names them)."),
-    ],
-    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for the verdict.")] = True,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the verdict.")] = 1800.0,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
-    namespace: Namespace = None,
-    kubeconfig: Kubeconfig = None,
-) -> None:
-    """The interruption drill in the cluster: the operator runs a copy of the session whose k-th
-    attempt stops itself at the k-th point, replaces each, and checks that the copy completes
-    without repeating a step and delivers the same bytes as the session."""
-    try:
-        if any(not p or "," in p or ":" not in p for p in at):
-            raise CommandError("each --at is one fault point, `<event type>:<identity>`, without commas")
-        cluster = Cluster.connect(kubeconfig)
-        namespace = namespace or cluster.namespace
-        nonce = secrets.token_hex(4)
-        request = json.dumps({"nonce": nonce, "points": at})
-        cluster.annotate(namespace, name, {DRILL_REQUEST_ANNOTATION: request}, "a drill")
-        if not wait:
-            terminal.echo(f"drill {nonce} of {name} asked for; its verdict will be in status.drill")
-            return
-
-        def judged(status: dict[str, Any]) -> dict[str, Any] | None:
-            report = status.get("drill") or {}
-            return report if report.get("request") == nonce and report.get("passed") is not None else None
-
-        report = cluster.await_status(namespace, name, judged, timeout)
-        if report is None:
-            raise CommandError(f"drill {nonce} of {name} has no verdict after {timeout:.0f} s; try --timeout")
-    except CommandError as error:
-        raise fail(str(error)) from None
-    terminal.echo(json.dumps(report, sort_keys=True) if as_json else drill_lines(report))
-    if not report["passed"]:
-        raise typer.Exit(1)
+# The interruption drill in the cluster (`belay.cli.kubectl_drill`).
+app.command()(drill)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from belay.harness.children import (
     child_spec,
     child_wait_ended,
     parent_link,
+    reopened_in_parent,
 )
 from belay.journal.events import Actor, EventDraft, Payload
 from belay.journal.state import SessionLinkRecord, SessionState
@@ -67,6 +68,20 @@ def child_ended_write(
     payloads = child_ended(state, child, child_state)
     key = f"child-ended/{uid}/{child}/{child_state.last_seq}"  # a child that ends again: a new end
     return None if payloads is None else _write(key, payloads)
+
+
+def reopen_in_parent_write(
+    uid: str, parent_state: SessionState, child: str, child_state: SessionState
+) -> RecordWrite | None:
+    """In the parent's record, written by the child's pass (`uid` the child's): a person's amend or
+    rejection of the child itself reopened its finished work, so the end the parent collected no
+    longer stands and the parent collects the child's next one, as `belay amend` writes it on one
+    machine (`belay.harness.children.reopened_in_parent`)."""
+    reopening = reopened_in_parent(parent_state, child, child_state)
+    if reopening is None:
+        return None
+    key, link = reopening
+    return _write(f"{key}/{uid}", [link])
 
 
 def child_wait_write(uid: str, state: SessionState, child: str) -> RecordWrite | None:

@@ -1,4 +1,6 @@
-"""What the reconciler keeps of each session between passes, and what one pass returns."""
+"""What the reconciler keeps of each session between its passes (`SessionMemory`: the folded
+record, what it applied and created, the records of the sessions it coordinates), and what one
+pass returns to the handler that made it (`PassResult`)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ class SessionMemory:
     # Child sessions whose AgentSession this operator created or found, and their folded records.
     children_created: set[str] = field(default_factory=set)
     child_states: dict[str, SessionState] = field(default_factory=dict)
+    # A child's coordinator's folded record, read once a person's change reopened the child.
+    parent_state: SessionState = EMPTY
     # `spec.rejections` entries (item/sha256) this operator records nothing for, reported already.
     rejections_reported: set[str] = field(default_factory=set)
     # The drill asked for with the annotation: its copy's folded record and where it stands.

@@ -29,7 +29,13 @@ from belay.api.status import (
 )
 from belay.controller import admission, names, namespace_needs
 from belay.controller.checkpoints import checkpoint_object
-from belay.controller.children import child_ended_write, child_manifest, child_wait_write, parent_link_write
+from belay.controller.children import (
+    child_ended_write,
+    child_manifest,
+    child_wait_write,
+    parent_link_write,
+    reopen_in_parent_write,
+)
 from belay.controller.desired import SessionRef, apply_stages, desired_children, sandbox_token_secret
 from belay.controller.drill import (
     DrillRequest,
@@ -258,16 +264,17 @@ class SessionReconciler:
         self, store: EventStore, ref: SessionRef, body: dict[str, Any], memory: SessionMemory
     ) -> None:
         """Create the AgentSession of each child session the record started, and record each
-        child's end (with its deliverables) once its own record shows it."""
+        child's end (with its deliverables) once its own record shows it, and each end after."""
         for name, link in list(memory.state.children.items()):
             if link.phase:
                 ended = child_wait_write(ref.uid, memory.state, name)
                 if ended is not None:
                     await self._write(store, record_of(ref), ended)
-                continue
-            if name not in memory.children_created:
+            elif name not in memory.children_created:
                 await self.kube.call(self.kube.create_session_if_absent, child_manifest(body, link))
                 memory.children_created.add(name)
+            # Read on once it ended too: a child a person amended or rejected ends again, and
+            # its new end (its new bytes) is collected as the first was.
             known = memory.child_states.get(name, EMPTY)
             # A child of the same namespace: the record of no session elsewhere is ever read.
             fresh = await store.read(names.record_id(ref.namespace, name), from_seq=known.last_seq + 1)
@@ -276,6 +283,20 @@ class SessionReconciler:
             if ended is not None:
                 await self._write(store, record_of(ref), ended)
         await self._follow(store, ref, memory)
+
+    async def _reopen_in_parent(self, store: EventStore, ref: SessionRef, memory: SessionMemory) -> None:
+        """A child session a person amended or rejected after its end: in its coordinator's
+        record, the child reopened (`belay.controller.children.reopen_in_parent_write`)."""
+        state = memory.state
+        if state.parent is None or state.lifecycle.reopened_seq is None:
+            return
+        parent = names.record_id(ref.namespace, state.parent.session)
+        known = memory.parent_state
+        fresh = await store.read(parent, from_seq=known.last_seq + 1)
+        memory.parent_state = fold(fresh, known) if fresh else known
+        write = reopen_in_parent_write(ref.uid, memory.parent_state, ref.name, state)
+        if write is not None:
+            await self._write(store, parent, write)
 
     async def _drill(
         self, store: EventStore, body: dict[str, Any], request: DrillRequest, memory: SessionMemory
@@ -580,6 +601,8 @@ class SessionReconciler:
         await self._record_parent_link(store, ref, meta, memory)
         await self._children(store, ref, body, memory)
         await self._record_spec_decisions(store, ref, spec, meta, memory)
+        await self._follow(store, ref, memory)
+        await self._reopen_in_parent(store, ref, memory)
         self._report_rejections_not_applied(body, spec, memory)
 
         pods = await self.kube.call(self.kube.session_pods, ref.namespace, ref.name)

@@ -25,7 +25,8 @@ the truth and the provider is settled against it:
   closed where the provider allows it. The old one's calls stay as the record has them: a result
   stays settled, an unknown outcome in reconciliation; none is asked again. Once
   MAX_FRUITLESS_LOSSES remote sessions in a row were lost before any took a result, the session
-  fails (`RemoteSessionsLost`). A cut event stream is reopened and the session read again; a
+  fails (`RemoteSessionsLost`). A cut event stream is reopened and the session read again (one
+  that ends cleanly while the agent's turn is over is no interruption: a provider may end it); a
   request the provider may retry safely is retried; the rest is checked against the remote state
   before it is sent again. A provider that does not answer ends the attempt (not the session).
 - A scope change or a rejection that reopened this subagent's work after its remote session
@@ -679,8 +680,18 @@ class ManagedExecutor(RemoteLink):
 
     # ---- following the remote session
 
+    async def turn_over(self) -> bool:
+        """Whether the remote agent's turn is over, read without recording anything: what the
+        session says otherwise (gone, failed) is recorded by the next look, once."""
+        try:
+            snapshot = await translated(self.provider.snapshot(self.remote_id), self.connection_errors)
+        except (RemoteGone, RemoteRefused, RemoteTransient):
+            return False
+        return snapshot.status == RemoteStatus.DONE
+
     async def watch(self) -> None:
-        """Wake `next_actions` on every event that may matter; reopen a cut stream."""
+        """Wake `next_actions` on every event that may matter; reopen a stream that ends, an
+        interruption unless it ended cleanly while the remote agent's turn is over."""
         delay = BACKOFF_S[0]
         while True:
             try:
@@ -706,8 +717,10 @@ class ManagedExecutor(RemoteLink):
             self.busy = False
             self.signal.bump()
             with contextlib.suppress(Exception):
-                await self.note_interruption(
-                    f"the event stream {why}; it is reopened and the session read again"
-                )
+                # A provider may end the stream of a session whose turn is over: nothing is cut.
+                if why != "ended" or not await self.turn_over():
+                    await self.note_interruption(
+                        f"the event stream {why}; it is reopened and the session read again"
+                    )
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF_S[-1])

@@ -167,6 +167,22 @@ def child_ended(state: SessionState, child: str, child_state: SessionState) -> l
     return payloads + wait_ended(state, child, phase.value)
 
 
+def reopened_in_parent(
+    state: SessionState, child: str, child_state: SessionState
+) -> tuple[str, SessionLink] | None:
+    """In the coordinator's record (folded in `state`), after a person's amend or rejection of the
+    child session itself reopened its finished work: the child reopened, so the coordinator no
+    longer counts the end it collected (its bytes are invalid there) and collects the child's next
+    end. (A key naming this reopening, the link.) None when the coordinator recorded no end of the
+    child, or the child is ended now (nothing reopened it since, or it ended again)."""
+    link = state.children.get(child)
+    reopened_at = child_state.lifecycle.reopened_seq
+    if link is None or not link.phase or reopened_at is None or phase_of(child_state) in ENDED:
+        return None
+    again = SessionLink(kind=SessionLinkKind.CHILD, session=child, part=link.part, reopened=True)
+    return f"reopen/{child}/{reopened_at}", again
+
+
 def child_wait_ended(state: SessionState, child: str) -> tuple[int, list[Payload]] | None:
     """A wait the coordinator opened on a child that had already ended: (the seq it was last
     opened at, the events that end it), or None."""

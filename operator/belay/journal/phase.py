@@ -25,6 +25,7 @@ from belay.journal.proof import unproven, unproven_text
 from belay.journal.recovery import RecoveryAction, RecoveryActionKind, recovery_plan
 from belay.journal.state import SessionState
 from belay.journal.state.repeats import REPEATED_FAILURE, repeated_failure, repeated_failure_text
+from belay.journal.turns import open_turn_ends
 
 # Every list a status or a briefing carries is bounded: this many entries, and a count of the rest.
 STATUS_LIST_LIMIT = 20
@@ -283,6 +284,17 @@ def _next(
     attempt = state.lifecycle.attempt
     if liveness.recovered_by == "resume":
         command = commands.resume(state.session_id)
+        owed = open_turn_ends(state)
+        if owed:
+            # A new attempt would read the same end of turn and wait on the person again: their
+            # message is the next step, and the resume that follows carries it to the agent.
+            to = owed[0].subagent if len(owed) > 1 else None
+            message = commands.message(state.session_id, to)
+            return message, (
+                f"run `{message}` first ({owed[0].subagent} ended its turn without {owed[0].owed}; "
+                f"see Waiting on you), then `{command}`: a new attempt restores every subagent from "
+                f"its last verified checkpoint{_from_where(points, next_step)} and gives it the message"
+            )
         return command, (
             f"run `{command}`: a new attempt takes the next lease, restores every subagent from its "
             f"last verified checkpoint{_from_where(points, next_step)}, and settles the interrupted "

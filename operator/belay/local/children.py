@@ -40,6 +40,7 @@ from belay.harness.children import (
     collected_rejection,
     parent_link,
     reopened,
+    reopened_in_parent,
 )
 from belay.journal.claims import rejection_claim, scope_claim
 from belay.journal.events import (
@@ -362,9 +363,10 @@ async def collect_ended_children(home: LocalHome, parent: str) -> list[str]:
 
 async def reopen_in_parent(home: LocalHome, child: str, by: str) -> str | None:
     """After a person's rejection or amend of a child session itself: in its coordinator's record,
-    the child reopened, so the coordinator no longer counts the end it collected (its bytes are
-    invalid there) and collects the child's next end at its next resume. The coordinator's name,
-    or None when the session has no coordinator or its end is not recorded there."""
+    the child reopened (`belay.harness.children.reopened_in_parent`, which the operator writes
+    too), so the coordinator collects the child's next end at its next resume. The coordinator's
+    name, or None when the session has no coordinator, its end is not recorded there or the change
+    reopened none of its work."""
     from belay.journal.snapshots import load_state
 
     store = home.open_event_store()
@@ -376,14 +378,14 @@ async def reopen_in_parent(home: LocalHome, child: str, by: str) -> str | None:
         parent = state.parent.session
         if not home.session_exists(parent):
             return None
-        link = (await load_state(store, artifacts, parent)).state.children.get(child)
-        if link is None or not link.phase:
+        reopening = reopened_in_parent((await load_state(store, artifacts, parent)).state, child, state)
+        if reopening is None:
             return None
-        again = SessionLink(kind=SessionLinkKind.CHILD, session=child, part=link.part, reopened=True)
+        key, again = reopening
         await store.append(
             parent,
             [EventDraft(payload=again, actor=Actor(kind="user", name=by))],
-            idempotency_key=f"children/{parent}/reopen/{child}/seq{state.last_seq}",
+            idempotency_key=f"children/{parent}/{key}",
         )
         return parent
     finally:

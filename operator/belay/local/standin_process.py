@@ -156,6 +156,12 @@ class StandinProcess:
             stats: dict[str, Any] = json.loads(answer.read())
         return stats
 
+    def faults(self, timeout: float = 10.0) -> dict[str, Any]:
+        """`GET /_standin/faults`: the faults armed and those served."""
+        with urllib.request.urlopen(f"{self.origin}/_standin/faults", timeout=timeout) as answer:
+            faults: dict[str, Any] = json.loads(answer.read())
+        return faults
+
     def add_fault(self, fault: Mapping[str, Any]) -> dict[str, Any]:
         """`POST /_standin/faults`: e.g. `{"kind": "delete_session"}`, every session lost."""
         request = urllib.request.Request(

@@ -56,21 +56,14 @@ from belay.executors.endpoints import PROVIDERS, standin_model_id
 from belay.executors.standins import common
 from belay.executors.standins.common import (
     ApiError,
-    CompactContext,
-    DeleteSession,
-    Fault,
     Frame,
     Json,
-    RecoverSession,
     RemoteSessionBase,
-    RescheduleSession,
     RunningStandin,
     ScriptedRemoteAgent,
     SessionCounters,
-    SessionFault,
     StandinServer,
     T,
-    TerminateSession,
     canonical,
     header_tokens,
     iso_now,
@@ -80,6 +73,15 @@ from belay.executors.standins.common import (
     query_limit,
     query_list,
     query_order,
+)
+from belay.executors.standins.faults import (
+    CompactContext,
+    DeleteSession,
+    Fault,
+    RecoverSession,
+    RescheduleSession,
+    SessionFault,
+    TerminateSession,
 )
 from belay.executors.standins.remote_agent import SUBAGENT_METADATA_KEY, remote_notes_name
 from belay.harness.models.scripted import ScriptedPlan

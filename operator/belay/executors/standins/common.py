@@ -37,6 +37,9 @@ server, or `RunningStandin.add_fault(...)`. Each is one of:
 - `{"kind": "duplicate_event", "session_id": S?}`: the next tool call delivered on a stream
   (OpenAI `agent.session.turn.item.added` with a function call, Anthropic `agent.custom_tool_use`)
   is written twice on that stream, byte for byte.
+- `{"kind": "end_idle_streams", "session_id": S?}`: from now on, every event stream of S (or of any
+  session) ends cleanly whenever the session's turn is over and the stream told all it had (at once
+  when it opens on an idle session), as a provider that holds a stream only while its agent works.
 - `{"kind": "delete_session", "session_id": S?}`: the session (without `session_id`: every
   session) is gone, as if deleted through the API or lost by the provider: its streams end and
   every request about it answers 404.
@@ -69,11 +72,23 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel
 
+from belay.executors.standins.faults import (
+    CutStream,
+    DuplicateEvent,
+    EndIdleStreams,
+    Fault,
+    FaultRefused,
+    ServerError,
+    SessionFault,
+    StreamFaultT,
+    _Fault,
+    parse_fault,
+)
 from belay.executors.standins.holder import until_abandoned
 from belay.executors.standins.remote_agent import (
     ScriptedRemoteAgent,
@@ -164,113 +179,6 @@ class SessionCounters:
         }
 
 
-# ---------------------------------------------------------------------------------------- faults
-
-
-class _Fault(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class CutStream(_Fault):
-    kind: Literal["cut_stream"] = "cut_stream"
-    after_events: int = Field(ge=0)
-    mode: Literal["abort", "clean"] = "abort"
-    session_id: str | None = None
-
-
-class ServerError(_Fault):
-    kind: Literal["server_error"] = "server_error"
-    path: str
-    method: Literal["GET", "POST", "DELETE", "*"] = "*"
-    status: int = Field(default=500, ge=500, le=599)
-    times: int = Field(default=1, ge=1)
-    after_apply: bool = False
-
-    def matches(self, request: web.Request) -> bool:
-        return self.method in ("*", request.method) and re.search(self.path, request.path) is not None
-
-
-class DuplicateEvent(_Fault):
-    kind: Literal["duplicate_event"] = "duplicate_event"
-    session_id: str | None = None
-
-
-class DeleteSession(_Fault):
-    """Without `session_id`: every session, as a provider that lost them all."""
-
-    kind: Literal["delete_session"] = "delete_session"
-    session_id: str | None = None
-
-
-class FailSession(_Fault):
-    """OpenAI only: the session and its active turn fail."""
-
-    kind: Literal["fail_session"] = "fail_session"
-    session_id: str
-    message: str = "The session failed (stand-in fault)."
-
-
-class RescheduleSession(_Fault):
-    """Anthropic only: the session goes `rescheduling` and comes back after `reads` reads of it."""
-
-    kind: Literal["reschedule_session"] = "reschedule_session"
-    session_id: str
-    reads: int = Field(default=1, ge=1)
-
-
-class RecoverSession(_Fault):
-    """Anthropic only: a rescheduling session comes back now."""
-
-    kind: Literal["recover_session"] = "recover_session"
-    session_id: str
-
-
-class CompactContext(_Fault):
-    """Anthropic only: the remote agent compacts its context now (`agent.thread_context_compacted`)."""
-
-    kind: Literal["compact_context"] = "compact_context"
-    session_id: str
-
-
-class TerminateSession(_Fault):
-    """Anthropic only: the session ends for good (`terminated`)."""
-
-    kind: Literal["terminate_session"] = "terminate_session"
-    session_id: str
-
-
-Fault = Annotated[
-    CutStream
-    | ServerError
-    | DuplicateEvent
-    | DeleteSession
-    | FailSession
-    | RescheduleSession
-    | RecoverSession
-    | CompactContext
-    | TerminateSession,
-    Field(discriminator="kind"),
-]
-FAULT = TypeAdapter(Fault)
-SessionFault = (
-    DeleteSession | FailSession | RescheduleSession | RecoverSession | CompactContext | TerminateSession
-)
-StreamFaultT = TypeVar("StreamFaultT", CutStream, DuplicateEvent)
-
-
-class FaultRefused(ValueError):
-    pass
-
-
-def parse_fault(value: Fault | Json) -> Fault:
-    if isinstance(value, dict):
-        try:
-            return FAULT.validate_python(value)
-        except ValidationError as error:
-            raise FaultRefused(f"not a fault: {error}") from None
-    return value
-
-
 # ---------------------------------------------------------------------------------------- streams
 
 
@@ -314,6 +222,10 @@ class RemoteSessionBase:
     id: str
     counters: SessionCounters
 
+    def turn_over(self) -> bool:
+        """Idle with no call waiting on its result: the remote agent's turn ended."""
+        return self.counters.status == "idle" and getattr(self, "pending", None) is None
+
 
 SessionT = TypeVar("SessionT", bound=RemoteSessionBase)
 
@@ -338,7 +250,7 @@ class StandinServer(Generic[SessionT]):
         self.sessions: dict[str, SessionT] = {}
         self.counters: dict[str, SessionCounters] = {}
         self.sessions_created = 0
-        self.armed: list[CutStream | ServerError | DuplicateEvent] = []
+        self.armed: list[CutStream | ServerError | DuplicateEvent | EndIdleStreams] = []
         self.served: list[Json] = []
         self.streams: dict[str, set[EventStream]] = {}
         self.under_way = 0
@@ -491,6 +403,9 @@ class StandinServer(Generic[SessionT]):
         try:
             await response.prepare(request)
             while True:
+                if self._ends_idle(stream):
+                    await response.write_eof()
+                    return response
                 try:
                     frame = await asyncio.wait_for(stream.queue.get(), KEEPALIVE_SECONDS)
                 except TimeoutError:
@@ -515,6 +430,19 @@ class StandinServer(Generic[SessionT]):
             return response
         finally:
             self.streams.get(stream.session_id, set()).discard(stream)
+
+    def _ends_idle(self, stream: EventStream) -> bool:
+        """Whether an `end_idle_streams` fault ends the stream now: its session's turn is over and
+        the stream told everything it had."""
+        if not any(
+            isinstance(f, EndIdleStreams) and f.session_id in (None, stream.session_id) for f in self.armed
+        ):
+            return False
+        session = self.sessions.get(stream.session_id)
+        if session is None or not session.turn_over() or not stream.queue.empty():
+            return False
+        self.served.append({"kind": "end_idle_streams", "stream_of": stream.session_id})
+        return True
 
     async def _cut_now(self, request: web.Request, response: web.StreamResponse, stream: EventStream) -> bool:
         if stream.cut is None:

@@ -47,16 +47,12 @@ from belay.executors.endpoints import PROVIDERS, standin_model_id
 from belay.executors.standins import common
 from belay.executors.standins.common import (
     ApiError,
-    DeleteSession,
-    FailSession,
-    Fault,
     Frame,
     Json,
     RemoteSessionBase,
     RunningStandin,
     ScriptedRemoteAgent,
     SessionCounters,
-    SessionFault,
     StandinServer,
     canonical,
     digest,
@@ -68,6 +64,7 @@ from belay.executors.standins.common import (
     query_order,
     unix_now,
 )
+from belay.executors.standins.faults import DeleteSession, FailSession, Fault, SessionFault
 from belay.executors.standins.remote_agent import SUBAGENT_METADATA_KEY, remote_notes_name
 from belay.harness.models.base import ToolCall
 from belay.harness.models.scripted import ScriptedPlan
