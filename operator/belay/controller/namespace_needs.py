@@ -10,13 +10,17 @@ stalled with a message naming each one missing and the command that makes it, un
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from belay.api.agentsession import AgentSessionSpec
 from belay.api.status import OperatorReason
 from belay.controller import admission
+from belay.controller.kube import KubeClient
+from belay.controller.observed import harness_pods
 from belay.controller.recovery import HarnessPod
 from belay.controller.settings import OperatorSettings
 from belay.journal.phase import ENDED_PHASES, phase_of, recovery_failed
@@ -94,3 +98,23 @@ def missing_problem(missing: Sequence[Need], namespace: str, operator_namespace:
         "(with the namespace in the chart's watchNamespaces, the chart makes the harness's "
         "ServiceAccount and the record key there)"
     )
+
+
+async def lacking(
+    kube: KubeClient,
+    namespace: str,
+    spec: AgentSessionSpec,
+    settings: OperatorSettings,
+    state: SessionState,
+    pods: list[Any],
+) -> tuple[str, str] | None:
+    """What the session's pods load that its namespace lacks, while a harness pod is awaited: the
+    reason and message the session is stalled with, or None."""
+    if not harness_pod_awaited(state, harness_pods(pods)):
+        return None
+    needs = pod_needs(spec, settings)
+    found = await asyncio.gather(*(kube.call(kube.exists, n.kind, namespace, n.name) for n in needs))
+    missing = [need for need, exists in zip(needs, found, strict=True) if not exists]
+    if not missing:
+        return None
+    return missing_problem(missing, namespace, os.environ.get("POD_NAMESPACE", "OPERATOR_NAMESPACE"))

@@ -13,7 +13,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import os
 import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -606,7 +605,10 @@ class SessionReconciler:
         self._report_rejections_not_applied(body, spec, memory)
 
         pods = await self.kube.call(self.kube.session_pods, ref.namespace, ref.name)
-        lacking = await self._namespace_lacks(ref, spec, memory, pods)
+        missing = await namespace_needs.lacking(
+            self.kube, ref.namespace, spec, self.settings, memory.state, pods
+        )
+        lacking = None if missing is None else OperatorProblem(*missing)
         if lacking is not None:
             status = await self._report(body, memory, lacking)
             stop = HarnessDecision(Action.STOP, None, why=lacking.message)
@@ -637,22 +639,6 @@ class SessionReconciler:
         # A backoff, or a Pending harness pod's start deadline: the next pass is due then.
         next_pass = decision.retry_in_s or None
         return PassResult(decision, status, transitions, follows_clock, next_pass)
-
-    async def _namespace_lacks(
-        self, ref: SessionRef, spec: AgentSessionSpec, memory: SessionMemory, pods: list[Any]
-    ) -> OperatorProblem | None:
-        """What the session's pods load that its namespace lacks, while a harness pod is awaited."""
-        if not namespace_needs.harness_pod_awaited(memory.state, harness_pods(pods)):
-            return None
-        needs = namespace_needs.pod_needs(spec, self.settings)
-        found = await asyncio.gather(
-            *(self.kube.call(self.kube.exists, n.kind, ref.namespace, n.name) for n in needs)
-        )
-        missing = [need for need, exists in zip(needs, found, strict=True) if not exists]
-        if not missing:
-            return None
-        operator_namespace = os.environ.get("POD_NAMESPACE", "OPERATOR_NAMESPACE")
-        return OperatorProblem(*namespace_needs.missing_problem(missing, ref.namespace, operator_namespace))
 
     async def _own_record(
         self, store: EventStore, ref: SessionRef, spec: AgentSessionSpec, memory: SessionMemory
