@@ -41,7 +41,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -260,7 +260,7 @@ def _refuse_past_bounds(text: str, parser: type[Any]) -> bool:
             if nodes > MAX_NODES:
                 raise TooManyNodes(
                     problem=f"it holds more than the {MAX_NODES} nodes Belay reads from one document",
-                    problem_mark=event.start_mark,
+                    problem_mark=cast("yaml.Mark", event.start_mark),  # libyaml's, with line and column
                 )
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
