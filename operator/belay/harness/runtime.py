@@ -80,7 +80,7 @@ from belay.journal.state import (
     operation_payload_sha256,
 )
 from belay.journal.tools import ToolSpec, argument_problem, effect_of, tool_spec
-from belay.sandbox.client import SandboxError, SandboxUnavailable
+from belay.sandbox.client import SandboxError, SandboxNotAnswering, SandboxUnavailable
 from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, ClaimTaken, PayloadTooLarge
 
 # Test switch: `BELAY_EFFECT_FENCE=off` makes keyed and unsafe calls without checking the lease
@@ -242,7 +242,7 @@ class ToolRuntime:
             found = await self.found_before_call(sub, request_seq, request)
             if found is not None:
                 return found
-        replaced, last_loss = 0, ""
+        replaced, last_loss, silent = 0, "", 0
         while True:
             try:
                 recorded, retry_id = await self.in_flight.run(
@@ -252,6 +252,7 @@ class ToolRuntime:
             except SandboxUnavailable as lost:
                 await self.recovery.replace_sandbox(sub, lost)
                 replaced, last_loss = replaced + 1, str(lost)
+                silent += isinstance(lost, SandboxNotAnswering)
             # The answer was lost with the sandbox: the effect table decides, as after a lost
             # harness. An unsafe operation may have taken effect and is never repeated blindly;
             # any other runs again, on the restored sandbox.
@@ -263,10 +264,16 @@ class ToolRuntime:
                 # (`kill -9 $PPID`, `pkill python`), and running it again would replace sandboxes
                 # forever. The call fails; the step goes on with a sandbox restored once more.
                 what = "the command" if request.tool == "run_command" else f"the call to {request.tool}"
+                # Said as it happened: a server that stopped answering (SIGSTOP, a hang) was not killed.
+                done, how = "killed its sandbox", "killed"
+                if silent == replaced:
+                    done, how = "stopped its sandbox from answering", "stopped or hung, not killed"
+                elif silent:
+                    done, how = "killed or stopped its sandbox", "killed or stopped"
                 why = (
-                    f"{what} killed its sandbox: the sandbox was lost {replaced} times while it ran "
+                    f"{what} {done}: the sandbox was lost {replaced} times while it ran "
                     "(each time a clean one was restored and the call run again), most likely by the "
-                    f"call itself (its sandbox's server process killed), so it is not run again (last "
+                    f"call itself (its sandbox's server process {how}), so it is not run again (last "
                     f"loss: {last_loss})"
                 )
                 return await self.record_refused(sub, request_seq, request, why)

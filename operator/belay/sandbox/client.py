@@ -54,6 +54,11 @@ class SandboxUnavailable(SandboxError):
     """The sandbox could not be reached, or the connection broke before it answered."""
 
 
+class SandboxNotAnswering(SandboxUnavailable):
+    """The sandbox took the request and gave no answer within its time: its server is stopped
+    (SIGSTOP) or hung, not gone."""
+
+
 class SandboxReplaced(SandboxUnavailable):
     """Another sandbox instance answers at the address: the one this client was bound to is gone,
     and the request was refused before it ran."""
@@ -137,7 +142,12 @@ class SandboxClient:
             ) as response:
                 body = await response.read()
                 status = response.status
-        except (aiohttp.ClientConnectionError, TimeoutError, OSError) as error:
+        except TimeoutError as error:
+            raise SandboxNotAnswering(
+                f"sandbox at {self.endpoint} did not answer within {timeout_s:g}s "
+                "(its server stopped or hung)"
+            ) from error
+        except (aiohttp.ClientConnectionError, OSError) as error:
             raise SandboxUnavailable(f"sandbox at {self.endpoint} unreachable: {error!r}") from error
         self._raise_for(method, path, status, body)
         return status, body
