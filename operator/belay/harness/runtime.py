@@ -82,6 +82,7 @@ from belay.journal.state import (
 from belay.journal.tools import ToolSpec, argument_problem, effect_of, tool_spec
 from belay.sandbox.client import SandboxError, SandboxNotAnswering, SandboxUnavailable
 from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, ClaimTaken, PayloadTooLarge
+from belay.views.escaping import one_line
 
 # Test switch: `BELAY_EFFECT_FENCE=off` makes keyed and unsafe calls without checking the lease
 # first, so the frozen-harness test can show that its check finds the duplicate without the fence.
@@ -399,6 +400,8 @@ class ToolRuntime:
         previous output and this one."""
         redacted = await scanned(functools.partial(self.redactor.output, subagent=subagent), [output, error])
         output, error = redacted.value
+        if isinstance(error, str):
+            error = one_line(error)  # the model and the page read an error as one line
         result = ToolResult(
             operation_id=operation_id, ok=ok, output=output, error=error, redactions=redacted.count
         )
@@ -409,6 +412,8 @@ class ToolRuntime:
         every other (a ticket echoes its body, which may be large)."""
         redacted = await scanned(self.redactor.output, [result.output, result.error])
         output, error = redacted.value
+        if isinstance(error, str):
+            error = one_line(error)
         update = {"output": output, "error": error, "redactions": result.redactions + redacted.count}
         return await self.stored_when_large(result.model_copy(update=update))
 
