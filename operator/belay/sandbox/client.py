@@ -29,6 +29,7 @@ from belay.sandbox.protocol import (
     Health,
     ToolResponse,
 )
+from belay.views.escaping import one_line
 
 
 class SandboxError(Exception):
@@ -331,8 +332,9 @@ def _refusal(body: bytes) -> ErrorBody | None:
 
 
 def _error_text(body: bytes) -> str:
+    """What an error answer says, as one line (aiohttp's own 500 page spans several)."""
     try:
         parsed = ToolResponse.model_validate_json(body)
     except ValidationError:
-        return body.decode(errors="replace")[:500]
-    return parsed.error or body.decode(errors="replace")[:500]
+        return one_line(body.decode(errors="replace")[:500])
+    return one_line(parsed.error or body.decode(errors="replace")[:500])
