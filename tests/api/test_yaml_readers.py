@@ -2,7 +2,7 @@
 in the same words: a key given twice (the same one first, in nested mappings), an alias inside its
 own anchor, aliases past their bound, a second document, a syntax error; and both refuse a file
 holding more nodes than Belay reads, or nested past its depth, instead of reading a million nodes
-or following the nesting down the C stack until the process dies."""
+or following the nesting down the C stack (an older libyaml does, until the process dies)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_a_plan_of_more_nodes_than_belay_reads_is_refused_at_the_bound(fast: boo
     assert len(load_yaml(at_the_bound, fast=fast)) == MAX_NODES - 1
 
 
-# In a process of its own: the C reader would follow a deep nesting down the C stack and die.
+# In a process of its own: an older libyaml would follow a deep nesting down the C stack and die.
 DEEP = """
 import sys, yaml
 from belay.api.bounded_yaml import describe_yaml_error, load_yaml

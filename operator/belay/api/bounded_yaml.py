@@ -28,8 +28,10 @@ The measure costs one pass over the nodes written out, however far the aliases w
 What is written out is bounded too, before it is composed: at most MAX_NODES nodes, nested at most
 MAX_DEPTH deep, counted on the parser's events (which stop at the first node past the bound). A
 file under the cap can hold a million nodes (`[0,0,0,...]`), which PyYAML's pure-Python reader
-takes about 30 s to read, and the C reader (libyaml, `yaml.CSafeLoader`) would follow a deep
-nesting down its C stack until the process dies. Within the bounds the C reader parses and
+takes about 30 s to read; and the C reader (libyaml, `yaml.CSafeLoader`) composes a nesting by
+recursing in C: the libyaml of the project's PyYAML wheel refuses past 1,000 levels itself, an
+older one (a system's PyYAML) follows a 200,000-deep nesting down the C stack until the process
+dies. Within the bounds the C reader parses and
 composes (bench/bench_yaml.py measures both); the same two checks run on what it composed (a key
 given twice, found in the order the pure-Python reader finds it; the aliases' growth). A document
 the C reader refuses is read again by the pure-Python reader, which decides and words the refusal
