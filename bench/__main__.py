@@ -79,13 +79,17 @@ def write_report(fresh: dict[str, Figure]) -> None:
         rows[f.key] = (
             f"| `{f.key}` | {f.value:.4g} {f.unit} | {goal} | {f.detail} | `{f.command}` | {stamp} |"
         )
-    header = (
+    intro = (
         "# Benchmarks\n\n"
         "Produced by `make bench` (`python -m bench [module ...]`), which also writes "
         "`bench/results.json`.\n"
         f"Machine: {platform.machine()}, Python {platform.python_version()}; "
         "ratios compare two things measured side by side in the same run.\n\n"
-        f"{marker}\n"
+    )
+    if REPORT.exists() and marker in REPORT.read_text():
+        intro = REPORT.read_text().split(marker, 1)[0]  # notes written above the table are kept
+    header = (
+        intro + f"{marker}\n"
         "| key | value | goal | detail | command | measured |\n"
         "| --- | --- | --- | --- | --- | --- |\n"
     )

@@ -78,8 +78,11 @@ async def batched_appends_per_s(
     return BATCH_SIZE * BATCHES_PER_RUN / elapsed
 
 
-async def single_appends_per_s(directory: Path, run: int) -> float:
-    store = SqliteEventStore(directory / f"single-{run}.db")
+async def single_appends_per_s(directory: Path, run: int, marks: bool = True) -> float:
+    store = SqliteEventStore(directory / f"single-{run}-{marks}.db")
+    if not marks:
+        # The same fsynced commits with no high-water mark written after them: the mark's own cost.
+        store._keeps_marks = False
     drafts = realistic_drafts(SINGLE_APPENDS_PER_RUN)
     try:
         await store.append("warmup", drafts[:1])
@@ -139,7 +142,12 @@ async def measure() -> list[Figure]:
             for run in range(RUNS)
         ]
         keyed = [await batched_appends_per_s(directory, run, keyed=True) for run in range(RUNS)]
-        single = [await single_appends_per_s(directory, run) for run in range(RUNS)]
+        pairs = [
+            (await single_appends_per_s(directory, run), await single_appends_per_s(directory, run, False))
+            for run in range(RUNS)
+        ]
+        single = [with_mark for with_mark, _ in pairs]
+        unmarked = [without for _, without in pairs]
         concurrent = [await concurrent_single_appends_per_s(directory, run, WRITERS) for run in range(RUNS)]
         latest_small = await latest_seconds(directory, 1_000)
         latest_large = await latest_seconds(directory, 100_000)
@@ -176,6 +184,16 @@ async def measure() -> list[Figure]:
             command=COMMAND,
             detail=f"one event per append (one fsynced commit each), {SINGLE_APPENDS_PER_RUN} per run, "
             f"median of {RUNS}",
+        ),
+        Figure(
+            key="sqlite_single_append_mark_cost_ratio",
+            value=statistics.median(unmarked) / statistics.median(single),
+            unit="x",
+            command=COMMAND,
+            detail=f"time per single durable append with the high-water mark written and fsynced after "
+            f"its commit against the same appends without it: {statistics.median(single):.0f} vs "
+            f"{statistics.median(unmarked):.0f} appends/s, median of {RUNS} alternating pairs "
+            f"({', '.join(f'{a:.0f}/{b:.0f}' for a, b in pairs)}); 1-min load average {load:.1f}",
         ),
         Figure(
             key="sqlite_concurrent_single_appends_per_s",

@@ -97,6 +97,7 @@ def test_a_checkpoint_that_cannot_be_made_fails_its_step_visibly(tmp_path: Path)
 
     done = result_of(events, "solo.break.done")
     assert not done.ok and (done.error or "").startswith("the checkpoint of step 'break' failed: ")
+    assert "\n" not in (done.error or ""), done.error  # the sandbox's error page joined to one line
     [task] = [e.payload for e in events if isinstance(e.payload, Task) and e.payload.task_id == "solo/break"][
         -1:
     ]

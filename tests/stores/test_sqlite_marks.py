@@ -209,14 +209,77 @@ async def test_a_torn_or_forged_slot_is_passed_over_for_the_other(tmp_path: Path
         assert store.marks.read("s").seq == 1  # type: ignore[union-attr]
     finally:
         await store.close()
-    # A mark sealed under another key (or none) is no mark of this record.
+    # A mark sealed under another key (or none) holds no mark of this record: damage, as the
+    # record's own chain is under another key.
     mark_file.write_bytes(bytes(data))
     for other_key in (b"x" * 32, b""):
         other = SqliteEventStore(path, record_key=other_key, read_only=True)
         try:
-            assert other.marks.read("s") is None
+            with pytest.raises(RecordCorrupt):
+                other.marks.read("s")
         finally:
             await other.close()
+
+
+def zeroed(data: bytes) -> bytes:
+    return b"\0" * len(data)
+
+
+def cut_short(data: bytes) -> bytes:
+    return data[: SLOT_BYTES // 2]
+
+
+def emptied(data: bytes) -> bytes:
+    return b""
+
+
+def garbage(data: bytes) -> bytes:
+    return bytes((byte * 7 + 13) % 256 for byte in data)
+
+
+def first_slot_only(data: bytes) -> bytes:
+    return data[:SLOT_BYTES]  # a whole slot, but the file cut short: the other slot may be ahead
+
+
+@pytest.mark.parametrize("damage", [zeroed, cut_short, emptied, garbage, first_slot_only])
+async def test_a_damaged_mark_file_is_record_corrupt_with_the_way_out_not_no_mark(
+    tmp_path: Path, damage: object
+) -> None:
+    path = tmp_path / "events.db"
+    store = SqliteEventStore(path, record_key=KEY)
+    try:
+        await store.append("s", notes("a", 2))
+        mark_file = store.marks.path("s")
+    finally:
+        await store.close()
+    mark_file.write_bytes(damage(mark_file.read_bytes()))  # type: ignore[operator]
+
+    for read_only in (True, False):
+        reader = SqliteEventStore(path, record_key=KEY, read_only=read_only)
+        try:
+            for read in (reader.read("s"), reader.last_seq("s")):
+                with pytest.raises(RecordCorrupt) as refused:
+                    await read
+                assert str(mark_file) in str(refused.value) and "is damaged" in str(refused.value)
+                assert "remove the mark" in str(refused.value)  # the same way out as a lost WAL
+                assert "\n" not in str(refused.value)
+        finally:
+            await reader.close()
+    writer = SqliteEventStore(path, record_key=KEY)
+    try:
+        with pytest.raises(RecordCorrupt):
+            await writer.append("s", notes("b", 1))
+    finally:
+        await writer.close()
+
+    mark_file.unlink()  # the way out: the record goes on as it is
+    writer = SqliteEventStore(path, record_key=KEY)
+    try:
+        assert [e.seq for e in await writer.append("s", notes("b", 1))] == [3]
+        assert writer.marks.read("s").seq == 3  # type: ignore[union-attr]
+        assert len(mark_file.read_bytes()) == 2 * SLOT_BYTES
+    finally:
+        await writer.close()
 
 
 async def test_deleting_a_session_removes_its_mark_and_one_left_behind_is_passed_over(tmp_path: Path) -> None:

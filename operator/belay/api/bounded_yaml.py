@@ -24,6 +24,18 @@ ends as a tree) is refused. Aliases themselves stay allowed: a manifest may shar
 (`<<: *defaults`), as people write Kubernetes manifests.
 
 The measure costs one pass over the nodes written out, however far the aliases would expand.
+
+What is written out is bounded too, before it is composed: at most MAX_NODES nodes, nested at most
+MAX_DEPTH deep, counted on the parser's events (which stop at the first node past the bound). A
+file under the cap can hold a million nodes (`[0,0,0,...]`), which PyYAML's pure-Python reader
+takes about 30 s to read; and the C reader (libyaml, `yaml.CSafeLoader`) composes a nesting by
+recursing in C: the libyaml of the project's PyYAML wheel refuses past 1,000 levels itself, an
+older one (a system's PyYAML) follows a 200,000-deep nesting down the C stack until the process
+dies. Within the bounds the C reader parses and
+composes (bench/bench_yaml.py measures both); the same two checks run on what it composed (a key
+given twice, found in the order the pure-Python reader finds it; the aliases' growth). A document
+the C reader refuses is read again by the pure-Python reader, which decides and words the refusal
+as it always has. Without libyaml, the pure-Python reader does all of it, within the same bounds.
 """
 
 from __future__ import annotations
@@ -31,12 +43,17 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
 # What aliases may add to a document, in nodes; far above any block a manifest or plan shares.
 MAX_ALIAS_NODES = 10_000
+# The nodes a document may write out, and how deep it may nest them (see the module docstring):
+# a plan or manifest of ordinary lines at the size cap holds about 100,000.
+MAX_NODES = 200_000
+MAX_DEPTH = 200
+NESTED_TOO_DEEP = "nested deeper than Belay reads"
 # The largest file a person hands Belay that it reads (see the module docstring).
 MAX_FILE_BYTES = 2 * 1024 * 1024
 MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -139,44 +156,145 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
     return []
 
 
+def _refuse_duplicate_keys(node: yaml.MappingNode) -> None:
+    first: dict[tuple[str, str], yaml.Node] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == MERGE_TAG:
+            continue
+        seen = first.setdefault((key.tag, str(key.value)), key)
+        if seen is not key:
+            raise DuplicateKey(
+                problem=f"the key {_shown_key(key)} (first given at line {seen.start_mark.line + 1}) "
+                "is given again in the same mapping",
+                problem_mark=key.start_mark,
+            )
+
+
+def _refuse_duplicates_composed(root: yaml.Node) -> None:
+    """Each mapping of a composed graph checked once, in the order the pure-Python composer
+    finishes them (an inner mapping before the one holding it, earlier before later)."""
+    entered: set[int] = set()  # an alias inside its own anchor leads back to an entered node
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if children_done:
+            if isinstance(node, yaml.MappingNode):
+                _refuse_duplicate_keys(node)
+            continue
+        if id(node) in entered:
+            continue
+        entered.add(id(node))
+        stack.append((node, True))
+        # Scalars hold no mapping: only collections are walked.
+        stack.extend(
+            (child, False)
+            for child in reversed(_children(node))
+            if not isinstance(child, yaml.ScalarNode) and id(child) not in entered
+        )
+
+
+def _refuse_aliases_too_large(node: yaml.Node) -> None:
+    expanded, written = _expanded_size(node)
+    if expanded - written > MAX_ALIAS_NODES:
+        raise AliasesTooLarge(
+            problem=f"its aliases would expand it by {expanded - written} nodes, more than the "
+            f"{MAX_ALIAS_NODES} Belay reads; write the repeated parts out, or share less",
+        )
+
+
 class BoundedLoader(yaml.SafeLoader):
     """`yaml.SafeLoader` that refuses a key given twice in a mapping as it composes it, and
     measures the composed document before constructing it."""
 
     def compose_mapping_node(self, anchor: Any) -> Any:
         node = super().compose_mapping_node(anchor)
-        first: dict[tuple[str, str], yaml.Node] = {}
-        for key, _ in node.value:
-            if not isinstance(key, yaml.ScalarNode) or key.tag == MERGE_TAG:
-                continue
-            seen = first.setdefault((key.tag, str(key.value)), key)
-            if seen is not key:
-                raise DuplicateKey(
-                    problem=f"the key {_shown_key(key)} (first given at line {seen.start_mark.line + 1}) "
-                    "is given again in the same mapping",
-                    problem_mark=key.start_mark,
-                )
+        _refuse_duplicate_keys(node)
         return node
 
     def get_single_node(self) -> Any:
         node = super().get_single_node()
         if node is not None:
-            expanded, written = _expanded_size(node)
-            if expanded - written > MAX_ALIAS_NODES:
-                raise AliasesTooLarge(
-                    problem=f"its aliases would expand it by {expanded - written} nodes, more than the "
-                    f"{MAX_ALIAS_NODES} Belay reads; write the repeated parts out, or share less",
-                )
+            _refuse_aliases_too_large(node)
         return node
 
 
-def load_yaml(text: str) -> Any:
-    """The one document in `text`, as `yaml.safe_load` reads it, or yaml.YAMLError (also for
-    aliases past the bound, and for nesting deeper than the parser can follow)."""
+_CSafeLoader: type[Any] | None = getattr(yaml, "CSafeLoader", None)
+
+
+if _CSafeLoader is not None:
+
+    class FastBoundedLoader(_CSafeLoader):  # type: ignore[misc, valid-type]
+        """The C reader (libyaml) with the same checks, made on the document it composed; the
+        aliases measured only when its events held one (without, nothing expands)."""
+
+        aliased = True
+
+        def get_single_node(self) -> Any:
+            node = super().get_single_node()
+            if node is not None:
+                _refuse_duplicates_composed(node)
+                if self.aliased:
+                    _refuse_aliases_too_large(node)
+            return node
+
+    FAST_LOADER: type[Any] | None = FastBoundedLoader
+else:
+    FAST_LOADER = None
+
+
+class TooManyNodes(yaml.MarkedYAMLError):
+    """A document that writes out more than MAX_NODES nodes."""
+
+
+class NestedTooDeep(yaml.YAMLError):
+    """A document nested deeper than MAX_DEPTH (or than the pure-Python reader can follow)."""
+
+
+def _refuse_past_bounds(text: str, parser: type[Any]) -> bool:
+    """TooManyNodes or NestedTooDeep, from the parser's events alone (nothing composed); whether
+    the events hold an alias."""
+    nodes = depth = 0
+    aliased = False
+    for event in yaml.parse(text, Loader=parser):
+        aliased = aliased or isinstance(event, yaml.AliasEvent)
+        if isinstance(event, yaml.ScalarEvent | yaml.AliasEvent | yaml.CollectionStartEvent):
+            nodes += 1
+            if nodes > MAX_NODES:
+                raise TooManyNodes(
+                    problem=f"it holds more than the {MAX_NODES} nodes Belay reads from one document",
+                    problem_mark=cast("yaml.Mark", event.start_mark),  # libyaml's, with line and column
+                )
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise NestedTooDeep(NESTED_TOO_DEEP)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+    return aliased
+
+
+def load_yaml(text: str, *, fast: bool = True) -> Any:
+    """The one document in `text`, as `yaml.safe_load` reads it, or yaml.YAMLError (also for a
+    key given twice, aliases past their bound, and a document past MAX_NODES or MAX_DEPTH).
+    `fast=False` reads it with the pure-Python reader alone, as without libyaml."""
     try:
+        if fast and FAST_LOADER is not None:
+            try:
+                aliased = _refuse_past_bounds(text, FAST_LOADER)
+                loader = FAST_LOADER(text)  # a SafeLoader: no arbitrary objects
+                try:
+                    loader.aliased = aliased
+                    return loader.get_single_data()
+                finally:
+                    loader.dispose()
+            except (TooManyNodes, NestedTooDeep, DuplicateKey, AliasesTooLarge):
+                raise
+            except yaml.YAMLError:
+                pass  # what libyaml refuses, the pure-Python reader decides, in its own words
+        _refuse_past_bounds(text, BoundedLoader)
         return yaml.load(text, Loader=BoundedLoader)  # a SafeLoader: no arbitrary objects
     except RecursionError:
-        raise yaml.YAMLError("nested deeper than Belay reads") from None
+        raise NestedTooDeep(NESTED_TOO_DEEP) from None
 
 
 def describe_yaml_error(error: yaml.YAMLError) -> str:

@@ -24,12 +24,7 @@ from typing import Annotated, TextIO
 import typer
 from rich.console import Console
 
-from belay.views.escaping import printable
-
-
-def one_line(text: str) -> str:
-    """A message as one line: an `error:` line never spans several."""
-    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+from belay.views.escaping import one_line, printable
 
 
 class PrintableStream(io.TextIOBase):

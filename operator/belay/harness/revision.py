@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from belay.sandbox.client import SandboxError, SandboxUnavailable
+from belay.views.escaping import one_line
 
 STATE_DIR = ".belay"  # never declared (see belay.harness.declared)
 PATCH_PATH = f"{STATE_DIR}/checkpoint.patch"
@@ -149,7 +150,7 @@ async def make_revision(
     )
     output = response.get("output") or {}
     if not response.get("ok") or output.get("exit_code") != 0:
-        detail = response.get("error") or (output.get("stderr") or "").strip()[-500:]
+        detail = one_line(response.get("error") or (output.get("stderr") or "").strip()[-500:])
         raise RevisionError(f"git in the sandbox failed: {detail}")
     try:
         revision = Revision.model_validate(json.loads(output.get("stdout") or ""))

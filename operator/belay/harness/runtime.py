@@ -80,8 +80,9 @@ from belay.journal.state import (
     operation_payload_sha256,
 )
 from belay.journal.tools import ToolSpec, argument_problem, effect_of, tool_spec
-from belay.sandbox.client import SandboxError, SandboxUnavailable
+from belay.sandbox.client import SandboxError, SandboxNotAnswering, SandboxUnavailable
 from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, ClaimTaken, PayloadTooLarge
+from belay.views.escaping import one_line
 
 # Test switch: `BELAY_EFFECT_FENCE=off` makes keyed and unsafe calls without checking the lease
 # first, so the frozen-harness test can show that its check finds the duplicate without the fence.
@@ -242,7 +243,7 @@ class ToolRuntime:
             found = await self.found_before_call(sub, request_seq, request)
             if found is not None:
                 return found
-        replaced, last_loss = 0, ""
+        replaced, last_loss, silent = 0, "", 0
         while True:
             try:
                 recorded, retry_id = await self.in_flight.run(
@@ -252,6 +253,7 @@ class ToolRuntime:
             except SandboxUnavailable as lost:
                 await self.recovery.replace_sandbox(sub, lost)
                 replaced, last_loss = replaced + 1, str(lost)
+                silent += isinstance(lost, SandboxNotAnswering)
             # The answer was lost with the sandbox: the effect table decides, as after a lost
             # harness. An unsafe operation may have taken effect and is never repeated blindly;
             # any other runs again, on the restored sandbox.
@@ -263,10 +265,16 @@ class ToolRuntime:
                 # (`kill -9 $PPID`, `pkill python`), and running it again would replace sandboxes
                 # forever. The call fails; the step goes on with a sandbox restored once more.
                 what = "the command" if request.tool == "run_command" else f"the call to {request.tool}"
+                # Said as it happened: a server that stopped answering (SIGSTOP, a hang) was not killed.
+                done, how = "killed its sandbox", "killed"
+                if silent == replaced:
+                    done, how = "stopped its sandbox from answering", "stopped or hung, not killed"
+                elif silent:
+                    done, how = "killed or stopped its sandbox", "killed or stopped"
                 why = (
-                    f"{what} killed its sandbox: the sandbox was lost {replaced} times while it ran "
+                    f"{what} {done}: the sandbox was lost {replaced} times while it ran "
                     "(each time a clean one was restored and the call run again), most likely by the "
-                    f"call itself (its sandbox's server process killed), so it is not run again (last "
+                    f"call itself (its sandbox's server process {how}), so it is not run again (last "
                     f"loss: {last_loss})"
                 )
                 return await self.record_refused(sub, request_seq, request, why)
@@ -392,6 +400,8 @@ class ToolRuntime:
         previous output and this one."""
         redacted = await scanned(functools.partial(self.redactor.output, subagent=subagent), [output, error])
         output, error = redacted.value
+        if isinstance(error, str):
+            error = one_line(error)  # the model and the page read an error as one line
         result = ToolResult(
             operation_id=operation_id, ok=ok, output=output, error=error, redactions=redacted.count
         )
@@ -402,6 +412,8 @@ class ToolRuntime:
         every other (a ticket echoes its body, which may be large)."""
         redacted = await scanned(self.redactor.output, [result.output, result.error])
         output, error = redacted.value
+        if isinstance(error, str):
+            error = one_line(error)
         update = {"output": output, "error": error, "redactions": result.redactions + redacted.count}
         return await self.stored_when_large(result.model_copy(update=update))
 

@@ -322,7 +322,14 @@ class SandboxServer:
         try:
             arguments = model.model_validate(raw)
         except ValidationError as error:
-            return self.tool_response(ToolResponse(ok=False, error=f"invalid arguments for {name}: {error}"))
+            # One line per problem, joined: pydantic's own text spans several lines.
+            problems = "; ".join(
+                f"{'.'.join(str(part) for part in problem['loc']) or 'arguments'}: {problem['msg']}"
+                for problem in error.errors()
+            )
+            return self.tool_response(
+                ToolResponse(ok=False, error=f"invalid arguments for {name}: {problems}")
+            )
         try:
             output = await run(arguments)
         except workspace.TooLarge as error:

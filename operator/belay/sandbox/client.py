@@ -29,6 +29,7 @@ from belay.sandbox.protocol import (
     Health,
     ToolResponse,
 )
+from belay.views.escaping import one_line
 
 
 class SandboxError(Exception):
@@ -52,6 +53,11 @@ class WorkspaceRefused(SandboxError):
 
 class SandboxUnavailable(SandboxError):
     """The sandbox could not be reached, or the connection broke before it answered."""
+
+
+class SandboxNotAnswering(SandboxUnavailable):
+    """The sandbox took the request and gave no answer within its time: its server is stopped
+    (SIGSTOP) or hung, not gone."""
 
 
 class SandboxReplaced(SandboxUnavailable):
@@ -137,7 +143,12 @@ class SandboxClient:
             ) as response:
                 body = await response.read()
                 status = response.status
-        except (aiohttp.ClientConnectionError, TimeoutError, OSError) as error:
+        except TimeoutError as error:
+            raise SandboxNotAnswering(
+                f"sandbox at {self.endpoint} did not answer within {timeout_s:g}s "
+                "(its server stopped or hung)"
+            ) from error
+        except (aiohttp.ClientConnectionError, OSError) as error:
             raise SandboxUnavailable(f"sandbox at {self.endpoint} unreachable: {error!r}") from error
         self._raise_for(method, path, status, body)
         return status, body
@@ -321,8 +332,9 @@ def _refusal(body: bytes) -> ErrorBody | None:
 
 
 def _error_text(body: bytes) -> str:
+    """What an error answer says, as one line (aiohttp's own 500 page spans several)."""
     try:
         parsed = ToolResponse.model_validate_json(body)
     except ValidationError:
-        return body.decode(errors="replace")[:500]
-    return parsed.error or body.decode(errors="replace")[:500]
+        return one_line(body.decode(errors="replace")[:500])
+    return one_line(parsed.error or body.decode(errors="replace")[:500])

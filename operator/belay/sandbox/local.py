@@ -48,6 +48,7 @@ from belay.sandbox.egress import Allowlist, EgressProxy, proxy_environment
 from belay.sandbox.isolation import NETWORK_PROFILES
 from belay.sandbox.protocol import INSTANCE_ENV, ReadyFile
 from belay.sandbox.walls import ISOLATION_LEVELS, WALLS_ENV, WallsUnavailable
+from belay.views.escaping import one_line
 
 # What a sandbox without walls inherits from the harness's environment: enough to run programs,
 # never the harness's credentials (model API keys, store secrets).
@@ -583,7 +584,7 @@ async def wait_behind_walls(started: Started, request: StartRequest, status_fd: 
     if ready is None:
         log_tail = request.log_path.read_text(errors="replace")[-2000:] if request.log_path.exists() else ""
         raise SandboxUnavailable(
-            f"sandbox server did not become ready within {START_TIMEOUT_S}s; log:\n{log_tail}"
+            f"sandbox server did not become ready within {START_TIMEOUT_S}s; log: {one_line(log_tail)}"
         )
     started.ready = ReadyFile.model_validate(ready)
     started.walls = describe_walls(request.choice, status, request.profile, request.disk_bytes)
@@ -688,4 +689,4 @@ async def wait_until_ready(
             await asyncio.wait_for(process.wait(), 0.02)
     log_tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
     state = f"exited with {process.returncode}" if process.returncode is not None else "did not become ready"
-    raise SandboxUnavailable(f"sandbox server {state} within {START_TIMEOUT_S}s; log:\n{log_tail}")
+    raise SandboxUnavailable(f"sandbox server {state} within {START_TIMEOUT_S}s; log: {one_line(log_tail)}")

@@ -84,3 +84,9 @@ def _block_escaped(match: re.Match[str]) -> str:
     # An ordered list item is made by its digits and the `.` or `)` after them: escaping that
     # punctuation (`1\.`) unmakes it.
     return marker + "\\" if marker[0].isdigit() else "\\" + marker
+
+
+def one_line(text: str) -> str:
+    """A message as one line, losing none of its lines: an error (an `error:` line, a tool call's
+    error result) never spans several, whatever a traceback or a subprocess's stderr put in it."""
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())

@@ -18,7 +18,10 @@ since the last durable one, or by the append whose mark was being written), neve
 The file has two slots. A write goes to the slot not holding the current mark, under an
 exclusive lock of the file, and only when it moves the mark forward: a write torn by a crash
 spoils that slot alone, and the other still holds the mark before it. A reader takes the
-furthest slot whose seal holds; a spoiled slot is passed over.
+furthest slot whose seal holds; a spoiled slot is passed over. The file is made whole (its first
+mark written and fsynced under a temporary name, then renamed into place), so a mark file that
+exists always held a mark: one of the wrong size, or with no slot whose seal holds (zeroed, cut
+short, overwritten), is damage, `RecordCorrupt` like a record behind its mark, never "no mark yet".
 
 A record found behind its mark is `RecordCorrupt` naming the mark. Deleting the session removes
 its mark (after the deletion's commit; a mark left by a deletion cut short is of an earlier
@@ -31,6 +34,7 @@ import fcntl
 import hashlib
 import hmac
 import os
+import secrets
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +64,7 @@ class RecordMarks:
     """The marks of every session recorded in one SQLite file."""
 
     def __init__(self, database: Path, chain: Chain) -> None:
+        self.database = database
         self.directory = marks_directory(database)
         self.chain = chain
 
@@ -91,22 +96,37 @@ class RecordMarks:
         return [self._parsed(session_id, data[start : start + SLOT_BYTES]) for start in (0, SLOT_BYTES)]
 
     def read(self, session_id: str) -> Mark | None:
-        """The session's mark: the furthest slot whose seal holds; None when there is none."""
+        """The session's mark: the furthest slot whose seal holds; None when it has no mark file.
+        RecordCorrupt for a mark file that holds no mark (see the module docstring)."""
+        path = self.path(session_id)
         try:
-            data = self.path(session_id).read_bytes()
+            data = path.read_bytes()
         except FileNotFoundError:
             return None
         marks = [mark for mark in self._slots(session_id, data) if mark is not None]
-        return max(marks) if marks else None
+        whole = len(data) == 2 * SLOT_BYTES
+        if not whole or not marks:
+            what = "no sealed mark" if whole else f"{len(data)} bytes, not {2 * SLOT_BYTES}"
+            raise RecordCorrupt(
+                session_id,
+                1,
+                f"its mark {path} is damaged ({what}: zeroed, cut short or overwritten), so how far its "
+                f"record reached cannot be known; {way_out_of(self.database, path)}",
+            )
+        return max(marks)
 
     def advance(self, session_id: str, mark: Mark) -> None:
         """Move the session's mark forward to `mark` (never back), durably. Raises OSError."""
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = self.path(session_id)
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            descriptor = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            if self._create(path, session_id, mark):
+                return
+            descriptor = os.open(path, os.O_RDWR)  # another writer made it meanwhile
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX)
-            created = os.fstat(descriptor).st_size == 0
             slots = self._slots(session_id, os.pread(descriptor, 2 * SLOT_BYTES, 0))
             present = [(held, index) for index, held in enumerate(slots) if held is not None]
             if present and max(present)[0] >= mark:
@@ -114,13 +134,28 @@ class RecordMarks:
             # The slot not holding the furthest mark, so a torn write leaves that one whole.
             target = 1 - max(present)[1] if present else 0
             os.pwrite(descriptor, self._slot(session_id, mark), target * SLOT_BYTES)
-            if created:  # both slots' bytes exist from the first write on
-                os.pwrite(descriptor, b"\0" * SLOT_BYTES, (1 - target) * SLOT_BYTES)
             os.fdatasync(descriptor)
         finally:
             os.close(descriptor)  # releases the lock
-        if created:
-            _sync_directory(self.directory)
+
+    def _create(self, path: Path, session_id: str, mark: Mark) -> bool:
+        """Make the mark file whole under a temporary name and link it into place; False when
+        another writer made it first. A crash leaves no mark file, or a whole one."""
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(descriptor, self._slot(session_id, mark) + b"\0" * SLOT_BYTES)
+            os.fdatasync(descriptor)
+        finally:
+            os.close(descriptor)
+        try:
+            os.link(temporary, path)  # never replaces a mark file another writer made
+        except FileExistsError:
+            return False
+        finally:
+            temporary.unlink()
+        _sync_directory(self.directory)
+        return True
 
     def remove(self, session_id: str) -> None:
         self.path(session_id).unlink(missing_ok=True)
@@ -132,6 +167,16 @@ def _sync_directory(directory: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def way_out_of(database: Path, mark: Path) -> str:
+    """The one way out of a record its mark says is behind, or of a damaged mark."""
+    return (
+        f"put back what holds the rest (the lost {database.name}-wal beside {database}, or the latest "
+        f"backup), or, to accept the loss and go on from the record as it is, remove the mark {mark} "
+        "(what the lost events did outside the record may then be done again, except what a reconcile "
+        "probe finds)"
+    )
 
 
 def generation(conn: sqlite3.Connection, session_id: str) -> int:
@@ -150,12 +195,7 @@ def behind_mark(
         return None  # a mark of the session id before a deletion
     row = conn.execute("SELECT last_seq, chain FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
     last = int(row[0]) if row is not None else 0
-    way_out = (
-        f"put back what holds the rest (the lost {database.name}-wal beside {database}, or the latest "
-        f"backup), or, to accept the loss and go on from the record as it is, remove the mark {where} "
-        "(what the lost events did outside the record may then be done again, except what a reconcile "
-        "probe finds)"
-    )
+    way_out = way_out_of(database, where)
     if current < mark.generation:
         return RecordCorrupt(
             session_id,

@@ -235,7 +235,12 @@ class SqliteEventStore:
             return
         # Read before the transaction that checks it: the commit it records is then in that
         # transaction's snapshot, however other processes append meanwhile.
-        mark = self.marks.read(session_id)
+        try:
+            mark = self.marks.read(session_id)
+        except RecordCorrupt:
+            with read_transaction(conn):
+                checked_events(conn, self.chain, session_id, 1)  # a change inside is said first
+            raise
         if mark is not None:
             with read_transaction(conn):
                 problem = behind_mark(conn, session_id, mark, self.marks.path(session_id), self.path)
