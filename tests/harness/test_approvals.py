@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from belay.api.agentsession import ApprovalGrant
-from belay.harness.runtime import declared_grant
+from belay.harness.approval_terms import declared_grant
 from belay.journal.events import EffectClass, Event, ToolRequest, ToolRequestEvent
 from tests.belay_cli import kill_group, read_events, run_belay, start_belay
 from tests.harness.example import SESSION, manifest_copy, wait_for

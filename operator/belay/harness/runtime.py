@@ -32,12 +32,18 @@ import asyncio
 import contextlib
 import functools
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from belay.api.agentsession import ApprovalGrant, SubagentSpec
+from belay.api.agentsession import SubagentSpec
+from belay.harness.approval_terms import (
+    approval_id_for,
+    approval_request,
+    declared_grant,
+    latest_retry,
+    not_run_withdrawn,
+    retry_approval_id,
+)
 from belay.harness.arguments import externalize_arguments, resolve_arguments
 from belay.harness.attempt import Attempt
 from belay.harness.bounded import store_file, stored_when_too_large, with_caps
@@ -74,7 +80,6 @@ from belay.journal.operations import DerivedOperation
 from belay.journal.recovery import RecoveryActionKind, recovery_plan
 from belay.journal.state import (
     GOAL_PART,
-    ApprovalRecord,
     OperationRecord,
     SessionState,
     operation_payload_sha256,
@@ -264,19 +269,7 @@ class ToolRuntime:
                 # Lost again under the same call: most likely the call itself kills its sandbox
                 # (`kill -9 $PPID`, `pkill python`), and running it again would replace sandboxes
                 # forever. The call fails; the step goes on with a sandbox restored once more.
-                what = "the command" if request.tool == "run_command" else f"the call to {request.tool}"
-                # Said as it happened: a server that stopped answering (SIGSTOP, a hang) was not killed.
-                done, how = "killed its sandbox", "killed"
-                if silent == replaced:
-                    done, how = "stopped its sandbox from answering", "stopped or hung, not killed"
-                elif silent:
-                    done, how = "killed or stopped its sandbox", "killed or stopped"
-                why = (
-                    f"{what} {done}: the sandbox was lost {replaced} times while it ran "
-                    "(each time a clean one was restored and the call run again), most likely by the "
-                    f"call itself (its sandbox's server process {how}), so it is not run again (last "
-                    f"loss: {last_loss})"
-                )
+                why = lost_its_sandbox(request.tool, replaced, silent, last_loss)
                 return await self.record_refused(sub, request_seq, request, why)
         if retry_id is None:
             return recorded
@@ -657,12 +650,6 @@ class ToolRuntime:
             await asyncio.sleep(self.poll_interval_s)
 
 
-def latest_retry(state: SessionState, operation_id: str) -> ApprovalRecord | None:
-    """The newest request to retry a failed external effect, if any."""
-    retries = [a for a in state.approvals_for(operation_id) if a.kind == "retry"]
-    return retries[-1] if retries else None
-
-
 @dataclass
 class ProbeFindings:
     """What a reconcile probe found for one operation: the effects whose reference carries the
@@ -685,34 +672,6 @@ def effect_name(effect: dict[str, Any], index: int) -> str:
     """How a probe's finding is named in the outcome: the id the external system gave it, or its
     place in what the probe found. Never its content, which is recorded (redacted) in the result."""
     return str(effect.get("id") or f"effect {index + 1}")
-
-
-def declared_grant(
-    grants: Sequence[ApprovalGrant], request: ToolRequest, approval_id: str, now: datetime
-) -> ApprovalGrant | None:
-    """An approval given in the spec for exactly this operation and payload, still in force."""
-    for grant in grants:
-        names_it = grant.operation_id == request.operation_id or grant.approval_id == approval_id
-        if not names_it or grant.payload_sha256 != request.payload_sha256:
-            continue
-        if grant.expires_at is not None and grant.expires_at <= now:
-            continue
-        return grant
-    return None
-
-
-def not_run_withdrawn(approval: ApprovalRecord) -> str:
-    """The answer to a call whose approval a change withdrew before anyone decided it."""
-    return f"not run: no longer asked ({approval.withdrawn_because}); its step makes its calls again"
-
-
-def approval_id_for(operation_id: str) -> str:
-    return f"approve-{operation_id}"
-
-
-def retry_approval_id(operation_id: str, number: int) -> str:
-    """The approval asked for after the `number`-th failure of an unsafe operation."""
-    return f"retry-{operation_id}" if number == 1 else f"retry-{operation_id}-{number}"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -787,16 +746,17 @@ def failed_effect(effect: EffectClass, request: ToolRequest, payloads: list[Payl
     return None
 
 
-def approval_request(sub: SubagentSpec, request: ToolRequest) -> ApprovalRequest:
-    return ApprovalRequest(
-        approval_id=approval_id_for(request.operation_id),
-        operation_id=request.operation_id,
-        tool=request.tool,
-        payload_sha256=request.payload_sha256,
-        summary=f"{sub.name} wants to run {request.tool} {_short(request.arguments)}",
+def lost_its_sandbox(tool: str, replaced: int, silent: int, last_loss: str) -> str:
+    """Why a call that lost its sandbox `replaced` times (`silent` of them a server that stopped
+    answering) is not run again: said as it happened, a stopped or hung server was not killed."""
+    what = "the command" if tool == "run_command" else f"the call to {tool}"
+    done, how = "killed its sandbox", "killed"
+    if silent == replaced:
+        done, how = "stopped its sandbox from answering", "stopped or hung, not killed"
+    elif silent:
+        done, how = "killed or stopped its sandbox", "killed or stopped"
+    return (
+        f"{what} {done}: the sandbox was lost {replaced} times while it ran (each time a clean one "
+        f"was restored and the call run again), most likely by the call itself (its sandbox's server "
+        f"process {how}), so it is not run again (last loss: {last_loss})"
     )
-
-
-def _short(arguments: dict[str, Any]) -> str:
-    text = ", ".join(f"{k}={v!r}" for k, v in sorted(arguments.items()) if k != "content")
-    return text if len(text) <= 160 else text[:157] + "..."
