@@ -65,6 +65,14 @@ def child_parts(parent_parts: Mapping[str, str], link: SessionLinkRecord) -> dic
     return {link.part: parent_parts[link.part]} if link.part in parent_parts else {}
 
 
+# A subagent's role is at most this long (`SubagentSpec.role`); a child's longer goal is cut for it.
+ROLE_LIMIT = 1024
+
+
+def shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def child_spec(
     parent_spec: dict[str, Any],
     link: SessionLinkRecord,
@@ -74,8 +82,8 @@ def child_spec(
     """The child's spec (API spelling): the coordinator's, with the child's request (its goal and
     its part of the coordinator's request as it stands, `parent_parts`, by default the spec's), its
     plan (a relative plan is read from `plan_base`, by default the directory of the coordinator's
-    plan) and the deliverable it owes, declared on its first subagent so that the child completes
-    only once it is published."""
+    plan) and the deliverable it owes, declared on its first subagent (whose role is the child's
+    goal) so that the child completes only once it is published."""
     spec = copy.deepcopy(parent_spec)
     if parent_parts is None:
         parent_parts = spec.get("request", {}).get("parts") or {}
@@ -88,8 +96,13 @@ def child_spec(
             plan_base if plan_base is not None else posixpath.dirname(str(spec["executor"].get("plan") or ""))
         )
         spec["executor"]["plan"] = posixpath.join(base, link.plan)
-    if link.deliverable and spec.get("subagents"):
-        spec["subagents"][0]["deliverable"] = link.deliverable
+    if spec.get("subagents"):
+        # The first subagent does the child's part: its role (the title of its task on the page,
+        # what a model is told it is) is the child's goal, never the coordinator's role of
+        # starting and gathering children.
+        spec["subagents"][0]["role"] = shortened(link.goal, ROLE_LIMIT)
+        if link.deliverable:
+            spec["subagents"][0]["deliverable"] = link.deliverable
     for field in NOT_INHERITED:
         spec.pop(field, None)
     return spec
