@@ -92,7 +92,7 @@ from belay.local.standin_process import stop_orphan_standins
 from belay.views.briefing.build import briefing
 from belay.views.briefing.render import render_change_verdicts, render_rows
 from belay.views.fleet.build import fleet_view, objective_view
-from belay.views.fleet.model import OBJECTIVE_LABEL, FleetRow
+from belay.views.fleet.model import FleetRow
 from belay.views.fleet.render import render_fleet, render_objective
 from belay.views.fleet.selectors import SelectorError
 from belay.views.report.build import session_report
@@ -294,7 +294,13 @@ def sessions(
 
 @app.command()
 def objective(
-    name: Annotated[str, typer.Argument(metavar="OBJECTIVE", help="The belay.dev/objective label value.")],
+    name: Annotated[
+        str,
+        typer.Argument(
+            metavar="OBJECTIVE",
+            help="The belay.dev/objective label value (or an unlabelled coordinator's name).",
+        ),
+    ],
     as_json: Annotated[bool, typer.Option("--json")] = False,
     watch: Annotated[bool, typer.Option("--watch", "-w")] = False,
 ) -> None:
@@ -305,7 +311,9 @@ def objective(
         view = objective_view(name, rows)
         return view.model_dump_json() if as_json else render_objective(view)
 
-    _show_fleet(f"{OBJECTIVE_LABEL}={name}", show, watch)
+    # Every session of the home, not only those labelled: with none labelled, the objective a
+    # person names is the coordinator of that name and its children (`objective_view`).
+    _show_fleet("", show, watch)
 
 
 def _show_fleet(selector: str, show: Callable[[list[FleetRow]], str], watch: bool) -> None:

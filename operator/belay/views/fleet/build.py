@@ -224,12 +224,23 @@ def resumed_with_parent(rows: Sequence[FleetRow]) -> list[FleetRow]:
     return resumed
 
 
+def _unlabelled_coordinator(name: str, sessions: list[FleetRow]) -> list[FleetRow]:
+    """With no session labelled with the objective: the coordinator of that name, if there is one,
+    and the children it started (unlabelled like it), which are the objective a person means."""
+    coordinator = [r for r in sessions if r.session == name and r.children]
+    if not coordinator:
+        return []
+    return coordinator + [r for r in sessions if r.parent == name and not r.objective]
+
+
 def objective_view(objective: str, rows: Iterable[FleetRow]) -> ObjectiveView:
-    """The sessions that serve one objective, and what the whole waits on: every wait a person or
+    """The sessions that serve one objective (labelled with it; with none labelled, the coordinator
+    of that name and its children), and what the whole waits on: every wait a person or
     the world must end, without the coordinator's waits on its own child sessions (each child's
     row says what it waits on) and without the review of a child's deliverables (they come back
     to the coordinator)."""
-    mine = [r for r in fleet_view(rows).sessions if r.objective == objective]
+    sessions = fleet_view(rows).sessions
+    mine = [r for r in sessions if r.objective == objective] or _unlabelled_coordinator(objective, sessions)
     names = {r.session for r in mine}
     by_name = {(r.namespace, r.session): r for r in mine}
     resumed_by = {r.session: a.session for r in mine if (a := interrupted_ancestor(r, by_name)) is not None}

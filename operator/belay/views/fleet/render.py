@@ -98,7 +98,10 @@ def render_objective(view: ObjectiveView, *, with_namespace: bool = False) -> st
         if with_namespace:
             cells.insert(0, row.namespace or "-")
         rows.append(cells)
-    lines.append(columns(header, rows) if rows else "no sessions carry this objective")
+    if not rows:
+        lines.append("no session carries this objective, and no coordinator has this name")
+        return "\n".join(lines)
+    lines.append(columns(header, rows))
     if view.done and not view.waits_on:
         lines.append("The whole waits on nothing: every session succeeded.")
     elif view.done:
