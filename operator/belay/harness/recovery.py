@@ -289,33 +289,22 @@ class Recovery:
     async def input_unavailable(self, sub: SubagentSpec, error: str) -> NoReturn:
         """The subagent's inputs cannot be had: not an attempt that a next one may get past on its
         own (the same input fails the same way), so a recovery failure; nothing has run yet."""
-        attempt = self.attempt
         detail = (
             f"{sub.name}: {error}; correct the input in the spec (the operator then starts the next "
             "attempt), or make the repository serve it and resume the session"
         )
-        await attempt.record(
-            [
-                Lifecycle(
-                    kind=LifecycleKind.RECOVERY_FAILED,
-                    attempt=attempt.number,
-                    reason=INPUT_UNAVAILABLE,
-                    detail=detail,
-                    subagent=sub.name,
-                    checkpoint_id=inputs_checkpoint_id(sub.name),
-                ),
-                Lifecycle(
-                    kind=LifecycleKind.HARNESS_FINISHED,
-                    attempt=attempt.number,
-                    reason=INPUT_UNAVAILABLE,
-                    detail=detail,
-                ),
-            ],
-            subagent=sub.name,
+        await self.fail_at(
+            sub, inputs_checkpoint_id(sub.name), INPUT_UNAVAILABLE, detail, finished_detail=detail
         )
-        raise RecoveryFailed(INPUT_UNAVAILABLE, detail)
 
     async def fail(self, sub: SubagentSpec, checkpoint: Checkpoint, reason: str, detail: str) -> NoReturn:
+        await self.fail_at(sub, checkpoint.checkpoint_id, reason, detail)
+
+    async def fail_at(
+        self, sub: SubagentSpec, checkpoint_id: str, reason: str, detail: str, finished_detail: str = ""
+    ) -> NoReturn:
+        """Record that recovery failed for this subagent (from that checkpoint) and the attempt
+        finished with it, then stop the attempt."""
         attempt = self.attempt
         await attempt.record(
             [
@@ -325,9 +314,14 @@ class Recovery:
                     reason=reason,
                     detail=detail,
                     subagent=sub.name,
-                    checkpoint_id=checkpoint.checkpoint_id,
+                    checkpoint_id=checkpoint_id,
                 ),
-                Lifecycle(kind=LifecycleKind.HARNESS_FINISHED, attempt=attempt.number, reason=reason),
+                Lifecycle(
+                    kind=LifecycleKind.HARNESS_FINISHED,
+                    attempt=attempt.number,
+                    reason=reason,
+                    detail=finished_detail,
+                ),
             ],
             subagent=sub.name,
         )
