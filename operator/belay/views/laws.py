@@ -306,9 +306,19 @@ def fleet_broken(view: FleetView) -> list[Broken]:
 
 
 def objective_broken(view: ObjectiveView) -> list[Broken]:
-    """What the whole waits on names each wait's own command; once every session succeeded, only
-    reviews are left."""
+    """What the whole waits on names each wait's own command; the summary counts the sessions whose
+    row shows a wait of each kind; once every session succeeded, only reviews are left."""
     found = []
+    buckets = (("user", "waiting_on_you"), ("external", "on_external"), ("review", "ready_for_review"))
+    for kind, bucket in buckets:
+        shown = len({w.session for w in view.waits_on if w.kind == kind})
+        if getattr(view.summary, bucket) != shown:
+            found.append(
+                Broken(
+                    "the objective's summary counts its rows",
+                    f"{bucket}: the summary says {getattr(view.summary, bucket)}, {shown} rows show one",
+                )
+            )
     for wait in view.waits_on:
         if wait.kind in WAIT_VERBS and wait.command and _verb(wait.command) not in WAIT_VERBS[wait.kind]:
             found.append(
