@@ -85,8 +85,10 @@ def wait_has_its_command(b: Briefing, rows: Sequence[Row]) -> Iterable[str]:
             yield f"{a.kind} {a.id} has no `{alternative}` alternative (`{a.alternative}`)"
         if a.kind == "message" and _verb(a.also) != "amend":
             yield f"message {a.id} does not name the amend that also answers it (`{a.also}`)"
+    # A wait on a child session nothing runs names what resumes the child, as its record says.
+    resumes = {c.command for c in b.children if c.command}
     for e in b.waiting_on_external:
-        if _verb(e.command) not in ("approve", "brief"):
+        if _verb(e.command) not in ("approve", "brief") and e.command not in resumes:
             yield f"external wait {e.wait_id} has no command that marks it met (`{e.command}`)"
     for r in b.ready_for_review:
         if _verb(r.command) != "artifacts" or _verb(r.alternative) != "reject":
