@@ -808,9 +808,15 @@ def test_the_fleet_and_objective_laws_are_able_to_fail() -> None:
     done = objective.model_copy(update={"done": True})
     assert {b.law for b in objective_broken(done)} == {"a done objective waits on nothing"}
     review_command = objective.model_copy(
-        update={"waits_on": [ObjectiveWait(session="laws", kind="review", what="r.md", command=row.command)]}
+        update={
+            "waits_on": [ObjectiveWait(session="laws", kind="review", what="r.md", command=row.command)],
+            "summary": FleetSummary(sessions=1, ready_for_review=1, line=""),
+        }
     )
     assert {b.law for b in objective_broken(review_command)} == {"every wait carries its command"}
+    overcounted_summary = view.summary.model_copy(update={"waiting_on_you": 2})
+    overcounted = objective.model_copy(update={"summary": overcounted_summary})
+    assert {b.law for b in objective_broken(overcounted)} == {"the objective's summary counts its rows"}
 
 
 def test_a_run_that_ended_without_proving_its_work_needs_attention_on_every_view() -> None:

@@ -90,13 +90,15 @@ def known_state(session_id: str) -> SessionState:
 # How often `belay sessions --watch` and `belay objective --watch` look again.
 
 
-def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> str:
-    return brief_command.render(brief_command.of_home(home_of(state.session_id), state, liveness), style)
+async def render_brief(state: SessionState, style: str, liveness: Liveness | None) -> str:
+    home = home_of(state.session_id)
+    children = await brief_command.children_of(home, state)
+    return brief_command.render(brief_command.of_home(home, state, liveness, children), style)
 
 
 def print_brief(session_id: str, style: str) -> None:
     opened = known_session(session_id)
-    sys.stdout.write(render_brief(opened.state, style, opened.liveness) + "\n")
+    sys.stdout.write(asyncio.run(render_brief(opened.state, style, opened.liveness)) + "\n")
 
 
 def read_liveness(session_id: str) -> Liveness:
@@ -126,7 +128,7 @@ async def follow_brief(session_id: str, style: str) -> None:
     if not state.last_seq:
         raise fail(unknown_session(session_id, home))
     store = home.open_event_store(read_only=True)
-    sys.stdout.write(render_brief(state, style, liveness) + "\n")
+    sys.stdout.write(await render_brief(state, style, liveness) + "\n")
     sys.stdout.flush()
     arrived: asyncio.Queue[Event | None] = asyncio.Queue()
     first_new_seq = state.last_seq + 1
@@ -163,7 +165,7 @@ async def follow_brief(session_id: str, style: str) -> None:
                         state = apply(state, await next_event(FOLLOW_SETTLE_S))
                 liveness = await local_liveness(store, session_id)
             separator = "" if style == "json-lines" else f"--- seq {state.last_seq} ---\n"
-            sys.stdout.write(separator + render_brief(state, style, liveness) + "\n")
+            sys.stdout.write(separator + await render_brief(state, style, liveness) + "\n")
             sys.stdout.flush()
             shown = phase_of(state, liveness)
     finally:

@@ -414,7 +414,9 @@ def report(
     for session_id in dict.fromkeys(session_ids):
         opened, events = known_record(session_id)
         state, liveness = opened.state, opened.liveness
-        rows = render_rows(brief_command.of_home(home_of(session_id), state, liveness))
+        home = home_of(session_id)
+        children = asyncio.run(brief_command.children_of(home, state))
+        rows = render_rows(brief_command.of_home(home, state, liveness, children))
         reports.append(
             session_report(events, state, liveness=liveness, briefing=rows, locate=locator(session_id))
         )

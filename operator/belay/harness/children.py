@@ -239,7 +239,7 @@ def reopened(
     found = []
     for name, link in sorted(state.children.items()):
         child = children.get(name)
-        if link.part not in touched or child is None or not child.request.version:
+        if not link.depends_on(touched) or child is None or not child.request.version:
             continue
         wanted = child_parts(state.request.parts, link)
         if dict(child.request.parts) == wanted:

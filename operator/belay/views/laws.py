@@ -85,8 +85,10 @@ def wait_has_its_command(b: Briefing, rows: Sequence[Row]) -> Iterable[str]:
             yield f"{a.kind} {a.id} has no `{alternative}` alternative (`{a.alternative}`)"
         if a.kind == "message" and _verb(a.also) != "amend":
             yield f"message {a.id} does not name the amend that also answers it (`{a.also}`)"
+    # A wait on a child session nothing runs names what resumes the child, as its record says.
+    resumes = {c.command for c in b.children if c.command}
     for e in b.waiting_on_external:
-        if _verb(e.command) not in ("approve", "brief"):
+        if _verb(e.command) not in ("approve", "brief") and e.command not in resumes:
             yield f"external wait {e.wait_id} has no command that marks it met (`{e.command}`)"
     for r in b.ready_for_review:
         if _verb(r.command) != "artifacts" or _verb(r.alternative) != "reject":
@@ -306,9 +308,19 @@ def fleet_broken(view: FleetView) -> list[Broken]:
 
 
 def objective_broken(view: ObjectiveView) -> list[Broken]:
-    """What the whole waits on names each wait's own command; once every session succeeded, only
-    reviews are left."""
+    """What the whole waits on names each wait's own command; the summary counts the sessions whose
+    row shows a wait of each kind; once every session succeeded, only reviews are left."""
     found = []
+    buckets = (("user", "waiting_on_you"), ("external", "on_external"), ("review", "ready_for_review"))
+    for kind, bucket in buckets:
+        shown = len({w.session for w in view.waits_on if w.kind == kind})
+        if getattr(view.summary, bucket) != shown:
+            found.append(
+                Broken(
+                    "the objective's summary counts its rows",
+                    f"{bucket}: the summary says {getattr(view.summary, bucket)}, {shown} rows show one",
+                )
+            )
     for wait in view.waits_on:
         if wait.kind in WAIT_VERBS and wait.command and _verb(wait.command) not in WAIT_VERBS[wait.kind]:
             found.append(

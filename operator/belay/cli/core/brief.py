@@ -8,6 +8,7 @@ the same renderers (`belay.views.briefing.render`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from belay.api.agentsession import AgentSession
@@ -16,9 +17,11 @@ from belay.journal.events import ArtifactRef
 from belay.journal.phase import Liveness
 from belay.journal.state import SessionState
 from belay.local.liveness import observed_sandboxes
+from belay.local.record import open_session
 from belay.local.runtime import LocalHome, load_installed
-from belay.views.briefing.build import briefing
-from belay.views.briefing.model import Briefing, SandboxItem
+from belay.stores.base import RecordCorrupt
+from belay.views.briefing.build import briefing, child_item
+from belay.views.briefing.model import Briefing, ChildItem, SandboxItem
 from belay.views.briefing.render import render_json, render_markdown, render_text
 from belay.views.status.briefing import briefing_from_status
 from belay.views.status.model import NOT_PROJECTED
@@ -34,8 +37,29 @@ def render(brief: Briefing, style: str) -> str:
     return {"json": render_json, "markdown": render_markdown, "text": render_text}[style](brief)
 
 
-def of_home(home: LocalHome, state: SessionState, liveness: Liveness | None) -> Briefing:
-    """The briefing as this home sees it: artifact locations, observed sandboxes, budgets."""
+async def children_of(home: LocalHome, state: SessionState) -> list[ChildItem]:
+    """A coordinator's child sessions as their own records in this home say (none for any other
+    session): what its page says of each child, and each child's hypotheses and decisions. A
+    child whose record cannot be read says so, in the store's words."""
+    children = []
+    for name, link in sorted(state.children.items()):
+        if not home.session_exists(name):
+            children.append(child_item(link, None, None))
+            continue
+        try:
+            opened = await open_session(home, name)
+        except RecordCorrupt as error:
+            children.append(ChildItem(session=name, part=link.part, summary=f"its record: {error}"))
+            continue
+        children.append(child_item(link, opened.state, opened.liveness))
+    return children
+
+
+def of_home(
+    home: LocalHome, state: SessionState, liveness: Liveness | None, children: Sequence[ChildItem] = ()
+) -> Briefing:
+    """The briefing as this home sees it: artifact locations, observed sandboxes, budgets, and a
+    coordinator's children (`children_of`)."""
     store = home.open_artifact_store()
 
     def locate(ref: ArtifactRef) -> str:
@@ -56,6 +80,7 @@ def of_home(home: LocalHome, state: SessionState, liveness: Liveness | None) -> 
         liveness=liveness,
         sandboxes=sandboxes,
         budgets=budgets,
+        children=children,
     )
 
 

@@ -3,6 +3,7 @@ limits of the bounded tuples they hold."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any, Literal
 
@@ -411,6 +412,12 @@ class SessionLinkRecord(Record):
     phase: str = ""  # a child that ended: how
     deliverables: tuple[tuple[str, str], ...] = ()  # an ended child's (name, sha256)
     round: int = 1  # reopened by a change of its part: the round it runs in now
+
+    def depends_on(self, touched: Collection[str]) -> bool:
+        """Whether a change of the coordinator's request that touched these parts reopens this
+        child: its request is its own goal and its part of the coordinator's request, so it
+        depends on that part alone (a change of the coordinator's goal reopens no child)."""
+        return self.part in touched
 
 
 class ExecutorChangeRecord(Record):

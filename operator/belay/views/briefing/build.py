@@ -20,10 +20,17 @@ from typing import Any, Literal
 
 from belay.journal import commands
 from belay.journal.commands import CommandStyle
-from belay.journal.events import ArtifactRef, NoteKind, TaskStatus
+from belay.journal.events import CHILD_CONDITION_PREFIX, ArtifactRef, NoteKind, TaskStatus
 from belay.journal.phase import Liveness, interruption_of, phase_of, stalled_by_failure
 from belay.journal.proof import deliverable_unproven, failed_verification
-from belay.journal.state import ApprovalRecord, NoteRecord, OperationRecord, SessionState, TaskRecord
+from belay.journal.state import (
+    ApprovalRecord,
+    NoteRecord,
+    OperationRecord,
+    SessionLinkRecord,
+    SessionState,
+    TaskRecord,
+)
 from belay.views.briefing.changes import plan_order, rejection_item, scan_results, scope_change_item
 from belay.views.briefing.classify import classify, of_state
 from belay.views.briefing.model import (
@@ -38,6 +45,7 @@ from belay.views.briefing.model import (
     BudgetItem,
     BudgetUsage,
     CheckpointItem,
+    ChildItem,
     DecisionItem,
     EffectItem,
     ExecutorMoveItem,
@@ -661,6 +669,51 @@ def page(
     )
 
 
+def child_item(link: SessionLinkRecord, child: SessionState | None, liveness: Liveness | None) -> ChildItem:
+    """A child session as its own record says (`child`, None while it has no record here), with the
+    liveness of its attempt: what the coordinator's page says of it, never what the coordinator's
+    record last knew (a child killed after its coordinator began waiting on it is not running)."""
+    if child is None or not child.last_seq:
+        return ChildItem(session=link.session, part=link.part, summary="not started yet")
+    phase = phase_of(child, liveness)
+    gone = interruption_of(child, liveness)
+    hypotheses, h_omitted = _latest_notes(child, NoteKind.HYPOTHESIS)
+    decisions, d_omitted = _latest_notes(child, NoteKind.DECISION)
+    summary, command = phase.value, None
+    if gone is not None:
+        since = f" since {gone.since:%Y-%m-%d %H:%M:%S %Z}".rstrip() if gone.since else ""
+        summary, command = f"{phase.value}{since}: {gone.why}", gone.command
+    return ChildItem(
+        session=link.session,
+        part=link.part,
+        phase=phase,
+        summary=summary,
+        command=command,
+        hypotheses=hypotheses,
+        decisions=decisions,
+        hypotheses_omitted=h_omitted,
+        decisions_omitted=d_omitted,
+    )
+
+
+def _children_said(sections: BriefingSections, children: Sequence[ChildItem]) -> BriefingSections:
+    """The waits on child sessions, each in the words of the child's own record: the reason the
+    coordinator recorded when it began waiting ("runs") stands only while the child runs."""
+    by_condition = {f"{CHILD_CONDITION_PREFIX}{c.session}": c for c in children}
+    external = []
+    for wait in sections.waiting_on_external:
+        child = by_condition.get(wait.condition or "")
+        if child is not None and child.phase is not None:
+            wait = wait.model_copy(
+                update={
+                    "reason": f"child session {child.session} ({child.part}): {child.summary}",
+                    "command": child.command or wait.command,
+                }
+            )
+        external.append(wait)
+    return sections.model_copy(update={"waiting_on_external": external})
+
+
 def briefing(
     state: SessionState,
     *,
@@ -670,13 +723,24 @@ def briefing(
     liveness: Liveness | None = None,
     sandboxes: Sequence[SandboxItem] = (),
     budgets: Mapping[str, int] | None = None,
+    children: Sequence[ChildItem] = (),
 ) -> Briefing:
     """The page `belay brief` prints. `artifact_store` names the store for the reader, `record` the
     event store when the reader would not look for it in the home; `sandboxes` are the sandboxes
     as the caller observes them, one per subagent; `budgets` the limits of `spec.budgets` that are
-    set, by their manifest name."""
+    set, by their manifest name; `children` a coordinator's child sessions as their own records
+    say (`child_item`)."""
+    gone = interruption_of(state, liveness)
+    if gone is not None and gone.command:
+        # The coordinator's resume resumes every child not running: one command, not one each.
+        children = [
+            c.model_copy(update={"command": None, "summary": f"{c.summary}; `{gone.command}` resumes it"})
+            if c.command
+            else c
+            for c in children
+        ]
     return page(
-        briefing_sections(state, locate=locate, liveness=liveness),
+        _children_said(briefing_sections(state, locate=locate, liveness=liveness), children),
         observed=sandboxes,
         limits=budgets or {},
         now=liveness.now if liveness else None,
@@ -689,5 +753,6 @@ def briefing(
         request_parts=dict(sorted(state.request.parts.items())),
         artifact_store=artifact_store,
         record=record,
-        interruption=interruption_of(state, liveness),
+        interruption=gone,
+        children=list(children),
     )

@@ -62,6 +62,22 @@ def _output_label(result: ResultRecord, state: SessionState) -> str:
     return result.label
 
 
+def _collected_from_reopened(
+    state: SessionState, result: ResultRecord, change: ScopeChangeRecord
+) -> str | None:
+    """For a deliverable collected from a child session (`<child>/<its name>`) whose child the
+    change reopens (by the rule that reopens it, `SessionLinkRecord.depends_on`): why it is not
+    reusable. None for any other result."""
+    child, _, own_name = result.label.partition("/")
+    link = state.children.get(child) if result.source == "artifact" and own_name else None
+    if link is None or not link.depends_on((*change.changed_parts, *change.removed_parts)):
+        return None
+    return (
+        f"child session {child} depends on {link.part}, changed in v{change.request_version}: "
+        "it makes this deliverable again, these bytes no longer stand"
+    )
+
+
 class _ChangeScan:
     """What one pass over the results finds for one scope change: its notable invalidated outputs
     (the first LIST_LIMIT in the order the change recorded them), why each shown step was redone,
@@ -73,8 +89,9 @@ class _ChangeScan:
         self.position = {result_id: i for i, result_id in enumerate(change.invalidated)}
         self.shown_steps = list(change.reopened_steps[:STEP_LIMIT])
         self.why: dict[str, tuple[int, str]] = {}  # shown step -> (position, reason)
-        self.invalid: list[tuple[int, str, ResultRecord]] = []  # a max-heap on -position
+        self.invalid: list[tuple[int, str, ResultRecord, str]] = []  # a max-heap on -position
         self.invalid_count = 0
+        self.children_outputs = 0  # collected from a child the change reopens: invalid, not reusable
         self.reusable: list[tuple[int, str, ResultRecord]] = []  # a min-heap on seq
         self.reusable_count = 0
 
@@ -87,15 +104,24 @@ class _ChangeScan:
                 if known is None or position < known[0]:
                     self.why[step] = (position, result.invalid_because)
             if _notable(result, state):
-                self.invalid_count += 1
-                heapq.heappush(self.invalid, (-position, result.result_id, result))
-                if len(self.invalid) > LIST_LIMIT:
-                    heapq.heappop(self.invalid)
+                self._invalid(position, result, result.invalid_because or "invalid")
         elif result.seq < self.change.seq and result.valid and _notable(result, state):
+            # A child's deliverable the coordinator collected stands only while the child does.
+            redone = _collected_from_reopened(state, result, self.change)
+            if redone is not None:
+                self._invalid(len(self.position) + result.seq, result, redone)
+                self.children_outputs += 1
+                return
             self.reusable_count += 1
             heapq.heappush(self.reusable, (result.seq, result.result_id, result))
             if len(self.reusable) > LIST_LIMIT:
                 heapq.heappop(self.reusable)
+
+    def _invalid(self, position: int, result: ResultRecord, why: str) -> None:
+        self.invalid_count += 1
+        heapq.heappush(self.invalid, (-position, result.result_id, result, why))
+        if len(self.invalid) > LIST_LIMIT:
+            heapq.heappop(self.invalid)
 
 
 def scan_results(
@@ -162,9 +188,9 @@ def scope_change_item(
             result_id=r.result_id,
             label=_output_label(r, state),
             source=_output_source(r, state),
-            why=r.invalid_because or "invalid",
+            why=why,
         )
-        for _, _, r in sorted(scan.invalid, reverse=True)
+        for _, _, r, why in sorted(scan.invalid, reverse=True)
     ]
     # What stays reusable: the work done before the change that it did not touch (and nothing
     # since has reopened), each with what it depends on.
@@ -186,7 +212,7 @@ def scope_change_item(
         changed_parts=list(change.changed_parts),
         removed_parts=list(change.removed_parts),
         invalidated=list(change.invalidated[:RESULT_LIMIT]),
-        invalidated_count=len(change.invalidated),
+        invalidated_count=len(change.invalidated) + scan.children_outputs,
         by=change.by,
         at=change.at,
         changes=[RequestDifference(part=c.part, before=c.before, after=c.after) for c in change.changes],

@@ -206,8 +206,9 @@ def _work(state: SessionState, phase: Phase, stopped: bool, style: CommandStyle)
         elif task.status == TaskStatus.FAILED or failed_verification(task):
             # A step that failed, or whose verification failed, is never done.
             state_of, summary = "needs_attention", step_unproven(task) or summary
-            # Once the run ended, a change of the request is what has it redone.
-            command = commands.amend(state.session_id) if phase in ENDED else None
+            # A change of the request is what has it redone, whether the run ended or still waits
+            # (on a person, or for a resume that would only restore it failed again).
+            command = commands.amend(state.session_id)
         else:
             continue
         yield OpenItem(

@@ -316,6 +316,23 @@ class SandboxItem(Model):
     restored_from: str | None = None
 
 
+class ChildItem(Model):
+    """A child session this coordinator started, as its own record says (read where the page is
+    built, beside the coordinator's record): its phase, and when no attempt of it is alive, since
+    when, why and the command that resumes it; and its hypotheses and decisions, which the
+    coordinator's page lists under the child's name."""
+
+    session: str
+    part: str
+    phase: Phase | None = None  # None: no record of it here yet
+    summary: str  # what its record says, in words
+    command: str | None = None  # what a person runs to move it on, when nothing runs it
+    hypotheses: list[NoteItem] = []
+    decisions: list[NoteItem] = []
+    hypotheses_omitted: int = 0
+    decisions_omitted: int = 0
+
+
 class BudgetItem(Model):
     name: str  # as in spec.budgets
     limit: int
@@ -408,3 +425,5 @@ class Briefing(BriefingSections):
     interruption: Interruption | None = None  # no attempt proves it is alive
     # sandboxes: as the record tells them, with what the builder observed of each
     budgets: list[BudgetItem] = []
+    # A coordinator's child sessions as their own records say, where the builder read them.
+    children: list[ChildItem] = []

@@ -279,9 +279,12 @@ def _effect_rows(b: Briefing) -> list[Row]:
 
 def _external_rows(b: Briefing) -> list[Row]:
     rows = _heading("Waiting on external conditions")
+    stopped = {f"{CHILD_CONDITION_PREFIX}{c.session}" for c in b.children if c.command}
     for e in b.waiting_on_external:
         rows.append((1, f"{e.wait_id}: {e.reason}" + (f" [{e.condition}]" if e.condition else "")))
-        if e.command and (e.condition or "").startswith(CHILD_CONDITION_PREFIX):
+        if e.command and e.condition in stopped:
+            rows.append((2, f"it is not running (the wait ends when it ends): run: {e.command}"))
+        elif e.command and (e.condition or "").startswith(CHILD_CONDITION_PREFIX):
             rows.append((2, f"ends when that session ends: {e.command}"))
         elif e.command:
             rows.append((2, f"once it holds, run: {e.command}"))
@@ -308,12 +311,23 @@ def _review_rows(b: Briefing) -> list[Row]:
     return rows
 
 
+def _note_row(n: NoteItem, owner: str = "") -> Row:
+    stale = f" (invalid: {n.invalid_because})" if n.invalid_because else ""
+    return (1, f"{owner}{n.note_id} [{n.status}]: {n.text}{stale}")
+
+
 def _note_rows(b: Briefing) -> list[Row]:
+    """The session's hypotheses, decisions and findings; a coordinator's page adds each child's
+    hypotheses and decisions, under the child's name ("child session C: ...")."""
     sections: list[tuple[str, list[NoteItem], int, bool]] = [
         ("Hypotheses (not yet accepted)", b.hypotheses, b.hypotheses_omitted, True),
         ("Decisions", b.decisions, b.decisions_omitted, True),
         ("Findings", b.findings, b.findings_omitted, False),
     ]
+    of_children = {
+        sections[0][0]: [(c.session, c.hypotheses, c.hypotheses_omitted) for c in b.children],
+        sections[1][0]: [(c.session, c.decisions, c.decisions_omitted) for c in b.children],
+    }
     rows: list[Row] = []
     for title, notes, omitted, always in sections:
         if not notes and not always:
@@ -321,11 +335,28 @@ def _note_rows(b: Briefing) -> list[Row]:
         rows += _heading(title)
         if omitted:
             rows.append((1, f"... {omitted} older not shown"))
-        for n in notes:
-            stale = f" (invalid: {n.invalid_because})" if n.invalid_because else ""
-            rows.append((1, f"{n.note_id} [{n.status}]: {n.text}{stale}"))
-        if not notes:
+        rows += [_note_row(n) for n in notes]
+        shown = bool(notes)
+        for child, child_notes, child_omitted in of_children.get(title, []):
+            if child_omitted:
+                rows.append((1, f"... {child_omitted} older of child session {child} not shown"))
+            rows += [_note_row(n, f"child session {child}: ") for n in child_notes]
+            shown = shown or bool(child_notes)
+        if not shown:
             rows.append((1, "none"))
+    return rows
+
+
+def _children_rows(b: Briefing) -> list[Row]:
+    """A coordinator's child sessions, each as its own record says, with the command that moves a
+    child nothing runs."""
+    if not b.children:
+        return []
+    rows = _heading("Child sessions")
+    for child in b.children:
+        rows.append((1, f"{child.session} (part {child.part}): {child.summary}"))
+        if child.command:
+            rows.append((2, f"run: {child.command}"))
     return rows
 
 
@@ -500,6 +531,7 @@ SECTIONS: tuple[Callable[[Briefing], list[Row]], ...] = (
     _attention_rows,
     _effect_rows,
     _external_rows,
+    _children_rows,
     _review_rows,
     _note_rows,
     _recovery_rows,

@@ -233,6 +233,21 @@ def _unlabelled_coordinator(name: str, sessions: list[FleetRow]) -> list[FleetRo
     return coordinator + [r for r in sessions if r.parent == name and not r.objective]
 
 
+def objective_waits(row: FleetRow, names: set[str]) -> list[FleetWait]:
+    """What the whole objective waits on of one session's waits: not a coordinator's wait on its
+    own child session (the child's row says what it waits on), nor the review of a child's
+    deliverables (they come back to the coordinator, where they are reviewed)."""
+    waits = []
+    for wait in row.waits:
+        child = wait.what.removeprefix(CHILD_CONDITION_PREFIX)
+        if wait.kind == "external" and wait.what.startswith(CHILD_CONDITION_PREFIX) and child in names:
+            continue
+        if wait.kind == "review" and row.parent in names:
+            continue
+        waits.append(wait)
+    return waits
+
+
 def objective_view(objective: str, rows: Iterable[FleetRow]) -> ObjectiveView:
     """The sessions that serve one objective (labelled with it; with none labelled, the coordinator
     of that name and its children), and what the whole waits on: every wait a person or
@@ -271,19 +286,16 @@ def objective_view(objective: str, rows: Iterable[FleetRow]) -> ObjectiveView:
                     session=row.session, kind="failed", what=row.problem or row.phase, command=row.command
                 )
             )
-        for wait in row.waits:
-            child = wait.what.removeprefix(CHILD_CONDITION_PREFIX)
-            if wait.kind == "external" and wait.what.startswith(CHILD_CONDITION_PREFIX) and child in names:
-                continue  # the child's own row says what it waits on
-            if wait.kind == "review" and row.parent in names:
-                continue  # a child's deliverables come back to its coordinator, where they are reviewed
-            waits.append(
-                ObjectiveWait(session=row.session, kind=wait.kind, what=wait.what, command=wait.command)
-            )
+        waits += [
+            ObjectiveWait(session=row.session, kind=wait.kind, what=wait.what, command=wait.command)
+            for wait in objective_waits(row, names)
+        ]
     return ObjectiveView(
         objective=objective,
         sessions=mine,
-        summary=summarize(mine),
+        # Counted as the rows show them: a child's review and a coordinator's wait on its child
+        # are not what the whole waits on, so no count includes them.
+        summary=summarize([r.model_copy(update={"waits": objective_waits(r, names)}) for r in mine]),
         waits_on=waits,
         # Done once every session succeeded and nothing but a review of what they made is left.
         done=bool(mine)

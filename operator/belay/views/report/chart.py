@@ -138,9 +138,11 @@ def chart(report: SessionReport, axis: Axis) -> str:
         previous_kind = row.kind
     height = y + 6
     over: list[str] = []
-    for gap in report.gaps:
-        x0 = axis.x(gap.start)
-        x1 = max(axis.x(gap.end or report.now), x0 + 4)
+    bands = [
+        (axis.x(gap.start), max(axis.x(gap.end or report.now), axis.x(gap.start) + 4)) for gap in report.gaps
+    ]
+    placed: list[tuple[float, float]] = []
+    for gap, (x0, x1) in zip(report.gaps, bands, strict=True):
         length = duration(span(gap.start, gap.end, report.now))
         state = f"resumed by attempt {gap.resumed_by}" if gap.resumed_by else "not resumed yet"
         tip = f"interrupted {length}: {gap.why}; {state}" + (
@@ -150,7 +152,7 @@ def chart(report: SessionReport, axis: Axis) -> str:
             f'<g class="gap"><title>{escaped(tip)}</title>'
             f'<rect x="{x0:.1f}" y="{AXIS_H - 10}" width="{x1 - x0:.1f}" height="{height - AXIS_H + 10}" '
             f'fill="url(#hatch)" fill-opacity="0.6" stroke="#c62828" stroke-width="1"/>'
-            + _gap_label(x0, x1, f"\u26a1 interrupted {length}")
+            + _gap_label(x0, x1, length, [b for b in bands if b != (x0, x1)], placed)
             + "</g>"
         )
     for line in report.scope_changes:
@@ -174,13 +176,36 @@ def chart(report: SessionReport, axis: Axis) -> str:
     )
 
 
-def _gap_label(x0: float, x1: float, words: str) -> str:
-    """Right of the band, or left of it where the right would run off the chart."""
-    if x1 + 3 + 6.5 * len(words) <= VIEW_W:
-        return f'<text x="{x1 + 3:.1f}" y="{AXIS_H - 2}" class="gaplabel">{escaped(words)}</text>'
-    return (
-        f'<text x="{x0 - 3:.1f}" y="{AXIS_H - 2}" class="gaplabel" text-anchor="end">{escaped(words)}</text>'
-    )
+GAP_LABEL_PX = 6.5  # the width of one character of a gap's label, at its size, at the most
+
+
+def _gap_text(x: float, anchor: str, words: str) -> str:
+    where = f'x="{x:.1f}" y="{AXIS_H - 2}" class="gaplabel" text-anchor="{anchor}"'
+    return f"<text {where}>{escaped(words)}</text>"
+
+
+def _gap_label(
+    x0: float, x1: float, length: str, others: list[tuple[float, float]], placed: list[tuple[float, float]]
+) -> str:
+    """The band's label where it covers no other band and no label placed before: right of the band,
+    else left of it, in words ("interrupted 3.3 s"), else its length alone; else inside the band if
+    it fits there, else none (the band's tooltip says it all). Several interruptions close together
+    would otherwise print their labels over each other and under each other's bands."""
+    for words in (f"\u26a1 interrupted {length}", f"\u26a1 {length}"):
+        width = GAP_LABEL_PX * len(words)
+        for start, anchor, x in ((x1 + 3, "start", x1 + 3), (x0 - 3 - width, "end", x0 - 3)):
+            extent = (start, start + width)
+            if start < PLOT_X0 - 10 or extent[1] > VIEW_W:
+                continue
+            if any(a < extent[1] and extent[0] < b for a, b in (*others, *placed)):
+                continue
+            placed.append(extent)
+            return _gap_text(x, anchor, words)
+    words = f"\u26a1 {length}"
+    if GAP_LABEL_PX * len(words) <= x1 - x0 - 4:
+        placed.append((x0, x1))
+        return _gap_text((x0 + x1) / 2, "middle", words)
+    return ""
 
 
 def _axis_svg(axis: Axis, height: int) -> str:

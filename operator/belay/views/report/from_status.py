@@ -1,7 +1,9 @@
 """The timeline report of a session as a user with AgentSession and Checkpoint access sees it.
 
-The status keeps no history, so the timeline has each checkpoint (when its object was created),
-the interruption under way, and what waits now; the briefing beside it is `kubectl belay brief`'s.
+The status keeps no history, so the timeline has each checkpoint (when its object was created) on
+its subagent's row, the interruption under way, and what waits now; the steps are those the
+status's briefing lists and counts (a checkpoint is not a step); the briefing beside it is
+`kubectl belay brief`'s.
 """
 
 from __future__ import annotations
@@ -44,31 +46,43 @@ def fetch_command(deliverable: DeliverableStatus) -> str:
     return in_cluster(deliverable.command)
 
 
-def _checkpoint_rows(checkpoints: Sequence[CheckpointObject]) -> tuple[list[Row], list[StepEntry]]:
+def _verified(cp: CheckpointObject) -> str:
+    return "verified" if cp.verified else "not verified"
+
+
+def _checkpoint_rows(checkpoints: Sequence[CheckpointObject]) -> list[Row]:
+    """A row per subagent with its checkpoints as marks. A checkpoint is not a step (a subagent's
+    inputs have one, a step redone has several), so it gets no row and no count of its own."""
     by_subagent: dict[str, list[CheckpointObject]] = {}
     for cp in sorted(checkpoints, key=lambda c: c.seq):
         by_subagent.setdefault(cp.subagent, []).append(cp)
     rows: list[Row] = []  # the status has no attempt's start or end: no attempts row
-    steps = []
     for subagent, owned in by_subagent.items():
-        rows.append(Row(kind="subagent", label=subagent or "the session"))
-        for cp in owned:
-            verified = "verified" if cp.verified else "not verified"
-            marks = []
-            if cp.created is not None:
-                label = f"checkpoint {cp.checkpoint_id} (seq {cp.seq}, {verified})"
-                marks.append(Mark(kind="checkpoint", at=cp.created, label=label, ok=cp.verified))
-            rows.append(Row(kind="step", label=cp.checkpoint_id, marks=marks))
-            steps.append(
-                StepEntry(
-                    step_id=cp.checkpoint_id,
-                    subagent=subagent,
-                    title=f"checkpoint at seq {cp.seq}",
-                    status=verified,
-                    ended=cp.created,
-                )
+        marks = [
+            Mark(
+                kind="checkpoint",
+                at=cp.created,
+                label=f"checkpoint {cp.checkpoint_id} (seq {cp.seq}, {_verified(cp)})",
+                ok=cp.verified,
             )
-    return rows, steps
+            for cp in owned
+            if cp.created is not None
+        ]
+        rows.append(Row(kind="subagent", label=subagent or "the session", marks=marks))
+    return rows
+
+
+def _steps(status: SessionStatus) -> list[StepEntry]:
+    """The steps the status's briefing lists (its latest ones; the rest it counts), without times:
+    the status keeps none."""
+    sections = status.briefing
+    if sections is None:
+        return []
+    return [
+        StepEntry(step_id=s.task_id, subagent=s.owner or "", title=s.title, status=s.status.value)
+        for s in sections.steps
+        if s.task_id != s.owner  # a subagent's own task is not a step
+    ]
 
 
 def _waits(status: SessionStatus) -> list[WaitEntry]:
@@ -131,7 +145,8 @@ def status_report(
     now: datetime,
 ) -> SessionReport:
     """`goal` is the spec's; `briefing` the rows of `kubectl belay brief`'s page."""
-    rows, steps = _checkpoint_rows(checkpoints)
+    rows = _checkpoint_rows(checkpoints)
+    sections = status.briefing
     gaps = []
     gone = status.interruption
     if gone is not None and gone.since is not None:
@@ -164,10 +179,13 @@ def status_report(
         rows=rows + _wait_rows(waits),
         gaps=gaps,
         scope_changes=[],
-        steps=steps,
+        steps=_steps(status),
         waits=waits,
         deliverables=deliverables,
         briefing=list(briefing),
         harness_lost_untimed=status.harness_lost,
-        progress=", ".join(f"{s.name} {s.done} of {s.tasks} tasks" for s in status.subagents),
+        steps_omitted=sections.steps_omitted if sections else 0,
+        steps_omitted_done=sections.steps_omitted_done if sections else 0,
+        steps_omitted_verified=sections.steps_omitted_verified if sections else 0,
+        steps_known=sections is not None,
     )

@@ -117,15 +117,22 @@ def _wait_lines(report: SessionReport) -> list[tuple[str, str]]:
     return lines
 
 
-def _done_line(report: SessionReport) -> tuple[str, str]:
+def step_counts(report: SessionReport) -> tuple[int, int, int]:
+    """(done, of how many, verified) steps, a subagent's own task not being a step: what the
+    glance line and the table of sessions both say."""
     steps = [s for s in report.steps if s.step_id != s.subagent]
-    done = sum(s.status in ("done", "verified") for s in steps)
-    verified = sum(s.status == "verified" for s in steps)
-    running = [s.step_id for s in steps if s.status == "running"]
-    text = f"Done: {done} of {len(steps)} steps ({verified} verified)"
-    complete = done == len(steps) and bool(steps)
-    if report.progress:
-        text, complete = f"Done: {report.progress}", report.phase == "Succeeded"
+    done = sum(s.status in ("done", "verified") for s in steps) + report.steps_omitted_done
+    verified = sum(s.status == "verified" for s in steps) + report.steps_omitted_verified
+    return done, len(steps) + report.steps_omitted, verified
+
+
+def _done_line(report: SessionReport) -> tuple[str, str]:
+    done, total, verified = step_counts(report)
+    running = [s.step_id for s in report.steps if s.step_id != s.subagent and s.status == "running"]
+    text = f"Done: {done} of {total} steps ({verified} verified)"
+    complete = done == total and bool(total)
+    if not report.steps_known:
+        text, complete = "Done: steps not known yet", False
     if running:
         text += "; running: " + ", ".join(running)
     if report.deliverables:
@@ -281,14 +288,13 @@ def _overview(reports: Sequence[SessionReport]) -> str:
             [(w.opened, w.resolved) for w in r.waits if w.kind == "on_external" and w.opened], r.now
         )
         lost = covered([(g.start, g.end) for g in r.gaps], r.now)
-        steps = [s for s in r.steps if s.step_id != s.subagent]
-        done = sum(s.status in ("done", "verified") for s in steps)
+        done, total, _ = step_counts(r)
         names = ", ".join(d.name for d in r.deliverables) or "-"
         rows.append(
             f'<tr><td><a href="#session-{escaped(r.session_id)}">{escaped(r.session_id)}</a></td>'
             f"<td>{_phase_badge(r.phase)}</td><td>{len(r.gaps)} ({duration(lost)})</td>"
             f"<td>{duration(user)}</td><td>{duration(ext)}</td>"
-            f"<td>{done} of {len(steps)}</td><td>{escaped(names)}</td></tr>"
+            f"<td>{f'{done} of {total}' if r.steps_known else '-'}</td><td>{escaped(names)}</td></tr>"
         )
     return (
         "<table><tr><th>session</th><th>phase</th><th>interruptions</th><th>waited on you</th>"

@@ -161,7 +161,12 @@ class SessionReport(Model):
     deliverables: list[DeliverableEntry]
     briefing: list[tuple[int, str]] = []  # (level, text): 0 a heading, 1 an entry, 2 a detail
     harness_lost_untimed: int = 0  # losses the source names without their times
-    progress: str = ""  # the steps done, in words, where the source counts them without the steps
+    # Steps the source counts but does not list (a status lists its latest steps): how many, and of
+    # those how many done and how many verified.
+    steps_omitted: int = 0
+    steps_omitted_done: int = 0
+    steps_omitted_verified: int = 0
+    steps_known: bool = True  # False: the source says nothing of the steps (a status not projected yet)
 
 
 # How each kind of wait is drawn.
