@@ -311,8 +311,7 @@ def objective(
         view = objective_view(name, rows)
         return view.model_dump_json() if as_json else render_objective(view)
 
-    # Every session of the home, not only those labelled: with none labelled, the objective a
-    # person names is the coordinator of that name and its children (`objective_view`).
+    # Every session: with none labelled, it is the coordinator of that name and its children.
     _show_fleet("", show, watch)
 
 
@@ -414,9 +413,8 @@ def report(
     for session_id in dict.fromkeys(session_ids):
         opened, events = known_record(session_id)
         state, liveness = opened.state, opened.liveness
-        home = home_of(session_id)
-        children = asyncio.run(brief_command.children_of(home, state))
-        rows = render_rows(brief_command.of_home(home, state, liveness, children))
+        children = asyncio.run(brief_command.children_of(home_of(session_id), state))
+        rows = render_rows(brief_command.of_home(home_of(session_id), state, liveness, children))
         reports.append(
             session_report(events, state, liveness=liveness, briefing=rows, locate=locator(session_id))
         )
