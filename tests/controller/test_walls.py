@@ -107,19 +107,6 @@ def test_a_host_name_in_an_allowlist_is_refused_not_dropped() -> None:
     )
 
 
-def test_an_artifact_input_is_refused_by_the_operator_with_nothing_made() -> None:
-    """Taken by `belay run` only: the operator refuses it before anything exists, rather than
-    start a harness whose first sandbox could not be seeded."""
-    reader = {
-        "name": "reader",
-        "inputs": [{"artifact": {"session": "producer", "deliverable": "report.md"}, "target": "in"}],
-    }
-    [why] = admission.refusals(spec_with(subagents=[reader]), SETTINGS)
-    where = "spec.subagents[reader].inputs[0].artifact"
-    assert why.startswith(f"{where}: deliverable report.md of session producer: this operator does not")
-    assert admission.refusals(spec_with(subagents=[{"name": "reader"}]), SETTINGS) == []
-
-
 def test_images_are_names_among_those_the_operator_allows() -> None:
     named = spec_with(
         executor={"type": "scripted", "plan": "/p.yaml", "image": "gpu"},

@@ -35,6 +35,9 @@ class OperatorReason:
     # (`belay.controller.namespace_needs`): no pod is made until it exists.
     MISSING_IN_NAMESPACE = "MissingInNamespace"
     FORK_SOURCE_MISSING = "ForkSourceMissing"
+    # An artifact input whose source session's record does not prove the deliverable, or whose
+    # bytes this session cannot read (`belay.controller.artifact_inputs`): no pod is made.
+    ARTIFACT_INPUT_REFUSED = "ArtifactInputRefused"
     ATTEMPTS_EXHAUSTED = "AttemptsExhausted"
     RECORD_BELONGS_TO_ANOTHER = "RecordBelongsToAnother"
     # The spec names what this operator does not allow (an image, a RuntimeClass, a store, an

@@ -18,8 +18,9 @@ can express, is refused here, before anything of the session is created: its sta
   would otherwise open nothing without a word); a range wider than profile `internet` (one that
   holds or meets a special-purpose range, such as `0.0.0.0/0` holding the cluster's private
   ranges) is refused rather than cut down.
-- Artifact inputs (`inputs[].artifact`): taken by `belay run` only so far; the operator refuses
-  them rather than start a session whose first sandbox could not be seeded.
+
+Artifact inputs (`inputs[].artifact`) are not refused here: whether one may be taken depends on its
+source's record, read before the first harness pod (`belay.controller.artifact_inputs`).
 """
 
 from __future__ import annotations
@@ -170,10 +171,4 @@ def refusals(spec: AgentSessionSpec, settings: OperatorSettings) -> list[str]:
                 f"operator allows (allowed: {allowed})"
             )
         found += [f"{where}.allowlist: {why}" for why in allowlist_refusals(sub.allowlist)]
-        found += [
-            f"{where}.inputs[{index}].artifact: {item.artifact.shown()}: this operator does not yet "
-            "take another session's deliverable as an input (`belay run` does)"
-            for index, item in enumerate(sub.inputs)
-            if item.artifact is not None
-        ]
     return found

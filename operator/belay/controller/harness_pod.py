@@ -31,12 +31,13 @@ from belay.controller import admission, desired, names
 from belay.executors.factory import executor_factory_for
 from belay.executors.self_hosted import initial_model_id
 from belay.harness.attempt import HarnessResult
-from belay.harness.declared import DeclaredInputs
+from belay.harness.declared import DeclaredInputs, with_recorded_pins
 from belay.harness.effect_marks import derived_key
 from belay.harness.git_input import GIT_CREDENTIALS_DIR
 from belay.harness.loop import Harness
 from belay.harness.stopping import StopRequest, drain_from_environment
 from belay.harness.tickets import TicketServiceClient
+from belay.journal.snapshots import load_state
 from belay.sandbox.client import NotClaimable, SandboxClient, SandboxUnavailable, claim_sandbox
 from belay.stores.base import RecordKeyMismatch
 from belay.stores.factory import normalize_spec, open_artifact_store, open_event_store
@@ -194,6 +195,11 @@ async def run_attempt(environment: Mapping[str, str], stop: StopRequest | None =
         else:
             what_to_set = IN_A_CLUSTER
         await guard_record_key(store, "the session's event store", what_to_set)
+        if any(item.artifact is not None for sub in session.spec.subagents for item in sub.inputs):
+            # The operator pinned each artifact input's bytes in the record before this pod was
+            # made; the spec's own sha256 (or a source amended since) never decides what is read.
+            recorded = await load_state(store, artifacts, session.session_id)
+            session = with_recorded_pins(session, recorded.state.input_pins)
         harness = Harness(
             session=session,
             store=store,
@@ -204,7 +210,7 @@ async def run_attempt(environment: Mapping[str, str], stop: StopRequest | None =
             executors=executor_factory_for(session),
             tickets=TicketServiceClient(tickets_url, tickets_token) if tickets_url else None,
             effect_key=effect_key(environment),
-            inputs=DeclaredInputs(session, GIT_CREDENTIALS_DIR),
+            inputs=DeclaredInputs(session, GIT_CREDENTIALS_DIR, artifacts),
             holder=names.harness_holder(pod_name),
             model_id=initial_model_id(session),
             runtime_image=environment.get("BELAY_RUNTIME_IMAGE", "harness-pod"),

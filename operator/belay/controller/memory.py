@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from belay.api.status import AgentSessionStatus, DrillStatus, EventsExport, ForkStatus
+from belay.api.status import AgentSessionStatus, DrillStatus, EventsExport, ForkStatus, OperatorReason
 from belay.controller.recovery import HarnessDecision
-from belay.controller.status import TransitionEvent
+from belay.controller.status import OperatorProblem, TransitionEvent
 from belay.journal.events import ArtifactRef
 from belay.journal.state import EMPTY, SessionState
 
@@ -23,6 +23,8 @@ class SessionMemory:
     status: dict[str, Any] | None = None
     forked_from: ForkStatus | None = None
     fork_error: str = ""
+    # Why an artifact input cannot be pinned (`belay.controller.artifact_inputs`); "" when none.
+    input_error: str = ""
     tokens_created: frozenset[str] = frozenset()  # subagents whose sandbox token Secret exists
     policies_applied: bool = False  # the session's NetworkPolicies, before any pool pod is claimed
     store_unavailable: bool = False  # the status says the store did not answer: a pass clears it
@@ -51,6 +53,15 @@ class SessionMemory:
     # session's: looked at again once the spec adopts it).
     legacy_checked: bool = False
     legacy_left: bool = False
+
+    def source_problem(self) -> OperatorProblem | None:
+        """What another session's record lacks that this one needs before its first harness pod:
+        a fork's checkpoint, an artifact input's proven deliverable."""
+        if self.fork_error:
+            return OperatorProblem(OperatorReason.FORK_SOURCE_MISSING, self.fork_error)
+        if self.input_error:
+            return OperatorProblem(OperatorReason.ARTIFACT_INPUT_REFUSED, self.input_error)
+        return None
 
 
 @dataclass

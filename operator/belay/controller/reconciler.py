@@ -27,6 +27,7 @@ from belay.api.status import (
     SandboxPodStatus,
 )
 from belay.controller import admission, names, namespace_needs
+from belay.controller.artifact_inputs import artifact_pins
 from belay.controller.checkpoints import checkpoint_object
 from belay.controller.children import (
     child_ended_write,
@@ -389,8 +390,9 @@ class SessionReconciler:
     ) -> HarnessDecision:
         """What to do with the harness pod (none runs for a fork whose source is missing), with
         what the decision records folded in."""
-        if memory.fork_error:
-            return HarnessDecision(Action.STOP, None, why=memory.fork_error)
+        source_problem = memory.source_problem()
+        if source_problem is not None:
+            return HarnessDecision(Action.STOP, None, why=source_problem.message)
         liveness = await operator_liveness(store, record_of(ref))
 
         decision = decide_harness(
@@ -596,6 +598,9 @@ class SessionReconciler:
         await self._ensure_sandbox_tokens(ref, spec, memory)
         await self._fork(store, ref, spec, memory)
         await self._follow(store, ref, memory)
+        pins, memory.input_error = await artifact_pins(self.kube, store, artifacts, ref, spec, memory.state)
+        for pin in pins:
+            await self._write(store, record_of(ref), pin)
         await self._record_request(store, ref, spec, memory)
         await self._record_parent_link(store, ref, meta, memory)
         await self._children(store, ref, body, memory)
@@ -758,12 +763,7 @@ class SessionReconciler:
             )
             if memory.events_export is not None
             else None,
-            problem=problem
-            or (
-                OperatorProblem(OperatorReason.FORK_SOURCE_MISSING, memory.fork_error)
-                if memory.fork_error
-                else None
-            ),
+            problem=problem or memory.source_problem(),
             liveness=liveness,
         )
 

@@ -68,7 +68,9 @@ def artifact_input_file(item: SubagentInput, artifacts: ArtifactStore | None) ->
     artifact = item.artifact
     assert artifact is not None
     if artifact.sha256 is None:
-        raise InputUnavailable(f"{artifact.shown()} has no pinned sha256 (`belay run` pins it)")
+        raise InputUnavailable(
+            f"{artifact.shown()} has no pinned sha256 (`belay run` or the operator pins it)"
+        )
     if artifacts is None:
         raise InputUnavailable(f"{artifact.shown()}: this harness reads no artifact store for inputs")
     try:
@@ -76,6 +78,24 @@ def artifact_input_file(item: SubagentInput, artifacts: ArtifactStore | None) ->
     except (ArtifactNotFound, ArtifactCorrupted) as error:
         raise InputUnavailable(f"{artifact.shown()}, sha256 {artifact.sha256}: {error}") from None
     return f"{item.target.strip('/')}/{artifact.deliverable}", data
+
+
+def with_recorded_pins(session: AgentSession, pins: Mapping[str, str]) -> AgentSession:
+    """The session with each artifact input's sha256 taken from its record's pins (in a cluster,
+    the operator's `session_link` of kind `input`, by "<session>/<deliverable>"), whatever its spec
+    says: an input the record pins nothing for has no sha256, and is not read."""
+    subagents = []
+    for sub in session.spec.subagents:
+        inputs = []
+        for item in sub.inputs:
+            if item.artifact is not None:
+                pinned = pins.get(f"{item.artifact.session}/{item.artifact.deliverable}")
+                item = item.model_copy(
+                    update={"artifact": item.artifact.model_copy(update={"sha256": pinned})}
+                )
+            inputs.append(item)
+        subagents.append(sub.model_copy(update={"inputs": inputs}))
+    return session.model_copy(update={"spec": session.spec.model_copy(update={"subagents": subagents})})
 
 
 def read_inputs(session: AgentSession) -> dict[str, list[tuple[str, bytes]]]:

@@ -415,6 +415,10 @@ class SessionLinkKind(StrEnum):
     CHILD = "child"
     # `session` started this one: recorded in the child's record with its request.
     PARENT = "parent"
+    # This session takes `deliverable` of `session` (of its own namespace) as an input: the
+    # operator pins its proven bytes (`deliverables`, name -> sha256) before the first harness
+    # pod, and the harness seeds the first sandbox from the pin, never from the spec.
+    INPUT = "input"
 
 
 class SessionLink(Payload):

@@ -129,6 +129,9 @@ class SessionState(BaseModel):
     # The coordinator pattern: the session that started this one, and the sessions it started.
     parent: SessionLinkRecord | None = None
     children: Map[str, SessionLinkRecord] = _empty_map()  # by child session name
+    # Artifact inputs pinned by the operator (`session_link`, kind `input`): sha256 by
+    # "<source session>/<deliverable>".
+    input_pins: Map[str, str] = _empty_map()
 
     # The executor the session started on, and those it moved to, oldest first: the last says
     # which one runs it now (`current_executor`).

@@ -248,6 +248,11 @@ def on_session_link(s: SessionState, e: SessionLinkEvent) -> Updates:
             seq=e.seq,
         )
         return {"parent": link}
+    if p.kind == "input":
+        pins = s.input_pins
+        for deliverable, sha256 in p.deliverables.items():
+            pins = pins.set(f"{p.session}/{deliverable}", sha256)
+        return {"input_pins": pins}
     known = s.children.get(p.session)
     fields: dict[str, Any] = {
         "session": p.session,
