@@ -10,8 +10,8 @@ So each store keeps the fingerprint of the key its records are written with (`Ev
 keep_key_fingerprint`: an HMAC of a fixed label, never the key; one entry per store, written
 once), and the operator and the harness compare it with the key they hold before they read or
 write a record. A store that has records but no fingerprint yet (written before the fingerprint
-was kept) has the tail of one record checked under the key instead: the fingerprint is kept only
-when that record reads whole.
+was kept) has the first events of its records checked under the key instead: the fingerprint is
+kept only when one of them reads.
 """
 
 from __future__ import annotations
@@ -47,17 +47,27 @@ async def guard_record_key(store: EventStore, where: str, what_to_set: str) -> N
         )
 
 
+# How many records are tried before a key that reads none of them is taken for another key.
+RECORDS_TRIED = 8
+
+
 async def _check_a_record(store: EventStore, where: str, what_to_set: str) -> None:
-    """Records written before the store kept a fingerprint: the last event of one of them tells
-    whether they were written under this key (its link and the session's seal are MACs under it)."""
-    sessions = await store.list_sessions()
-    if not sessions:
-        return
-    try:
-        await store.tail(sessions[0], 1)
-    except RecordCorrupt as error:
+    """Records written before the store kept a fingerprint: whether their first events read under
+    this key. The first event's link is a MAC under the key from the chain's start, so under the
+    right key it reads whatever damage lies later in its record (a gap, a changed event: that
+    record is RecordCorrupt, said where it is read), and under another key every record fails at
+    its first event. One record that reads is enough; none of the first few: another key."""
+    sessions = (await store.list_sessions())[:RECORDS_TRIED]
+    failures: list[RecordCorrupt] = []
+    for session in sessions:
+        try:
+            await store.read(session, 1, 1, limit=1)
+            return
+        except RecordCorrupt as error:
+            failures.append(error)
+    if failures:
         raise RecordKeyMismatch(
             f"RecordKeyMismatch: the record of session {sessions[0]!r} in {where} does not read under "
             f"the record key this process holds (written under another key, or damaged: "
-            f"{error.problem}); nothing was read or written: {what_to_set}"
-        ) from error
+            f"{failures[0].problem}); nothing was read or written: {what_to_set}"
+        ) from failures[0]
