@@ -208,6 +208,10 @@ def write_objective(directory: Path, executor: str, goal: str, parts: dict[str, 
             "executor": {"type": "scripted", "plan": "coordinator.yaml"},
             "subagents": [{"name": "writer", "networkProfile": "none", "deliverable": "summary.md"}],
             "approvalRequired": ["writer:create_ticket"],
+            # Each run the person walks away from is stopped with SIGKILL, a lost attempt of every
+            # session then running: a few moves would exhaust the default of 5. What a person sees
+            # then, and the resume that goes on, is tests/harness/test_limits.py's.
+            "recovery": {"maxAttempts": 100},
         },
     }
     path = directory / "session.yaml"

@@ -59,7 +59,7 @@ from belay.journal.events import (
 )
 from belay.journal.operations import ProposedCall, current_step_of, operation_ids
 from belay.journal.recovery import RUN_AGAIN_BLINDLY
-from belay.journal.state import ExecutorChangeRecord, SessionState
+from belay.journal.state import MAX_ATTEMPTS, ExecutorChangeRecord, SessionState, attempts_counted
 from belay.stores.base import ArtifactStore, EventStore, StaleLease, Superseded
 
 # The reason an attempt's end is recorded with when it stopped on an error nothing else answers.
@@ -204,11 +204,10 @@ class Harness:
         self._model_calls = state.model_calls
         await attempt.record_start(state)
         max_attempts = self.session.spec.recovery.max_attempts
-        # An attempt that stopped cleanly when told to was not lost: it does not count.
-        counted = state.lifecycle.harness_starts + 1 - state.lifecycle.clean_stops
+        counted = attempts_counted(state.lifecycle)
         if counted > max_attempts:
             detail = f"attempt {counted} is beyond recovery.maxAttempts ({max_attempts})"
-            return await attempt.fail_session("MaxAttempts", detail)
+            return await attempt.fail_session(MAX_ATTEMPTS, detail)
         subagents = self.session.spec.subagents
         unfinished = [s for s in subagents if not is_finished(state, s)]
         built: dict[str, Executor] = {}

@@ -27,6 +27,7 @@ what a scope change or a rejection invalidates and reopens), `handlers` (one per
 
 from belay.journal.state.records import (
     GOAL_PART,
+    MAX_ATTEMPTS,
     RECENT_LIMIT,
     TASK_HISTORY_LIMIT,
     ApprovalRecord,
@@ -52,6 +53,7 @@ from belay.journal.state.records import (
     TaskTransition,
     UserMessageRecord,
     WaitRecord,
+    attempts_counted,
     operation_ordinal,
     operation_payload_sha256,
 )
@@ -61,6 +63,7 @@ from belay.journal.state.session import EMPTY, SessionState
 __all__ = [
     "EMPTY",
     "GOAL_PART",
+    "MAX_ATTEMPTS",
     "RECENT_LIMIT",
     "TASK_HISTORY_LIMIT",
     "ApprovalRecord",
@@ -89,6 +92,7 @@ __all__ = [
     "UserMessageRecord",
     "WaitRecord",
     "apply",
+    "attempts_counted",
     "fold",
     "operation_ordinal",
     "operation_payload_sha256",

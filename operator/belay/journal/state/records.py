@@ -303,6 +303,10 @@ class RepeatedFailure(Record):
     seq: int = 0  # the last of them
 
 
+# The reason of a session_failed recorded when an attempt would be beyond recovery.maxAttempts.
+MAX_ATTEMPTS = "MaxAttempts"
+
+
 class Lifecycle(Record):
     attempt: int = 0  # the highest harness attempt seen
     model_id: str = ""  # what the latest attempt started deciding with (its harness_started)
@@ -313,6 +317,9 @@ class Lifecycle(Record):
     # Attempts that stopped cleanly when told to (harness_stopped): not lost, not counted against
     # recovery.maxAttempts.
     clean_stops: int = 0
+    # Attempts counted before the session failed for exhausting recovery.maxAttempts: a person who
+    # resumes it by hand after that gives it a fresh budget (belay.journal.state.attempts_counted).
+    attempts_forgiven: int = 0
     sandbox_replaced: int = 0
     sandboxes_lost: int = 0
     # Subagents whose sandbox was lost under a running attempt and is not restored yet.
@@ -327,6 +334,7 @@ class Lifecycle(Record):
     completed: bool = False
     failed: bool = False
     end_reason: str = ""
+    end_detail: str = ""  # the session's end in words (its session_completed or session_failed)
     recent: tuple[LifecycleEntry, ...] = ()
     # A completed session whose work a scope change or a rejection invalidated is open again.
     reopened: int = 0
@@ -334,6 +342,13 @@ class Lifecycle(Record):
     reopened_because: str = ""
     # The latest abnormal ends of attempts, while each repeated the one before it.
     repeated_failure: RepeatedFailure | None = None
+
+
+def attempts_counted(lifecycle: Lifecycle) -> int:
+    """The attempts that count against recovery.maxAttempts, the next one included: every start but
+    the clean stops (an attempt told to stop was not lost) and those spent before a failure for
+    exhausting them (a person who resumes such a session by hand gives it a fresh budget)."""
+    return lifecycle.harness_starts + 1 - lifecycle.clean_stops - lifecycle.attempts_forgiven
 
 
 class SubagentRecord(Record):

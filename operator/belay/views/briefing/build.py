@@ -24,6 +24,7 @@ from belay.journal.events import CHILD_CONDITION_PREFIX, ArtifactRef, NoteKind, 
 from belay.journal.phase import Liveness, interruption_of, phase_of, stalled_by_failure
 from belay.journal.proof import deliverable_unproven, failed_verification
 from belay.journal.state import (
+    MAX_ATTEMPTS,
     ApprovalRecord,
     NoteRecord,
     OperationRecord,
@@ -275,6 +276,26 @@ def _attention(state: SessionState, style: CommandStyle) -> tuple[list[Attention
             )
         )
     return items, max(0, len(failed) - LIST_LIMIT)
+
+
+def _session_failed(state: SessionState, style: CommandStyle) -> list[AttentionItem]:
+    """Why a failed session failed, as its record says; for one that exhausted
+    recovery.maxAttempts on this machine, the resume that gives it a fresh budget."""
+    lc = state.lifecycle
+    if not lc.failed:
+        return []
+    again = lc.end_reason == MAX_ATTEMPTS and style is commands.local
+    return [
+        AttentionItem(
+            kind="session_failed",
+            id=lc.end_reason or "failed",
+            summary=lc.end_detail or "the record gives no reason",
+            command=style(commands.resume(state.session_id))
+            + "  (a resume by hand gives it recovery.maxAttempts more attempts)"
+            if again
+            else None,
+        )
+    ]
 
 
 def _running(items: list[OpenItem]) -> list[RunningItem]:
@@ -588,7 +609,7 @@ def briefing_sections(
         steps_omitted_verified=omitted[TaskStatus.VERIFIED],
         running=_running(items),
         waiting_on_you=_waiting_on_you(state, items, style),
-        needs_attention=attention + _left_open(state, items, interrupted),
+        needs_attention=_session_failed(state, style) + attention + _left_open(state, items, interrupted),
         needs_attention_omitted=attention_omitted,
         effects=[_effect_item(state, state.operations[op]) for op in latest_effects],
         effects_omitted=len(state.external_operations) - len(latest_effects),

@@ -208,12 +208,20 @@ class ActionItem(Model):
 class AttentionItem(Model):
     """An external effect that went wrong, what it is, and what to do about it."""
 
+    # session_failed: why the session failed (its reason and detail), with the resume that gives it
+    # a fresh budget when it exhausted recovery.maxAttempts on this machine;
     # left_open: an operation or a step without an end in a session that ended or failed;
     # failed_delegation: a child session that could not be started or awaited; unproven: what the
     # record does not prove done (a step or its verification failed, an empty or unverified
     # deliverable, a child that did not succeed), with the command that reopens it.
     kind: Literal[
-        "failed_effect", "unknown_effect", "repeated_effect", "left_open", "failed_delegation", "unproven"
+        "session_failed",
+        "failed_effect",
+        "unknown_effect",
+        "repeated_effect",
+        "left_open",
+        "failed_delegation",
+        "unproven",
     ]
     id: str  # the operation
     summary: str

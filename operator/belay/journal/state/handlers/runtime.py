@@ -20,6 +20,7 @@ from belay.journal.events import (
 )
 from belay.journal.state.building import Updates, new_record, note_ordinal, note_subagent, replaced
 from belay.journal.state.records import (
+    MAX_ATTEMPTS,
     RECENT_LIMIT,
     ExecutorChangeRecord,
     LifecycleEntry,
@@ -65,7 +66,9 @@ def _lifecycle_changes(
     match p.kind:
         case LifecycleKind.HARNESS_STARTED:
             started = {"harness_running": True, "harness_starts": lc.harness_starts + 1}
-            return {**started, "model_id": e.actor.model_id or ""}
+            # A session that failed and is resumed by hand is live again until it ends anew.
+            live = {"failed": False, "end_reason": "", "end_detail": ""} if lc.failed else {}
+            return {**started, **live, "model_id": e.actor.model_id or ""}
         case LifecycleKind.HARNESS_LOST:
             lost = {"harness_running": False, "harness_lost": lc.harness_lost + 1, "recovering": True}
             return {**lost, "repeated_failure": counted(s, entry)}
@@ -84,9 +87,22 @@ def _lifecycle_changes(
         case LifecycleKind.RECOVERY_FAILED:
             return {"recovery_failures": lc.recovery_failures + 1, "last_recovery_failure": entry}
         case LifecycleKind.SESSION_COMPLETED:
-            return {"completed": True, "failed": False, "harness_running": False, "end_reason": p.reason}
+            return {
+                "completed": True,
+                "failed": False,
+                "harness_running": False,
+                **_ended(p.reason, p.detail),
+            }
         case LifecycleKind.SESSION_FAILED:
-            return {"failed": True, "completed": False, "harness_running": False, "end_reason": p.reason}
+            failed: dict[str, Any] = {"failed": True, "completed": False, "harness_running": False}
+            if p.reason == MAX_ATTEMPTS:
+                # Every attempt so far is spent; the next one is a person's resume by hand.
+                failed["attempts_forgiven"] = lc.harness_starts - lc.clean_stops
+            return {**failed, **_ended(p.reason, p.detail)}
+
+
+def _ended(reason: str, detail: str) -> dict[str, Any]:
+    return {"end_reason": reason, "end_detail": detail}
 
 
 def _sandbox_started(s: SessionState, updates: Updates, e: LifecycleEvent) -> dict[str, Any]:
