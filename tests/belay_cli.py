@@ -14,6 +14,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from belay.harness.attempt import fault_key
 from belay.journal.events import CheckpointEvent, Event, ToolRequestEvent
@@ -81,6 +82,7 @@ __all__ = [
     "completed",
     "deliverables",
     "deliveries",
+    "failed_checks",
     "interruption_points",
     "is_stopped",
     "kill_group",
@@ -98,3 +100,9 @@ __all__ = [
     "tickets_in",
     "wait_until_stopped",
 ]
+
+
+def failed_checks(failed: list[dict[str, Any]]) -> str:
+    """A drill's failed checks in full, one per line: pytest's repr of the list would cut each
+    detail in the middle, where the step or deliverable it names is."""
+    return "\n".join(f"FAIL {check['name']}: {check['detail']}" for check in failed)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.belay_cli import RUN_TIMEOUT_S, run_belay
+from tests.belay_cli import RUN_TIMEOUT_S, failed_checks, run_belay
 from tests.harness.example import EXAMPLE, MANIFEST, manifest_copy
 
 pytestmark = pytest.mark.slow
@@ -52,7 +52,7 @@ def test_drill_json_passes_every_check(tmp_path: Path) -> None:
         "differing",
     }
     failed = [c for c in report["checks"] if not c["passed"]]
-    assert not failed, failed
+    assert not failed, failed_checks(failed)
     assert report["passed"] is True and result.returncode == 0
     assert report["handover_to"] is None and report["executor"].startswith("self-hosted")
     assert report["answered"] == []  # the example waits on nobody the manifest does not answer

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.belay_cli import run_belay
+from tests.belay_cli import failed_checks, run_belay
 from tests.harness.example import MANIFEST, ROOT
 
 pytestmark = pytest.mark.slow
@@ -57,7 +57,7 @@ def test_the_change_drill_passes_on_the_examples_on_every_executor(
 ) -> None:
     report, returncode = drill(tmp_path / "home", manifest, "--executor", executor, *options)
     failed = [c for c in report["checks"] if not c["passed"]]
-    assert not failed, failed
+    assert not failed, failed_checks(failed)
     assert report["passed"] is True and returncode == 0 and report["differing"] == []
     assert report["executor"].startswith(executor)
     assert [p["scenario"] for p in report["points"]] == list(SCENARIOS)
@@ -145,7 +145,7 @@ def test_the_change_drill_of_a_coordinator_checks_every_session_of_the_objective
     child works, and a rejected collected deliverable is redone by its child and collected anew."""
     report, returncode = drill(tmp_path / "home", ROOT / "examples" / "release-notes" / "session.yaml")
     failed = [c for c in report["checks"] if not c["passed"]]
-    assert not failed, failed
+    assert not failed, failed_checks(failed)
     assert report["passed"] is True and returncode == 0 and report["skipped"] == []
     assert [p["scenario"] for p in report["points"]] == list(SCENARIOS)
     [killed] = [c for c in report["checks"] if c["name"].startswith(f"{SCENARIOS[0]}: SIGKILL while notes-")]

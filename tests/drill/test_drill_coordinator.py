@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.belay_cli import RUN_TIMEOUT_S, run_belay
+from tests.belay_cli import RUN_TIMEOUT_S, failed_checks, run_belay
 from tests.harness.example import ROOT
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ def test_a_coordinator_drill_kills_in_each_child_and_checks_every_session(tmp_pa
     assert "Traceback" not in result.stderr, result.stderr
     report = json.loads(result.stdout)
     failed = [c for c in report["checks"] if not c["passed"]]
-    assert not failed, failed
+    assert not failed, failed_checks(failed)
     assert report["passed"] is True and result.returncode == 0
     # One kill per child, at a point of that child's record, each resumed and judged.
     assert [p["scenario"] for p in report["points"]] == [
@@ -127,7 +127,7 @@ def test_with_answer_waits_a_coordinator_drill_answers_its_children_waits(tmp_pa
     result = run_belay(tmp_path / "home", "drill", str(manifest), "--answer-waits", "--json", timeout=900)
     report = json.loads(result.stdout)
     failed = [c for c in report["checks"] if not c["passed"]]
-    assert not failed, failed
+    assert not failed, failed_checks(failed)
     assert report["passed"] is True and len(report["points"]) == len(CHILDREN)
     # The reference run and each child's kill run met the docs child's condition, in their own homes.
     homes = sorted(line.split(":", 1)[0] for line in report["answered"])

@@ -16,7 +16,7 @@ import yaml
 from belay.journal.events import WaitKind
 from belay.journal.state import fold
 from belay.local.drill.waiting import NEUTRAL_ANSWER
-from tests.belay_cli import RUN_TIMEOUT_S, read_events, run_belay
+from tests.belay_cli import RUN_TIMEOUT_S, failed_checks, read_events, run_belay
 from tests.harness.example import EXAMPLE, SESSION, manifest_copy
 
 pytestmark = pytest.mark.slow
@@ -80,7 +80,7 @@ def test_with_answer_waits_the_drill_answers_as_a_person_would_and_goes_on(tmp_p
     assert "Traceback" not in result.stderr, result.stderr
     report = json.loads(result.stdout)
     failed = [c for c in report["checks"] if not c["passed"]]
-    assert not failed, failed
+    assert not failed, failed_checks(failed)
     assert report["passed"] is True and result.returncode == 0
     assert [p["scenario"] for p in report["points"]] == [
         "kill after a tool request",

@@ -14,7 +14,7 @@ import pytest
 
 from belay.journal.events import ApprovalEvent, CheckpointEvent, Event, ExecutorChangeEvent
 from belay.local.drill.handover import NOT_REDONE, NOT_WIDENED, verified_again, widened_approvals
-from tests.belay_cli import read_events, run_belay
+from tests.belay_cli import failed_checks, read_events, run_belay
 from tests.harness.example import MANIFEST
 
 pytestmark = pytest.mark.slow
@@ -46,7 +46,7 @@ def handover(
 def test_the_handover_drill_passes_and_names_both_executors(handover: tuple[str, str, Any, Path]) -> None:
     source, target, report, _ = handover
     failed = [c for c in report["checks"] if not c["passed"]]
-    assert not failed, failed
+    assert not failed, failed_checks(failed)
     assert report["passed"] is True
     assert report["handover_to"] == target
     assert report["executor"].startswith(source) and f"handed over to {target}" in report["executor"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.belay_cli import run_belay
+from tests.belay_cli import failed_checks, run_belay
 from tests.executors.example import MANIFEST, review_sha256
 
 pytestmark = pytest.mark.slow
@@ -36,7 +36,7 @@ def test_the_drill_passes_on_every_executor(executor: str, tmp_path: Path) -> No
     )
     report = json.loads(result.stdout)
     failed = [c for c in report["checks"] if not c["passed"]]
-    assert not failed, failed
+    assert not failed, failed_checks(failed)
     assert report["passed"] is True and result.returncode == 0
     assert report["executor"].startswith(executor)
     names = {c["name"] for c in report["checks"]}

@@ -289,8 +289,8 @@ def amend_after_the_end(
 
 def rejected_deliverable(drill: Drill, change: Change, reference: Sequence[Event]) -> str | None:
     """The deliverable to reject: the one named, else the first the manifest's subagents owe whose
-    publication asked for no approval (a new one would wait on the person), else the first
-    published."""
+    publication asked for no approval (a new one would wait on the person), else the first of the
+    others (a coordinator's collected ones by the order it started their children)."""
     published = deliverables(reference)
     if change.reject is not None:
         return change.reject
@@ -302,7 +302,15 @@ def rejected_deliverable(drill: Drill, change: Change, reference: Sequence[Event
         artifact = state.artifacts.get(name)
         return artifact is None or artifact.result_id not in approved
 
-    ordered = [n for n in owed if n in published] + [n for n in published if n not in owed]
+    # Collected deliverables (`<child>/<name>`) in the order the coordinator started their
+    # children, never the order they were published in: two children race to publish, and the drill
+    # must reject the same one on every run.
+    started = {child: i for i, child in enumerate(drill.children)}
+    others = sorted(
+        (n for n in published if n not in owed),
+        key=lambda n: (started.get(n.partition("/")[0], len(started)), n),
+    )
+    ordered = [n for n in owed if n in published] + others
     return next((n for n in ordered if free(n)), ordered[0] if ordered else None)
 
 
