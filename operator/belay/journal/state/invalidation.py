@@ -336,7 +336,8 @@ def _reopen_session(s: SessionState, updates: Updates, *, seq: int, because: str
     lc: Lifecycle = updates.get("lifecycle", s.lifecycle)
     if lc.completed:
         reopened = {"reopened": lc.reopened + 1, "reopened_seq": seq, "reopened_because": because}
-        updates["lifecycle"] = replaced(lc, {"completed": False, "end_reason": "", "end_detail": "", **reopened})
+        ended = {"completed": False, "end_reason": "", "end_detail": ""}
+        updates["lifecycle"] = replaced(lc, {**ended, **reopened})
 
 
 def forget_invalid_checkpoints(s: SessionState, updates: Updates, results: Map[str, ResultRecord]) -> None:
