@@ -206,7 +206,15 @@ def write_objective(directory: Path, executor: str, goal: str, parts: dict[str, 
         "spec": {
             "request": {"goal": goal, "parts": parts},
             "executor": {"type": "scripted", "plan": "coordinator.yaml"},
-            "subagents": [{"name": "writer", "networkProfile": "none", "deliverable": "summary.md"}],
+            "subagents": [
+                # The notes are verified by reading them under out/: declared, they survive a restore.
+                {
+                    "name": "writer",
+                    "networkProfile": "none",
+                    "deliverable": "summary.md",
+                    "declared": ["out/*"],
+                }
+            ],
             "approvalRequired": ["writer:create_ticket"],
             # Each run the person walks away from is stopped with SIGKILL, a lost attempt of every
             # session then running: a few moves would exhaust the default of 5. What a person sees
