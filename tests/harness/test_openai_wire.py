@@ -1,0 +1,94 @@
+"""What Belay sends a self-hosted model server on the `openai` executor, and how it reads the
+answers, as a real model once showed them wrong (issue 44): the tool schemas, a call that does not
+fit, the prompt's stable prefix, the cached tokens, the output cap and a keyless local server.
+
+The model server here is a loopback stand-in answering in the Responses wire shape a llama.cpp
+`llama-server` answers with (docs in /v1/responses; usage with input_tokens_details.cached_tokens).
+It decides nothing: it checks only what Belay sends and how Belay reads the answers, never what a
+model would do with them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from belay.api.agentsession import parse_manifest
+from belay.local.runtime import LocalHome, run_local
+from tests.harness.test_openai_executor import call, message
+from tests.models.test_openai_responses import response_body
+
+
+@dataclass
+class ModelServer:
+    url: str = ""
+    received: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    replies: list[list[dict[str, Any]]] = field(default_factory=list)
+    cached: list[int] = field(default_factory=list)  # cached_tokens reported per reply
+
+
+@pytest.fixture
+async def model_server() -> AsyncIterator[ModelServer]:
+    server = ModelServer()
+
+    async def answer(request: web.Request) -> web.Response:
+        server.received.append(await request.json())
+        server.headers.append(dict(request.headers))
+        body = response_body(server.replies.pop(0))
+        if server.cached:
+            body["usage"]["input_tokens_details"]["cached_tokens"] = server.cached.pop(0)
+        return web.json_response(body)
+
+    application = web.Application()
+    application.router.add_post("/v1/responses", answer)
+    runner = web.AppRunner(application, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    server.url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+    yield server
+    await runner.cleanup()
+
+
+def session(base_url: str, **executor: Any) -> Any:
+    return parse_manifest(
+        {
+            "apiVersion": "belay.dev/v1alpha1",
+            "kind": "AgentSession",
+            "metadata": {"name": "answer"},
+            "spec": {
+                "request": {"goal": "Write the answer to out/answer.txt and publish it."},
+                "executor": {"type": "openai", "model": "local", "baseURL": base_url, **executor},
+                "subagents": [{"name": "solo", "deliverable": "answer.txt", "declared": ["out/*"]}],
+            },
+        }
+    )
+
+
+WORK = [
+    [call("call_2", "write_file", {"path": "out/answer.txt", "content": "42\n"})],
+    [call("call_3", "publish_deliverable", {"path": "out/answer.txt", "name": "answer.txt"})],
+    [message("Published answer.txt.")],
+]
+
+
+async def test_a_call_that_does_not_fit_the_schema_shown_is_an_error_result_the_model_reads(
+    model_server: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    # What the real model did: it copied the schema's own words into its arguments.
+    bad = {"path": "out/answer.txt", "additionalProperties": True}
+    model_server.replies = [[call("call_1", "read_file", bad)], *WORK]
+    result = await run_local(LocalHome(tmp_path), session(model_server.url), with_ticket_service=False)
+    assert result.completed, result.detail
+
+    for tool in model_server.received[0]["tools"]:
+        assert tool["parameters"]["additionalProperties"] is False, tool
+    [output] = [i for i in model_server.received[1]["input"] if i.get("type") == "function_call_output"]
+    assert output["call_id"] == "call_1"
+    assert "read_file: unexpected argument 'additionalProperties' (it takes only: path)" in output["output"]
