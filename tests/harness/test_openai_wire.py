@@ -9,6 +9,8 @@ model would do with them."""
 
 from __future__ import annotations
 
+import itertools
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +20,9 @@ import pytest
 from aiohttp import web
 
 from belay.api.agentsession import parse_manifest
+from belay.harness.context import RECORD_HEADING
 from belay.local.runtime import LocalHome, run_local
+from tests.belay_cli import run_belay
 from tests.harness.test_openai_executor import call, message
 from tests.models.test_openai_responses import response_body
 
@@ -92,3 +96,59 @@ async def test_a_call_that_does_not_fit_the_schema_shown_is_an_error_result_the_
     [output] = [i for i in model_server.received[1]["input"] if i.get("type") == "function_call_output"]
     assert output["call_id"] == "call_1"
     assert "read_file: unexpected argument 'additionalProperties' (it takes only: path)" in output["output"]
+
+
+async def test_each_request_begins_with_the_one_before_it_and_what_changes_is_at_the_end(
+    model_server: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    model_server.replies = [
+        [message("Writing it."), call("call_1", "write_file", {"path": "out/answer.txt", "content": "42\n"})],
+        *WORK[1:],
+    ]
+    result = await run_local(LocalHome(tmp_path), session(model_server.url), with_ticket_service=False)
+    assert result.completed, result.detail
+
+    sent = model_server.received
+    assert len(sent) == 3
+    for before, after in itertools.pairwise(sent):
+        # Byte for byte: the instructions and the tools, then the history up to what changes.
+        assert json.dumps(after["instructions"]) == json.dumps(before["instructions"])
+        assert json.dumps(after["tools"]) == json.dumps(before["tools"])
+        kept = before["input"][:-1]
+        assert json.dumps(after["input"][: len(kept)]) == json.dumps(kept)
+        assert len(after["input"]) > len(before["input"])
+    for request in sent:
+        last = request["input"][-1]
+        assert last["role"] == "user" and last["content"].startswith(RECORD_HEADING), last
+        assert RECORD_HEADING not in request["instructions"]
+        assert sum(RECORD_HEADING in str(item.get("content", "")) for item in request["input"]) == 1
+
+
+async def test_the_cached_input_tokens_are_recorded_per_turn_and_shown_by_belay_brief(
+    model_server: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    model_server.replies = [
+        [call("call_1", "write_file", {"path": "out/answer.txt", "content": "42\n"})],
+        *WORK[1:],
+    ]
+    model_server.cached = [0, 300, 320]  # of 321 input tokens each (response_body's usage)
+    result = await run_local(LocalHome(tmp_path), session(model_server.url), with_ticket_service=False)
+    assert result.completed, result.detail
+
+    store = LocalHome(tmp_path).open_event_store()
+    events = await store.read("answer")
+    await store.close()
+    turns = [e.payload for e in events if e.type == "model_output"]
+    assert [(t.input_tokens, t.cached_input_tokens) for t in turns] == [(321, 0), (321, 300), (321, 320)]
+
+    shown = run_belay(tmp_path, "brief", "answer", "--json")
+    assert shown.returncode == 0, shown.stderr
+    usage = json.loads(shown.stdout)["usage"]
+    assert (usage["input_tokens"], usage["cached_input_tokens"]) == (963, 620)
+    page = run_belay(tmp_path, "brief", "answer")
+    assert (
+        "963 input tokens" in page.stdout
+        and "620 input tokens (64%) read from the provider's prompt cache" in page.stdout
+    )

@@ -160,3 +160,20 @@ async def test_provider_errors_surface_as_sdk_errors(provider: ProviderStandIn) 
         await adapter.close()
     assert caught.value.status_code == 529
     assert "system" not in provider.requests[0].body
+
+
+async def test_the_prompt_cache_counts_are_read_into_the_turn(provider: ProviderStandIn) -> None:
+    # The Messages API counts what its cache read and wrote apart from `input_tokens`.
+    body = message_body([{"type": "text", "text": "Done."}], stop_reason="end_turn")
+    body["usage"].update(
+        {"input_tokens": 12, "cache_creation_input_tokens": 100, "cache_read_input_tokens": 400}
+    )
+    provider.replies.append((200, body))
+    adapter = AnthropicMessagesAdapter("claude-test", base_url=provider.url, api_key="sk-ant-test")
+    try:
+        turn = await adapter.complete(
+            ModelRequest(system="s", messages=[ModelMessage(role="user", content="go")])
+        )
+    finally:
+        await adapter.close()
+    assert (turn.input_tokens, turn.cached_input_tokens, turn.output_tokens) == (512, 400, 64)

@@ -80,6 +80,7 @@ class SelfHostedExecutor:
             model_id=turn.model_id,
             input_tokens=turn.input_tokens,
             output_tokens=turn.output_tokens,
+            cached_input_tokens=turn.cached_input_tokens,
         )
 
     async def compact(self, last_seq: int) -> SummaryEvent | None:
