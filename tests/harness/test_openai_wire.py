@@ -152,3 +152,18 @@ async def test_the_cached_input_tokens_are_recorded_per_turn_and_shown_by_belay_
         "963 input tokens" in page.stdout
         and "620 input tokens (64%) read from the provider's prompt cache" in page.stdout
     )
+
+
+async def test_executor_max_output_tokens_is_sent_with_every_request(
+    model_server: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A local server's own default is no limit at all (llama-server's `-n -1`).
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    model_server.replies = [
+        [call("call_1", "write_file", {"path": "out/answer.txt", "content": "42\n"})],
+        *WORK[1:],
+    ]
+    manifest = session(model_server.url, maxOutputTokens=256)
+    result = await run_local(LocalHome(tmp_path), manifest, with_ticket_service=False)
+    assert result.completed, result.detail
+    assert [r.get("max_output_tokens") for r in model_server.received] == [256, 256, 256]

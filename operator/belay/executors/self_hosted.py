@@ -193,11 +193,17 @@ def model_factory_for(session: AgentSession) -> ModelFactory:
     if executor.type == "openai":
         from belay.harness.models.openai import OpenAIResponsesAdapter
 
-        return lambda ctx: OpenAIResponsesAdapter(executor.model or "", base_url=executor.base_url)
+        return lambda ctx: OpenAIResponsesAdapter(
+            executor.model or "", base_url=executor.base_url, max_output_tokens=executor.max_output_tokens
+        )
     if executor.type == "anthropic":
         from belay.harness.models.anthropic import AnthropicMessagesAdapter
 
-        return lambda ctx: AnthropicMessagesAdapter(executor.model or "", base_url=executor.base_url)
+        return lambda ctx: AnthropicMessagesAdapter(
+            executor.model or "",
+            base_url=executor.base_url,
+            **({"max_tokens": executor.max_output_tokens} if executor.max_output_tokens else {}),
+        )
     raise ValueError(f"executor type {executor.type!r} is not a self-hosted model")
 
 
