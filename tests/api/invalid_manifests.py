@@ -251,8 +251,8 @@ BOTH: list[Case] = [
                 "spec.executor": {"type": "anthropic", "model": "m", "maxOutputTokens": MAX_OUTPUT_TOKENS + 1}
             },
         ),
-        f"spec.executor.maxOutputTokens: Invalid value: {MAX_OUTPUT_TOKENS + 1}: spec.executor.maxOutputTokens "
-        f"in body should be less than or equal to {MAX_OUTPUT_TOKENS}",
+        f"spec.executor.maxOutputTokens: Invalid value: {MAX_OUTPUT_TOKENS + 1}: "
+        f"spec.executor.maxOutputTokens in body should be less than or equal to {MAX_OUTPUT_TOKENS}",
     ),
     Case(
         "base-url-not-http",

@@ -316,7 +316,8 @@ class ExecutorSpec(ApiModel):
                     "message": CREDENTIALS_SECRET_MESSAGE,
                 },
                 {
-                    "rule": f"!has(self.maxOutputTokens) || self.type in {_cel_list(OUTPUT_TOKENS_EXECUTORS)}",
+                    "rule": "!has(self.maxOutputTokens) || "
+                    f"self.type in {_cel_list(OUTPUT_TOKENS_EXECUTORS)}",
                     "message": MAX_OUTPUT_TOKENS_MESSAGE,
                 },
                 _cel_matches("baseURL", BASE_URL_PATTERN, BASE_URL_MESSAGE),
