@@ -11,6 +11,8 @@ the validator refuses null the same way.
 
 from __future__ import annotations
 
+import copy
+import functools
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
@@ -125,7 +127,13 @@ class RequestApprovalArguments(ToolArguments):
 
 def parameters_schema(model: type[ToolArguments]) -> dict[str, Any]:
     """The model's JSON Schema as a tool's `parameters`: an object of its fields, the required
-    ones named, no other key allowed; titles and null defaults left out (they only cost tokens)."""
+    ones named, no other key allowed; titles and null defaults left out (they only cost tokens).
+    A copy of its own for each caller; generated once per model (every call is checked with it)."""
+    return copy.deepcopy(_parameters_schema(model))
+
+
+@functools.cache
+def _parameters_schema(model: type[ToolArguments]) -> dict[str, Any]:
     generated = model.model_json_schema()
     properties = {name: _without_null(schema) for name, schema in generated["properties"].items()}
     parameters: dict[str, Any] = {"type": "object", "properties": properties}

@@ -67,7 +67,7 @@ def command_size(command: object) -> int:
 
 
 class RunCommandArgs(RunCommandArguments):
-    timeout_s: int = Field(default=120, ge=1, le=MAX_COMMAND_TIMEOUT_S)  # type: ignore[assignment]
+    timeout_s: int = Field(default=120, ge=1, le=MAX_COMMAND_TIMEOUT_S)
     max_output_bytes: int = Field(default=MAX_OUTPUT_BYTES, ge=1, le=MAX_CAPTURE_BYTES)
 
 
@@ -107,7 +107,7 @@ class WriteFileOutput(BaseModel):
 
 
 class ListFilesArgs(ListFilesArguments):
-    path: str = "."  # type: ignore[assignment]
+    path: str = "."
 
 
 class ListFilesOutput(BaseModel):
