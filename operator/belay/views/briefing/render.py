@@ -462,12 +462,13 @@ def _recovery_rows(b: Briefing) -> list[Row]:
 
 
 def token_usage(usage: BudgetUsage) -> str:
-    """The model tokens the record counts, and how many of the input a prompt cache served."""
+    """The model tokens the record counts, and how many of the input a prompt cache served (once
+    the provider said any: a scripted plan's and many servers' answers say nothing of a cache)."""
     output_tokens = usage.tokens - usage.input_tokens
     text = (
         f"{usage.model_calls} model calls, {usage.input_tokens} input tokens, {output_tokens} output tokens"
     )
-    if usage.input_tokens:
+    if usage.input_tokens and usage.cached_input_tokens:
         share = 100 * usage.cached_input_tokens // usage.input_tokens
         text += f"; {usage.cached_input_tokens} input tokens ({share}%) read from the provider's prompt cache"
     return text
