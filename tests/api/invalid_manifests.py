@@ -39,6 +39,8 @@ from belay.api.agentsession import (
     MANAGED_BASE_URL_MESSAGE,
     MAX_ATTEMPTS,
     MAX_MODEL_CALLS,
+    MAX_OUTPUT_TOKENS,
+    MAX_OUTPUT_TOKENS_MESSAGE,
     MODEL_ONLY_PROVIDERS_MESSAGE,
     MODEL_REQUIRED_MESSAGE,
     PART_NAME_MESSAGE,
@@ -221,6 +223,36 @@ BOTH: list[Case] = [
         "model-for-scripted",
         changed("model-scripted", **{"spec.executor.model": "gpt-5"}),
         MODEL_ONLY_PROVIDERS_MESSAGE,
+    ),
+    Case(
+        "max-output-tokens-for-scripted",
+        changed("tokens-scripted", **{"spec.executor.maxOutputTokens": 512}),
+        MAX_OUTPUT_TOKENS_MESSAGE,
+    ),
+    Case(
+        "max-output-tokens-for-managed",
+        changed(
+            "tokens-managed",
+            **{"spec.executor": {"type": "openai-agents", "model": "m", "maxOutputTokens": 512}},
+        ),
+        MAX_OUTPUT_TOKENS_MESSAGE,
+    ),
+    Case(
+        "max-output-tokens-zero",
+        changed("tokens-zero", **{"spec.executor": {"type": "openai", "model": "m", "maxOutputTokens": 0}}),
+        "spec.executor.maxOutputTokens: Invalid value: 0: spec.executor.maxOutputTokens in body should be "
+        "greater than or equal to 1",
+    ),
+    Case(
+        "max-output-tokens-above-the-bound",
+        changed(
+            "tokens-bound",
+            **{
+                "spec.executor": {"type": "anthropic", "model": "m", "maxOutputTokens": MAX_OUTPUT_TOKENS + 1}
+            },
+        ),
+        f"spec.executor.maxOutputTokens: Invalid value: {MAX_OUTPUT_TOKENS + 1}: "
+        f"spec.executor.maxOutputTokens in body should be less than or equal to {MAX_OUTPUT_TOKENS}",
     ),
     Case(
         "base-url-not-http",

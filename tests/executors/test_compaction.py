@@ -29,6 +29,7 @@ from belay.executors.self_hosted import (
     SUMMARY_INSTRUCTIONS,
     SelfHostedExecutor,
 )
+from belay.harness.context import OWN_STEPS_HEADING, RECORD_HEADING
 from belay.harness.executor import ExecutorContext
 from belay.harness.models.base import ModelRequest, ModelTurn
 from belay.harness.models.openai import OpenAIResponsesAdapter
@@ -71,7 +72,7 @@ from tests.scripted import write_scripted_session
 
 SUBAGENT = "researcher"
 GOAL = "Keep the parser green while its grammar grows, one rule at a time."
-RECORD_MARKER = "\n\nWhere the session stands (from its record):\n"
+RECORD_MARKER = RECORD_HEADING
 EVENTS_WANTED = 10_000
 
 
@@ -195,7 +196,9 @@ def folded(store: SqliteEventStore, session_id: str) -> Callable[[], Awaitable[S
 
 
 def record_part(request: ModelRequest) -> str:
-    return request.system.split(RECORD_MARKER, 1)[1]
+    # What changes turn to turn is the request's last message, after the history.
+    shown = request.messages[-1].content
+    return shown.split(RECORD_MARKER, 1)[1].split("\n\n" + OWN_STEPS_HEADING, 1)[0]
 
 
 async def test_a_long_scripted_session_compacts_and_keeps_every_event(tmp_path: Path) -> None:

@@ -108,8 +108,8 @@ def test_every_subagents_last_verified_checkpoint_is_listed() -> None:
 
 def test_sandboxes_and_budgets_used_and_left() -> None:
     log = first_attempt()
-    for _ in range(3):
-        log.add(ModelOutput(text="", input_tokens=100, output_tokens=20))
+    for cached in (0, 50, 75):
+        log.add(ModelOutput(text="", input_tokens=100, output_tokens=20, cached_input_tokens=cached))
     log.add(Task(task_id="implementer/fix", status=TaskStatus.DONE, owner="implementer"))
     log.add(
         Task(task_id="implementer", status=TaskStatus.DONE, owner="implementer")
@@ -138,6 +138,12 @@ def test_sandboxes_and_budgets_used_and_left() -> None:
     assert "sandbox researcher: not running (profile allowlist)" in resources
     assert "budget maxModelCalls: 3 used, 197 left of 200" in resources
     assert "budget maxTokens: 360 used, 0 left of 300" in resources
+    # Of the 300 input tokens, what the provider said its prompt cache served.
+    assert (b.usage.input_tokens, b.usage.cached_input_tokens) == (300, 125)
+    assert (
+        "usage: 3 model calls, 300 input tokens, 60 output tokens; 125 input tokens (41%) read from the "
+        "provider's prompt cache"
+    ) in resources
     # No budget set, no sandbox observed: what the record knows is still listed.
     bare = briefing(state)
     assert bare.budgets == [] and [s.alive for s in bare.sandboxes] == [None, None]

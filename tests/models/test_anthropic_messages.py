@@ -160,3 +160,53 @@ async def test_provider_errors_surface_as_sdk_errors(provider: ProviderStandIn) 
         await adapter.close()
     assert caught.value.status_code == 529
     assert "system" not in provider.requests[0].body
+
+
+async def test_the_prompt_cache_counts_are_read_into_the_turn(provider: ProviderStandIn) -> None:
+    # The Messages API counts what its cache read and wrote apart from `input_tokens`.
+    body = message_body([{"type": "text", "text": "Done."}], stop_reason="end_turn")
+    body["usage"].update(
+        {"input_tokens": 12, "cache_creation_input_tokens": 100, "cache_read_input_tokens": 400}
+    )
+    provider.replies.append((200, body))
+    adapter = AnthropicMessagesAdapter("claude-test", base_url=provider.url, api_key="sk-ant-test")
+    try:
+        turn = await adapter.complete(
+            ModelRequest(system="s", messages=[ModelMessage(role="user", content="go")])
+        )
+    finally:
+        await adapter.close()
+    assert (turn.input_tokens, turn.cached_input_tokens, turn.output_tokens) == (512, 400, 64)
+
+
+async def test_executor_max_output_tokens_is_the_max_tokens_sent(
+    provider: ProviderStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    from belay.api.agentsession import parse_manifest
+    from belay.executors.self_hosted import model_factory_for
+
+    session = parse_manifest(
+        {
+            "apiVersion": "belay.dev/v1alpha1",
+            "kind": "AgentSession",
+            "metadata": {"name": "capped"},
+            "spec": {
+                "request": {"goal": "Say done."},
+                "executor": {
+                    "type": "anthropic",
+                    "model": "claude-test",
+                    "baseURL": provider.url,
+                    "maxOutputTokens": 300,
+                },
+                "subagents": [{"name": "solo"}],
+            },
+        }
+    )
+    provider.replies.append((200, message_body([{"type": "text", "text": "Done."}], stop_reason="end_turn")))
+    adapter = model_factory_for(session)(None)  # type: ignore[arg-type]  # the adapter needs no context
+    try:
+        await adapter.complete(ModelRequest(system="s", messages=[ModelMessage(role="user", content="go")]))
+    finally:
+        await adapter.close()  # type: ignore[attr-defined]
+    assert provider.requests[0].body["max_tokens"] == 300

@@ -54,7 +54,7 @@ def test_read_file_above_the_cap_is_refused_naming_it_and_its_bytes_go_to_the_ar
     actions = [
         {"tool": "run_command", "arguments": {"command": MAKE_BIG}},
         read("out/big.txt"),
-        read("out/big.txt", max_bytes=16 * 1024 * 1024),  # the model asks for more: the manifest decides
+        read("out/big.txt", max_bytes=16 * 1024 * 1024),  # the model asks for more: not its to set
         {"tool": "write_file", "arguments": {"path": "out/small.txt", "content": "small enough\n"}},
         read("out/small.txt"),
         {"tool": "run_command", "arguments": {"command": "head -c 5000 /dev/zero | tr '\\0' a"}},
@@ -79,7 +79,12 @@ def test_read_file_above_the_cap_is_refused_naming_it_and_its_bytes_go_to_the_ar
     assert result.returncode == 0, result.stderr
     found = results(home)
     digest = hashlib.sha256(expected_big()).hexdigest()
-    for operation_id in ("reader.read.2", "reader.read.3"):
+    # A cap of its own is no argument of read_file (its schema says so): refused before anything
+    # is read, the manifest's cap untouched.
+    asked_more = found["reader.read.3"]
+    assert not asked_more.ok and asked_more.output is None and asked_more.output_ref is None
+    assert "read_file: unexpected argument 'max_bytes'" in (asked_more.error or "")
+    for operation_id in ("reader.read.2",):
         refused = found[operation_id]
         assert not refused.ok and refused.error is not None
         assert (

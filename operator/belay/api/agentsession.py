@@ -142,6 +142,14 @@ MANAGED_BASE_URL_MESSAGE = (
     "ANTHROPIC_BASE_URL (from executor.credentialsSecret in a cluster)"
 )
 CREDENTIALS_SECRET_MESSAGE = "executor.credentialsSecret does not apply to executor.type 'scripted'"
+# The most output tokens one model turn may be given: what Belay asks for (`max_output_tokens`,
+# `max_tokens`); only Belay's own model loop sends a request to honour it with.
+MAX_OUTPUT_TOKENS = 1_000_000
+OUTPUT_TOKENS_EXECUTORS = ("openai", "anthropic")
+MAX_OUTPUT_TOKENS_MESSAGE = (
+    "executor.maxOutputTokens applies only to executor.type 'openai' or 'anthropic' (Belay's own "
+    "model loop sends it); a scripted plan has no output and a managed provider's loop does not take it"
+)
 # A session names its images among those the operator allows (its settings, set by the chart):
 # never an image reference, so whoever may create a session cannot choose what code runs in a pod
 # that holds the fleet's credentials.
@@ -307,6 +315,11 @@ class ExecutorSpec(ApiModel):
                     "rule": "self.type != 'scripted' || !has(self.credentialsSecret)",
                     "message": CREDENTIALS_SECRET_MESSAGE,
                 },
+                {
+                    "rule": "!has(self.maxOutputTokens) || "
+                    f"self.type in {_cel_list(OUTPUT_TOKENS_EXECUTORS)}",
+                    "message": MAX_OUTPUT_TOKENS_MESSAGE,
+                },
                 _cel_matches("baseURL", BASE_URL_PATTERN, BASE_URL_MESSAGE),
                 _cel_matches("image", IMAGE_NAME_PATTERN, IMAGE_NAME_MESSAGE),
             ]
@@ -329,6 +342,10 @@ class ExecutorSpec(ApiModel):
     # In a cluster: the Secret whose OPENAI_API_KEY / OPENAI_BASE_URL (or ANTHROPIC_API_KEY /
     # ANTHROPIC_BASE_URL) keys reach the harness pod's environment, and nothing else.
     credentials_secret: str | None = Field(default=None, pattern=SECRET_NAME_PATTERN, max_length=253)
+    # The most output tokens one model turn may produce (`openai`: `max_output_tokens`; `anthropic`:
+    # `max_tokens`, 4096 when unset). Unset on `openai`: the server's own limit, which a local
+    # server may not have.
+    max_output_tokens: int | None = Field(default=None, ge=1, le=MAX_OUTPUT_TOKENS, alias="maxOutputTokens")
 
     @property
     def managed(self) -> bool:
@@ -348,6 +365,8 @@ class ExecutorSpec(ApiModel):
             raise ValueError(MANAGED_BASE_URL_MESSAGE)
         if self.type == "scripted" and self.credentials_secret is not None:
             raise ValueError(CREDENTIALS_SECRET_MESSAGE)
+        if self.max_output_tokens is not None and self.type not in OUTPUT_TOKENS_EXECUTORS:
+            raise ValueError(MAX_OUTPUT_TOKENS_MESSAGE)
         return self
 
 

@@ -18,7 +18,7 @@ from belay.cli.core.decide import OnDeliverable
 from belay.cli.core.errors import CommandError
 from belay.cli.core.handover import change_event, moved_executor
 from belay.cli.terminal import fail
-from belay.executors.endpoints import model_endpoint, model_refusal, not_configured, standin_model_refusal
+from belay.executors.endpoints import check_model, model_endpoint, not_configured, standin_model_refusal
 from belay.journal.decisions import DecisionError, decision_write
 from belay.journal.events import (
     Actor,
@@ -296,14 +296,17 @@ def move_executor(
             f"session {session_id} has a live attempt ({liveness.holder}, lease {liveness.lease}): stop "
             "it first (Ctrl-C or SIGTERM where it runs), then resume with --executor; nothing was recorded"
         )
-    problem = not_configured(new.type, new.plan, os.environ)
+    problem = not_configured(new.type, new.plan, os.environ, base_url=new.base_url)
     if problem is None and new.model:
         # Whoever will answer for the model is asked whether it knows it before anything is
         # recorded: the provider configured here, else the session's local stand-in, by its rule
         # (it starts beside the attempt, as a provider's service is already up).
-        endpoint = model_endpoint(new.type, os.environ)
+        endpoint = model_endpoint(new.type, os.environ, base_url=new.base_url)
         if endpoint is not None:
-            problem = model_refusal(new.type, endpoint, new.model)
+            checked = check_model(new.type, endpoint, new.model)
+            problem = checked.refusal
+            if checked.unchecked is not None:
+                terminal.echo(f"belay: {checked.unchecked}; going on", err=True)
         elif new.managed:
             problem = standin_model_refusal(new.type, new.model)
     if problem is not None:

@@ -103,9 +103,23 @@ def provider_type(executor_type: str) -> str:
     return SAME_PROVIDER.get(executor_type, executor_type)
 
 
-def not_configured(executor_type: str, plan: str | None, environ: Mapping[str, str]) -> str | None:
+def self_hosted_key(executor_type: str, base_url: str | None, environ: Mapping[str, str]) -> str | None:
+    """The key a self-hosted model executor's SDK is given: its variable's when set; else, for a
+    server named by `executor.baseURL` or the base URL variable (a local server often needs none),
+    a placeholder, since the SDKs refuse to start without one; else None, and the SDK says what is
+    missing."""
+    variables = PROVIDERS[provider_type(executor_type)]
+    if environ.get(variables.api_key):
+        return environ[variables.api_key]
+    return NO_KEY if base_url or environ.get(variables.base_url) else None
+
+
+def not_configured(
+    executor_type: str, plan: str | None, environ: Mapping[str, str], base_url: str | None = None
+) -> str | None:
     """Why `executor_type` cannot run here (no provider configured and no local stand-in to stand
-    in for it), or None when it can. `scripted` needs only its plan, which validation requires."""
+    in for it), or None when it can. `scripted` needs only its plan, which validation requires; a
+    self-hosted model executor only its server, when `executor.baseURL` (`base_url`) names one."""
     if executor_type in PROVIDERS:
         variables = PROVIDERS[executor_type]
         if configured_endpoint(executor_type, environ) is not None or plan:
@@ -116,7 +130,7 @@ def not_configured(executor_type: str, plan: str | None, environ: Mapping[str, s
             "local stand-in"
         )
     keys = PROVIDERS.get(provider_type(executor_type))
-    if keys is None or environ.get(keys.api_key) or environ.get(keys.base_url):
+    if keys is None or base_url or environ.get(keys.api_key) or environ.get(keys.base_url):
         return None
     return (
         f"{executor_type} is not configured here: set {keys.api_key} (or {keys.base_url} "
@@ -124,15 +138,25 @@ def not_configured(executor_type: str, plan: str | None, environ: Mapping[str, s
     )
 
 
-def model_endpoint(executor_type: str, environ: Mapping[str, str]) -> Endpoint | None:
+def model_endpoint(
+    executor_type: str, environ: Mapping[str, str], base_url: str | None = None
+) -> Endpoint | None:
     """The provider endpoint the environment configures for a model executor, self-hosted
-    (`openai`, `anthropic`: the same SDK variables) or managed; None when it configures none."""
+    (`openai`, `anthropic`: the same SDK variables; `executor.baseURL`, `base_url`, before them)
+    or managed; None when it configures none."""
     managed = provider_type(executor_type)
-    return configured_endpoint(managed, environ) if managed in PROVIDERS else None
+    if managed not in PROVIDERS:
+        return None
+    if base_url and executor_type in SAME_PROVIDER:
+        key = self_hosted_key(executor_type, base_url, environ)
+        return Endpoint(base_url, key, endpoint_label(base_url, "executor.baseURL"))
+    return configured_endpoint(managed, environ)
 
 
 # How long `belay resume --executor` waits for the provider to say whether it knows the model.
 MODEL_CHECK_TIMEOUT_S = 20.0
+# The most of an answer of the Models API read (a server's list of every model it serves).
+MAX_MODELS_ANSWER_BYTES = 4 * 1024 * 1024
 
 
 def standin_model_refusal(executor_type: str, model: str) -> str | None:
@@ -147,35 +171,82 @@ def standin_model_refusal(executor_type: str, model: str) -> str | None:
     )
 
 
+@dataclass(frozen=True)
+class ModelCheck:
+    """What the provider said of a model: why it refuses it (None: it does not), and what could
+    not be checked, in one line, when the provider could not say either way."""
+
+    refusal: str | None = None
+    unchecked: str | None = None
+
+
 def model_refusal(executor_type: str, endpoint: Endpoint, model: str) -> str | None:
-    """Why the provider at `endpoint` refuses `model` (its Models API, `GET .../models/{id}`,
-    answers 404), or None when it knows it, or when it could not be asked (unreachable, no key,
-    any other answer): the attempt then says so itself, and a refusal here never rests on a
-    guess. Plain HTTP, as both APIs document it: the provider's SDK takes seconds to import."""
+    """Why the provider at `endpoint` refuses `model`, or None (`check_model`)."""
+    return check_model(executor_type, endpoint, model).refusal
+
+
+def check_model(executor_type: str, endpoint: Endpoint, model: str) -> ModelCheck:
+    """Whether the provider at `endpoint` knows `model`, asked of its Models API (`GET
+    .../models/{id}`). Refused only when the provider says it does not know it (a 404 in its API's
+    error shape); a server without that route (llama.cpp's `llama-server` has only the list) is
+    asked for the list once, and the move goes on whatever it lists: a local server may serve any
+    name. Unreachable, no key, any other answer: not refused either, and the attempt says itself
+    what is wrong; a refusal here never rests on a guess. Plain HTTP, as both APIs document it:
+    the provider's SDK takes seconds to import."""
     provider = provider_type(executor_type)
     openai = provider == "openai-agents"
     default = PROVIDERS[provider].default_base_url
     base = (endpoint.base_url or default).rstrip("/")
-    url = f"{base}/models/{quote(model, safe='')}" if openai else f"{base}/v1/models/{quote(model, safe='')}"
+    models = f"{base}/models" if openai else f"{base}/v1/models"
     key = endpoint.api_key or NO_KEY
     headers = (
         {"Authorization": f"Bearer {key}"}
         if openai
         else {"x-api-key": key, "anthropic-version": "2023-06-01"}
     )
+    status, body = _get(f"{models}/{quote(model, safe='')}", headers)
+    if status != 404:
+        return ModelCheck()
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict | str):  # the API itself answered: it does not know the model
+        said = error.get("message", "") if isinstance(error, dict) else error
+        return ModelCheck(
+            refusal=f"{endpoint.label} does not know model {model!r} (404: {said or 'not found'})"
+        )
+    # No such route: the list, once.
+    status, body = _get(models, headers)
+    listed = body.get("data") if isinstance(body, dict) and status == 200 else None
+    if not isinstance(listed, list):
+        return ModelCheck(
+            unchecked=f"could not check model {model!r}: {endpoint.label} has no Models API "
+            f"(GET {models}/{{id}} and GET {models} answer {status if status == 404 else 'no list'})"
+        )
+    ids = [str(entry.get("id")) for entry in listed if isinstance(entry, dict)]
+    if model in ids:
+        return ModelCheck()
+    shown = ", ".join(repr(i) for i in ids[:5]) + (", ..." if len(ids) > 5 else "")
+    return ModelCheck(
+        unchecked=f"could not check model {model!r}: {endpoint.label} has no GET {models}/{{id}} and "
+        f"lists {shown or 'no model'}; it may still serve it"
+    )
+
+
+def _get(url: str, headers: Mapping[str, str]) -> tuple[int | None, object]:
+    """The status and JSON body of a GET (None for the body when it is not JSON; no status when
+    the server could not be asked)."""
     try:
         with urllib.request.urlopen(
-            urllib.request.Request(url, headers=headers), timeout=MODEL_CHECK_TIMEOUT_S
-        ):
-            return None
+            urllib.request.Request(url, headers=dict(headers)), timeout=MODEL_CHECK_TIMEOUT_S
+        ) as answer:
+            return answer.status, _json(answer.read(MAX_MODELS_ANSWER_BYTES))
     except urllib.error.HTTPError as refused:
-        if refused.code != 404:
-            return None
-        try:
-            said = json.loads(refused.read() or b"{}").get("error", {}).get("message", "")
-        except (ValueError, AttributeError):
-            said = ""
-        return f"{endpoint.label} does not know model {model!r} (404: {said or 'not found'})"
+        return refused.code, _json(refused.read(MAX_MODELS_ANSWER_BYTES) or b"")
     except (OSError, ValueError):
+        return None, None
+
+
+def _json(data: bytes) -> object:
+    try:
+        return json.loads(data)
+    except ValueError:
         return None
-    return None

@@ -15,10 +15,12 @@ they record one summary, not one each.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from belay.api.agentsession import AgentSession
+from belay.executors.endpoints import self_hosted_key
 from belay.harness.context import build_model_request
 from belay.harness.executor import Decision, ExecutorContext, RemoteResource, ToolOutcome
 from belay.harness.models.base import ModelAdapter, ModelMessage, ModelRequest
@@ -80,6 +82,7 @@ class SelfHostedExecutor:
             model_id=turn.model_id,
             input_tokens=turn.input_tokens,
             output_tokens=turn.output_tokens,
+            cached_input_tokens=turn.cached_input_tokens,
         )
 
     async def compact(self, last_seq: int) -> SummaryEvent | None:
@@ -188,15 +191,27 @@ def model_factory_for(session: AgentSession) -> ModelFactory:
     if executor.type == "scripted":
         plan = load_plan(Path(executor.plan or ""))
         return lambda ctx: ScriptedModel(plan, ctx.subagent.name, ctx.read_state)
+    # A server named by a base URL may need no key (a local one); the SDKs refuse to start without.
+    key = self_hosted_key(executor.type, executor.base_url, os.environ)
     # The providers' SDKs are optional extras, slow to import: only the one this session uses.
     if executor.type == "openai":
         from belay.harness.models.openai import OpenAIResponsesAdapter
 
-        return lambda ctx: OpenAIResponsesAdapter(executor.model or "", base_url=executor.base_url)
+        return lambda ctx: OpenAIResponsesAdapter(
+            executor.model or "",
+            base_url=executor.base_url,
+            api_key=key,
+            max_output_tokens=executor.max_output_tokens,
+        )
     if executor.type == "anthropic":
         from belay.harness.models.anthropic import AnthropicMessagesAdapter
 
-        return lambda ctx: AnthropicMessagesAdapter(executor.model or "", base_url=executor.base_url)
+        return lambda ctx: AnthropicMessagesAdapter(
+            executor.model or "",
+            base_url=executor.base_url,
+            api_key=key,
+            **({"max_tokens": executor.max_output_tokens} if executor.max_output_tokens else {}),
+        )
     raise ValueError(f"executor type {executor.type!r} is not a self-hosted model")
 
 

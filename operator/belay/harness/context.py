@@ -2,7 +2,8 @@
 
 The shared part (goal, request parts, current step, checkpoint, evidence, recent events within a
 token budget) is the journal's context projection; this module adds the subagent's role and its
-own recent tool calls and results as messages. It reads the folded state and a bounded tail of
+own recent tool calls and results as messages. What changes from turn to turn goes last, after the
+history, so consecutive requests share their prefix. It reads the folded state and a bounded tail of
 events, so its cost does not grow with history.
 """
 
@@ -28,6 +29,9 @@ MAX_RESULT_CHARS = 4000
 # What both provider APIs take as a call id: Anthropic's tool_use ids must match it, and an
 # operation id (`implementer.fix.1`) does not.
 WIRE_CALL_ID = re.compile(r"^[A-Za-z0-9_-]+$")
+# The headings of the last message of each request: the session's state, then this subagent's.
+RECORD_HEADING = "Where the session stands (from its record):\n"
+OWN_STEPS_HEADING = "Your steps, from the record:\n"
 
 
 def wire_call_id(call_id: str) -> str:
@@ -51,6 +55,8 @@ def call_id_of(state: SessionState, operation_id: str) -> str:
 
 
 def system_prompt(state: SessionState, subagent: str, role: str, deliverable: str | None) -> str:
+    """The instructions: what stays the same turn after turn (the objective changes only with the
+    request), so a provider's prompt cache can reuse them and the tools after them."""
     lines = [
         f"You are the {subagent} subagent of session {state.session_id}. Role: {role or subagent}.",
         f"Shared objective (request version {state.request.version}): {state.request.goal}",
@@ -59,6 +65,14 @@ def system_prompt(state: SessionState, subagent: str, role: str, deliverable: st
         lines.append(f"- {name}: {text}")
     if deliverable:
         lines.append(f"Your deliverable: {deliverable} (publish it with publish_deliverable).")
+    lines.append("Frame each step with update_plan (running, then done with a verify command).")
+    lines.append("The last message says where the session stands now, from its record.")
+    return "\n".join(lines)
+
+
+def standing(state: SessionState, subagent: str, record_context: str) -> str:
+    """Where the session stands now: what changes from turn to turn, sent after the history."""
+    lines: list[str] = []
     done = sorted(
         t.task_id.split("/", 1)[1]
         for t in state.tasks.values()
@@ -81,8 +95,10 @@ def system_prompt(state: SessionState, subagent: str, role: str, deliverable: st
     checkpoint = state.latest_verified_checkpoint
     if checkpoint is not None and checkpoint.checkpoint.subagent == subagent:
         lines.append(f"Last verified checkpoint: {checkpoint.checkpoint.checkpoint_id}.")
-    lines.append("Frame each step with update_plan (running, then done with a verify command).")
-    return "\n".join(lines)
+    parts = [RECORD_HEADING + record_context] if record_context else []
+    if lines:
+        parts.append(OWN_STEPS_HEADING + "\n".join(lines))
+    return "\n\n".join(parts)
 
 
 def build_model_request(
@@ -128,7 +144,11 @@ def build_model_request(
                     tool_call_id=call_id_of(state, event.payload.operation_id),
                 )
             )
+    # The prompt is a stable prefix (instructions, tools, the history in order) with what changes
+    # at its end: each turn's request begins with the previous one's, so a server's prompt cache
+    # reuses it instead of reading the whole prompt again.
+    now = standing(state, subagent, record_context)
+    if now:
+        messages.append(ModelMessage(role="user", content=now))
     system = system_prompt(state, subagent, role, deliverable)
-    if record_context:
-        system += "\n\nWhere the session stands (from its record):\n" + record_context
     return ModelRequest(system=system, messages=messages, tools=tool_schemas())

@@ -51,6 +51,7 @@ class Decision(BaseModel):
     model_id: str = ""
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0  # of the input tokens, those read from the provider's prompt cache
     # What the executor took in to decide (a provider's calls, as it named them), recorded first in
     # the append that records the decision: one write, and never a call without its request.
     records: list[Payload] = Field(default_factory=list)

@@ -317,6 +317,7 @@ class Harness:
                     "text": decision.text,
                     "input_tokens": decision.input_tokens,
                     "output_tokens": decision.output_tokens,
+                    "cached_input_tokens": decision.cached_input_tokens,
                 }
                 owes = owed(await attempt.known_state(), sub) if not decision.tool_calls else None
                 if owes is not None:  # a turn's end is no step's end while the deliverable is missing

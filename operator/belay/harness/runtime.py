@@ -84,7 +84,7 @@ from belay.journal.state import (
     SessionState,
     operation_payload_sha256,
 )
-from belay.journal.tools import ToolSpec, argument_problem, effect_of, tool_spec
+from belay.journal.tools import ToolSpec, argument_problem, call_arguments, effect_of, tool_spec
 from belay.sandbox.client import SandboxError, SandboxNotAnswering, SandboxUnavailable
 from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, ClaimTaken, PayloadTooLarge
 from belay.views.escaping import one_line
@@ -158,6 +158,8 @@ class ToolRuntime:
         if operation_id in state.operations:
             raise RuntimeError(f"the executor reused operation id {operation_id!r}")
         arguments = dict(call.arguments)
+        for key in spec.harness_set:
+            arguments.pop(key, None)  # the harness's to set, never a call's
         if spec.name == "publish_deliverable" and isinstance(arguments.get("path"), str):
             # The request (and any approval of it) binds the exact bytes that will leave the sandbox.
             # A path the sandbox refuses is left unbound here; its dispatch then fails visibly.
@@ -285,7 +287,7 @@ class ToolRuntime:
         # Large values come back from the artifact store for every tool, sandbox or harness, and
         # the schema is checked on what the tool would be given, before anything else reads it.
         arguments = await resolve_arguments(self.artifacts, request.arguments)
-        problem = argument_problem(request.tool, arguments)
+        problem = argument_problem(request.tool, call_arguments(request.tool, arguments))
         if problem is not None:
             # What was sent is the call's fault, never the harness's: its error result, and no
             # retry for an external effect (the same arguments would fail the same way).

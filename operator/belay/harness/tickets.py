@@ -20,7 +20,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from belay.harness.effect_marks import names_operation
-from belay.journal.tools import MAX_TICKET_BODY_CHARS, MAX_TICKET_TITLE_CHARS
+from belay.journal.tool_arguments import MAX_TICKET_BODY_CHARS, MAX_TICKET_TITLE_CHARS
 
 # What one ticket may carry: a tracker keeps tickets, not files.
 MAX_TITLE_CHARS = MAX_TICKET_TITLE_CHARS

@@ -122,6 +122,8 @@ class ModelOutput(Payload):
     tool_calls: tuple[str, ...] = ()  # operation ids requested in this turn
     input_tokens: int = 0
     output_tokens: int = 0
+    # Of the input tokens, those the provider read from its prompt cache (0 when it does not say).
+    cached_input_tokens: int = 0
 
 
 class ToolRequest(Payload):

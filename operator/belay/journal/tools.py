@@ -12,10 +12,29 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from belay.journal.events import EffectClass
+from belay.journal.tool_arguments import (
+    AwaitSessionArguments,
+    CreateTicketArguments,
+    ListFilesArguments,
+    PublishDeliverableArguments,
+    ReadFileArguments,
+    RecordNoteArguments,
+    RequestApprovalArguments,
+    RunCommandArguments,
+    StartSessionArguments,
+    ToolArguments,
+    UpdatePlanArguments,
+    WaitOnExternalArguments,
+    WaitOnUserArguments,
+    WriteFileArguments,
+    parameters_schema,
+)
 
 Where = Literal["sandbox", "harness"]
 
@@ -26,17 +45,6 @@ Where = Literal["sandbox", "harness"]
 DEFAULT_READ_FILE_BYTES = 1024 * 1024
 DEFAULT_COMMAND_OUTPUT_BYTES = 1024 * 1024
 MAX_CAPTURE_BYTES = 16 * 1024 * 1024
-# The longest a command may be given to run (`run_command`'s `timeout_s`), as the sandbox takes it.
-MAX_COMMAND_TIMEOUT_S = 24 * 3600
-# The most a ticket's title and body may hold, as the ticket service takes them: a call past them
-# is refused by the schema, before the call is issued, so an unsafe call never fails on them and
-# then waits on a retry that could never succeed.
-MAX_TICKET_TITLE_CHARS = 512
-MAX_TICKET_BODY_CHARS = 64 * 1024
-# A list argument of a harness tool (a note's evidence, a step's inputs) is recorded in the request
-# as it is; bounded here, so a long one is the call's error instead of a request too large to record.
-MAX_LIST_ITEMS = 64
-MAX_LIST_ITEM_CHARS = 256
 
 
 @dataclass(frozen=True)
@@ -45,14 +53,26 @@ class ToolSpec:
     effect: EffectClass
     where: Where
     description: str
-    parameters: dict[str, Any] = field(default_factory=dict)
+    arguments: type[ToolArguments]  # what a call may give: the schema shown and the one checked
     reconcile_probe: str | None = None  # how an unknown outcome is settled without repeating it
     needs_approval: bool = False
-    required: tuple[str, ...] = ()  # arguments a call must give
+    # What the harness itself adds to a recorded request beside the call's arguments (never shown
+    # to a model, never taken from one: the harness sets it over whatever a call sent).
+    harness_set: tuple[str, ...] = ()
 
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The arguments' JSON Schema, as a model is shown it."""
+        return parameters_schema(self.arguments)
 
-def _string(description: str) -> dict[str, Any]:
-    return {"type": "string", "description": description}
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return dict(self.schema["properties"])
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        """Arguments a call must give."""
+        return tuple(self.schema.get("required", ()))
 
 
 TOOLS: dict[str, ToolSpec] = {
@@ -63,109 +83,60 @@ TOOLS: dict[str, ToolSpec] = {
             EffectClass.IDEMPOTENT,
             "sandbox",
             "Run a shell command in the workspace; returns exit_code, stdout, stderr.",
-            {
-                "command": {
-                    "type": ["string", "array"],
-                    "items": {"type": "string"},
-                    "description": "the command line (or its argv)",
-                },
-                "timeout_s": {"type": "integer", "minimum": 1, "maximum": MAX_COMMAND_TIMEOUT_S},
-                "cwd": _string(""),
-            },
-            required=("command",),
+            RunCommandArguments,
         ),
-        ToolSpec(
-            "read_file",
-            EffectClass.READ_ONLY,
-            "sandbox",
-            "Read a workspace file.",
-            {"path": _string("")},
-            required=("path",),
-        ),
+        ToolSpec("read_file", EffectClass.READ_ONLY, "sandbox", "Read a workspace file.", ReadFileArguments),
         ToolSpec(
             "write_file",
             EffectClass.IDEMPOTENT,
             "sandbox",
             "Write a workspace file (whole content).",
-            {"path": _string(""), "content": _string("")},
-            required=("path", "content"),
+            WriteFileArguments,
         ),
-        ToolSpec(
-            "list_files", EffectClass.READ_ONLY, "sandbox", "List workspace files.", {"path": _string("")}
-        ),
+        ToolSpec("list_files", EffectClass.READ_ONLY, "sandbox", "List workspace files.", ListFilesArguments),
         ToolSpec(
             "publish_deliverable",
             EffectClass.IDEMPOTENT,
             "harness",
             "Copy a workspace file out of the sandbox into the artifact store as a deliverable.",
-            {"path": _string("workspace path"), "name": _string("deliverable name")},
-            required=("path",),
+            PublishDeliverableArguments,
+            harness_set=("content_sha256",),
         ),
         ToolSpec(
             "record_note",
             EffectClass.IDEMPOTENT,
             "harness",
             "Record a hypothesis, decision or finding with its status.",
-            {
-                "note_id": _string(""),
-                "kind": _string("hypothesis | decision | finding"),
-                "text": _string(""),
-                "status": _string("open | supported | rejected | accepted | superseded"),
-                "evidence": {
-                    "type": "array",
-                    "items": {"type": "string", "maxLength": MAX_LIST_ITEM_CHARS},
-                    "maxItems": MAX_LIST_ITEMS,
-                    "description": "the files, tests or outputs behind it",
-                },
-            },
-            required=("note_id", "text"),
+            RecordNoteArguments,
         ),
         ToolSpec(
             "update_plan",
             EffectClass.IDEMPOTENT,
             "harness",
             "Start or finish a step of your plan; finishing a step checkpoints the workspace.",
-            {
-                "step": _string("step id"),
-                "title": _string(""),
-                "status": _string("running | done"),
-                "inputs": {
-                    "type": "array",
-                    "items": {"type": "string", "maxLength": MAX_LIST_ITEM_CHARS},
-                    "maxItems": MAX_LIST_ITEMS,
-                    "description": "starting a step: the request parts it depends on",
-                },
-                "verify": _string("finishing a step: the command that verifies it"),
-                "expect_exit_code": {"type": "integer", "description": "the verify command's expected exit"},
-                "next_step": _string("finishing a step: the step that comes next (`end`: none)"),
-            },
-            required=("step",),
+            UpdatePlanArguments,
         ),
         ToolSpec(
             "wait_on_user",
             EffectClass.IDEMPOTENT,
             "harness",
             "Wait until the user answers.",
-            {"reason": _string("")},
+            WaitOnUserArguments,
         ),
         ToolSpec(
             "wait_on_external",
             EffectClass.IDEMPOTENT,
             "harness",
             "Wait until an external condition holds.",
-            {"reason": _string(""), "condition": _string("")},
+            WaitOnExternalArguments,
         ),
         ToolSpec(
             "create_ticket",
             EffectClass.UNSAFE,
             "harness",
             "Open a ticket in the team's tracker. Not deduplicated by the tracker.",
-            {
-                "title": {"type": "string", "minLength": 1, "maxLength": MAX_TICKET_TITLE_CHARS},
-                "body": {"type": "string", "maxLength": MAX_TICKET_BODY_CHARS},
-            },
+            CreateTicketArguments,
             reconcile_probe="find_tickets",
-            required=("title",),
         ),
         ToolSpec(
             "start_session",
@@ -174,29 +145,21 @@ TOOLS: dict[str, ToolSpec] = {
             "Start a child session for one part of this session's objective (the operator in a "
             "cluster, the embedded runtime on one machine creates it); its deliverables come back as "
             "this session's artifacts. Wait for it with await_session.",
-            {
-                "name": _string("the child session's name (a DNS label)"),
-                "part": _string("which part of the objective it does"),
-                "goal": _string("what it is asked to do"),
-                "plan": _string("for a scripted child: its plan file"),
-                "deliverable": _string("the deliverable the child owes: it completes once it is published"),
-            },
-            required=("name", "part", "goal"),
+            StartSessionArguments,
         ),
         ToolSpec(
             "await_session",
             EffectClass.IDEMPOTENT,
             "harness",
             "Wait until a child session ends; returns how it ended and its deliverables.",
-            {"name": _string("the child session's name")},
-            required=("name",),
+            AwaitSessionArguments,
         ),
         ToolSpec(
             "request_approval",
             EffectClass.IDEMPOTENT,
             "harness",
             "Ask the user to approve something before going on.",
-            {"summary": _string("")},
+            RequestApprovalArguments,
             needs_approval=True,
         ),
     )
@@ -231,21 +194,40 @@ def tool_spec(name: str) -> ToolSpec:
         raise KeyError(unknown_tool(name)) from None
 
 
+def call_arguments(name: str, recorded: dict[str, Any]) -> dict[str, Any]:
+    """A recorded request's arguments as the call gave them: without what the harness added."""
+    spec = TOOLS.get(name)
+    added = spec.harness_set if spec is not None else ()
+    return {key: value for key, value in recorded.items() if key not in added}
+
+
 def argument_problem(name: str, arguments: dict[str, Any]) -> str | None:
-    """Why a call's arguments do not fit its tool's schema (a required argument missing, a wrong
-    type, a number out of its range); None when they fit. What a model or a plan sends is checked
-    with this before anything else reads it: a call that does not fit is that call's error."""
+    """Why a call's arguments do not fit its tool's schema (an argument the tool does not take, a
+    required one missing, a wrong type, a number out of its range); None when they fit. What a
+    model or a plan sends is checked with this before anything else reads it: a call that does not
+    fit is that call's error, in the schema's words, which the model is shown."""
     spec = TOOLS.get(name)
     if spec is None:
         return unknown_tool(name)
+    parameters = spec.parameters
+    unknown = [key for key in arguments if key not in parameters]
+    if unknown:
+        takes = ", ".join(parameters) or "no argument"
+        return f"{name}: unexpected argument {', '.join(map(repr, unknown))} (it takes only: {takes})"
     missing = [key for key in spec.required if key not in arguments]
     if missing:
         return f"{name}: missing required argument {', '.join(missing)}"
-    for key, schema in spec.parameters.items():
+    for key, schema in parameters.items():
         if key in arguments:
             problem = _value_problem(arguments[key], schema)
             if problem is not None:
                 return f"{name}: argument {key!r} {problem}, got {_json_repr(arguments[key])}"
+    try:
+        spec.arguments.model_validate(arguments)
+    except ValidationError as error:  # the model is the last word on what fits
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return f"{name}: argument {where!r} {first['msg']}"
     return None
 
 

@@ -15,7 +15,7 @@ import yarl
 from pydantic import TypeAdapter, ValidationError
 
 from belay.journal.events import DeclaredArtifact
-from belay.journal.tools import MAX_COMMAND_TIMEOUT_S
+from belay.journal.tool_arguments import MAX_COMMAND_TIMEOUT_S
 from belay.sandbox.protocol import (
     CLAIM_PATH,
     INSTANCE_HEADER,

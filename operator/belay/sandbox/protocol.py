@@ -9,12 +9,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from belay.journal.tools import (
-    DEFAULT_COMMAND_OUTPUT_BYTES,
-    DEFAULT_READ_FILE_BYTES,
-    MAX_CAPTURE_BYTES,
+from belay.journal.tool_arguments import (
     MAX_COMMAND_TIMEOUT_S,
+    ListFilesArguments,
+    ReadFileArguments,
+    RunCommandArguments,
+    WriteFileArguments,
 )
+from belay.journal.tools import DEFAULT_COMMAND_OUTPUT_BYTES, DEFAULT_READ_FILE_BYTES, MAX_CAPTURE_BYTES
 
 NetworkProfile = Literal["none", "allowlist", "internet"]
 
@@ -60,14 +62,12 @@ def command_size(command: object) -> int:
     return 0
 
 
-class Arguments(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# The sandbox tools' requests: the arguments a call gives (the models a model's schema is generated
+# from, extra keys refused) and what only the harness sets beside them (its caps, a file's mode).
 
 
-class RunCommandArgs(Arguments):
-    command: str | list[str]
+class RunCommandArgs(RunCommandArguments):
     timeout_s: int = Field(default=120, ge=1, le=MAX_COMMAND_TIMEOUT_S)
-    cwd: str | None = None
     max_output_bytes: int = Field(default=MAX_OUTPUT_BYTES, ge=1, le=MAX_CAPTURE_BYTES)
 
 
@@ -79,8 +79,7 @@ class RunCommandOutput(BaseModel):
     truncated: bool = False
 
 
-class ReadFileArgs(Arguments):
-    path: str
+class ReadFileArgs(ReadFileArguments):
     # A larger file is refused (`TooLargeOutput`), read no further than this: the harness passes the
     # manifest's cap (`spec.limits.readFileBytes`) and streams the file to the artifact store.
     max_bytes: int = Field(default=DEFAULT_READ_FILE_BYTES, ge=1, le=MAX_CAPTURE_BYTES)
@@ -98,9 +97,7 @@ class TooLargeOutput(BaseModel):
     cap: int
 
 
-class WriteFileArgs(Arguments):
-    path: str
-    content: str
+class WriteFileArgs(WriteFileArguments):
     mode: int | None = Field(default=None, ge=0, le=0o7777)
 
 
@@ -109,7 +106,7 @@ class WriteFileOutput(BaseModel):
     size: int
 
 
-class ListFilesArgs(Arguments):
+class ListFilesArgs(ListFilesArguments):
     path: str = "."
 
 

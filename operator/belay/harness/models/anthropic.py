@@ -70,12 +70,18 @@ def turn_from_message(message: Any) -> ModelTurn:
                     f"tool_use {block.name} has input that is not an object: {block.input!r}"
                 )
             calls.append(ToolCall(call_id=block.id, name=block.name, arguments=block.input))
+    usage = message.usage
+    # The Messages API counts the prompt in three parts: read from its cache, written to it, and
+    # neither (`input_tokens`); the turn's input is their sum, as the Responses API counts it.
+    cached = getattr(usage, "cache_read_input_tokens", None) or 0
+    written = getattr(usage, "cache_creation_input_tokens", None) or 0
     return ModelTurn(
         text="".join(texts),
         tool_calls=calls,
         model_id=message.model,
-        input_tokens=message.usage.input_tokens,
-        output_tokens=message.usage.output_tokens,
+        input_tokens=usage.input_tokens + cached + written,
+        output_tokens=usage.output_tokens,
+        cached_input_tokens=cached,
     )
 
 

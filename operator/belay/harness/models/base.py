@@ -59,6 +59,8 @@ class ModelTurn(BaseModel):
     model_id: str = ""
     input_tokens: int = 0
     output_tokens: int = 0
+    # Of the input tokens, those the provider read from its prompt cache, when it says so.
+    cached_input_tokens: int = 0
 
 
 @runtime_checkable

@@ -88,12 +88,14 @@ def turn_from_response(response: Any) -> ModelTurn:
                 )
             )
     usage = response.usage
+    details = getattr(usage, "input_tokens_details", None)
     return ModelTurn(
         text="".join(texts),
         tool_calls=calls,
         model_id=response.model,
         input_tokens=usage.input_tokens if usage else 0,
         output_tokens=usage.output_tokens if usage else 0,
+        cached_input_tokens=(getattr(details, "cached_tokens", 0) or 0) if details else 0,
     )
 
 

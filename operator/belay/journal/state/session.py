@@ -119,6 +119,7 @@ class SessionState(BaseModel):
     model_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0  # of input_tokens, read from a provider's prompt cache
     secrets_redacted: int = 0  # in tool requests and results, before they were recorded
     # When the first and the last event were recorded: the record's own first and last signs of
     # life, for views that ask "since when" (a view compares them with its own `now`; the fold

@@ -550,6 +550,8 @@ def _usage(state: SessionState) -> BudgetUsage:
     return BudgetUsage(
         model_calls=state.model_calls,
         tokens=state.input_tokens + state.output_tokens,
+        input_tokens=state.input_tokens,
+        cached_input_tokens=state.cached_input_tokens,
         steps=steps,
         started_at=state.started_at,
     )

@@ -373,6 +373,8 @@ class BudgetUsage(Model):
 
     model_calls: int = 0
     tokens: int = 0  # input and output, as the model adapters recorded them
+    input_tokens: int = 0
+    cached_input_tokens: int = 0  # of input_tokens, read from the provider's prompt cache
     steps: int = 0  # steps completed (a subagent's own task is not a step)
     started_at: datetime | None = None  # the first event
 

@@ -17,7 +17,14 @@ from datetime import datetime
 from belay.journal.events import CHILD_CONDITION_PREFIX
 from belay.journal.handover import change_phrase
 from belay.views import escaping
-from belay.views.briefing.model import Briefing, NoteItem, RequestDifference, ScopeChangeItem, StepVerdict
+from belay.views.briefing.model import (
+    Briefing,
+    BudgetUsage,
+    NoteItem,
+    RequestDifference,
+    ScopeChangeItem,
+    StepVerdict,
+)
 
 Row = tuple[int, str]
 
@@ -454,11 +461,26 @@ def _recovery_rows(b: Briefing) -> list[Row]:
     return rows
 
 
+def token_usage(usage: BudgetUsage) -> str:
+    """The model tokens the record counts, and how many of the input a prompt cache served (once
+    the provider said any: a scripted plan's and many servers' answers say nothing of a cache)."""
+    output_tokens = usage.tokens - usage.input_tokens
+    text = (
+        f"{usage.model_calls} model calls, {usage.input_tokens} input tokens, {output_tokens} output tokens"
+    )
+    if usage.input_tokens and usage.cached_input_tokens:
+        share = 100 * usage.cached_input_tokens // usage.input_tokens
+        text += f"; {usage.cached_input_tokens} input tokens ({share}%) read from the provider's prompt cache"
+    return text
+
+
 def _resource_rows(b: Briefing) -> list[Row]:
     """Each subagent's sandbox and the budgets."""
-    if not b.sandboxes and not b.budgets:
+    if not b.sandboxes and not b.budgets and not b.usage.tokens:
         return []
     rows: list[Row] = [(0, "Resources")]
+    if b.usage.tokens:
+        rows.append((1, "usage: " + token_usage(b.usage)))
     for sandbox in b.sandboxes:
         state = {True: "alive", False: "not running", None: "not observed"}[sandbox.alive]
         facts = [

@@ -30,6 +30,7 @@ def on_model_output(s: SessionState, e: ModelOutputEvent) -> Updates:
     if p.input_tokens or p.output_tokens:
         updates["input_tokens"] = s.input_tokens + p.input_tokens
         updates["output_tokens"] = s.output_tokens + p.output_tokens
+        updates["cached_input_tokens"] = s.cached_input_tokens + p.cached_input_tokens
     return updates
 
 
