@@ -337,6 +337,8 @@ class LifecycleKind(StrEnum):
     RECOVERY_FAILED = "recovery_failed"
     SESSION_COMPLETED = "session_completed"
     SESSION_FAILED = "session_failed"
+    # A subagent's tool server listed its tools (`reason`: the server; `listing`: what it offered).
+    TOOLS_LISTED = "tools_listed"
 
 
 class Lifecycle(Payload):
@@ -349,6 +351,7 @@ class Lifecycle(Payload):
     subagent: str | None = None
     checkpoint_id: str | None = None
     operations: tuple[str, ...] = ()
+    listing: ArtifactRef | None = None
 
 
 class Rejection(Payload):
