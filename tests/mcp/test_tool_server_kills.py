@@ -132,3 +132,33 @@ def test_without_a_probe_a_cut_off_call_waits_on_the_person(tmp_path: Path) -> N
                 kill_group(resume)
         assert completed(read_events(home, SESSION))
         assert tracker.opened == 2
+
+
+def test_an_unsafe_call_sent_and_never_answered_is_an_unknown_outcome_not_a_failure(tmp_path: Path) -> None:
+    """No kill: the server takes the call and passes its timeout. It may have taken effect, so it
+    is reconciled like a call a kill cut off, never called failed nor sent again."""
+    with running_tracker(tmp_path / "calls.log") as tracker:
+        tracker.delay_s = 30
+        home = tmp_path / "home"
+        manifest = tracker_session(tmp_path / "session", tracker.url, timeoutSeconds=3)
+        run = start_belay(home, "run", str(manifest))
+        try:
+            wait_until(
+                lambda: RECONCILE in waits(read_events(home, SESSION)),
+                "the run to ask whether the unanswered open took effect",
+                timeout=120,
+                while_running=run,
+            )
+            [outcome] = [e for e in read_events(home, SESSION) if isinstance(e, OperationOutcomeEvent)]
+            assert outcome.payload.outcome == "unknown"
+            assert "did not answer within 3s" in outcome.payload.detail
+            assert "ISSUE-1" in outcome.payload.detail  # what the probe found
+            tracker.delay_s = 0
+            reconciled = run_belay(home, "reconcile", SESSION, OPEN, "--succeeded")
+            assert reconciled.returncode == 0, reconciled.stderr
+            assert run.wait(timeout=120) == 0
+        finally:
+            if run.poll() is None:
+                kill_group(run)
+        assert tracker.opened == 1
+        assert completed(read_events(home, SESSION))

@@ -271,7 +271,8 @@ def listing_of(spec: ToolServerSpec, answer: dict[str, Any]) -> dict[str, Any]:
     """What is recorded of a server's answer to `tools/list`: its identity, and each tool whose
     name is one Belay can call, with the class it is given and why; the others are named as left
     out. Descriptions are cut to a bound."""
-    identity = answer.get("server") if isinstance(answer.get("server"), dict) else {}
+    server = answer.get("server")
+    identity: dict[str, Any] = server if isinstance(server, dict) else {}
     tools, left_out = [], []
     for tool in answer.get("tools") or []:
         name = tool.get("name") if isinstance(tool, dict) else None
