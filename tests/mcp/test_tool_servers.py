@@ -1,11 +1,14 @@
 """A subagent's MCP tool server, through the real CLI: its tools listed in the sandbox and recorded,
 classed from their annotations (the manifest stricter, or less strict only with `trust:
-override`), gated by `approvalRequired` like a built-in tool, and a tool that vanished between two
-attempts failing visibly as its call's error, the change recorded and shown."""
+override`), gated by `approvalRequired` like a built-in tool, its answers redacted before they are
+recorded, and a tool that vanished between two attempts failing visibly as its call's error, the
+change recorded and shown."""
 
 from __future__ import annotations
 
 import json
+import secrets
+import string
 from pathlib import Path
 
 import pytest
@@ -183,3 +186,17 @@ def test_a_manifest_with_an_unbuilt_transport_or_a_probe_that_writes_is_refused(
     wrong["spec"]["approvalRequired"] = ["worker:other.open"]  # type: ignore[index]
     with pytest.raises(ValidationError, match=r"SERVER\.TOOL of a tool server the subagent declares"):
         AgentSession.model_validate(wrong)
+
+
+def test_what_a_server_answers_passes_redaction_before_it_is_recorded(tmp_path: Path) -> None:
+    leak = "ghp_" + "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(36))
+    with running_tracker(tmp_path / "calls.log") as tracker:
+        tracker.leak = leak
+        home = tmp_path / "home"
+        ran = run_belay(home, "run", str(tracker_session(tmp_path / "session", tracker.url)))
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        events = read_events(home, SESSION)
+    opened = result_of(events, OPEN).payload
+    assert opened.ok and opened.redactions >= 1
+    assert not [e.seq for e in events if leak in e.model_dump_json()]
+    assert leak not in run_belay(home, "events", SESSION, "--json").stdout

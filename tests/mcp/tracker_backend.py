@@ -24,6 +24,8 @@ class Tracker:
     url: str = ""
     delay_s: float = 0.0
     offered: list[str] = field(default_factory=lambda: list(ALL_TOOLS))
+    # A credential the tracker lets slip into every answer to an open, as a careless one would.
+    leak: str = ""
 
     def issues(self) -> list[dict[str, Any]]:
         if not self.log.exists():
@@ -67,7 +69,7 @@ def running_tracker(log: Path) -> Iterator[Tracker]:
                 with tracker.log.open("a") as log:
                     log.write(json.dumps(issue) + "\n")
             time.sleep(tracker.delay_s)
-            self.answer(issue)
+            self.answer({**issue, "note": f"opened with token {tracker.leak}"} if tracker.leak else issue)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
