@@ -13,13 +13,21 @@ SESSION = "mcp-tracker"
 FIND, OPEN, LABEL = "worker.file.1", "worker.file.2", "worker.file.3"
 
 
-def tracker_session(directory: Path, tracker_url: str, **server: Any) -> Path:
+def tracker_session(
+    directory: Path,
+    tracker_url: str,
+    actions: list[dict[str, Any]] | None = None,
+    resources: dict[str, Any] | None = None,
+    **server: Any,
+) -> Path:
     """The session's manifest: one subagent, the tracker's MCP server (its script an input of the
-    workspace) with `find_issues` as its probe, and one step that searches, opens and labels."""
+    workspace) with `find_issues` as its probe, and one step that searches, opens and labels
+    (or does `actions`)."""
     step = {
         "id": "file",
         "title": "File the crash in the tracker",
-        "actions": [
+        "actions": actions
+        or [
             {"tool": "tracker.find_issues", "arguments": {"title": "parser crash"}},
             {"tool": "tracker.open_issue", "arguments": {"title": "parser crash", "body": "values with '='"}},
             {"tool": "tracker.label_issue", "arguments": {"issue": "ISSUE-1", "label": "bug"}},
@@ -37,5 +45,6 @@ def tracker_session(directory: Path, tracker_url: str, **server: Any) -> Path:
         "networkProfile": "internet",
         "inputs": [{"source": str(SERVER), "target": "tools", "hostPath": True}],
         "toolServers": [tool_server],
+        **({"resources": resources} if resources else {}),
     }
     return write_scripted_session(directory, SESSION, "file the parser crash", [subagent], {"worker": [step]})

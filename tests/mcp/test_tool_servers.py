@@ -200,3 +200,19 @@ def test_what_a_server_answers_passes_redaction_before_it_is_recorded(tmp_path: 
     assert opened.ok and opened.redactions >= 1
     assert not [e.seq for e in events if leak in e.model_dump_json()]
     assert leak not in run_belay(home, "events", SESSION, "--json").stdout
+
+
+def test_a_tool_server_runs_under_its_sandboxs_command_walls(tmp_path: Path) -> None:
+    """The SDK's client starts the server, not the sandbox server: its walls still hold (here the
+    disk figure, as the largest file it may write)."""
+    with running_tracker(tmp_path / "calls.log") as tracker:
+        tracker.offered.append("file_size_limit")
+        home = tmp_path / "home"
+        asked = [{"tool": "tracker.file_size_limit", "arguments": {}}]
+        manifest = tracker_session(
+            tmp_path / "session", tracker.url, actions=asked, resources={"diskMib": 64}
+        )
+        ran = run_belay(home, "run", str(manifest))
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        events = read_events(home, SESSION)
+    assert result_of(events, FIND).payload.output["structured_content"] == {"bytes": 64 * 1024 * 1024}

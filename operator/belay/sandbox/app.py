@@ -23,7 +23,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from belay import lifetime
-from belay.sandbox import isolation, limits, mcp_stdio, workspace
+from belay.sandbox import isolation, limits, mcp_stdio, walled_exec, workspace
 from belay.sandbox.protocol import (
     CLAIM_PATH,
     INSTANCE_ENV,
@@ -599,10 +599,16 @@ class SandboxServer:
         return output
 
     async def mcp_list(self, arguments: mcp_stdio.McpListArgs) -> mcp_stdio.McpListOutput:
-        return await mcp_stdio.list_tools(arguments, self.root, self.command_environment())
+        argv = self.tool_server_argv(arguments.command)
+        return await mcp_stdio.list_tools(arguments, argv, self.root, self.command_environment())
 
     async def mcp_call(self, arguments: mcp_stdio.McpCallArgs) -> mcp_stdio.McpCallOutput:
-        return await mcp_stdio.call_tool(arguments, self.root, self.command_environment())
+        argv = self.tool_server_argv(arguments.command)
+        return await mcp_stdio.call_tool(arguments, argv, self.root, self.command_environment())
+
+    def tool_server_argv(self, command: list[str]) -> list[str]:
+        """A declared MCP server's command as it is started: in the sandbox, under a command's walls."""
+        return [*self.report.command_prefix, *walled_exec.walled_argv(self.walls, command)]
 
     async def read_file(self, arguments: ReadFileArgs) -> ReadFileOutput:
         data = await asyncio.to_thread(workspace.read_bytes, self.root, arguments.path, arguments.max_bytes)

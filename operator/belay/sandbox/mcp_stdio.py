@@ -85,10 +85,10 @@ def server_environment(base: dict[str, str]) -> dict[str, str]:
     return environment
 
 
-def _parameters(arguments: McpServerArgs, cwd: Path, environment: dict[str, str]) -> Any:
+def _parameters(argv: list[str], cwd: Path, environment: dict[str, str]) -> Any:
     from mcp import StdioServerParameters
 
-    command, *rest = arguments.command
+    command, *rest = argv
     return StdioServerParameters(
         command=command, args=rest, cwd=str(cwd), env=server_environment(environment)
     )
@@ -108,11 +108,14 @@ def _bounded(payload: dict[str, Any], cap: int, what: str, sent: bool) -> dict[s
     return payload
 
 
-async def list_tools(arguments: McpListArgs, cwd: Path, environment: dict[str, str]) -> McpListOutput:
-    """The server's identity and every tool it offers (every page of `tools/list`)."""
+async def list_tools(
+    arguments: McpListArgs, argv: list[str], cwd: Path, environment: dict[str, str]
+) -> McpListOutput:
+    """The server's identity and every tool it offers (every page of `tools/list`). `argv` is the
+    declared command as the sandbox starts it (under a command's walls)."""
     try:
         with anyio.fail_after(arguments.timeout_s):
-            async with _client(_parameters(arguments, cwd, environment)) as client:
+            async with _client(_parameters(argv, cwd, environment)) as client:
                 info = client.server_info
                 tools: list[dict[str, Any]] = []
                 cursor: str | None = None
@@ -144,12 +147,14 @@ async def list_tools(arguments: McpListArgs, cwd: Path, environment: dict[str, s
     return McpListOutput.model_validate(_bounded(listed, arguments.max_output_bytes, "tool list", False))
 
 
-async def call_tool(arguments: McpCallArgs, cwd: Path, environment: dict[str, str]) -> McpCallOutput:
+async def call_tool(
+    arguments: McpCallArgs, argv: list[str], cwd: Path, environment: dict[str, str]
+) -> McpCallOutput:
     """One `tools/call` and the server's answer. A failure says whether the call was sent."""
     sent = False
     try:
         with anyio.fail_after(arguments.timeout_s):
-            async with _client(_parameters(arguments, cwd, environment)) as client:
+            async with _client(_parameters(argv, cwd, environment)) as client:
                 sent = True
                 result = await client.call_tool(arguments.tool, arguments.arguments)
     except TimeoutError:

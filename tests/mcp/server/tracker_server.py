@@ -12,6 +12,7 @@ between two attempts.
 from __future__ import annotations
 
 import json
+import resource
 import sys
 import urllib.parse
 import urllib.request
@@ -55,6 +56,14 @@ if "label_issue" in OFFERED:
     def label_issue(issue: str, label: str) -> dict[str, str]:
         """Set an issue's label (the same label twice changes nothing)."""
         return {"issue": issue, "label": label}
+
+
+if "file_size_limit" in OFFERED:
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def file_size_limit() -> dict[str, int]:
+        """The largest file this server may write (its RLIMIT_FSIZE; -1: none)."""
+        return {"bytes": resource.getrlimit(resource.RLIMIT_FSIZE)[0]}
 
 
 if __name__ == "__main__":
