@@ -216,3 +216,30 @@ def test_a_tool_server_runs_under_its_sandboxs_command_walls(tmp_path: Path) -> 
         assert ran.returncode == 0, ran.stdout + ran.stderr
         events = read_events(home, SESSION)
     assert result_of(events, FIND).payload.output["structured_content"] == {"bytes": 64 * 1024 * 1024}
+
+
+def test_a_plan_naming_a_server_the_subagent_does_not_declare_is_refused_before_it_runs(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    asked = [{"tool": "chat.post", "arguments": {"text": "hello"}}]
+    manifest = tracker_session(tmp_path / "session", "http://127.0.0.1:1", actions=asked)
+    refused = run_belay(home, "run", str(manifest))
+    assert refused.returncode != 0
+    [line] = refused.stderr.strip().splitlines()
+    assert "chat.post: the subagent declares no tool server 'chat'" in line
+    assert read_events(home, SESSION) == []
+
+
+def test_a_server_that_cannot_be_listed_fails_each_call_visibly_and_sends_nothing(tmp_path: Path) -> None:
+    with running_tracker(tmp_path / "calls.log") as tracker:
+        home = tmp_path / "home"
+        manifest = tracker_session(tmp_path / "session", tracker.url, command=["python", "tools/missing.py"])
+        run_belay(home, "run", str(manifest))
+        events = read_events(home, SESSION)
+        assert tracker.opened == 0
+    [listed] = listings(events)
+    assert listed.payload.listing is None
+    assert "tool server tracker could not be listed" in listed.payload.detail
+    failed = result_of(events, OPEN).payload
+    assert not failed.ok and "could not be listed" in (failed.error or "")
