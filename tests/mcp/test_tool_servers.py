@@ -10,13 +10,16 @@ import json
 import secrets
 import string
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from pydantic import ValidationError
 
-from belay.api.agentsession import AgentSession
+from belay.api.agentsession import AgentSession, AgentSessionSpec
 from belay.api.tool_servers import ToolClass
+from belay.controller import admission
+from belay.controller.settings import OperatorSettings
 from belay.harness.mcp_tools import tool_class
 from belay.journal.events import (
     ApprovalRequestEvent,
@@ -161,21 +164,20 @@ def test_a_tool_that_vanished_between_attempts_fails_visibly_and_the_change_is_s
     assert "does not offer 'label_issue'" in page, page
 
 
-def test_a_manifest_with_an_unbuilt_transport_or_a_probe_that_writes_is_refused() -> None:
-    def session(server: dict[str, object]) -> dict[str, object]:
-        subagent = {"name": "worker", "toolServers": [{"name": "tracker", "command": ["x"], **server}]}
-        spec = {
-            "request": {"goal": "g"},
-            "executor": {"type": "scripted", "plan": "p"},
-            "subagents": [subagent],
-        }
-        return {
-            "apiVersion": "belay.dev/v1alpha1",
-            "kind": "AgentSession",
-            "metadata": {"name": "s"},
-            "spec": spec,
-        }
+def session_with_server(server: dict[str, Any]) -> dict[str, Any]:
+    """A manifest (as read from YAML) whose one subagent declares one tool server."""
+    subagent = {"name": "worker", "toolServers": [{"name": "tracker", "command": ["x"], **server}]}
+    spec = {"request": {"goal": "g"}, "executor": {"type": "scripted", "plan": "p"}, "subagents": [subagent]}
+    return {
+        "apiVersion": "belay.dev/v1alpha1",
+        "kind": "AgentSession",
+        "metadata": {"name": "s"},
+        "spec": spec,
+    }
 
+
+def test_a_manifest_with_an_unbuilt_transport_or_a_probe_that_writes_is_refused() -> None:
+    session = session_with_server
     with pytest.raises(ValidationError, match="only 'stdio' is supported"):
         AgentSession.model_validate(session({"transport": "streamable-http"}))
     with pytest.raises(ValidationError, match="probe must be a read-only tool"):
@@ -183,7 +185,7 @@ def test_a_manifest_with_an_unbuilt_transport_or_a_probe_that_writes_is_refused(
     with pytest.raises(ValidationError, match="keyed"):
         AgentSession.model_validate(session({"tools": {"open": {"effect": "keyed"}}}))
     wrong = session({})
-    wrong["spec"]["approvalRequired"] = ["worker:other.open"]  # type: ignore[index]
+    wrong["spec"]["approvalRequired"] = ["worker:other.open"]
     with pytest.raises(ValidationError, match=r"SERVER\.TOOL of a tool server the subagent declares"):
         AgentSession.model_validate(wrong)
 
@@ -243,3 +245,12 @@ def test_a_server_that_cannot_be_listed_fails_each_call_visibly_and_sends_nothin
     assert "tool server tracker could not be listed" in listed.payload.detail
     failed = result_of(events, OPEN).payload
     assert not failed.ok and "could not be listed" in (failed.error or "")
+
+
+def test_an_operator_refuses_tool_servers_it_does_not_run_yet() -> None:
+    settings = OperatorSettings(harness_image="registry.example/h:1", sandbox_image="registry.example/s:1")
+    raw = session_with_server({})["spec"]
+    [why] = admission.refusals(AgentSessionSpec.model_validate(raw), settings)
+    assert why.startswith("spec.subagents[worker].toolServers: MCP tool servers run with `belay run` only")
+    raw["subagents"][0]["toolServers"] = []
+    assert admission.refusals(AgentSessionSpec.model_validate(raw), settings) == []
