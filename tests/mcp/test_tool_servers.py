@@ -254,3 +254,18 @@ def test_an_operator_refuses_tool_servers_it_does_not_run_yet() -> None:
     assert why.startswith("spec.subagents[worker].toolServers: MCP tool servers run with `belay run` only")
     raw["subagents"][0]["toolServers"] = []
     assert admission.refusals(AgentSessionSpec.model_validate(raw), settings) == []
+
+
+def test_what_a_server_writes_to_stderr_stays_in_its_sandbox(tmp_path: Path) -> None:
+    """Its stderr would otherwise fill the sandbox server's log, a file of the home outside the
+    sandbox's disk wall."""
+    with running_tracker(tmp_path / "calls.log") as tracker:
+        home = tmp_path / "home"
+        ran = run_belay(home, "run", str(tracker_session(tmp_path / "session", tracker.url)))
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+    logs = [
+        path
+        for path in home.rglob("*")
+        if path.is_file() and b"tracker-server-stderr-marker" in path.read_bytes()
+    ]
+    assert logs == []

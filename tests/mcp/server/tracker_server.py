@@ -23,6 +23,8 @@ from mcp.types import ToolAnnotations
 from mcp.server import MCPServer
 
 TRACKER = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:1"
+# What a server says on stderr stays in its sandbox (a test looks for it on the host).
+print("tracker-server-" + "stderr-marker " * 1000, file=sys.stderr, flush=True)
 server = MCPServer("belay-test-tracker", version="1.4.2")
 
 
