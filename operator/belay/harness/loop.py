@@ -261,6 +261,7 @@ class Harness:
             read_state=attempt.state,
             known_state=attempt.known_state,
             record=record,
+            server_tools=lambda: self.runtime.servers.schemas(sub),
         )
         return self.executors(context)
 

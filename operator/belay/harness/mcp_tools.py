@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from belay.api.agentsession import SubagentSpec
 from belay.api.tool_servers import TOOL_NAME_PATTERN, ToolClass, ToolServerSpec
 from belay.harness.attempt import Attempt
+from belay.harness.models.base import ToolSchema
 from belay.harness.recovery import Recovery
 from belay.harness.redaction import Redactor, scanned
 from belay.journal.events import EffectClass, Lifecycle, LifecycleKind, ToolRequest, canonical_json
@@ -91,6 +92,7 @@ class ListedTool:
     name: str
     effect: EffectClass
     input_schema: dict[str, Any]
+    description: str = ""
 
 
 @dataclass
@@ -110,6 +112,17 @@ class ServerTools:
         spec = server_spec(sub, server)
         declared = spec.tools.get(tool) if spec is not None else None
         return EffectClass(declared.effect) if declared is not None else EffectClass.UNSAFE
+
+    def schemas(self, sub: SubagentSpec) -> list[ToolSchema]:
+        """The subagent's server tools as a model is given them, by this attempt's listings."""
+        return [
+            ToolSchema(
+                name=tool.name,
+                description=f"{tool.description} (a tool of the server {tool.server}; {tool.effect.value})",
+                parameters=tool.input_schema or {"type": "object", "properties": {}},
+            )
+            for tool in sorted(self.tools.get(sub.name, {}).values(), key=lambda t: t.name)
+        ]
 
     # ---------------------------------------------------------------------------------------------
     # Listing
@@ -148,7 +161,11 @@ class ServerTools:
         offered = self.tools.setdefault(sub.name, {})
         for entry in listing["tools"]:
             offered[entry["call_as"]] = ListedTool(
-                spec.name, entry["call_as"], EffectClass(entry["effect"]), entry["input_schema"]
+                spec.name,
+                entry["call_as"],
+                EffectClass(entry["effect"]),
+                entry["input_schema"],
+                entry["description"],
             )
         body = canonical_json(listing)
         ref = await asyncio.to_thread(runtime.artifacts.put, body, media_type="application/json")
