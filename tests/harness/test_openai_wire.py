@@ -98,6 +98,28 @@ async def test_a_call_that_does_not_fit_the_schema_shown_is_an_error_result_the_
     assert "read_file: unexpected argument 'additionalProperties' (it takes only: path)" in output["output"]
 
 
+async def test_a_call_of_a_tool_that_does_not_exist_is_its_error_result_and_the_session_goes_on(
+    model_server: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model that makes up a tool's name (or sends a server tool's wire name that decodes to
+    nothing) costs that call, never the attempt: before, the harness stopped on a KeyError."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    model_server.replies = [
+        [call("call_1", "drop_database", {"name": "prod"}), call("call_0", "x__y", {})],
+        *WORK,
+    ]
+    result = await run_local(LocalHome(tmp_path), session(model_server.url), with_ticket_service=False)
+    assert result.completed, result.detail
+
+    outputs = {
+        i["call_id"]: i["output"]
+        for i in model_server.received[1]["input"]
+        if i.get("type") == "function_call_output"
+    }
+    assert "unknown tool 'drop_database'" in outputs["call_1"], outputs
+    assert "unknown tool 'x__y'" in outputs["call_0"], outputs
+
+
 async def test_each_request_begins_with_the_one_before_it_and_what_changes_is_at_the_end(
     model_server: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -43,6 +43,7 @@ from belay.api.git_input import GitInput
 from belay.api.manifest_errors import ManifestError, describe_validation_error
 from belay.api.resources import SandboxResources
 from belay.api.status import AgentSessionStatus
+from belay.api.tool_servers import ToolServerSpec, unique_servers
 from belay.journal.state.records import ExecutorChangeRecord
 from belay.journal.tools import (
     DEFAULT_COMMAND_OUTPUT_BYTES,
@@ -165,8 +166,12 @@ BASE_URL_MESSAGE = "executor.baseURL must be an http:// or https:// URL"
 APPROVAL_NAMES_MESSAGE = "an approval needs operationId or approvalId"
 TOOL_NAMES = tuple(sorted(TOOLS))
 APPROVAL_TOOL_MESSAGE = (
-    "approvalRequired entries must be TOOL or SUBAGENT:TOOL, with TOOL one of: " + ", ".join(TOOL_NAMES)
+    "approvalRequired entries must be TOOL or SUBAGENT:TOOL, with TOOL one of: "
+    + ", ".join(TOOL_NAMES)
+    + ", or SERVER.TOOL of a tool server the subagent declares"
 )
+# A tool of a declared tool server (which server a subagent declares is checked by the model).
+SERVER_TOOL_ENTRY = r"^([a-z0-9-]+:)?[a-z0-9-]+[.][A-Za-z0-9_.-]+$"
 APPROVAL_SUBAGENT_MESSAGE = "approvalRequired: SUBAGENT in SUBAGENT:TOOL must be one of spec.subagents"
 UNIQUE_SUBAGENTS_MESSAGE = "subagent names must be unique"
 FORK_IMMUTABLE_MESSAGE = "forkFrom is immutable"
@@ -492,6 +497,10 @@ class SubagentSpec(ApiModel):
     )
     # The sandbox's resource walls (belay.api.resources): each has a default.
     resources: SandboxResources = SandboxResources()
+    # MCP servers its sandbox runs, whose tools it may call as `<server>.<tool>` (belay.api.tool_servers).
+    tool_servers: Annotated[list[ToolServerSpec], AfterValidator(unique_servers)] = Field(
+        default_factory=list, max_length=16
+    )
 
     @field_validator("allowlist")
     @classmethod
@@ -640,6 +649,15 @@ def _approval_tool(entry: str) -> str:
     return entry.split(":", 1)[1] if ":" in entry else entry
 
 
+def _server_tool(entry: str, subagents: list[SubagentSpec]) -> bool:
+    """Whether an entry names `<server>.<tool>` of a server its subagent (any, without one) declares."""
+    server, dot, tool = _approval_tool(entry).partition(".")
+    named = entry.split(":", 1)[0] if ":" in entry else None
+    return bool(dot and tool) and any(
+        server in {s.name for s in sub.tool_servers} for sub in subagents if named in (None, sub.name)
+    )
+
+
 class AgentSessionSpec(ApiModel):
     model_config = ConfigDict(
         json_schema_extra={
@@ -680,7 +698,8 @@ class AgentSessionSpec(ApiModel):
             "x-kubernetes-validations": [
                 {
                     "rule": f"self.all(r, r in {_cel_list(TOOL_NAMES)} || (r.contains(':') && "
-                    f"r.substring(r.indexOf(':') + 1) in {_cel_list(TOOL_NAMES)}))",
+                    f"r.substring(r.indexOf(':') + 1) in {_cel_list(TOOL_NAMES)}) || "
+                    f"r.matches('{SERVER_TOOL_ENTRY}'))",
                     "message": APPROVAL_TOOL_MESSAGE,
                 }
             ]
@@ -709,9 +728,10 @@ class AgentSessionSpec(ApiModel):
     @classmethod
     def _known_tools_and_subagents(cls, entries: list[str], info: ValidationInfo) -> list[str]:
         # A misspelled tool or subagent would otherwise turn its gate off without a word.
-        if not all(_approval_tool(entry) in TOOLS for entry in entries):
+        subagents = info.data.get("subagents", [])
+        if not all(_approval_tool(entry) in TOOLS or _server_tool(entry, subagents) for entry in entries):
             raise ValueError(APPROVAL_TOOL_MESSAGE)
-        names = {s.name for s in info.data.get("subagents", [])}
+        names = {s.name for s in subagents}
         if "subagents" in info.data and any(
             ":" in entry and entry.split(":", 1)[0] not in names for entry in entries
         ):

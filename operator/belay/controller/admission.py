@@ -19,6 +19,9 @@ can express, is refused here, before anything of the session is created: its sta
   holds or meets a special-purpose range, such as `0.0.0.0/0` holding the cluster's private
   ranges) is refused rather than cut down.
 
+- Tool servers: a subagent's MCP tool servers (`toolServers`) are refused: they run on the
+  embedded runtime only, so far.
+
 Artifact inputs (`inputs[].artifact`) are not refused here: whether one may be taken depends on its
 source's record, read before the first harness pod (`belay.controller.artifact_inputs`).
 """
@@ -171,4 +174,13 @@ def refusals(spec: AgentSessionSpec, settings: OperatorSettings) -> list[str]:
                 f"operator allows (allowed: {allowed})"
             )
         found += [f"{where}.allowlist: {why}" for why in allowlist_refusals(sub.allowlist)]
+        if sub.tool_servers:
+            found.append(TOOL_SERVERS_MESSAGE.format(where=where))
     return found
+
+
+# A subagent's MCP tool servers run on the embedded runtime; a sandbox pod's image is not known to
+# hold their commands or the SDK, and no test has run them on a node.
+TOOL_SERVERS_MESSAGE = (
+    "{where}.toolServers: MCP tool servers run with `belay run` only; in a cluster they are not built yet"
+)

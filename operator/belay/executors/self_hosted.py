@@ -25,6 +25,7 @@ from belay.harness.context import build_model_request
 from belay.harness.executor import Decision, ExecutorContext, RemoteResource, ToolOutcome
 from belay.harness.models.base import ModelAdapter, ModelMessage, ModelRequest
 from belay.harness.models.scripted import SCRIPTED_MODEL_ID, ScriptedModel, load_plan
+from belay.harness.tools import offered
 from belay.journal.compaction import (
     DETERMINISTIC,
     RECENT_WINDOW_EVENTS,
@@ -72,13 +73,18 @@ class SelfHostedExecutor:
         await self.compact(state.last_seq)
         tail = await ctx.store.tail(ctx.session.session_id, CONTEXT_TAIL_EVENTS)
         shared = await build_context(ctx.store, ctx.session.session_id, state, CONTEXT_BUDGET_TOKENS)
+        server_tools = ctx.server_tools()
         request = build_model_request(
-            state, tail, sub.name, sub.role, sub.deliverable, record_context=shared.to_text()
+            state, tail, sub.name, sub.role, sub.deliverable, shared.to_text(), server_tools
         )
         turn = await self.model.complete(request)
+        # A server tool is called under its wire name; the record names it `<server>.<tool>`.
+        named = offered(server_tools)[1]
         return Decision(
             text=turn.text,
-            tool_calls=list(turn.tool_calls),
+            tool_calls=[
+                call.model_copy(update={"name": named.get(call.name, call.name)}) for call in turn.tool_calls
+            ],
             model_id=turn.model_id,
             input_tokens=turn.input_tokens,
             output_tokens=turn.output_tokens,

@@ -13,8 +13,8 @@ import json
 import re
 from collections.abc import Sequence
 
-from belay.harness.models.base import ModelMessage, ModelRequest, ToolCall
-from belay.harness.tools import tool_schemas
+from belay.harness.models.base import ModelMessage, ModelRequest, ToolCall, ToolSchema
+from belay.harness.tools import offered, wire_name
 from belay.journal.events import (
     Event,
     ModelOutputEvent,
@@ -108,7 +108,12 @@ def build_model_request(
     role: str,
     deliverable: str | None,
     record_context: str = "",
+    server_tools: Sequence[ToolSchema] = (),
 ) -> ModelRequest:
+    """The request for one turn; `server_tools` (the subagent's MCP server tools) are offered
+    beside the built-ins under their wire names (`belay.harness.tools.wire_name`)."""
+    schemas, named = offered(server_tools)
+    wire_names = {tool: wire for wire, tool in named.items()}
     messages = [ModelMessage(role="user", content=state.request.goal)]
     for event in tail:
         # A person's message to this subagent, and a change of the request: user turns.
@@ -127,7 +132,7 @@ def build_model_request(
             # The request belongs to the assistant turn just before it (the same atomic batch).
             call = ToolCall(
                 call_id=wire_call_id(event.payload.provider_call_id or event.payload.operation_id),
-                name=event.payload.tool,
+                name=wire_names.get(event.payload.tool) or wire_name(event.payload.tool),
                 arguments=event.payload.arguments,
             )
             if messages[-1].role == "assistant":
@@ -151,4 +156,4 @@ def build_model_request(
     if now:
         messages.append(ModelMessage(role="user", content=now))
     system = system_prompt(state, subagent, role, deliverable)
-    return ModelRequest(system=system, messages=messages, tools=tool_schemas())
+    return ModelRequest(system=system, messages=messages, tools=schemas)

@@ -20,7 +20,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from belay.api.agentsession import AgentSession, SubagentSpec
-from belay.harness.models.base import ToolCall
+from belay.harness.models.base import ToolCall, ToolSchema
 from belay.journal.events import Event, Payload, ToolRequest, ToolResult
 from belay.journal.state import SessionState
 from belay.stores.base import ArtifactStore, EventStore
@@ -91,6 +91,8 @@ class ExecutorContext:
     known_state: Callable[[], Awaitable[SessionState]]
     # Appends under the attempt's lease, as this subagent (`durable`: see `Attempt.record`).
     record: Recorder
+    # The tools of the subagent's MCP servers, as this attempt listed them (belay.harness.mcp_tools).
+    server_tools: Callable[[], list[ToolSchema]] = lambda: []
 
 
 class Executor(Protocol):

@@ -260,6 +260,7 @@ class Harness:
             read_state=attempt.state,
             known_state=attempt.known_state,
             record=record,
+            server_tools=lambda: self.runtime.servers.schemas(sub),
         )
         return self.executors(context)
 
@@ -271,6 +272,8 @@ class Harness:
         # longer visible in one place.
         attempt, runtime = self.attempt, self.runtime
         try:
+            if sub.tool_servers and not is_finished(await attempt.state(), sub):
+                await runtime.servers.list_servers(runtime, sub)  # before anything calls their tools
             await runtime.settle_open_operations(sub)
             state = await attempt.state()
             if is_finished(state, sub):

@@ -49,6 +49,7 @@ from belay.harness.attempt import Attempt
 from belay.harness.bounded import store_file, stored_when_too_large, with_caps
 from belay.harness.effect_marks import EffectMarks
 from belay.harness.harness_tools import run_in_harness, step_failed_by
+from belay.harness.mcp_tools import OutcomeUnknown, ServerTools
 from belay.harness.models.base import ToolCall
 from belay.harness.recovery import Recovery
 from belay.harness.redaction import Redactor, scanned
@@ -84,7 +85,15 @@ from belay.journal.state import (
     SessionState,
     operation_payload_sha256,
 )
-from belay.journal.tools import ToolSpec, argument_problem, call_arguments, effect_of, tool_spec
+from belay.journal.tools import (
+    ToolSpec,
+    argument_problem,
+    call_arguments,
+    effect_of,
+    is_known_tool,
+    tool_spec,
+    unknown_tool,
+)
 from belay.sandbox.client import SandboxError, SandboxNotAnswering, SandboxUnavailable
 from belay.stores.base import MAX_PAYLOAD_BYTES, ArtifactStore, ClaimTaken, PayloadTooLarge
 from belay.views.escaping import one_line
@@ -114,6 +123,7 @@ class ToolRuntime:
     redactor: Redactor = field(default_factory=Redactor.from_environment)
     fenced: bool = field(default_factory=lambda: os.environ.get(FENCE_ENV) != "off")
     in_flight: InFlight = field(default_factory=InFlight)
+    servers: ServerTools = field(default_factory=ServerTools)  # this attempt's MCP tool listings
 
     def __post_init__(self) -> None:
         if self.tickets is not None and self.tickets.token:
@@ -154,6 +164,7 @@ class ToolRuntime:
         and the hash of its payload (what an approval binds)."""
         spec = tool_spec(call.name)
         effect = effect_of(spec.name, sub.network_profile, sub.command_effect)
+        effect = self.servers.effect(sub, spec.name) if spec.where == "server" else effect
         operation_id = derived.operation_id
         if operation_id in state.operations:
             raise RuntimeError(f"the executor reused operation id {operation_id!r}")
@@ -257,6 +268,9 @@ class ToolRuntime:
                     request.operation_id, request.tool, self.dispatch(sub, request_seq, request)
                 )
                 break
+            except OutcomeUnknown as unanswered:  # sent to a tool server, never answered
+                op = (await self.attempt.state()).operations[request.operation_id]
+                return await self.reconcile_unsafe(sub, op, request, str(unanswered))
             except SandboxUnavailable as lost:
                 await self.recovery.replace_sandbox(sub, lost)
                 replaced, last_loss = replaced + 1, str(lost)
@@ -287,7 +301,12 @@ class ToolRuntime:
         # Large values come back from the artifact store for every tool, sandbox or harness, and
         # the schema is checked on what the tool would be given, before anything else reads it.
         arguments = await resolve_arguments(self.artifacts, request.arguments)
-        problem = argument_problem(request.tool, call_arguments(request.tool, arguments))
+        if not is_known_tool(request.tool):
+            problem: str | None = unknown_tool(request.tool)
+        elif spec.where == "server":
+            problem = self.servers.refusal(sub, request, arguments)
+        else:
+            problem = argument_problem(request.tool, call_arguments(request.tool, arguments))
         if problem is not None:
             # What was sent is the call's fault, never the harness's: its error result, and no
             # retry for an external effect (the same arguments would fail the same way).
@@ -296,6 +315,9 @@ class ToolRuntime:
         resolved = request.model_copy(update={"arguments": arguments})
         if spec.where == "sandbox":
             payloads = await self.run_in_sandbox(sub, resolved)
+        elif spec.where == "server":
+            ok, output, error = await self.servers.call(self, sub, resolved, arguments)
+            payloads = [await self.tool_result(request.operation_id, ok, output, error, subagent=sub.name)]
         else:
             payloads = await run_in_harness(self, sub, resolved)
         state = await self.attempt.known_state()  # the request's provenance: recorded by this attempt
@@ -303,7 +325,8 @@ class ToolRuntime:
         # A failure waits on a person only for a tool whose failure is known to have taken no
         # effect (the catalogue's unsafe tools); a command in a networked sandbox is unsafe for a
         # recovery, but its failure (a timeout, a wall) is its own answer to the model.
-        failure = failed_effect(spec.effect, request, payloads)
+        # A server tool's failure is its own answer (whether it took effect only the server knows).
+        failure = None if spec.where == "server" else failed_effect(spec.effect, request, payloads)
         retry = None
         if failure is not None:
             summary = (
@@ -425,14 +448,17 @@ class ToolRuntime:
     # Unsafe operations whose outcome is unknown
 
     async def reconcile_unsafe(
-        self, sub: SubagentSpec, op: OperationRecord, request: ToolRequest
+        self, sub: SubagentSpec, op: OperationRecord, request: ToolRequest, why: str = ""
     ) -> list[Event]:
         attempt = self.attempt
         spec = tool_spec(op.tool)
         recorded: list[Event] = []
         probe = await self.probe(spec, op.operation_id)
+        # A tool server's probe is no evidence either way: what it found is shown to the person.
+        found = await self.servers.probe(self, sub, op, request) if spec.where == "server" else ""
         if op.outcome != "unknown":
-            detail = f"{op.tool} was requested; no result was recorded before the harness stopped"
+            detail = why or f"{op.tool} was requested; no result was recorded before the harness stopped"
+            detail += f"; {found}" if found else ""
             if probe is not None and probe.unmarked and not probe.effects:
                 # What the person reconciling it reads: the findings that are no evidence.
                 detail += f"; {probe.describe_unmarked()}, so not taken as its effect"
@@ -442,7 +468,7 @@ class ToolRuntime:
                 parent_seq=op.request_seq,
             )
         if probe is None:
-            return recorded + await self.wait_for_reconciliation(sub, op, request)
+            return recorded + await self.wait_for_reconciliation(sub, op, request, found=found)
         if probe.effects:
             return recorded + await attempt.record(
                 await self.probe_found(op.operation_id, spec, probe),
@@ -529,7 +555,12 @@ class ToolRuntime:
         return findings
 
     async def wait_for_reconciliation(
-        self, sub: SubagentSpec, op: OperationRecord, request: ToolRequest, probe: ProbeFindings | None = None
+        self,
+        sub: SubagentSpec,
+        op: OperationRecord,
+        request: ToolRequest,
+        probe: ProbeFindings | None = None,
+        found: str = "",
     ) -> list[Event]:
         attempt = self.attempt
         wait_id = f"reconcile-{op.operation_id}"
@@ -542,7 +573,8 @@ class ToolRuntime:
                 else ""
             )
             reason = (
-                f"did {op.tool} ({op.operation_id}) take effect? Its outcome is unknown{unmarked} and it "
+                f"did {op.tool} ({op.operation_id}) take effect? Its outcome is unknown{unmarked}"
+                f"{f' ({found})' if found else ''} and it "
                 f"is never repeated blindly: `{self.command(commands.approve(self.session_name, wait_id))}` "
                 f"if it did, `{self.command(commands.reject(self.session_name, wait_id))}` if it did not"
             )

@@ -339,6 +339,8 @@ class LifecycleKind(StrEnum):
     RECOVERY_FAILED = "recovery_failed"
     SESSION_COMPLETED = "session_completed"
     SESSION_FAILED = "session_failed"
+    # A subagent's tool server listed its tools (`reason`: the server; `listing`: what it offered).
+    TOOLS_LISTED = "tools_listed"
 
 
 class Lifecycle(Payload):
@@ -351,6 +353,7 @@ class Lifecycle(Payload):
     subagent: str | None = None
     checkpoint_id: str | None = None
     operations: tuple[str, ...] = ()
+    listing: ArtifactRef | None = None
 
 
 class Rejection(Payload):

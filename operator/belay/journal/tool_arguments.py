@@ -44,6 +44,13 @@ class ToolArguments(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ServerToolArguments(ToolArguments):
+    """A declared MCP server's tool: what its arguments may be is the server's listed schema,
+    which the harness checks the call against (`belay.harness.mcp_tools`), not a model of ours."""
+
+    model_config = ConfigDict(extra="allow")
+
+
 class RunCommandArguments(ToolArguments):
     command: Annotated[
         str | list[str],

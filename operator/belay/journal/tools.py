@@ -27,6 +27,7 @@ from belay.journal.tool_arguments import (
     RecordNoteArguments,
     RequestApprovalArguments,
     RunCommandArguments,
+    ServerToolArguments,
     StartSessionArguments,
     ToolArguments,
     UpdatePlanArguments,
@@ -36,7 +37,10 @@ from belay.journal.tool_arguments import (
     parameters_schema,
 )
 
-Where = Literal["sandbox", "harness"]
+# "server": a tool of a subagent's declared MCP server (`<server>.<tool>`), run by that server in
+# the subagent's sandbox; its effect class comes from the server's listing (belay.harness.mcp_tools).
+Where = Literal["sandbox", "harness", "server"]
+SERVER_TOOL_SEPARATOR = "."
 
 # What one sandbox call may bring back into the harness (and into the model's context): a file
 # above the read_file cap is refused, its bytes streamed to the artifact store instead; a command's
@@ -187,11 +191,33 @@ def unknown_tool(name: str) -> str:
     return f"unknown tool {name!r}{near} (the tools are: {', '.join(sorted(TOOLS))}; docs/tools.md)"
 
 
+def is_server_tool(name: str) -> bool:
+    """Whether `name` is `<server>.<tool>`: no built-in tool's name holds a dot."""
+    server, dot, tool = name.partition(SERVER_TOOL_SEPARATOR)
+    return bool(server and dot and tool)
+
+
 def tool_spec(name: str) -> ToolSpec:
-    try:
-        return TOOLS[name]
-    except KeyError:
-        raise KeyError(unknown_tool(name)) from None
+    """The catalogue's tool; for `<server>.<tool>`, what holds for every server tool (the
+    strictest class, which the server's listing replaces where it is known); for any other name,
+    the spec of a tool that does not exist."""
+    if is_server_tool(name):
+        return ToolSpec(
+            name, EffectClass.UNSAFE, "server", "a tool of a declared MCP server", ServerToolArguments
+        )
+    known = TOOLS.get(name)
+    if known is not None:
+        return known
+    # A name a model made up: recorded as it asked, then refused as that call's error result
+    # (`is_known_tool`), never run and never the end of the attempt. Read-only, since nothing of
+    # it ever runs: a resume after a kill settles it by refusing it again.
+    return ToolSpec(name, EffectClass.READ_ONLY, "harness", unknown_tool(name), ServerToolArguments)
+
+
+def is_known_tool(name: str) -> bool:
+    """Whether `name` is a built-in tool or a declared server's `<server>.<tool>` (which the
+    server's listing then checks)."""
+    return name in TOOLS or is_server_tool(name)
 
 
 def call_arguments(name: str, recorded: dict[str, Any]) -> dict[str, Any]:
@@ -326,7 +352,67 @@ def reference() -> str:
             arguments or "-",
         ]
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *SERVER_TOOLS_REFERENCE]) + "\n"
+
+
+# docs/tools.md's section on the tools of a subagent's MCP servers (belay.harness.mcp_tools).
+SERVER_TOOLS_REFERENCE = [
+    "",
+    "## Tools of a subagent's MCP servers",
+    "",
+    "A subagent may declare MCP tool servers (`toolServers`); their tools are called as `<server>.<tool>`",
+    "beside the tools above, and `approvalRequired` names them the same way (`tracker.open_issue`,",
+    "`worker:tracker.open_issue`). Only stdio servers on the embedded runtime (`belay run`) are built:",
+    "a manifest with another `transport` is refused, and so is, by the operator (`Stalled`,",
+    "`NotAllowed`), a session in a cluster that declares tool servers.",
+    "",
+    "```yaml",
+    "subagents:",
+    "  - name: worker",
+    "    networkProfile: internet      # what the server reaches is what the sandbox reaches",
+    "    toolServers:",
+    "      - name: tracker             # its tools are tracker.<tool>",
+    "        command: [python, tools/tracker_server.py, https://tracker.example]",
+    "        probe: find_issues        # a read-only tool a reconciliation runs",
+    "        timeoutSeconds: 60        # one listing or one call, at most",
+    "        tools:",
+    "          open_issue: {effect: unsafe}",
+    "          label_issue: {effect: read_only, trust: override}",
+    "```",
+    "",
+    "- **Where it runs.** `command` is started in the subagent's workspace, inside its sandbox (its",
+    "  walls, network profile and environment, and the resource walls of any of its commands), once to",
+    "  list the tools at the start of every attempt",
+    "  (`initialize`, `tools/list`) and once per call (`initialize`, `tools/call`), with the official",
+    "  `mcp` SDK's client in the sandbox server. A server keeps nothing in memory from one call to the",
+    "  next. Locally, a `python` server finds the Python packages installed beside Belay (the `mcp`",
+    "  SDK among them).",
+    "- **Offered to the model.** A plan calls them as `<server>.<tool>`; a plan that names a server",
+    "  its subagent does not declare is refused before it runs. A self-hosted model (`openai`,",
+    "  `anthropic`) is given each listed tool's schema beside the built-ins, named `<server>__<tool>`",
+    "  (the providers' APIs take no `.`; other characters outside `[A-Za-z0-9_-]` written `_<hex>_`),",
+    "  and its calls are recorded as `<server>.<tool>`. Managed executors are not given them yet.",
+    "- **The listing.** Each listing is recorded: a `tools_listed` event names a JSON document in the",
+    "  artifact store with the server's name and version and each tool's name, input schema,",
+    "  annotations and the class it is given, and says what changed since the listing before it (a",
+    "  tool gone, new, reclassed). A call to a tool the current listing does not offer (it vanished,",
+    "  or the server could not be listed) is not sent: it is that call's error. A tool whose name",
+    "  Belay cannot call (outside `[A-Za-z0-9_.-]`, longer than 128) is left out and named.",
+    "- **Effect classes.** From the annotations: `readOnlyHint: true` is read_only, else",
+    "  `idempotentHint: true` is idempotent, else unsafe (an unannotated tool is unsafe). `tools` may",
+    "  class a tool more strictly; less strictly only with `trust: override`, and the listing records",
+    "  which applied; without it the annotations' class is kept and the listing says so. `keyed` is not",
+    "  offered: an MCP call carries no key a server would honour.",
+    "- **Failures.** A call the server answers with `isError` is that call's failed result for the",
+    "  model (it waits on no person). A call the server received and never answered (it died, or",
+    "  passed `timeoutSeconds`) may have taken effect: for an unsafe tool that is an unknown outcome.",
+    "- **Reconciliation.** An unsafe call without a result (cut off by a kill, or never answered) is",
+    "  never sent again blindly. With a `probe`, the next attempt runs it (with the arguments of the",
+    "  call that its input schema names) and shows what it found in the outcome and in the question",
+    "  to the person (`belay reconcile SESSION OPERATION --succeeded` or `--failed`); the person",
+    "  decides, since a server's answer is no proof of what Belay sent. Without a probe, the outcome",
+    "  waits on the person alike. The probe must be read-only in the listing, or it is not run.",
+]
 
 
 if __name__ == "__main__":

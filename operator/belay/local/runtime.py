@@ -364,7 +364,10 @@ def _read_plan(path: Path, session: AgentSession, where: str) -> bytes:
     except PlanError as error:
         raise ManifestError(f"{field}: {error}") from None
     subagents = [sub.name for sub in session.spec.subagents]
-    problems = plan_problems(plan, subagents) + _child_plan_problems(plan, path.parent, subagents, {path})
+    servers = {sub.name: {server.name for server in sub.tool_servers} for sub in session.spec.subagents}
+    problems = plan_problems(plan, subagents, servers) + _child_plan_problems(
+        plan, path.parent, subagents, {path}
+    )
     if problems:
         raise ManifestError(f"{field}: {path}: {'; '.join(problems)}")
     return data

@@ -23,7 +23,7 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from belay import lifetime
-from belay.sandbox import isolation, limits, workspace
+from belay.sandbox import isolation, limits, mcp_stdio, walled_exec, workspace
 from belay.sandbox.protocol import (
     CLAIM_PATH,
     INSTANCE_ENV,
@@ -196,6 +196,8 @@ class SandboxServer:
             "read_file": (ReadFileArgs, self.read_file),
             "write_file": (WriteFileArgs, self.write_file),
             "list_files": (ListFilesArgs, self.list_files),
+            "mcp_list": (mcp_stdio.McpListArgs, self.mcp_list),
+            "mcp_call": (mcp_stdio.McpCallArgs, self.mcp_call),
         }
 
     # ---------------------------------------------------------------------------------------- app
@@ -339,6 +341,8 @@ class SandboxServer:
             return self.tool_response(ToolResponse(ok=False, output=refusal.model_dump(), error=str(error)))
         except TOOL_ERRORS as error:
             return self.tool_response(ToolResponse(ok=False, error=str(error)))
+        except mcp_stdio.McpFailed as failed:
+            return self.tool_response(ToolResponse(ok=False, output={"sent": failed.sent}, error=str(failed)))
         except WallReached as reached:
             return self.tool_response(
                 ToolResponse(
@@ -593,6 +597,18 @@ class SandboxServer:
         if trip is not None:
             raise WallReached(trip, output)
         return output
+
+    async def mcp_list(self, arguments: mcp_stdio.McpListArgs) -> mcp_stdio.McpListOutput:
+        argv = self.tool_server_argv(arguments.command)
+        return await mcp_stdio.list_tools(arguments, argv, self.root, self.command_environment())
+
+    async def mcp_call(self, arguments: mcp_stdio.McpCallArgs) -> mcp_stdio.McpCallOutput:
+        argv = self.tool_server_argv(arguments.command)
+        return await mcp_stdio.call_tool(arguments, argv, self.root, self.command_environment())
+
+    def tool_server_argv(self, command: list[str]) -> list[str]:
+        """A declared MCP server's command as it is started: in the sandbox, under a command's walls."""
+        return [*self.report.command_prefix, *walled_exec.walled_argv(self.walls, command)]
 
     async def read_file(self, arguments: ReadFileArgs) -> ReadFileOutput:
         data = await asyncio.to_thread(workspace.read_bytes, self.root, arguments.path, arguments.max_bytes)

@@ -174,9 +174,9 @@ class SandboxClient:
         """Run one sandbox tool; returns {"ok", "output", "error"}. A tool that ran but failed (a
         missing file, a refused path) is ok=False here, not an exception."""
         timeout = DEFAULT_TIMEOUT_S
-        if tool == "run_command":
+        if tool in ("run_command", "mcp_list", "mcp_call"):
             # Whatever the value, the sandbox's validation answers it; only its wait is decided here.
-            asked = arguments.get("timeout_s", 120)
+            asked = arguments.get("timeout_s", 120 if tool == "run_command" else 60)
             whole = isinstance(asked, int) and not isinstance(asked, bool)
             timeout = float(asked) if whole and 1 <= asked <= MAX_COMMAND_TIMEOUT_S else DEFAULT_TIMEOUT_S
         _, body = await self._request(

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from belay.api.bounded_yaml import FileRefused, describe_yaml_error, load_yaml, 
 from belay.harness.models.base import ModelRequest, ModelTurn, ToolCall
 from belay.journal.operations import place_of
 from belay.journal.state import EMPTY, SessionState, TaskRecord
-from belay.journal.tools import TOOLS, unknown_tool
+from belay.journal.tools import SERVER_TOOL_SEPARATOR, TOOLS, is_server_tool, unknown_tool
 from belay.journal.turns import ended_at
 from belay.sandbox.protocol import MAX_COMMAND_BYTES, command_size
 
@@ -202,9 +202,14 @@ def parse_plan(data: bytes, *, source: str) -> ScriptedPlan:
     return plan
 
 
-def plan_problems(plan: ScriptedPlan, subagents: list[str] | None = None) -> list[str]:
+def plan_problems(
+    plan: ScriptedPlan,
+    subagents: list[str] | None = None,
+    servers: Mapping[str, Collection[str]] | None = None,
+) -> list[str]:
     """Everything that would make the plan fail once it runs, found before it runs. With
-    `subagents` (the manifest's), the plan must have steps for each of them and no other."""
+    `subagents` (the manifest's), the plan must have steps for each of them and no other; with
+    `servers` (each subagent's tool servers), a `<server>.<tool>` must name one of its servers."""
     problems = []
     if subagents is not None:
         problems += [
@@ -229,7 +234,16 @@ def plan_problems(plan: ScriptedPlan, subagents: list[str] | None = None) -> lis
                 problems.append(f"{where}: the verify command is above {MAX_COMMAND_BYTES} bytes")
             actions = [*step.actions, *(a for v in step.variants for a in v.actions)]
             for index, action in enumerate(actions, start=1):
-                if action.tool not in TOOLS:
+                server = action.tool.partition(SERVER_TOOL_SEPARATOR)[0]
+                if (
+                    is_server_tool(action.tool)
+                    and servers is not None
+                    and server not in servers.get(name, ())
+                ):
+                    problems.append(
+                        f"{where}: {action.tool}: the subagent declares no tool server {server!r}"
+                    )
+                elif action.tool not in TOOLS and not is_server_tool(action.tool):
                     problems.append(f"{where}: {unknown_tool(action.tool)}")
                 elif action.tool == "run_command" and command_size(action.arguments.get("command")) > (
                     MAX_COMMAND_BYTES

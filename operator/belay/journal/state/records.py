@@ -364,6 +364,10 @@ class SubagentRecord(Record):
     sandbox_attempt: int | None = None  # the attempt that started the current sandbox
     sandbox_detail: str = ""  # what that start recorded (pid, profile, isolation)
     last_restored_from: str | None = None  # the checkpoint the current sandbox was restored from
+    # Each tool server's latest listing (server, sha256 of the listing), and the latest change of
+    # one between two listings, as the harness described it.
+    tool_listings: tuple[tuple[str, str], ...] = ()
+    tools_changed: str = ""
 
 
 class RemoteSessionRecord(Record):

@@ -536,6 +536,7 @@ def _recorded_sandboxes(state: SessionState) -> list[SandboxItem]:
                 recorded=record.sandbox_detail,
                 # The first restore only seeds a sandbox; a later one recovered it.
                 restored_from=record.last_restored_from if record.sandbox_starts > 1 else None,
+                tools_changed=record.tools_changed,
             )
         )
     return items
@@ -650,6 +651,7 @@ def observed_sandboxes(recorded: Sequence[SandboxItem], observed: Sequence[Sandb
                     "started_by_attempt": record.started_by_attempt,
                     "recorded": record.recorded,
                     "restored_from": record.restored_from,
+                    "tools_changed": record.tools_changed,
                 }
             )
         items.append(item)

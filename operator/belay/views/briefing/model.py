@@ -322,6 +322,8 @@ class SandboxItem(Model):
     started_by_attempt: int | None = None
     recorded: str = ""  # what its start recorded: pid, profile, isolation
     restored_from: str | None = None
+    # The latest change of one of its tool servers' listings between two attempts.
+    tools_changed: str = ""
 
 
 class ChildItem(Model):

@@ -494,6 +494,8 @@ def _resource_rows(b: Briefing) -> list[Row]:
         rows.append((1, text + started + restored))
         if sandbox.recorded:
             rows.append((2, f"recorded: {sandbox.recorded}"))
+        if sandbox.tools_changed:
+            rows.append((2, sandbox.tools_changed))
     for budget in b.budgets:
         rows.append((1, f"budget {budget.name}: {budget.used} used, {budget.left} left of {budget.limit}"))
     return rows

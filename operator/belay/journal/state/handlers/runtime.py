@@ -99,10 +99,27 @@ def _lifecycle_changes(
                 # Every attempt so far is spent; the next one is a person's resume by hand.
                 failed["attempts_forgiven"] = lc.harness_starts - lc.clean_stops
             return {**failed, **_ended(p.reason, p.detail)}
+        case LifecycleKind.TOOLS_LISTED:
+            return _tools_listed(s, updates, e)
 
 
 def _ended(reason: str, detail: str) -> dict[str, Any]:
     return {"end_reason": reason, "end_detail": detail}
+
+
+def _tools_listed(s: SessionState, updates: Updates, e: LifecycleEvent) -> dict[str, Any]:
+    """A tool server's listing: kept per server, and a listing unlike the one before it noted."""
+    p = e.payload
+    if p.subagent and p.listing is not None:
+        note_subagent(s, updates, p.subagent, e.seq)
+        subagents: Map[str, SubagentRecord] = updates.get("subagents", s.subagents)
+        sub = subagents[p.subagent]
+        before = dict(sub.tool_listings)
+        changed = p.reason in before and before[p.reason] != p.listing.sha256
+        listings = tuple(sorted({**before, p.reason: p.listing.sha256}.items()))
+        fields = {"tool_listings": listings, **({"tools_changed": p.detail} if changed else {})}
+        updates["subagents"] = subagents.set(p.subagent, replaced(sub, fields))
+    return {}
 
 
 def _sandbox_started(s: SessionState, updates: Updates, e: LifecycleEvent) -> dict[str, Any]:
