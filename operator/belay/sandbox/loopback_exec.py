@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from typing import NoReturn
 
 from belay.sandbox.isolation import bring_loopback_up
 
@@ -19,7 +20,11 @@ def main() -> None:
         raise SystemExit("usage: python -m belay.sandbox.loopback_exec PROGRAM [ARGS...]")
     with contextlib.suppress(OSError):
         bring_loopback_up()
-    program = sys.argv[1:]
+    become(sys.argv[1:])
+
+
+def become(program: list[str]) -> NoReturn:
+    """This process becomes `program`; one that cannot be run exits 127, as a shell's would."""
     try:
         os.execvp(program[0], program)
     except OSError as error:

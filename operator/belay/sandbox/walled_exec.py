@@ -16,6 +16,7 @@ import sys
 import tempfile
 
 from belay.sandbox.limits import Limits, Walls, command_preexec
+from belay.sandbox.loopback_exec import become
 
 # Where a tool server's stderr goes, in the sandbox's temporary directory.
 STDERR_NAME = "belay-tool-servers.stderr"
@@ -53,12 +54,7 @@ def main() -> None:
     )
     os.dup2(log, 2)
     os.close(log)
-    program = sys.argv[2:]
-    try:
-        os.execvp(program[0], program)
-    except OSError as error:
-        print(f"{program[0]}: {error.strerror}", file=sys.stderr)
-        raise SystemExit(127) from error
+    become(sys.argv[2:])
 
 
 if __name__ == "__main__":
