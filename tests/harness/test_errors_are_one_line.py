@@ -24,10 +24,10 @@ def test_arguments_the_sandbox_refuses_come_back_as_one_line_naming_each_problem
     refused = result_of(events, "solo.work.1")
     assert not refused.ok and refused.error is not None
     assert "\n" not in refused.error, refused.error
-    assert refused.error.startswith("invalid arguments for run_command: "), refused.error
-    # The cause is kept: each argument refused, and why.
-    assert "colour: Extra inputs are not permitted" in refused.error, refused.error
-    assert "shell: Extra inputs are not permitted" in refused.error, refused.error
+    # The cause is kept: each argument refused, and what the tool takes instead.
+    assert refused.error.startswith("run_command: unexpected argument "), refused.error
+    assert "'colour'" in refused.error and "'shell'" in refused.error, refused.error
+    assert "(it takes only: command, timeout_s, cwd)" in refused.error, refused.error
     page = brief(tmp_path)
     assert page["phase"] == "Succeeded"
     assert "\\n" not in str(page.get("steps")), page.get("steps")
